@@ -1,0 +1,25 @@
+# One command each: make install | proto | lint | typecheck | test | bench | up
+PY ?= python3
+
+install:
+	$(PY) -m pip install -e '.[dev]'
+
+proto:
+	$(PY) -m dynalab.rpc.generate
+
+lint:
+	ruff check . && ruff format --check .
+
+typecheck:
+	mypy
+
+test:
+	$(PY) -m pytest -q
+
+bench:
+	$(PY) bench/expressions.py
+
+up:
+	dynalab up
+
+.PHONY: install proto lint typecheck test bench up

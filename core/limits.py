@@ -1,0 +1,75 @@
+"""Every bound dynalab enforces, in one place, named with its unit last.
+
+Each constant cites where its value comes from (the DynamoDB Developer Guide's "Service, account, and
+table quotas" page unless said otherwise). Relations between limits are asserted at import, so an
+inconsistent edit fails loudly instead of producing a subtly wrong cluster.
+"""
+
+from decimal import Decimal
+
+KIB = 1024
+MIB = 1024 * KIB
+
+# Items and attributes.
+ITEM_SIZE_BYTES_MAX = 400 * KIB  # "The maximum item size in DynamoDB is 400 KB."
+PARTITION_KEY_BYTES_MAX = 2048  # Partition key value: 2048 bytes.
+SORT_KEY_BYTES_MAX = 1024  # Sort key value: 1024 bytes.
+ATTRIBUTE_NAME_BYTES_MAX = 64 * KIB  # Attribute names: 64 KB (key attributes and projected: 255).
+KEY_ATTRIBUTE_NAME_BYTES_MAX = 255  # Names of key attributes, secondary index keys and projections.
+NESTING_DEPTH_MAX = 32  # "DynamoDB supports nested attributes up to 32 levels deep."
+
+# Numbers: "up to 38 digits of precision ... positive 1E-130 to 9.9999999999999999999999999999999999999E+125".
+NUMBER_PRECISION_DIGITS_MAX = 38
+NUMBER_MAGNITUDE_MIN = Decimal("1E-130")
+NUMBER_MAGNITUDE_MAX = Decimal("9.9999999999999999999999999999999999999E+125")
+
+# Item size accounting (Developer Guide, "Item sizes and formats").
+SIZE_OVERHEAD_BYTES_PER_ELEMENT = 1  # Each List or Map element adds 1 byte.
+SIZE_OVERHEAD_BYTES_PER_CONTAINER = 3  # Each List or Map adds 3 bytes regardless of its contents.
+SIZE_BYTES_NULL_OR_BOOL = 1  # Null and Boolean attribute values are 1 byte.
+
+# Expressions.
+EXPRESSION_BYTES_MAX = 4 * KIB  # Any one expression string: 4 KB.
+EXPRESSION_IN_OPERANDS_MAX = 100  # "The IN comparator ... up to 100 values."
+EXPRESSION_OPERATORS_MAX = 300  # Operators or functions in one expression.
+EXPRESSION_ATTRIBUTE_NAME_BYTES_MAX = 255  # A single #name placeholder is at most 255 bytes.
+EXPRESSION_PLACEHOLDERS_BYTES_MAX = 2 * MIB  # ExpressionAttributeNames+Values together.
+
+# Reads, writes and pages.
+QUERY_PAGE_BYTES_MAX = 1 * MIB  # Query and Scan read at most 1 MB before filtering.
+BATCH_GET_ITEMS_MAX = 100  # BatchGetItem: up to 100 items.
+BATCH_GET_BYTES_MAX = 16 * MIB  # BatchGetItem: up to 16 MB returned.
+BATCH_WRITE_ITEMS_MAX = 25  # BatchWriteItem: up to 25 put or delete requests.
+BATCH_WRITE_BYTES_MAX = 16 * MIB  # BatchWriteItem: up to 16 MB total.
+TRANSACT_ITEMS_MAX = 100  # TransactWriteItems / TransactGetItems: up to 100 actions.
+TRANSACT_BYTES_MAX = 4 * MIB  # TransactWriteItems: 4 MB in total.
+SCAN_TOTAL_SEGMENTS_MAX = 1_000_000  # Scan TotalSegments: 1 to 1,000,000.
+LIST_TABLES_LIMIT_MAX = 100  # ListTables Limit: 1 to 100.
+
+# Tables and indexes.
+TABLE_NAME_CHARS_MIN = 3
+TABLE_NAME_CHARS_MAX = 255
+GSI_PER_TABLE_MAX = 20
+LSI_PER_TABLE_MAX = 5
+INDEX_PROJECTED_NON_KEY_ATTRIBUTES_MAX = 100  # INCLUDE attributes across all indexes of a table.
+
+# Capacity and partitions.
+READ_UNIT_BYTES = 4 * KIB  # One read capacity unit covers an item up to 4 KB (strongly consistent).
+WRITE_UNIT_BYTES = 1 * KIB  # One write capacity unit covers an item up to 1 KB.
+PARTITION_RCU_MAX = 3000  # Each partition supports at most 3,000 read units per second.
+PARTITION_WCU_MAX = 1000  # Each partition supports at most 1,000 write units per second.
+BURST_SECONDS_MAX = 300  # "DynamoDB retains up to 300 seconds of unused read and write capacity."
+ON_DEMAND_INITIAL_PARTITIONS = 4  # New on-demand tables serve 4,000 WCU / 12,000 RCU: 4 partitions.
+PROVISIONED_UNITS_MIN = 1  # ReadCapacityUnits and WriteCapacityUnits are at least 1.
+PROVISIONED_UNITS_PER_TABLE_MAX = 40_000  # Default per-table quota for RCU and for WCU.
+PARTITION_SPLIT_BYTES_DEFAULT = 10 * KIB * MIB  # A partition splits past 10 GB.
+ITEM_COLLECTION_BYTES_MAX = 10 * KIB * MIB  # An item collection of a table with an LSI: 10 GB.
+
+# Time To Live: items whose expiry is more than five years in the past are not deleted.
+TTL_PAST_SECONDS_MAX = 5 * 365 * 24 * 3600
+
+assert SORT_KEY_BYTES_MAX < PARTITION_KEY_BYTES_MAX < ITEM_SIZE_BYTES_MAX
+assert QUERY_PAGE_BYTES_MAX > ITEM_SIZE_BYTES_MAX, "a page must hold at least one whole item"
+assert BATCH_WRITE_ITEMS_MAX * ITEM_SIZE_BYTES_MAX <= BATCH_WRITE_BYTES_MAX
+assert PARTITION_RCU_MAX * READ_UNIT_BYTES >= PARTITION_WCU_MAX * WRITE_UNIT_BYTES
+assert TABLE_NAME_CHARS_MIN <= TABLE_NAME_CHARS_MAX

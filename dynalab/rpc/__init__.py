@@ -1,0 +1,1 @@
+"""Generated gRPC code for proto/dynalab/rpc/node.proto (regenerate with `make proto`)."""
