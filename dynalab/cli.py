@@ -1,0 +1,173 @@
+"""dynalab's command line: `dynalab up` runs a cluster on this machine, `dynalab bench` loads any
+DynamoDB endpoint with a workload and prints what it measured.
+
+`dynalab up` stays in the foreground until Ctrl-C or SIGTERM and then stops every process it
+started, so an orchestrator (a terminal, systemd, a test) only ever has one process to manage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import time
+from collections.abc import Sequence
+from types import FrameType
+
+import aiohttp
+from rich.console import Console
+from rich.table import Table
+
+from dynalab import bench
+from dynalab.cluster import ClusterError, LocalCluster
+
+WATCH_INTERVAL_S = 0.5  # How often `dynalab up` looks for processes of the cluster that died.
+
+
+class StopRequested(Exception):
+    """Raised in the main thread by the SIGINT/SIGTERM handler of `dynalab up`."""
+
+
+def _request_stop(signum: int, frame: FrameType | None) -> None:
+    # Stopping the cluster takes a few seconds; a second Ctrl-C must not cut it short and leave
+    # processes behind, so further signals are ignored from here on.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise StopRequested(signal.Signals(signum).name)
+
+
+def _summary(cluster: LocalCluster) -> Table:
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("endpoint", f"[green]{cluster.router_url}[/green]")
+    for router in cluster.routers[1:]:
+        table.add_row("", router.url)
+    for node in cluster.nodes:
+        table.add_row(node.node_id, f"{node.address}  data {node.data_dir}")
+    table.add_row("logs", str(cluster.log_dir))
+    table.add_row(
+        "try",
+        "AWS_ACCESS_KEY_ID=x AWS_SECRET_ACCESS_KEY=x aws dynamodb list-tables "
+        f"--region us-east-1 --endpoint-url {cluster.router_url}",
+    )
+    return table
+
+
+def run_up(args: argparse.Namespace, console: Console) -> int:
+    """Start a LocalCluster, print where it is, and run until SIGINT or SIGTERM."""
+    signal.signal(signal.SIGINT, _request_stop)
+    signal.signal(signal.SIGTERM, _request_stop)
+    cluster = LocalCluster(
+        args.data_dir, nodes=args.nodes, routers=args.routers, router_port=args.port
+    )
+    try:
+        with console.status(f"starting {args.nodes} nodes and {args.routers} router(s)"):
+            cluster.start()
+        console.print(
+            f"[bold]dynalab is up[/bold]: {args.nodes} storage nodes, {args.routers} router(s)"
+        )
+        console.print(_summary(cluster))
+        console.print("Press Ctrl-C to stop.")
+        reported: set[str] = set()
+        while True:
+            # A process that dies is reported, not replaced: in a lab, a crash is worth seeing.
+            for service in cluster.services():
+                if service.name not in reported and not service.is_running():
+                    reported.add(service.name)
+                    code = service.process.returncode if service.process else None
+                    console.print(
+                        f"[red]{service.name} exited (code {code})[/red]; see {service.log_path}"
+                    )
+            time.sleep(WATCH_INTERVAL_S)
+    except StopRequested as stop:
+        console.print(f"{stop} received, stopping the cluster")
+        cluster.stop()
+        console.print("stopped")
+        return 0
+    except ClusterError as exc:
+        # start() has already stopped whatever it had started.
+        console.print(f"[red]dynalab up failed:[/red] {exc}")
+        return 1
+
+
+def run_bench(args: argparse.Namespace, console: Console) -> int:
+    """Run one benchmark and print its summary; fail when no request succeeded."""
+    try:
+        config = bench.BenchConfig(
+            endpoint=args.endpoint,
+            workload=args.workload,
+            concurrency=args.concurrency,
+            duration_s=args.duration,
+            item_size=args.item_size,
+            table=args.table,
+            keys=args.keys,
+            query_items=args.query_items,
+            create_table=args.create_table,
+            region=args.region,
+        )
+    except ValueError as exc:
+        console.print(f"[red]dynalab bench:[/red] {exc}")
+        return 2
+    try:
+        result = bench.run(config, console)
+    except (bench.DynamoDBError, aiohttp.ClientError, TimeoutError) as exc:
+        console.print(f"[red]dynalab bench failed:[/red] {exc}")
+        return 1
+    except KeyboardInterrupt:
+        console.print("interrupted")
+        return 130
+    console.print(bench.render_result(result, config))
+    return 0 if result.ops > 0 else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dynalab", description="A multi-node, DynamoDB-compatible database cluster."
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    up = commands.add_parser("up", help="run a cluster on this machine until Ctrl-C")
+    up.add_argument("--nodes", type=int, default=3, help="storage nodes (default 3)")
+    up.add_argument("--routers", type=int, default=1, help="routers (default 1)")
+    up.add_argument(
+        "--port",
+        type=int,
+        default=8000,
+        help="port of the first router; router i listens on port+i; 0 picks free ports",
+    )
+    up.add_argument(
+        "--data-dir", default="./dynalab-data", help="where nodes keep data and logs go"
+    )
+
+    load = commands.add_parser("bench", help="load a DynamoDB endpoint and print what it did")
+    load.add_argument("--endpoint", default="http://127.0.0.1:8000", help="DynamoDB endpoint URL")
+    load.add_argument("--workload", choices=bench.WORKLOADS, default="put")
+    load.add_argument("--concurrency", type=int, default=32, help="requests in flight")
+    load.add_argument("--duration", type=float, default=10.0, help="seconds of load")
+    load.add_argument("--item-size", type=int, default=200, help="bytes per item")
+    load.add_argument("--table", help="table name (default: dynalab-bench[-range])")
+    load.add_argument(
+        "--keys", type=int, default=1000, help="items in the key space (preloaded for reads)"
+    )
+    load.add_argument(
+        "--query-items",
+        type=int,
+        default=10,
+        help="items per partition key for query, page size for scan",
+    )
+    load.add_argument(
+        "--create-table",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="create the table if it does not exist",
+    )
+    load.add_argument("--region", default="us-east-1", help="region to sign requests for")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    console = Console()
+    if args.command == "up":
+        return run_up(args, console)
+    return run_bench(args, console)
