@@ -45,12 +45,15 @@ def _summary(cluster: LocalCluster) -> Table:
     for node in cluster.nodes:
         table.add_row(node.node_id, f"{node.address}  data {node.data_dir}")
     table.add_row("logs", str(cluster.log_dir))
-    table.add_row(
-        "try",
-        "AWS_ACCESS_KEY_ID=x AWS_SECRET_ACCESS_KEY=x aws dynamodb list-tables "
-        f"--region us-east-1 --endpoint-url {cluster.router_url}",
-    )
     return table
+
+
+def _example(cluster: LocalCluster) -> str:
+    # Any credentials do, but the AWS CLI refuses to send a request without some and a region.
+    return (
+        "AWS_ACCESS_KEY_ID=x AWS_SECRET_ACCESS_KEY=x aws dynamodb list-tables "
+        f"--region us-east-1 --endpoint-url {cluster.router_url}"
+    )
 
 
 def run_up(args: argparse.Namespace, console: Console) -> int:
@@ -67,6 +70,8 @@ def run_up(args: argparse.Namespace, console: Console) -> int:
             f"[bold]dynalab is up[/bold]: {args.nodes} storage nodes, {args.routers} router(s)"
         )
         console.print(_summary(cluster))
+        # soft_wrap keeps the command on one line, so it can be copied from any terminal width.
+        console.print(f"try: {_example(cluster)}", soft_wrap=True, highlight=False)
         console.print("Press Ctrl-C to stop.")
         reported: set[str] = set()
         while True:
