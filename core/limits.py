@@ -73,3 +73,39 @@ assert QUERY_PAGE_BYTES_MAX > ITEM_SIZE_BYTES_MAX, "a page must hold at least on
 assert BATCH_WRITE_ITEMS_MAX * ITEM_SIZE_BYTES_MAX <= BATCH_WRITE_BYTES_MAX
 assert PARTITION_RCU_MAX * READ_UNIT_BYTES >= PARTITION_WCU_MAX * WRITE_UNIT_BYTES
 assert TABLE_NAME_CHARS_MIN <= TABLE_NAME_CHARS_MAX
+
+# Storage node and node RPC: dynalab's own bounds, not DynamoDB quotas.
+GIB = 1024 * MIB
+# LMDB reserves its map as address space up front and grows the file only as data arrives, so a
+# generous map costs nothing until used; a node whose data outgrows it must be restarted larger.
+NODE_MAP_SIZE_BYTES_DEFAULT = 64 * GIB
+# The change log keeps at most this many records per partition; a consumer that falls further behind
+# must backfill again (DESIGN.md, "Storage on a node").
+CHANGE_LOG_RECORDS_MAX = 1_000_000
+# Writes applied in one group-commit transaction: large enough to amortise an fsync over every write
+# that arrives while the previous one syncs, small enough that one transaction stays short.
+WRITE_BATCH_OPS_MAX = 1024
+# Writes queued behind the committing transaction before the node refuses new ones as unavailable.
+WRITE_QUEUE_OPS_MAX = 16 * WRITE_BATCH_OPS_MAX
+# Bounds on how long a node lets one group commit run before failing its writes as unavailable.
+WRITE_COMMIT_SECONDS_MAX = 30.0
+# gRPC messages between routers and nodes; each batch is cut once it passes the target, so a message
+# holds at most the target plus one request or reply.
+RPC_MESSAGE_BYTES_MAX = 64 * MIB
+RPC_BATCH_BYTES_TARGET = 4 * MIB
+# A broken node stream is reopened no sooner than this backoff, doubling per failure up to the max.
+RPC_RECONNECT_BACKOFF_SECONDS_MIN = 0.05
+RPC_RECONNECT_BACKOFF_SECONDS_MAX = 2.0
+# HTTP/2 keepalive on node streams: a peer that stops answering pings is declared dead, failing its
+# in-flight calls, within ping interval plus timeout.
+RPC_KEEPALIVE_SECONDS = 10.0
+RPC_KEEPALIVE_TIMEOUT_SECONDS = 5.0
+# A stopping node finishes in-flight requests for at most this long before cutting them off.
+NODE_SHUTDOWN_GRACE_SECONDS = 5.0
+
+assert WRITE_QUEUE_OPS_MAX >= WRITE_BATCH_OPS_MAX
+assert (
+    RPC_BATCH_BYTES_TARGET + 4 * (QUERY_PAGE_BYTES_MAX + ITEM_SIZE_BYTES_MAX)
+    < RPC_MESSAGE_BYTES_MAX
+)
+assert RPC_RECONNECT_BACKOFF_SECONDS_MIN < RPC_RECONNECT_BACKOFF_SECONDS_MAX

@@ -1,0 +1,77 @@
+"""The one boundary where `core.errors` cross gRPC between storage nodes and their callers.
+
+A node answers every request with a `Response`: on success its body is the JSON reply; on failure
+`error_type` is the error's `type_name`, `error_message` its message, and the body carries the
+error's extra fields (`ConditionalCheckFailed` puts the old item there as `{"Item": ...}` for
+ReturnValuesOnConditionCheckFailure). The caller turns such a response back into the same
+`core.errors` instance. Bodies are JSON encoded with orjson; an empty body means `{}`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from core.errors import (
+    ERROR_TYPES,
+    ConditionalCheckFailed,
+    DynamoError,
+    InternalServerError,
+    ThroughputExceeded,
+)
+from dynalab.rpc import node_pb2
+
+
+def encode_body(body: dict[str, Any]) -> bytes:
+    """JSON bytes of a request or reply body."""
+    return orjson.dumps(body)
+
+
+def decode_body(data: bytes) -> dict[str, Any]:
+    """The JSON object in a request or reply body; an empty body is `{}`."""
+    if not data:
+        return {}
+    body = orjson.loads(data)
+    if not isinstance(body, dict):
+        raise InternalServerError("An RPC body must be a JSON object")
+    return body
+
+
+def ok_response(request_id: int, reply: dict[str, Any]) -> node_pb2.Response:
+    return node_pb2.Response(id=request_id, body=orjson.dumps(reply))
+
+
+def error_response(request_id: int, error: DynamoError) -> node_pb2.Response:
+    extra = error.extra_fields()
+    return node_pb2.Response(
+        id=request_id,
+        body=orjson.dumps(extra) if extra else b"",
+        error_type=error.type_name,
+        error_message=error.message,
+    )
+
+
+def error_from_response(response: node_pb2.Response) -> DynamoError:
+    """The `core.errors` instance a failed response carries.
+
+    An error type this side does not know is a version skew between services, which is a bug: it
+    becomes an InternalServerError naming the unknown type rather than a guess.
+    """
+    type_name = response.error_type
+    message = response.error_message
+    if type_name == ConditionalCheckFailed.type_name:
+        return ConditionalCheckFailed(message, item=decode_body(response.body).get("Item"))
+    if type_name == ThroughputExceeded.type_name:
+        return ThroughputExceeded(message)
+    error_type = ERROR_TYPES.get(type_name)
+    if error_type is None:
+        return InternalServerError(f"Unknown error type {type_name!r} from a node: {message}")
+    return error_type(message)
+
+
+def reply_from_response(response: node_pb2.Response) -> dict[str, Any]:
+    """The reply body of a successful response; raise its error otherwise."""
+    if response.error_type:
+        raise error_from_response(response)
+    return decode_body(response.body)

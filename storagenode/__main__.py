@@ -1,0 +1,87 @@
+"""Run one storage node.
+
+    python -m storagenode --node-id node-1 --listen 127.0.0.1:7001 --data-dir DIR
+
+Each flag falls back to an environment variable (DYNALAB_NODE_ID, DYNALAB_LISTEN, DYNALAB_DATA_DIR)
+so containers can be configured without a command line. The node logs to stderr, every line tagged
+with its node id, and prints "listening on <addr>" once it serves, which is what scripts and tests
+wait for. SIGTERM or SIGINT stops it gracefully.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+import uvloop
+
+from core import limits
+from storagenode.server import NodeServer
+
+logger = logging.getLogger("storagenode")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m storagenode", description=__doc__)
+    parser.add_argument("--node-id", default=os.environ.get("DYNALAB_NODE_ID"))
+    parser.add_argument("--listen", default=os.environ.get("DYNALAB_LISTEN"))
+    parser.add_argument("--data-dir", default=os.environ.get("DYNALAB_DATA_DIR"))
+    parser.add_argument(
+        "--map-size-bytes",
+        type=int,
+        default=int(os.environ.get("DYNALAB_MAP_SIZE_BYTES", limits.NODE_MAP_SIZE_BYTES_DEFAULT)),
+        help="LMDB map size: the most data this node can hold",
+    )
+    parser.add_argument(
+        "--shutdown-grace-seconds",
+        type=float,
+        default=limits.NODE_SHUTDOWN_GRACE_SECONDS,
+        help="how long in-flight requests may finish after SIGTERM",
+    )
+    args = parser.parse_args(argv)
+    for flag, value in (
+        ("--node-id/DYNALAB_NODE_ID", args.node_id),
+        ("--listen/DYNALAB_LISTEN", args.listen),
+        ("--data-dir/DYNALAB_DATA_DIR", args.data_dir),
+    ):
+        if not value:
+            parser.error(f"{flag} is required")
+    return args
+
+
+async def run(args: argparse.Namespace) -> None:
+    server = NodeServer(
+        args.node_id, args.listen, Path(args.data_dir), map_size=args.map_size_bytes
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    address = await server.start()
+    logger.info("listening on %s", address)
+    print(f"node {args.node_id} listening on {address}", flush=True)
+    try:
+        # The process serves until it is told to stop; there is nothing else to bound this by.
+        await stop.wait()
+        logger.info("stopping (grace %.1f s)", args.shutdown_grace_seconds)
+    finally:
+        await server.stop(args.shutdown_grace_seconds)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=logging.INFO,
+        format=f"%(asctime)s {args.node_id} %(name)s %(levelname)s %(message)s",
+    )
+    uvloop.run(run(args))
+
+
+if __name__ == "__main__":
+    main()

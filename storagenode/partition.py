@@ -1,0 +1,307 @@
+"""A partition replica's metadata and the pure rules of its keys, epochs, bounds and pages.
+
+Nothing here touches LMDB or the network: a `Partition` knows its table's key schema, its key range
+and epoch, and how to turn a key into its storage key; `query_bounds`/`scan_bounds` turn a request
+into the tightest storage-key range to walk; `read_page` turns a walk into a Query/Scan reply with
+DynamoDB's paging rules. `node.py` feeds them LMDB cursors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from core import expressions
+from core.errors import StaleEpoch, ValidationError
+from core.keycodec import HASH_BYTES, HASH_SPACE, encode_key_prefix, encode_storage_key
+from core.size import item_size_bytes
+from core.values import AttributeValue, Item, type_of
+from storagenode.store import change_log_prefix, successor, table_prefix
+
+_INVALID = "One or more parameter values were invalid: "
+# Range-condition operators whose first value is a lower bound on the sort key.
+_LOWER_BOUNDED = frozenset({"=", ">=", ">", "BETWEEN"})
+
+
+@dataclass(slots=True)
+class Partition:
+    """One partition replica's metadata, as persisted in the `partitions` database."""
+
+    table_id: str
+    table_name: str
+    partition_id: str
+    start: bytes  # Inclusive lower bound on storage keys.
+    end: bytes | None  # Exclusive upper bound; None is unbounded.
+    epoch: int
+    hash_name: str
+    hash_type: str
+    range_name: str | None
+    range_type: str | None
+    item_count: int = 0
+    size_bytes: int = 0
+    last_seq: int = 0  # The seq of the newest change-log record; 0 before the first write.
+    first_seq: int = 1  # The seq of the oldest change-log record still retained.
+    item_prefix: bytes = field(init=False, repr=False)
+    log_prefix: bytes = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.item_prefix = table_prefix(self.table_id)
+        self.log_prefix = change_log_prefix(self.table_id, self.partition_id)
+
+    @classmethod
+    def create(cls, table: dict[str, Any], partition: dict[str, Any]) -> Partition:
+        """A new, empty partition from create_partition's `table` and `partition` descriptors."""
+        key_schema = table["key_schema"]
+        hash_name, hash_type = key_schema["hash"]
+        range_name, range_type = key_schema.get("range") or (None, None)
+        end = partition.get("end")
+        return cls(
+            table_id=table["id"],
+            table_name=table["name"],
+            partition_id=partition["id"],
+            start=bytes.fromhex(partition["start"]),
+            end=None if end is None else bytes.fromhex(end),
+            epoch=int(partition["epoch"]),
+            hash_name=hash_name,
+            hash_type=hash_type,
+            range_name=range_name,
+            range_type=range_type,
+        )
+
+    @classmethod
+    def from_meta(cls, meta: dict[str, Any]) -> Partition:
+        return cls(
+            **{
+                **meta,
+                "start": bytes.fromhex(meta["start"]),
+                "end": None if meta["end"] is None else bytes.fromhex(meta["end"]),
+            }
+        )
+
+    def to_meta(self) -> bytes:
+        return orjson.dumps(
+            {
+                "table_id": self.table_id,
+                "table_name": self.table_name,
+                "partition_id": self.partition_id,
+                "start": self.start.hex(),
+                "end": None if self.end is None else self.end.hex(),
+                "epoch": self.epoch,
+                "hash_name": self.hash_name,
+                "hash_type": self.hash_type,
+                "range_name": self.range_name,
+                "range_type": self.range_type,
+                "item_count": self.item_count,
+                "size_bytes": self.size_bytes,
+                "last_seq": self.last_seq,
+                "first_seq": self.first_seq,
+            }
+        )
+
+    def same_definition(self, other: Partition) -> bool:
+        """Whether `other` describes this same partition (create_partition's idempotence)."""
+        return (
+            self.epoch == other.epoch
+            and self.start == other.start
+            and self.end == other.end
+            and (self.hash_name, self.hash_type, self.range_name, self.range_type)
+            == (other.hash_name, other.hash_type, other.range_name, other.range_type)
+        )
+
+    def check_epoch(self, epoch: int) -> None:
+        """Refuse a request made with another epoch's partition map.
+
+        An older epoch means the caller's map is stale (a split or move happened); a newer one
+        means this replica is behind the map. Either way the caller must refresh and retry.
+        """
+        if epoch != self.epoch:
+            raise StaleEpoch(
+                f"Partition {self.partition_id} is at epoch {self.epoch}, the request at {epoch}"
+            )
+
+    def key_of(self, item: Item, *, hash_only: bool = False) -> Item:
+        """The key attributes of an item or key (or just its partition key), checked by type."""
+        key = {self.hash_name: self._key_value(item, self.hash_name, self.hash_type)}
+        if self.range_name is not None and not hash_only:
+            assert self.range_type is not None
+            key[self.range_name] = self._key_value(item, self.range_name, self.range_type)
+        return key
+
+    @staticmethod
+    def _key_value(item: Item, name: str, expected: str) -> AttributeValue:
+        value = item.get(name)
+        if value is None:
+            raise ValidationError(_INVALID + f"Missing the key {name} in the item")
+        actual = type_of(value)
+        if actual != expected:
+            raise ValidationError(
+                _INVALID + f"Type mismatch for key {name} expected: {expected} actual: {actual}"
+            )
+        return value
+
+    def storage_key(self, key: Item) -> bytes:
+        """The storage key of an item's key, which must fall in this partition's range."""
+        encoded = encode_storage_key(
+            key[self.hash_name], None if self.range_name is None else key[self.range_name]
+        )
+        if encoded < self.start or (self.end is not None and encoded >= self.end):
+            raise StaleEpoch(f"The key is outside partition {self.partition_id} at its epoch")
+        return encoded
+
+    def clamp(self, lo: bytes, hi: bytes | None) -> tuple[bytes, bytes | None]:
+        """The intersection of [lo, hi) with this partition's range."""
+        return max(lo, self.start), _min_end(hi, self.end)
+
+
+def _min_end(a: bytes | None, b: bytes | None) -> bytes | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return min(a, b)
+
+
+def _just_after(key: bytes) -> bytes:
+    """The smallest byte string greater than `key`: an exclusive bound just past it."""
+    return key + b"\x00"
+
+
+def query_bounds(
+    partition: Partition,
+    hash_value: AttributeValue,
+    range_condition: dict[str, Any] | None,
+    exclusive_start: Item | None,
+    *,
+    forward: bool,
+) -> tuple[bytes, bytes | None]:
+    """The tightest storage-key range [lo, hi) that holds a Query's items on this partition.
+
+    The item collection of one partition key is a contiguous run of storage keys (the encoded
+    partition key is a prefix of each), and a sort-key condition narrows it further because the sort
+    key is encoded order-preservingly. The condition itself is still checked on every item read.
+    """
+    collection = encode_storage_key(hash_value, None)
+    lo: bytes = collection
+    hi = successor(collection)
+    if range_condition is not None:
+        op, values = range_condition["op"], range_condition["values"]
+        if op == "begins_with":
+            # Every sort key that begins with the value encodes to bytes that begin with this.
+            lo = collection + encode_key_prefix(values[0])
+            hi = successor(lo)
+        elif op in _LOWER_BOUNDED:
+            lo = encode_storage_key(hash_value, values[0])
+        if op == "<":
+            hi = encode_storage_key(hash_value, values[0])
+        elif op in ("=", "<=", "BETWEEN"):
+            hi = _just_after(encode_storage_key(hash_value, values[-1]))
+    if exclusive_start is not None:
+        start_key = partition.storage_key(partition.key_of(exclusive_start))
+        if forward:
+            lo = max(lo, _just_after(start_key))
+        else:
+            hi = _min_end(hi, start_key)
+    return partition.clamp(lo, hi)
+
+
+def scan_bounds(
+    partition: Partition,
+    exclusive_start: Item | None,
+    hash_start: int | None,
+    hash_end: int | None,
+) -> tuple[bytes, bytes | None]:
+    """The storage-key range [lo, hi) a Scan walks: the partition, cut to [hash_start, hash_end)."""
+    lo = b"" if hash_start is None else hash_start.to_bytes(HASH_BYTES, "big")
+    hi = None
+    if hash_end is not None and hash_end < HASH_SPACE:
+        hi = hash_end.to_bytes(HASH_BYTES, "big")
+    if exclusive_start is not None:
+        lo = max(lo, _just_after(partition.storage_key(partition.key_of(exclusive_start))))
+    return partition.clamp(lo, hi)
+
+
+@dataclass(slots=True)
+class PageRequest:
+    """The paging and shaping parameters shared by query and scan bodies."""
+
+    limit: int | None
+    page_bytes: int
+    filter: Any  # A parsed condition expression, or None.
+    projection: Any  # A parsed projection expression, or None.
+    count_only: bool
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any], page_bytes_max: int) -> PageRequest:
+        names, values = body.get("names"), body.get("values")
+        filter_text, projection_text = body.get("filter"), body.get("projection")
+        limit = body.get("limit")
+        return cls(
+            limit=limit,
+            page_bytes=min(int(body.get("page_bytes") or page_bytes_max), page_bytes_max),
+            filter=None
+            if filter_text is None
+            else expressions.condition(filter_text, names, values),
+            projection=None
+            if projection_text is None
+            else expressions.projection(projection_text, names),
+            count_only=body.get("select") == "COUNT",
+        )
+
+
+def read_page(
+    rows: Iterable[tuple[bytes, bytes]],
+    request: PageRequest,
+    partition: Partition,
+    key_matches: Callable[[Item], bool] | None = None,
+) -> dict[str, Any]:
+    """A Query/Scan reply from rows in walk order, following DynamoDB's paging rules.
+
+    `limit` counts items read and `page_bytes` measures them before the filter ("Query and Scan read
+    at most 1 MB"); the item that reaches the byte bound is still returned, so every page makes
+    progress. `key_matches` is the sort-key condition: the rows that satisfy it are contiguous, so
+    the first failure after a match ends the walk. `last_key` is set only when a bound stopped the
+    page and another matching row follows.
+    """
+    items: list[Item] = []
+    count = scanned = read_bytes = 0
+    matched = False
+    last_key = None
+    rows = iter(rows)
+    for _, value in rows:
+        item = orjson.loads(value)
+        if key_matches is not None and not key_matches(item):
+            if matched:
+                break
+            continue
+        matched = True
+        scanned += 1
+        read_bytes += item_size_bytes(item)
+        if request.filter is None or request.filter.evaluate(item):
+            count += 1
+            if not request.count_only:
+                items.append(item if request.projection is None else request.projection.apply(item))
+        if (request.limit is not None and scanned >= request.limit) or (
+            read_bytes >= request.page_bytes
+        ):
+            if _more_rows(rows, key_matches):
+                last_key = partition.key_of(item)
+            break
+    return {
+        "items": items,
+        "count": count,
+        "scanned": scanned,
+        "last_key": last_key,
+        "read_bytes": read_bytes,
+    }
+
+
+def _more_rows(
+    rows: Iterable[tuple[bytes, bytes]], key_matches: Callable[[Item], bool] | None
+) -> bool:
+    """Whether the walk holds one more row that the key condition accepts."""
+    for _, value in rows:
+        return key_matches is None or key_matches(orjson.loads(value))
+    return False

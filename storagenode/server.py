@@ -1,0 +1,231 @@
+"""The storage node's gRPC server: turns `dynalab.rpc` messages into `StorageNode` calls and back.
+
+Data-plane requests arrive on the bidirectional `Exchange` stream in RequestBatches. Reads are
+answered at once from an LMDB read transaction (microseconds, so on the event loop itself); writes
+go to the group committer and are answered when their commit lands. Answers are coalesced:
+whenever the previous ResponseBatch has been sent, everything answered since goes out as the next
+one, so under load one message carries many responses. The unary `Call` serves the rare
+control-plane operations (and any other, for tools). The standard gRPC health service reports
+SERVING once the store is open.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1.health import aio as health_aio
+
+from core import limits
+from core.errors import DynamoError, InternalServerError, ServiceUnavailable, UnknownOperation
+from dynalab.rpc import codec, node_pb2, node_pb2_grpc
+from storagenode.commit import GroupCommitter
+from storagenode.node import READ_OPS, WRITE_OPS, StorageNode
+from storagenode.store import Store
+
+logger = logging.getLogger(__name__)
+
+SERVICE_NAME = "dynalab.rpc.StorageNode"
+Deliver = Callable[[node_pb2.Response], None]
+
+SERVER_OPTIONS = [
+    ("grpc.max_receive_message_length", limits.RPC_MESSAGE_BYTES_MAX),
+    ("grpc.max_send_message_length", limits.RPC_MESSAGE_BYTES_MAX),
+    # Routers ping idle streams to find dead nodes quickly; accept their pings, and ping them back
+    # so a vanished router's stream is torn down too.
+    ("grpc.keepalive_time_ms", int(limits.RPC_KEEPALIVE_SECONDS * 1000)),
+    ("grpc.keepalive_timeout_ms", int(limits.RPC_KEEPALIVE_TIMEOUT_SECONDS * 1000)),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.min_ping_interval_without_data_ms", int(limits.RPC_KEEPALIVE_SECONDS * 500)),
+    # Without this a second node could bind the same port silently and steal half the traffic.
+    ("grpc.so_reuseport", 0),
+]
+
+
+class NodeServicer(node_pb2_grpc.StorageNodeServicer):  # type: ignore[misc]
+    """The StorageNode gRPC service over one StorageNode and its group committer."""
+
+    def __init__(self, node: StorageNode, committer: GroupCommitter) -> None:
+        self.node = node
+        self.committer = committer
+
+    def dispatch(self, request: node_pb2.Request, deliver: Deliver) -> None:
+        """Answer a request through `deliver`: now for a read, after its commit for a write."""
+        try:
+            body = codec.decode_body(request.body)
+            if request.op in READ_OPS:
+                deliver(codec.ok_response(request.id, self.node.read(request.op, body)))
+            elif request.op in WRITE_OPS:
+                future = self.committer.submit(request.op, body)
+                future.add_done_callback(partial(_deliver_write, request.id, deliver))
+            else:
+                raise UnknownOperation(f"Unknown storage node operation {request.op!r}")
+        except DynamoError as error:
+            deliver(codec.error_response(request.id, error))
+        except Exception as error:
+            logger.exception("%s request %d failed", request.op, request.id)
+            deliver(codec.error_response(request.id, InternalServerError(repr(error))))
+
+    async def Exchange(
+        self, request_iterator: AsyncIterator[node_pb2.RequestBatch], context: Any
+    ) -> None:
+        stream = _ResponseStream()
+        receiver = asyncio.create_task(self._receive(request_iterator, stream))
+        try:
+            while True:
+                # Waits for the router's next request or an answer; the stream's life is bounded
+                # by the router, and keepalive pings end it if the router vanishes.
+                await stream.ready.wait()
+                stream.ready.clear()
+                for batch in stream.take_batches():
+                    await context.write(batch)
+                if stream.finished():
+                    break
+            await receiver
+        finally:
+            receiver.cancel()
+
+    async def _receive(
+        self, request_iterator: AsyncIterator[node_pb2.RequestBatch], stream: _ResponseStream
+    ) -> None:
+        try:
+            async for batch in request_iterator:
+                for request in batch.requests:
+                    stream.outstanding += 1
+                    self.dispatch(request, stream.deliver)
+                stream.ready.set()
+        finally:
+            stream.receiving = False
+            stream.ready.set()
+
+    async def Call(self, request: node_pb2.Request, context: Any) -> node_pb2.Response:
+        answer: asyncio.Future[node_pb2.Response] = asyncio.get_running_loop().create_future()
+
+        def deliver(response: node_pb2.Response) -> None:
+            if not answer.done():
+                answer.set_result(response)
+
+        self.dispatch(request, deliver)
+        # Writes resolve within the committer's bound; the caller's deadline may be shorter.
+        timeout = context.time_remaining() or limits.WRITE_COMMIT_SECONDS_MAX
+        try:
+            return await asyncio.wait_for(answer, timeout)
+        except TimeoutError:
+            late = ServiceUnavailable(f"{request.op} did not finish within {timeout:.1f} s")
+            return codec.error_response(request.id, late)
+
+
+def _deliver_write(request_id: int, deliver: Deliver, future: asyncio.Future[Any]) -> None:
+    if future.cancelled():
+        deliver(codec.error_response(request_id, ServiceUnavailable("The write was cancelled")))
+        return
+    error = future.exception()
+    if error is None:
+        deliver(codec.ok_response(request_id, future.result()))
+    elif isinstance(error, DynamoError):
+        deliver(codec.error_response(request_id, error))
+    else:
+        deliver(codec.error_response(request_id, InternalServerError(repr(error))))
+
+
+class _ResponseStream:
+    """The answers of one Exchange stream waiting to be sent, and whether more can come."""
+
+    def __init__(self) -> None:
+        self.outbox: list[node_pb2.Response] = []
+        self.ready = asyncio.Event()
+        self.receiving = True
+        self.outstanding = 0  # Requests received and not yet answered.
+
+    def deliver(self, response: node_pb2.Response) -> None:
+        self.outstanding -= 1
+        self.outbox.append(response)
+        self.ready.set()
+
+    def take_batches(self) -> list[node_pb2.ResponseBatch]:
+        """Everything answered so far, cut into messages of about RPC_BATCH_BYTES_TARGET."""
+        batches: list[node_pb2.ResponseBatch] = []
+        current: list[node_pb2.Response] = []
+        current_bytes = 0
+        for response in self.outbox:
+            current.append(response)
+            current_bytes += len(response.body) + len(response.error_message)
+            if current_bytes >= limits.RPC_BATCH_BYTES_TARGET:
+                batches.append(node_pb2.ResponseBatch(responses=current))
+                current, current_bytes = [], 0
+        if current:
+            batches.append(node_pb2.ResponseBatch(responses=current))
+        self.outbox = []
+        return batches
+
+    def finished(self) -> bool:
+        return not self.receiving and self.outstanding == 0 and not self.outbox
+
+
+class NodeServer:
+    """A storage node process's server: the store, the committer, gRPC and health, in order."""
+
+    def __init__(
+        self,
+        node_id: str,
+        listen: str,
+        data_dir: Path,
+        *,
+        map_size: int = limits.NODE_MAP_SIZE_BYTES_DEFAULT,
+    ) -> None:
+        self.node_id = node_id
+        self.listen = listen
+        self.data_dir = data_dir
+        self.map_size = map_size
+        self.address = ""
+        self._server: grpc.aio.Server | None = None
+        self._health: health_aio.HealthServicer | None = None
+        self._committer: GroupCommitter | None = None
+        self._store: Store | None = None
+
+    async def start(self) -> str:
+        """Open the store and serve; return the address actually bound (listen may say port 0)."""
+        self._store = Store(self.data_dir, self.map_size)
+        node = StorageNode(self._store)
+        self._committer = GroupCommitter(node.apply_writes)
+        self._committer.start()
+        server = grpc.aio.server(options=SERVER_OPTIONS)
+        node_pb2_grpc.add_StorageNodeServicer_to_server(NodeServicer(node, self._committer), server)
+        self._health = health_aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        host = self.listen.rsplit(":", 1)[0]
+        port = server.add_insecure_port(self.listen)
+        if port == 0:
+            raise OSError(f"Cannot listen on {self.listen}")
+        self._server = server
+        await server.start()
+        for service in ("", SERVICE_NAME):
+            await self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
+        self.address = f"{host}:{port}"
+        logger.info(
+            "node %s serving %d partitions from %s",
+            self.node_id,
+            len(node.partitions),
+            self.data_dir,
+        )
+        return self.address
+
+    async def stop(self, grace: float = limits.NODE_SHUTDOWN_GRACE_SECONDS) -> None:
+        """Stop gracefully: refuse new calls, let in-flight ones finish for `grace` seconds,
+        commit what is queued, and close LMDB."""
+        if self._health is not None:
+            await self._health.enter_graceful_shutdown()
+        if self._server is not None:
+            await self._server.stop(grace)
+        if self._committer is not None:
+            await self._committer.close(grace)
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+        logger.info("node %s stopped", self.node_id)
