@@ -1,8 +1,8 @@
 """Every bound dynalab enforces, in one place, named with its unit last.
 
-Each constant cites where its value comes from (the DynamoDB Developer Guide's "Service, account, and
-table quotas" page unless said otherwise). Relations between limits are asserted at import, so an
-inconsistent edit fails loudly instead of producing a subtly wrong cluster.
+Each constant cites where its value comes from (the DynamoDB Developer Guide's "Service, account,
+and table quotas" page unless said otherwise). Relations between limits are asserted at import, so
+an inconsistent edit fails loudly instead of producing a subtly wrong cluster.
 """
 
 from decimal import Decimal
@@ -18,7 +18,8 @@ ATTRIBUTE_NAME_BYTES_MAX = 64 * KIB  # Attribute names: 64 KB (key attributes an
 KEY_ATTRIBUTE_NAME_BYTES_MAX = 255  # Names of key attributes, secondary index keys and projections.
 NESTING_DEPTH_MAX = 32  # "DynamoDB supports nested attributes up to 32 levels deep."
 
-# Numbers: "up to 38 digits of precision ... positive 1E-130 to 9.9999999999999999999999999999999999999E+125".
+# Numbers: "up to 38 digits of precision ... positive 1E-130 to
+# 9.9999999999999999999999999999999999999E+125".
 NUMBER_PRECISION_DIGITS_MAX = 38
 NUMBER_MAGNITUDE_MIN = Decimal("1E-130")
 NUMBER_MAGNITUDE_MAX = Decimal("9.9999999999999999999999999999999999999E+125")
@@ -64,6 +65,11 @@ PROVISIONED_UNITS_MIN = 1  # ReadCapacityUnits and WriteCapacityUnits are at lea
 PROVISIONED_UNITS_PER_TABLE_MAX = 40_000  # Default per-table quota for RCU and for WCU.
 PARTITION_SPLIT_BYTES_DEFAULT = 10 * KIB * MIB  # A partition splits past 10 GB.
 ITEM_COLLECTION_BYTES_MAX = 10 * KIB * MIB  # An item collection of a table with an LSI: 10 GB.
+
+# Placement (dynalab's own choice, not a DynamoDB quota): virtual nodes per storage node on the
+# consistent-hash ring. More points spread partitions more evenly; 128 keeps each node's share of
+# the ring within 20% of the mean for clusters of up to 20 nodes, and the ring stays small.
+RING_VNODES_PER_NODE = 128
 
 # Time To Live: items whose expiry is more than five years in the past are not deleted.
 TTL_PAST_SECONDS_MAX = 5 * 365 * 24 * 3600

@@ -4,11 +4,12 @@ dynalab keeps values in DynamoDB's own JSON shape everywhere (`{"S": "abc"}`, `{
 `{"B": "<base64>"}`, `{"M": {...}}`, ...): a request's items pass from the HTTP body to the disk and
 back without being converted into another object model, which is both the fastest path and the
 easiest to read. `validate_value` is the single gate: it checks one wire value against DynamoDB's
-rules and returns it normalised (numbers in canonical form, binary in canonical base64), so everything
-behind the gate may assume well-formed values and compare them by their text.
+rules and returns it normalised (numbers in canonical form, binary in canonical base64), so
+everything behind the gate may assume well-formed values and compare them by their text.
 
 Numbers follow DynamoDB: up to 38 significant digits, magnitudes between 1E-130 and
-9.99...E+125, compared numerically, so "1.0", "01" and "1" are the same number and all normalise to "1".
+9.99...E+125, compared numerically, so "1.0", "01" and "1" are the same number and all normalise
+to "1".
 """
 
 from __future__ import annotations
@@ -29,7 +30,9 @@ SCALAR_TYPES = frozenset({"S", "N", "B"})
 SET_TYPES = {"SS": "S", "NS": "N", "BS": "B"}
 ALL_TYPES = frozenset({"S", "N", "B", "BOOL", "NULL", "M", "L", "SS", "NS", "BS"})
 
-_NUMBER_TEXT = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+# ASCII digits only: Python's \d (and Decimal) would also accept other scripts' digits, such as
+# "١٢", which DynamoDB rejects as not numeric.
+_NUMBER_TEXT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 _SET_NAMES = {"SS": "string", "NS": "number", "BS": "binary"}
 _INVALID = "One or more parameter values were invalid: "
 
@@ -53,17 +56,28 @@ def check_number(number: Decimal) -> Decimal:
     """Range- and precision-check an exact Decimal the way DynamoDB checks a stored number."""
     if number.is_zero():
         return Decimal(0)
-    number = number.normalize(_EXACT)
-    magnitude = abs(number)
+    # Trailing zeros are stripped from the coefficient by hand, and the magnitude taken with
+    # copy_abs, because normalize() and abs() round to their context's precision: a 39-digit
+    # magnitude rounded to 28 digits made the largest numbers overflow, a 500-digit input rounded
+    # to 400 could pass as a short number, and a huge exponent trapped as decimal.Overflow.
+    sign, digits, exponent = number.as_tuple()
+    assert isinstance(exponent, int), "only finite numbers reach check_number"
+    significant = len(digits)
+    while digits[significant - 1] == 0:
+        significant -= 1
+    number = Decimal((sign, digits[:significant], exponent + len(digits) - significant))
+    magnitude = number.copy_abs()
     if magnitude > limits.NUMBER_MAGNITUDE_MAX:
         raise ValidationError(
-            "Number overflow. Attempting to store a number with magnitude larger than supported range"
+            "Number overflow. Attempting to store a number with magnitude larger than supported "
+            "range"
         )
     if magnitude < limits.NUMBER_MAGNITUDE_MIN:
         raise ValidationError(
-            "Number underflow. Attempting to store a number with magnitude smaller than supported range"
+            "Number underflow. Attempting to store a number with magnitude smaller than supported "
+            "range"
         )
-    if len(number.as_tuple().digits) > limits.NUMBER_PRECISION_DIGITS_MAX:
+    if significant > limits.NUMBER_PRECISION_DIGITS_MAX:
         raise ValidationError("Attempting to store more than 38 significant digits in a Number")
     return number
 
@@ -81,8 +95,9 @@ def normalize_number(text: str) -> str:
 
 
 # Arithmetic is done exactly (the operands have at most 38 digits each, so their sum fits in far
-# fewer than the context's digits) and then checked like any stored number: a result that needs more
-# than 38 significant digits or leaves the range is an error, as in DynamoDB, never silently rounded.
+# fewer than the context's digits) and then checked like any stored number: a result that needs
+# more than 38 significant digits or leaves the range is an error, as in DynamoDB, never silently
+# rounded.
 _EXACT = Context(prec=400, Emax=999_999, Emin=-999_999)
 
 
@@ -138,7 +153,8 @@ def validate_value(value: Any, *, depth: int = 1, where: str = "value") -> Attri
     if len(value) != 1:
         if not value:
             raise ValidationError(
-                "Supplied AttributeValue is empty, must contain exactly one of the supported datatypes"
+                "Supplied AttributeValue is empty, must contain exactly one of the supported "
+                "datatypes"
             )
         raise ValidationError(
             "Supplied AttributeValue has more than one datatypes set, "
@@ -236,7 +252,7 @@ def compare(a: AttributeValue, b: AttributeValue) -> int | None:
 
 
 def equal(a: AttributeValue, b: AttributeValue) -> bool:
-    """DynamoDB equality of two validated values: sets ignore order, maps and lists compare deeply."""
+    """DynamoDB equality of validated values: sets ignore order, maps and lists compare deeply."""
     tag = type_of(a)
     if tag != type_of(b):
         return False
