@@ -1,0 +1,240 @@
+"""`NodeClient`: how a router (or any service) calls one storage node.
+
+Data-plane calls share ONE long-lived `Exchange` stream per client. While a RequestBatch is being
+written, new calls wait in an outbox and all go out together in the next batch; responses come back
+in ResponseBatches and are matched to their calls by id. This amortises gRPC's per-message cost over
+every request in flight, which one unary RPC per request cannot (see proto/dynalab/rpc/node.proto).
+
+Every call has a deadline and never hangs: a call that is not answered in time, or whose stream
+breaks, or whose node cannot be reached, raises `core.errors.ServiceUnavailable`. A broken stream
+fails all of its calls at once; the next call opens a new one, no sooner than a backoff that doubles
+with each consecutive failure (bounded by RPC_RECONNECT_BACKOFF_SECONDS_MAX). Errors the node
+reports come back as the same `core.errors` instances, through `dynalab.rpc.codec`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from typing import Any
+
+import grpc
+import orjson
+
+from core import limits
+from core.errors import ServiceUnavailable
+from dynalab.rpc import codec, node_pb2, node_pb2_grpc
+
+logger = logging.getLogger(__name__)
+
+CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", limits.RPC_MESSAGE_BYTES_MAX),
+    ("grpc.max_send_message_length", limits.RPC_MESSAGE_BYTES_MAX),
+    ("grpc.keepalive_time_ms", int(limits.RPC_KEEPALIVE_SECONDS * 1000)),
+    ("grpc.keepalive_timeout_ms", int(limits.RPC_KEEPALIVE_TIMEOUT_SECONDS * 1000)),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
+    # gRPC's own reconnect backoff starts at 1 s; keep it within ours so a restarted node is
+    # reachable again (for control calls too) as soon as our backoff allows.
+    ("grpc.initial_reconnect_backoff_ms", int(limits.RPC_RECONNECT_BACKOFF_SECONDS_MIN * 1000)),
+    ("grpc.min_reconnect_backoff_ms", int(limits.RPC_RECONNECT_BACKOFF_SECONDS_MIN * 1000)),
+    ("grpc.max_reconnect_backoff_ms", int(limits.RPC_RECONNECT_BACKOFF_SECONDS_MAX * 1000)),
+    # Channels share connections process-wide by default, so a "fresh" channel would inherit the
+    # old one's failed connection and its backoff; a local pool makes a new channel really new.
+    ("grpc.use_local_subchannel_pool", 1),
+]
+
+
+class NodeClient:
+    """Calls one storage node: `call` over the shared stream, `control` as unary calls."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self._ids = itertools.count(1)
+        self._channel: grpc.aio.Channel | None = None
+        self._stub: node_pb2_grpc.StorageNodeStub | None = None
+        self._stream: _Stream | None = None
+        self._failures = 0  # Consecutive broken streams; reset once a stream answers.
+        self._reconnect_at = 0.0  # Loop time before which no new stream is opened.
+        self._closed = False
+        self._closing_channels: set[asyncio.Task[None]] = set()
+
+    async def call(self, op: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
+        """Send one data-plane request on the shared stream; return its reply body."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        stream = await self._open_stream(op, deadline)
+        request_id = next(self._ids)
+        future = stream.send(
+            node_pb2.Request(id=request_id, op=op, body=orjson.dumps(body)), loop
+        )
+        expiry = loop.call_at(deadline, _expire, future, self.address, op, timeout)
+        try:
+            response = await future
+        finally:
+            expiry.cancel()
+            stream.pending.pop(request_id, None)
+        return codec.reply_from_response(response)
+
+    async def control(self, op: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
+        """Send one control-plane request as a unary Call; return its reply body."""
+        if self._closed:
+            raise ServiceUnavailable(f"The client of node {self.address} is closed")
+        request = node_pb2.Request(id=next(self._ids), op=op, body=orjson.dumps(body))
+        try:
+            response = await self._ensure_stub().Call(request, timeout=timeout)
+        except grpc.aio.AioRpcError as error:
+            raise ServiceUnavailable(
+                f"Node {self.address} failed {op}: {error.code().name} {error.details()}"
+            ) from None
+        return codec.reply_from_response(response)
+
+    async def close(self) -> None:
+        """Fail every call in flight and close the connection."""
+        self._closed = True
+        if self._stream is not None:
+            self._stream.fail(ServiceUnavailable(f"The client of node {self.address} closed"))
+        channel, self._channel, self._stub = self._channel, None, None
+        if channel is not None:
+            await channel.close()
+        if self._closing_channels:
+            await asyncio.wait(self._closing_channels, timeout=limits.RPC_KEEPALIVE_TIMEOUT_SECONDS)
+
+    def _ensure_stub(self) -> node_pb2_grpc.StorageNodeStub:
+        if self._stub is None:
+            self._channel = grpc.aio.insecure_channel(self.address, options=CHANNEL_OPTIONS)
+            self._stub = node_pb2_grpc.StorageNodeStub(self._channel)
+        return self._stub
+
+    async def _open_stream(self, op: str, deadline: float) -> _Stream:
+        """The live stream, or a new one once the reconnect backoff has passed."""
+        while True:
+            if self._closed:
+                raise ServiceUnavailable(f"The client of node {self.address} is closed")
+            if self._stream is not None and not self._stream.broken:
+                return self._stream
+            loop = asyncio.get_running_loop()
+            wait = self._reconnect_at - loop.time()
+            if wait <= 0:
+                self._stream = _Stream(self._ensure_stub(), self)
+                return self._stream
+            if self._reconnect_at > deadline:
+                raise ServiceUnavailable(
+                    f"Node {self.address} is unreachable (reconnecting in {wait:.2f} s); {op} "
+                    "not sent"
+                )
+            await asyncio.sleep(wait)
+
+    def stream_answered(self) -> None:
+        self._failures = 0
+
+    def stream_broke(self, stream: _Stream) -> None:
+        """Schedule the reconnect backoff and drop the broken stream's channel."""
+        self._failures += 1
+        backoff = min(
+            limits.RPC_RECONNECT_BACKOFF_SECONDS_MIN * 2 ** (self._failures - 1),
+            limits.RPC_RECONNECT_BACKOFF_SECONDS_MAX,
+        )
+        loop = asyncio.get_running_loop()
+        self._reconnect_at = loop.time() + backoff
+        if self._stream is stream and self._channel is not None:
+            # A fresh channel on reconnect, rather than gRPC's own reconnect of this one, makes the
+            # backoff above the only one in play.
+            task = loop.create_task(self._channel.close())
+            self._closing_channels.add(task)
+            task.add_done_callback(self._closing_channels.discard)
+            self._channel, self._stub = None, None
+
+
+def _expire(future: asyncio.Future[Any], address: str, op: str, timeout: float) -> None:
+    if not future.done():
+        future.set_exception(
+            ServiceUnavailable(f"Node {address} did not answer {op} within {timeout:.3g} s")
+        )
+
+
+class _Stream:
+    """One Exchange stream: an outbox of requests, a sender, a receiver and the calls in flight."""
+
+    def __init__(self, stub: node_pb2_grpc.StorageNodeStub, client: NodeClient) -> None:
+        self.client = client
+        self.call = stub.Exchange()
+        self.pending: dict[int, asyncio.Future[node_pb2.Response]] = {}
+        self.outbox: list[node_pb2.Request] = []
+        self.outbox_ready = asyncio.Event()
+        self.broken = False
+        self.answered = False
+        self.sender = asyncio.create_task(self._send())
+        self.receiver = asyncio.create_task(self._receive())
+
+    def send(
+        self, request: node_pb2.Request, loop: asyncio.AbstractEventLoop
+    ) -> asyncio.Future[node_pb2.Response]:
+        future: asyncio.Future[node_pb2.Response] = loop.create_future()
+        self.pending[request.id] = future
+        self.outbox.append(request)
+        self.outbox_ready.set()
+        return future
+
+    async def _send(self) -> None:
+        try:
+            while True:
+                # Idle until a call queues a request; each call bounds its own wait.
+                await self.outbox_ready.wait()
+                self.outbox_ready.clear()
+                while self.outbox:
+                    await self.call.write(node_pb2.RequestBatch(requests=self._take_batch()))
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:
+            self.fail(ServiceUnavailable(f"Stream to node {self.client.address} broke: {error}"))
+
+    def _take_batch(self) -> list[node_pb2.Request]:
+        """The outbox's oldest requests, up to about RPC_BATCH_BYTES_TARGET."""
+        size = 0
+        for count, request in enumerate(self.outbox, 1):
+            size += len(request.body)
+            if size >= limits.RPC_BATCH_BYTES_TARGET:
+                batch, self.outbox = self.outbox[:count], self.outbox[count:]
+                return batch
+        batch, self.outbox = self.outbox, []
+        return batch
+
+    async def _receive(self) -> None:
+        try:
+            while True:
+                batch = await self.call.read()
+                if batch is grpc.aio.EOF:
+                    break
+                if not self.answered:
+                    self.answered = True
+                    self.client.stream_answered()
+                for response in batch.responses:
+                    future = self.pending.pop(response.id, None)
+                    if future is not None and not future.done():
+                        future.set_result(response)
+            reason = "ended the stream"
+        except asyncio.CancelledError:
+            raise
+        except grpc.aio.AioRpcError as error:
+            reason = f"{error.code().name} {error.details()}"
+        except Exception as error:
+            reason = repr(error)
+        self.fail(ServiceUnavailable(f"Node {self.client.address} is unavailable: {reason}"))
+
+    def fail(self, error: ServiceUnavailable) -> None:
+        """Break the stream: fail every call in flight with `error` and stop its tasks."""
+        if self.broken:
+            return
+        self.broken = True
+        pending, self.pending = self.pending, {}
+        for future in pending.values():
+            if not future.done():
+                future.set_exception(ServiceUnavailable(error.message))
+        self.call.cancel()
+        current = asyncio.current_task()
+        for task in (self.sender, self.receiver):
+            if task is not current:
+                task.cancel()
+        self.client.stream_broke(self)

@@ -1,0 +1,234 @@
+"""NodeClient against in-process gRPC servers: a real node on a temporary store, and scripted fakes.
+
+The fakes make the stream's failure modes deterministic: a node that never answers, one that
+breaks the stream, one that records how requests were batched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from core.errors import (
+    ConditionalCheckFailed,
+    ServiceUnavailable,
+    StaleEpoch,
+    UnknownOperation,
+    ValidationError,
+)
+from dynalab.rpc import codec, node_pb2, node_pb2_grpc, ops
+from dynalab.rpc.client import NodeClient
+from storagenode.server import NodeServer
+
+TABLE = {"id": "e5" * 16, "name": "T", "key_schema": {"hash": ["pk", "S"], "range": None}}
+PARTITION = {"id": "p0", "start": "", "end": None, "epoch": 1, "node": "n1"}
+TIMEOUT_SECONDS = 5.0
+MAP_SIZE_BYTES = 1 << 28
+
+
+def data(**body: Any) -> dict[str, Any]:
+    return {"table_id": TABLE["id"], "partition_id": "p0", "epoch": 1, **body}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+async def node(tmp_path: Path) -> AsyncIterator[NodeServer]:
+    server = NodeServer("test-node", "127.0.0.1:0", tmp_path / "node", map_size=MAP_SIZE_BYTES)
+    await server.start()
+    yield server
+    await server.stop(grace=1.0)
+
+
+@pytest.fixture
+async def client(node: NodeServer) -> AsyncIterator[NodeClient]:
+    client = NodeClient(node.address)
+    await client.control(
+        ops.CREATE_PARTITION, {"table": TABLE, "partition": PARTITION}, TIMEOUT_SECONDS
+    )
+    yield client
+    await client.close()
+
+
+async def test_data_and_control_calls_round_trip(client: NodeClient) -> None:
+    item = {"pk": {"S": "a"}, "v": {"N": "1"}}
+    put = await client.call(ops.PUT, data(item=item), TIMEOUT_SECONDS)
+    assert put["attributes"] is None and put["new_bytes"] > 0
+    got = await client.call(ops.GET, data(key={"pk": {"S": "a"}}), TIMEOUT_SECONDS)
+    assert got["item"] == item
+    stats = await client.control(ops.TABLE_STATS, {"table_id": TABLE["id"]}, TIMEOUT_SECONDS)
+    assert stats["partitions"]["p0"]["items"] == 1
+    assert await client.control(ops.CATALOG_GET, {}, TIMEOUT_SECONDS) == {
+        "version": 0,
+        "tables": {},
+    }
+
+
+async def test_node_errors_come_back_typed(client: NodeClient) -> None:
+    with pytest.raises(StaleEpoch):
+        await client.call(ops.GET, data(key={"pk": {"S": "a"}}, epoch=9), TIMEOUT_SECONDS)
+    with pytest.raises(ValidationError, match="Missing the key pk"):
+        await client.call(ops.PUT, data(item={"x": {"S": "a"}}), TIMEOUT_SECONDS)
+    with pytest.raises(UnknownOperation):
+        await client.call("frobnicate", {}, TIMEOUT_SECONDS)
+    cas = {"expected_version": 3, "tables": {}}
+    with pytest.raises(ConditionalCheckFailed):
+        await client.control(ops.CATALOG_CAS, cas, TIMEOUT_SECONDS)
+    item = {"pk": {"S": "a"}, "v": {"N": "1"}}
+    guarded = data(condition="attribute_not_exists(pk)", return_on_failure=True)
+    await client.call(ops.PUT, {**guarded, "item": item}, TIMEOUT_SECONDS)
+    with pytest.raises(ConditionalCheckFailed) as failure:
+        await client.call(ops.PUT, {**guarded, "item": item}, TIMEOUT_SECONDS)
+    assert failure.value.item == item
+
+
+async def test_many_concurrent_writes_are_all_acknowledged(client: NodeClient) -> None:
+    count = 500
+    replies = await asyncio.gather(
+        *(
+            client.call(ops.PUT, data(item={"pk": {"S": f"k{i}"}}), TIMEOUT_SECONDS)
+            for i in range(count)
+        )
+    )
+    assert all(reply["new_bytes"] > 0 for reply in replies)
+    stats = await client.control(ops.TABLE_STATS, {"table_id": TABLE["id"]}, TIMEOUT_SECONDS)
+    assert stats["partitions"]["p0"] == {
+        "items": count,
+        "bytes": sum(r["new_bytes"] for r in replies),
+        "last_seq": count,
+    }
+
+
+async def test_a_dead_node_fails_fast(tmp_path: Path) -> None:
+    client = NodeClient(f"127.0.0.1:{free_port()}")
+    started = time.monotonic()
+    with pytest.raises(ServiceUnavailable):
+        await client.call(ops.GET, data(key={"pk": {"S": "a"}}), TIMEOUT_SECONDS)
+    with pytest.raises(ServiceUnavailable):
+        await client.control(ops.CATALOG_GET, {}, TIMEOUT_SECONDS)
+    assert time.monotonic() - started < TIMEOUT_SECONDS / 2
+    await client.close()
+
+
+async def test_the_client_reconnects_to_a_restarted_node(tmp_path: Path) -> None:
+    first = NodeServer("n", "127.0.0.1:0", tmp_path / "node", map_size=MAP_SIZE_BYTES)
+    address = await first.start()
+    client = NodeClient(address)
+    await client.control(
+        ops.CREATE_PARTITION, {"table": TABLE, "partition": PARTITION}, TIMEOUT_SECONDS
+    )
+    await client.call(ops.PUT, data(item={"pk": {"S": "a"}}), TIMEOUT_SECONDS)
+    await first.stop(grace=0.5)
+    with pytest.raises(ServiceUnavailable):
+        await client.call(ops.GET, data(key={"pk": {"S": "a"}}), TIMEOUT_SECONDS)
+    second = NodeServer("n", address, tmp_path / "node", map_size=MAP_SIZE_BYTES)
+    await second.start()
+    try:
+        got = await client.call(ops.GET, data(key={"pk": {"S": "a"}}), TIMEOUT_SECONDS)
+        assert got["item"] == {"pk": {"S": "a"}}
+    finally:
+        await client.close()
+        await second.stop(grace=0.5)
+
+
+# Scripted fake nodes ---------------------------------------------------------------------------
+
+
+class FakeNode(node_pb2_grpc.StorageNodeServicer):  # type: ignore[misc]
+    """Echoes each request's body back, except ops named "silent" (never answered) and "break"
+    (aborts the whole stream); records the size of every RequestBatch received."""
+
+    def __init__(self) -> None:
+        self.batch_sizes: list[int] = []
+        self.release = asyncio.Event()
+
+    async def Exchange(self, request_iterator: Any, context: Any) -> None:
+        async for batch in request_iterator:
+            self.batch_sizes.append(len(batch.requests))
+            if any(request.op == "break" for request in batch.requests):
+                await context.abort(grpc.StatusCode.INTERNAL, "scripted break")
+            if any(request.op == "slow" for request in batch.requests):
+                await asyncio.wait_for(self.release.wait(), TIMEOUT_SECONDS)
+            answers = [
+                codec.ok_response(request.id, codec.decode_body(request.body))
+                for request in batch.requests
+                if request.op != "silent"
+            ]
+            await context.write(node_pb2.ResponseBatch(responses=answers))
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[tuple[FakeNode, NodeClient]]:
+    servicer = FakeNode()
+    server = grpc.aio.server()
+    node_pb2_grpc.add_StorageNodeServicer_to_server(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    client = NodeClient(f"127.0.0.1:{port}")
+    yield servicer, client
+    await client.close()
+    await server.stop(grace=0.5)
+
+
+async def test_requests_arriving_during_a_send_are_coalesced(
+    fake: tuple[FakeNode, NodeClient],
+) -> None:
+    servicer, client = fake
+    slow = asyncio.create_task(client.call("slow", {"n": -1}, TIMEOUT_SECONDS))
+    while not servicer.batch_sizes:
+        await asyncio.sleep(0.01)
+    calls = [client.call("echo", {"n": i}, TIMEOUT_SECONDS) for i in range(100)]
+    gathered = asyncio.gather(*calls)
+    await asyncio.sleep(0.1)
+    servicer.release.set()
+    replies = await gathered
+    assert [reply["n"] for reply in replies] == list(range(100))
+    assert (await slow) == {"n": -1}
+    # The first batch held the slow call; the other hundred did not go out one by one.
+    assert sum(servicer.batch_sizes) == 101 and len(servicer.batch_sizes) <= 3
+
+
+async def test_an_unanswered_call_times_out_without_hurting_the_others(
+    fake: tuple[FakeNode, NodeClient],
+) -> None:
+    _, client = fake
+    started = time.monotonic()
+    with pytest.raises(ServiceUnavailable, match=r"did not answer silent within 0\.2"):
+        await client.call("silent", {}, 0.2)
+    assert 0.2 <= time.monotonic() - started < 1.0
+    assert await client.call("echo", {"ok": True}, TIMEOUT_SECONDS) == {"ok": True}
+
+
+async def test_a_broken_stream_fails_its_calls_and_the_next_call_reconnects(
+    fake: tuple[FakeNode, NodeClient],
+) -> None:
+    _, client = fake
+    waiting = asyncio.create_task(client.call("silent", {}, TIMEOUT_SECONDS))
+    await asyncio.sleep(0.05)
+    with pytest.raises(ServiceUnavailable, match="scripted break"):
+        await client.call("break", {}, TIMEOUT_SECONDS)
+    with pytest.raises(ServiceUnavailable):
+        await waiting
+    assert await client.call("echo", {"again": 1}, TIMEOUT_SECONDS) == {"again": 1}
+
+
+async def test_a_closed_client_refuses_calls(fake: tuple[FakeNode, NodeClient]) -> None:
+    _, client = fake
+    pending = asyncio.create_task(client.call("silent", {}, TIMEOUT_SECONDS))
+    await asyncio.sleep(0.05)
+    await client.close()
+    with pytest.raises(ServiceUnavailable):
+        await pending
+    with pytest.raises(ServiceUnavailable):
+        await client.call("echo", {}, TIMEOUT_SECONDS)

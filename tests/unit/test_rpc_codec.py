@@ -1,0 +1,54 @@
+"""The codec carries every core.errors type across a Response and back unchanged."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.errors import (
+    ERROR_TYPES,
+    ConditionalCheckFailed,
+    InternalServerError,
+    StaleEpoch,
+    ThroughputExceeded,
+)
+from dynalab.rpc import codec, node_pb2
+
+
+@pytest.mark.parametrize("error_type", sorted(ERROR_TYPES.values(), key=lambda t: t.type_name))
+def test_every_error_type_round_trips(error_type: type) -> None:
+    error = error_type("something went wrong")
+    response = codec.error_response(7, error)
+    assert response.id == 7 and response.error_type == error_type.type_name
+    decoded = codec.error_from_response(node_pb2.Response.FromString(response.SerializeToString()))
+    assert type(decoded) is error_type
+    assert decoded.message == "something went wrong"
+
+
+def test_conditional_check_failed_carries_its_item() -> None:
+    item = {"pk": {"S": "a"}, "n": {"N": "1"}}
+    response = codec.error_response(1, ConditionalCheckFailed(item=item))
+    decoded = codec.error_from_response(response)
+    assert isinstance(decoded, ConditionalCheckFailed)
+    assert decoded.item == item and decoded.message == "The conditional request failed"
+    assert codec.error_response(1, ConditionalCheckFailed()).body == b""
+    assert codec.error_from_response(codec.error_response(1, ConditionalCheckFailed())).item is None
+
+
+def test_throughput_exceeded_keeps_its_message() -> None:
+    decoded = codec.error_from_response(codec.error_response(1, ThroughputExceeded()))
+    assert decoded.message == ThroughputExceeded().message
+
+
+def test_replies_and_raised_errors() -> None:
+    assert codec.reply_from_response(codec.ok_response(3, {"item": None})) == {"item": None}
+    assert codec.reply_from_response(node_pb2.Response(id=3)) == {}
+    with pytest.raises(StaleEpoch, match="epoch 4"):
+        codec.reply_from_response(codec.error_response(3, StaleEpoch("at epoch 4")))
+
+
+def test_an_unknown_error_type_is_a_bug_not_a_guess() -> None:
+    decoded = codec.error_from_response(
+        node_pb2.Response(id=1, error_type="NoSuchError", error_message="boom")
+    )
+    assert isinstance(decoded, InternalServerError)
+    assert "NoSuchError" in decoded.message and "boom" in decoded.message

@@ -1,0 +1,117 @@
+"""Group commit: concurrent writes share transactions; every future resolves in bounded time."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core import limits
+from core.errors import ServiceUnavailable, StaleEpoch
+from dynalab.rpc import ops
+from storagenode.commit import GroupCommitter
+from storagenode.node import StorageNode
+from storagenode.store import Store
+
+TABLE = {"id": "f6" * 16, "name": "T", "key_schema": {"hash": ["pk", "S"], "range": None}}
+PARTITION = {"id": "p0", "start": "", "end": None, "epoch": 1, "node": "n1"}
+CLOSE_SECONDS = 5.0
+
+
+def put(pk: str, epoch: int = 1) -> dict[str, Any]:
+    return {
+        "table_id": TABLE["id"],
+        "partition_id": "p0",
+        "epoch": epoch,
+        "item": {"pk": {"S": pk}},
+    }
+
+
+async def test_concurrent_writes_share_few_synced_transactions(tmp_path: Path) -> None:
+    store = Store(tmp_path / "node", 1 << 28)
+    node = StorageNode(store)
+    committer = GroupCommitter(node.apply_writes)
+    committer.start()
+    await committer.submit(ops.CREATE_PARTITION, {"table": TABLE, "partition": PARTITION})
+    writes = 2000
+    futures = [
+        committer.submit(ops.PUT, put(f"k{i}", epoch=1 if i % 100 else 7)) for i in range(writes)
+    ]
+    results = await asyncio.gather(*futures, return_exceptions=True)
+    stale = [r for r in results if isinstance(r, StaleEpoch)]
+    assert len(stale) == writes // 100
+    assert all(isinstance(r, dict) for r in results if not isinstance(r, StaleEpoch))
+    # All 2000 were queued before the first commit finished, so they needed a handful of commits.
+    assert committer.writes_committed == writes + 1
+    assert committer.batches_committed <= 2 + writes // limits.WRITE_BATCH_OPS_MAX
+    await committer.close(CLOSE_SECONDS)
+    store.close()
+    reopened = StorageNode(Store(tmp_path / "node", 1 << 28))
+    assert reopened.partitions[TABLE["id"], "p0"].item_count == writes - len(stale)
+    reopened.store.close()
+
+
+class SlowBatches:
+    """An apply_batch that blocks on the writer thread until released, recording its batches."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.batches: list[int] = []
+
+    def __call__(self, writes: Sequence[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+        self.batches.append(len(writes))
+        assert self.release.wait(CLOSE_SECONDS)
+        return [{"op": op} for op, _ in writes]
+
+
+async def test_writes_queued_during_a_commit_form_the_next_batch() -> None:
+    apply = SlowBatches()
+    committer = GroupCommitter(apply)
+    committer.start()
+    first = committer.submit("put", {})
+    await asyncio.sleep(0.05)  # The first batch is now committing, holding one write.
+    rest = [committer.submit("put", {}) for _ in range(50)]
+    apply.release.set()
+    assert await asyncio.gather(first, *rest) == [{"op": "put"}] * 51
+    assert apply.batches == [1, 50]
+    await committer.close(CLOSE_SECONDS)
+
+
+async def test_a_commit_past_its_bound_fails_its_writes_as_unavailable() -> None:
+    apply = SlowBatches()
+    committer = GroupCommitter(apply, commit_seconds_max=0.1)
+    committer.start()
+    with pytest.raises(ServiceUnavailable, match="did not commit in time"):
+        await committer.submit("put", {})
+    apply.release.set()
+    await committer.close(CLOSE_SECONDS)
+
+
+async def test_a_full_queue_refuses_writes() -> None:
+    apply = SlowBatches()
+    committer = GroupCommitter(apply, batch_ops_max=1, queue_ops_max=2)
+    committer.start()
+    committing = committer.submit("put", {})
+    await asyncio.sleep(0.05)
+    queued = [committer.submit("put", {}) for _ in range(2)]
+    with pytest.raises(ServiceUnavailable, match="writes queued"):
+        committer.submit("put", {})
+    apply.release.set()
+    assert len(await asyncio.gather(committing, *queued)) == 3
+    await committer.close(CLOSE_SECONDS)
+
+
+async def test_close_commits_what_is_queued_then_refuses_writes() -> None:
+    apply = SlowBatches()
+    committer = GroupCommitter(apply)
+    committer.start()
+    futures = [committer.submit("put", {}) for _ in range(10)]
+    apply.release.set()
+    await committer.close(CLOSE_SECONDS)
+    assert all(future.result() == {"op": "put"} for future in futures)
+    with pytest.raises(ServiceUnavailable, match="shutting down"):
+        committer.submit("put", {})
