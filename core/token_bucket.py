@@ -1,0 +1,259 @@
+"""Per-partition throughput: token buckets that admit or throttle requests the way DynamoDB does.
+
+A partition serves at most its share of the table's throughput, and never more than 3,000 read units
+and 1,000 write units per second ("each individual partition is limited to 1000 write units per
+second and 3000 read units per second", Developer Guide, "Understanding DynamoDB warm throughput in
+different scenarios"). What a client leaves unused is not lost at once: "DynamoDB currently retains
+up to 5 minutes (300 seconds) of unused read and write capacity", which a burst may then spend
+faster than the per-second rate ("Burst capacity").
+
+`TokenBucket` models exactly that. Tokens accrue continuously at the rate, up to `rate *
+burst_seconds`; a new bucket holds one second's worth, so a client at exactly the rate is served
+from the first request and the burst bank fills only with what goes unused. A request is admitted
+while the balance is positive and then charged in full, so the balance may fall below zero: DynamoDB
+admits a read before it knows the size of what it will read and charges the actual units afterwards,
+and a large item can cost more than the balance held. A bucket in debt throttles until the rate has
+paid the debt back. Time is always an argument (seconds on any monotonic clock), so the bucket is
+tested by stepping a number instead of sleeping.
+
+A bank never takes a partition past its hard limit, though: "Burst capacity can't alleviate
+partition-level throttling ... If a resulting hot partition exceeds the per partition limits of
+3,000 RCU or 1,000 WCU per second ... your table throttles" (AWS Knowledge Center, "How does
+DynamoDB handle spiky workloads"). So a bucket may also have a peak: a second balance that refills
+at the peak rate and holds one second of it, which every request must find positive too.
+
+`PartitionThroughput` is one partition's read and write bucket, sized from the table's billing mode.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass
+
+from core import limits
+from core.errors import ThroughputExceeded
+
+
+@dataclass
+class BucketStats:
+    """What one bucket has admitted and refused, for the admin endpoint and metrics."""
+
+    admitted_requests: int = 0
+    throttled_requests: int = 0
+    # Units charged: those of admitted requests plus later corrections to them.
+    consumed_units: float = 0.0
+    # Units that throttled requests asked for.
+    throttled_units: float = 0.0
+
+
+class TokenBucket:
+    """Units per second with a burst bank of unused capacity; admits while the balance is positive.
+
+    With `peak_per_second`, no burst serves more than that many units in any second.
+    """
+
+    def __init__(
+        self,
+        rate_per_second: float,
+        *,
+        now: float,
+        burst_seconds: float = limits.BURST_SECONDS_MAX,
+        peak_per_second: float | None = None,
+    ) -> None:
+        _check_rate(rate_per_second)
+        if not 0 < burst_seconds <= limits.BURST_SECONDS_MAX:
+            raise ValueError(
+                f"burst_seconds must be in (0, {limits.BURST_SECONDS_MAX}], not {burst_seconds}"
+            )
+        if peak_per_second is not None:
+            _check_rate(peak_per_second)
+        self._rate = float(rate_per_second)
+        self._burst_seconds = float(burst_seconds)
+        self._peak = None if peak_per_second is None else float(peak_per_second)
+        self._check_rate_within_peak(self._rate)
+        # One second's capacity, so that a client sending exactly the rate is never throttled, and
+        # nothing more: the burst bank holds only capacity that went unused.
+        self._balance = min(self._rate, self.capacity)
+        # The peak's balance holds at most one second at the peak rate: it bounds a burst's speed,
+        # never the amount banked.
+        self._peak_balance = self._peak if self._peak is not None else math.inf
+        self._updated_at = now
+        self.stats = BucketStats()
+
+    @property
+    def rate_per_second(self) -> float:
+        return self._rate
+
+    @property
+    def burst_seconds(self) -> float:
+        return self._burst_seconds
+
+    @property
+    def peak_per_second(self) -> float | None:
+        return self._peak
+
+    @property
+    def capacity(self) -> float:
+        """The most tokens the bucket holds: `burst_seconds` of unused capacity."""
+        return self._rate * self._burst_seconds
+
+    def balance(self, now: float) -> float:
+        """Tokens in the bank at `now`; negative while the bucket is paying back a debt."""
+        self._refill(now)
+        return self._balance
+
+    def try_acquire(self, units: float, now: float) -> bool:
+        """Admit a request costing `units` (an estimate, for a read) if the balance is positive.
+
+        An admitted request is charged in full even past the balance, leaving a debt; a refused one
+        costs nothing and is counted as throttled.
+        """
+        if units < 0 or not math.isfinite(units):
+            raise ValueError(f"a request costs a finite, non-negative number of units, not {units}")
+        self._refill(now)
+        if self._balance <= 0 or self._peak_balance <= 0:
+            self.stats.throttled_requests += 1
+            self.stats.throttled_units += units
+            return False
+        self._take(units)
+        self.stats.admitted_requests += 1
+        return True
+
+    def charge(self, units: float, now: float) -> None:
+        """Correct an admitted request's estimate by `units`, negative when it cost less.
+
+        A read is admitted on an estimate and its real cost is known only once the items have been
+        read; DynamoDB then charges the real cost, whatever the balance, so this never refuses.
+        """
+        if not math.isfinite(units):
+            raise ValueError(f"a charge must be finite, not {units}")
+        self._refill(now)
+        self._take(units)
+
+    def set_rate(self, rate_per_second: float, now: float) -> None:
+        """Change the rate (UpdateTable, or a split that changes the partition's share) from `now`.
+
+        Time until `now` accrues at the old rate. A bank larger than the new cap shrinks to it; a
+        debt stays to be paid at the new rate.
+        """
+        _check_rate(rate_per_second)
+        self._check_rate_within_peak(rate_per_second)
+        self._refill(now)
+        self._rate = float(rate_per_second)
+        self._balance = min(self._balance, self.capacity)
+
+    def _take(self, units: float) -> None:
+        # A negative charge is a refund, which never lifts a balance past what it may hold.
+        self._balance = min(self._balance - units, self.capacity)
+        if self._peak is not None:
+            self._peak_balance = min(self._peak_balance - units, self._peak)
+        self.stats.consumed_units += units
+
+    def _refill(self, now: float) -> None:
+        # Callers on several threads may read the clock in one order and reach the bucket in
+        # another; time that seems to run backwards adds nothing rather than removing tokens.
+        if now > self._updated_at:
+            elapsed = now - self._updated_at
+            self._balance = min(self._balance + elapsed * self._rate, self.capacity)
+            if self._peak is not None:
+                self._peak_balance = min(self._peak_balance + elapsed * self._peak, self._peak)
+            self._updated_at = now
+
+    def _check_rate_within_peak(self, rate_per_second: float) -> None:
+        if self._peak is not None and rate_per_second > self._peak:
+            raise ValueError(f"a rate of {rate_per_second} is past the peak of {self._peak}")
+
+
+def _check_rate(rate_per_second: float) -> None:
+    if not (rate_per_second > 0 and math.isfinite(rate_per_second)):
+        raise ValueError(f"a rate must be a positive number of units per second: {rate_per_second}")
+
+
+class BillingMode(enum.StrEnum):
+    """A table's BillingMode, as CreateTable and UpdateTable spell it."""
+
+    PROVISIONED = "PROVISIONED"
+    PAY_PER_REQUEST = "PAY_PER_REQUEST"
+
+
+@dataclass(frozen=True)
+class ThroughputSettings:
+    """The table's (or a GSI's) throughput as the catalog holds it.
+
+    The units are the table's whole provisioned ReadCapacityUnits and WriteCapacityUnits, which
+    only PROVISIONED uses.
+    """
+
+    billing_mode: BillingMode
+    read_capacity_units: int = 0
+    write_capacity_units: int = 0
+
+    def __post_init__(self) -> None:
+        if self.billing_mode == BillingMode.PROVISIONED and (
+            min(self.read_capacity_units, self.write_capacity_units) < limits.PROVISIONED_UNITS_MIN
+        ):
+            raise ValueError(
+                "a provisioned table has at least "
+                f"{limits.PROVISIONED_UNITS_MIN} read and write capacity unit: {self}"
+            )
+
+
+def partition_rates(settings: ThroughputSettings, partition_count: int) -> tuple[float, float]:
+    """Read and write units per second one of `partition_count` partitions may serve.
+
+    PROVISIONED divides the table's units evenly across its partitions, as DynamoDB does; every mode
+    caps a partition at 3,000 read and 1,000 write units per second, which is all an on-demand
+    partition is limited by.
+    """
+    if partition_count < 1:
+        raise ValueError(f"a table has at least one partition, not {partition_count}")
+    if settings.billing_mode == BillingMode.PAY_PER_REQUEST:
+        return float(limits.PARTITION_RCU_MAX), float(limits.PARTITION_WCU_MAX)
+    return (
+        min(settings.read_capacity_units / partition_count, float(limits.PARTITION_RCU_MAX)),
+        min(settings.write_capacity_units / partition_count, float(limits.PARTITION_WCU_MAX)),
+    )
+
+
+class PartitionThroughput:
+    """The read and the write bucket of one partition leader."""
+
+    def __init__(
+        self,
+        settings: ThroughputSettings,
+        partition_count: int,
+        *,
+        now: float,
+        burst_seconds: float = limits.BURST_SECONDS_MAX,
+    ) -> None:
+        read_rate, write_rate = partition_rates(settings, partition_count)
+        # The partition caps are also each bucket's peak, so no burst takes a partition past them.
+        self.read = TokenBucket(
+            read_rate,
+            now=now,
+            burst_seconds=burst_seconds,
+            peak_per_second=limits.PARTITION_RCU_MAX,
+        )
+        self.write = TokenBucket(
+            write_rate,
+            now=now,
+            burst_seconds=burst_seconds,
+            peak_per_second=limits.PARTITION_WCU_MAX,
+        )
+
+    def reconfigure(self, settings: ThroughputSettings, partition_count: int, now: float) -> None:
+        """Apply new settings or a new partition count (UpdateTable, a split), keeping the banks."""
+        read_rate, write_rate = partition_rates(settings, partition_count)
+        self.read.set_rate(read_rate, now)
+        self.write.set_rate(write_rate, now)
+
+    def admit_read(self, units: float, now: float) -> None:
+        """Admit a read estimated at `units`, or raise ProvisionedThroughputExceededException."""
+        if not self.read.try_acquire(units, now):
+            raise ThroughputExceeded()
+
+    def admit_write(self, units: float, now: float) -> None:
+        """Admit a write of `units`, or raise ProvisionedThroughputExceededException."""
+        if not self.write.try_acquire(units, now):
+            raise ThroughputExceeded()
