@@ -115,3 +115,42 @@ assert (
     < RPC_MESSAGE_BYTES_MAX
 )
 assert RPC_RECONNECT_BACKOFF_SECONDS_MIN < RPC_RECONNECT_BACKOFF_SECONDS_MAX
+
+# Tables and the router: DynamoDB quotas first, then dynalab's own bounds.
+TABLES_PER_REGION_MAX = 2500  # Default quota: 2,500 tables per account per Region.
+# CreateTable rejects capacity units above this as "out of bounds" before any quota applies.
+PROVISIONED_UNITS_VALUE_MAX = 1_000_000_000_000
+# DynamoDB answers 413 to an HTTP request body over 16 MB (BatchWriteItem's own limit is 16 MB).
+HTTP_REQUEST_BYTES_MAX = 16 * MIB
+# Deadline of one router-to-node data-plane call; past it the client sees ServiceUnavailable.
+NODE_CALL_SECONDS_MAX = 10.0
+# Deadline of one catalog or partition-lifecycle call (catalog_get/cas, create_partition, ...).
+CONTROL_CALL_SECONDS_MAX = 10.0
+# DescribeTable waits this long for the nodes' item counts and sizes before answering without them.
+TABLE_STATS_SECONDS_MAX = 2.0
+# A request refused for a stale epoch is retried on a refreshed catalog at most this many times,
+# with a backoff doubling from the minimum while the catalog has not caught up (a split committing).
+STALE_EPOCH_ATTEMPTS_MAX = 6
+STALE_EPOCH_BACKOFF_SECONDS_MIN = 0.01
+# Compare-and-set attempts of one catalog change before giving up as unavailable; a conflict is
+# retried after a random pause up to the backoff, so racing routers do not collide in lockstep.
+CATALOG_CAS_ATTEMPTS_MAX = 20
+CATALOG_CAS_BACKOFF_SECONDS_MAX = 0.05
+# Routers re-read the catalog this often, so tables created or deleted through another router
+# appear and disappear within about this long even without a cache miss.
+CATALOG_REFRESH_SECONDS = 1.0
+
+# A stopping router finishes in-flight requests for at most this long before cutting them off.
+ROUTER_SHUTDOWN_GRACE_SECONDS = 5.0
+
+# A CreateTable still CREATING this long after it began can no longer finish (its router died
+# half-way), so DeleteTable may remove it; DynamoDB refuses to delete a table while it is created.
+TABLE_CREATION_SECONDS_MAX = 600.0
+
+assert BATCH_WRITE_BYTES_MAX <= HTTP_REQUEST_BYTES_MAX
+# Creation is bounded by one round of create_partition calls and one catalog change after it.
+assert TABLE_CREATION_SECONDS_MAX > CONTROL_CALL_SECONDS_MAX + CATALOG_CAS_ATTEMPTS_MAX * (
+    2 * CONTROL_CALL_SECONDS_MAX + CATALOG_CAS_BACKOFF_SECONDS_MAX
+)
+assert PROVISIONED_UNITS_PER_TABLE_MAX <= PROVISIONED_UNITS_VALUE_MAX
+assert TABLE_STATS_SECONDS_MAX <= CONTROL_CALL_SECONDS_MAX

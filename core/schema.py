@@ -1,0 +1,228 @@
+"""Table definitions and primary keys: DynamoDB's rules for key schemas, billing and key values.
+
+A table's key schema is a partition (HASH) key and an optional sort (RANGE) key, each a scalar
+attribute (S, N or B) declared in AttributeDefinitions. This module holds the rules CreateTable
+applies to a definition once its members have the right JSON types and pass their constraints
+(the operation's third pass, see `router.requests`), and the rules every item operation applies to
+a key: an item must carry each key attribute with the declared type, and a Key parameter must hold
+exactly the key attributes. Messages are DynamoDB's own, because SDKs and people match on them.
+
+The key schema is kept in the catalog as `{"hash": [name, type], "range": [name, type] | null}`
+(the TABLE descriptor of `dynalab.rpc.ops`); the helpers here read it from such a descriptor.
+Nothing here does IO.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from core import limits
+from core.errors import LimitExceeded, ValidationError
+from core.placement import BILLING_PAY_PER_REQUEST, BILLING_PROVISIONED
+from core.size import check_key_value
+from core.values import AttributeValue, Item, type_of
+
+KEY_ATTRIBUTE_TYPES = ("B", "N", "S")  # In the order DynamoDB's enum message lists them.
+KEY_TYPES = ("HASH", "RANGE")
+BILLING_MODES = (BILLING_PROVISIONED, BILLING_PAY_PER_REQUEST)
+
+Table = Mapping[str, Any]
+KeySchema = dict[str, Any]
+
+_INVALID = "One or more parameter values were invalid: "
+_KEY_MISMATCH = "The provided key element does not match the schema"
+
+
+# Table names ------------------------------------------------------------------------------------
+
+
+def check_table_name(name: str | None) -> str:
+    """Raise DynamoDB's errors for a missing TableName or one of the wrong length.
+
+    DynamoDB reports these two before any other constraint violation and on their own (the pattern
+    [a-zA-Z0-9_.-]+ is an ordinary violation, reported with the rest).
+    """
+    if name is None:
+        raise ValidationError(
+            "The parameter 'TableName' is required but was not present in the request"
+        )
+    if not limits.TABLE_NAME_CHARS_MIN <= len(name) <= limits.TABLE_NAME_CHARS_MAX:
+        raise ValidationError(
+            f"TableName must be at least {limits.TABLE_NAME_CHARS_MIN} characters long and at "
+            f"most {limits.TABLE_NAME_CHARS_MAX} characters long"
+        )
+    return name
+
+
+# CreateTable ------------------------------------------------------------------------------------
+
+
+def build_key_schema(
+    attribute_definitions: Sequence[Mapping[str, str]], key_schema: Sequence[Mapping[str, str]]
+) -> KeySchema:
+    """The catalog key schema of a CreateTable request, or DynamoDB's error for a bad one.
+
+    Both lists have passed their constraints (1 or 2 key elements, names and types present, types
+    from the enums). The checks run in the order DynamoDB runs them; the last one rejects
+    definitions that no key uses, since without secondary indexes only key attributes may be
+    declared ("Number of attributes in KeySchema does not exactly match ...").
+    """
+    definitions = {d["AttributeName"]: d["AttributeType"] for d in attribute_definitions}
+    names = [element["AttributeName"] for element in key_schema]
+    if len(names) > len(attribute_definitions):
+        raise ValidationError("Invalid KeySchema: Some index key attribute have no definition")
+    if any(name not in definitions for name in names):
+        declared = ", ".join(d["AttributeName"] for d in attribute_definitions)
+        raise ValidationError(
+            _INVALID + "Some index key attributes are not defined in AttributeDefinitions. "
+            f"Keys: [{', '.join(names)}], AttributeDefinitions: [{declared}]"
+        )
+    if len(names) == 2 and names[0] == names[1]:
+        raise ValidationError(
+            "Both the Hash Key and the Range Key element in the KeySchema have the same name"
+        )
+    if key_schema[0]["KeyType"] != "HASH":
+        raise ValidationError(
+            "Invalid KeySchema: The first KeySchemaElement is not a HASH key type"
+        )
+    if len(key_schema) == 2 and key_schema[1]["KeyType"] != "RANGE":
+        raise ValidationError(
+            "Invalid KeySchema: The second KeySchemaElement is not a RANGE key type"
+        )
+    if len(attribute_definitions) != len(names):
+        raise ValidationError(
+            _INVALID + "Number of attributes in KeySchema does not exactly match number of "
+            "attributes defined in AttributeDefinitions"
+        )
+    hash_name = names[0]
+    range_name = names[1] if len(names) == 2 else None
+    return {
+        "hash": [hash_name, definitions[hash_name]],
+        "range": None if range_name is None else [range_name, definitions[range_name]],
+    }
+
+
+def build_throughput(
+    billing_mode: str | None, throughput: Mapping[str, int] | None
+) -> dict[str, Any]:
+    """The billing mode and the catalog throughput `{"read", "write"}` of a CreateTable request.
+
+    BillingMode defaults to PROVISIONED, which needs both capacity units; PAY_PER_REQUEST takes
+    none, and its table reports zeros as DynamoDB does. `throughput` holds the units that passed
+    their ">= 1" constraint, keyed ReadCapacityUnits / WriteCapacityUnits.
+    """
+    mode = BILLING_PROVISIONED if billing_mode is None else billing_mode
+    if mode == BILLING_PAY_PER_REQUEST:
+        if throughput is not None:
+            raise ValidationError(
+                _INVALID + "Neither ReadCapacityUnits nor WriteCapacityUnits can be specified "
+                "when BillingMode is PAY_PER_REQUEST"
+            )
+        return {"billing_mode": mode, "throughput": {"read": 0, "write": 0}}
+    read = None if throughput is None else throughput.get("ReadCapacityUnits")
+    write = None if throughput is None else throughput.get("WriteCapacityUnits")
+    if read is None or write is None:
+        raise ValidationError(
+            _INVALID + "ReadCapacityUnits and WriteCapacityUnits must both be specified when "
+            "BillingMode is PROVISIONED"
+        )
+    for member, units in (("ReadCapacityUnits", read), ("WriteCapacityUnits", write)):
+        if units > limits.PROVISIONED_UNITS_VALUE_MAX:
+            raise ValidationError(f"Given value {units} for {member} is out of bounds")
+    for kind, units in (("read", read), ("write", write)):
+        if units > limits.PROVISIONED_UNITS_PER_TABLE_MAX:
+            raise LimitExceeded(
+                f"Subscriber limit exceeded: Provisioned throughput for a table cannot exceed "
+                f"{limits.PROVISIONED_UNITS_PER_TABLE_MAX} {kind} capacity units"
+            )
+    return {"billing_mode": mode, "throughput": {"read": read, "write": write}}
+
+
+# Key schema of a table descriptor ---------------------------------------------------------------
+
+
+def hash_key(table: Table) -> tuple[str, str]:
+    """(name, type) of the table's partition key."""
+    name, kind = table["key_schema"]["hash"]
+    return name, kind
+
+
+def range_key(table: Table) -> tuple[str, str] | None:
+    """(name, type) of the table's sort key, or None when it has none."""
+    element = table["key_schema"]["range"]
+    if element is None:
+        return None
+    name, kind = element
+    return name, kind
+
+
+def key_names(table: Table) -> tuple[str, ...]:
+    """The names of the table's key attributes, partition key first."""
+    schema = table["key_schema"]
+    if schema["range"] is None:
+        return (schema["hash"][0],)
+    return (schema["hash"][0], schema["range"][0])
+
+
+def key_schema_elements(table: Table) -> list[dict[str, str]]:
+    """The table's KeySchema in DynamoDB's wire form, as DescribeTable returns it."""
+    schema = table["key_schema"]
+    elements = [{"AttributeName": schema["hash"][0], "KeyType": "HASH"}]
+    if schema["range"] is not None:
+        elements.append({"AttributeName": schema["range"][0], "KeyType": "RANGE"})
+    return elements
+
+
+# Keys of items and requests ---------------------------------------------------------------------
+
+
+def extract_key(item: Item, table: Table) -> tuple[Item, AttributeValue, AttributeValue | None]:
+    """The primary key of a whole item: (key item, partition key value, sort key value or None).
+
+    `item` holds values already validated and normalised by `core.values`. Each key attribute must
+    be present with the type its definition declares, non-empty and within the key size limits,
+    as PutItem requires.
+    """
+    hash_name, hash_type = hash_key(table)
+    partition_value = item.get(hash_name)
+    if partition_value is None:
+        raise ValidationError(_INVALID + f"Missing the key {hash_name} in the item")
+    check_key_value(hash_name, partition_value, "partition", expected_type=hash_type)
+    sort = range_key(table)
+    if sort is None:
+        return {hash_name: partition_value}, partition_value, None
+    range_name, range_type = sort
+    sort_value = item.get(range_name)
+    if sort_value is None:
+        raise ValidationError(_INVALID + f"Missing the key {range_name} in the item")
+    check_key_value(range_name, sort_value, "sort", expected_type=range_type)
+    return {hash_name: partition_value, range_name: sort_value}, partition_value, sort_value
+
+
+def validate_key(key: Item, table: Table) -> tuple[AttributeValue, AttributeValue | None]:
+    """(partition key value, sort key value or None) of a Key parameter (GetItem, DeleteItem, ...).
+
+    `key` holds values already validated and normalised by `core.values`. It must hold exactly the
+    table's key attributes with their declared types; anything else is DynamoDB's "The provided
+    key element does not match the schema". Empty and oversized values get their own messages.
+    """
+    hash_name, hash_type = hash_key(table)
+    sort = range_key(table)
+    partition_value = key.get(hash_name)
+    if (
+        partition_value is None
+        or len(key) != (1 if sort is None else 2)
+        or type_of(partition_value) != hash_type
+    ):
+        raise ValidationError(_KEY_MISMATCH)
+    sort_value = None
+    if sort is not None:
+        range_name, range_type = sort
+        sort_value = key.get(range_name)
+        if sort_value is None or type_of(sort_value) != range_type:
+            raise ValidationError(_KEY_MISMATCH)
+    check_key_value(hash_name, partition_value, "partition")
+    if sort is not None and sort_value is not None:
+        check_key_value(sort[0], sort_value, "sort")
+    return partition_value, sort_value

@@ -1,0 +1,126 @@
+"""`python -m router`: run one router process until SIGTERM or SIGINT.
+
+    python -m router --listen 127.0.0.1:8000 --nodes node-1=127.0.0.1:7001,node-2=127.0.0.1:7002
+                     [--advertise HOST:PORT]
+
+Each flag falls back to an environment variable (DYNALAB_LISTEN, DYNALAB_NODES, DYNALAB_ADVERTISE),
+which suits containers. `--advertise` is the address clients should use (DescribeEndpoints answers
+it); it defaults to the address the router listens on. Logs go to stderr; once the router serves,
+it prints `listening on HOST:PORT` to stdout. On SIGTERM or SIGINT it stops accepting connections,
+lets requests in flight finish for a bounded grace period, and closes its node clients.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+
+import uvloop
+from aiohttp import web
+
+from core import limits
+from router.app import create_app, load_operations
+from router.context import RouterContext
+
+log = logging.getLogger("router")
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """HOST:PORT as (host, port)."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, not {text!r}")
+    return host, int(port)
+
+
+def parse_nodes(text: str) -> dict[str, str]:
+    """`node-1=HOST:PORT,node-2=HOST:PORT,...` as {node id: address}."""
+    nodes: dict[str, str] = {}
+    for entry in text.split(","):
+        node_id, sep, address = entry.strip().partition("=")
+        if not sep or not node_id:
+            raise argparse.ArgumentTypeError(f"expected NODE_ID=HOST:PORT, not {entry!r}")
+        parse_address(address)
+        if node_id in nodes:
+            raise argparse.ArgumentTypeError(f"node {node_id} is listed twice")
+        nodes[node_id] = address
+    return nodes
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m router", description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--listen",
+        type=parse_address,
+        default=os.environ.get("DYNALAB_LISTEN"),
+        help="HOST:PORT to serve DynamoDB on (env DYNALAB_LISTEN)",
+    )
+    parser.add_argument(
+        "--nodes",
+        type=parse_nodes,
+        default=os.environ.get("DYNALAB_NODES"),
+        help="storage nodes as NODE_ID=HOST:PORT,... (env DYNALAB_NODES)",
+    )
+    parser.add_argument(
+        "--advertise",
+        type=parse_address,
+        default=os.environ.get("DYNALAB_ADVERTISE"),
+        help="HOST:PORT clients should use, if not the listen address (env DYNALAB_ADVERTISE)",
+    )
+    args = parser.parse_args(argv)
+    # argparse applies `type` to string defaults too, so environment values are parsed as flags are.
+    if args.listen is None:
+        parser.error("--listen (or DYNALAB_LISTEN) is required")
+    if args.nodes is None:
+        parser.error("--nodes (or DYNALAB_NODES) is required")
+    return args
+
+
+async def serve(args: argparse.Namespace) -> None:
+    host, port = args.listen
+    ctx = RouterContext(args.nodes, advertise=f"{host}:{port}")
+    app = create_app(ctx, load_operations())
+    # No access log: formatting a line per request would cost more than serving many of them.
+    runner = web.AppRunner(
+        app, access_log=None, shutdown_timeout=limits.ROUTER_SHUTDOWN_GRACE_SECONDS
+    )
+    await runner.setup()
+    try:
+        site = web.TCPSite(
+            runner, host, port, shutdown_timeout=limits.ROUTER_SHUTDOWN_GRACE_SECONDS
+        )
+        await site.start()
+        bound_host, bound_port = runner.addresses[0][:2]
+        listening = f"{bound_host}:{bound_port}"
+        if args.advertise is not None:
+            ctx.advertise = "{}:{}".format(*args.advertise)
+        else:
+            ctx.advertise = listening
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        log.info("listening on %s (nodes: %s)", listening, ", ".join(sorted(args.nodes)))
+        print(f"listening on {listening}", flush=True)
+        await stop.wait()
+        log.info("stopping")
+    finally:
+        await runner.cleanup()
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    uvloop.run(serve(args))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,432 @@
+"""Table operations: CreateTable, DescribeTable, ListTables, DeleteTable and DescribeEndpoints.
+
+A table lives in the catalog (see `dynalab.rpc.ops`) and as partitions on the storage nodes. Its
+life follows DynamoDB's statuses, each step a compare-and-set on the catalog so that concurrent
+routers never lose each other's changes:
+
+- CreateTable records the table as CREATING with its partitions (as many as its throughput needs,
+  each placed on the node the ring picks for the partition's id, at epoch 1), creates the
+  partitions on their nodes, then marks the table ACTIVE. It answers with status CREATING, as
+  DynamoDB does, but only once the table is ACTIVE, so the next request can use it at once. If a
+  node cannot create its partition, the table is taken out of the catalog again.
+- DeleteTable marks the table DELETING, so item operations fail as on a missing table, drops its
+  partitions on their nodes, then removes it from the catalog. If a node cannot be reached the
+  table stays DELETING and the error is returned; calling DeleteTable again finishes the job.
+
+Requests are read in DynamoDB's three passes with `router.requests.RequestReader`; the table
+definition rules themselves are in `core.schema`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from bisect import bisect_right
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from core import limits, schema
+from core.errors import (
+    DynamoError,
+    LimitExceeded,
+    ResourceInUse,
+    ResourceNotFound,
+    SerializationError,
+    ValidationError,
+)
+from core.placement import initial_partition_count, initial_ranges
+from dynalab.rpc import ops
+from router.protocol import request_region
+from router.requests import NAME_PATTERN, RequestReader
+
+if TYPE_CHECKING:
+    from router.context import Catalog, RouterContext, Table
+
+log = logging.getLogger("router.tables")
+
+ACCOUNT_ID = "000000000000"  # dynalab has no accounts; ARNs name this one, as DynamoDB Local does.
+ENDPOINT_CACHE_MINUTES = 1440  # DescribeEndpoints: DynamoDB tells clients to cache it for a day.
+
+_NOT_SUPPORTED = "One or more parameter values were invalid: "
+
+
+def _table_not_found(name: str) -> ResourceNotFound:
+    # The control plane names the table; the data plane says only "Requested resource not found".
+    return ResourceNotFound(f"Requested resource not found: Table: {name} not found")
+
+
+# Reading requests ------------------------------------------------------------------------------
+
+
+def _read_units(reader: RequestReader, member: str) -> int | None:
+    """A Long capacity-units member of ProvisionedThroughput: required, at least 1."""
+    value = reader.body.get(member)
+    if value is None:
+        reader.violation(member, None, "Member must not be null")
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        if isinstance(value, dict):
+            raise SerializationError("Start of structure or map found where not expected.")
+        if isinstance(value, list):
+            raise SerializationError("Start of list found where not expected")
+        token = "BOOLEAN_VALUE" if isinstance(value, bool) else "STRING_VALUE"
+        raise SerializationError(f"{token} cannot be converted to Long")
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise SerializationError("NUMBER_VALUE cannot be converted to Long")
+        # A fractional JSON number is truncated by DynamoDB's deserialiser (Java's longValue()).
+        value = int(value)
+    if value < limits.PROVISIONED_UNITS_MIN:
+        reader.violation(
+            member,
+            value,
+            f"Member must have value greater than or equal to {limits.PROVISIONED_UNITS_MIN}",
+        )
+        return None
+    return value
+
+
+def _read_elements(
+    reader: RequestReader,
+    member: str,
+    fields: tuple[tuple[str, tuple[str, ...] | None], ...],
+    *,
+    min_length: int | None = None,
+    max_length: int | None = None,
+) -> list[dict[str, str]]:
+    """A required list of small structures of required strings (AttributeDefinitions, KeySchema).
+
+    A field with an enum is a type; one without is an attribute name (1 to 255 characters).
+    """
+    elements = reader.array(member, required=True, min_length=min_length, max_length=max_length)
+    parsed: list[dict[str, str]] = []
+    for index, element in enumerate(elements or (), start=1):
+        nested = reader.nested(element, f"{reader.where(member)}.{index}.member")
+        values: dict[str, str] = {}
+        for field, enum in fields:
+            if enum is None:
+                value = nested.string(
+                    field,
+                    required=True,
+                    min_length=1,
+                    max_length=limits.KEY_ATTRIBUTE_NAME_BYTES_MAX,
+                )
+            else:
+                value = nested.string(field, required=True, enum=enum)
+            if value is not None:
+                values[field] = value
+        parsed.append(values)
+    return parsed
+
+
+def _read_table_name(body: dict[str, Any]) -> str:
+    """The TableName of DescribeTable or DeleteTable, checked in DynamoDB's order."""
+    reader = RequestReader(body)
+    name = reader.string("TableName", pattern=NAME_PATTERN)
+    name = schema.check_table_name(name)
+    reader.check()
+    return name
+
+
+def _read_create_table(body: dict[str, Any]) -> dict[str, Any]:
+    """The catalog definition (name, key schema, billing) of a CreateTable request."""
+    reader = RequestReader(body)
+    name = reader.string("TableName", pattern=NAME_PATTERN)
+    definitions = _read_elements(
+        reader,
+        "AttributeDefinitions",
+        (("AttributeName", None), ("AttributeType", schema.KEY_ATTRIBUTE_TYPES)),
+    )
+    key_schema = _read_elements(
+        reader,
+        "KeySchema",
+        (("AttributeName", None), ("KeyType", schema.KEY_TYPES)),
+        min_length=1,
+        max_length=2,
+    )
+    billing_mode = reader.string("BillingMode", enum=schema.BILLING_MODES)
+    throughput_body = reader.mapping("ProvisionedThroughput")
+    throughput = None
+    if throughput_body is not None:
+        nested = reader.nested(throughput_body, "provisionedThroughput")
+        throughput = {
+            member: _read_units(nested, member)
+            for member in ("ReadCapacityUnits", "WriteCapacityUnits")
+        }
+    name = schema.check_table_name(name)
+    reader.check()
+    _reject_unsupported(reader)
+    # Past reader.check(), every element holds its fields and every unit is at least 1.
+    units = None if throughput is None else {k: v for k, v in throughput.items() if v is not None}
+    billing = schema.build_throughput(billing_mode, units)
+    return {
+        "name": name,
+        "key_schema": schema.build_key_schema(definitions, key_schema),
+        "attribute_definitions": definitions,
+        **billing,
+    }
+
+
+def _reject_unsupported(reader: RequestReader) -> None:
+    """Refuse the CreateTable features dynalab does not have yet, rather than pretend to."""
+    for member in ("LocalSecondaryIndexes", "GlobalSecondaryIndexes"):
+        if reader.present(member):
+            raise ValidationError(
+                _NOT_SUPPORTED + f"Secondary indexes are not supported yet ({member})"
+            )
+    stream = reader.mapping("StreamSpecification")
+    if stream is not None and stream.get("StreamEnabled"):
+        raise ValidationError(_NOT_SUPPORTED + "DynamoDB Streams are not supported yet")
+    if reader.boolean("DeletionProtectionEnabled"):
+        raise ValidationError(_NOT_SUPPORTED + "Deletion protection is not supported yet")
+
+
+# Describing tables -----------------------------------------------------------------------------
+
+
+def _description(table: Table, items: int, size_bytes: int) -> dict[str, Any]:
+    """DynamoDB's TableDescription of a catalog table descriptor."""
+    throughput = table["throughput"]
+    billing_summary: dict[str, Any] = {"BillingMode": table["billing_mode"]}
+    if table["billing_mode"] == schema.BILLING_PAY_PER_REQUEST:
+        billing_summary["LastUpdateToPayPerRequestDateTime"] = table["created"]
+    return {
+        "TableName": table["name"],
+        "TableStatus": table["status"],
+        "KeySchema": schema.key_schema_elements(table),
+        "AttributeDefinitions": table["attribute_definitions"],
+        "CreationDateTime": table["created"],
+        "ProvisionedThroughput": {
+            "NumberOfDecreasesToday": 0,
+            "ReadCapacityUnits": throughput["read"],
+            "WriteCapacityUnits": throughput["write"],
+        },
+        "BillingModeSummary": billing_summary,
+        "ItemCount": items,
+        "TableSizeBytes": size_bytes,
+        "TableArn": f"arn:aws:dynamodb:{request_region()}:{ACCOUNT_ID}:table/{table['name']}",
+        "TableId": str(uuid.UUID(hex=table["id"])),
+        "DeletionProtectionEnabled": False,
+    }
+
+
+async def _table_stats(ctx: RouterContext, table: Table) -> tuple[int, int]:
+    """(ItemCount, TableSizeBytes): the sums over the table's partitions, as the nodes report them.
+
+    DynamoDB refreshes these about every six hours; dynalab asks the nodes, within a bounded wait.
+    A node that does not answer in time is left out of the sums (and logged), since a description
+    without an exact count is more useful than no description.
+    """
+    nodes = _nodes(table)
+    partition_ids = {partition["id"] for partition in table["partitions"]}
+    replies = await asyncio.gather(
+        *(
+            ctx.control(
+                node, ops.TABLE_STATS, {"table_id": table["id"]}, limits.TABLE_STATS_SECONDS_MAX
+            )
+            for node in nodes
+        ),
+        return_exceptions=True,
+    )
+    items = size_bytes = 0
+    for node, reply in zip(nodes, replies, strict=True):
+        if isinstance(reply, DynamoError):
+            log.warning("no statistics of table %s from %s: %s", table["name"], node, reply)
+            continue
+        if isinstance(reply, BaseException):
+            raise reply
+        # Only partitions in the catalog count: a node may still report a parent it has split.
+        for partition_id, stats in reply["partitions"].items():
+            if partition_id in partition_ids:
+                items += stats["items"]
+                size_bytes += stats["bytes"]
+    return items, size_bytes
+
+
+def _nodes(table: Table) -> list[str]:
+    """The nodes holding the table's partitions, by id."""
+    return sorted({partition["node"] for partition in table["partitions"]})
+
+
+async def _all(calls: list[Awaitable[dict[str, Any]]]) -> None:
+    """Await node calls concurrently; once all have finished, raise the first failure if any.
+
+    Waiting for every call, rather than failing on the first, leaves no call still running when
+    the caller reacts to the failure (by undoing a creation, say).
+    """
+    for result in await asyncio.gather(*calls, return_exceptions=True):
+        if isinstance(result, BaseException):
+            raise result
+
+
+async def _drop_partitions(ctx: RouterContext, table: Table) -> None:
+    """Drop the table's partitions, with their items and change logs, on every node holding one."""
+    await _all(
+        [ctx.control(node, ops.DROP_TABLE, {"table_id": table["id"]}) for node in _nodes(table)]
+    )
+
+
+def _with_status(name: str, table_id: str, status: str) -> Callable[[Catalog], Catalog | None]:
+    """A catalog change setting table `name` to `status`, if it is still the table `table_id`."""
+
+    def change(tables: Catalog) -> Catalog | None:
+        current = tables.get(name)
+        if current is None or current["id"] != table_id or current["status"] == status:
+            return None
+        return {**tables, name: {**current, "status": status}}
+
+    return change
+
+
+def _without(name: str, table_id: str) -> Callable[[Catalog], Catalog | None]:
+    """A catalog change removing table `name`, if it is still the table `table_id`."""
+
+    def change(tables: Catalog) -> Catalog | None:
+        current = tables.get(name)
+        if current is None or current["id"] != table_id:
+            return None
+        return {other: table for other, table in tables.items() if other != name}
+
+    return change
+
+
+# Operations ------------------------------------------------------------------------------------
+
+
+async def create_table(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
+    definition = _read_create_table(body)
+    name = definition["name"]
+    table_id = uuid.uuid4().hex
+    throughput = definition["throughput"]
+    count = initial_partition_count(
+        definition["billing_mode"], throughput["read"], throughput["write"]
+    )
+    partitions = []
+    for index, (start, end) in enumerate(initial_ranges(count)):
+        partition_id = f"{table_id}-{index}"
+        partitions.append(
+            {
+                "id": partition_id,
+                "start": start,
+                "end": end,
+                "epoch": 1,
+                "node": ctx.ring.owner(partition_id),
+            }
+        )
+    table = {
+        **definition,
+        "id": table_id,
+        "status": "CREATING",
+        "created": time.time(),
+        "partitions": partitions,
+    }
+
+    def add(tables: Catalog) -> Catalog:
+        if name in tables:
+            raise ResourceInUse(f"Table already exists: {name}")
+        if len(tables) >= limits.TABLES_PER_REGION_MAX:
+            raise LimitExceeded(
+                "Subscriber limit exceeded: the number of tables is limited to "
+                f"{limits.TABLES_PER_REGION_MAX}"
+            )
+        return {**tables, name: table}
+
+    await ctx.change_catalog(add)
+    schema_for_nodes = {"id": table_id, "name": name, "key_schema": table["key_schema"]}
+    try:
+        await _all(
+            [
+                ctx.control(
+                    partition["node"],
+                    ops.CREATE_PARTITION,
+                    {"table": schema_for_nodes, "partition": partition},
+                )
+                for partition in partitions
+            ]
+        )
+    except Exception:
+        await _abandon_creation(ctx, table)
+        raise
+    await ctx.change_catalog(_with_status(name, table_id, "ACTIVE"))
+    return {"TableDescription": _description(table, 0, 0)}
+
+
+async def _abandon_creation(ctx: RouterContext, table: Table) -> None:
+    """Take a table whose partitions could not all be created out of the catalog again."""
+    try:
+        await ctx.change_catalog(_without(table["name"], table["id"]))
+        await _drop_partitions(ctx, table)
+    except DynamoError as error:
+        # The table stays CREATING (DeleteTable can remove it once its creation is overdue) or
+        # leaves partitions behind under an id no table uses any more.
+        log.warning("could not undo the creation of table %s: %s", table["name"], error)
+
+
+async def describe_table(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
+    name = _read_table_name(body)
+    await ctx.refresh()
+    table = ctx.tables.get(name)
+    if table is None:
+        raise _table_not_found(name)
+    items, size_bytes = await _table_stats(ctx, table)
+    return {"Table": _description(table, items, size_bytes)}
+
+
+async def list_tables(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
+    reader = RequestReader(body)
+    limit = reader.integer("Limit", minimum=1, maximum=limits.LIST_TABLES_LIMIT_MAX)
+    exclusive_start = reader.name("ExclusiveStartTableName")
+    reader.check()
+    if limit is None:
+        limit = limits.LIST_TABLES_LIMIT_MAX
+    await ctx.refresh()
+    names = sorted(ctx.tables)
+    if exclusive_start is not None:
+        names = names[bisect_right(names, exclusive_start) :]
+    reply: dict[str, Any] = {"TableNames": names[:limit]}
+    # As DynamoDB, LastEvaluatedTableName is there only when more names follow the page.
+    if len(names) > limit:
+        reply["LastEvaluatedTableName"] = names[limit - 1]
+    return reply
+
+
+async def delete_table(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
+    name = _read_table_name(body)
+
+    def mark_deleting(tables: Catalog) -> Catalog | None:
+        table = tables.get(name)
+        if table is None:
+            raise _table_not_found(name)
+        if table["status"] == "DELETING":
+            # A deletion that stopped half-way (a node was down): finish it.
+            return None
+        overdue = time.time() - table["created"] > limits.TABLE_CREATION_SECONDS_MAX
+        if table["status"] == "CREATING" and not overdue:
+            raise ResourceInUse(
+                "Attempt to change a resource which is still in use: "
+                f"Table is being created: {name}"
+            )
+        return {**tables, name: {**table, "status": "DELETING"}}
+
+    table = (await ctx.change_catalog(mark_deleting))[name]
+    items, size_bytes = await _table_stats(ctx, table)
+    await _drop_partitions(ctx, table)
+    await ctx.change_catalog(_without(name, table["id"]))
+    return {"TableDescription": _description(table, items, size_bytes)}
+
+
+async def describe_endpoints(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "Endpoints": [{"Address": ctx.advertise, "CachePeriodInMinutes": ENDPOINT_CACHE_MINUTES}]
+    }
+
+
+OPERATIONS = {
+    "CreateTable": create_table,
+    "DescribeTable": describe_table,
+    "ListTables": list_tables,
+    "DeleteTable": delete_table,
+    "DescribeEndpoints": describe_endpoints,
+}
