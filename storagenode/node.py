@@ -362,7 +362,7 @@ class _WriteBatch:
     def update(self, body: dict[str, Any]) -> dict[str, Any]:
         partition = self._writable(body)
         key = partition.key_of(body["key"])
-        update = None
+        update: expressions.Update | None = None
         if body.get("update") is not None:
             update = expressions.update(body["update"], body.get("names"), body.get("values"))
             for name in (partition.hash_name, partition.range_name):
@@ -467,25 +467,21 @@ class _WriteBatch:
             self.txn.put(meta_key, partition.to_meta(), db=self.store.partitions)
 
 
-def _sort_key_matcher(condition: Any, range_name: str) -> Callable[[Item], bool]:
+def _sort_key_matcher(
+    condition: expressions.RangeCondition, range_name: str
+) -> Callable[[Item], bool]:
     def matches(item: Item) -> bool:
-        return bool(condition.matches(item[range_name]))
+        return condition.matches(item[range_name])
 
     return matches
 
 
 def _update_return_values(
-    return_values: str | None, update: Any, old: Item | None, new: Item
+    return_values: str | None, update: expressions.Update | None, old: Item | None, new: Item
 ) -> Item | None:
     """UpdateItem's Attributes for its ReturnValues; None when there is nothing to return."""
-    if return_values == "ALL_OLD":
-        return old
-    if return_values == "ALL_NEW":
-        return new
-    if return_values in ("UPDATED_OLD", "UPDATED_NEW") and update is not None:
-        image = old if return_values == "UPDATED_OLD" else new
-        if image is None:
-            return None
-        attributes = update.returned_attributes(image)
-        return attributes or None
-    return None
+    return_values = return_values or "NONE"
+    if update is not None:
+        return update.returned_attributes(old, new, return_values)
+    # Without an UpdateExpression nothing is updated: only the whole images can be returned.
+    return {"ALL_OLD": old, "ALL_NEW": new}.get(return_values)

@@ -229,8 +229,8 @@ class PageRequest:
 
     limit: int | None
     page_bytes: int
-    filter: Any  # A parsed condition expression, or None.
-    projection: Any  # A parsed projection expression, or None.
+    filter: expressions.Condition | None
+    projection: expressions.Projection | None
     count_only: bool
 
     @classmethod
@@ -243,7 +243,7 @@ class PageRequest:
             page_bytes=min(int(body.get("page_bytes") or page_bytes_max), page_bytes_max),
             filter=None
             if filter_text is None
-            else expressions.condition(filter_text, names, values),
+            else expressions.condition(filter_text, names, values, kind="FilterExpression"),
             projection=None
             if projection_text is None
             else expressions.projection(projection_text, names),

@@ -54,6 +54,20 @@ class NodeServicer(node_pb2_grpc.StorageNodeServicer):  # type: ignore[misc]
     def __init__(self, node: StorageNode, committer: GroupCommitter) -> None:
         self.node = node
         self.committer = committer
+        self.draining = False
+        self._streams: set[_ResponseStream] = set()
+
+    def drain(self) -> None:
+        """Begin shutdown: refuse new requests, and end each stream once it has answered the rest.
+
+        A router's stream never ends on its own, so without this a graceful stop would always wait
+        out its whole grace period. Refusing is safe: the router sees ServiceUnavailable for a
+        request that was not applied, and reconnects to the node once it is back.
+        """
+        self.draining = True
+        for stream in self._streams:
+            stream.receiving = False
+            stream.ready.set()
 
     def dispatch(self, request: node_pb2.Request, deliver: Deliver) -> None:
         """Answer a request through `deliver`: now for a read, after its commit for a write."""
@@ -76,6 +90,8 @@ class NodeServicer(node_pb2_grpc.StorageNodeServicer):  # type: ignore[misc]
         self, request_iterator: AsyncIterator[node_pb2.RequestBatch], context: Any
     ) -> None:
         stream = _ResponseStream()
+        stream.receiving = not self.draining
+        self._streams.add(stream)
         receiver = asyncio.create_task(self._receive(request_iterator, stream))
         try:
             while True:
@@ -87,8 +103,8 @@ class NodeServicer(node_pb2_grpc.StorageNodeServicer):  # type: ignore[misc]
                     await context.write(batch)
                 if stream.finished():
                     break
-            await receiver
         finally:
+            self._streams.discard(stream)
             receiver.cancel()
 
     async def _receive(
@@ -98,8 +114,15 @@ class NodeServicer(node_pb2_grpc.StorageNodeServicer):  # type: ignore[misc]
             async for batch in request_iterator:
                 for request in batch.requests:
                     stream.outstanding += 1
-                    self.dispatch(request, stream.deliver)
+                    if self.draining:
+                        refused = ServiceUnavailable("The storage node is shutting down")
+                        stream.deliver(codec.error_response(request.id, refused))
+                    else:
+                        self.dispatch(request, stream.deliver)
                 stream.ready.set()
+        except grpc.aio.AioRpcError as error:
+            # The router went away mid-stream; what it sent has been dispatched and will commit.
+            logger.info("a request stream ended: %s", error.code().name)
         finally:
             stream.receiving = False
             stream.ready.set()
@@ -185,6 +208,7 @@ class NodeServer:
         self.map_size = map_size
         self.address = ""
         self._server: grpc.aio.Server | None = None
+        self._servicer: NodeServicer | None = None
         self._health: health_aio.HealthServicer | None = None
         self._committer: GroupCommitter | None = None
         self._store: Store | None = None
@@ -196,7 +220,8 @@ class NodeServer:
         self._committer = GroupCommitter(node.apply_writes)
         self._committer.start()
         server = grpc.aio.server(options=SERVER_OPTIONS)
-        node_pb2_grpc.add_StorageNodeServicer_to_server(NodeServicer(node, self._committer), server)
+        self._servicer = NodeServicer(node, self._committer)
+        node_pb2_grpc.add_StorageNodeServicer_to_server(self._servicer, server)
         self._health = health_aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         host = self.listen.rsplit(":", 1)[0]
@@ -221,6 +246,8 @@ class NodeServer:
         commit what is queued, and close LMDB."""
         if self._health is not None:
             await self._health.enter_graceful_shutdown()
+        if self._servicer is not None:
+            self._servicer.drain()
         if self._server is not None:
             await self._server.stop(grace)
         if self._committer is not None:
