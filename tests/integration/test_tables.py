@@ -1,0 +1,647 @@
+"""Table operations and the router's front door, against a real cluster (three nodes, two routers).
+
+CreateTable, DescribeTable, ListTables, DeleteTable and DescribeEndpoints through boto3; every
+CreateTable validation error as DynamoDB words it; two routers sharing one catalog; and the wire
+protocol's own errors through raw HTTP.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import datetime
+import http.client
+import json
+import time
+import urllib.parse
+import uuid
+import zlib
+from collections.abc import Callable
+from typing import Any
+
+import boto3
+import pytest
+from botocore.exceptions import ClientError
+
+from dynalab.cluster import LocalCluster
+
+INVALID = "One or more parameter values were invalid: "
+# Routers re-read the catalog every second; a change made through one router must show in another
+# well within this.
+CATALOG_PROPAGATION_S = 10.0
+# Signatures are not verified yet, so raw requests only need the shape of one.
+SIGNATURE = (
+    "AWS4-HMAC-SHA256 Credential=test/20240101/us-east-1/dynamodb/aws4_request, "
+    "SignedHeaders=content-type;host;x-amz-target, Signature=0"
+)
+
+
+def simple_table(name: Any, **extra: Any) -> dict[str, Any]:
+    request = {
+        "TableName": name,
+        "AttributeDefinitions": [{"AttributeName": "pk", "AttributeType": "S"}],
+        "KeySchema": [{"AttributeName": "pk", "KeyType": "HASH"}],
+        "BillingMode": "PAY_PER_REQUEST",
+    }
+    request.update(extra)
+    return request
+
+
+def error_of(call: Callable[[], Any]) -> tuple[int, str, str]:
+    """(HTTP status, error code, message) of a call that must fail."""
+    with pytest.raises(ClientError) as raised:
+        call()
+    response = raised.value.response
+    return (
+        response["ResponseMetadata"]["HTTPStatusCode"],
+        response["Error"]["Code"],
+        response["Error"]["Message"],
+    )
+
+
+def eventually(check: Callable[[], bool], timeout: float = CATALOG_PROPAGATION_S) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            pytest.fail(f"not true within {timeout} s: {check.__doc__ or check}")
+        time.sleep(0.05)
+
+
+def all_table_names(dynamodb: Any, page_size: int | None = None) -> list[str]:
+    names: list[str] = []
+    request: dict[str, Any] = {} if page_size is None else {"Limit": page_size}
+    while True:
+        page = dynamodb.list_tables(**request)
+        names.extend(page["TableNames"])
+        if "LastEvaluatedTableName" not in page:
+            return names
+        request["ExclusiveStartTableName"] = page["LastEvaluatedTableName"]
+
+
+def raw_post(url: str, body: bytes, headers: dict[str, str]) -> tuple[int, dict[str, Any], Any]:
+    """POST `body` to a router without boto3; return (status, parsed JSON body, headers)."""
+    parsed = urllib.parse.urlsplit(url)
+    connection = http.client.HTTPConnection(parsed.hostname, parsed.port, timeout=10)
+    try:
+        connection.request("POST", "/", body=body, headers=headers)
+        response = connection.getresponse()
+        data = response.read()
+    finally:
+        connection.close()
+    assert response.headers["x-amz-crc32"] == str(zlib.crc32(data))
+    uuid.UUID(response.headers["x-amzn-RequestId"])
+    return response.status, json.loads(data), response.headers
+
+
+# Life cycle ------------------------------------------------------------------------------------
+
+
+def test_create_describe_list_delete(dynamodb: Any, table_name: Callable[[], str]) -> None:
+    name = table_name()
+    request = {
+        "TableName": name,
+        "AttributeDefinitions": [
+            {"AttributeName": "pk", "AttributeType": "S"},
+            {"AttributeName": "sk", "AttributeType": "N"},
+        ],
+        "KeySchema": [
+            {"AttributeName": "pk", "KeyType": "HASH"},
+            {"AttributeName": "sk", "KeyType": "RANGE"},
+        ],
+        "BillingMode": "PAY_PER_REQUEST",
+    }
+    before = datetime.datetime.now(datetime.UTC)
+    created = dynamodb.create_table(**request)["TableDescription"]
+    assert created["TableName"] == name
+    assert created["TableStatus"] == "CREATING"
+    assert created["KeySchema"] == request["KeySchema"]
+    assert created["AttributeDefinitions"] == request["AttributeDefinitions"]
+
+    described = dynamodb.describe_table(TableName=name)["Table"]
+    assert described["TableStatus"] == "ACTIVE"
+    assert described["TableName"] == name
+    assert described["KeySchema"] == request["KeySchema"]
+    assert described["AttributeDefinitions"] == request["AttributeDefinitions"]
+    assert described["ItemCount"] == 0
+    assert described["TableSizeBytes"] == 0
+    assert described["ProvisionedThroughput"] == {
+        "NumberOfDecreasesToday": 0,
+        "ReadCapacityUnits": 0,
+        "WriteCapacityUnits": 0,
+    }
+    assert described["BillingModeSummary"]["BillingMode"] == "PAY_PER_REQUEST"
+    assert described["TableArn"] == f"arn:aws:dynamodb:us-east-1:000000000000:table/{name}"
+    assert described["TableId"] == created["TableId"]
+    uuid.UUID(described["TableId"])
+    created_at = described["CreationDateTime"]
+    assert before - datetime.timedelta(seconds=5) <= created_at
+    assert created_at <= datetime.datetime.now(datetime.UTC)
+
+    assert name in all_table_names(dynamodb)
+
+    deleted = dynamodb.delete_table(TableName=name)["TableDescription"]
+    assert deleted["TableStatus"] == "DELETING"
+    assert deleted["TableName"] == name
+    assert error_of(lambda: dynamodb.describe_table(TableName=name)) == (
+        400,
+        "ResourceNotFoundException",
+        f"Requested resource not found: Table: {name} not found",
+    )
+    assert name not in all_table_names(dynamodb)
+
+
+def test_provisioned_table_reports_its_throughput(
+    dynamodb: Any, table_name: Callable[[], str]
+) -> None:
+    name = table_name()
+    request = simple_table(
+        name, ProvisionedThroughput={"ReadCapacityUnits": 7, "WriteCapacityUnits": 3}
+    )
+    del request["BillingMode"]
+    dynamodb.create_table(**request)
+    described = dynamodb.describe_table(TableName=name)["Table"]
+    assert described["ProvisionedThroughput"] == {
+        "NumberOfDecreasesToday": 0,
+        "ReadCapacityUnits": 7,
+        "WriteCapacityUnits": 3,
+    }
+    assert described["BillingModeSummary"]["BillingMode"] == "PROVISIONED"
+
+
+@pytest.mark.parametrize("key_type", ["S", "N", "B"])
+def test_every_key_type(dynamodb: Any, table_name: Callable[[], str], key_type: str) -> None:
+    name = table_name()
+    request = simple_table(name)
+    request["AttributeDefinitions"] = [
+        {"AttributeName": "pk", "AttributeType": key_type},
+        {"AttributeName": "sk", "AttributeType": key_type},
+    ]
+    request["KeySchema"].append({"AttributeName": "sk", "KeyType": "RANGE"})
+    dynamodb.create_table(**request)
+    described = dynamodb.describe_table(TableName=name)["Table"]
+    assert described["AttributeDefinitions"] == request["AttributeDefinitions"]
+
+
+def test_waiter_sees_the_table_exist(dynamodb: Any, table_name: Callable[[], str]) -> None:
+    name = table_name()
+    dynamodb.create_table(**simple_table(name))
+    dynamodb.get_waiter("table_exists").wait(TableName=name, WaiterConfig={"Delay": 1})
+    dynamodb.delete_table(TableName=name)
+    dynamodb.get_waiter("table_not_exists").wait(TableName=name, WaiterConfig={"Delay": 1})
+
+
+def test_create_existing_table(dynamodb: Any, table_name: Callable[[], str]) -> None:
+    name = table_name()
+    dynamodb.create_table(**simple_table(name))
+    assert error_of(lambda: dynamodb.create_table(**simple_table(name))) == (
+        400,
+        "ResourceInUseException",
+        f"Table already exists: {name}",
+    )
+
+
+def test_name_can_be_reused_after_delete(dynamodb: Any, table_name: Callable[[], str]) -> None:
+    name = table_name()
+    first = dynamodb.create_table(**simple_table(name))["TableDescription"]["TableId"]
+    dynamodb.delete_table(TableName=name)
+    second = dynamodb.create_table(**simple_table(name))["TableDescription"]["TableId"]
+    assert first != second
+    assert dynamodb.describe_table(TableName=name)["Table"]["TableStatus"] == "ACTIVE"
+
+
+@pytest.mark.parametrize("operation", ["describe_table", "delete_table"])
+def test_unknown_table(dynamodb: Any, table_name: Callable[[], str], operation: str) -> None:
+    name = table_name()
+    assert error_of(lambda: getattr(dynamodb, operation)(TableName=name)) == (
+        400,
+        "ResourceNotFoundException",
+        f"Requested resource not found: Table: {name} not found",
+    )
+
+
+def test_concurrent_creates_of_one_name(
+    cluster: LocalCluster, dynamodb_for: Callable[[str], Any], table_name: Callable[[], str]
+) -> None:
+    """Through both routers at once: exactly one CreateTable wins, the others see it exists."""
+    name = table_name()
+    clients = [dynamodb_for(url) for url in cluster.router_urls] * 3
+
+    def create(client: Any) -> str:
+        try:
+            client.create_table(**simple_table(name))
+        except ClientError as error:
+            return str(error.response["Error"]["Code"])
+        return "created"
+
+    with concurrent.futures.ThreadPoolExecutor(len(clients)) as pool:
+        outcomes = sorted(pool.map(create, clients))
+    assert outcomes == ["ResourceInUseException"] * (len(clients) - 1) + ["created"]
+
+
+# ListTables ------------------------------------------------------------------------------------
+
+
+def test_list_tables_pages(dynamodb: Any, table_name: Callable[[], str]) -> None:
+    names = [table_name() for _ in range(5)]
+    for name in names:
+        dynamodb.create_table(**simple_table(name))
+    everything = all_table_names(dynamodb)
+    assert everything == sorted(everything)
+    assert set(names) <= set(everything)
+
+    paged: list[str] = []
+    request: dict[str, Any] = {"Limit": 2}
+    while True:
+        page = dynamodb.list_tables(**request)
+        assert 1 <= len(page["TableNames"]) <= 2
+        paged.extend(page["TableNames"])
+        if "LastEvaluatedTableName" not in page:
+            break
+        assert page["LastEvaluatedTableName"] == page["TableNames"][-1]
+        request["ExclusiveStartTableName"] = page["LastEvaluatedTableName"]
+    assert paged == everything
+
+    # A start name need not be a table: the page begins with the next name after it.
+    start = names[2][:-1]
+    page = dynamodb.list_tables(ExclusiveStartTableName=start, Limit=100)
+    assert page["TableNames"] == [n for n in everything if n > start][:100]
+
+
+@pytest.mark.parametrize(
+    ("request_body", "message"),
+    [
+        (
+            {"Limit": 0},
+            "1 validation error detected: Value '0' at 'limit' failed to satisfy constraint: "
+            "Member must have value greater than or equal to 1",
+        ),
+        (
+            {"Limit": 101},
+            "1 validation error detected: Value '101' at 'limit' failed to satisfy constraint: "
+            "Member must have value less than or equal to 100",
+        ),
+        (
+            {"ExclusiveStartTableName": "a;"},
+            "2 validation errors detected: Value 'a;' at 'exclusiveStartTableName' failed to "
+            "satisfy constraint: Member must satisfy regular expression pattern: "
+            "[a-zA-Z0-9_.-]+; Value 'a;' at 'exclusiveStartTableName' failed to satisfy "
+            "constraint: Member must have length greater than or equal to 3",
+        ),
+    ],
+)
+def test_list_tables_validation(dynamodb: Any, request_body: dict[str, Any], message: str) -> None:
+    assert error_of(lambda: dynamodb.list_tables(**request_body)) == (
+        400,
+        "ValidationException",
+        message,
+    )
+
+
+# CreateTable validation -------------------------------------------------------------------------
+
+NOT_MATCHING = (
+    INVALID + "Number of attributes in KeySchema does not exactly match number of attributes "
+    "defined in AttributeDefinitions"
+)
+
+
+def _without(member: str) -> Callable[[dict[str, Any]], None]:
+    def change(request: dict[str, Any]) -> None:
+        del request[member]
+
+    return change
+
+
+def _set(member: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    def change(request: dict[str, Any]) -> None:
+        request[member] = value
+
+    return change
+
+
+CREATE_TABLE_ERRORS = [
+    (
+        _without("TableName"),
+        "ValidationException",
+        "The parameter 'TableName' is required but was not present in the request",
+    ),
+    (
+        _set("TableName", "ab"),
+        "ValidationException",
+        "TableName must be at least 3 characters long and at most 255 characters long",
+    ),
+    (
+        _set("TableName", "a" * 256),
+        "ValidationException",
+        "TableName must be at least 3 characters long and at most 255 characters long",
+    ),
+    (
+        _set("TableName", "bad name!"),
+        "ValidationException",
+        "1 validation error detected: Value 'bad name!' at 'tableName' failed to satisfy "
+        "constraint: Member must satisfy regular expression pattern: [a-zA-Z0-9_.-]+",
+    ),
+    (
+        _without("KeySchema"),
+        "ValidationException",
+        "1 validation error detected: Value null at 'keySchema' failed to satisfy constraint: "
+        "Member must not be null",
+    ),
+    (
+        _without("AttributeDefinitions"),
+        "ValidationException",
+        "1 validation error detected: Value null at 'attributeDefinitions' failed to satisfy "
+        "constraint: Member must not be null",
+    ),
+    (
+        _set("KeySchema", []),
+        "ValidationException",
+        "1 validation error detected: Value '[]' at 'keySchema' failed to satisfy constraint: "
+        "Member must have length greater than or equal to 1",
+    ),
+    (
+        _set(
+            "AttributeDefinitions",
+            [{"AttributeName": "pk", "AttributeType": "SS"}],
+        ),
+        "ValidationException",
+        "1 validation error detected: Value 'SS' at 'attributeDefinitions.1.member.attributeType' "
+        "failed to satisfy constraint: Member must satisfy enum value set: [B, N, S]",
+    ),
+    (
+        _set("KeySchema", [{"AttributeName": "pk", "KeyType": "PRIMARY"}]),
+        "ValidationException",
+        "1 validation error detected: Value 'PRIMARY' at 'keySchema.1.member.keyType' failed to "
+        "satisfy constraint: Member must satisfy enum value set: [HASH, RANGE]",
+    ),
+    (
+        _set("KeySchema", [{"KeyType": "HASH"}]),
+        "ValidationException",
+        "1 validation error detected: Value null at 'keySchema.1.member.attributeName' failed "
+        "to satisfy constraint: Member must not be null",
+    ),
+    (
+        _set("KeySchema", [{"AttributeName": "pk", "KeyType": "RANGE"}]),
+        "ValidationException",
+        "Invalid KeySchema: The first KeySchemaElement is not a HASH key type",
+    ),
+    (
+        _set("KeySchema", [{"AttributeName": "other", "KeyType": "HASH"}]),
+        "ValidationException",
+        INVALID + "Some index key attributes are not defined in AttributeDefinitions. "
+        "Keys: [other], AttributeDefinitions: [pk]",
+    ),
+    (
+        _set(
+            "AttributeDefinitions",
+            [
+                {"AttributeName": "pk", "AttributeType": "S"},
+                {"AttributeName": "unused", "AttributeType": "S"},
+            ],
+        ),
+        "ValidationException",
+        NOT_MATCHING,
+    ),
+    (
+        _set("BillingMode", "FREE"),
+        "ValidationException",
+        "1 validation error detected: Value 'FREE' at 'billingMode' failed to satisfy "
+        "constraint: Member must satisfy enum value set: [PROVISIONED, PAY_PER_REQUEST]",
+    ),
+    (
+        _set("ProvisionedThroughput", {"ReadCapacityUnits": 1, "WriteCapacityUnits": 1}),
+        "ValidationException",
+        INVALID + "Neither ReadCapacityUnits nor WriteCapacityUnits can be specified when "
+        "BillingMode is PAY_PER_REQUEST",
+    ),
+    (
+        _set("BillingMode", "PROVISIONED"),
+        "ValidationException",
+        INVALID + "ReadCapacityUnits and WriteCapacityUnits must both be specified when "
+        "BillingMode is PROVISIONED",
+    ),
+    (
+        _without("BillingMode"),
+        "ValidationException",
+        INVALID + "ReadCapacityUnits and WriteCapacityUnits must both be specified when "
+        "BillingMode is PROVISIONED",
+    ),
+    (
+        lambda request: request.update(
+            BillingMode="PROVISIONED",
+            ProvisionedThroughput={"ReadCapacityUnits": 0, "WriteCapacityUnits": 5},
+        ),
+        "ValidationException",
+        "1 validation error detected: Value '0' at 'provisionedThroughput.readCapacityUnits' "
+        "failed to satisfy constraint: Member must have value greater than or equal to 1",
+    ),
+    (
+        lambda request: request.update(
+            BillingMode="PROVISIONED",
+            ProvisionedThroughput={"ReadCapacityUnits": 0, "WriteCapacityUnits": 0},
+        ),
+        "ValidationException",
+        "2 validation errors detected: Value '0' at 'provisionedThroughput.readCapacityUnits' "
+        "failed to satisfy constraint: Member must have value greater than or equal to 1; "
+        "Value '0' at 'provisionedThroughput.writeCapacityUnits' failed to satisfy constraint: "
+        "Member must have value greater than or equal to 1",
+    ),
+    (
+        _set(
+            "LocalSecondaryIndexes",
+            [
+                {
+                    "IndexName": "lsi",
+                    "KeySchema": [{"AttributeName": "pk", "KeyType": "HASH"}],
+                    "Projection": {"ProjectionType": "ALL"},
+                }
+            ],
+        ),
+        "ValidationException",
+        INVALID + "Secondary indexes are not supported yet (LocalSecondaryIndexes)",
+    ),
+    (
+        _set(
+            "GlobalSecondaryIndexes",
+            [
+                {
+                    "IndexName": "gsi",
+                    "KeySchema": [{"AttributeName": "pk", "KeyType": "HASH"}],
+                    "Projection": {"ProjectionType": "ALL"},
+                }
+            ],
+        ),
+        "ValidationException",
+        INVALID + "Secondary indexes are not supported yet (GlobalSecondaryIndexes)",
+    ),
+]
+
+
+@pytest.mark.parametrize(("change", "code", "message"), CREATE_TABLE_ERRORS)
+def test_create_table_errors(
+    dynamodb: Any,
+    table_name: Callable[[], str],
+    change: Callable[[dict[str, Any]], None],
+    code: str,
+    message: str,
+) -> None:
+    request = simple_table(table_name())
+    change(request)
+    assert error_of(lambda: dynamodb.create_table(**request)) == (400, code, message)
+    if "TableName" in request and isinstance(request["TableName"], str):
+        # Nothing was created by the refused request.
+        assert request["TableName"] not in all_table_names(dynamodb)
+
+
+def test_composite_key_errors(dynamodb: Any, table_name: Callable[[], str]) -> None:
+    request = simple_table(table_name())
+    request["AttributeDefinitions"].append({"AttributeName": "sk", "AttributeType": "S"})
+    request["KeySchema"].append({"AttributeName": "sk", "KeyType": "HASH"})
+    assert error_of(lambda: dynamodb.create_table(**request)) == (
+        400,
+        "ValidationException",
+        "Invalid KeySchema: The second KeySchemaElement is not a RANGE key type",
+    )
+    request["KeySchema"][1] = {"AttributeName": "pk", "KeyType": "RANGE"}
+    assert error_of(lambda: dynamodb.create_table(**request)) == (
+        400,
+        "ValidationException",
+        "Both the Hash Key and the Range Key element in the KeySchema have the same name",
+    )
+
+
+@pytest.mark.parametrize("operation", ["describe_table", "delete_table"])
+def test_table_name_validation_of_other_operations(dynamodb: Any, operation: str) -> None:
+    assert error_of(lambda: getattr(dynamodb, operation)(TableName="no;pe")) == (
+        400,
+        "ValidationException",
+        "1 validation error detected: Value 'no;pe' at 'tableName' failed to satisfy "
+        "constraint: Member must satisfy regular expression pattern: [a-zA-Z0-9_.-]+",
+    )
+    assert error_of(lambda: getattr(dynamodb, operation)(TableName="ab")) == (
+        400,
+        "ValidationException",
+        "TableName must be at least 3 characters long and at most 255 characters long",
+    )
+
+
+# Several routers -------------------------------------------------------------------------------
+
+
+def test_second_router_sees_the_first_routers_tables(
+    cluster: LocalCluster, dynamodb_for: Callable[[str], Any], table_name: Callable[[], str]
+) -> None:
+    first, second = (dynamodb_for(url) for url in cluster.router_urls[:2])
+    name = table_name()
+    created = first.create_table(**simple_table(name))["TableDescription"]
+    described = second.describe_table(TableName=name)["Table"]
+    assert described["TableStatus"] == "ACTIVE"
+    assert described["TableId"] == created["TableId"]
+    assert name in all_table_names(second)
+
+    first.delete_table(TableName=name)
+    assert error_of(lambda: second.describe_table(TableName=name))[1] == (
+        "ResourceNotFoundException"
+    )
+
+    def gone_from_second() -> bool:
+        """The deleted table is no longer listed by the second router."""
+        return name not in all_table_names(second)
+
+    eventually(gone_from_second)
+
+
+def test_table_arn_names_the_request_region(
+    cluster: LocalCluster, table_name: Callable[[], str]
+) -> None:
+    name = table_name()
+    session = boto3.session.Session(
+        region_name="eu-central-1", aws_access_key_id="x", aws_secret_access_key="y"
+    )
+    client = session.client("dynamodb", endpoint_url=cluster.router_url)
+    client.create_table(**simple_table(name))
+    arn = client.describe_table(TableName=name)["Table"]["TableArn"]
+    assert arn == f"arn:aws:dynamodb:eu-central-1:000000000000:table/{name}"
+
+
+def test_describe_endpoints(cluster: LocalCluster, dynamodb_for: Callable[[str], Any]) -> None:
+    for url in cluster.router_urls:
+        endpoints = dynamodb_for(url).describe_endpoints()["Endpoints"]
+        assert endpoints == [{"Address": url.removeprefix("http://"), "CachePeriodInMinutes": 1440}]
+
+
+# The wire protocol -----------------------------------------------------------------------------
+
+
+def test_health_check(cluster: LocalCluster) -> None:
+    parsed = urllib.parse.urlsplit(cluster.router_url)
+    connection = http.client.HTTPConnection(parsed.hostname, parsed.port, timeout=10)
+    try:
+        connection.request("GET", "/")
+        response = connection.getresponse()
+        body = response.read()
+    finally:
+        connection.close()
+    assert response.status == 200
+    assert body.decode() == f"healthy: {parsed.netloc}"
+
+
+def test_unknown_operation(cluster: LocalCluster) -> None:
+    status, body, _ = raw_post(
+        cluster.router_url,
+        b"{}",
+        {
+            "Content-Type": "application/x-amz-json-1.0",
+            "X-Amz-Target": "DynamoDB_20120810.MakeCoffee",
+        },
+    )
+    assert status == 400
+    assert body["__type"] == "com.amazon.coral.service#UnknownOperationException"
+
+
+def test_malformed_json(cluster: LocalCluster) -> None:
+    status, body, _ = raw_post(
+        cluster.router_url,
+        b'{"TableName": ',
+        {
+            "Content-Type": "application/x-amz-json-1.0",
+            "X-Amz-Target": "DynamoDB_20120810.ListTables",
+        },
+    )
+    assert status == 400
+    assert body["__type"] == "com.amazon.coral.service#SerializationException"
+
+
+def test_wrong_json_type(cluster: LocalCluster) -> None:
+    # boto3 refuses to send this even without parameter validation, so it goes out by hand.
+    status, body, _ = raw_post(
+        cluster.router_url,
+        json.dumps(simple_table(123)).encode(),
+        {
+            "Content-Type": "application/x-amz-json-1.0",
+            "X-Amz-Target": "DynamoDB_20120810.CreateTable",
+            "Authorization": SIGNATURE,
+        },
+    )
+    assert (status, body["__type"], body["message"]) == (
+        400,
+        "com.amazon.coral.service#SerializationException",
+        "NUMBER_VALUE cannot be converted to String",
+    )
+
+
+def test_unsigned_request(cluster: LocalCluster) -> None:
+    status, body, _ = raw_post(
+        cluster.router_url,
+        b"{}",
+        {
+            "Content-Type": "application/x-amz-json-1.0",
+            "X-Amz-Target": "DynamoDB_20120810.ListTables",
+        },
+    )
+    assert (status, body) == (
+        400,
+        {
+            "__type": "com.amazon.coral.service#MissingAuthenticationTokenException",
+            "message": "Request is missing Authentication Token",
+        },
+    )
