@@ -154,3 +154,8 @@ assert TABLE_CREATION_SECONDS_MAX > CONTROL_CALL_SECONDS_MAX + CATALOG_CAS_ATTEM
 )
 assert PROVISIONED_UNITS_PER_TABLE_MAX <= PROVISIONED_UNITS_VALUE_MAX
 assert TABLE_STATS_SECONDS_MAX <= CONTROL_CALL_SECONDS_MAX
+
+# Expression parsing (dynalab's own bound, not a DynamoDB quota): distinct expression texts whose
+# parse is cached per process. Applications reuse a few hundred texts at most; 4096 entries of at
+# most 4 KB of text each keep the cache under a few tens of megabytes even in the worst case.
+EXPRESSION_PARSE_CACHE_ENTRIES = 4096

@@ -1,0 +1,473 @@
+"""Condition and filter expressions: checking them as DynamoDB does, and compiling them to closures.
+
+``bind_condition`` checks a parsed condition against the request's placeholders (functions, arity,
+operand types, distinct operands, BETWEEN bounds) and compiles it into a tree of small closures,
+one per node, each taking an item and returning a bool or an attribute value. Evaluating a compiled
+condition is then a few Python calls per node with no dispatch on node types; comparisons against
+a constant (the common ``attr > :value``) are specialised so that the constant's number or bytes
+are decoded once, at compile time, instead of once per item.
+
+Evaluation follows the Developer Guide's comparison rules: values of different types are never
+equal and never ordered, so ``<``, ``<=``, ``>``, ``>=`` and BETWEEN are false across types and
+for types without an order (only S, N and B are ordered), ``=`` is false and ``<>`` true. An absent
+operand (a missing attribute, or ``size`` of one) makes every comparison false except ``<>``, which
+DynamoDB defines as the negation of ``=``.
+"""
+
+from __future__ import annotations
+
+import base64
+import operator
+from collections.abc import Callable
+from decimal import Decimal
+from typing import Any
+
+from core.expressions import ast
+from core.expressions.binding import (
+    ARITY,
+    DISTINCT,
+    FUNCTION,
+    MISUSED_FUNCTION,
+    UNKNOWN_FUNCTION,
+    Binder,
+    describe_path,
+    describe_value,
+)
+from core.expressions.document import Getter, make_getter
+from core.values import SET_TYPES, AttributeValue, Item, compare, equal, type_of
+
+Predicate = Callable[[Item], bool]
+
+# Functions of condition expressions and their number of operands ("These function names are
+# case-sensitive", Developer Guide). ``size`` is the only one usable as an operand.
+FUNCTION_ARITY = {
+    "attribute_exists": 1,
+    "attribute_not_exists": 1,
+    "attribute_type": 2,
+    "begins_with": 2,
+    "contains": 2,
+    "size": 1,
+}
+ATTRIBUTE_TYPES = ("B", "NULL", "SS", "BOOL", "L", "BS", "N", "NS", "S", "M")
+_ANY_TYPE = "{NS,SS,L,BS,N,M,B,BOOL,NULL,S}"
+_ORDERED = frozenset({"S", "N", "B"})
+_SCALARS = frozenset({"S", "N", "B", "BOOL", "NULL"})
+
+
+# Checking --------------------------------------------------------------------------------------
+
+
+def _static_type(operand: ast.Operand, binder: Binder) -> str | None:
+    """The type an operand is known to have before any item is seen (values and ``size``)."""
+    if isinstance(operand, ast.ValueOperand):
+        value = binder.values.get(operand.name)
+        return type_of(value) if value is not None else None
+    if isinstance(operand, ast.Call) and operand.name == "size":
+        return "N"
+    return None
+
+
+def _misused(binder: Binder, name: str) -> None:
+    binder.note(
+        MISUSED_FUNCTION,
+        f"The function is not allowed to be used this way in an expression; function: {name}",
+    )
+
+
+def _incorrect_type(binder: Binder, name: str, operand_type: str) -> None:
+    binder.note(
+        FUNCTION,
+        "Incorrect operand type for operator or function; "
+        f"operator or function: {name}, operand type: {operand_type}",
+    )
+
+
+def _check_distinct(
+    binder: Binder, operator_name: str, first: ast.Operand, second: ast.Operand
+) -> None:
+    # DynamoDB rejects comparing a path with itself ("a = a", "contains(a, a)") as a mistake.
+    if isinstance(first, ast.PathOperand) and isinstance(second, ast.PathOperand):
+        resolved = binder.paths.get(first.path)
+        if resolved is not None and resolved == binder.paths.get(second.path):
+            binder.note(
+                DISTINCT,
+                "The first operand must be distinct from the remaining operands for this operator "
+                f"or function; operator: {operator_name}, first operand: {describe_path(resolved)}",
+            )
+
+
+def check_operand(operand: ast.Operand, binder: Binder) -> None:
+    if isinstance(operand, ast.PathOperand):
+        binder.path(operand.path)
+    elif isinstance(operand, ast.ValueOperand):
+        binder.value(operand.name)
+    elif isinstance(operand, ast.Call):
+        if operand.name not in FUNCTION_ARITY:
+            binder.note(UNKNOWN_FUNCTION, f"Invalid function name; function: {operand.name}")
+        elif operand.name != "size":
+            _misused(binder, operand.name)
+        _check_function(operand, binder)
+    else:
+        # Arithmetic belongs to update expressions; the condition grammar cannot produce it.
+        raise AssertionError(f"unexpected operand {operand!r}")
+
+
+def _check_function(call: ast.Call, binder: Binder) -> None:
+    for arg in call.args:
+        check_operand(arg, binder)
+    arity = FUNCTION_ARITY.get(call.name)
+    if arity is None:
+        return
+    if len(call.args) != arity:
+        binder.note(
+            ARITY,
+            "Incorrect number of operands for operator or function; "
+            f"operator or function: {call.name}, number of operands: {len(call.args)}",
+        )
+        return
+    if arity == 2:
+        _check_distinct(binder, call.name, call.args[0], call.args[1])
+    name = call.name
+    if name in ("attribute_exists", "attribute_not_exists"):
+        if not isinstance(call.args[0], ast.PathOperand):
+            binder.note(
+                FUNCTION,
+                f"Operator or function requires a document path; operator or function: {name}",
+            )
+    elif name == "begins_with":
+        for arg in call.args:
+            arg_type = _static_type(arg, binder)
+            if arg_type is not None and arg_type not in ("S", "B"):
+                _incorrect_type(binder, name, arg_type)
+                break
+    elif name == "attribute_type":
+        arg_type = _static_type(call.args[1], binder)
+        if arg_type != "S":
+            _incorrect_type(binder, name, arg_type or _ANY_TYPE)
+        else:
+            assert isinstance(call.args[1], ast.ValueOperand)
+            type_name = binder.values[call.args[1].name]["S"]
+            if type_name not in ATTRIBUTE_TYPES:
+                binder.note(
+                    FUNCTION,
+                    f"Invalid attribute type name found; type: {type_name}, "
+                    f"valid types: {{{','.join(ATTRIBUTE_TYPES)}}}",
+                )
+    elif name == "size":
+        arg_type = _static_type(call.args[0], binder)
+        if arg_type in ("N", "BOOL", "NULL"):
+            _incorrect_type(binder, name, arg_type)
+
+
+def _check_between(node: ast.Between, binder: Binder) -> None:
+    if not (isinstance(node.low, ast.ValueOperand) and isinstance(node.high, ast.ValueOperand)):
+        return
+    low, high = binder.values.get(node.low.name), binder.values.get(node.high.name)
+    if low is None or high is None:
+        return
+    bounds = (
+        f"lower bound operand: {describe_value(low)}, upper bound operand: {describe_value(high)}"
+    )
+    if type_of(low) != type_of(high):
+        binder.note(
+            FUNCTION,
+            f"The BETWEEN operator requires same data type for lower and upper bounds; {bounds}",
+        )
+    elif compare(low, high) == 1:
+        binder.note(
+            FUNCTION,
+            "The BETWEEN operator requires upper bound to be greater than or equal to lower "
+            f"bound; {bounds}",
+        )
+
+
+def _check_logical(node: ast.And | ast.Or, binder: Binder) -> None:
+    check_condition(node.left, binder)
+    check_condition(node.right, binder)
+
+
+def _check_not(node: ast.Not, binder: Binder) -> None:
+    check_condition(node.operand, binder)
+
+
+def _check_compare(node: ast.Compare, binder: Binder) -> None:
+    check_operand(node.left, binder)
+    check_operand(node.right, binder)
+    _check_distinct(binder, node.op, node.left, node.right)
+
+
+def _check_between_node(node: ast.Between, binder: Binder) -> None:
+    for operand in (node.operand, node.low, node.high):
+        check_operand(operand, binder)
+    _check_between(node, binder)
+
+
+def _check_in(node: ast.In, binder: Binder) -> None:
+    for operand in (node.operand, *node.choices):
+        check_operand(operand, binder)
+
+
+def _check_call_condition(node: ast.Call, binder: Binder) -> None:
+    if node.name == "size":
+        _misused(binder, "size")
+    elif node.name not in FUNCTION_ARITY:
+        binder.note(UNKNOWN_FUNCTION, f"Invalid function name; function: {node.name}")
+    _check_function(node, binder)
+
+
+_CHECKS: dict[type, Callable[[Any, Binder], None]] = {
+    ast.And: _check_logical,
+    ast.Or: _check_logical,
+    ast.Not: _check_not,
+    ast.Compare: _check_compare,
+    ast.Between: _check_between_node,
+    ast.In: _check_in,
+    ast.Call: _check_call_condition,
+}
+
+
+def check_condition(node: ast.Condition, binder: Binder) -> None:
+    """Record every problem of a condition tree in ``binder``, resolving its placeholders."""
+    _CHECKS[type(node)](node, binder)
+
+
+# Evaluation helpers ----------------------------------------------------------------------------
+
+
+def _size(value: AttributeValue | None) -> AttributeValue | None:
+    # size() of a String is its length in characters, of a Binary its length in bytes, of a set,
+    # list or map its number of elements; other types have no size and compare as absent.
+    if value is None:
+        return None
+    ((tag, raw),) = value.items()
+    if tag == "B":
+        return {"N": str(len(base64.b64decode(raw)))}
+    if tag in ("S", "SS", "NS", "BS", "L", "M"):
+        return {"N": str(len(raw))}
+    return None
+
+
+def _equal(a: AttributeValue | None, b: AttributeValue | None) -> bool:
+    return a is not None and b is not None and equal(a, b)
+
+
+def _ordered(
+    test: Callable[[int], bool],
+) -> Callable[[AttributeValue | None, AttributeValue | None], bool]:
+    def check(a: AttributeValue | None, b: AttributeValue | None) -> bool:
+        if a is None or b is None:
+            return False
+        order = compare(a, b)
+        return order is not None and test(order)
+
+    return check
+
+
+_GENERAL_COMPARISONS: dict[str, Callable[[AttributeValue | None, AttributeValue | None], bool]] = {
+    "=": _equal,
+    "<>": lambda a, b: not _equal(a, b),
+    "<": _ordered(lambda order: order < 0),
+    "<=": _ordered(lambda order: order <= 0),
+    ">": _ordered(lambda order: order > 0),
+    ">=": _ordered(lambda order: order >= 0),
+}
+_OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+}
+_FLIPPED = {"=": "=", "<>": "<>", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
+
+
+def _begins_with(a: AttributeValue | None, b: AttributeValue | None) -> bool:
+    if a is None or b is None:
+        return False
+    tag = type_of(a)
+    if tag != type_of(b):
+        return False
+    if tag == "S":
+        return bool(a["S"].startswith(b["S"]))
+    if tag == "B":
+        return base64.b64decode(a["B"]).startswith(base64.b64decode(b["B"]))
+    return False
+
+
+def contains(a: AttributeValue | None, b: AttributeValue | None) -> bool:
+    """DynamoDB's contains(): substring, byte subsequence, set member or list element."""
+    if a is None or b is None:
+        return False
+    tag, operand_tag = type_of(a), type_of(b)
+    if tag == "S":
+        return operand_tag == "S" and b["S"] in a["S"]
+    if tag == "B":
+        return operand_tag == "B" and base64.b64decode(b["B"]) in base64.b64decode(a["B"])
+    if tag in SET_TYPES:
+        # Validated set members and scalars are canonical text, so membership is text equality.
+        return SET_TYPES[tag] == operand_tag and b[operand_tag] in a[tag]
+    if tag == "L":
+        return any(equal(element, b) for element in a["L"])
+    return False
+
+
+# Compiling -------------------------------------------------------------------------------------
+
+
+class _Compiler:
+    def __init__(self, binder: Binder) -> None:
+        self.paths = binder.paths
+        self.values = binder.values
+
+    def constant(self, operand: ast.Operand) -> AttributeValue | None:
+        return self.values[operand.name] if isinstance(operand, ast.ValueOperand) else None
+
+    def operand(self, operand: ast.Operand) -> Getter:
+        if isinstance(operand, ast.PathOperand):
+            return make_getter(self.paths[operand.path])
+        if isinstance(operand, ast.ValueOperand):
+            value = self.values[operand.name]
+            return lambda item: value
+        assert isinstance(operand, ast.Call) and operand.name == "size"
+        inner = self.operand(operand.args[0])
+        return lambda item: _size(inner(item))
+
+    def condition(self, node: ast.Condition) -> Predicate:
+        compile_node: Callable[[_Compiler, Any], Predicate] = _COMPILERS[type(node)]
+        return compile_node(self, node)
+
+    def and_(self, node: ast.And) -> Predicate:
+        left, right = self.condition(node.left), self.condition(node.right)
+        return lambda item: left(item) and right(item)
+
+    def or_(self, node: ast.Or) -> Predicate:
+        left, right = self.condition(node.left), self.condition(node.right)
+        return lambda item: left(item) or right(item)
+
+    def not_(self, node: ast.Not) -> Predicate:
+        inner = self.condition(node.operand)
+        return lambda item: not inner(item)
+
+    def compare(self, node: ast.Compare) -> Predicate:
+        op, left, right = node.op, node.left, node.right
+        if self.constant(left) is not None and self.constant(right) is None:
+            op, left, right = _FLIPPED[op], right, left
+        value = self.constant(right)
+        get = self.operand(left)
+        if value is None or self.constant(left) is not None:
+            other = self.operand(right)
+            test = _GENERAL_COMPARISONS[op]
+            return lambda item: test(get(item), other(item))
+        tag = type_of(value)
+        if op in ("=", "<>"):
+            if tag in _SCALARS:
+                # Validated scalars are canonical, so equality is plain dict equality.
+                if op == "=":
+                    return lambda item: get(item) == value
+                return lambda item: get(item) != value
+            if op == "=":
+                return lambda item: _equal(get(item), value)
+            return lambda item: not _equal(get(item), value)
+        if tag not in _ORDERED:
+            return lambda item: False
+        return self._ordered_against(get, _OPERATORS[op], tag, value)
+
+    @staticmethod
+    def _ordered_against(
+        get: Getter, test: Callable[[Any, Any], bool], tag: str, value: AttributeValue
+    ) -> Predicate:
+        if tag == "N":
+            number = Decimal(value["N"])
+
+            def against_number(item: Item) -> bool:
+                found = get(item)
+                text = found.get("N") if found is not None else None
+                return text is not None and test(Decimal(text), number)
+
+            return against_number
+        if tag == "S":
+            string = value["S"]
+
+            def against_string(item: Item) -> bool:
+                found = get(item)
+                text = found.get("S") if found is not None else None
+                # Python orders str by code point, which is the UTF-8 byte order DynamoDB uses.
+                return text is not None and test(text, string)
+
+            return against_string
+        data = base64.b64decode(value["B"])
+
+        def against_binary(item: Item) -> bool:
+            found = get(item)
+            text = found.get("B") if found is not None else None
+            return text is not None and test(base64.b64decode(text), data)
+
+        return against_binary
+
+    def between(self, node: ast.Between) -> Predicate:
+        get = self.operand(node.operand)
+        low_get, high_get = self.operand(node.low), self.operand(node.high)
+
+        def between(item: Item) -> bool:
+            value = get(item)
+            if value is None:
+                return False
+            low, high = low_get(item), high_get(item)
+            if low is None or high is None:
+                return False
+            lower, upper = compare(value, low), compare(value, high)
+            return lower is not None and upper is not None and lower >= 0 and upper <= 0
+
+        return between
+
+    def in_(self, node: ast.In) -> Predicate:
+        get = self.operand(node.operand)
+        choices = [self.operand(choice) for choice in node.choices]
+        return lambda item: (
+            (value := get(item)) is not None
+            and any(
+                equal(value, found) for choice in choices if (found := choice(item)) is not None
+            )
+        )
+
+    def function(self, node: ast.Call) -> Predicate:
+        name = node.name
+        if name == "attribute_exists":
+            get = self.operand(node.args[0])
+            return lambda item: get(item) is not None
+        if name == "attribute_not_exists":
+            get = self.operand(node.args[0])
+            return lambda item: get(item) is None
+        first, second = self.operand(node.args[0]), self.operand(node.args[1])
+        if name == "attribute_type":
+            type_value = self.constant(node.args[1])
+            assert type_value is not None
+            tag = type_value["S"]
+            return lambda item: (value := first(item)) is not None and tag in value
+        if name == "begins_with":
+            prefix = self.constant(node.args[1])
+            if prefix is not None and "S" in prefix:
+                text = prefix["S"]
+                return lambda item: (
+                    (value := first(item)) is not None
+                    and (found := value.get("S")) is not None
+                    and found.startswith(text)
+                )
+            return lambda item: _begins_with(first(item), second(item))
+        assert name == "contains"
+        return lambda item: contains(first(item), second(item))
+
+
+_COMPILERS: dict[type, Callable[[_Compiler, Any], Predicate]] = {
+    ast.And: _Compiler.and_,
+    ast.Or: _Compiler.or_,
+    ast.Not: _Compiler.not_,
+    ast.Compare: _Compiler.compare,
+    ast.Between: _Compiler.between,
+    ast.In: _Compiler.in_,
+    ast.Call: _Compiler.function,
+}
+
+
+def compile_condition(node: ast.Condition, binder: Binder) -> Predicate:
+    """Closures evaluating a checked condition; ``binder`` must hold its resolved placeholders."""
+    return _Compiler(binder).condition(node)
