@@ -1,0 +1,388 @@
+"""Reading and checking data-plane request parameters the way DynamoDB's front end does.
+
+DynamoDB checks a request in three passes, and the router's item and query handlers follow them:
+
+1. The JSON body is deserialised against the operation's input shape. A member of the wrong JSON
+   type stops the request with a SerializationException naming the token it found ("STRING_VALUE
+   cannot be converted to Integer"); JSON null means the member is absent.
+2. Every member is checked against the constraints of the service model (not null, length, range,
+   enum, pattern) and all violations are reported together: "2 validation errors detected: Value
+   '0' at 'limit' failed to satisfy constraint: ...; Value ...".
+3. The operation's own rules (expressions, keys against the schema, Select with projections, batch
+   sizes) run next, each failing on the first error with its own message.
+
+`RequestReader` implements the first two passes; the functions after it are the third-pass rules
+that several handlers share. Nothing here does IO: handlers read and check everything they can
+before they look up the table or call a node, so an invalid request never writes anything.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from core import limits, values
+from core.errors import SerializationError, ValidationError
+
+# Enum members in the order DynamoDB lists them in "Member must satisfy enum value set" messages.
+RETURN_VALUES = ("ALL_NEW", "UPDATED_OLD", "ALL_OLD", "NONE", "UPDATED_NEW")
+RETURN_VALUES_ON_FAILURE = ("ALL_OLD", "NONE")
+RETURN_CONSUMED_CAPACITY = ("INDEXES", "TOTAL", "NONE")
+RETURN_ITEM_COLLECTION_METRICS = ("SIZE", "NONE")
+CONDITIONAL_OPERATORS = ("OR", "AND")
+SELECT_VALUES = ("SPECIFIC_ATTRIBUTES", "COUNT", "ALL_ATTRIBUTES", "ALL_PROJECTED_ATTRIBUTES")
+
+# PutItem and DeleteItem can only return the item as it was: there is no "new" or "updated" image.
+RETURN_VALUES_OLD_ONLY = ("NONE", "ALL_OLD")
+
+# Table and index names: 3 to 255 characters of [a-zA-Z0-9_.-] (Developer Guide, naming rules).
+NAME_PATTERN = "[a-zA-Z0-9_.-]+"
+# AttributesToGet holds 1 to 255 names (AttributeNameList in the service model).
+ATTRIBUTES_TO_GET_MAX = 255
+
+# Integer members are Java ints in DynamoDB's model; a JSON number outside that range fails
+# deserialisation rather than a range constraint.
+_INT_MIN = -(2**31)
+_INT_MAX = 2**31 - 1
+
+
+def _token(value: Any) -> str:
+    """The name DynamoDB's deserialiser gives to the JSON token it found where another was due."""
+    if isinstance(value, bool):
+        return "BOOLEAN_VALUE"
+    if isinstance(value, int | float):
+        return "NUMBER_VALUE"
+    return "STRING_VALUE"
+
+
+def _not_scalar(value: Any) -> SerializationError | None:
+    if isinstance(value, dict):
+        return SerializationError("Start of structure or map found where not expected.")
+    if isinstance(value, list):
+        return SerializationError("Start of list found where not expected")
+    return None
+
+
+def shown(value: Any) -> str:
+    """A value the way DynamoDB's (Java) validator prints it inside "Value '...' at '...'"."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}={shown(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(shown(v) for v in value) + "]"
+    return str(value)
+
+
+def _lower_first(member: str) -> str:
+    return member[:1].lower() + member[1:]
+
+
+class RequestReader:
+    """Reads the members of one JSON object of a request (the body, or a nested structure).
+
+    Each accessor type-checks its member at once (pass 1, raising SerializationError) and records
+    constraint violations (pass 2) to be raised together by `check()`. A reader for a nested
+    structure shares its parent's violation list and prefixes its paths, as DynamoDB's messages do
+    ("requestItems.Music.member.keys").
+    """
+
+    def __init__(self, body: Any, *, path: str = "", violations: list[str] | None = None) -> None:
+        if not isinstance(body, dict):
+            raise SerializationError("Start of structure or map expected")
+        self.body: dict[str, Any] = body
+        self.path = path
+        self.violations: list[str] = violations if violations is not None else []
+
+    def nested(self, body: Any, path: str) -> RequestReader:
+        """A reader for a structure inside this one, reporting into the same violation list."""
+        if not isinstance(body, dict):
+            raise SerializationError("Unexpected value type in payload")
+        return RequestReader(body, path=path, violations=self.violations)
+
+    def present(self, member: str) -> bool:
+        return self.body.get(member) is not None
+
+    def where(self, member: str) -> str:
+        name = _lower_first(member)
+        return f"{self.path}.{name}" if self.path else name
+
+    def violation(self, member: str, value: Any, constraint: str) -> None:
+        """Record that `member` holding `value` failed `constraint` (DynamoDB's wording)."""
+        text = "null" if value is None else f"'{shown(value)}'"
+        self.violations.append(
+            f"Value {text} at '{self.where(member)}' failed to satisfy constraint: {constraint}"
+        )
+
+    def _required(self, member: str, required: bool) -> bool:
+        """True when the member is there; records a violation when it is required but missing."""
+        if self.body.get(member) is not None:
+            return True
+        if required:
+            self.violation(member, None, "Member must not be null")
+        return False
+
+    def _length(self, member: str, value: Any, size: int, lo: int | None, hi: int | None) -> None:
+        if lo is not None and size < lo:
+            self.violation(member, value, f"Member must have length greater than or equal to {lo}")
+        if hi is not None and size > hi:
+            self.violation(member, value, f"Member must have length less than or equal to {hi}")
+
+    # Scalars ----------------------------------------------------------------------------------
+
+    def string(
+        self,
+        member: str,
+        *,
+        required: bool = False,
+        enum: tuple[str, ...] | None = None,
+        min_length: int | None = None,
+        max_length: int | None = None,
+        pattern: str | None = None,
+    ) -> str | None:
+        """A String member, or None when absent."""
+        if not self._required(member, required):
+            return None
+        value = self.body[member]
+        if not isinstance(value, str):
+            raise _not_scalar(value) or SerializationError(
+                f"{_token(value)} cannot be converted to String"
+            )
+        if enum is not None and value not in enum:
+            self.violation(
+                member, value, f"Member must satisfy enum value set: [{', '.join(enum)}]"
+            )
+        if pattern is not None and not re.fullmatch(pattern, value):
+            self.violation(
+                member, value, f"Member must satisfy regular expression pattern: {pattern}"
+            )
+        self._length(member, value, len(value), min_length, max_length)
+        return value
+
+    def name(self, member: str, *, required: bool = False) -> str | None:
+        """A table or index name: 3 to 255 characters of [a-zA-Z0-9_.-]."""
+        return self.string(
+            member,
+            required=required,
+            pattern=NAME_PATTERN,
+            min_length=limits.TABLE_NAME_CHARS_MIN,
+            max_length=limits.TABLE_NAME_CHARS_MAX,
+        )
+
+    def integer(
+        self, member: str, *, minimum: int | None = None, maximum: int | None = None
+    ) -> int | None:
+        """An Integer member, or None when absent."""
+        if not self._required(member, False):
+            return None
+        value = self.body[member]
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise _not_scalar(value) or SerializationError(
+                f"{_token(value)} cannot be converted to Integer"
+            )
+        if isinstance(value, float):
+            if value != value or value in (float("inf"), float("-inf")):
+                raise SerializationError("NUMBER_VALUE cannot be converted to Integer")
+            # A fractional JSON number is truncated by the deserialiser, as Java's intValue() does.
+            value = int(value)
+        if not _INT_MIN <= value <= _INT_MAX:
+            raise SerializationError("NUMBER_VALUE cannot be converted to Integer")
+        if minimum is not None and value < minimum:
+            self.violation(
+                member, value, f"Member must have value greater than or equal to {minimum}"
+            )
+        if maximum is not None and value > maximum:
+            self.violation(member, value, f"Member must have value less than or equal to {maximum}")
+        return value
+
+    def boolean(self, member: str) -> bool | None:
+        """A Boolean member, or None when absent."""
+        if not self._required(member, False):
+            return None
+        value = self.body[member]
+        if not isinstance(value, bool):
+            raise _not_scalar(value) or SerializationError(
+                f"{_token(value)} cannot be converted to Boolean"
+            )
+        return value
+
+    # Containers -------------------------------------------------------------------------------
+
+    def mapping(
+        self,
+        member: str,
+        *,
+        required: bool = False,
+        min_length: int | None = None,
+        max_length: int | None = None,
+    ) -> dict[str, Any] | None:
+        """A Map member (a JSON object), or None when absent."""
+        if not self._required(member, required):
+            return None
+        value = self.body[member]
+        if isinstance(value, list):
+            raise SerializationError("Start of list found where not expected")
+        if not isinstance(value, dict):
+            raise SerializationError("Unexpected value type in payload")
+        self._length(member, value, len(value), min_length, max_length)
+        return value
+
+    def array(
+        self,
+        member: str,
+        *,
+        required: bool = False,
+        min_length: int | None = None,
+        max_length: int | None = None,
+    ) -> list[Any] | None:
+        """A List member (a JSON array), or None when absent."""
+        if not self._required(member, required):
+            return None
+        value = self.body[member]
+        if isinstance(value, dict):
+            raise SerializationError("Start of structure or map found where not expected.")
+        if not isinstance(value, list):
+            raise SerializationError("Unexpected value type in payload")
+        self._length(member, value, len(value), min_length, max_length)
+        return value
+
+    def string_list(
+        self, member: str, *, min_length: int | None = None, max_length: int | None = None
+    ) -> list[str] | None:
+        """A List of Strings, or None when absent."""
+        items = self.array(member, min_length=min_length, max_length=max_length)
+        if items is None:
+            return None
+        for item in items:
+            if not isinstance(item, str):
+                raise _not_scalar(item) or SerializationError(
+                    f"{_token(item)} cannot be converted to String"
+                )
+        return items
+
+    def string_map(self, member: str) -> dict[str, str] | None:
+        """A Map of String to String, or None when absent."""
+        mapping = self.mapping(member)
+        if mapping is None:
+            return None
+        for value in mapping.values():
+            if not isinstance(value, str):
+                raise _not_scalar(value) or SerializationError(
+                    f"{_token(value)} cannot be converted to String"
+                )
+        return mapping
+
+    def attribute_map(self, member: str, *, required: bool = False) -> dict[str, Any] | None:
+        """A Map of attribute name to AttributeValue (an item or a key), or None when absent.
+
+        Only its shape is checked here; its values are validated by `core.values` in pass 3.
+        """
+        mapping = self.mapping(member, required=required)
+        if mapping is None:
+            return None
+        for value in mapping.values():
+            if isinstance(value, list):
+                raise SerializationError("Start of list found where not expected")
+            if not isinstance(value, dict):
+                raise SerializationError("Unexpected value type in payload")
+        return mapping
+
+    def check(self) -> None:
+        """Raise every constraint violation recorded so far as one ValidationError."""
+        if not self.violations:
+            return
+        count = len(self.violations)
+        noun = "error" if count == 1 else "errors"
+        raise ValidationError(f"{count} validation {noun} detected: " + "; ".join(self.violations))
+
+
+# Shared third-pass rules ---------------------------------------------------------------------
+
+
+def read_common(reader: RequestReader) -> None:
+    """Members every data-plane operation may carry and the router accepts but does not act on.
+
+    ReturnConsumedCapacity and ReturnItemCollectionMetrics are checked against their enums so a
+    typo is reported as DynamoDB reports it; the reply omits ConsumedCapacity and
+    ItemCollectionMetrics until capacity accounting exists, rather than inventing numbers.
+    """
+    reader.string("ReturnConsumedCapacity", enum=RETURN_CONSUMED_CAPACITY)
+
+
+def check_return_values(return_values: str | None, allowed: tuple[str, ...]) -> str:
+    """The ReturnValues to use (NONE when absent), rejecting a value this operation cannot return.
+
+    The enum itself was checked by the reader; PutItem and DeleteItem accept only NONE and ALL_OLD,
+    and DynamoDB words that rejection differently from an enum violation.
+    """
+    if return_values is None:
+        return "NONE"
+    if return_values not in allowed:
+        raise ValidationError("Return values set to invalid value")
+    return return_values
+
+
+def check_attributes_to_get(attributes: list[str] | None) -> None:
+    """AttributesToGet may not name one attribute twice."""
+    if attributes is None:
+        return
+    seen: set[str] = set()
+    for name in attributes:
+        if name in seen:
+            raise ValidationError(
+                "One or more parameter values were invalid: Duplicate value in attribute name: "
+                + name
+            )
+        seen.add(name)
+
+
+def select_mode(
+    select: str | None,
+    *,
+    projection: bool,
+    attributes_to_get: bool,
+    index_name: str | None,
+) -> str:
+    """The Select a Query or Scan runs with, enforcing DynamoDB's combination rules.
+
+    Without Select, a projection means SPECIFIC_ATTRIBUTES and otherwise ALL_ATTRIBUTES (on a
+    table). A projection contradicts ALL_ATTRIBUTES, ALL_PROJECTED_ATTRIBUTES and COUNT;
+    SPECIFIC_ATTRIBUTES needs a projection; ALL_PROJECTED_ATTRIBUTES needs an index.
+    """
+    if select is None:
+        return "SPECIFIC_ATTRIBUTES" if projection or attributes_to_get else "ALL_ATTRIBUTES"
+    if select != "SPECIFIC_ATTRIBUTES":
+        chosen = "only the Count" if select == "COUNT" else select
+        if attributes_to_get:
+            raise ValidationError(
+                f"Cannot specify the AttributesToGet when choosing to get {chosen}"
+            )
+        if projection:
+            raise ValidationError(
+                f"Cannot specify the ProjectionExpression when choosing to get {chosen}"
+            )
+    elif not (projection or attributes_to_get):
+        raise ValidationError(
+            "Must specify the AttributesToGet or ProjectionExpression when choosing to get "
+            "SPECIFIC_ATTRIBUTES"
+        )
+    if select == "ALL_PROJECTED_ATTRIBUTES" and index_name is None:
+        raise ValidationError(
+            "ALL_PROJECTED_ATTRIBUTES can be used only when Querying using an IndexName"
+        )
+    return select
+
+
+def key_identity(pk: dict[str, Any], sk: dict[str, Any] | None) -> tuple[Any, ...]:
+    """A hashable identity of a validated primary key, for duplicate detection in batches.
+
+    Values are normalised by `core.values`, so equal keys have equal text (numbers canonical,
+    binaries canonical base64).
+    """
+    pk_tag = values.type_of(pk)
+    if sk is None:
+        return (pk_tag, pk[pk_tag])
+    sk_tag = values.type_of(sk)
+    return (pk_tag, pk[pk_tag], sk_tag, sk[sk_tag])
