@@ -106,6 +106,9 @@ RPC_RECONNECT_BACKOFF_SECONDS_MAX = 2.0
 # in-flight calls, within ping interval plus timeout.
 RPC_KEEPALIVE_SECONDS = 10.0
 RPC_KEEPALIVE_TIMEOUT_SECONDS = 5.0
+# One message write on a node stream; a peer that stops reading for this long (its connection still
+# alive, so keepalive cannot tell) has its stream broken instead of stalling every call behind it.
+RPC_SEND_SECONDS_MAX = 10.0
 # A stopping node finishes in-flight requests for at most this long before cutting them off.
 NODE_SHUTDOWN_GRACE_SECONDS = 5.0
 

@@ -100,7 +100,7 @@ class NodeServicer(node_pb2_grpc.StorageNodeServicer):  # type: ignore[misc]
                 await stream.ready.wait()
                 stream.ready.clear()
                 for batch in stream.take_batches():
-                    await context.write(batch)
+                    await asyncio.wait_for(context.write(batch), limits.RPC_SEND_SECONDS_MAX)
                 if stream.finished():
                     break
         finally:

@@ -66,9 +66,7 @@ class NodeClient:
         deadline = loop.time() + timeout
         stream = await self._open_stream(op, deadline)
         request_id = next(self._ids)
-        future = stream.send(
-            node_pb2.Request(id=request_id, op=op, body=orjson.dumps(body)), loop
-        )
+        future = stream.send(node_pb2.Request(id=request_id, op=op, body=orjson.dumps(body)), loop)
         expiry = loop.call_at(deadline, _expire, future, self.address, op, timeout)
         try:
             response = await future
@@ -184,9 +182,12 @@ class _Stream:
                 await self.outbox_ready.wait()
                 self.outbox_ready.clear()
                 while self.outbox:
-                    await self.call.write(node_pb2.RequestBatch(requests=self._take_batch()))
+                    batch = node_pb2.RequestBatch(requests=self._take_batch())
+                    await asyncio.wait_for(self.call.write(batch), limits.RPC_SEND_SECONDS_MAX)
         except asyncio.CancelledError:
             raise
+        except TimeoutError:
+            self.fail(ServiceUnavailable(f"Node {self.client.address} stopped reading its stream"))
         except Exception as error:
             self.fail(ServiceUnavailable(f"Stream to node {self.client.address} broke: {error}"))
 
