@@ -121,9 +121,10 @@ class StorageNode:
         range_condition = body.get("range")
         if range_condition is not None and partition.range_name is None:
             raise ValidationError("Query key condition not supported: the table has no sort key")
-        lo, hi = query_bounds(
-            partition, hash_value, range_condition, body.get("exclusive_start"), forward=forward
-        )
+        start = body.get("exclusive_start")
+        if start is not None and start.get(partition.hash_name) != hash_value:
+            raise ValidationError("The provided starting key is invalid: it is not in the query")
+        lo, hi = query_bounds(partition, hash_value, range_condition, start, forward=forward)
         key_matches = None
         if range_condition is not None:
             assert partition.range_name is not None

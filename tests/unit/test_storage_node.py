@@ -555,3 +555,8 @@ def test_a_write_that_crashes_is_dropped_from_its_batch_and_the_rest_commit(h: H
     assert results[0]["new_bytes"] == results[2]["new_bytes"] == item_size_bytes(song("a", 1))
     assert [record["seq"] for record in h.changes()] == [1, 2]
     assert h.get(song("a", 2)) == song("a", 2)
+
+
+def test_query_refuses_a_start_key_from_another_item_collection(songs: Harness) -> None:
+    with pytest.raises(ValidationError, match="starting key"):
+        songs.query(exclusive_start=song("b", 1))
