@@ -90,9 +90,7 @@ async def serve(args: argparse.Namespace) -> None:
     )
     await runner.setup()
     try:
-        site = web.TCPSite(
-            runner, host, port, shutdown_timeout=limits.ROUTER_SHUTDOWN_GRACE_SECONDS
-        )
+        site = web.TCPSite(runner, host, port)
         await site.start()
         bound_host, bound_port = runner.addresses[0][:2]
         listening = f"{bound_host}:{bound_port}"
