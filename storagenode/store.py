@@ -18,6 +18,8 @@ been fsynced, so an acknowledged write survives kill -9 and power loss.
 
 from __future__ import annotations
 
+import fcntl
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,6 +33,7 @@ TABLE_ID_BYTES = 16
 SEQ_BYTES = 8
 PARTITION_ID_BYTES_MAX = 255  # The change-log key gives a partition id's length one byte.
 CATALOG_KEY = b"catalog"
+LOCK_FILE = "node.lock"
 _DATABASES = (b"items", b"changelog", b"partitions", b"catalog")
 
 
@@ -73,6 +76,14 @@ class Store:
 
     def __init__(self, path: Path, map_size: int) -> None:
         path.mkdir(parents=True, exist_ok=True)
+        # LMDB itself tolerates several processes, but each node keeps partition metadata in memory,
+        # so a second node on the same directory would act on stale metadata: refuse it.
+        self._lock_fd = os.open(path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock_fd)
+            raise OSError(f"{path} is in use by another storage node") from None
         self.env = lmdb.open(str(path), map_size=map_size, max_dbs=len(_DATABASES))
         self.items, self.changelog, self.partitions, self.catalog = (
             self.env.open_db(name) for name in _DATABASES
@@ -81,6 +92,7 @@ class Store:
     def close(self) -> None:
         """Close the environment; callers must have finished every transaction."""
         self.env.close()
+        os.close(self._lock_fd)
 
     def begin_read(self) -> lmdb.Transaction:
         return self.env.begin(buffers=False)

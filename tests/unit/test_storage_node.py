@@ -560,3 +560,8 @@ def test_a_write_that_crashes_is_dropped_from_its_batch_and_the_rest_commit(h: H
 def test_query_refuses_a_start_key_from_another_item_collection(songs: Harness) -> None:
     with pytest.raises(ValidationError, match="starting key"):
         songs.query(exclusive_start=song("b", 1))
+
+
+def test_a_second_store_on_the_same_directory_is_refused(h: Harness) -> None:
+    with pytest.raises(OSError, match="in use by another storage node"):
+        Store(h.path, MAP_SIZE_BYTES)
