@@ -49,7 +49,7 @@ log = logging.getLogger("router.tables")
 ACCOUNT_ID = "000000000000"  # dynalab has no accounts; ARNs name this one, as DynamoDB Local does.
 ENDPOINT_CACHE_MINUTES = 1440  # DescribeEndpoints: DynamoDB tells clients to cache it for a day.
 
-_NOT_SUPPORTED = "One or more parameter values were invalid: "
+_INVALID = "One or more parameter values were invalid: "
 
 
 def _table_not_found(name: str) -> ResourceNotFound:
@@ -155,9 +155,18 @@ def _read_create_table(body: dict[str, Any]) -> dict[str, Any]:
             member: _read_units(nested, member)
             for member in ("ReadCapacityUnits", "WriteCapacityUnits")
         }
+    stream = reader.mapping("StreamSpecification")
+    deletion_protection = reader.boolean("DeletionProtectionEnabled")
     name = schema.check_table_name(name)
     reader.check()
-    _reject_unsupported(reader)
+    # Refuse what dynalab does not have yet, rather than pretend to have it.
+    for member in ("LocalSecondaryIndexes", "GlobalSecondaryIndexes"):
+        if reader.present(member):
+            raise ValidationError(_INVALID + f"Secondary indexes are not supported yet ({member})")
+    if stream is not None and stream.get("StreamEnabled"):
+        raise ValidationError(_INVALID + "DynamoDB Streams are not supported yet")
+    if deletion_protection:
+        raise ValidationError(_INVALID + "Deletion protection is not supported yet")
     # Past reader.check(), every element holds its fields and every unit is at least 1.
     units = None if throughput is None else {k: v for k, v in throughput.items() if v is not None}
     billing = schema.build_throughput(billing_mode, units)
@@ -167,20 +176,6 @@ def _read_create_table(body: dict[str, Any]) -> dict[str, Any]:
         "attribute_definitions": definitions,
         **billing,
     }
-
-
-def _reject_unsupported(reader: RequestReader) -> None:
-    """Refuse the CreateTable features dynalab does not have yet, rather than pretend to."""
-    for member in ("LocalSecondaryIndexes", "GlobalSecondaryIndexes"):
-        if reader.present(member):
-            raise ValidationError(
-                _NOT_SUPPORTED + f"Secondary indexes are not supported yet ({member})"
-            )
-    stream = reader.mapping("StreamSpecification")
-    if stream is not None and stream.get("StreamEnabled"):
-        raise ValidationError(_NOT_SUPPORTED + "DynamoDB Streams are not supported yet")
-    if reader.boolean("DeletionProtectionEnabled"):
-        raise ValidationError(_NOT_SUPPORTED + "Deletion protection is not supported yet")
 
 
 # Describing tables -----------------------------------------------------------------------------

@@ -473,6 +473,16 @@ CREATE_TABLE_ERRORS = [
         "ValidationException",
         INVALID + "Secondary indexes are not supported yet (GlobalSecondaryIndexes)",
     ),
+    (
+        _set("StreamSpecification", {"StreamEnabled": True, "StreamViewType": "NEW_IMAGE"}),
+        "ValidationException",
+        INVALID + "DynamoDB Streams are not supported yet",
+    ),
+    (
+        _set("DeletionProtectionEnabled", True),
+        "ValidationException",
+        INVALID + "Deletion protection is not supported yet",
+    ),
 ]
 
 
