@@ -240,17 +240,18 @@ class RouterContext:
     async def _after_stale(self, table: Table, backoff: float) -> tuple[Table, float]:
         """The table's descriptor after a stale-epoch refusal, and the next backoff.
 
-        The catalog is re-read. If the table is gone, no longer serving, or was dropped and created
-        again (a new id: the request was checked against the old key schema), the request fails as
-        on a missing table. If the catalog has not caught up yet (a split still committing), wait
-        before the next try.
+        The catalog is re-read. If the table is gone or no longer serving, the request fails as on
+        a missing table. A table dropped and created again under the same name (a new id) serves
+        the request if its key schema is the same, since the request was checked against that
+        schema; with another schema it fails as on a missing table. If the catalog has not caught
+        up yet (a split still committing), wait before the next try.
         """
         await self.refresh()
         current = self.tables.get(table["name"])
         if (
             current is None
-            or current["id"] != table["id"]
             or current["status"] not in SERVING_STATUSES
+            or current["key_schema"] != table["key_schema"]
         ):
             raise ResourceNotFound(TABLE_NOT_FOUND)
         if current is table:

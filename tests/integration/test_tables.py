@@ -7,6 +7,7 @@ protocol's own errors through raw HTTP.
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import datetime
 import http.client
@@ -22,7 +23,11 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
+from core import limits
+from core.errors import ResourceNotFound
 from dynalab.cluster import LocalCluster
+from dynalab.rpc import ops
+from router.context import RouterContext
 
 INVALID = "One or more parameter values were invalid: "
 # Routers re-read the catalog every second; a change made through one router must show in another
@@ -577,6 +582,145 @@ def test_describe_endpoints(cluster: LocalCluster, dynamodb_for: Callable[[str],
     for url in cluster.router_urls:
         endpoints = dynamodb_for(url).describe_endpoints()["Endpoints"]
         assert endpoints == [{"Address": url.removeprefix("http://"), "CachePeriodInMinutes": 1440}]
+
+
+# The router's context, driven directly ---------------------------------------------------------
+#
+# A RouterContext of the test's own, never started, so its catalog cache changes only when it reads
+# the catalog itself: the tests below change tables through a router behind its back and check
+# that it routes keys right, recovers from the stale map, and fails as DynamoDB would.
+
+
+def context_for(cluster: LocalCluster) -> RouterContext:
+    return RouterContext({node.node_id: node.address for node in cluster.nodes}, "test")
+
+
+def put_body(key: str, number: int) -> dict[str, Any]:
+    return {"item": {"pk": {"S": key}, "n": {"N": str(number)}}, "return_values": "NONE"}
+
+
+def get_body(key: str) -> dict[str, Any]:
+    return {"key": {"pk": {"S": key}}, "consistent": True}
+
+
+async def scan_all(ctx: RouterContext, table: dict[str, Any]) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    for partition in ctx.partition_map(table).partitions:
+        body = {"select": "ALL_ATTRIBUTES", "page_bytes": limits.QUERY_PAGE_BYTES_MAX}
+        reply = await ctx.call_partition(table, partition, ops.SCAN, body)
+        assert reply["partition"] is partition
+        assert reply["last_key"] is None
+        items.extend(reply["items"])
+    return items
+
+
+async def test_context_routes_every_key_to_its_partition(
+    cluster: LocalCluster, dynamodb: Any, table_name: Callable[[], str]
+) -> None:
+    name = table_name()
+    dynamodb.create_table(**simple_table(name))
+    ctx = context_for(cluster)
+    try:
+        table = await ctx.table(name)
+        # An on-demand table starts with several partitions, spread over the nodes; a key sent to
+        # any but its own partition would be refused (a key outside a partition is a stale map).
+        assert len(ctx.partition_map(table)) > 1
+        for i in range(40):
+            await ctx.call_key(table, {"S": f"key-{i}"}, None, ops.PUT, put_body(f"key-{i}", i))
+        for i in range(40):
+            reply = await ctx.call_key(
+                table, {"S": f"key-{i}"}, None, ops.GET, get_body(f"key-{i}")
+            )
+            assert reply["item"] == {"pk": {"S": f"key-{i}"}, "n": {"N": str(i)}}
+        assert len(await scan_all(ctx, table)) == 40
+        described = dynamodb.describe_table(TableName=name)["Table"]
+        assert described["ItemCount"] == 40
+        assert described["TableSizeBytes"] > 0
+    finally:
+        await ctx.close()
+
+
+async def test_context_follows_a_table_created_again(
+    cluster: LocalCluster, dynamodb: Any, table_name: Callable[[], str]
+) -> None:
+    name = table_name()
+    dynamodb.create_table(**simple_table(name))
+    ctx = context_for(cluster)
+    try:
+        old = await ctx.table(name)
+        await ctx.call_key(old, {"S": "a"}, None, ops.PUT, put_body("a", 1))
+        dynamodb.delete_table(TableName=name)
+        dynamodb.create_table(**simple_table(name))
+        assert await ctx.table(name) is old, "the context has not seen the change yet"
+
+        # The old table's partitions are gone: the node refuses, the context re-reads the catalog
+        # and, the key schema being the same, writes to the new table.
+        await ctx.call_key(old, {"S": "b"}, None, ops.PUT, put_body("b", 2))
+        new = await ctx.table(name)
+        assert new["id"] != old["id"]
+        reply = await ctx.call_key(new, {"S": "b"}, None, ops.GET, get_body("b"))
+        assert reply["item"] == {"pk": {"S": "b"}, "n": {"N": "2"}}
+        assert (await ctx.call_key(new, {"S": "a"}, None, ops.GET, get_body("a")))["item"] is None
+
+        # A scan of a partition of the old table is answered by the new table's partition that
+        # holds the same start bound.
+        stale_partition = ctx.partition_map(old).partitions[0]
+        body = {"select": "ALL_ATTRIBUTES", "page_bytes": limits.QUERY_PAGE_BYTES_MAX}
+        reply = await ctx.call_partition(old, stale_partition, ops.SCAN, body)
+        assert reply["partition"] in new["partitions"]
+        assert reply["partition"]["start"] == stale_partition["start"]
+    finally:
+        await ctx.close()
+
+
+async def test_context_refuses_a_table_gone_or_changed(
+    cluster: LocalCluster, dynamodb: Any, table_name: Callable[[], str]
+) -> None:
+    name = table_name()
+    dynamodb.create_table(**simple_table(name))
+    ctx = context_for(cluster)
+    try:
+        old = await ctx.table(name)
+        dynamodb.delete_table(TableName=name)
+        # Created again with a sort key: a request checked against the old schema must not run.
+        request = simple_table(name)
+        request["AttributeDefinitions"].append({"AttributeName": "sk", "AttributeType": "S"})
+        request["KeySchema"].append({"AttributeName": "sk", "KeyType": "RANGE"})
+        dynamodb.create_table(**request)
+        with pytest.raises(ResourceNotFound) as raised:
+            await ctx.call_key(old, {"S": "a"}, None, ops.PUT, put_body("a", 1))
+        assert raised.value.message == "Requested resource not found"
+
+        # Dropped for good: the cached descriptor still names it, the node does not.
+        composite = await ctx.table(name)
+        dynamodb.delete_table(TableName=name)
+        body = {"item": {"pk": {"S": "a"}, "sk": {"S": "b"}}, "return_values": "NONE"}
+        with pytest.raises(ResourceNotFound):
+            await ctx.call_key(composite, {"S": "a"}, {"S": "b"}, ops.PUT, body)
+        with pytest.raises(ResourceNotFound):
+            await ctx.table(name)
+    finally:
+        await ctx.close()
+
+
+async def test_context_refreshes_in_the_background(
+    cluster: LocalCluster, dynamodb: Any, table_name: Callable[[], str]
+) -> None:
+    ctx = context_for(cluster)
+    await ctx.start()
+    try:
+        name = table_name()
+        dynamodb.create_table(**simple_table(name))
+        deadline = time.monotonic() + CATALOG_PROPAGATION_S
+        while name not in ctx.tables:
+            assert time.monotonic() < deadline, "the new table never reached the cache"
+            await asyncio.sleep(0.05)
+        dynamodb.delete_table(TableName=name)
+        while name in ctx.tables:
+            assert time.monotonic() < deadline, "the deleted table never left the cache"
+            await asyncio.sleep(0.05)
+    finally:
+        await ctx.close()
 
 
 # The wire protocol -----------------------------------------------------------------------------
