@@ -27,7 +27,7 @@ from typing import Any
 from core.errors import ValidationError
 from core.expressions import ast
 from core.expressions.binding import Binder
-from core.values import AttributeValue, compare, equal, type_of, validate_value
+from core.values import AttributeValue, compare, type_of, validate_value
 
 RANGE_OPERATORS = ("=", "<", "<=", ">", ">=", "BETWEEN", "begins_with")
 _OPERAND_COUNTS = {op: 2 if op == "BETWEEN" else 1 for op in RANGE_OPERATORS}
@@ -89,8 +89,6 @@ class RangeCondition:
         if value is None:
             return False
         op = self.op
-        if op == "=":
-            return equal(value, self.values[0])
         if op == "begins_with":
             prefix = self.values[0]
             if "S" in value and "S" in prefix:
@@ -104,6 +102,8 @@ class RangeCondition:
         order = compare(value, self.values[0])
         if order is None:
             return False
+        if op == "=":
+            return order == 0
         if op == "<":
             return order < 0
         if op == "<=":
