@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from core import limits
-from core.errors import ServiceUnavailable, StaleEpoch
+from core.errors import ConditionalCheckFailed, ServiceUnavailable, StaleEpoch
 from dynalab.rpc import ops
 from storagenode.commit import GroupCommitter
 from storagenode.node import StorageNode
@@ -115,3 +115,31 @@ async def test_close_commits_what_is_queued_then_refuses_writes() -> None:
     assert all(future.result() == {"op": "put"} for future in futures)
     with pytest.raises(ServiceUnavailable, match="shutting down"):
         committer.submit("put", {})
+
+
+async def test_conditions_and_updates_are_atomic_under_concurrency(tmp_path: Path) -> None:
+    store = Store(tmp_path / "node", 1 << 28)
+    node = StorageNode(store)
+    committer = GroupCommitter(node.apply_writes)
+    committer.start()
+    await committer.submit(ops.CREATE_PARTITION, {"table": TABLE, "partition": PARTITION})
+    guarded = [
+        committer.submit(ops.PUT, {**put("once"), "condition": "attribute_not_exists(pk)"})
+        for _ in range(50)
+    ]
+    outcomes = await asyncio.gather(*guarded, return_exceptions=True)
+    assert sum(isinstance(outcome, dict) for outcome in outcomes) == 1
+    assert sum(isinstance(outcome, ConditionalCheckFailed) for outcome in outcomes) == 49
+    increment = {
+        "table_id": TABLE["id"],
+        "partition_id": "p0",
+        "epoch": 1,
+        "key": {"pk": {"S": "counter"}},
+        "update": "ADD c :one",
+        "values": {":one": {"N": "1"}},
+        "return_values": "UPDATED_NEW",
+    }
+    replies = await asyncio.gather(*(committer.submit(ops.UPDATE, increment) for _ in range(200)))
+    assert sorted(int(reply["attributes"]["c"]["N"]) for reply in replies) == list(range(1, 201))
+    await committer.close(CLOSE_SECONDS)
+    store.close()
