@@ -1,0 +1,80 @@
+"""Fixtures for the integration tests: a real cluster on loopback and boto3 clients for it.
+
+Every test under tests/integration is marked `integration` here, so `pytest -m "not integration"`
+runs only the fast tests. The `cluster` fixture is module-scoped: starting five processes costs a
+few seconds, so the tests of one module share a cluster and keep apart by using their own tables
+(`table_name()` hands out unique names).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from botocore.config import Config
+
+from dynalab.cluster import LocalCluster
+
+INTEGRATION_DIR = Path(__file__).resolve().parent
+REGION = "us-east-1"
+# The router accepts any credentials; botocore refuses to sign without some.
+DUMMY_CREDENTIALS = {"aws_access_key_id": "dynalab", "aws_secret_access_key": "dynalab"}
+# One attempt, so a test sees the first error instead of a retried success; parameter validation
+# off, so tests can send what boto3 would refuse and check the server's own ValidationException.
+CLIENT_CONFIG = Config(
+    retries={"total_max_attempts": 1},
+    parameter_validation=False,
+    connect_timeout=5,
+    read_timeout=30,
+)
+_table_numbers = itertools.count(1)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if INTEGRATION_DIR in item.path.parents:
+            item.add_marker(pytest.mark.integration)
+
+
+def dynamodb_client(endpoint_url: str) -> Any:
+    """A boto3 DynamoDB client for `endpoint_url`, configured as the integration tests expect."""
+    # A session of its own, so nothing from the environment (profiles, AWS_* variables) leaks in.
+    session = boto3.session.Session(region_name=REGION, **DUMMY_CREDENTIALS)
+    return session.client("dynamodb", endpoint_url=endpoint_url, config=CLIENT_CONFIG)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """Three storage nodes and two routers, started for the module and stopped after it."""
+    with LocalCluster(tmp_path_factory.mktemp("cluster"), nodes=3, routers=2) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def dynamodb(cluster: LocalCluster) -> Any:
+    """A boto3 DynamoDB client for the cluster's first router."""
+    return dynamodb_client(cluster.router_url)
+
+
+@pytest.fixture(scope="session")
+def dynamodb_for() -> Callable[[str], Any]:
+    """Makes a client like `dynamodb` for any endpoint: `dynamodb_for(cluster.router_urls[1])`."""
+    return dynamodb_client
+
+
+@pytest.fixture
+def table_name(request: pytest.FixtureRequest) -> Callable[[], str]:
+    """Makes table names that are unique in the session and say which test made them:
+    `name = table_name()`."""
+    # Table names allow [a-zA-Z0-9_.-] only, and at most 255 characters.
+    test = re.sub(r"[^a-zA-Z0-9_.-]+", "-", request.node.name)[:200]
+
+    def make() -> str:
+        return f"{test}-{next(_table_numbers)}"
+
+    return make
