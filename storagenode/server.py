@@ -215,24 +215,27 @@ class NodeServer:
 
     async def start(self) -> str:
         """Open the store and serve; return the address actually bound (listen may say port 0)."""
+        server = grpc.aio.server(options=SERVER_OPTIONS)
+        # Bind before opening the store, so a taken port fails before anything needs closing.
+        try:
+            port = server.add_insecure_port(self.listen)
+        except RuntimeError as error:
+            raise OSError(f"Cannot listen on {self.listen}: {error}") from None
+        if port == 0:
+            raise OSError(f"Cannot listen on {self.listen}")
         self._store = Store(self.data_dir, self.map_size)
         node = StorageNode(self._store)
         self._committer = GroupCommitter(node.apply_writes)
         self._committer.start()
-        server = grpc.aio.server(options=SERVER_OPTIONS)
         self._servicer = NodeServicer(node, self._committer)
         node_pb2_grpc.add_StorageNodeServicer_to_server(self._servicer, server)
         self._health = health_aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
-        host = self.listen.rsplit(":", 1)[0]
-        port = server.add_insecure_port(self.listen)
-        if port == 0:
-            raise OSError(f"Cannot listen on {self.listen}")
         self._server = server
         await server.start()
         for service in ("", SERVICE_NAME):
             await self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
-        self.address = f"{host}:{port}"
+        self.address = f"{self.listen.rsplit(':', 1)[0]}:{port}"
         logger.info(
             "node %s serving %d partitions from %s",
             self.node_id,

@@ -232,3 +232,9 @@ async def test_a_closed_client_refuses_calls(fake: tuple[FakeNode, NodeClient]) 
         await pending
     with pytest.raises(ServiceUnavailable):
         await client.call("echo", {}, TIMEOUT_SECONDS)
+
+
+async def test_a_node_refuses_a_taken_port(node: NodeServer, tmp_path: Path) -> None:
+    second = NodeServer("other", node.address, tmp_path / "other", map_size=MAP_SIZE_BYTES)
+    with pytest.raises(OSError, match="Cannot listen"):
+        await second.start()
