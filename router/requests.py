@@ -19,6 +19,7 @@ before they look up the table or call a node, so an invalid request never writes
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from core import limits, values
@@ -375,14 +376,42 @@ def select_mode(
     return select
 
 
-def key_identity(pk: dict[str, Any], sk: dict[str, Any] | None) -> tuple[Any, ...]:
-    """A hashable identity of a validated primary key, for duplicate detection in batches.
+def key_identity(key: Mapping[str, Any]) -> tuple[Any, ...]:
+    """A hashable identity of a validated key item, for finding duplicates in a batch.
 
-    Values are normalised by `core.values`, so equal keys have equal text (numbers canonical,
-    binaries canonical base64).
+    Values are normalised by `core.values` (numbers canonical, binaries canonical base64), so
+    equal keys have equal identities whatever their spelling in the request.
     """
-    pk_tag = values.type_of(pk)
-    if sk is None:
-        return (pk_tag, pk[pk_tag])
-    sk_tag = values.type_of(sk)
-    return (pk_tag, pk[pk_tag], sk_tag, sk[sk_tag])
+    return tuple(
+        sorted(
+            (name, values.type_of(value), value[values.type_of(value)])
+            for name, value in key.items()
+        )
+    )
+
+
+def check_conditional_operator(
+    conditional_operator: str | None, conditions: dict[str, Any] | None
+) -> None:
+    """ConditionalOperator joins the conditions of Expected, QueryFilter or ScanFilter.
+
+    DynamoDB refuses it without such a map, and with a map of one condition (nothing to join).
+    """
+    if conditional_operator is None:
+        return
+    if not conditions:
+        raise ValidationError("ConditionalOperator cannot be used without Filter or Expected")
+    if len(conditions) < 2:
+        raise ValidationError(
+            "ConditionalOperator can only be used when Filter or Expected has two or more elements"
+        )
+
+
+def check_index(index_name: str | None) -> None:
+    """An IndexName must name one of the table's secondary indexes.
+
+    Table descriptors (`dynalab.rpc.ops`) hold no secondary indexes yet, since CreateTable refuses
+    them, so every IndexName gets DynamoDB's answer for a table without that index.
+    """
+    if index_name is not None:
+        raise ValidationError(f"The table does not have the specified index: {index_name}")

@@ -1,0 +1,619 @@
+"""The item operations: PutItem, GetItem, UpdateItem, DeleteItem, BatchGetItem and BatchWriteItem.
+
+Each handler reads its request in DynamoDB's three passes (`router.requests`), translates legacy
+parameters (Expected, AttributeUpdates, AttributesToGet) into expressions
+(`core.expressions.legacy`) so that nodes only ever see expressions, checks every expression and
+placeholder, and only then looks up the table, checks the key against its schema and sends one
+request to the partition that holds the key (`RouterContext.call_key`). The node evaluates the
+condition and applies the write atomically, and answers with the item image ReturnValues asks for.
+
+The batch operations check every request they carry before any is sent, so an invalid batch
+writes nothing, and then fan out to the nodes concurrently, each call under the context's per-call
+deadline. A key whose node is unavailable or throttled is handed back as unprocessed
+(UnprocessedKeys, UnprocessedItems) for the client to retry, as DynamoDB does, rather than failing
+the whole batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import re
+from typing import Any
+
+from core import expressions, limits, schema, values
+from core.errors import (
+    SerializationError,
+    ServiceUnavailable,
+    ThroughputExceeded,
+    ValidationError,
+)
+from core.expressions import legacy
+from core.size import check_item_size, item_size_bytes
+from dynalab.rpc import ops
+from router.context import RouterContext
+from router.requests import (
+    ATTRIBUTES_TO_GET_MAX,
+    CONDITIONAL_OPERATORS,
+    NAME_PATTERN,
+    RETURN_ITEM_COLLECTION_METRICS,
+    RETURN_VALUES,
+    RETURN_VALUES_OLD_ONLY,
+    RETURN_VALUES_ON_FAILURE,
+    RequestReader,
+    check_conditional_operator,
+    check_return_values,
+    key_identity,
+    read_common,
+)
+
+Item = dict[str, Any]
+
+_KEY_MISMATCH = "The provided key element does not match the schema"
+_DUPLICATE_KEYS = "Provided list of item keys contains duplicates"
+# BatchWriteItem's answer to an entry with neither or both of PutRequest and DeleteRequest.
+_ONE_REQUEST = (
+    "Supplied AttributeValue has more than one datatypes set, must contain exactly one of the "
+    "supported datatypes"
+)
+# Errors that leave one key of a batch unprocessed instead of failing the batch: the key's node
+# cannot be reached in time, or its partition is over its throughput.
+_RETRYABLE = (ServiceUnavailable, ThroughputExceeded)
+
+
+# Expressions -----------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class _Expressions:
+    """A write's or read's expressions as a node gets them: texts plus one names/values pair."""
+
+    condition: str | None = None
+    update: str | None = None
+    projection: str | None = None
+    names: dict[str, str] | None = None
+    values: dict[str, Any] | None = None
+
+    def node_fields(self) -> dict[str, Any]:
+        return {"names": self.names, "values": self.values}
+
+
+def _merge(translations: list[legacy.Translation | None]) -> tuple[dict[str, str], dict[str, Any]]:
+    """The names and values of legacy translations, whose placeholder prefixes never collide."""
+    names: dict[str, str] = {}
+    merged_values: dict[str, Any] = {}
+    for translation in translations:
+        if translation is not None:
+            names.update(translation.names)
+            merged_values.update(translation.values)
+    return names, merged_values
+
+
+def _write_expressions(
+    body: dict[str, Any],
+    *,
+    update_text: str | None = None,
+    attribute_updates: dict[str, Any] | None = None,
+) -> _Expressions:
+    """Check a write's ConditionExpression (or Expected) and UpdateExpression (or AttributeUpdates).
+
+    `legacy.check_parameter_mix` has run, so the request uses either expressions, with its own
+    ExpressionAttributeNames/Values, or legacy parameters, which bring generated placeholders.
+    """
+    expected = body.get("Expected")
+    condition_text = body.get("ConditionExpression")
+    conditional_operator = body.get("ConditionalOperator")
+    check_conditional_operator(conditional_operator, expected)
+    names = body.get("ExpressionAttributeNames")
+    raw_values = body.get("ExpressionAttributeValues")
+    if expected is not None or attribute_updates is not None:
+        condition_translation = (
+            legacy.expected_condition(expected, conditional_operator)
+            if expected is not None
+            else None
+        )
+        update_translation = (
+            legacy.update_expression(attribute_updates) if attribute_updates is not None else None
+        )
+        legacy_names, legacy_values = _merge([condition_translation, update_translation])
+        result = _Expressions(
+            condition=None if condition_translation is None else condition_translation.expression,
+            update=None if update_translation is None else update_translation.expression,
+            names=legacy_names or None,
+            values=legacy_values or None,
+        )
+        # The translations are checked like client expressions, which they now are.
+        if result.condition is not None:
+            expressions.condition(result.condition, result.names, result.values)
+        if result.update is not None:
+            expressions.update(result.update, result.names, result.values)
+        return result
+    normalised = expressions.check_attribute_maps(names, raw_values) or None
+    compiled: list[Any] = []
+    if update_text is not None:
+        compiled.append(expressions.update(update_text, names, normalised))
+    if condition_text is not None:
+        compiled.append(expressions.condition(condition_text, names, normalised))
+    expressions.check_unused(names, raw_values, *compiled)
+    return _Expressions(
+        condition=condition_text, update=update_text, names=names, values=normalised
+    )
+
+
+def _read_expressions(
+    projection_text: str | None, attributes_to_get: list[str] | None, names: dict[str, str] | None
+) -> _Expressions:
+    """Check a read's ProjectionExpression, or translate its AttributesToGet into one."""
+    if attributes_to_get is not None:
+        translation = legacy.projection_expression(attributes_to_get)
+        expressions.projection(translation.expression, translation.names)
+        return _Expressions(projection=translation.expression, names=translation.names)
+    expressions.check_attribute_maps(names, None)
+    compiled = [] if projection_text is None else [expressions.projection(projection_text, names)]
+    expressions.check_unused(names, None, *compiled)
+    return _Expressions(projection=projection_text, names=names)
+
+
+def _read_write_members(reader: RequestReader) -> tuple[str | None, str | None]:
+    """The members PutItem, UpdateItem and DeleteItem share; returns (ReturnValues, on failure)."""
+    reader.mapping("Expected")
+    reader.string("ConditionalOperator", enum=CONDITIONAL_OPERATORS)
+    return_values = reader.string("ReturnValues", enum=RETURN_VALUES)
+    read_common(reader)
+    reader.string("ReturnItemCollectionMetrics", enum=RETURN_ITEM_COLLECTION_METRICS)
+    reader.string("ConditionExpression")
+    reader.string_map("ExpressionAttributeNames")
+    reader.attribute_map("ExpressionAttributeValues")
+    on_failure = reader.string("ReturnValuesOnConditionCheckFailure", enum=RETURN_VALUES_ON_FAILURE)
+    return return_values, on_failure
+
+
+def _write_body(
+    compiled: _Expressions, return_values: str, on_failure: str | None
+) -> dict[str, Any]:
+    return {
+        "condition": compiled.condition,
+        **compiled.node_fields(),
+        "return_values": return_values,
+        "return_on_failure": on_failure == "ALL_OLD",
+    }
+
+
+def _attributes(reply: dict[str, Any]) -> dict[str, Any]:
+    """The reply of a write: the ReturnValues image, when there is one."""
+    attributes = reply.get("attributes")
+    return {"Attributes": attributes} if attributes else {}
+
+
+def _validated_key(raw: dict[str, Any]) -> Item:
+    return values.validate_item(raw, where="Key")
+
+
+# Single-item operations ------------------------------------------------------------------------
+
+
+async def put_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
+    """PutItem: create or replace one item, optionally under a condition."""
+    reader = RequestReader(body)
+    table_name = reader.name("TableName", required=True)
+    raw_item = reader.attribute_map("Item", required=True)
+    return_values, on_failure = _read_write_members(reader)
+    reader.check()
+    assert table_name is not None and raw_item is not None
+
+    legacy.check_parameter_mix("PutItem", body)
+    item = values.validate_item(raw_item)
+    chosen = check_return_values(return_values, RETURN_VALUES_OLD_ONLY)
+    check_item_size(item)
+    compiled = _write_expressions(body)
+    table = await ctx.table(table_name)
+    _, partition_key, sort_key = schema.extract_key(item, table)
+    reply = await ctx.call_key(
+        table,
+        partition_key,
+        sort_key,
+        ops.PUT,
+        {"item": item, **_write_body(compiled, chosen, on_failure)},
+    )
+    return _attributes(reply)
+
+
+async def update_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
+    """UpdateItem: change (or create) one item, optionally under a condition."""
+    reader = RequestReader(body)
+    table_name = reader.name("TableName", required=True)
+    raw_key = reader.attribute_map("Key", required=True)
+    attribute_updates = reader.mapping("AttributeUpdates")
+    return_values, on_failure = _read_write_members(reader)
+    update_text = reader.string("UpdateExpression")
+    reader.check()
+    assert table_name is not None and raw_key is not None
+
+    legacy.check_parameter_mix("UpdateItem", body)
+    key = _validated_key(raw_key)
+    chosen = check_return_values(return_values, RETURN_VALUES)
+    compiled = _write_expressions(
+        body, update_text=update_text, attribute_updates=attribute_updates
+    )
+    table = await ctx.table(table_name)
+    partition_key, sort_key = schema.validate_key(key, table)
+    reply = await ctx.call_key(
+        table,
+        partition_key,
+        sort_key,
+        ops.UPDATE,
+        {"key": key, "update": compiled.update, **_write_body(compiled, chosen, on_failure)},
+    )
+    return _attributes(reply)
+
+
+async def delete_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
+    """DeleteItem: remove one item, optionally under a condition."""
+    reader = RequestReader(body)
+    table_name = reader.name("TableName", required=True)
+    raw_key = reader.attribute_map("Key", required=True)
+    return_values, on_failure = _read_write_members(reader)
+    reader.check()
+    assert table_name is not None and raw_key is not None
+
+    legacy.check_parameter_mix("DeleteItem", body)
+    key = _validated_key(raw_key)
+    chosen = check_return_values(return_values, RETURN_VALUES_OLD_ONLY)
+    compiled = _write_expressions(body)
+    table = await ctx.table(table_name)
+    partition_key, sort_key = schema.validate_key(key, table)
+    reply = await ctx.call_key(
+        table,
+        partition_key,
+        sort_key,
+        ops.DELETE,
+        {"key": key, **_write_body(compiled, chosen, on_failure)},
+    )
+    return _attributes(reply)
+
+
+async def get_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
+    """GetItem: read one item, or some of its attributes."""
+    reader = RequestReader(body)
+    table_name = reader.name("TableName", required=True)
+    raw_key = reader.attribute_map("Key", required=True)
+    attributes_to_get = reader.string_list(
+        "AttributesToGet", min_length=1, max_length=ATTRIBUTES_TO_GET_MAX
+    )
+    consistent = reader.boolean("ConsistentRead")
+    read_common(reader)
+    projection_text = reader.string("ProjectionExpression")
+    names = reader.string_map("ExpressionAttributeNames")
+    reader.check()
+    assert table_name is not None and raw_key is not None
+
+    legacy.check_parameter_mix("GetItem", body)
+    key = _validated_key(raw_key)
+    compiled = _read_expressions(projection_text, attributes_to_get, names)
+    table = await ctx.table(table_name)
+    partition_key, sort_key = schema.validate_key(key, table)
+    reply = await ctx.call_key(
+        table,
+        partition_key,
+        sort_key,
+        ops.GET,
+        {
+            "key": key,
+            "projection": compiled.projection,
+            "names": compiled.names,
+            "consistent": consistent is True,
+        },
+    )
+    item = reply.get("item")
+    # A projection that matches none of an existing item's attributes still returns Item: {}.
+    return {} if item is None else {"Item": item}
+
+
+# Batches ---------------------------------------------------------------------------------------
+
+
+def _read_request_items(
+    reader: RequestReader, *, tables_max: int, requests_max: int | None = None
+) -> dict[str, Any]:
+    """RequestItems: a map of table name to that table's requests, with the map's constraints.
+
+    DynamoDB states a map's key and value constraints once for the whole map, not per entry.
+    """
+    request_items = reader.mapping(
+        "RequestItems", required=True, min_length=1, max_length=tables_max
+    )
+    if request_items is None:
+        return {}
+    if not all(_is_table_name(name) for name in request_items):
+        reader.violation(
+            "RequestItems",
+            request_items,
+            "Map keys must satisfy constraint: ["
+            f"Member must have length less than or equal to {limits.TABLE_NAME_CHARS_MAX}, "
+            f"Member must have length greater than or equal to {limits.TABLE_NAME_CHARS_MIN}, "
+            f"Member must satisfy regular expression pattern: {NAME_PATTERN}]",
+        )
+    if requests_max is not None and not all(
+        not isinstance(requests, list) or 1 <= len(requests) <= requests_max
+        for requests in request_items.values()
+    ):
+        reader.violation(
+            "RequestItems",
+            request_items,
+            "Map value must satisfy constraint: [Member must have length less than or equal to "
+            f"{requests_max}, Member must have length greater than or equal to 1]",
+        )
+    return request_items
+
+
+def _is_table_name(name: str) -> bool:
+    return (
+        limits.TABLE_NAME_CHARS_MIN <= len(name) <= limits.TABLE_NAME_CHARS_MAX
+        and re.fullmatch(NAME_PATTERN, name) is not None
+    )
+
+
+def _check_duplicates(keys: list[Item]) -> None:
+    seen: set[tuple[Any, ...]] = set()
+    for key in keys:
+        identity = key_identity(key)
+        if identity in seen:
+            raise ValidationError(_DUPLICATE_KEYS)
+        seen.add(identity)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Call:
+    """One node request of a batch, prepared before any is sent."""
+
+    table: dict[str, Any]
+    partition_key: dict[str, Any]
+    sort_key: dict[str, Any] | None
+    op: str
+    body: dict[str, Any]
+
+
+async def _fan_out(
+    ctx: RouterContext, calls: list[_Call]
+) -> list[dict[str, Any] | ServiceUnavailable | ThroughputExceeded]:
+    """Send a batch's requests concurrently; each gives its reply or, if retryable, its error.
+
+    Each call is bounded by the context's per-call deadline (a node that does not answer in time
+    is ServiceUnavailable). Any other error fails the batch once every call has finished, so no
+    call is left running unobserved.
+    """
+    results = await asyncio.gather(
+        *(
+            ctx.call_key(call.table, call.partition_key, call.sort_key, call.op, call.body)
+            for call in calls
+        ),
+        return_exceptions=True,
+    )
+    outcomes: list[dict[str, Any] | ServiceUnavailable | ThroughputExceeded] = []
+    for result in results:
+        if isinstance(result, BaseException) and not isinstance(result, _RETRYABLE):
+            raise result
+        outcomes.append(result)
+    return outcomes
+
+
+def _all_throttled(
+    results: list[dict[str, Any] | ServiceUnavailable | ThroughputExceeded],
+) -> ThroughputExceeded | None:
+    """DynamoDB fails a batch of which no request could be served for lack of throughput."""
+    if results and all(isinstance(result, ThroughputExceeded) for result in results):
+        first = results[0]
+        assert isinstance(first, ThroughputExceeded)
+        return first
+    return None
+
+
+@dataclasses.dataclass
+class _TableReads:
+    """One table's part of a BatchGetItem."""
+
+    name: str
+    request: dict[str, Any]
+    keys: list[Item]
+    compiled: _Expressions
+    consistent: bool
+
+
+async def batch_get_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
+    """BatchGetItem: up to 100 items from one or more tables, read concurrently."""
+    reader = RequestReader(body)
+    request_items = _read_request_items(reader, tables_max=limits.BATCH_GET_ITEMS_MAX)
+    read_common(reader)
+    parts: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
+    for name, table_request in request_items.items():
+        nested = reader.nested(table_request, f"{reader.where('RequestItems')}.{name}.member")
+        fields = {
+            "keys": nested.array(
+                "Keys", required=True, min_length=1, max_length=limits.BATCH_GET_ITEMS_MAX
+            ),
+            "attributes_to_get": nested.string_list(
+                "AttributesToGet", min_length=1, max_length=ATTRIBUTES_TO_GET_MAX
+            ),
+            "consistent": nested.boolean("ConsistentRead"),
+            "projection": nested.string("ProjectionExpression"),
+            "names": nested.string_map("ExpressionAttributeNames"),
+        }
+        for key in fields["keys"] or ():
+            nested.nested(key, nested.where("Keys"))
+        parts.append((name, table_request, fields))
+    reader.check()
+
+    reads: list[_TableReads] = []
+    total = 0
+    for name, table_request, fields in parts:
+        legacy.check_parameter_mix("BatchGetItem", table_request)
+        keys = [_validated_key(key) for key in fields["keys"]]
+        _check_duplicates(keys)
+        total += len(keys)
+        if total > limits.BATCH_GET_ITEMS_MAX:
+            raise ValidationError("Too many items requested for the BatchGetItem call")
+        compiled = _read_expressions(
+            fields["projection"], fields["attributes_to_get"], fields["names"]
+        )
+        reads.append(_TableReads(name, table_request, keys, compiled, fields["consistent"] is True))
+
+    tables = {read.name: await ctx.table(read.name) for read in reads}
+    calls: list[_Call] = []
+    for read in reads:
+        table = tables[read.name]
+        for key in read.keys:
+            partition_key, sort_key = schema.validate_key(key, table)
+            calls.append(
+                _Call(
+                    table,
+                    partition_key,
+                    sort_key,
+                    ops.GET,
+                    {
+                        "key": key,
+                        "projection": read.compiled.projection,
+                        "names": read.compiled.names,
+                        "consistent": read.consistent,
+                    },
+                )
+            )
+    results = await _fan_out(ctx, calls)
+    throttled = _all_throttled(results)
+    if throttled is not None:
+        raise throttled
+
+    responses: dict[str, list[Item]] = {read.name: [] for read in reads}
+    unprocessed: dict[str, dict[str, Any]] = {}
+    reply_bytes = 0
+    outcomes = iter(results)
+    for read in reads:
+        for key in read.keys:
+            result = next(outcomes)
+            item = result.get("item") if isinstance(result, dict) else None
+            if isinstance(result, dict) and item is not None:
+                # DynamoDB returns at most 16 MB; what does not fit is left for the next call.
+                reply_bytes += item_size_bytes(item)
+                if reply_bytes <= limits.BATCH_GET_BYTES_MAX:
+                    responses[read.name].append(item)
+                    continue
+            elif isinstance(result, dict):
+                continue
+            entry = unprocessed.setdefault(read.name, _unprocessed_template(read.request))
+            entry["Keys"].append(key)
+    return {"Responses": responses, "UnprocessedKeys": unprocessed}
+
+
+def _unprocessed_template(table_request: dict[str, Any]) -> dict[str, Any]:
+    """A table's UnprocessedKeys entry: its keys to retry with the parameters they came with."""
+    entry: dict[str, Any] = {"Keys": []}
+    for member in ("AttributesToGet", "ConsistentRead", "ProjectionExpression"):
+        if table_request.get(member) is not None:
+            entry[member] = table_request[member]
+    if table_request.get("ExpressionAttributeNames") is not None:
+        entry["ExpressionAttributeNames"] = table_request["ExpressionAttributeNames"]
+    return entry
+
+
+@dataclasses.dataclass
+class _Write:
+    """One PutRequest or DeleteRequest of a BatchWriteItem, validated."""
+
+    table: str
+    entry: dict[str, Any]
+    item: Item | None = None
+    key: Item | None = None
+
+
+def _read_write_request(reader: RequestReader, entry: Any, where: str) -> None:
+    """Shape-check one WriteRequest: {PutRequest: {Item}} or {DeleteRequest: {Key}}."""
+    nested = reader.nested(entry, where)
+    put = nested.mapping("PutRequest")
+    if put is not None:
+        nested.nested(put, nested.where("PutRequest")).attribute_map("Item", required=True)
+    delete = nested.mapping("DeleteRequest")
+    if delete is not None:
+        nested.nested(delete, nested.where("DeleteRequest")).attribute_map("Key", required=True)
+
+
+def _key_mismatch(error: ValidationError) -> ValidationError:
+    """BatchWriteItem reports a missing or mistyped key attribute as a key/schema mismatch."""
+    if "Missing the key" in error.message or "Type mismatch for key" in error.message:
+        return ValidationError(_KEY_MISMATCH)
+    return error
+
+
+async def batch_write_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
+    """BatchWriteItem: up to 25 puts and deletes over one or more tables, applied concurrently."""
+    reader = RequestReader(body)
+    request_items = _read_request_items(
+        reader,
+        tables_max=limits.BATCH_WRITE_ITEMS_MAX,
+        requests_max=limits.BATCH_WRITE_ITEMS_MAX,
+    )
+    read_common(reader)
+    reader.string("ReturnItemCollectionMetrics", enum=RETURN_ITEM_COLLECTION_METRICS)
+    for name, requests in request_items.items():
+        where = f"{reader.where('RequestItems')}.{name}.member"
+        if not isinstance(requests, list):
+            raise SerializationError("Unexpected value type in payload")
+        for index, entry in enumerate(requests, start=1):
+            _read_write_request(reader, entry, f"{where}.{index}.member")
+    reader.check()
+
+    if sum(len(requests) for requests in request_items.values()) > limits.BATCH_WRITE_ITEMS_MAX:
+        raise ValidationError("Too many items requested for the BatchWriteItem call")
+    writes: list[_Write] = []
+    for name, requests in request_items.items():
+        for entry in requests:
+            put, delete = entry.get("PutRequest"), entry.get("DeleteRequest")
+            if (put is None) == (delete is None):
+                raise ValidationError(_ONE_REQUEST)
+            if put is not None:
+                item = values.validate_item(put["Item"])
+                check_item_size(item)
+                writes.append(_Write(name, entry, item=item))
+            else:
+                writes.append(_Write(name, entry, key=_validated_key(delete["Key"])))
+
+    tables = {name: await ctx.table(name) for name in request_items}
+    calls: list[_Call] = []
+    keys_by_table: dict[str, list[Item]] = {name: [] for name in request_items}
+    for write in writes:
+        table = tables[write.table]
+        try:
+            if write.item is not None:
+                key, partition_key, sort_key = schema.extract_key(write.item, table)
+                body_out = {"item": write.item, "return_values": "NONE"}
+                op = ops.PUT
+            else:
+                assert write.key is not None
+                partition_key, sort_key = schema.validate_key(write.key, table)
+                key = write.key
+                body_out = {"key": write.key, "return_values": "NONE"}
+                op = ops.DELETE
+        except ValidationError as error:
+            raise _key_mismatch(error) from None
+        keys_by_table[write.table].append(key)
+        calls.append(_Call(table, partition_key, sort_key, op, body_out))
+    for keys in keys_by_table.values():
+        _check_duplicates(keys)
+
+    results = await _fan_out(ctx, calls)
+    throttled = _all_throttled(results)
+    if throttled is not None:
+        raise throttled
+    unprocessed: dict[str, list[dict[str, Any]]] = {}
+    for write, result in zip(writes, results, strict=True):
+        if not isinstance(result, dict):
+            unprocessed.setdefault(write.table, []).append(write.entry)
+    return {"UnprocessedItems": unprocessed}
+
+
+OPERATIONS = {
+    "PutItem": put_item,
+    "GetItem": get_item,
+    "UpdateItem": update_item,
+    "DeleteItem": delete_item,
+    "BatchGetItem": batch_get_item,
+    "BatchWriteItem": batch_write_item,
+}

@@ -1,0 +1,591 @@
+"""Query and Scan: reading pages of items, walking a table's partitions in storage-key order.
+
+A table's items are ordered by their storage key `(hash64(pk), pk, sk)` (`core.keycodec`), and its
+partitions tile that order. Both operations read one page per call, as DynamoDB does: at most
+`Limit` items and at most 1 MB of them, both counted on the items read *before* the filter, with a
+`LastEvaluatedKey` (the key of the last item read) whenever the page stopped at one of those bounds
+and more items may follow. A page may span partitions: when a partition is exhausted and the page
+still has room, the walk goes on into the next one with what is left of both bounds.
+
+- Scan walks the whole table, or with Segment/TotalSegments one slice of the hash space
+  (`core.placement.segment_hash_range`), so that the segments together read every item once.
+- Query reads one item collection (one partition key), in sort-key order or reversed
+  (ScanIndexForward). A collection usually lies in one partition, but a partition that is a single
+  collection splits at a sort key (DESIGN.md, "Splits"), so the walk is the same as Scan's.
+
+A call resumes from its ExclusiveStartKey: the partition holding that key's storage key reads on
+from just after it. When a split changes the partition map under a walk, the router context sends
+the request to the partition that now holds the walk's cursor, and the walk continues after the
+partition that actually answered, so no item is read twice or skipped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from core import expressions, keycodec, limits, schema, values
+from core.errors import (
+    DynamoError,
+    ResourceNotFound,
+    ServiceUnavailable,
+    ValidationError,
+)
+from core.expressions import legacy
+from core.placement import segment_hash_range
+from core.size import check_key_value
+from dynalab.rpc import ops
+from router.context import TABLE_NOT_FOUND, RouterContext
+from router.requests import (
+    ATTRIBUTES_TO_GET_MAX,
+    CONDITIONAL_OPERATORS,
+    SELECT_VALUES,
+    RequestReader,
+    check_index,
+    read_common,
+    select_mode,
+)
+
+Item = dict[str, Any]
+Partition = Mapping[str, Any]
+
+_STARTING_KEY_INVALID = "The provided starting key is invalid"
+
+
+# Walking partitions ----------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class _Page:
+    """What one Query or Scan call has read so far, over however many partitions."""
+
+    items: list[Item] = dataclasses.field(default_factory=list)
+    count: int = 0
+    scanned: int = 0
+    read_bytes: int = 0
+    last_key: Item | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Walk:
+    """One page's walk: the node operation, its request body and the key range to cover.
+
+    `request` is the node request without paging (exclusive_start, limit, page_bytes); `low` and
+    `high` bound the storage keys [low, high) the walk may visit (high None: no bound); `key_names`
+    are the table's key attribute names, to name the last key read when a node cannot.
+    """
+
+    op: str
+    request: dict[str, Any]
+    low: bytes
+    high: bytes | None
+    forward: bool
+    limit: int | None
+    key_names: tuple[str, ...]
+
+
+def _successor(prefix: bytes) -> bytes | None:
+    """The least byte string above every string that starts with `prefix` (None: there is none)."""
+    trimmed = prefix.rstrip(b"\xff")
+    if not trimmed:
+        return None
+    return trimmed[:-1] + bytes((trimmed[-1] + 1,))
+
+
+def _partition_below(partitions: list[Partition], bound: bytes | None) -> Partition:
+    """The partition holding the greatest keys below `bound` (None: the last partition)."""
+    if bound is None:
+        return partitions[-1]
+    chosen = partitions[0]
+    for partition in partitions[1:]:
+        if bytes.fromhex(partition["start"]) >= bound:
+            break
+        chosen = partition
+    return chosen
+
+
+def _storage_key(table: Mapping[str, Any], key: Item) -> bytes:
+    hash_name, _ = schema.hash_key(table)
+    sort = schema.range_key(table)
+    return keycodec.encode_storage_key(key[hash_name], None if sort is None else key[sort[0]])
+
+
+async def _current(ctx: RouterContext, table: dict[str, Any]) -> dict[str, Any]:
+    """The table's current descriptor, failing as on a missing table if it was dropped meanwhile."""
+    current = await ctx.table(table["name"])
+    if current["id"] != table["id"]:
+        raise ResourceNotFound(TABLE_NOT_FOUND)
+    return current
+
+
+async def _walk(
+    ctx: RouterContext,
+    table: dict[str, Any],
+    walk: _Walk,
+    start: Item | None,
+) -> _Page:
+    """Read one page over [walk.low, walk.high), resuming after the key `start` if given.
+
+    Each step asks the partition holding the cursor for what is left of the page. The step ends
+    the page when the node stopped at a bound (it names its last key) or when the walk's range is
+    covered; otherwise the cursor moves past the partition that answered.
+    """
+    page = _Page()
+    # The cursor: a storage key (forward: where to go on from; backward: an exclusive upper
+    # bound) and the key item to read after, None to read from the partition's edge.
+    position = (
+        _storage_key(table, start)
+        if start is not None
+        else (walk.low if walk.forward else walk.high)
+    )
+    after = start
+    redirects = 0
+    while True:
+        partitions = ctx.partition_map(table).partitions
+        if walk.forward or after is not None:
+            assert position is not None
+            partition = ctx.partition_map(table).lookup(position)
+            # Ask about the part of the partition from the cursor on: if a split overtakes the
+            # request, the context resends it to the partition that holds this start.
+            target: Partition = dict(partition, start=position.hex())
+        else:
+            target = _partition_below(partitions, position)
+        body = dict(
+            walk.request,
+            exclusive_start=after,
+            limit=None if walk.limit is None else walk.limit - page.scanned,
+            page_bytes=limits.QUERY_PAGE_BYTES_MAX - page.read_bytes,
+        )
+        reply = await ctx.call_partition(table, target, walk.op, body)
+        answered: Partition = reply["partition"]
+        if answered is not target:
+            table = await _current(ctx, table)
+            if not walk.forward and after is None and not _reaches(answered, position):
+                # A backward step was resent to the lowest child of a split partition, which does
+                # not hold the keys just below the cursor: look the cursor up again.
+                redirects += 1
+                if redirects > limits.STALE_EPOCH_ATTEMPTS_MAX:
+                    raise ServiceUnavailable("The partition map kept changing during this page")
+                continue
+        page.items.extend(reply["items"])
+        page.count += reply["count"]
+        page.scanned += reply["scanned"]
+        page.read_bytes += reply["read_bytes"]
+        if reply["last_key"] is not None:
+            page.last_key = reply["last_key"]
+            return page
+        edge = answered["end"] if walk.forward else answered["start"]
+        if walk.forward:
+            covered = edge is None or (walk.high is not None and bytes.fromhex(edge) >= walk.high)
+        else:
+            covered = bytes.fromhex(edge) <= walk.low
+        if covered:
+            return page
+        if (walk.limit is not None and page.scanned >= walk.limit) or (
+            page.read_bytes >= limits.QUERY_PAGE_BYTES_MAX
+        ):
+            # The bound was reached on the partition's last item, so the node named no key, yet
+            # the walk has more partitions to visit and the client needs a key to resume from.
+            page.last_key = await _last_key_read(ctx, table, walk, answered, body, reply)
+            return page
+        position, after = bytes.fromhex(edge), None
+
+
+def _reaches(partition: Partition, bound: bytes | None) -> bool:
+    """Whether `partition` holds the keys just below the exclusive upper bound `bound`."""
+    end = partition["end"]
+    if end is None:
+        return True
+    return bound is not None and bytes.fromhex(end) >= bound
+
+
+async def _last_key_read(
+    ctx: RouterContext,
+    table: dict[str, Any],
+    walk: _Walk,
+    answered: Partition,
+    body: dict[str, Any],
+    reply: dict[str, Any],
+) -> Item:
+    """The key of the last item a step read, when the node exhausted its partition at a bound.
+
+    The step is read again with the same start and bounds but keys only and no filter, so the
+    last item it returns is the last one the step read. If the partition changed in between
+    (a write, a split), the two reads disagree and the page cannot name its end faithfully: the
+    client gets a retryable ServiceUnavailable rather than a key that would repeat or skip items.
+    """
+    key_names = {f"#k{index}": name for index, name in enumerate(walk.key_names)}
+    again = dict(
+        body,
+        filter=None,
+        projection=", ".join(key_names),
+        names=key_names,
+        values=None,
+        select="SPECIFIC_ATTRIBUTES",
+    )
+    target: Partition = answered
+    if body["exclusive_start"] is not None or walk.forward:
+        start = body["exclusive_start"]
+        position = (
+            _storage_key(table, start) if start is not None else bytes.fromhex(answered["start"])
+        )
+        target = dict(answered, start=position.hex())
+    reread = await ctx.call_partition(table, target, walk.op, again)
+    if (
+        reread["partition"] is not target
+        or reread["last_key"] is not None
+        or reread["scanned"] != reply["scanned"]
+        or not reread["items"]
+    ):
+        raise ServiceUnavailable("The table changed while this page was read; try again")
+    last: Item = reread["items"][-1]
+    return last
+
+
+def _reply(page: _Page, select: str) -> dict[str, Any]:
+    reply: dict[str, Any] = {"Count": page.count, "ScannedCount": page.scanned}
+    if select != "COUNT":
+        reply["Items"] = page.items
+    if page.last_key is not None:
+        reply["LastEvaluatedKey"] = page.last_key
+    return reply
+
+
+# Reading requests ------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class _Reading:
+    """The members a Query and a Scan share, after the first two passes."""
+
+    table_name: str
+    index_name: str | None
+    limit: int | None
+    select: str | None
+    attributes_to_get: list[str] | None
+    conditional_operator: str | None
+    exclusive_start: Item | None
+    projection: str | None
+    filter: str | None
+    names: dict[str, str] | None
+    values: dict[str, Any] | None
+
+
+def _read_tail(reader: RequestReader, reading: dict[str, Any]) -> _Reading:
+    """Read the expression members both operations end with; `reading` holds the others."""
+    return _Reading(
+        **reading,
+        exclusive_start=reader.attribute_map("ExclusiveStartKey"),
+        projection=reader.string("ProjectionExpression"),
+        filter=reader.string("FilterExpression"),
+        names=reader.string_map("ExpressionAttributeNames"),
+        values=reader.attribute_map("ExpressionAttributeValues"),
+    )
+
+
+def _starting_key(raw: Item | None) -> Item | None:
+    """ExclusiveStartKey with its values validated ("The provided starting key is invalid: ...")."""
+    if raw is None:
+        return None
+    try:
+        return values.validate_item(raw, where="ExclusiveStartKey")
+    except ValidationError as error:
+        raise ValidationError(f"{_STARTING_KEY_INVALID}: {error.message}") from None
+
+
+def _check_starting_key(key: Item, table: Mapping[str, Any]) -> tuple[Any, Any]:
+    """The (pk, sk) of an ExclusiveStartKey, which must be a key of the table."""
+    try:
+        return schema.validate_key(key, table)
+    except DynamoError as error:
+        raise ValidationError(f"{_STARTING_KEY_INVALID}: {error.message}") from None
+
+
+@dataclasses.dataclass
+class _Expressions:
+    """A request's filter and projection as the node gets them, and what the router checked."""
+
+    filter: expressions.Condition | None
+    projection: expressions.Projection | None
+    names: dict[str, str] | None
+    values: dict[str, Any] | None
+
+
+def _filter_and_projection(
+    operation: str,
+    reading: _Reading,
+    legacy_filter: Any,
+    values_normalised: dict[str, Any],
+) -> _Expressions:
+    """Compile FilterExpression and ProjectionExpression, or translate QueryFilter/ScanFilter and
+    AttributesToGet into them (the two kinds never mix: `legacy.check_parameter_mix`)."""
+    names = reading.names
+    expression_values: dict[str, Any] | None = values_normalised or None
+    filter_text, projection_text = reading.filter, reading.projection
+    if legacy_filter is not None or reading.attributes_to_get is not None:
+        names, expression_values = {}, {}
+        if legacy_filter is not None:
+            parameter = "QueryFilter" if operation == "Query" else "ScanFilter"
+            translated = legacy.filter_condition(
+                legacy_filter, reading.conditional_operator, parameter=parameter
+            )
+            if translated is not None:
+                filter_text = translated.expression
+                names.update(translated.names)
+                expression_values.update(translated.values)
+        if reading.attributes_to_get is not None:
+            translated = legacy.projection_expression(reading.attributes_to_get)
+            projection_text = translated.expression
+            names.update(translated.names)
+        names = names or None
+        expression_values = expression_values or None
+    compiled_filter = (
+        None
+        if filter_text is None
+        else expressions.condition(filter_text, names, expression_values, kind="FilterExpression")
+    )
+    compiled_projection = (
+        None if projection_text is None else expressions.projection(projection_text, names)
+    )
+    return _Expressions(compiled_filter, compiled_projection, names, expression_values)
+
+
+def _node_request(compiled: _Expressions, select: str) -> dict[str, Any]:
+    return {
+        "filter": None if compiled.filter is None else compiled.filter.text,
+        "projection": None if compiled.projection is None else compiled.projection.text,
+        "names": compiled.names,
+        "values": compiled.values,
+        "select": select,
+    }
+
+
+# Scan ------------------------------------------------------------------------------------------
+
+
+async def scan(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
+    """Scan: one page of a table (or of one parallel-scan segment) in storage-key order."""
+    reader = RequestReader(body)
+    # Members are read in the order DynamoDB lists their constraint violations.
+    limit = reader.integer("Limit", minimum=1)
+    total_segments = reader.integer(
+        "TotalSegments", minimum=1, maximum=limits.SCAN_TOTAL_SEGMENTS_MAX
+    )
+    read_common(reader)
+    attributes_to_get = reader.string_list(
+        "AttributesToGet", min_length=1, max_length=ATTRIBUTES_TO_GET_MAX
+    )
+    select = reader.string("Select", enum=SELECT_VALUES)
+    table_name = reader.name("TableName", required=True)
+    segment = reader.integer("Segment", minimum=0, maximum=limits.SCAN_TOTAL_SEGMENTS_MAX - 1)
+    scan_filter = reader.mapping("ScanFilter")
+    conditional_operator = reader.string("ConditionalOperator", enum=CONDITIONAL_OPERATORS)
+    index_name = reader.name("IndexName")
+    reader.boolean("ConsistentRead")
+    reading = _read_tail(
+        reader,
+        {
+            "table_name": table_name or "",
+            "index_name": index_name,
+            "limit": limit,
+            "select": select,
+            "attributes_to_get": attributes_to_get,
+            "conditional_operator": conditional_operator,
+        },
+    )
+    reader.check()
+
+    legacy.check_parameter_mix("Scan", body)
+    exclusive_start = _starting_key(reading.exclusive_start)
+    if segment is not None and total_segments is None:
+        raise ValidationError(
+            "The TotalSegments parameter is required but was not present in the request when "
+            "Segment parameter is present"
+        )
+    if total_segments is not None and segment is None:
+        raise ValidationError(
+            "The Segment parameter is required but was not present in the request when "
+            "parameter TotalSegments is present"
+        )
+    hash_range: tuple[int, int | None] | None = None
+    if segment is not None and total_segments is not None:
+        hash_range = segment_hash_range(segment, total_segments)
+    values_normalised = expressions.check_attribute_maps(reading.names, reading.values)
+    compiled = _filter_and_projection("Scan", reading, scan_filter, values_normalised)
+    expressions.check_unused(
+        reading.names,
+        reading.values,
+        *(c for c in (compiled.filter, compiled.projection) if c is not None),
+    )
+    select = select_mode(
+        reading.select,
+        projection=reading.projection is not None,
+        attributes_to_get=reading.attributes_to_get is not None,
+        index_name=reading.index_name,
+    )
+
+    table = await ctx.table(reading.table_name)
+    check_index(reading.index_name)
+    low, high = b"", None
+    request = _node_request(compiled, select)
+    if hash_range is not None:
+        hash_start, hash_end = hash_range
+        request["hash_start"], request["hash_end"] = hash_start, hash_end
+        low = hash_start.to_bytes(keycodec.HASH_BYTES, "big")
+        high = None if hash_end is None else hash_end.to_bytes(keycodec.HASH_BYTES, "big")
+    if exclusive_start is not None:
+        partition_key, _ = _check_starting_key(exclusive_start, table)
+        if hash_range is not None and not _in_segment(partition_key, hash_range):
+            raise ValidationError(
+                f"{_STARTING_KEY_INVALID}: Invalid ExclusiveStartKey. Please use "
+                f"ExclusiveStartKey with correct Segment. TotalSegments: {total_segments} "
+                f"Segment: {segment}"
+            )
+    walk = _Walk(
+        op=ops.SCAN,
+        request=request,
+        low=low,
+        high=high,
+        forward=True,
+        limit=reading.limit,
+        key_names=schema.key_names(table),
+    )
+    return _reply(await _walk(ctx, table, walk, exclusive_start), select)
+
+
+def _in_segment(partition_key: Any, hash_range: tuple[int, int | None]) -> bool:
+    start, end = hash_range
+    key_hash = keycodec.key_hash(partition_key)
+    return start <= key_hash and (end is None or key_hash < end)
+
+
+# Query -----------------------------------------------------------------------------------------
+
+
+async def query(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
+    """Query: one page of one item collection, in sort-key order or reversed."""
+    reader = RequestReader(body)
+    # Members are read in the order DynamoDB lists their constraint violations.
+    limit = reader.integer("Limit", minimum=1)
+    query_filter = reader.mapping("QueryFilter")
+    key_conditions = reader.mapping("KeyConditions")
+    read_common(reader)
+    attributes_to_get = reader.string_list(
+        "AttributesToGet", min_length=1, max_length=ATTRIBUTES_TO_GET_MAX
+    )
+    table_name = reader.name("TableName", required=True)
+    select = reader.string("Select", enum=SELECT_VALUES)
+    index_name = reader.name("IndexName")
+    conditional_operator = reader.string("ConditionalOperator", enum=CONDITIONAL_OPERATORS)
+    reader.boolean("ConsistentRead")
+    forward = reader.boolean("ScanIndexForward")
+    key_condition_text = reader.string("KeyConditionExpression")
+    reading = _read_tail(
+        reader,
+        {
+            "table_name": table_name or "",
+            "index_name": index_name,
+            "limit": limit,
+            "select": select,
+            "attributes_to_get": attributes_to_get,
+            "conditional_operator": conditional_operator,
+        },
+    )
+    reader.check()
+
+    legacy.check_parameter_mix("Query", body)
+    exclusive_start = _starting_key(reading.exclusive_start)
+    if key_conditions is None and key_condition_text is None:
+        raise ValidationError(
+            "Either the KeyConditions or KeyConditionExpression parameter must be specified in "
+            "the request."
+        )
+    values_normalised = expressions.check_attribute_maps(reading.names, reading.values)
+    compiled = _filter_and_projection("Query", reading, query_filter, values_normalised)
+    # KeyConditions may come with a FilterExpression or ProjectionExpression; its translation has
+    # placeholders of its own, so it is compiled apart from the request's.
+    key_translation = (
+        legacy.key_condition_expression(key_conditions) if key_condition_text is None else None
+    )
+    select = select_mode(
+        reading.select,
+        projection=reading.projection is not None,
+        attributes_to_get=reading.attributes_to_get is not None,
+        index_name=reading.index_name,
+    )
+
+    table = await ctx.table(reading.table_name)
+    check_index(reading.index_name)
+    hash_name, hash_type = schema.hash_key(table)
+    sort = schema.range_key(table)
+    range_name, range_type = sort if sort is not None else (None, None)
+    if key_translation is not None:
+        key_condition = expressions.key_condition(
+            key_translation.expression,
+            key_translation.names,
+            key_translation.values,
+            hash_name,
+            range_name,
+            hash_type=hash_type,
+            range_type=range_type,
+        )
+        used: tuple[Any, ...] = ()
+    else:
+        assert key_condition_text is not None
+        key_condition = expressions.key_condition(
+            key_condition_text,
+            reading.names,
+            values_normalised or None,
+            hash_name,
+            range_name,
+            hash_type=hash_type,
+            range_type=range_type,
+        )
+        used = (key_condition,)
+    expressions.check_unused(
+        reading.names,
+        reading.values,
+        *used,
+        *(c for c in (compiled.filter, compiled.projection) if c is not None),
+    )
+    hash_value = key_condition.hash_value
+    check_key_value(hash_name, hash_value, "partition", expected_type=hash_type)
+    if exclusive_start is not None:
+        start_hash, start_range = _check_starting_key(exclusive_start, table)
+        if not values.equal(start_hash, hash_value):
+            raise ValidationError(
+                "The provided starting key is outside query boundaries based on provided conditions"
+            )
+        if key_condition.range is not None and not key_condition.range.matches(start_range):
+            raise ValidationError(
+                "The provided starting key does not match the range key predicate"
+            )
+    if compiled.filter is not None:
+        # DynamoDB serves key conditions from the key order; a filter on a key attribute would be
+        # a key condition in disguise, and it refuses it.
+        for name in (hash_name, range_name):
+            if name is not None and name in compiled.filter.top_level_attributes:
+                what = "QueryFilter" if query_filter is not None else "Filter Expression"
+                raise ValidationError(
+                    f"{what} can only contain non-primary key attributes: Primary key "
+                    f"attribute: {name}"
+                )
+    collection = keycodec.encode_storage_key(hash_value, None)
+    request = _node_request(compiled, select)
+    request["hash_value"] = hash_value
+    request["range"] = None if key_condition.range is None else key_condition.range.to_json()
+    request["forward"] = forward is not False
+    walk = _Walk(
+        op=ops.QUERY,
+        request=request,
+        low=collection,
+        high=_successor(collection),
+        forward=forward is not False,
+        limit=reading.limit,
+        key_names=schema.key_names(table),
+    )
+    return _reply(await _walk(ctx, table, walk, exclusive_start), select)
+
+
+OPERATIONS = {"Query": query, "Scan": scan}
