@@ -42,6 +42,7 @@ from router.requests import (
     CONDITIONAL_OPERATORS,
     SELECT_VALUES,
     RequestReader,
+    check_conditional_operator,
     check_index,
     read_common,
     select_mode,
@@ -397,6 +398,7 @@ async def scan(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
     reader.check()
 
     legacy.check_parameter_mix("Scan", body)
+    check_conditional_operator(reading.conditional_operator, scan_filter)
     exclusive_start = _starting_key(reading.exclusive_start)
     if segment is not None and total_segments is None:
         raise ValidationError(
@@ -495,6 +497,7 @@ async def query(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
     reader.check()
 
     legacy.check_parameter_mix("Query", body)
+    check_conditional_operator(reading.conditional_operator, query_filter)
     exclusive_start = _starting_key(reading.exclusive_start)
     if key_conditions is None and key_condition_text is None:
         raise ValidationError(

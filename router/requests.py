@@ -325,20 +325,6 @@ def check_return_values(return_values: str | None, allowed: tuple[str, ...]) -> 
     return return_values
 
 
-def check_attributes_to_get(attributes: list[str] | None) -> None:
-    """AttributesToGet may not name one attribute twice."""
-    if attributes is None:
-        return
-    seen: set[str] = set()
-    for name in attributes:
-        if name in seen:
-            raise ValidationError(
-                "One or more parameter values were invalid: Duplicate value in attribute name: "
-                + name
-            )
-        seen.add(name)
-
-
 def select_mode(
     select: str | None,
     *,
