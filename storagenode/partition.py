@@ -262,14 +262,14 @@ def read_page(
     `limit` counts items read and `page_bytes` measures them before the filter ("Query and Scan read
     at most 1 MB"); the item that reaches the byte bound is still returned, so every page makes
     progress. `key_matches` is the sort-key condition: the rows that satisfy it are contiguous, so
-    the first failure after a match ends the walk. `last_key` is set only when a bound stopped the
-    page and another matching row follows.
+    the first failure after a match ends the walk. `last_key` is set whenever a bound stopped the
+    page, without looking ahead: like DynamoDB, a page that ends on the last item at its limit
+    still names it, and the next page is empty.
     """
     items: list[Item] = []
     count = scanned = read_bytes = 0
     matched = False
     last_key = None
-    rows = iter(rows)
     for _, value in rows:
         item = orjson.loads(value)
         if key_matches is not None and not key_matches(item):
@@ -286,8 +286,7 @@ def read_page(
         if (request.limit is not None and scanned >= request.limit) or (
             read_bytes >= request.page_bytes
         ):
-            if _more_rows(rows, key_matches):
-                last_key = partition.key_of(item)
+            last_key = partition.key_of(item)
             break
     return {
         "items": items,
@@ -296,12 +295,3 @@ def read_page(
         "last_key": last_key,
         "read_bytes": read_bytes,
     }
-
-
-def _more_rows(
-    rows: Iterable[tuple[bytes, bytes]], key_matches: Callable[[Item], bool] | None
-) -> bool:
-    """Whether the walk holds one more row that the key condition accepts."""
-    for _, value in rows:
-        return key_matches is None or key_matches(orjson.loads(value))
-    return False

@@ -413,9 +413,17 @@ def test_query_pages_by_limit_until_done(songs: Harness) -> None:
                 break
             assert start == song("a", seen[-1])
         assert seen == (list(range(10)) if forward else list(range(9, -1, -1)))
-        assert pages == 4
-    # A page that ends exactly at the last item has nothing more to point to.
-    assert songs.query(limit=10)["last_key"] is None
+        assert pages == 4  # The fourth page holds one item and reaches the end.
+    # Like DynamoDB, a page that stops at its limit on the last item still names it.
+    last = songs.query(limit=10)["last_key"]
+    assert last == song("a", 9)
+    assert songs.query(limit=10, exclusive_start=last) == {
+        "items": [],
+        "count": 0,
+        "scanned": 0,
+        "last_key": None,
+        "read_bytes": 0,
+    }
 
 
 def test_query_page_bytes_are_measured_before_the_filter(songs: Harness) -> None:
@@ -446,7 +454,7 @@ def test_query_with_range_condition_and_limit_pages_exactly(songs: Harness) -> N
     second = songs.query(range=condition, limit=4, exclusive_start=first["last_key"])
     assert sort_keys(second) == [6, 7] and second["last_key"] is None
     exact = songs.query(range=condition, limit=6)
-    assert exact["last_key"] is None
+    assert exact["last_key"] == song("a", 7)
 
 
 def test_query_on_a_table_without_sort_key(tmp_path: Path) -> None:

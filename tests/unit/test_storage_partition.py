@@ -97,13 +97,13 @@ def test_read_page_stops_at_the_limit_and_points_past_the_last_item_read() -> No
     reply = read_page(rows(5), page(limit=2), partition())
     assert reply["scanned"] == reply["count"] == 2
     assert reply["last_key"] == {"pk": {"S": "k"}, "sk": b(b"\x01")}
-    assert read_page(rows(2), page(limit=2), partition())["last_key"] is None
+    assert read_page(rows(2), page(limit=3), partition())["last_key"] is None
 
 
 def test_read_page_ends_the_matching_run_at_the_first_mismatch() -> None:
     def small(item: dict[str, Any]) -> bool:
         return int(item["n"]["N"]) in (1, 2)
 
-    reply = read_page(rows(6), page(limit=2), partition(), small)
+    reply = read_page(rows(6), page(limit=3), partition(), small)
     assert [item["n"]["N"] for item in reply["items"]] == ["1", "2"]
-    assert reply["last_key"] is None  # Row 3 fails the key condition, so nothing follows.
+    assert reply["last_key"] is None  # Row 3 fails the key condition: the run ended, no bound.
