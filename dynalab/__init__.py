@@ -1,1 +1,1 @@
-"""dynalab's command line (`dynalab up`, `dynalab bench`) and the RPC contract shared by its services."""
+"""dynalab's command line (`dynalab up`, `dynalab bench`) and the RPC contract of its services."""

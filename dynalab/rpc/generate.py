@@ -1,7 +1,7 @@
 """Regenerate the protobuf and gRPC modules from proto/ (run as `python -m dynalab.rpc.generate`).
 
-The generated files are committed so that installing dynalab needs no protoc; a test regenerates them
-into a temporary directory and fails if the committed copies are stale.
+The generated files are committed so that installing dynalab needs no protoc; a test regenerates
+them into a temporary directory and fails if the committed copies are stale.
 """
 
 from __future__ import annotations

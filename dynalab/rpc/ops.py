@@ -5,8 +5,8 @@ Bodies are JSON objects (encoded with orjson). Items and keys inside them are Dy
 never re-validates values, but it does evaluate expressions itself (atomically with the write).
 Expressions travel as text with their ExpressionAttributeNames (`names`) and
 ExpressionAttributeValues (`values`); both router and node parse them through the core's cache.
-Legacy parameters (Expected, AttributeUpdates, QueryFilter, ...) are translated to expressions by the
-router, so nodes only ever see expressions.
+Legacy parameters (Expected, AttributeUpdates, QueryFilter, ...) are translated to expressions by
+the router, so nodes only ever see expressions.
 
 Errors travel as `core.errors` type names (see `dynalab.rpc.codec`); `StaleEpoch` and
 `PartitionNotFound`-style refusals are `StaleEpoch`, upon which the router refreshes its map and
@@ -41,8 +41,8 @@ A partition covers encoded storage keys k with bytes.fromhex(start) <= k < bytes
     create_partition {"table": {"id", "name", "key_schema"}, "partition": PARTITION}  -> {}
                      Idempotent: re-creating an existing partition with the same epoch is a no-op.
     drop_table       {"table_id": str}   -> {"partitions_dropped": int}   (items, logs and metadata)
-    table_stats      {"table_id": str}   -> {"partitions": {partition id: {"items": int, "bytes": int,
-                                                                            "last_seq": int}}}
+    table_stats      {"table_id": str}
+                     -> {"partitions": {partition id: {"items", "bytes", "last_seq": int}}}
 
 ## Data plane (streamed Exchange). Every body also has "table_id", "partition_id", "epoch".
 

@@ -15,9 +15,17 @@ def test_headline_limits() -> None:
 
 
 def test_every_limit_is_named_with_a_unit() -> None:
-    units = ("_MAX", "_MIN", "_BYTES", "_DIGITS", "_SECONDS", "_PARTITIONS", "_DEFAULT", "_PER_NODE")
-    names = [n for n in vars(limits) if n.isupper() and n not in ("KIB", "MIB")]
-    unnamed = [
-        n for n in names if not any(u in n for u in units) and not n.startswith("SIZE_")
-    ]
+    units = (
+        "_MAX",
+        "_MIN",
+        "_BYTES",
+        "_DIGITS",
+        "_SECONDS",
+        "_PARTITIONS",
+        "_DEFAULT",
+        "_ENTRIES",
+        "_PER_NODE",
+    )
+    names = [n for n in vars(limits) if n.isupper() and n not in ("KIB", "MIB", "GIB")]
+    unnamed = [n for n in names if not any(u in n for u in units) and not n.startswith("SIZE_")]
     assert not unnamed, f"limits without a unit or bound in their name: {unnamed}"
