@@ -73,8 +73,7 @@ class _Walk:
     """One page's walk: the node operation, its request body and the key range to cover.
 
     `request` is the node request without paging (exclusive_start, limit, page_bytes); `low` and
-    `high` bound the storage keys [low, high) the walk may visit (high None: no bound); `key_names`
-    are the table's key attribute names, to name the last key read when a node cannot.
+    `high` bound the storage keys [low, high) the walk may visit (high None: no bound).
     """
 
     op: str
@@ -83,7 +82,6 @@ class _Walk:
     high: bytes | None
     forward: bool
     limit: int | None
-    key_names: tuple[str, ...]
 
 
 def _successor(prefix: bytes) -> bytes | None:
@@ -151,7 +149,7 @@ async def _walk(
             # request, the context resends it to the partition that holds this start.
             target: Partition = dict(partition, start=position.hex())
         else:
-            target = _partition_below(partitions, position)
+            partition = target = _partition_below(partitions, position)
         body = dict(
             walk.request,
             exclusive_start=after,
@@ -159,8 +157,10 @@ async def _walk(
             page_bytes=limits.QUERY_PAGE_BYTES_MAX - page.read_bytes,
         )
         reply = await ctx.call_partition(table, target, walk.op, body)
-        answered: Partition = reply["partition"]
-        if answered is not target:
+        # The partition that answered: the one asked about, or the one the context resent the
+        # request to after a split.
+        answered: Partition = partition if reply["partition"] is target else reply["partition"]
+        if answered is not partition:
             table = await _current(ctx, table)
             if not walk.forward and after is None and not _reaches(answered, position):
                 # A backward step was resent to the lowest child of a split partition, which does
@@ -183,13 +183,11 @@ async def _walk(
             covered = bytes.fromhex(edge) <= walk.low
         if covered:
             return page
-        if (walk.limit is not None and page.scanned >= walk.limit) or (
-            page.read_bytes >= limits.QUERY_PAGE_BYTES_MAX
-        ):
-            # The bound was reached on the partition's last item, so the node named no key, yet
-            # the walk has more partitions to visit and the client needs a key to resume from.
-            page.last_key = await _last_key_read(ctx, table, walk, answered, body, reply)
-            return page
+        # A node names its last key whenever a bound stops its page (dynalab.rpc.ops), so a
+        # partition read to its end left room in the page.
+        assert (walk.limit is None or page.scanned < walk.limit) and (
+            page.read_bytes < limits.QUERY_PAGE_BYTES_MAX
+        ), f"partition {answered['id']} reached a page bound without naming its last key"
         position, after = bytes.fromhex(edge), None
 
 
@@ -199,49 +197,6 @@ def _reaches(partition: Partition, bound: bytes | None) -> bool:
     if end is None:
         return True
     return bound is not None and bytes.fromhex(end) >= bound
-
-
-async def _last_key_read(
-    ctx: RouterContext,
-    table: dict[str, Any],
-    walk: _Walk,
-    answered: Partition,
-    body: dict[str, Any],
-    reply: dict[str, Any],
-) -> Item:
-    """The key of the last item a step read, when the node exhausted its partition at a bound.
-
-    The step is read again with the same start and bounds but keys only and no filter, so the
-    last item it returns is the last one the step read. If the partition changed in between
-    (a write, a split), the two reads disagree and the page cannot name its end faithfully: the
-    client gets a retryable ServiceUnavailable rather than a key that would repeat or skip items.
-    """
-    key_names = {f"#k{index}": name for index, name in enumerate(walk.key_names)}
-    again = dict(
-        body,
-        filter=None,
-        projection=", ".join(key_names),
-        names=key_names,
-        values=None,
-        select="SPECIFIC_ATTRIBUTES",
-    )
-    target: Partition = answered
-    if body["exclusive_start"] is not None or walk.forward:
-        start = body["exclusive_start"]
-        position = (
-            _storage_key(table, start) if start is not None else bytes.fromhex(answered["start"])
-        )
-        target = dict(answered, start=position.hex())
-    reread = await ctx.call_partition(table, target, walk.op, again)
-    if (
-        reread["partition"] is not target
-        or reread["last_key"] is not None
-        or reread["scanned"] != reply["scanned"]
-        or not reread["items"]
-    ):
-        raise ServiceUnavailable("The table changed while this page was read; try again")
-    last: Item = reread["items"][-1]
-    return last
 
 
 def _reply(page: _Page, select: str) -> dict[str, Any]:
@@ -451,7 +406,6 @@ async def scan(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
         high=high,
         forward=True,
         limit=reading.limit,
-        key_names=schema.key_names(table),
     )
     return _reply(await _walk(ctx, table, walk, exclusive_start), select)
 
@@ -586,7 +540,6 @@ async def query(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
         high=_successor(collection),
         forward=forward is not False,
         limit=reading.limit,
-        key_names=schema.key_names(table),
     )
     return _reply(await _walk(ctx, table, walk, exclusive_start), select)
 
