@@ -7,42 +7,26 @@ the one registry that `router.protocol` dispatches on.
 
 from __future__ import annotations
 
-import importlib
-import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from core import limits
-from router import tables
+from router import items, queries, tables
 from router.protocol import Handler, JsonProtocol, health
 
 if TYPE_CHECKING:
     from router.context import RouterContext
 
-log = logging.getLogger("router.app")
-
-# The modules that serve the data plane. They are written alongside the table operations; one that
-# is not there yet leaves its operations answering UnknownOperationException, as DynamoDB answers
-# an operation it does not have.
-DATA_PLANE_MODULES = ("router.items", "router.queries")
-
 
 def load_operations() -> dict[str, Handler]:
     """The registry of every operation the router serves, by DynamoDB operation name."""
-    operations: dict[str, Handler] = dict(tables.OPERATIONS)
-    for module_name in DATA_PLANE_MODULES:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as error:
-            if error.name != module_name:
-                raise
-            log.warning("%s is not available: its operations are not served", module_name)
-            continue
+    operations: dict[str, Handler] = {}
+    for module in (tables, items, queries):
         clashes = operations.keys() & module.OPERATIONS.keys()
         if clashes:
-            raise RuntimeError(f"{module_name} redefines operations {sorted(clashes)}")
+            raise RuntimeError(f"{module.__name__} redefines operations {sorted(clashes)}")
         operations.update(module.OPERATIONS)
     return operations
 
