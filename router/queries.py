@@ -459,6 +459,12 @@ async def query(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
             "the request."
         )
     values_normalised = expressions.check_attribute_maps(reading.names, reading.values)
+    if key_condition_text is not None:
+        # The key condition is checked against the key schema once the table is known, but its
+        # syntax comes first, before the filter's and before the table is looked up.
+        parsed = expressions.parse_cached("condition", key_condition_text)
+        if isinstance(parsed, str):
+            raise ValidationError(f"Invalid KeyConditionExpression: {parsed}")
     compiled = _filter_and_projection("Query", reading, query_filter, values_normalised)
     # KeyConditions may come with a FilterExpression or ProjectionExpression; its translation has
     # placeholders of its own, so it is compiled apart from the request's.

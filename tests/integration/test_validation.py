@@ -506,6 +506,19 @@ def test_query_needs_a_key_condition(dynamodb: Any, table: str) -> None:
     )
 
 
+def test_key_condition_syntax_is_checked_before_the_table(dynamodb: Any) -> None:
+    assert (
+        invalid(
+            lambda: dynamodb.query(
+                TableName="no-such-table",
+                KeyConditionExpression="pk = = :p",
+                ExpressionAttributeValues={":p": {"S": "a"}},
+            )
+        )
+        == 'Invalid KeyConditionExpression: Syntax error; token: "=", near: "= = :p"'
+    )
+
+
 def test_query_filter_may_not_name_key_attributes(dynamodb: Any, table: str) -> None:
     assert (
         invalid(
