@@ -565,6 +565,29 @@ def test_second_router_sees_the_first_routers_tables(
     eventually(gone_from_second)
 
 
+def test_items_through_a_router_that_missed_the_table_changes(
+    cluster: LocalCluster, dynamodb_for: Callable[[str], Any], table_name: Callable[[], str]
+) -> None:
+    """Item operations through router B right after router A drops and creates a table."""
+    first, second = (dynamodb_for(url) for url in cluster.router_urls[:2])
+    name = table_name()
+    first.create_table(**simple_table(name))
+    second.put_item(TableName=name, Item={"pk": {"S": "old"}})
+
+    first.delete_table(TableName=name)
+    first.create_table(**simple_table(name))
+    second.put_item(TableName=name, Item={"pk": {"S": "new"}})
+    assert second.get_item(TableName=name, Key={"pk": {"S": "new"}})["Item"] == {"pk": {"S": "new"}}
+    assert "Item" not in second.get_item(TableName=name, Key={"pk": {"S": "old"}})
+
+    first.delete_table(TableName=name)
+    assert error_of(lambda: second.put_item(TableName=name, Item={"pk": {"S": "gone"}})) == (
+        400,
+        "ResourceNotFoundException",
+        "Requested resource not found",
+    )
+
+
 def test_table_arn_names_the_request_region(
     cluster: LocalCluster, table_name: Callable[[], str]
 ) -> None:
