@@ -15,8 +15,12 @@ from typing import Any
 
 import pytest
 
-from core import limits
+from core import keycodec, limits
+from core.placement import PartitionMap, hash_bound
+from core.size import item_size_bytes
 from dynalab.cluster import LocalCluster
+from dynalab.rpc import ops
+from router import queries
 
 # A table is ACTIVE as soon as CreateTable returns; this only bounds the wait if it is not.
 TABLE_ACTIVE_S = 10.0
@@ -423,3 +427,165 @@ def test_scan_of_an_empty_table(dynamodb: Any, table_name: Callable[[], str]) ->
     reply = dynamodb.scan(TableName=name)
     assert (reply["Items"], reply["Count"], reply["ScannedCount"]) == ([], 0, 0)
     assert "LastEvaluatedKey" not in reply
+
+
+# Splits under a walk (a simulated cluster) -------------------------------------------------------
+
+
+class SplittingCluster:
+    """The RouterContext a walk sees while a partition splits under it, with simulated nodes.
+
+    It keeps the documented behaviour of `RouterContext.call_partition`: a request to a partition
+    that split is resent to the partition now holding the asked-about start bound, and the reply
+    names that partition. After `split_after` calls, the partition holding `split_key` splits
+    there. The nodes answer query and scan pages as `dynalab.rpc.ops` specifies.
+    """
+
+    def __init__(self, items: list[dict[str, Any]], split_key: bytes, split_after: int) -> None:
+        self.items = sorted(
+            ((keycodec.encode_storage_key(item["pk"], item["sk"]), item) for item in items),
+            key=lambda pair: pair[0],
+        )
+        middle = hash_bound(keycodec.HASH_SPACE // 2)
+        self.current = {
+            "name": "simulated",
+            "id": "t1",
+            "status": "ACTIVE",
+            "key_schema": {"hash": ["pk", "S"], "range": ["sk", "N"]},
+            "partitions": [
+                {"id": "p1", "start": "", "end": middle, "epoch": 1, "node": "n1"},
+                {"id": "p2", "start": middle, "end": None, "epoch": 1, "node": "n2"},
+            ],
+        }
+        self.split_key = split_key
+        self.split_after = split_after
+        self.calls = 0
+
+    async def table(self, name: str) -> dict[str, Any]:
+        return self.current
+
+    def partition_map(self, table: dict[str, Any]) -> PartitionMap:
+        return PartitionMap(table["partitions"])
+
+    def _split(self) -> None:
+        partitions = []
+        for partition in self.current["partitions"]:
+            start = bytes.fromhex(partition["start"])
+            end = None if partition["end"] is None else bytes.fromhex(partition["end"])
+            if start < self.split_key and (end is None or self.split_key < end):
+                low = dict(partition, id=partition["id"] + "a", end=self.split_key.hex(), epoch=2)
+                high = dict(
+                    partition, id=partition["id"] + "b", start=self.split_key.hex(), epoch=2
+                )
+                partitions += [low, high]
+            else:
+                partitions.append(partition)
+        self.current = dict(self.current, partitions=partitions)
+
+    async def call_partition(
+        self, table: dict[str, Any], partition: dict[str, Any], op: str, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        self.calls += 1
+        if self.calls == self.split_after:
+            self._split()
+        # A node knows its partitions by id and serves its own range, whatever the request says.
+        stored = {p["id"]: p for p in self.current["partitions"]}
+        answering = partition
+        if partition["id"] not in stored:
+            answering = self.partition_map(self.current).lookup(bytes.fromhex(partition["start"]))
+        reply = self._serve(stored[answering["id"]], op, body)
+        reply["partition"] = answering
+        return reply
+
+    def _serve(self, partition: dict[str, Any], op: str, body: dict[str, Any]) -> dict[str, Any]:
+        start = bytes.fromhex(partition["start"])
+        end = None if partition["end"] is None else bytes.fromhex(partition["end"])
+        after = body["exclusive_start"]
+        after_key = None if after is None else keycodec.encode_storage_key(after["pk"], after["sk"])
+        forward = op == ops.SCAN or body["forward"]
+        rows = [
+            (storage_key, item)
+            for storage_key, item in self.items
+            if start <= storage_key
+            and (end is None or storage_key < end)
+            and (op == ops.SCAN or item["pk"] == body["hash_value"])
+        ]
+        if after_key is not None:
+            assert start <= after_key and (end is None or after_key < end), "start key elsewhere"
+            rows = [r for r in rows if (r[0] > after_key if forward else r[0] < after_key)]
+        if not forward:
+            rows.reverse()
+        page: list[dict[str, Any]] = []
+        read_bytes = 0
+        last_key = None
+        for _, item in rows:
+            page.append(item)
+            read_bytes += item_size_bytes(item)
+            if (body["limit"] is not None and len(page) >= body["limit"]) or (
+                read_bytes >= body["page_bytes"]
+            ):
+                last_key = {"pk": item["pk"], "sk": item["sk"]}
+                break
+        return {
+            "items": page,
+            "count": len(page),
+            "scanned": len(page),
+            "last_key": last_key,
+            "read_bytes": read_bytes,
+        }
+
+
+def simulated_items() -> list[dict[str, Any]]:
+    """Items under 20 partition keys, one of which (c7) holds a collection of 50."""
+    items = [{"pk": {"S": f"c{i}"}, "sk": {"N": str(j)}} for i in range(20) for j in range(5)]
+    items += [{"pk": {"S": "c7"}, "sk": {"N": str(j)}} for j in range(5, 50)]
+    return items
+
+
+async def read_all(
+    handler: Callable[..., Any], ctx: SplittingCluster, request: dict[str, Any]
+) -> list[tuple[str, str]]:
+    found: list[tuple[str, str]] = []
+    for _ in range(1000):
+        page = await handler(ctx, dict(request))
+        found.extend(ids(page["Items"]))
+        if "LastEvaluatedKey" not in page:
+            return found
+        request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+    pytest.fail("the pages never ended")
+
+
+@pytest.mark.parametrize("split_after", range(1, 26, 2))
+async def test_scan_reads_every_item_once_while_a_partition_splits(split_after: int) -> None:
+    items = simulated_items()
+    # Split the first partition inside the item collection of c7.
+    split_key = keycodec.encode_storage_key({"S": "c7"}, {"N": "25"})
+    ctx = SplittingCluster(items, split_key, split_after)
+    found = await read_all(queries.scan, ctx, {"TableName": "simulated", "Limit": 6})
+    assert ctx.calls >= split_after, "the partition should split during the walk"
+    exactly_once(found, set(ids(items)))
+
+
+@pytest.mark.parametrize("forward", [True, False])
+@pytest.mark.parametrize("split_after", range(1, 9))
+async def test_query_reads_a_collection_once_while_it_splits(
+    forward: bool, split_after: int
+) -> None:
+    items = simulated_items()
+    split_key = keycodec.encode_storage_key({"S": "c7"}, {"N": "25"})
+    ctx = SplittingCluster(items, split_key, split_after)
+    found = await read_all(
+        queries.query,
+        ctx,
+        {
+            "TableName": "simulated",
+            "KeyConditionExpression": "pk = :p",
+            "ExpressionAttributeValues": {":p": {"S": "c7"}},
+            "ScanIndexForward": forward,
+            "Limit": 7,
+        },
+    )
+    assert ctx.calls >= split_after, "the partition should split during the walk"
+    exactly_once(found, {("c7", str(j)) for j in range(50)})
+    numbers = [int(sk) for _, sk in found]
+    assert numbers == sorted(numbers, reverse=not forward)
