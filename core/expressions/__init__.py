@@ -59,7 +59,12 @@ from core.expressions.binding import (
     check_names_map,
     check_values_map,
 )
-from core.expressions.condition import Predicate, check_condition, compile_condition
+from core.expressions.condition import (
+    ConditionPlan,
+    Predicate,
+    compile_condition,
+    plan_condition,
+)
 from core.expressions.document import project
 from core.expressions.keycondition import RangeCondition, key_tests
 from core.expressions.parser import (
@@ -82,7 +87,9 @@ __all__ = [
     "Update",
     "check_attribute_maps",
     "check_unused",
+    "clear_caches",
     "condition",
+    "condition_plan",
     "key_condition",
     "parse_cached",
     "projection",
@@ -119,6 +126,32 @@ def parse_cached(grammar: str, text: str) -> Parsed | str:
         return error.message
 
 
+@lru_cache(maxsize=limits.EXPRESSION_PARSE_CACHE_ENTRIES)
+def condition_plan(text: str) -> ConditionPlan | str:
+    """The checking plan of a condition text (see ``condition.plan_condition``), or why it fails."""
+    parsed = parse_cached("condition", text)
+    if isinstance(parsed, str):
+        return parsed
+    return plan_condition(cast(ast.Condition, parsed.tree))
+
+
+def clear_caches() -> None:
+    """Forget every cached parse (for benchmarks and tests that measure cold parsing)."""
+    parse_cached.cache_clear()
+    condition_plan.cache_clear()
+
+
+def _planned(text: Any, kind: str) -> tuple[Parsed, ConditionPlan]:
+    if not isinstance(text, str):
+        raise SerializationError(f"{kind} must be a string")
+    plan = condition_plan(text)
+    if isinstance(plan, str):
+        raise ValidationError(f"Invalid {kind}: {plan}")
+    parsed = parse_cached("condition", text)
+    assert isinstance(parsed, Parsed)
+    return parsed, plan
+
+
 def _parsed(grammar: str, text: Any, kind: str) -> Parsed:
     if not isinstance(text, str):
         raise SerializationError(f"{kind} must be a string")
@@ -143,15 +176,7 @@ class Compiled(Protocol):
 class Condition:
     """A checked ConditionExpression or FilterExpression, compiled for evaluation."""
 
-    __slots__ = (
-        "_predicate",
-        "kind",
-        "names_used",
-        "text",
-        "top_level_attributes",
-        "tree",
-        "values_used",
-    )
+    __slots__ = ("_paths", "_predicate", "kind", "names_used", "text", "tree", "values_used")
 
     def __init__(self, text: str, kind: str, parsed: Parsed, binder: Binder) -> None:
         self.text = text
@@ -159,9 +184,13 @@ class Condition:
         self.tree = cast(ast.Condition, parsed.tree)
         self.names_used = parsed.names_used
         self.values_used = parsed.values_used
-        # Top-level attributes read: a Query's filter may not name a key attribute.
-        self.top_level_attributes = frozenset(str(path[0]) for path in binder.paths.values())
+        self._paths = binder.paths
         self._predicate: Predicate = compile_condition(self.tree, binder)
+
+    @property
+    def top_level_attributes(self) -> frozenset[str]:
+        """The top-level attributes the condition reads (a Query filter may not read a key)."""
+        return frozenset(str(path[0]) for path in self._paths.values())
 
     def evaluate(self, item: Item | None) -> bool:
         """Whether ``item`` satisfies the condition; None means there is no item."""
@@ -282,10 +311,10 @@ def condition(
     kind: str = "ConditionExpression",
 ) -> Condition:
     """Check and compile a condition; ``kind`` names its parameter (or "FilterExpression")."""
-    parsed = _parsed("condition", text, kind)
+    parsed, plan = _planned(text, kind)
     _check_map_shapes(names, values)
     binder = Binder(kind, CONDITION_RANKS, names, values)
-    check_condition(cast(ast.Condition, parsed.tree), binder)
+    plan.bind(binder)
     binder.raise_first(parsed.findings)
     return Condition(text, kind, parsed, binder)
 
@@ -328,14 +357,13 @@ def key_condition(
 ) -> KeyCondition:
     """Check a KeyConditionExpression against a key schema (types: "S", "N" or "B", if known)."""
     kind = "KeyConditionExpression"
-    parsed = _parsed("condition", text, kind)
+    parsed, plan = _planned(text, kind)
     _check_map_shapes(names, values)
     binder = Binder(kind, CONDITION_RANKS, names, values)
-    tree = cast(ast.Condition, parsed.tree)
-    check_condition(tree, binder)
+    plan.bind(binder)
     binder.raise_first(parsed.findings)
     hash_value, range_condition = key_tests(
-        tree, binder, hash_key, range_key, hash_type, range_type
+        plan.tree, binder, hash_key, range_key, hash_type, range_type
     )
     return KeyCondition(text, parsed, hash_key, range_key, hash_value, range_condition)
 

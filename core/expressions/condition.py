@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import operator
 from collections.abc import Callable
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
@@ -34,6 +35,7 @@ from core.expressions.binding import (
     describe_value,
 )
 from core.expressions.document import Getter, make_getter
+from core.expressions.parser import Deferred
 from core.values import SET_TYPES, AttributeValue, Item, compare, equal, type_of
 
 Predicate = Callable[[Item], bool]
@@ -55,6 +57,14 @@ _SCALARS = frozenset({"S", "N", "B", "BOOL", "NULL"})
 
 
 # Checking --------------------------------------------------------------------------------------
+#
+# Most of what DynamoDB checks depends on the text alone; the rest needs the request's placeholders
+# (are they defined, which types do the values have, do two names resolve to the same path). So a
+# text is planned once: the plan lists the paths and values to resolve and the checks to run, in
+# text order, each check either a finding already known or a small function of the binding. A
+# request then only resolves, runs those checks and compiles.
+
+Check = Callable[[Binder], None]
 
 
 def _static_type(operand: ast.Operand, binder: Binder) -> str | None:
@@ -67,10 +77,9 @@ def _static_type(operand: ast.Operand, binder: Binder) -> str | None:
     return None
 
 
-def _misused(binder: Binder, name: str) -> None:
-    binder.note(
-        MISUSED_FUNCTION,
-        f"The function is not allowed to be used this way in an expression; function: {name}",
+def _has_static_type(operand: ast.Operand) -> bool:
+    return isinstance(operand, ast.ValueOperand) or (
+        isinstance(operand, ast.Call) and operand.name == "size"
     )
 
 
@@ -82,153 +91,197 @@ def _incorrect_type(binder: Binder, name: str, operand_type: str) -> None:
     )
 
 
-def _check_distinct(
-    binder: Binder, operator_name: str, first: ast.Operand, second: ast.Operand
-) -> None:
+def _distinct_check(operator_name: str, first: ast.Path, second: ast.Path) -> Check:
     # DynamoDB rejects comparing a path with itself ("a = a", "contains(a, a)") as a mistake.
-    if isinstance(first, ast.PathOperand) and isinstance(second, ast.PathOperand):
-        resolved = binder.paths.get(first.path)
-        if resolved is not None and resolved == binder.paths.get(second.path):
+    def check(binder: Binder) -> None:
+        resolved = binder.paths.get(first)
+        if resolved is not None and resolved == binder.paths.get(second):
             binder.note(
                 DISTINCT,
                 "The first operand must be distinct from the remaining operands for this operator "
                 f"or function; operator: {operator_name}, first operand: {describe_path(resolved)}",
             )
 
-
-def check_operand(operand: ast.Operand, binder: Binder) -> None:
-    if isinstance(operand, ast.PathOperand):
-        binder.path(operand.path)
-    elif isinstance(operand, ast.ValueOperand):
-        binder.value(operand.name)
-    elif isinstance(operand, ast.Call):
-        if operand.name not in FUNCTION_ARITY:
-            binder.note(UNKNOWN_FUNCTION, f"Invalid function name; function: {operand.name}")
-        elif operand.name != "size":
-            _misused(binder, operand.name)
-        _check_function(operand, binder)
-    else:
-        # Arithmetic belongs to update expressions; the condition grammar cannot produce it.
-        raise AssertionError(f"unexpected operand {operand!r}")
+    return check
 
 
-def _check_function(call: ast.Call, binder: Binder) -> None:
-    for arg in call.args:
-        check_operand(arg, binder)
-    arity = FUNCTION_ARITY.get(call.name)
-    if arity is None:
-        return
-    if len(call.args) != arity:
-        binder.note(
-            ARITY,
-            "Incorrect number of operands for operator or function; "
-            f"operator or function: {call.name}, number of operands: {len(call.args)}",
-        )
-        return
-    if arity == 2:
-        _check_distinct(binder, call.name, call.args[0], call.args[1])
-    name = call.name
-    if name in ("attribute_exists", "attribute_not_exists"):
-        if not isinstance(call.args[0], ast.PathOperand):
+def _operand_types_check(
+    name: str, operands: tuple[ast.Operand, ...], allowed: frozenset[str]
+) -> Check:
+    def check(binder: Binder) -> None:
+        for operand in operands:
+            operand_type = _static_type(operand, binder)
+            if operand_type is not None and operand_type not in allowed:
+                _incorrect_type(binder, name, operand_type)
+                return
+
+    return check
+
+
+def _attribute_type_check(operand: ast.Operand) -> Check:
+    def check(binder: Binder) -> None:
+        operand_type = _static_type(operand, binder)
+        if operand_type != "S":
+            _incorrect_type(binder, "attribute_type", operand_type or _ANY_TYPE)
+            return
+        assert isinstance(operand, ast.ValueOperand)
+        type_name = binder.values[operand.name]["S"]
+        if type_name not in ATTRIBUTE_TYPES:
             binder.note(
                 FUNCTION,
-                f"Operator or function requires a document path; operator or function: {name}",
+                f"Invalid attribute type name found; type: {type_name}, "
+                f"valid types: {{{','.join(ATTRIBUTE_TYPES)}}}",
             )
-    elif name == "begins_with":
-        for arg in call.args:
-            arg_type = _static_type(arg, binder)
-            if arg_type is not None and arg_type not in ("S", "B"):
-                _incorrect_type(binder, name, arg_type)
-                break
-    elif name == "attribute_type":
-        arg_type = _static_type(call.args[1], binder)
-        if arg_type != "S":
-            _incorrect_type(binder, name, arg_type or _ANY_TYPE)
+
+    return check
+
+
+def _between_check(low_name: str, high_name: str) -> Check:
+    def check(binder: Binder) -> None:
+        low, high = binder.values.get(low_name), binder.values.get(high_name)
+        if low is None or high is None:
+            return
+        bounds = (
+            f"lower bound operand: {describe_value(low)}, "
+            f"upper bound operand: {describe_value(high)}"
+        )
+        if type_of(low) != type_of(high):
+            binder.note(
+                FUNCTION,
+                "The BETWEEN operator requires same data type for lower and upper bounds; "
+                + bounds,
+            )
+        elif compare(low, high) == 1:
+            binder.note(
+                FUNCTION,
+                "The BETWEEN operator requires upper bound to be greater than or equal to lower "
+                f"bound; {bounds}",
+            )
+
+    return check
+
+
+_SIZE_FORBIDDEN = frozenset({"N", "BOOL", "NULL"})
+_SIZE_ALLOWED = frozenset(ATTRIBUTE_TYPES) - _SIZE_FORBIDDEN
+_STRING_OR_BINARY = frozenset({"S", "B"})
+
+
+@dataclass(frozen=True, slots=True)
+class ConditionPlan:
+    """The checks of one condition text, ready to run against any request's placeholders."""
+
+    tree: ast.Condition
+    resolutions: tuple[ast.Path | str, ...]  # paths and value placeholders, in text order
+    checks: tuple[Deferred | Check, ...]  # findings known from the text, and binding checks
+
+    def bind(self, binder: Binder) -> None:
+        """Resolve the placeholders into ``binder`` and record every finding there."""
+        for resolution in self.resolutions:
+            if isinstance(resolution, str):
+                binder.value(resolution)
+            else:
+                binder.path(resolution)
+        for check in self.checks:
+            if isinstance(check, Deferred):
+                binder.findings.append(check)
+            else:
+                check(binder)
+
+
+class _Planner:
+    def __init__(self) -> None:
+        self.resolutions: dict[ast.Path | str, None] = {}
+        self.checks: list[Deferred | Check] = []
+
+    def note(self, category: str, message: str) -> None:
+        self.checks.append(Deferred(category, message))
+
+    def misused(self, name: str) -> None:
+        self.note(
+            MISUSED_FUNCTION,
+            f"The function is not allowed to be used this way in an expression; function: {name}",
+        )
+
+    def distinct(self, operator_name: str, first: ast.Operand, second: ast.Operand) -> None:
+        if isinstance(first, ast.PathOperand) and isinstance(second, ast.PathOperand):
+            self.checks.append(_distinct_check(operator_name, first.path, second.path))
+
+    def operand(self, operand: ast.Operand) -> None:
+        if isinstance(operand, ast.PathOperand):
+            self.resolutions[operand.path] = None
+        elif isinstance(operand, ast.ValueOperand):
+            self.resolutions[operand.name] = None
+        elif isinstance(operand, ast.Call):
+            if operand.name not in FUNCTION_ARITY:
+                self.note(UNKNOWN_FUNCTION, f"Invalid function name; function: {operand.name}")
+            elif operand.name != "size":
+                self.misused(operand.name)
+            self.function(operand)
         else:
-            assert isinstance(call.args[1], ast.ValueOperand)
-            type_name = binder.values[call.args[1].name]["S"]
-            if type_name not in ATTRIBUTE_TYPES:
-                binder.note(
+            # Arithmetic belongs to update expressions; the condition grammar cannot produce it.
+            raise AssertionError(f"unexpected operand {operand!r}")
+
+    def function(self, call: ast.Call) -> None:
+        for arg in call.args:
+            self.operand(arg)
+        name, args = call.name, call.args
+        arity = FUNCTION_ARITY.get(name)
+        if arity is None:
+            return
+        if len(args) != arity:
+            self.note(
+                ARITY,
+                "Incorrect number of operands for operator or function; "
+                f"operator or function: {name}, number of operands: {len(args)}",
+            )
+            return
+        if arity == 2:
+            self.distinct(name, args[0], args[1])
+        if name in ("attribute_exists", "attribute_not_exists"):
+            if not isinstance(args[0], ast.PathOperand):
+                self.note(
                     FUNCTION,
-                    f"Invalid attribute type name found; type: {type_name}, "
-                    f"valid types: {{{','.join(ATTRIBUTE_TYPES)}}}",
+                    f"Operator or function requires a document path; operator or function: {name}",
                 )
-    elif name == "size":
-        arg_type = _static_type(call.args[0], binder)
-        if arg_type in ("N", "BOOL", "NULL"):
-            _incorrect_type(binder, name, arg_type)
+        elif name == "begins_with":
+            if any(_has_static_type(arg) for arg in args):
+                self.checks.append(_operand_types_check(name, args, _STRING_OR_BINARY))
+        elif name == "attribute_type":
+            self.checks.append(_attribute_type_check(args[1]))
+        elif name == "size" and _has_static_type(args[0]):
+            self.checks.append(_operand_types_check(name, args, _SIZE_ALLOWED))
+
+    def condition(self, node: ast.Condition) -> None:
+        if isinstance(node, ast.And | ast.Or):
+            self.condition(node.left)
+            self.condition(node.right)
+        elif isinstance(node, ast.Not):
+            self.condition(node.operand)
+        elif isinstance(node, ast.Compare):
+            self.operand(node.left)
+            self.operand(node.right)
+            self.distinct(node.op, node.left, node.right)
+        elif isinstance(node, ast.Between):
+            for operand in (node.operand, node.low, node.high):
+                self.operand(operand)
+            if isinstance(node.low, ast.ValueOperand) and isinstance(node.high, ast.ValueOperand):
+                self.checks.append(_between_check(node.low.name, node.high.name))
+        elif isinstance(node, ast.In):
+            for operand in (node.operand, *node.choices):
+                self.operand(operand)
+        else:
+            if node.name == "size":
+                self.misused("size")
+            elif node.name not in FUNCTION_ARITY:
+                self.note(UNKNOWN_FUNCTION, f"Invalid function name; function: {node.name}")
+            self.function(node)
 
 
-def _check_between(node: ast.Between, binder: Binder) -> None:
-    if not (isinstance(node.low, ast.ValueOperand) and isinstance(node.high, ast.ValueOperand)):
-        return
-    low, high = binder.values.get(node.low.name), binder.values.get(node.high.name)
-    if low is None or high is None:
-        return
-    bounds = (
-        f"lower bound operand: {describe_value(low)}, upper bound operand: {describe_value(high)}"
-    )
-    if type_of(low) != type_of(high):
-        binder.note(
-            FUNCTION,
-            f"The BETWEEN operator requires same data type for lower and upper bounds; {bounds}",
-        )
-    elif compare(low, high) == 1:
-        binder.note(
-            FUNCTION,
-            "The BETWEEN operator requires upper bound to be greater than or equal to lower "
-            f"bound; {bounds}",
-        )
-
-
-def _check_logical(node: ast.And | ast.Or, binder: Binder) -> None:
-    check_condition(node.left, binder)
-    check_condition(node.right, binder)
-
-
-def _check_not(node: ast.Not, binder: Binder) -> None:
-    check_condition(node.operand, binder)
-
-
-def _check_compare(node: ast.Compare, binder: Binder) -> None:
-    check_operand(node.left, binder)
-    check_operand(node.right, binder)
-    _check_distinct(binder, node.op, node.left, node.right)
-
-
-def _check_between_node(node: ast.Between, binder: Binder) -> None:
-    for operand in (node.operand, node.low, node.high):
-        check_operand(operand, binder)
-    _check_between(node, binder)
-
-
-def _check_in(node: ast.In, binder: Binder) -> None:
-    for operand in (node.operand, *node.choices):
-        check_operand(operand, binder)
-
-
-def _check_call_condition(node: ast.Call, binder: Binder) -> None:
-    if node.name == "size":
-        _misused(binder, "size")
-    elif node.name not in FUNCTION_ARITY:
-        binder.note(UNKNOWN_FUNCTION, f"Invalid function name; function: {node.name}")
-    _check_function(node, binder)
-
-
-_CHECKS: dict[type, Callable[[Any, Binder], None]] = {
-    ast.And: _check_logical,
-    ast.Or: _check_logical,
-    ast.Not: _check_not,
-    ast.Compare: _check_compare,
-    ast.Between: _check_between_node,
-    ast.In: _check_in,
-    ast.Call: _check_call_condition,
-}
-
-
-def check_condition(node: ast.Condition, binder: Binder) -> None:
-    """Record every problem of a condition tree in ``binder``, resolving its placeholders."""
-    _CHECKS[type(node)](node, binder)
+def plan_condition(tree: ast.Condition) -> ConditionPlan:
+    """Work out, once per text, how to check a condition against a request's placeholders."""
+    planner = _Planner()
+    planner.condition(tree)
+    return ConditionPlan(tree, tuple(planner.resolutions), tuple(planner.checks))
 
 
 # Evaluation helpers ----------------------------------------------------------------------------

@@ -20,6 +20,7 @@ import itertools
 from collections.abc import Callable
 from typing import Any
 
+from core import limits
 from core.errors import ValidationError
 from core.expressions import ast
 from core.expressions.binding import (
@@ -39,6 +40,7 @@ from core.values import SET_TYPES, AttributeValue, Item, add_numbers, subtract_n
 FUNCTION_ARITY = {"if_not_exists": 2, "list_append": 2}
 
 INVALID_PATH = "The document path provided in the update expression is invalid for update"
+TOO_DEEP = "Nesting Levels have exceeded supported limits"
 INCORRECT_TYPE = "An operand in the update expression has an incorrect data type"
 MISSING_ATTRIBUTE = "The provided expression refers to an attribute that does not exist in the item"
 # ADD takes numbers and sets, DELETE only sets; DynamoDB names the other types in full.
@@ -321,9 +323,25 @@ def _deleted(existing: AttributeValue, value: AttributeValue) -> AttributeValue 
 Step = Callable[[_Edit, Item], None]
 
 
+def _depth(value: AttributeValue) -> int:
+    """How many levels a value occupies: 1 for a scalar or set, more for nested lists and maps."""
+    ((tag, raw),) = value.items()
+    if tag == "M":
+        return 1 + max((_depth(member) for member in raw.values()), default=0)
+    if tag == "L":
+        return 1 + max((_depth(element) for element in raw), default=0)
+    return 1
+
+
 def _set_step(path: ResolvedPath, value_of: ValueOf) -> Step:
+    # A value written below the top level may push the item past DynamoDB's 32 levels of nesting
+    # (a top-level value has been validated already, and nothing else can deepen it).
+    nested_levels = len(path) - 1
+
     def step(edit: _Edit, old: Item) -> None:
         value = clone(value_of(old))
+        if nested_levels and nested_levels + _depth(value) > limits.NESTING_DEPTH_MAX:
+            raise ValidationError(TOO_DEEP)
         edit.write(edit.container(path), path[-1], value)
 
     return step

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from core import expressions
+from core import expressions, limits
 from core.errors import ValidationError
 
 Item = dict[str, Any]
@@ -228,6 +228,21 @@ def test_paths_through_absent_or_wrong_containers(text: str) -> None:
     item = {"m": {"M": {"k": N}}, "l": {"L": [N]}, "s": {"S": "x"}}
     assert runtime_error(text, item, {":v": N, ":s": {"SS": ["a"]}}) == (
         "The document path provided in the update expression is invalid for update"
+    )
+
+
+def test_nesting_depth_limit() -> None:
+    def nested(levels: int) -> dict[str, Any]:
+        value: dict[str, Any] = {"S": "leaf"}
+        for _ in range(levels - 1):
+            value = {"M": {"k": value}}
+        return value
+
+    item = {"m": nested(2)}
+    deepest = limits.NESTING_DEPTH_MAX - 1  # "m" itself is the first level
+    apply("SET m.k = :v", item, {":v": nested(deepest)})
+    assert runtime_error("SET m.k = :v", item, {":v": nested(deepest + 1)}) == (
+        "Nesting Levels have exceeded supported limits"
     )
 
 
