@@ -410,13 +410,37 @@ def _all_throttled(
 
 @dataclasses.dataclass
 class _TableReads:
-    """One table's part of a BatchGetItem."""
+    """One table's part of a BatchGetItem: its members as read, then its keys and projection."""
 
     name: str
     request: dict[str, Any]
-    keys: list[Item]
-    compiled: _Expressions
+    raw_keys: list[Any]
+    attributes_to_get: list[str] | None
     consistent: bool
+    projection_text: str | None
+    names: dict[str, str] | None
+    keys: list[Item] = dataclasses.field(default_factory=list)
+    compiled: _Expressions = dataclasses.field(default_factory=_Expressions)
+
+
+def _read_table_reads(reader: RequestReader, name: str, table_request: Any) -> _TableReads:
+    nested = reader.nested(table_request, f"{reader.where('RequestItems')}.{name}.member")
+    raw_keys = nested.array(
+        "Keys", required=True, min_length=1, max_length=limits.BATCH_GET_ITEMS_MAX
+    )
+    for raw_key in raw_keys or ():
+        nested.nested(raw_key, nested.where("Keys"))
+    return _TableReads(
+        name=name,
+        request=table_request,
+        raw_keys=raw_keys or [],
+        attributes_to_get=nested.string_list(
+            "AttributesToGet", min_length=1, max_length=ATTRIBUTES_TO_GET_MAX
+        ),
+        consistent=nested.boolean("ConsistentRead") is True,
+        projection_text=nested.string("ProjectionExpression"),
+        names=nested.string_map("ExpressionAttributeNames"),
+    )
 
 
 async def batch_get_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
@@ -424,38 +448,18 @@ async def batch_get_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, 
     reader = RequestReader(body)
     request_items = _read_request_items(reader, tables_max=limits.BATCH_GET_ITEMS_MAX)
     read_common(reader)
-    parts: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
-    for name, table_request in request_items.items():
-        nested = reader.nested(table_request, f"{reader.where('RequestItems')}.{name}.member")
-        fields = {
-            "keys": nested.array(
-                "Keys", required=True, min_length=1, max_length=limits.BATCH_GET_ITEMS_MAX
-            ),
-            "attributes_to_get": nested.string_list(
-                "AttributesToGet", min_length=1, max_length=ATTRIBUTES_TO_GET_MAX
-            ),
-            "consistent": nested.boolean("ConsistentRead"),
-            "projection": nested.string("ProjectionExpression"),
-            "names": nested.string_map("ExpressionAttributeNames"),
-        }
-        for key in fields["keys"] or ():
-            nested.nested(key, nested.where("Keys"))
-        parts.append((name, table_request, fields))
+    reads = [_read_table_reads(reader, name, part) for name, part in request_items.items()]
     reader.check()
 
-    reads: list[_TableReads] = []
     total = 0
-    for name, table_request, fields in parts:
-        legacy.check_parameter_mix("BatchGetItem", table_request)
-        keys = [_validated_key(key) for key in fields["keys"]]
-        _check_duplicates(keys)
-        total += len(keys)
+    for read in reads:
+        legacy.check_parameter_mix("BatchGetItem", read.request)
+        read.keys = [_validated_key(raw_key) for raw_key in read.raw_keys]
+        _check_duplicates(read.keys)
+        total += len(read.keys)
         if total > limits.BATCH_GET_ITEMS_MAX:
             raise ValidationError("Too many items requested for the BatchGetItem call")
-        compiled = _read_expressions(
-            fields["projection"], fields["attributes_to_get"], fields["names"]
-        )
-        reads.append(_TableReads(name, table_request, keys, compiled, fields["consistent"] is True))
+        read.compiled = _read_expressions(read.projection_text, read.attributes_to_get, read.names)
 
     tables = {read.name: await ctx.table(read.name) for read in reads}
     calls: list[_Call] = []

@@ -468,9 +468,10 @@ async def query(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
     compiled = _filter_and_projection("Query", reading, query_filter, values_normalised)
     # KeyConditions may come with a FilterExpression or ProjectionExpression; its translation has
     # placeholders of its own, so it is compiled apart from the request's.
-    key_translation = (
-        legacy.key_condition_expression(key_conditions) if key_condition_text is None else None
-    )
+    key_translation = None
+    if key_condition_text is None:
+        assert key_conditions is not None
+        key_translation = legacy.key_condition_expression(key_conditions)
     select = select_mode(
         reading.select,
         projection=reading.projection is not None,

@@ -178,16 +178,15 @@ class RequestReader:
         """An Integer member, or None when absent."""
         if not self._required(member, False):
             return None
-        value = self.body[member]
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise _not_scalar(value) or SerializationError(
-                f"{_token(value)} cannot be converted to Integer"
+        raw = self.body[member]
+        if isinstance(raw, bool) or not isinstance(raw, int | float):
+            raise _not_scalar(raw) or SerializationError(
+                f"{_token(raw)} cannot be converted to Integer"
             )
-        if isinstance(value, float):
-            if value != value or value in (float("inf"), float("-inf")):
-                raise SerializationError("NUMBER_VALUE cannot be converted to Integer")
-            # A fractional JSON number is truncated by the deserialiser, as Java's intValue() does.
-            value = int(value)
+        if isinstance(raw, float) and (raw != raw or raw in (float("inf"), float("-inf"))):
+            raise SerializationError("NUMBER_VALUE cannot be converted to Integer")
+        # A fractional JSON number is truncated by the deserialiser, as Java's intValue() does.
+        value = int(raw)
         if not _INT_MIN <= value <= _INT_MAX:
             raise SerializationError("NUMBER_VALUE cannot be converted to Integer")
         if minimum is not None and value < minimum:
