@@ -75,8 +75,8 @@ WORKLOAD_ITEMS = 300
 # A provisioned table gets one partition per 1,000 WCU (core.placement.initial_partition_count), so
 # 9,000 WCU spreads it over 9 partitions: every node of three holds some with near certainty.
 WORKLOAD_WCU = 9000
-PROBE_KEYS_PER_SIDE = 15  # Keys read on each side (dead node / live nodes) while the node is down.
-OUTAGE_WRITES = 40
+PROBE_KEYS_PER_SIDE = 6  # Keys read on each side (dead node / live nodes) while the node is down.
+OUTAGE_WRITES = 24
 
 
 # Docker -------------------------------------------------------------------------------------------
@@ -475,6 +475,7 @@ def test_killed_node_fails_only_its_partitions_and_loses_no_acknowledged_write(
     cluster.kill(victim)
 
     # Reads of the dead node's keys fail with a DynamoDB error, promptly; the others still work.
+    slowest_failure_s = 0.0
     for key in dead_keys[:PROBE_KEYS_PER_SIDE]:
         started = time.monotonic()
         with pytest.raises(ClientError) as failure:
@@ -484,9 +485,11 @@ def test_killed_node_fails_only_its_partitions_and_loses_no_acknowledged_write(
         assert error["ResponseMetadata"]["HTTPStatusCode"] >= 400
         assert error["Error"]["Code"], "the body must carry a __type"
         assert elapsed < REQUEST_SECONDS_MAX
+        slowest_failure_s = max(slowest_failure_s, elapsed)
     print(
-        f"{victim} down: {error['ResponseMetadata']['HTTPStatusCode']} "
-        f"{error['Error']['Code']}: {error['Error'].get('Message')}"
+        f"{victim} down: its keys fail within {slowest_failure_s:.2f} s with "
+        f"{error['ResponseMetadata']['HTTPStatusCode']} {error['Error']['Code']}: "
+        f"{error['Error'].get('Message')}"
     )
     for key in live_keys[:PROBE_KEYS_PER_SIDE]:
         reply = client.get_item(
