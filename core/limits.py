@@ -158,7 +158,12 @@ assert TABLE_CREATION_SECONDS_MAX > CONTROL_CALL_SECONDS_MAX + CATALOG_CAS_ATTEM
 assert PROVISIONED_UNITS_PER_TABLE_MAX <= PROVISIONED_UNITS_VALUE_MAX
 assert TABLE_STATS_SECONDS_MAX <= CONTROL_CALL_SECONDS_MAX
 
-# Expression parsing (dynalab's own bound, not a DynamoDB quota): distinct expression texts whose
-# parse is cached per process. Applications reuse a few hundred texts at most; 4096 entries of at
-# most 4 KB of text each keep the cache under a few tens of megabytes even in the worst case.
-EXPRESSION_PARSE_CACHE_ENTRIES = 4096
+# Expression parsing (dynalab's own bounds, not DynamoDB quotas). Distinct expression texts whose
+# parse is cached per process: applications reuse a few hundred texts at most, each cached parse of
+# an everyday expression takes a few kilobytes, and even 1024 maximal 4 KB expressions (about
+# 120 KB of trees each) stay near 125 MB.
+EXPRESSION_PARSE_CACHE_ENTRIES = 1024
+# Parentheses, NOT and nested function calls in one expression, so that the recursive-descent
+# parser and the compiled closures stay well inside Python's recursion limit. SDK builders that nest
+# one level per condition ("((a AND b) AND c)") fit 100 conditions, a third of the 300 operators.
+EXPRESSION_NESTING_DEPTH_MAX = 100

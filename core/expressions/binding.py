@@ -206,8 +206,3 @@ class Binder:
             return
         first = min(range(len(findings)), key=lambda i: (self.ranks[findings[i].category], i))
         raise ValidationError(f"Invalid {self.kind}: {findings[first].message}")
-
-
-def invalid(kind: str, message: str) -> ValidationError:
-    """A ValidationError worded as DynamoDB words problems with one expression."""
-    return ValidationError(f"Invalid {kind}: {message}")

@@ -119,6 +119,7 @@ class _Parser:
         self.names_used: set[str] = set()
         self.values_used: set[str] = set()
         self.operators = 0
+        self.depth = 0
 
     # Token helpers ----------------------------------------------------------------------------
 
@@ -151,6 +152,15 @@ class _Parser:
 
     def note(self, category: str, message: str) -> None:
         self.findings.append(Deferred(category, message))
+
+    def descend(self) -> None:
+        """Enter one more level of parentheses, NOT or function call, within the nesting bound."""
+        self.depth += 1
+        if self.depth > limits.EXPRESSION_NESTING_DEPTH_MAX:
+            raise ExpressionSyntaxError(
+                "Expression nesting has exceeded the maximum allowed depth; "
+                f"maximum depth: {limits.EXPRESSION_NESTING_DEPTH_MAX}"
+            )
 
     def finish(self) -> None:
         if self.tokens[self.pos].kind != EOF:
@@ -200,11 +210,13 @@ class _Parser:
             and token.text.upper() not in self.keywords
         ):
             self.pos += 2
+            self.descend()
             args = [self.parse_operand()]
             while self.peek().kind == ",":
                 self.pos += 1
                 args.append(self.parse_operand())
             self.expect(")")
+            self.depth -= 1
             self.operators += 1
             return ast.Call(token.text, tuple(args))
         return ast.PathOperand(self.parse_path())
@@ -219,8 +231,10 @@ class _Parser:
         if self.peek().kind != "(":
             return self.parse_atom()
         self.pos += 1
+        self.descend()
         inner = self._operand_group()
         self.expect(")")
+        self.depth -= 1
         if isinstance(inner, _Group):
             self.note(PARENS, "The expression has redundant parentheses;")
         return _Group(_unwrap(inner))
@@ -265,7 +279,10 @@ class _Parser:
         if self.keyword() == "NOT":
             self.pos += 1
             self.operators += 1
-            return ast.Not(self._condition_operand(self.parse_not(), self.pos))
+            self.descend()
+            operand = self._condition_operand(self.parse_not(), self.pos)
+            self.depth -= 1
+            return ast.Not(operand)
         return self.parse_comparison()
 
     def parse_comparison(self) -> _Node:
@@ -309,8 +326,10 @@ class _Parser:
         if self.peek().kind != "(":
             return self.parse_atom()
         self.pos += 1
+        self.descend()
         inner = self.parse_or()
         self.expect(")")
+        self.depth -= 1
         if isinstance(inner, _Group):
             self.note(PARENS, "The expression has redundant parentheses;")
         return _Group(_unwrap(inner))
@@ -365,8 +384,10 @@ class _Parser:
         if self.peek().kind != "(":
             return self.parse_atom()
         self.pos += 1
+        self.descend()
         inner = self.parse_set_value()
         self.expect(")")
+        self.depth -= 1
         return inner
 
     # Projections ------------------------------------------------------------------------------

@@ -83,7 +83,15 @@ TOKENS = [
 soup = st.lists(st.sampled_from(TOKENS), max_size=14).flatmap(
     lambda tokens: st.sampled_from([" ", ""]).map(lambda sep: sep.join(tokens))
 )
-texts = soup | st.text(max_size=30)
+# Deep nesting, up to the expression size limit, must be refused cleanly, never overflow the stack.
+nested = st.builds(
+    lambda prefix, count, core, suffix: prefix * count + core + suffix * count,
+    st.sampled_from(["(", "NOT ", "size(", "NOT (", "list_append(a, ", "SET a = ("]),
+    st.integers(0, 1000),
+    st.sampled_from(["a = :v", "a", ":v", "a, b"]),
+    st.sampled_from([")", "", " AND b = :v)"]),
+)
+texts = soup | st.text(max_size=30) | nested
 
 NAMES = {"#n": "n", "#m": "a"}
 VALUES = {
