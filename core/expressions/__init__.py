@@ -132,7 +132,7 @@ def condition_plan(text: str) -> ConditionPlan | str:
     parsed = parse_cached("condition", text)
     if isinstance(parsed, str):
         return parsed
-    return plan_condition(cast(ast.Condition, parsed.tree))
+    return plan_condition(parsed)
 
 
 def clear_caches() -> None:
@@ -147,9 +147,7 @@ def _planned(text: Any, kind: str) -> tuple[Parsed, ConditionPlan]:
     plan = condition_plan(text)
     if isinstance(plan, str):
         raise ValidationError(f"Invalid {kind}: {plan}")
-    parsed = parse_cached("condition", text)
-    assert isinstance(parsed, Parsed)
-    return parsed, plan
+    return plan.parsed, plan
 
 
 def _parsed(grammar: str, text: Any, kind: str) -> Parsed:

@@ -1,8 +1,9 @@
 """Condition and filter expressions: checking them as DynamoDB does, and compiling them to closures.
 
-``bind_condition`` checks a parsed condition against the request's placeholders (functions, arity,
-operand types, distinct operands, BETWEEN bounds) and compiles it into a tree of small closures,
-one per node, each taking an item and returning a bool or an attribute value. Evaluating a compiled
+``plan_condition`` works out once per text what DynamoDB checks (functions, arity, operand types,
+distinct operands, BETWEEN bounds); ``ConditionPlan.bind`` runs those checks against a request's
+placeholders, and ``compile_condition`` turns the checked tree into small closures, one per node,
+each taking an item and returning a bool or an attribute value. Evaluating a compiled
 condition is then a few Python calls per node with no dispatch on node types; comparisons against
 a constant (the common ``attr > :value``) are specialised so that the constant's number or bytes
 are decoded once, at compile time, instead of once per item.
@@ -35,7 +36,7 @@ from core.expressions.binding import (
     describe_value,
 )
 from core.expressions.document import Getter, make_getter
-from core.expressions.parser import Deferred
+from core.expressions.parser import Deferred, Parsed
 from core.values import SET_TYPES, AttributeValue, Item, compare, equal, type_of
 
 Predicate = Callable[[Item], bool]
@@ -170,6 +171,7 @@ _STRING_OR_BINARY = frozenset({"S", "B"})
 class ConditionPlan:
     """The checks of one condition text, ready to run against any request's placeholders."""
 
+    parsed: Parsed
     tree: ast.Condition
     resolutions: tuple[ast.Path | str, ...]  # paths and value placeholders, in text order
     checks: tuple[Deferred | Check, ...]  # findings known from the text, and binding checks
@@ -277,11 +279,15 @@ class _Planner:
             self.function(node)
 
 
-def plan_condition(tree: ast.Condition) -> ConditionPlan:
+def plan_condition(parsed: Parsed) -> ConditionPlan:
     """Work out, once per text, how to check a condition against a request's placeholders."""
+    tree = parsed.tree
+    assert isinstance(
+        tree, ast.Compare | ast.Between | ast.In | ast.And | ast.Or | ast.Not | ast.Call
+    )
     planner = _Planner()
     planner.condition(tree)
-    return ConditionPlan(tree, tuple(planner.resolutions), tuple(planner.checks))
+    return ConditionPlan(parsed, tree, tuple(planner.resolutions), tuple(planner.checks))
 
 
 # Evaluation helpers ----------------------------------------------------------------------------
