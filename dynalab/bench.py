@@ -313,8 +313,12 @@ class RequestPlan:
         if operation == "GetItem":
             return "Item" in reply
         if operation == "Scan":
-            # Each worker walks the table page by page and starts over at the end.
+            # Each worker walks the table page by page and starts over at the end. A page may
+            # legitimately be empty mid-walk (DynamoDB may stop at a partition's end), so only a
+            # walk that ends on its first page without items means the table is empty.
+            walk_started = self.scan_start is None
             self.scan_start = reply.get("LastEvaluatedKey")
+            return bool(reply.get("Count")) or not (walk_started and self.scan_start is None)
         return bool(reply.get("Count"))
 
 

@@ -157,8 +157,12 @@ def test_scan_walks_the_table_and_starts_over() -> None:
     last_key = {"pk": {"S": "key-000000004"}}
     assert plan.observe("Scan", orjson.dumps({"Count": 5, "LastEvaluatedKey": last_key}))
     assert plan.next_request()[1]["ExclusiveStartKey"] == last_key
-    assert not plan.observe("Scan", orjson.dumps({"Count": 0}))
+    # An empty page in the middle of a walk is normal, and so is one that ends it.
+    assert plan.observe("Scan", orjson.dumps({"Count": 0, "LastEvaluatedKey": last_key}))
+    assert plan.observe("Scan", orjson.dumps({"Count": 0}))
     assert "ExclusiveStartKey" not in plan.next_request()[1]
+    # A walk that ends on its first page without items found an empty table.
+    assert not plan.observe("Scan", orjson.dumps({"Count": 0}))
 
 
 def test_observe_counts_reads_that_found_nothing() -> None:
