@@ -94,6 +94,18 @@ def port_is_free(port: int) -> bool:
         return True
 
 
+def answers_http(port: int) -> bool:
+    """Whether an HTTP server on loopback `port` answers `GET /` with 200 (a router's health)."""
+    connection = http.client.HTTPConnection(LOOPBACK, port, timeout=PROBE_TIMEOUT_S)
+    try:
+        connection.request("GET", "/")
+        return connection.getresponse().status == 200
+    except OSError:
+        return False
+    finally:
+        connection.close()
+
+
 def _die_with_parent_preexec() -> Any:
     """Return a preexec_fn that makes a child receive SIGTERM when this process dies (Linux only).
 
@@ -264,14 +276,7 @@ class Router(ServiceProcess):
         return [sys.executable, "-m", "router", "--listen", self.address, "--nodes", self.nodes_arg]
 
     def probe(self) -> bool:
-        connection = http.client.HTTPConnection(LOOPBACK, self.port, timeout=PROBE_TIMEOUT_S)
-        try:
-            connection.request("GET", "/")
-            return connection.getresponse().status == 200
-        except OSError:
-            return False
-        finally:
-            connection.close()
+        return answers_http(self.port)
 
 
 def stop_all(services: Iterable[ServiceProcess], grace: float = STOP_GRACE_S) -> None:

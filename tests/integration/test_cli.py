@@ -4,7 +4,6 @@ and the kill/stop/start controls that fault-injection tests rely on."""
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import re
@@ -18,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from dynalab.cluster import PROJECT_ROOT, LocalCluster, free_ports
+from dynalab.cluster import PROJECT_ROOT, LocalCluster, answers_http, free_ports
 
 UP_TIMEOUT_S = 60.0  # `dynalab up` start-up: its own 30 s budget plus interpreter start-ups.
 EXIT_TIMEOUT_S = 30.0  # `dynalab up` after SIGTERM: the 10 s grace of each tier, with margin.
@@ -45,24 +44,15 @@ def is_alive(pid: int) -> bool:
     return Path(f"/proc/{pid}").exists()
 
 
-def wait_for_endpoint(url: str, process: subprocess.Popen[bytes], output: Path) -> None:
-    """Wait until the router at `url` answers GET /, failing early if `dynalab up` exits."""
-    host, port = url.removeprefix("http://").split(":")
+def wait_for_endpoint(port: int, process: subprocess.Popen[bytes], output: Path) -> None:
+    """Wait until the router on `port` answers GET /, failing early if `dynalab up` exits."""
     deadline = time.monotonic() + UP_TIMEOUT_S
-    while time.monotonic() < deadline:
+    while not answers_http(port):
         if process.poll() is not None:
             pytest.fail(f"dynalab up exited with {process.returncode}:\n{output.read_text()}")
-        connection = http.client.HTTPConnection(host, int(port), timeout=1)
-        try:
-            connection.request("GET", "/")
-            if connection.getresponse().status == 200:
-                return
-        except OSError:
-            pass
-        finally:
-            connection.close()
+        if time.monotonic() >= deadline:
+            pytest.fail(f"dynalab up did not serve within {UP_TIMEOUT_S} s:\n{output.read_text()}")
         time.sleep(0.1)
-    pytest.fail(f"dynalab up did not serve {url} within {UP_TIMEOUT_S} s:\n{output.read_text()}")
 
 
 def wait_table_active(client: Any, name: str) -> None:
@@ -98,7 +88,7 @@ class UpProcess:
                 stdout=sink,
                 stderr=subprocess.STDOUT,
             )
-        wait_for_endpoint(self.url, self.process, output)
+        wait_for_endpoint(port, self.process, output)
 
     def terminate(self) -> int:
         """SIGTERM `dynalab up` and return its exit code."""
