@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ CLIENT_CONFIG = Config(
     connect_timeout=5,
     read_timeout=30,
 )
+TABLE_ACTIVE_TIMEOUT_S = 30.0  # How long a new table may stay CREATING in a test.
 _table_numbers = itertools.count(1)
 
 
@@ -78,3 +80,33 @@ def table_name(request: pytest.FixtureRequest) -> Callable[[], str]:
         return f"{test}-{next(_table_numbers)}"
 
     return make
+
+
+def create_active_table(
+    client: Any,
+    name: str,
+    hash_key: tuple[str, str] = ("pk", "S"),
+    range_key: tuple[str, str] | None = None,
+) -> None:
+    """Create an on-demand table keyed by (attribute name, type) pairs and wait until it is
+    ACTIVE."""
+    keys = [(hash_key, "HASH")] + ([(range_key, "RANGE")] if range_key else [])
+    client.create_table(
+        TableName=name,
+        KeySchema=[{"AttributeName": attr, "KeyType": kind} for (attr, _), kind in keys],
+        AttributeDefinitions=[
+            {"AttributeName": attr, "AttributeType": type_} for (attr, type_), _ in keys
+        ],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    deadline = time.monotonic() + TABLE_ACTIVE_TIMEOUT_S
+    while client.describe_table(TableName=name)["Table"]["TableStatus"] != "ACTIVE":
+        assert time.monotonic() < deadline, f"table {name} not ACTIVE in {TABLE_ACTIVE_TIMEOUT_S} s"
+        time.sleep(0.1)
+
+
+@pytest.fixture(scope="session")
+def create_table() -> Callable[..., None]:
+    """Creates a table and waits for ACTIVE:
+    `create_table(dynamodb, name, hash_key=("pk", "S"), range_key=("sk", "N"))`."""
+    return create_active_table

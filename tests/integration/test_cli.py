@@ -21,7 +21,6 @@ from dynalab.cluster import PROJECT_ROOT, LocalCluster, answers_http, free_ports
 
 UP_TIMEOUT_S = 60.0  # `dynalab up` start-up: its own 30 s budget plus interpreter start-ups.
 EXIT_TIMEOUT_S = 30.0  # `dynalab up` after SIGTERM: the 10 s grace of each tier, with margin.
-TABLE_ACTIVE_TIMEOUT_S = 30.0
 BENCH_TIMEOUT_S = 120.0
 
 
@@ -52,13 +51,6 @@ def wait_for_endpoint(port: int, process: subprocess.Popen[bytes], output: Path)
             pytest.fail(f"dynalab up exited with {process.returncode}:\n{output.read_text()}")
         if time.monotonic() >= deadline:
             pytest.fail(f"dynalab up did not serve within {UP_TIMEOUT_S} s:\n{output.read_text()}")
-        time.sleep(0.1)
-
-
-def wait_table_active(client: Any, name: str) -> None:
-    deadline = time.monotonic() + TABLE_ACTIVE_TIMEOUT_S
-    while client.describe_table(TableName=name)["Table"]["TableStatus"] != "ACTIVE":
-        assert time.monotonic() < deadline, f"table {name} not ACTIVE in {TABLE_ACTIVE_TIMEOUT_S} s"
         time.sleep(0.1)
 
 
@@ -112,7 +104,10 @@ def up_processes() -> Iterator[list[UpProcess]]:
 
 
 def test_up_stops_everything_and_finds_its_data_again(
-    tmp_path: Path, up_processes: list[UpProcess], dynamodb_for: Callable[[str], Any]
+    tmp_path: Path,
+    up_processes: list[UpProcess],
+    dynamodb_for: Callable[[str], Any],
+    create_table: Callable[..., None],
 ) -> None:
     data_dir = tmp_path / "data"
     output = tmp_path / "up.out"
@@ -132,19 +127,7 @@ def test_up_stops_everything_and_finds_its_data_again(
     ]
 
     client = dynamodb_for(first.url)
-    client.create_table(
-        TableName="Music",
-        KeySchema=[
-            {"AttributeName": "Artist", "KeyType": "HASH"},
-            {"AttributeName": "Song", "KeyType": "RANGE"},
-        ],
-        AttributeDefinitions=[
-            {"AttributeName": "Artist", "AttributeType": "S"},
-            {"AttributeName": "Song", "AttributeType": "S"},
-        ],
-        BillingMode="PAY_PER_REQUEST",
-    )
-    wait_table_active(client, "Music")
+    create_table(client, "Music", hash_key=("Artist", "S"), range_key=("Song", "S"))
     songs = [f"Song {i}" for i in range(20)]
     for song in songs:
         client.put_item(TableName="Music", Item={"Artist": {"S": "Arvo Pärt"}, "Song": {"S": song}})
@@ -214,15 +197,10 @@ def test_a_killed_node_comes_back_with_its_data(
     dynamodb: Any,
     dynamodb_for: Callable[[str], Any],
     table_name: Callable[[], str],
+    create_table: Callable[..., None],
 ) -> None:
     name = table_name()
-    dynamodb.create_table(
-        TableName=name,
-        KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
-        AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
-        BillingMode="PAY_PER_REQUEST",
-    )
-    wait_table_active(dynamodb, name)
+    create_table(dynamodb, name, hash_key=("id", "S"))
     keys = [f"item-{i}" for i in range(30)]
     for key in keys:
         dynamodb.put_item(TableName=name, Item={"id": {"S": key}, "n": {"N": "1"}})
