@@ -60,9 +60,13 @@ def run_up(args: argparse.Namespace, console: Console) -> int:
     """Start a LocalCluster, print where it is, and run until SIGINT or SIGTERM."""
     signal.signal(signal.SIGINT, _request_stop)
     signal.signal(signal.SIGTERM, _request_stop)
-    cluster = LocalCluster(
-        args.data_dir, nodes=args.nodes, routers=args.routers, router_port=args.port
-    )
+    try:
+        cluster = LocalCluster(
+            args.data_dir, nodes=args.nodes, routers=args.routers, router_port=args.port
+        )
+    except ValueError as exc:
+        console.print(f"[red]dynalab up:[/red] {exc}")
+        return 2
     try:
         with console.status(f"starting {args.nodes} nodes and {args.routers} router(s)"):
             cluster.start()
@@ -86,13 +90,14 @@ def run_up(args: argparse.Namespace, console: Console) -> int:
             time.sleep(WATCH_INTERVAL_S)
     except StopRequested as stop:
         console.print(f"{stop} received, stopping the cluster")
-        cluster.stop()
-        console.print("stopped")
         return 0
     except ClusterError as exc:
-        # start() has already stopped whatever it had started.
         console.print(f"[red]dynalab up failed:[/red] {exc}")
         return 1
+    finally:
+        # Whatever ended the loop, no process of the cluster may outlive `dynalab up`.
+        cluster.stop()
+        console.print("stopped")
 
 
 def run_bench(args: argparse.Namespace, console: Console) -> int:
