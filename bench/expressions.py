@@ -2,7 +2,7 @@
 
     python bench/expressions.py [--seconds 0.5]
 
-For each expression kind it prints operations per second on one core for:
+For each expression kind it prints operations per CPU second (one core) for:
 
 - parse (cold): tokenize and parse the text, as the first request carrying it does;
 - compile (cold): the whole facade call with the parse cache cleared every time;
@@ -50,13 +50,17 @@ ITEM = {
 
 
 def rate(operation: Callable[[], object], seconds: float) -> float:
-    """Calls per second of ``operation``, timed in batches for at least ``seconds``."""
+    """Calls per CPU second of ``operation``, timed in batches for at least ``seconds``.
+
+    CPU time of this process, not wall time, so that other processes sharing the machine's cores
+    slow the measurement down as little as possible.
+    """
     batch, calls, elapsed = 100, 0, 0.0
     while elapsed < seconds:
-        start = time.perf_counter()
+        start = time.process_time()
         for _ in range(batch):
             operation()
-        elapsed += time.perf_counter() - start
+        elapsed += time.process_time() - start
         calls += batch
         batch = min(batch * 2, 20_000)
     return calls / elapsed

@@ -167,3 +167,9 @@ EXPRESSION_PARSE_CACHE_ENTRIES = 1024
 # parser and the compiled closures stay well inside Python's recursion limit. SDK builders that nest
 # one level per condition ("((a AND b) AND c)") fit 100 conditions, a third of the 300 operators.
 EXPRESSION_NESTING_DEPTH_MAX = 100
+# Canonical texts of ExpressionAttributeValues numbers remembered per process (dynalab's own bound):
+# exact decimal normalisation is the costliest step of binding a request's values, and the same
+# short constants (":one", ":zero", versions) recur. Only texts up to 64 characters (38 digits plus
+# sign, point and exponent) are remembered, so the memo stays under a megabyte.
+EXPRESSION_NUMBER_CACHE_ENTRIES = 4096
+EXPRESSION_NUMBER_CACHE_TEXT_CHARS_MAX = 64

@@ -160,6 +160,9 @@ def _parsed(grammar: str, text: Any, kind: str) -> Parsed:
 
 
 def _check_map_shapes(names: Any, values: Any) -> None:
+    # Plain dicts (what JSON decoding produces) skip the slower abstract-class checks.
+    if type(names) is dict and type(values) is dict:
+        return
     if names is not None and not isinstance(names, Mapping):
         raise SerializationError("ExpressionAttributeNames must be a map of strings")
     if values is not None and not isinstance(values, Mapping):

@@ -12,12 +12,14 @@ message DynamoDB would give, prefixed with "Invalid <ExpressionKind>: ".
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from functools import lru_cache
 from typing import Any
 
+from core import limits
 from core.errors import SerializationError, ValidationError
 from core.expressions import ast
 from core.expressions.parser import LIMIT, PARENS, RESERVED, SECTION, Deferred
-from core.values import AttributeValue, validate_value
+from core.values import AttributeValue, normalize_number, validate_value
 
 ResolvedPath = tuple[str | int, ...]
 
@@ -129,8 +131,18 @@ def _check_name_value(key: str, name: Any) -> str:
     return name
 
 
+@lru_cache(maxsize=limits.EXPRESSION_NUMBER_CACHE_ENTRIES)
+def _canonical_number(text: str) -> str:
+    return normalize_number(text)
+
+
 def _validated(key: str, raw: Any) -> AttributeValue:
     try:
+        # A short number takes the memoised path; it is exactly what validate_value does for it.
+        if type(raw) is dict and len(raw) == 1:
+            number = raw.get("N")
+            if type(number) is str and len(number) <= limits.EXPRESSION_NUMBER_CACHE_TEXT_CHARS_MAX:
+                return {"N": _canonical_number(number)}
         return validate_value(raw, where=key)
     except ValidationError as error:
         raise ValidationError(

@@ -529,3 +529,12 @@ def test_compiled_condition_metadata() -> None:
 def test_values_are_normalised_before_comparing() -> None:
     check = expressions.condition("n = :v", None, {":v": {"N": "010.00"}})
     assert check.evaluate({"n": {"N": "10"}})
+    # Long number texts take the unmemoised path, with the same result.
+    long_text = "0" * 80 + "10.000"
+    assert expressions.condition("n = :v", None, {":v": {"N": long_text}}).evaluate(
+        {"n": {"N": "10"}}
+    )
+    assert error("n = :v", None, {":v": {"N": "1" * 39}}) == (
+        "ExpressionAttributeValues contains invalid value: Attempting to store more than 38 "
+        "significant digits in a Number for key :v"
+    )
