@@ -4,14 +4,19 @@ Every request that carries an expression passes through this package, in the rou
 bad request with DynamoDB's exact message before it leaves the front door) and again in the storage
 node (to evaluate it atomically with the write). The facade below is all either needs::
 
-    condition(text, names, values)   -> Condition     .evaluate(item | None) -> bool
-    update(text, names, values)      -> Update        .apply(item) -> new item,
-                                                      .top_level_attributes, .returned_attributes()
-    projection(text, names)          -> Projection    .apply(item) -> projected item
-    key_condition(text, names, values, hash_key, range_key) -> KeyCondition
-                                                      .hash_value, .range (RangeCondition | None)
+    condition(text, names, values, kind="ConditionExpression" | "FilterExpression")
+        -> Condition      .evaluate(item | None) -> bool, .top_level_attributes
+    update(text, names, values)
+        -> Update         .apply(item) -> new item, .top_level_attributes, .paths,
+                          .returned_attributes(old, new, return_values)
+    projection(text, names)
+        -> Projection     .apply(item) -> projected item
+    key_condition(text, names, values, hash_key, range_key, hash_type=, range_type=)
+        -> KeyCondition   .hash_value, .range (RangeCondition | None)
+    RangeCondition(op, values), RangeCondition.from_json({"op", "values"}), .matches(value)
     check_unused(names, values, *compiled)  -- DynamoDB's "unused placeholder" errors for a request
     check_attribute_maps(names, values)     -- the checks DynamoDB makes on the two maps up front
+    parse_cached(grammar, text)             -- syntax alone: a parse, or DynamoDB's message
 
 Every compiled object has ``names_used`` and ``values_used``, the placeholders its text mentions.
 ``names`` and ``values`` are the request's ExpressionAttributeNames and ExpressionAttributeValues
@@ -28,10 +33,11 @@ parser generator (Lark, pyparsing, PEG tools) would add a dependency and still n
 written around it, would word syntax errors its own way, and is several times slower in pure
 Python. The hand-written parser is a few hundred lines that read like the Developer Guide's
 grammar, tokenizes with one compiled regular expression, and its output (frozen, hashable trees)
-is cached per distinct text with a bounded ``functools.lru_cache``, so a request whose expression
-was seen before skips parsing altogether. Binding to the request's placeholders then compiles the
-tree into closures, one per node, specialised for the common comparison of an attribute with a
-constant, so evaluating a filter against each item of a Scan costs a handful of Python calls.
+is cached per distinct text with a bounded ``functools.lru_cache`` (conditions also cache the plan
+of checks DynamoDB makes), so a request whose expression was seen before skips parsing altogether.
+Binding to the request's placeholders then compiles the tree into closures, one per node,
+specialised for the common comparison of an attribute with a constant, so evaluating a filter
+against each item of a Scan costs a handful of Python calls.
 
 Module map: ``tokens`` (tokenizer, syntax-error text), ``parser`` (grammars), ``ast`` (trees and
 rendering back to text), ``binding`` (placeholders and DynamoDB's error ranking), ``condition``,
