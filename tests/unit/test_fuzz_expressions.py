@@ -343,14 +343,14 @@ legacy_conditions = st.dictionaries(
 def test_legacy_translations_raise_only_dynamodb_errors(
     conditions: Any, conditional_operator: Any, item: dict[str, Any]
 ) -> None:
-    translators = [
-        lambda: legacy.expected_condition(conditions, conditional_operator),
-        lambda: legacy.filter_condition(conditions, conditional_operator),
-        lambda: legacy.key_condition_expression(conditions),
-        lambda: legacy.update_expression(conditions),
-        lambda: legacy.projection_expression(list(conditions)),
+    translators: list[tuple[str, Any]] = [
+        ("condition", lambda: legacy.expected_condition(conditions, conditional_operator)),
+        ("condition", lambda: legacy.filter_condition(conditions, conditional_operator)),
+        ("key", lambda: legacy.key_condition_expression(conditions)),
+        ("update", lambda: legacy.update_expression(conditions)),
+        ("projection", lambda: legacy.projection_expression(list(conditions))),
     ]
-    for translate in translators:
+    for kind, translate in translators:
         try:
             translation = translate()
         except ALLOWED:
@@ -359,12 +359,17 @@ def test_legacy_translations_raise_only_dynamodb_errors(
             continue
         # What a translation produces must be accepted by the expression parsers.
         names, values = translation.names or None, translation.values or None
-        if translation.expression.startswith(("SET", "REMOVE", "ADD", "DELETE")):
+        if kind == "update":
             try:
                 expressions.update(translation.expression, names, values).apply(item)
             except ValidationError as error:
                 assert not error.message.startswith("Invalid"), error.message
-        elif "=" in translation.expression or "(" in translation.expression:
+        elif kind == "condition":
             expressions.condition(translation.expression, names, values).evaluate(item)
+        elif kind == "key":
+            try:
+                expressions.key_condition(translation.expression, names, values, "pk", "a")
+            except ValidationError as error:
+                assert not error.message.startswith("Invalid"), error.message
         else:
             expressions.projection(translation.expression, names).apply(item)
