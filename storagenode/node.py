@@ -8,6 +8,11 @@ are atomic: a single writer serialises all writes, and each write sees every ear
 
 Every item write appends its change-log record and updates its partition's metadata in the same
 transaction, so the item, the log and the counters can never disagree, even after kill -9.
+
+Every data-plane request passes its partition's token buckets (`storagenode.throughput`): a read
+is admitted before it runs and charged its real size after; a write is admitted before its batch is
+applied, so a throttled write never enters the transaction, and charged the larger of its old and
+new item (or, when its condition fails, the existing item) once the transaction has measured them.
 """
 
 from __future__ import annotations
@@ -21,12 +26,14 @@ import lmdb
 import orjson
 
 from core import expressions, limits
+from core.capacity import item_write_units
 from core.errors import (
     ConditionalCheckFailed,
     DynamoError,
     InternalServerError,
     ResourceInUse,
     StaleEpoch,
+    ThroughputExceeded,
     UnknownOperation,
     ValidationError,
 )
@@ -42,14 +49,35 @@ from storagenode.store import (
     successor,
     table_prefix,
 )
+from storagenode.throughput import NodeThroughput, version_of
 
 logger = logging.getLogger(__name__)
 
-READ_OPS = frozenset({ops.GET, ops.QUERY, ops.SCAN, ops.CATALOG_GET, ops.TABLE_STATS})
+READ_OPS = frozenset(
+    {
+        ops.GET,
+        ops.QUERY,
+        ops.SCAN,
+        ops.CATALOG_GET,
+        ops.TABLE_STATS,
+        ops.PARTITION_THROUGHPUT,
+    }
+)
 WRITE_OPS = frozenset(
-    {ops.PUT, ops.UPDATE, ops.DELETE, ops.CATALOG_CAS, ops.CREATE_PARTITION, ops.DROP_TABLE}
+    {
+        ops.PUT,
+        ops.UPDATE,
+        ops.DELETE,
+        ops.CATALOG_CAS,
+        ops.CREATE_PARTITION,
+        ops.DROP_TABLE,
+        ops.UPDATE_THROUGHPUT,
+    }
 )
 assert READ_OPS | WRITE_OPS == ops.CONTROL_OPS | ops.DATA_OPS
+# The operations that spend a partition's read or write units.
+METERED_READS = frozenset({ops.GET, ops.QUERY, ops.SCAN})
+METERED_WRITES = frozenset({ops.PUT, ops.UPDATE, ops.DELETE})
 
 _INVALID = "One or more parameter values were invalid: "
 PartitionKey = tuple[str, str]  # (table id, partition id)
@@ -64,22 +92,35 @@ class StorageNode:
     """The partitions hosted by one node and the operations on them."""
 
     def __init__(
-        self, store: Store, *, change_log_records_max: int = limits.CHANGE_LOG_RECORDS_MAX
+        self,
+        store: Store,
+        *,
+        change_log_records_max: int = limits.CHANGE_LOG_RECORDS_MAX,
+        throughput: NodeThroughput | None = None,
     ) -> None:
         self.store = store
         self.change_log_records_max = change_log_records_max
+        # Token buckets per partition; by default as the environment says (DYNALAB_THROTTLING,
+        # DYNALAB_BURST_SECONDS), on the monotonic clock. Tests pass one with a clock of their own.
+        self.throughput = NodeThroughput.from_env() if throughput is None else throughput
         # Replaced or updated only by the writer after each commit, so a reader on another thread
         # always sees the metadata of committed data.
         self.partitions: dict[PartitionKey, Partition] = {}
         for meta in store.load_partition_metas():
             partition = Partition.from_meta(meta)
             self.partitions[partition.table_id, partition.partition_id] = partition
+            self.throughput.track(
+                (partition.table_id, partition.partition_id),
+                partition.table_name,
+                partition.throughput,
+            )
         self._readers: dict[str, Callable[[lmdb.Transaction, dict[str, Any]], dict[str, Any]]] = {
             ops.GET: self._get,
             ops.QUERY: self._query,
             ops.SCAN: self._scan,
             ops.CATALOG_GET: self._catalog_get,
             ops.TABLE_STATS: self._table_stats,
+            ops.PARTITION_THROUGHPUT: self._partition_throughput,
         }
 
     # Reads ---------------------------------------------------------------------------------------
@@ -89,8 +130,37 @@ class StorageNode:
         reader = self._readers.get(op)
         if reader is None:
             raise UnknownOperation(f"{op!r} is not a storage node read operation")
-        with self.store.begin_read() as txn:
-            return reader(txn, body)
+        key = self._metered(op, body, METERED_READS)
+        if key is None:
+            with self.store.begin_read() as txn:
+                return reader(txn, body)
+        consistent = body.get("consistent") is True
+        charged = self.throughput.admit_read(key, consistent)
+        read_bytes: int | None = None
+        try:
+            with self.store.begin_read() as txn:
+                reply = reader(txn, body)
+            read_bytes = reply["read_bytes"]
+            return reply
+        finally:
+            if charged:
+                self.throughput.settle_read(key, consistent, read_bytes, charged)
+
+    def _metered(
+        self, op: str, body: dict[str, Any], metered_ops: frozenset[str]
+    ) -> PartitionKey | None:
+        """The partition a data-plane request spends units of; None if it spends none.
+
+        A request for a partition this node does not hold at that epoch is not metered: it is
+        refused as stale, and the router retries it where the partition is now.
+        """
+        if op not in metered_ops or not self.throughput.enforced:
+            return None
+        key = (body["table_id"], body["partition_id"])
+        partition = self.partitions.get(key)
+        if partition is None or partition.epoch != body.get("epoch"):
+            return None
+        return key
 
     def _partition(self, body: dict[str, Any]) -> Partition:
         partition = self.partitions.get((body["table_id"], body["partition_id"]))
@@ -170,6 +240,9 @@ class StorageNode:
             }
         }
 
+    def _partition_throughput(self, txn: lmdb.Transaction, body: dict[str, Any]) -> dict[str, Any]:
+        return self.throughput.report(body.get("table_id"))
+
     def changes(
         self, table_id: str, partition_id: str, after_seq: int, limit: int
     ) -> list[dict[str, Any]]:
@@ -201,7 +274,10 @@ class StorageNode:
         whole batch.
         """
         results: list[WriteResult | None] = [None] * len(writes)
-        pending = list(range(len(writes)))
+        charged = self._admit_writes(writes, results)
+        # Units each applied write consumed, known once its transaction has measured it.
+        consumed = [0.0] * len(writes)
+        pending = [index for index, result in enumerate(results) if result is None]
         while pending:
             txn = self.store.begin_write()
             batch = _WriteBatch(self, txn)
@@ -210,10 +286,17 @@ class StorageNode:
                 for index in pending:
                     current = index
                     op, body = writes[index]
+                    batch.units = 0.0
                     try:
                         results[index] = batch.apply(op, body)
+                        consumed[index] = batch.units
+                    except ConditionalCheckFailed as error:
+                        # A failed condition still consumes, sized by the existing item.
+                        results[index] = error
+                        consumed[index] = batch.units
                     except DynamoError as error:
                         results[index] = error
+                        consumed[index] = 0.0
                 current = None
                 batch.finish()
                 txn.commit()
@@ -223,20 +306,65 @@ class StorageNode:
                     logger.exception("group commit of %d writes failed", len(pending))
                     for index in pending:
                         results[index] = InternalServerError(f"The node could not commit: {error}")
+                        consumed[index] = 0.0
                     break
                 logger.exception(
                     "write %r failed; applying its batch without it", writes[current][0]
                 )
                 results[current] = InternalServerError(f"The node failed on this write: {error!r}")
+                consumed[current] = 0.0
                 pending.remove(current)
                 continue
             self._install(batch.dirty)
             break
+        self._settle_writes(writes, charged, consumed)
         assert all(result is not None for result in results)
         return results  # type: ignore[return-value]
 
+    def _admit_writes(
+        self, writes: Sequence[tuple[str, dict[str, Any]]], results: list[WriteResult | None]
+    ) -> list[float]:
+        """Admit each item write on its estimate before any is applied; refuse the throttled.
+
+        Returns the units charged per write (0 for a write that is not metered). A throttled
+        write gets its ProvisionedThroughputExceededException in `results` and is never applied.
+        The size a put will write is known (the router measured it); an update's or a delete's is
+        known only inside the transaction, so they are admitted on one unit and charged the rest.
+        """
+        charged = [0.0] * len(writes)
+        if not self.throughput.enforced:
+            return charged
+        for index, (op, body) in enumerate(writes):
+            key = self._metered(op, body, METERED_WRITES)
+            if key is None:
+                continue
+            estimate_bytes = body.get("item_bytes") if op == ops.PUT else None
+            try:
+                charged[index] = self.throughput.admit_write(key, estimate_bytes)
+            except ThroughputExceeded as error:
+                results[index] = error
+        return charged
+
+    def _settle_writes(
+        self,
+        writes: Sequence[tuple[str, dict[str, Any]]],
+        charged: list[float],
+        consumed: list[float],
+    ) -> None:
+        """Charge each admitted write what it consumed (refund what was not applied)."""
+        for index, units in enumerate(charged):
+            if units:
+                body = writes[index][1]
+                key = (body["table_id"], body["partition_id"])
+                self.throughput.settle_write(key, consumed[index], units)
+
     def _install(self, dirty: dict[PartitionKey, Partition | None]) -> None:
-        """Make a committed batch's partition metadata visible to readers."""
+        """Make a committed batch's partition metadata visible to readers, and meter it."""
+        for key, partition in dirty.items():
+            if partition is None:
+                self.throughput.forget(key)
+            else:
+                self.throughput.track(key, partition.table_name, partition.throughput)
         if all(key in self.partitions for key in dirty) and all(dirty.values()):
             # Same keys: assign in place, which readers iterating a snapshot list tolerate.
             self.partitions.update(dirty)  # type: ignore[arg-type]
@@ -262,6 +390,9 @@ class _WriteBatch:
         self.store = node.store
         self.txn = txn
         self.dirty: dict[PartitionKey, Partition | None] = {}
+        # The write units the item write being applied consumes (`core.capacity`), set once its
+        # old item is measured and again once its new one is.
+        self.units = 0.0
         self._appliers: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
             ops.PUT: self.put,
             ops.UPDATE: self.update,
@@ -269,6 +400,7 @@ class _WriteBatch:
             ops.CATALOG_CAS: self.catalog_cas,
             ops.CREATE_PARTITION: self.create_partition,
             ops.DROP_TABLE: self.drop_table,
+            ops.UPDATE_THROUGHPUT: self.update_throughput,
         }
 
     def apply(self, op: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -298,6 +430,12 @@ class _WriteBatch:
     def _load(self, items_key: bytes) -> Item | None:
         raw = self.txn.get(items_key, db=self.store.items)
         return None if raw is None else orjson.loads(raw)
+
+    def _measure_old(self, old: Item | None) -> int:
+        """The size of the item before a write, which is also what a failed condition consumes."""
+        old_bytes = 0 if old is None else item_size_bytes(old)
+        self.units = item_write_units(old_bytes, None)
+        return old_bytes
 
     @staticmethod
     def _check_condition(body: dict[str, Any], old: Item | None) -> None:
@@ -348,11 +486,12 @@ class _WriteBatch:
         key = partition.key_of(item)
         items_key = partition.item_prefix + partition.storage_key(key)
         old = self._load(items_key)
+        old_bytes = self._measure_old(old)
         self._check_condition(body, old)
         new_bytes = item_size_bytes(item)
         if new_bytes > limits.ITEM_SIZE_BYTES_MAX:
             raise ValidationError("Item size has exceeded the maximum allowed size")
-        old_bytes = 0 if old is None else item_size_bytes(old)
+        self.units = item_write_units(old_bytes, new_bytes)
         self._record(partition, items_key, key, old, item, old_bytes, new_bytes)
         return {
             "attributes": old if body.get("return_values") == "ALL_OLD" else None,
@@ -374,6 +513,7 @@ class _WriteBatch:
                     )
         items_key = partition.item_prefix + partition.storage_key(key)
         old = self._load(items_key)
+        old_bytes = self._measure_old(old)
         self._check_condition(body, old)
         # UpdateItem on a missing item creates it from its key, then applies the update.
         base = dict(key) if old is None else old
@@ -381,7 +521,7 @@ class _WriteBatch:
         new_bytes = item_size_bytes(new)
         if new_bytes > limits.ITEM_SIZE_BYTES_MAX:
             raise ValidationError("Item size to update has exceeded the maximum allowed size")
-        old_bytes = 0 if old is None else item_size_bytes(old)
+        self.units = item_write_units(old_bytes, new_bytes)
         self._record(partition, items_key, key, old, new, old_bytes, new_bytes)
         return {
             "attributes": _update_return_values(body.get("return_values"), update, old, new),
@@ -394,8 +534,8 @@ class _WriteBatch:
         key = partition.key_of(body["key"])
         items_key = partition.item_prefix + partition.storage_key(key)
         old = self._load(items_key)
+        old_bytes = self._measure_old(old)
         self._check_condition(body, old)
-        old_bytes = 0 if old is None else item_size_bytes(old)
         self._record(partition, items_key, key, old, None, old_bytes, 0)
         return {
             "attributes": old if body.get("return_values") == "ALL_OLD" else None,
@@ -414,7 +554,7 @@ class _WriteBatch:
         return {"version": version + 1}
 
     def create_partition(self, body: dict[str, Any]) -> dict[str, Any]:
-        created = Partition.create(body["table"], body["partition"])
+        created = Partition.create(body["table"], body["partition"], body.get("throughput"))
         key = (created.table_id, created.partition_id)
         existing = self._lookup(key)
         if existing is not None:
@@ -431,6 +571,21 @@ class _WriteBatch:
             )
         self.dirty[key] = created
         return {}
+
+    def update_throughput(self, body: dict[str, Any]) -> dict[str, Any]:
+        """New throughput settings for every partition of a table on this node (UpdateTable)."""
+        table_id, throughput = body["table_id"], body["throughput"]
+        version = version_of(throughput)
+        updated = 0
+        for key in {key for key in (*self.node.partitions, *self.dirty) if key[0] == table_id}:
+            partition = self._lookup(key)
+            # A late retry of an older change must not undo a newer one.
+            if partition is None or version_of(partition.throughput) > version:
+                continue
+            if partition.throughput != throughput:
+                self.dirty[key] = dataclasses.replace(partition, throughput=throughput)
+            updated += 1
+        return {"partitions_updated": updated}
 
     def drop_table(self, body: dict[str, Any]) -> dict[str, Any]:
         table_id = body["table_id"]

@@ -44,6 +44,9 @@ class Partition:
     size_bytes: int = 0
     last_seq: int = 0  # The seq of the newest change-log record; 0 before the first write.
     first_seq: int = 1  # The seq of the oldest change-log record still retained.
+    # The table's throughput settings its token buckets follow (`dynalab.rpc.ops` THROUGHPUT);
+    # None for a partition created without them, which is metered as on-demand.
+    throughput: dict[str, Any] | None = None
     item_prefix: bytes = field(init=False, repr=False)
     log_prefix: bytes = field(init=False, repr=False)
 
@@ -52,8 +55,13 @@ class Partition:
         self.log_prefix = change_log_prefix(self.table_id, self.partition_id)
 
     @classmethod
-    def create(cls, table: dict[str, Any], partition: dict[str, Any]) -> Partition:
-        """A new, empty partition from create_partition's `table` and `partition` descriptors."""
+    def create(
+        cls,
+        table: dict[str, Any],
+        partition: dict[str, Any],
+        throughput: dict[str, Any] | None = None,
+    ) -> Partition:
+        """A new, empty partition from create_partition's `table`, `partition` and `throughput`."""
         key_schema = table["key_schema"]
         hash_name, hash_type = key_schema["hash"]
         range_name, range_type = key_schema.get("range") or (None, None)
@@ -69,6 +77,7 @@ class Partition:
             hash_type=hash_type,
             range_name=range_name,
             range_type=range_type,
+            throughput=throughput,
         )
 
     @classmethod
@@ -98,6 +107,7 @@ class Partition:
                 "size_bytes": self.size_bytes,
                 "last_seq": self.last_seq,
                 "first_seq": self.first_seq,
+                "throughput": self.throughput,
             }
         )
 

@@ -1,0 +1,334 @@
+"""Throughput on a storage node: admission and charging of reads and writes, with a stepped clock.
+
+The buckets themselves are `core.token_bucket` (tested in test_token_bucket.py); these tests check
+how the node uses them: what a read or write is admitted on, what it is charged once its real size
+is known, that a throttled write is never applied, that settings follow update_throughput and
+survive a restart, and that enforcement can be switched off.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core import limits
+from core.errors import ConditionalCheckFailed, DynamoError, StaleEpoch, ThroughputExceeded
+from dynalab.rpc import ops
+from storagenode.node import StorageNode
+from storagenode.store import Store
+from storagenode.throughput import NodeThroughput
+
+TABLE = {"id": "c4" * 16, "name": "Metered", "key_schema": {"hash": ["pk", "S"], "range": None}}
+MAP_SIZE_BYTES = 1 << 28
+T0 = 1000.0
+
+
+def provisioned(read: int, write: int, *, partitions: int = 1, version: int = 1) -> dict[str, Any]:
+    return {
+        "billing_mode": "PROVISIONED",
+        "read": read,
+        "write": write,
+        "partition_count": partitions,
+        "version": version,
+    }
+
+
+ON_DEMAND = {
+    "billing_mode": "PAY_PER_REQUEST",
+    "read": 0,
+    "write": 0,
+    "partition_count": 4,
+    "version": 0,
+}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Node:
+    """A node with one partition `p0` of TABLE under the given throughput, on a stepped clock."""
+
+    def __init__(
+        self, path: Path, throughput: dict[str, Any] | None, *, enforced: bool = True
+    ) -> None:
+        self.path = path
+        self.clock = Clock()
+        self.enforced = enforced
+        self.store = Store(path, MAP_SIZE_BYTES)
+        self.node = self._open()
+        partition = {"id": "p0", "start": "", "end": None, "epoch": 1, "node": "n1"}
+        body: dict[str, Any] = {"table": TABLE, "partition": partition}
+        if throughput is not None:
+            body["throughput"] = throughput
+        self.write(ops.CREATE_PARTITION, body)
+
+    def _open(self) -> StorageNode:
+        meter = NodeThroughput(enforced=self.enforced, clock=self.clock)
+        return StorageNode(self.store, throughput=meter)
+
+    def restart(self) -> None:
+        self.store.close()
+        self.store = Store(self.path, MAP_SIZE_BYTES)
+        self.node = self._open()
+
+    def write(self, op: str, body: dict[str, Any]) -> dict[str, Any]:
+        (result,) = self.node.apply_writes([(op, body)])
+        if isinstance(result, DynamoError):
+            raise result
+        return result
+
+    def data(self, **body: Any) -> dict[str, Any]:
+        return {"table_id": TABLE["id"], "partition_id": "p0", "epoch": 1, **body}
+
+    def put(self, key: str, size: int = 10, **options: Any) -> dict[str, Any]:
+        item = {"pk": {"S": key}, "v": {"S": "x" * size}}
+        return self.write(ops.PUT, self.data(item=item, item_bytes=len(key) + 3 + size, **options))
+
+    def get(self, key: str, *, consistent: bool = False) -> dict[str, Any]:
+        return self.node.read(ops.GET, self.data(key={"pk": {"S": key}}, consistent=consistent))
+
+    def report(self) -> dict[str, Any]:
+        (partition,) = self.node.read(ops.PARTITION_THROUGHPUT, {"table_id": TABLE["id"]})[
+            "partitions"
+        ]
+        return partition
+
+    def balance(self, kind: str) -> float:
+        return float(self.report()[kind]["balance"])
+
+
+@pytest.fixture
+def make(tmp_path: Path) -> Iterator[Any]:
+    nodes: list[Node] = []
+
+    def factory(throughput: dict[str, Any] | None, **options: Any) -> Node:
+        node = Node(tmp_path / f"node{len(nodes)}", throughput, **options)
+        nodes.append(node)
+        return node
+
+    yield factory
+    for node in nodes:
+        node.store.close()
+
+
+# Writes -------------------------------------------------------------------------------------------
+
+
+def test_a_provisioned_partition_admits_its_rate_then_throttles_until_time_passes(
+    make: Any,
+) -> None:
+    node = make(provisioned(5, 10))
+    # A new bucket holds one second of its rate (the burst bank starts empty): ten 1-unit puts.
+    for i in range(10):
+        node.put(f"k{i}")
+    with pytest.raises(ThroughputExceeded) as refused:
+        node.put("over")
+    assert refused.value.message.startswith("The level of configured provisioned throughput")
+    # The refused write was never applied.
+    assert node.get("over")["item"] is None
+    node.clock.now += 0.5  # Five units accrue.
+    for i in range(5):
+        node.put(f"later{i}")
+    with pytest.raises(ThroughputExceeded):
+        node.put("over")
+    report = node.report()["write"]
+    assert report["admitted_requests"] == 15
+    assert report["throttled_requests"] == 2
+    assert report["consumed_units"] == 15
+    assert report["throttled_units"] == 2
+
+
+def test_unused_capacity_is_banked_for_a_burst_up_to_the_burst_window(make: Any) -> None:
+    node = make(provisioned(5, 10))
+    node.clock.now += 10  # 10 s unused: 1 s initial + 100 units banked.
+    assert node.balance("write") == pytest.approx(110)
+    node.clock.now += 1000  # The bank holds at most 300 s of the rate.
+    assert node.balance("write") == pytest.approx(10 * limits.BURST_SECONDS_MAX)
+
+
+def test_a_put_is_admitted_on_its_size_and_charged_the_larger_of_old_and_new(make: Any) -> None:
+    node = make(provisioned(5, 100))
+    node.put("big", size=5000)  # 5 KB: five units.
+    assert node.balance("write") == pytest.approx(95)
+    node.put("big", size=10)  # Replacing a 5 KB item costs 5 units however small the new one.
+    assert node.balance("write") == pytest.approx(90)
+    assert node.report()["write"]["consumed_units"] == 10
+
+
+def test_an_update_is_admitted_on_one_unit_and_charged_after_even_into_debt(make: Any) -> None:
+    node = make(provisioned(5, 3))
+    node.put("k", size=2500)  # 3 units: the balance is now 0.
+    node.clock.now += 1 / 3  # One unit back.
+    update = node.data(
+        key={"pk": {"S": "k"}}, update="SET w = :w", values={":w": {"S": "y" * 3000}}
+    )
+    node.write(ops.UPDATE, update)  # Admitted on 1 unit, charged 6 (the new item is 5.5 KB).
+    assert node.balance("write") == pytest.approx(-5)
+    with pytest.raises(ThroughputExceeded):
+        node.write(ops.DELETE, node.data(key={"pk": {"S": "k"}}))
+    node.clock.now += 2  # The debt is paid back at the rate, then one unit more.
+    node.write(ops.DELETE, node.data(key={"pk": {"S": "k"}}))  # Charged the 5.5 KB deleted.
+    assert node.balance("write") == pytest.approx(1 - 6)
+
+
+def test_a_failed_condition_consumes_the_size_of_the_existing_item(make: Any) -> None:
+    node = make(provisioned(5, 100))
+    node.put("k", size=3000)  # 3 units.
+    with pytest.raises(ConditionalCheckFailed):
+        node.put("k", size=10, condition="attribute_not_exists(pk)")
+    assert node.balance("write") == pytest.approx(100 - 3 - 3)
+    with pytest.raises(ConditionalCheckFailed):
+        node.write(
+            ops.DELETE, node.data(key={"pk": {"S": "none"}}, condition="attribute_exists(pk)")
+        )
+    assert node.balance("write") == pytest.approx(100 - 3 - 3 - 1)
+
+
+def test_a_write_that_fails_for_another_reason_is_refunded(make: Any) -> None:
+    node = make(provisioned(5, 10))
+    bad_update = node.data(key={"pk": {"S": "k"}}, update="SET pk = :v", values={":v": {"S": "v"}})
+    with pytest.raises(DynamoError, match="part of the key"):
+        node.write(ops.UPDATE, bad_update)
+    assert node.balance("write") == pytest.approx(10)
+    # A stale epoch is refused before any admission.
+    with pytest.raises(StaleEpoch):
+        node.write(ops.PUT, {**node.data(item={"pk": {"S": "k"}}), "epoch": 2})
+    assert node.report()["write"]["admitted_requests"] == 1
+
+
+def test_a_batch_applies_what_it_admits_and_refuses_the_rest(make: Any) -> None:
+    node = make(provisioned(5, 10))
+    writes = [(ops.PUT, node.data(item={"pk": {"S": f"k{i}"}}, item_bytes=10)) for i in range(15)]
+    results = node.node.apply_writes(writes)
+    throttled = [r for r in results if isinstance(r, ThroughputExceeded)]
+    assert len(throttled) == 5
+    stats = node.node.read(ops.TABLE_STATS, {"table_id": TABLE["id"]})["partitions"]["p0"]
+    assert stats["items"] == 10
+
+
+# Reads --------------------------------------------------------------------------------------------
+
+
+def test_reads_cost_half_a_unit_eventually_consistent_and_one_strongly(make: Any) -> None:
+    node = make(provisioned(4, 100))
+    node.put("k")
+    node.get("k")  # 0.5
+    node.get("missing", consistent=True)  # A miss still costs the minimum: 1.
+    assert node.balance("read") == pytest.approx(2.5)
+    node.get("k")
+    node.get("k", consistent=True)
+    node.get("k")
+    node.get("k")  # Balance 0.5 -> admitted, now 0.
+    assert node.balance("read") == pytest.approx(0)
+    with pytest.raises(ThroughputExceeded):
+        node.get("k")
+    assert node.report()["read"]["throttled_requests"] == 1
+
+
+def test_a_query_is_admitted_on_the_minimum_and_charged_all_it_read(make: Any) -> None:
+    node = make(provisioned(10, 1000))
+    for i in range(6):
+        node.put(f"s{i}", size=4000)
+    reply = node.node.read(ops.SCAN, node.data(consistent=True))
+    assert reply["scanned"] == 6
+    # About 24 KB strongly consistent: rounded up once to 6 units.
+    assert node.balance("read") == pytest.approx(10 - 6)
+    node.node.read(ops.SCAN, node.data(consistent=True))  # Admitted on 1, charged 6: a debt.
+    assert node.balance("read") == pytest.approx(10 - 6 - 6)
+    with pytest.raises(ThroughputExceeded):
+        node.node.read(ops.SCAN, node.data(consistent=False))
+    node.clock.now += 0.5  # Five units back: the debt is paid and three remain.
+    node.node.read(ops.SCAN, node.data(consistent=False))  # Eventually consistent: half, 3.
+    assert node.balance("read") == pytest.approx(0)
+
+
+# Settings -----------------------------------------------------------------------------------------
+
+
+def test_on_demand_caps_a_partition_at_1000_write_and_3000_read_units(make: Any) -> None:
+    node = make(ON_DEMAND)
+    report = node.report()
+    assert report["write"]["rate_per_second"] == limits.PARTITION_WCU_MAX
+    assert report["read"]["rate_per_second"] == limits.PARTITION_RCU_MAX
+    node.clock.now += 60  # However long it idles, no second serves more than the cap.
+    results = node.node.apply_writes(
+        [(ops.PUT, node.data(item={"pk": {"S": f"k{i}"}}, item_bytes=10)) for i in range(1100)]
+    )
+    assert sum(isinstance(r, ThroughputExceeded) for r in results) == 100
+
+
+def test_provisioned_units_are_divided_across_the_partitions(make: Any) -> None:
+    node = make(provisioned(300, 40, partitions=4))
+    report = node.report()
+    assert report["read"]["rate_per_second"] == 75
+    assert report["write"]["rate_per_second"] == 10
+
+
+def test_update_throughput_resizes_the_buckets_keeping_the_bank_and_survives_restart(
+    make: Any,
+) -> None:
+    node = make(provisioned(5, 10))
+    node.clock.now += 2  # 30 units banked.
+    reply = node.write(
+        ops.UPDATE_THROUGHPUT,
+        {"table_id": TABLE["id"], "throughput": provisioned(5, 20, version=2)},
+    )
+    assert reply == {"partitions_updated": 1}
+    report = node.report()
+    assert report["write"]["rate_per_second"] == 20
+    assert report["write"]["balance"] == pytest.approx(30)
+    assert report["version"] == 2
+    # A late retry of an older change does not undo the newer one.
+    node.write(
+        ops.UPDATE_THROUGHPUT, {"table_id": TABLE["id"], "throughput": provisioned(5, 1, version=1)}
+    )
+    assert node.report()["write"]["rate_per_second"] == 20
+    # Switching to on-demand lifts the rate to the partition cap.
+    node.write(
+        ops.UPDATE_THROUGHPUT, {"table_id": TABLE["id"], "throughput": ON_DEMAND | {"version": 3}}
+    )
+    assert node.report()["write"]["rate_per_second"] == limits.PARTITION_WCU_MAX
+    node.write(
+        ops.UPDATE_THROUGHPUT, {"table_id": TABLE["id"], "throughput": provisioned(5, 7, version=4)}
+    )
+    node.restart()
+    report = node.report()
+    assert (report["billing_mode"], report["version"]) == ("PROVISIONED", 4)
+    assert report["write"]["rate_per_second"] == 7
+
+
+def test_a_partition_without_settings_and_a_node_with_enforcement_off_never_throttle(
+    make: Any,
+) -> None:
+    for node in (make(None), make(provisioned(1, 1), enforced=False)):
+        results = node.node.apply_writes(
+            [(ops.PUT, node.data(item={"pk": {"S": f"k{i}"}}, item_bytes=10)) for i in range(50)]
+        )
+        assert all(isinstance(result, dict) for result in results)
+        for _ in range(50):
+            node.get("k1")
+        assert node.node.read(ops.PARTITION_THROUGHPUT, {"table_id": None})["partitions"] == []
+    assert node.node.read(ops.PARTITION_THROUGHPUT, {})["enforced"] is False
+
+
+def test_dropping_a_table_forgets_its_buckets(make: Any) -> None:
+    node = make(provisioned(5, 10))
+    node.write(ops.DROP_TABLE, {"table_id": TABLE["id"]})
+    assert node.node.read(ops.PARTITION_THROUGHPUT, {"table_id": None})["partitions"] == []
+
+
+def test_settings_come_from_the_environment() -> None:
+    assert NodeThroughput.from_env({}).enforced
+    assert NodeThroughput.from_env({}).burst_seconds == limits.BURST_SECONDS_MAX
+    assert not NodeThroughput.from_env({"DYNALAB_THROTTLING": "off"}).enforced
+    assert NodeThroughput.from_env({"DYNALAB_BURST_SECONDS": "2.5"}).burst_seconds == 2.5
+    with pytest.raises(ValueError):
+        NodeThroughput.from_env({"DYNALAB_BURST_SECONDS": "301"})
