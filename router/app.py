@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from core import limits
-from router import items, queries, tables
+from router import admin, items, queries, tables
 from router.protocol import Handler, JsonProtocol, health
 
 if TYPE_CHECKING:
@@ -38,6 +38,7 @@ def create_app(ctx: RouterContext, operations: Mapping[str, Handler]) -> web.App
     protocol = JsonProtocol(ctx, operations)
     app.router.add_post("/", protocol.handle)
     app.router.add_get("/", health)
+    admin.add_routes(app, ctx)
 
     async def start_context(_: web.Application) -> None:
         await ctx.start()

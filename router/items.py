@@ -11,7 +11,13 @@ The batch operations check every request they carry before any is sent, so an in
 writes nothing, and then fan out to the nodes concurrently, each call under the context's per-call
 deadline. A key whose node is unavailable or throttled is handed back as unprocessed
 (UnprocessedKeys, UnprocessedItems) for the client to retry, as DynamoDB does, rather than failing
-the whole batch.
+the whole batch; only a batch of which every request was throttled fails, with
+ProvisionedThroughputExceededException.
+
+ReturnConsumedCapacity (TOTAL or INDEXES) adds ConsumedCapacity to the reply, computed here with
+`core.capacity` from the sizes the nodes report: GetItem's item (read_bytes), and a write's item
+before and after (old_bytes, new_bytes); batches report one entry per table, each item rounded on
+its own. The nodes meter the same sizes against their partitions' token buckets.
 """
 
 from __future__ import annotations
@@ -22,6 +28,14 @@ import re
 from typing import Any
 
 from core import expressions, limits, schema, values
+from core.capacity import (
+    ConsumedCapacity,
+    ReadConsistency,
+    ReturnConsumedCapacity,
+    UnitKind,
+    item_write_units,
+    read_units,
+)
 from core.errors import (
     SerializationError,
     ServiceUnavailable,
@@ -189,6 +203,36 @@ def _validated_key(raw: dict[str, Any]) -> Item:
     return values.validate_item(raw, where="Key")
 
 
+def capacity_mode(body: dict[str, Any]) -> ReturnConsumedCapacity:
+    """The request's ReturnConsumedCapacity, whose enum the reader has checked (NONE if absent)."""
+    mode = body.get("ReturnConsumedCapacity")
+    return ReturnConsumedCapacity.NONE if mode is None else ReturnConsumedCapacity(mode)
+
+
+def consistency(consistent: bool) -> ReadConsistency:
+    return ReadConsistency.STRONG if consistent else ReadConsistency.EVENTUAL
+
+
+def add_capacity(
+    reply: dict[str, Any],
+    table_name: str,
+    mode: ReturnConsumedCapacity,
+    units: float,
+    kind: UnitKind,
+) -> dict[str, Any]:
+    """`reply` with the ConsumedCapacity of a single-table request, if the client asked for it."""
+    if mode is not ReturnConsumedCapacity.NONE:
+        capacity = ConsumedCapacity()
+        capacity.add_table(table_name, units, kind)
+        reply["ConsumedCapacity"] = capacity.render(table_name, mode)
+    return reply
+
+
+def _write_units(reply: dict[str, Any]) -> float:
+    """A write's units: the larger of the item before and after it (`core.capacity`)."""
+    return item_write_units(reply["old_bytes"], reply["new_bytes"])
+
+
 # Single-item operations ------------------------------------------------------------------------
 
 
@@ -204,7 +248,7 @@ async def put_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
     legacy.check_parameter_mix("PutItem", body)
     item = values.validate_item(raw_item)
     chosen = check_return_values(return_values, RETURN_VALUES_OLD_ONLY)
-    check_item_size(item)
+    item_bytes = check_item_size(item)
     compiled = _write_expressions(body)
     table = await ctx.table(table_name)
     _, partition_key, sort_key = schema.extract_key(item, table)
@@ -213,9 +257,11 @@ async def put_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
         partition_key,
         sort_key,
         ops.PUT,
-        {"item": item, **_write_body(compiled, chosen, on_failure)},
+        {"item": item, "item_bytes": item_bytes, **_write_body(compiled, chosen, on_failure)},
     )
-    return _attributes(reply)
+    return add_capacity(
+        _attributes(reply), table_name, capacity_mode(body), _write_units(reply), UnitKind.WRITE
+    )
 
 
 async def update_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
@@ -244,7 +290,9 @@ async def update_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any
         ops.UPDATE,
         {"key": key, "update": compiled.update, **_write_body(compiled, chosen, on_failure)},
     )
-    return _attributes(reply)
+    return add_capacity(
+        _attributes(reply), table_name, capacity_mode(body), _write_units(reply), UnitKind.WRITE
+    )
 
 
 async def delete_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
@@ -269,7 +317,9 @@ async def delete_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any
         ops.DELETE,
         {"key": key, **_write_body(compiled, chosen, on_failure)},
     )
-    return _attributes(reply)
+    return add_capacity(
+        _attributes(reply), table_name, capacity_mode(body), _write_units(reply), UnitKind.WRITE
+    )
 
 
 async def get_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
@@ -306,7 +356,9 @@ async def get_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
     )
     item = reply.get("item")
     # A projection that matches none of an existing item's attributes still returns Item: {}.
-    return {} if item is None else {"Item": item}
+    result = {} if item is None else {"Item": item}
+    units = read_units(reply["read_bytes"], consistency(consistent is True))
+    return add_capacity(result, table_name, capacity_mode(body), units, UnitKind.READ)
 
 
 # Batches ---------------------------------------------------------------------------------------
@@ -488,11 +540,17 @@ async def batch_get_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, 
 
     responses: dict[str, list[Item]] = {read.name: [] for read in reads}
     unprocessed: dict[str, dict[str, Any]] = {}
+    capacity = ConsumedCapacity()
     reply_bytes = 0
     outcomes = iter(results)
     for read in reads:
+        capacity.add_table(read.name, 0.0, UnitKind.READ)
         for key in read.keys:
             result = next(outcomes)
+            if isinstance(result, dict):
+                # Each item rounded on its own, as DynamoDB meters a batch.
+                units = read_units(result["read_bytes"], consistency(read.consistent))
+                capacity.add_table(read.name, units, UnitKind.READ)
             item = result.get("item") if isinstance(result, dict) else None
             if isinstance(result, dict) and item is not None:
                 # DynamoDB returns at most 16 MB; what does not fit is left for the next call.
@@ -504,7 +562,11 @@ async def batch_get_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, 
                 continue
             entry = unprocessed.setdefault(read.name, _unprocessed_template(read.request))
             entry["Keys"].append(key)
-    return {"Responses": responses, "UnprocessedKeys": unprocessed}
+    reply: dict[str, Any] = {"Responses": responses, "UnprocessedKeys": unprocessed}
+    consumed = capacity.render_all(capacity_mode(body))
+    if consumed is not None:
+        reply["ConsumedCapacity"] = consumed
+    return reply
 
 
 def _unprocessed_template(table_request: dict[str, Any]) -> dict[str, Any]:
@@ -526,6 +588,7 @@ class _Write:
     entry: dict[str, Any]
     item: Item | None = None
     key: Item | None = None
+    item_bytes: int = 0
 
 
 def _read_write_request(reader: RequestReader, entry: Any, where: str) -> None:
@@ -574,8 +637,7 @@ async def batch_write_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str
                 raise ValidationError(_ONE_REQUEST)
             if put is not None:
                 item = values.validate_item(put["Item"])
-                check_item_size(item)
-                writes.append(_Write(name, entry, item=item))
+                writes.append(_Write(name, entry, item=item, item_bytes=check_item_size(item)))
             else:
                 writes.append(_Write(name, entry, key=_validated_key(delete["Key"])))
 
@@ -587,7 +649,11 @@ async def batch_write_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str
         try:
             if write.item is not None:
                 key, partition_key, sort_key = schema.extract_key(write.item, table)
-                body_out = {"item": write.item, "return_values": "NONE"}
+                body_out = {
+                    "item": write.item,
+                    "item_bytes": write.item_bytes,
+                    "return_values": "NONE",
+                }
                 op = ops.PUT
             else:
                 assert write.key is not None
@@ -607,10 +673,19 @@ async def batch_write_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str
     if throttled is not None:
         raise throttled
     unprocessed: dict[str, list[dict[str, Any]]] = {}
+    capacity = ConsumedCapacity()
+    for name in request_items:
+        capacity.add_table(name, 0.0, UnitKind.WRITE)
     for write, result in zip(writes, results, strict=True):
-        if not isinstance(result, dict):
+        if isinstance(result, dict):
+            capacity.add_table(write.table, _write_units(result), UnitKind.WRITE)
+        else:
             unprocessed.setdefault(write.table, []).append(write.entry)
-    return {"UnprocessedItems": unprocessed}
+    reply: dict[str, Any] = {"UnprocessedItems": unprocessed}
+    consumed = capacity.render_all(capacity_mode(body))
+    if consumed is not None:
+        reply["ConsumedCapacity"] = consumed
+    return reply
 
 
 OPERATIONS = {

@@ -13,6 +13,10 @@ still has room, the walk goes on into the next one with what is left of both bou
   (ScanIndexForward). A collection usually lies in one partition, but a partition that is a single
   collection splits at a sort key (DESIGN.md, "Splits"), so the walk is the same as Scan's.
 
+ReturnConsumedCapacity reports the read units of every partition the page read, each rounded on
+its own (`core.capacity.query_read_units`): DynamoDB meters a request per partition it searched.
+The node charges the same units to that partition's read bucket.
+
 A call resumes from its ExclusiveStartKey: the partition holding that key's storage key reads on
 from just after it. When a split changes the partition map under a walk, the router context sends
 the request to the partition that now holds the walk's cursor, and the walk continues after the
@@ -26,6 +30,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from core import expressions, keycodec, limits, schema, values
+from core.capacity import UnitKind, query_read_units
 from core.errors import (
     DynamoError,
     ResourceNotFound,
@@ -37,6 +42,7 @@ from core.placement import segment_hash_range
 from core.size import check_key_value
 from dynalab.rpc import ops
 from router.context import TABLE_NOT_FOUND, RouterContext
+from router.items import add_capacity, capacity_mode, consistency
 from router.requests import (
     ATTRIBUTES_TO_GET_MAX,
     CONDITIONAL_OPERATORS,
@@ -66,6 +72,7 @@ class _Page:
     scanned: int = 0
     read_bytes: int = 0
     last_key: Item | None = None
+    read_units: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +89,7 @@ class _Walk:
     high: bytes | None
     forward: bool
     limit: int | None
+    consistent: bool = False
 
 
 def _successor(prefix: bytes) -> bytes | None:
@@ -173,6 +181,7 @@ async def _walk(
         page.count += reply["count"]
         page.scanned += reply["scanned"]
         page.read_bytes += reply["read_bytes"]
+        page.read_units += query_read_units(reply["read_bytes"], consistency(walk.consistent))
         if reply["last_key"] is not None:
             page.last_key = reply["last_key"]
             return page
@@ -199,13 +208,13 @@ def _reaches(partition: Partition, bound: bytes | None) -> bool:
     return bound is not None and bytes.fromhex(end) >= bound
 
 
-def _reply(page: _Page, select: str) -> dict[str, Any]:
+def _reply(page: _Page, select: str, table_name: str, body: dict[str, Any]) -> dict[str, Any]:
     reply: dict[str, Any] = {"Count": page.count, "ScannedCount": page.scanned}
     if select != "COUNT":
         reply["Items"] = page.items
     if page.last_key is not None:
         reply["LastEvaluatedKey"] = page.last_key
-    return reply
+    return add_capacity(reply, table_name, capacity_mode(body), page.read_units, UnitKind.READ)
 
 
 # Reading requests ------------------------------------------------------------------------------
@@ -338,7 +347,7 @@ async def scan(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
     scan_filter = reader.mapping("ScanFilter")
     conditional_operator = reader.string("ConditionalOperator", enum=CONDITIONAL_OPERATORS)
     index_name = reader.name("IndexName")
-    reader.boolean("ConsistentRead")
+    consistent = reader.boolean("ConsistentRead") is True
     reading = _read_tail(
         reader,
         {
@@ -386,6 +395,7 @@ async def scan(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
     check_index(reading.index_name)
     low, high = b"", None
     request = _node_request(compiled, select)
+    request["consistent"] = consistent
     if hash_range is not None:
         hash_start, hash_end = hash_range
         request["hash_start"], request["hash_end"] = hash_start, hash_end
@@ -406,8 +416,10 @@ async def scan(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
         high=high,
         forward=True,
         limit=reading.limit,
+        consistent=consistent,
     )
-    return _reply(await _walk(ctx, table, walk, exclusive_start), select)
+    page = await _walk(ctx, table, walk, exclusive_start)
+    return _reply(page, select, reading.table_name, body)
 
 
 def _in_segment(partition_key: Any, hash_range: tuple[int, int | None]) -> bool:
@@ -434,7 +446,7 @@ async def query(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
     select = reader.string("Select", enum=SELECT_VALUES)
     index_name = reader.name("IndexName")
     conditional_operator = reader.string("ConditionalOperator", enum=CONDITIONAL_OPERATORS)
-    reader.boolean("ConsistentRead")
+    consistent = reader.boolean("ConsistentRead") is True
     forward = reader.boolean("ScanIndexForward")
     key_condition_text = reader.string("KeyConditionExpression")
     reading = _read_tail(
@@ -540,6 +552,7 @@ async def query(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
     request["hash_value"] = hash_value
     request["range"] = None if key_condition.range is None else key_condition.range.to_json()
     request["forward"] = forward is not False
+    request["consistent"] = consistent
     walk = _Walk(
         op=ops.QUERY,
         request=request,
@@ -547,8 +560,10 @@ async def query(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
         high=_successor(collection),
         forward=forward is not False,
         limit=reading.limit,
+        consistent=consistent,
     )
-    return _reply(await _walk(ctx, table, walk, exclusive_start), select)
+    page = await _walk(ctx, table, walk, exclusive_start)
+    return _reply(page, select, reading.table_name, body)
 
 
 OPERATIONS = {"Query": query, "Scan": scan}

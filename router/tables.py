@@ -1,4 +1,5 @@
-"""Table operations: CreateTable, DescribeTable, ListTables, DeleteTable and DescribeEndpoints.
+"""Table operations: CreateTable, DescribeTable, UpdateTable, ListTables, DeleteTable,
+DescribeLimits and DescribeEndpoints.
 
 A table lives in the catalog (see `dynalab.rpc.ops`) and as partitions on the storage nodes. Its
 life follows DynamoDB's statuses, each step a compare-and-set on the catalog so that concurrent
@@ -12,6 +13,15 @@ routers never lose each other's changes:
 - DeleteTable marks the table DELETING, so item operations fail as on a missing table, drops its
   partitions on their nodes, then removes it from the catalog. If a node cannot be reached the
   table stays DELETING and the error is returned; calling DeleteTable again finishes the job.
+- UpdateTable changes the billing mode and provisioned throughput: it records the new settings
+  with status UPDATING (and a new `throughput_version`), sends them to every node holding a
+  partition (`update_throughput`, which re-sizes the partitions' token buckets), then marks the
+  table ACTIVE. If a node cannot be reached the table stays UPDATING, still serving reads and
+  writes, and the next DescribeTable sends the settings again; so a client waiting for ACTIVE, as
+  SDK waiters do, waits until every node enforces the new throughput.
+
+Every partition is created with the table's throughput settings and how many partitions share
+them (`dynalab.rpc.ops` THROUGHPUT), which the node persists with the partition.
 
 Requests are read in DynamoDB's three passes with `router.requests.RequestReader`; the table
 definition rules themselves are in `core.schema`.
@@ -50,6 +60,26 @@ ACCOUNT_ID = "000000000000"  # dynalab has no accounts; ARNs name this one, as D
 ENDPOINT_CACHE_MINUTES = 1440  # DescribeEndpoints: DynamoDB tells clients to cache it for a day.
 
 _INVALID = "One or more parameter values were invalid: "
+_THROUGHPUT_MEMBERS = ("ReadCapacityUnits", "WriteCapacityUnits")
+# UpdateTable with nothing to change; DynamoDB lists every member that would have been one.
+_NOTHING_TO_UPDATE = (
+    "At least one of ProvisionedThroughput, BillingMode, UpdateStreamEnabled, "
+    "GlobalSecondaryIndexUpdates, SSESpecification, ReplicaUpdates, MultiAccountReplicaReady, "
+    "ReplicaTransitRoleArn, MultiRegionConsistency, DeletionProtectionEnabled, OnDemandThroughput, "
+    "WarmThroughput or TableClass is required"
+)
+# The members of UpdateTable dynalab does not act on yet; each is refused rather than ignored.
+_UPDATE_MEMBERS_UNSUPPORTED = (
+    "GlobalSecondaryIndexUpdates",
+    "StreamSpecification",
+    "SSESpecification",
+    "ReplicaUpdates",
+    "TableClass",
+    "DeletionProtectionEnabled",
+    "OnDemandThroughput",
+    "WarmThroughput",
+    "MultiRegionConsistency",
+)
 
 
 def _table_not_found(name: str) -> ResourceNotFound:
@@ -121,6 +151,15 @@ def _read_elements(
     return parsed
 
 
+def _read_throughput(reader: RequestReader) -> dict[str, int | None] | None:
+    """ProvisionedThroughput: both members, each required and at least 1 (None if absent)."""
+    throughput_body = reader.mapping("ProvisionedThroughput")
+    if throughput_body is None:
+        return None
+    nested = reader.nested(throughput_body, "provisionedThroughput")
+    return {member: _read_units(nested, member) for member in _THROUGHPUT_MEMBERS}
+
+
 def _read_table_name(body: dict[str, Any]) -> str:
     """The TableName of DescribeTable or DeleteTable, checked in DynamoDB's order."""
     reader = RequestReader(body)
@@ -147,14 +186,7 @@ def _read_create_table(body: dict[str, Any]) -> dict[str, Any]:
         max_length=2,
     )
     billing_mode = reader.string("BillingMode", enum=schema.BILLING_MODES)
-    throughput_body = reader.mapping("ProvisionedThroughput")
-    throughput = None
-    if throughput_body is not None:
-        nested = reader.nested(throughput_body, "provisionedThroughput")
-        throughput = {
-            member: _read_units(nested, member)
-            for member in ("ReadCapacityUnits", "WriteCapacityUnits")
-        }
+    throughput = _read_throughput(reader)
     stream = reader.mapping("StreamSpecification")
     deletion_protection = reader.boolean("DeletionProtectionEnabled")
     name = schema.check_table_name(name)
@@ -184,26 +216,58 @@ def _read_create_table(body: dict[str, Any]) -> dict[str, Any]:
 def _description(table: Table, items: int, size_bytes: int) -> dict[str, Any]:
     """DynamoDB's TableDescription of a catalog table descriptor."""
     throughput = table["throughput"]
+    changes = table.get("throughput_changes") or {}
     billing_summary: dict[str, Any] = {"BillingMode": table["billing_mode"]}
     if table["billing_mode"] == schema.BILLING_PAY_PER_REQUEST:
-        billing_summary["LastUpdateToPayPerRequestDateTime"] = table["created"]
+        billing_summary["LastUpdateToPayPerRequestDateTime"] = (
+            changes.get("pay_per_request_since") or table["created"]
+        )
+    provisioned: dict[str, Any] = {
+        "NumberOfDecreasesToday": _decreases_today(changes),
+        "ReadCapacityUnits": throughput["read"],
+        "WriteCapacityUnits": throughput["write"],
+    }
+    for member, field in (
+        ("LastIncreaseDateTime", "last_increase"),
+        ("LastDecreaseDateTime", "last_decrease"),
+    ):
+        if changes.get(field) is not None:
+            provisioned[member] = changes[field]
     return {
         "TableName": table["name"],
         "TableStatus": table["status"],
         "KeySchema": schema.key_schema_elements(table),
         "AttributeDefinitions": table["attribute_definitions"],
         "CreationDateTime": table["created"],
-        "ProvisionedThroughput": {
-            "NumberOfDecreasesToday": 0,
-            "ReadCapacityUnits": throughput["read"],
-            "WriteCapacityUnits": throughput["write"],
-        },
+        "ProvisionedThroughput": provisioned,
         "BillingModeSummary": billing_summary,
         "ItemCount": items,
         "TableSizeBytes": size_bytes,
         "TableArn": f"arn:aws:dynamodb:{request_region()}:{ACCOUNT_ID}:table/{table['name']}",
         "TableId": str(uuid.UUID(hex=table["id"])),
         "DeletionProtectionEnabled": False,
+    }
+
+
+def _utc_day(at: float) -> str:
+    return time.strftime("%Y-%m-%d", time.gmtime(at))
+
+
+def _decreases_today(changes: dict[str, Any]) -> int:
+    """NumberOfDecreasesToday: decreases recorded on the current UTC day."""
+    if changes.get("decreases_day") != _utc_day(time.time()):
+        return 0
+    return int(changes.get("decreases") or 0)
+
+
+def throughput_document(table: Table) -> dict[str, Any]:
+    """What the nodes need of a table's throughput (`dynalab.rpc.ops` THROUGHPUT)."""
+    return {
+        "billing_mode": table["billing_mode"],
+        "read": table["throughput"]["read"],
+        "write": table["throughput"]["write"],
+        "partition_count": len(table["partitions"]),
+        "version": table.get("throughput_version", 0),
     }
 
 
@@ -330,13 +394,18 @@ async def create_table(ctx: RouterContext, body: dict[str, Any]) -> dict[str, An
 
     await ctx.change_catalog(add)
     schema_for_nodes = {"id": table_id, "name": name, "key_schema": table["key_schema"]}
+    throughput_for_nodes = throughput_document(table)
     try:
         await _all(
             [
                 ctx.control(
                     partition["node"],
                     ops.CREATE_PARTITION,
-                    {"table": schema_for_nodes, "partition": partition},
+                    {
+                        "table": schema_for_nodes,
+                        "partition": partition,
+                        "throughput": throughput_for_nodes,
+                    },
                 )
                 for partition in partitions
             ]
@@ -365,6 +434,8 @@ async def describe_table(ctx: RouterContext, body: dict[str, Any]) -> dict[str, 
     table = ctx.tables.get(name)
     if table is None:
         raise _table_not_found(name)
+    if table["status"] == "UPDATING":
+        table = await _finish_update(ctx, table, limits.TABLE_STATS_SECONDS_MAX)
     items, size_bytes = await _table_stats(ctx, table)
     return {"Table": _description(table, items, size_bytes)}
 
@@ -412,6 +483,180 @@ async def delete_table(ctx: RouterContext, body: dict[str, Any]) -> dict[str, An
     return {"TableDescription": _description(table, items, size_bytes)}
 
 
+# UpdateTable ------------------------------------------------------------------------------------
+
+
+def _read_update_table(body: dict[str, Any]) -> tuple[str, str | None, dict[str, int] | None]:
+    """(TableName, BillingMode, ProvisionedThroughput units) of an UpdateTable request."""
+    reader = RequestReader(body)
+    name = reader.string("TableName", pattern=NAME_PATTERN)
+    reader.array("AttributeDefinitions")
+    billing_mode = reader.string("BillingMode", enum=schema.BILLING_MODES)
+    throughput = _read_throughput(reader)
+    name = schema.check_table_name(name)
+    reader.check()
+    present = [member for member in _UPDATE_MEMBERS_UNSUPPORTED if reader.present(member)]
+    if billing_mode is None and throughput is None and not present:
+        raise ValidationError(_NOTHING_TO_UPDATE)
+    if present:
+        raise ValidationError(_INVALID + f"{present[0]} is not supported by UpdateTable yet")
+    # Past reader.check(), both units are there and at least 1.
+    units = None if throughput is None else {k: v for k, v in throughput.items() if v is not None}
+    if units is not None:
+        for member in _THROUGHPUT_MEMBERS:
+            if units[member] > limits.PROVISIONED_UNITS_VALUE_MAX:
+                raise ValidationError(f"Given value {units[member]} for {member} is out of bounds")
+    if billing_mode == schema.BILLING_PAY_PER_REQUEST and units is not None:
+        raise ValidationError(
+            _INVALID + "Neither ReadCapacityUnits nor WriteCapacityUnits can be specified when "
+            "BillingMode is PAY_PER_REQUEST"
+        )
+    return name, billing_mode, units
+
+
+def _table_in_use(name: str, status: str) -> ResourceInUse:
+    doing = {"CREATING": "created", "UPDATING": "updated", "DELETING": "deleted"}[status]
+    return ResourceInUse(
+        f"Attempt to change a resource which is still in use: Table is being {doing}: {name}"
+    )
+
+
+def _updated(
+    table: Table, billing_mode: str | None, units: dict[str, int] | None, now: float
+) -> Table | None:
+    """The table with UpdateTable's settings applied, or None when nothing changes.
+
+    Raises DynamoDB's error for a request that cannot apply to this table. Re-sending
+    BillingMode=PAY_PER_REQUEST to an on-demand table changes nothing and is no error; sending the
+    provisioned throughput a table already has is one.
+    """
+    current_mode = table["billing_mode"]
+    mode = billing_mode or current_mode
+    current = table["throughput"]
+    if mode == schema.BILLING_PAY_PER_REQUEST:
+        if units is not None:
+            raise ValidationError(
+                _INVALID + "Neither ReadCapacityUnits nor WriteCapacityUnits can be specified "
+                "when BillingMode is PAY_PER_REQUEST"
+            )
+        if current_mode == schema.BILLING_PAY_PER_REQUEST:
+            return None
+        throughput = {"read": 0, "write": 0}
+    else:
+        if units is None:
+            raise ValidationError(
+                _INVALID + "ProvisionedThroughput must be specified when BillingMode is PROVISIONED"
+            )
+        throughput = {"read": units["ReadCapacityUnits"], "write": units["WriteCapacityUnits"]}
+        for member, kind in zip(_THROUGHPUT_MEMBERS, ("read", "write"), strict=True):
+            if throughput[kind] > limits.PROVISIONED_UNITS_PER_TABLE_MAX:
+                raise LimitExceeded(
+                    f"The requested {member}, {throughput[kind]}, is above the per table maximum "
+                    f"for the account in {request_region()}. Per table maximum: "
+                    f"{limits.PROVISIONED_UNITS_PER_TABLE_MAX}."
+                )
+        if current_mode == schema.BILLING_PROVISIONED and throughput == current:
+            raise ValidationError(
+                "The provisioned throughput for the table will not change. The requested value "
+                "equals the current value. Current ReadCapacityUnits provisioned for the table: "
+                f"{current['read']}. Requested ReadCapacityUnits: {throughput['read']}. Current "
+                f"WriteCapacityUnits provisioned for the table: {current['write']}. Requested "
+                f"WriteCapacityUnits: {throughput['write']}. Refer to the Amazon DynamoDB "
+                "Developer Guide for current limits and how to request higher limits."
+            )
+    changes = dict(table.get("throughput_changes") or {})
+    if mode == schema.BILLING_PAY_PER_REQUEST:
+        changes["pay_per_request_since"] = now
+    elif current_mode == schema.BILLING_PROVISIONED:
+        if any(throughput[kind] > current[kind] for kind in ("read", "write")):
+            changes["last_increase"] = now
+        if any(throughput[kind] < current[kind] for kind in ("read", "write")):
+            changes["last_decrease"] = now
+            changes["decreases"] = _decreases_today(changes) + 1
+            changes["decreases_day"] = _utc_day(now)
+    return {
+        **table,
+        "billing_mode": mode,
+        "throughput": throughput,
+        "throughput_version": table.get("throughput_version", 0) + 1,
+        "throughput_changes": changes,
+        "status": "UPDATING",
+    }
+
+
+async def _push_throughput(ctx: RouterContext, table: Table, timeout: float) -> None:
+    """Send the table's throughput settings to every node holding one of its partitions."""
+    body = {"table_id": table["id"], "throughput": throughput_document(table)}
+    await _all([ctx.control(node, ops.UPDATE_THROUGHPUT, body, timeout) for node in _nodes(table)])
+
+
+async def _finish_update(ctx: RouterContext, table: Table, timeout: float) -> Table:
+    """Bring an UPDATING table's nodes up to its settings and mark it ACTIVE; return it.
+
+    If a node does not confirm in time, the table is returned still UPDATING (and logged): the next
+    DescribeTable tries again.
+    """
+    try:
+        await _push_throughput(ctx, table, timeout)
+    except DynamoError as error:
+        log.warning(
+            "table %s stays UPDATING: a node did not take its throughput: %s", table["name"], error
+        )
+        return table
+    name, table_id, version = table["name"], table["id"], table.get("throughput_version", 0)
+
+    def activate(tables: Catalog) -> Catalog | None:
+        current = tables.get(name)
+        if (
+            current is None
+            or current["id"] != table_id
+            or current["status"] != "UPDATING"
+            or current.get("throughput_version", 0) != version
+        ):
+            return None
+        return {**tables, name: {**current, "status": "ACTIVE"}}
+
+    return (await ctx.change_catalog(activate)).get(name, table)
+
+
+async def update_table(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
+    name, billing_mode, units = _read_update_table(body)
+    now = time.time()
+    unchanged: list[Table] = []
+
+    def update(tables: Catalog) -> Catalog | None:
+        table = tables.get(name)
+        if table is None:
+            raise _table_not_found(name)
+        if table["status"] != "ACTIVE":
+            raise _table_in_use(name, table["status"])
+        updated = _updated(table, billing_mode, units, now)
+        if updated is None:
+            unchanged.append(table)
+            return None
+        return {**tables, name: updated}
+
+    table = (await ctx.change_catalog(update))[name]
+    if unchanged:
+        # DynamoDB answers a request that changes nothing as if it had started an update.
+        table = {**unchanged[-1], "status": "UPDATING"}
+    else:
+        assert table["status"] == "UPDATING", f"UpdateTable of {name} left it {table['status']}"
+        await _finish_update(ctx, table, limits.CONTROL_CALL_SECONDS_MAX)
+    items, size_bytes = await _table_stats(ctx, table)
+    return {"TableDescription": _description(table, items, size_bytes)}
+
+
+async def describe_limits(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
+    """DescribeLimits: the account's and each table's provisioned throughput quotas."""
+    return {
+        "AccountMaxReadCapacityUnits": limits.PROVISIONED_UNITS_PER_ACCOUNT_MAX,
+        "AccountMaxWriteCapacityUnits": limits.PROVISIONED_UNITS_PER_ACCOUNT_MAX,
+        "TableMaxReadCapacityUnits": limits.PROVISIONED_UNITS_PER_TABLE_MAX,
+        "TableMaxWriteCapacityUnits": limits.PROVISIONED_UNITS_PER_TABLE_MAX,
+    }
+
+
 async def describe_endpoints(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
     return {
         "Endpoints": [{"Address": ctx.advertise, "CachePeriodInMinutes": ENDPOINT_CACHE_MINUTES}]
@@ -421,7 +666,9 @@ async def describe_endpoints(ctx: RouterContext, body: dict[str, Any]) -> dict[s
 OPERATIONS = {
     "CreateTable": create_table,
     "DescribeTable": describe_table,
+    "UpdateTable": update_table,
     "ListTables": list_tables,
     "DeleteTable": delete_table,
+    "DescribeLimits": describe_limits,
     "DescribeEndpoints": describe_endpoints,
 }

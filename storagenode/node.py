@@ -40,6 +40,7 @@ from core.errors import (
 from core.size import item_size_bytes
 from core.values import Item
 from dynalab.rpc import ops
+from storagenode import metrics
 from storagenode.partition import PageRequest, Partition, query_bounds, read_page, scan_bounds
 from storagenode.store import (
     CATALOG_KEY,
@@ -103,6 +104,7 @@ class StorageNode:
         # Token buckets per partition; by default as the environment says (DYNALAB_THROTTLING,
         # DYNALAB_BURST_SECONDS), on the monotonic clock. Tests pass one with a clock of their own.
         self.throughput = NodeThroughput.from_env() if throughput is None else throughput
+        metrics.watch(self.throughput)
         # Replaced or updated only by the writer after each commit, so a reader on another thread
         # always sees the metadata of committed data.
         self.partitions: dict[PartitionKey, Partition] = {}

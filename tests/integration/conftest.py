@@ -52,9 +52,16 @@ def dynamodb_client(endpoint_url: str) -> Any:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    """Three storage nodes and two routers, started for the module and stopped after it."""
-    with LocalCluster(tmp_path_factory.mktemp("cluster"), nodes=3, routers=2) as running:
-        yield running
+    """Three storage nodes and two routers, started for the module and stopped after it.
+
+    Throughput enforcement is off on these nodes (DYNALAB_THROTTLING=off): the tests load far more
+    into one partition, far faster, than its 1,000 write units per second would admit, as DynamoDB
+    would not either. test_capacity.py starts a cluster of its own with enforcement on.
+    """
+    with pytest.MonkeyPatch.context() as environment:
+        environment.setenv("DYNALAB_THROTTLING", "off")
+        with LocalCluster(tmp_path_factory.mktemp("cluster"), nodes=3, routers=2) as running:
+            yield running
 
 
 @pytest.fixture(scope="module")

@@ -170,11 +170,18 @@ def test_item_size_limit(dynamodb: Any, table: str) -> None:
     assert "Item" not in dynamodb.get_item(TableName=table, Key=key("big", 2))
 
 
-def test_return_consumed_capacity_is_accepted_without_numbers(dynamodb: Any, table: str) -> None:
+def test_return_consumed_capacity_reports_units(dynamodb: Any, table: str) -> None:
+    # The shapes of every operation are in test_capacity.py; this is the smoke test.
     reply = dynamodb.put_item(TableName=table, Item=key("cap", 1), ReturnConsumedCapacity="TOTAL")
-    assert "ConsumedCapacity" not in reply
+    assert reply["ConsumedCapacity"] == {"TableName": table, "CapacityUnits": 1.0}
     reply = dynamodb.get_item(TableName=table, Key=key("cap", 1), ReturnConsumedCapacity="INDEXES")
     assert reply["Item"] == key("cap", 1)
+    assert reply["ConsumedCapacity"] == {
+        "TableName": table,
+        "CapacityUnits": 0.5,
+        "Table": {"CapacityUnits": 0.5},
+    }
+    reply = dynamodb.get_item(TableName=table, Key=key("cap", 1), ReturnConsumedCapacity="NONE")
     assert "ConsumedCapacity" not in reply
 
 

@@ -1,0 +1,523 @@
+"""Capacity units and per-partition throughput through boto3, on a cluster enforcing them.
+
+This module runs its own cluster with enforcement on (the shared one has it off) and a burst bank
+of BURST_SECONDS instead of DynamoDB's 300 s, so that a burst is spent in seconds. What is checked:
+a provisioned table throttles a sustained writer at its rate once the burst is spent; an on-demand
+table caps a hot partition but not a load spread over keys; batches hand back the throttled part
+as unprocessed and fail only when all of it was throttled; ReturnConsumedCapacity's shapes for
+every data-plane operation; UpdateTable with DynamoDB's validation, DescribeTable reflecting it
+and the buckets following; DescribeLimits; and the router's admin and metrics endpoints.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+
+from core.size import item_size_bytes
+from dynalab.cluster import LocalCluster
+
+BURST_SECONDS = 2.0
+TABLE_ACTIVE_S = 30.0
+THROTTLED = "ProvisionedThroughputExceededException"
+PROVISIONED_MESSAGE = (
+    "The level of configured provisioned throughput for the table was exceeded. "
+    "Consider increasing your provisioning level with the UpdateTable API."
+)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """Three nodes enforcing throughput with a short burst bank, and one router."""
+    with pytest.MonkeyPatch.context() as environment:
+        environment.setenv("DYNALAB_THROTTLING", "on")
+        environment.setenv("DYNALAB_BURST_SECONDS", str(BURST_SECONDS))
+        with LocalCluster(tmp_path_factory.mktemp("capacity"), nodes=3, routers=1) as running:
+            yield running
+
+
+def wait_active(dynamodb: Any, name: str) -> dict[str, Any]:
+    deadline = time.monotonic() + TABLE_ACTIVE_S
+    while True:
+        table = dynamodb.describe_table(TableName=name)["Table"]
+        if table["TableStatus"] == "ACTIVE":
+            return dict(table)
+        assert time.monotonic() < deadline, f"{name} did not become ACTIVE"
+        time.sleep(0.05)
+
+
+def make_table(
+    dynamodb: Any,
+    name: str,
+    *,
+    read: int | None = None,
+    write: int | None = None,
+    sort: bool = False,
+) -> str:
+    """A table keyed by pk (S) and, with `sort`, sk (N): on-demand unless units are given."""
+    schema = [{"AttributeName": "pk", "KeyType": "HASH"}]
+    definitions = [{"AttributeName": "pk", "AttributeType": "S"}]
+    if sort:
+        schema.append({"AttributeName": "sk", "KeyType": "RANGE"})
+        definitions.append({"AttributeName": "sk", "AttributeType": "N"})
+    billing: dict[str, Any] = {"BillingMode": "PAY_PER_REQUEST"}
+    if read is not None and write is not None:
+        billing = {
+            "ProvisionedThroughput": {"ReadCapacityUnits": read, "WriteCapacityUnits": write}
+        }
+    dynamodb.create_table(
+        TableName=name, KeySchema=schema, AttributeDefinitions=definitions, **billing
+    )
+    wait_active(dynamodb, name)
+    return name
+
+
+def item(pk: str, size: int = 10, **more: Any) -> dict[str, Any]:
+    """An item of pk `pk` with a payload attribute `v` of `size` characters."""
+    return {"pk": {"S": pk}, "v": {"S": "x" * size}, **more}
+
+
+def error_of(call: Callable[[], Any]) -> tuple[int, str, str]:
+    with pytest.raises(ClientError) as caught:
+        call()
+    response = caught.value.response
+    return (
+        response["ResponseMetadata"]["HTTPStatusCode"],
+        response["Error"]["Code"],
+        response["Error"]["Message"],
+    )
+
+
+Outcome = tuple[int, int, tuple[int, str, str] | None]
+
+
+def sustained_puts(dynamodb: Any, name: str, seconds: float, key: Callable[[int], str]) -> Outcome:
+    """Put 1 KB items back to back for `seconds`; return (successes, throttles, first error)."""
+    successes = throttles = 0
+    first_error: tuple[int, str, str] | None = None
+    deadline = time.monotonic() + seconds
+    index = 0
+    while time.monotonic() < deadline:
+        index += 1
+        try:
+            dynamodb.put_item(TableName=name, Item=item(key(index), size=900))
+            successes += 1
+        except ClientError as error:
+            response = error.response
+            assert response["Error"]["Code"] == THROTTLED, response
+            throttles += 1
+            if first_error is None:
+                first_error = (
+                    response["ResponseMetadata"]["HTTPStatusCode"],
+                    response["Error"]["Code"],
+                    response["Error"]["Message"],
+                )
+    return successes, throttles, first_error
+
+
+def get_json(cluster: LocalCluster, path: str) -> Any:
+    with urllib.request.urlopen(cluster.router_url + path, timeout=10) as reply:
+        return json.loads(reply.read())
+
+
+# Throttling -------------------------------------------------------------------------------------
+
+
+def test_a_provisioned_table_throttles_a_sustained_writer_at_its_rate(
+    cluster: LocalCluster, dynamodb: Any, table_name: Callable[[], str]
+) -> None:
+    name = make_table(dynamodb, table_name(), read=10, write=10)
+    seconds = 4.0
+    successes, throttles, first_error = sustained_puts(dynamodb, name, seconds, lambda i: "hot")
+    assert first_error == (400, THROTTLED, PROVISIONED_MESSAGE)
+    assert throttles > successes
+    # The rate for the duration, plus at most a full bank and the first second's tokens.
+    assert successes <= 10 * seconds + 10 * BURST_SECONDS + 10 + 5
+    assert successes >= 10 * seconds * 0.6
+    # The router's admin endpoint shows the throttling per partition, as does /metrics.
+    described = get_json(cluster, f"/admin/tables/{name}/partitions")
+    assert described["billing_mode"] == "PROVISIONED"
+    (partition,) = described["partitions"]
+    assert partition["write"]["rate_per_second"] == 10
+    assert partition["write"]["throttled_requests"] == throttles
+    assert partition["write"]["admitted_requests"] == successes
+
+
+def test_metrics_report_consumed_and_throttled_units(
+    cluster: LocalCluster, dynamodb: Any, table_name: Callable[[], str]
+) -> None:
+    name = make_table(dynamodb, table_name(), read=1, write=1)
+    dynamodb.put_item(TableName=name, Item=item("a", size=3000))  # 3 units: now in debt.
+    assert error_of(lambda: dynamodb.put_item(TableName=name, Item=item("b")))[1] == THROTTLED
+    with urllib.request.urlopen(cluster.router_url + "/metrics", timeout=10) as reply:
+        text = reply.read().decode()
+    series = {
+        line.split(" ")[0]: float(line.split(" ")[1])
+        for line in text.splitlines()
+        if line.startswith("dynalab_partition_") and f'table="{name}"' in line
+    }
+    consumed = [v for k, v in series.items() if "consumed_units_total" in k and "write" in k]
+    throttled = [v for k, v in series.items() if "throttled_requests_total" in k and "write" in k]
+    assert consumed == [3.0]
+    assert throttled == [1.0]
+    assert 'dynalab_node_up{node="node-1"} 1.0' in text
+
+
+def test_an_on_demand_table_caps_a_hot_partition_but_not_a_spread_load(
+    cluster: LocalCluster,
+    dynamodb: Any,
+    dynamodb_for: Callable[[str], Any],
+    table_name: Callable[[], str],
+) -> None:
+    name = make_table(dynamodb, table_name())
+    # 100 KB items to one key: 100 units each, so 1,000 WCU/s is about ten of them a second.
+    hot = item("hot", size=100_000)
+    outcomes = []
+    for _ in range(40):
+        try:
+            dynamodb.put_item(TableName=name, Item=hot)
+            outcomes.append("ok")
+        except ClientError as error:
+            assert error.response["Error"]["Code"] == THROTTLED
+            outcomes.append("throttled")
+    assert "throttled" in outcomes
+
+    # 1 KB items spread over many keys, from several clients at once: never throttled.
+    def writer(worker: int) -> Outcome:
+        client = dynamodb_for(cluster.router_url)
+        return sustained_puts(client, name, 3.0, lambda i: f"w{worker}-{i}")
+
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(writer, range(8)))
+    assert sum(r[0] for r in results) > 300
+    assert sum(r[1] for r in results) == 0
+
+
+def test_batches_return_the_throttled_part_as_unprocessed(
+    dynamodb: Any, table_name: Callable[[], str]
+) -> None:
+    # The bank holds at most 2 units. The first 5 KB put is admitted and leaves the bucket in
+    # debt, so the others are throttled and handed back.
+    name = make_table(dynamodb, table_name(), read=1, write=1)
+    puts = [{"PutRequest": {"Item": item(f"k{i}", size=5000)}} for i in range(10)]
+    reply = dynamodb.batch_write_item(RequestItems={name: puts})
+    unprocessed = reply["UnprocessedItems"][name]
+    assert 1 <= len(unprocessed) < len(puts)
+    assert all(entry in puts for entry in unprocessed)
+    # Every request of the next batch is throttled: the batch fails.
+    assert error_of(lambda: dynamodb.batch_write_item(RequestItems={name: puts[:3]})) == (
+        400,
+        THROTTLED,
+        PROVISIONED_MESSAGE,
+    )
+    # Reads: 20 KB items cost 5 strongly consistent units each, against 1 a second.
+    name = make_table(dynamodb, table_name(), read=1, write=500)
+    for i in range(10):
+        dynamodb.put_item(TableName=name, Item=item(f"k{i}", size=20_000))
+    keys = [{"pk": {"S": f"k{i}"}} for i in range(10)]
+    request = {name: {"Keys": keys, "ConsistentRead": True}}
+    reply = dynamodb.batch_get_item(RequestItems=request)
+    left = reply["UnprocessedKeys"][name]
+    assert left["ConsistentRead"] is True
+    assert 1 <= len(left["Keys"]) < len(keys)
+    assert len(reply["Responses"][name]) == len(keys) - len(left["Keys"])
+    assert error_of(lambda: dynamodb.batch_get_item(RequestItems=request)) == (
+        400,
+        THROTTLED,
+        PROVISIONED_MESSAGE,
+    )
+
+
+# ReturnConsumedCapacity -------------------------------------------------------------------------
+
+
+def test_consumed_capacity_of_single_item_operations(
+    dynamodb: Any, table_name: Callable[[], str]
+) -> None:
+    name = make_table(dynamodb, table_name())
+
+    def total(units: float) -> dict[str, Any]:
+        return {"TableName": name, "CapacityUnits": units}
+
+    def indexes(units: float) -> dict[str, Any]:
+        return {"TableName": name, "CapacityUnits": units, "Table": {"CapacityUnits": units}}
+
+    big = item("k", size=2500)  # Between 2 and 3 KB: 3 write units, 1 strong read unit.
+    assert item_size_bytes(big) == 2504
+    reply = dynamodb.put_item(TableName=name, Item=big, ReturnConsumedCapacity="TOTAL")
+    assert reply["ConsumedCapacity"] == total(3.0)
+    # Replacing it with a small item still pays for the larger, old one.
+    reply = dynamodb.put_item(TableName=name, Item=item("k"), ReturnConsumedCapacity="INDEXES")
+    assert reply["ConsumedCapacity"] == indexes(3.0)
+    reply = dynamodb.put_item(TableName=name, Item=item("k"), ReturnConsumedCapacity="NONE")
+    assert "ConsumedCapacity" not in reply
+    reply = dynamodb.put_item(TableName=name, Item=item("k"))
+    assert "ConsumedCapacity" not in reply
+    reply = dynamodb.update_item(
+        TableName=name,
+        Key={"pk": {"S": "k"}},
+        UpdateExpression="SET w = :w",
+        ExpressionAttributeValues={":w": {"S": "y" * 5000}},
+        ReturnConsumedCapacity="TOTAL",
+    )
+    assert reply["ConsumedCapacity"] == total(5.0)  # 5,015 bytes after the update.
+    reply = dynamodb.get_item(
+        TableName=name, Key={"pk": {"S": "k"}}, ReturnConsumedCapacity="TOTAL"
+    )
+    assert reply["ConsumedCapacity"] == total(1.0)  # Eventually consistent, 5 KB: 2 * 0.5.
+    reply = dynamodb.get_item(
+        TableName=name,
+        Key={"pk": {"S": "k"}},
+        ConsistentRead=True,
+        ProjectionExpression="pk",
+        ReturnConsumedCapacity="INDEXES",
+    )
+    assert reply["ConsumedCapacity"] == indexes(2.0)  # A projection reads the whole item.
+    reply = dynamodb.get_item(
+        TableName=name, Key={"pk": {"S": "none"}}, ReturnConsumedCapacity="TOTAL"
+    )
+    assert reply["ConsumedCapacity"] == total(0.5)  # A miss costs the minimum.
+    reply = dynamodb.delete_item(
+        TableName=name, Key={"pk": {"S": "k"}}, ReturnConsumedCapacity="TOTAL"
+    )
+    assert reply["ConsumedCapacity"] == total(5.0)
+    reply = dynamodb.delete_item(
+        TableName=name, Key={"pk": {"S": "k"}}, ReturnConsumedCapacity="TOTAL"
+    )
+    assert reply["ConsumedCapacity"] == total(1.0)  # Deleting nothing costs the minimum.
+
+
+def test_consumed_capacity_of_query_and_scan(dynamodb: Any, table_name: Callable[[], str]) -> None:
+    # One partition (a small provisioned table): each partition a page reads is charged on its
+    # own, at least the minimum, so a table of several partitions costs more to scan.
+    name = make_table(dynamodb, table_name(), read=100, write=100, sort=True)
+    for i in range(3):
+        dynamodb.put_item(TableName=name, Item=item("q", size=3000, sk={"N": str(i)}))
+    query = {
+        "TableName": name,
+        "KeyConditionExpression": "pk = :pk",
+        "ExpressionAttributeValues": {":pk": {"S": "q"}},
+    }
+    # About 9 KB read, rounded once: 3 strongly consistent units, half of that eventually.
+    reply = dynamodb.query(**query, ConsistentRead=True, ReturnConsumedCapacity="TOTAL")
+    assert reply["ConsumedCapacity"] == {"TableName": name, "CapacityUnits": 3.0}
+    reply = dynamodb.query(**query, ReturnConsumedCapacity="INDEXES")
+    assert reply["ConsumedCapacity"] == {
+        "TableName": name,
+        "CapacityUnits": 1.5,
+        "Table": {"CapacityUnits": 1.5},
+    }
+    # A filter does not reduce what was read.
+    reply = dynamodb.query(
+        **query,
+        FilterExpression="attribute_exists(nothing)",
+        Select="COUNT",
+        ReturnConsumedCapacity="TOTAL",
+    )
+    assert (reply["Count"], reply["ConsumedCapacity"]["CapacityUnits"]) == (0, 1.5)
+    reply = dynamodb.scan(TableName=name, ConsistentRead=True, ReturnConsumedCapacity="TOTAL")
+    assert reply["ConsumedCapacity"] == {"TableName": name, "CapacityUnits": 3.0}
+    reply = dynamodb.scan(TableName=name, Limit=1, ReturnConsumedCapacity="TOTAL")
+    assert reply["ConsumedCapacity"] == {"TableName": name, "CapacityUnits": 0.5}
+    assert "ConsumedCapacity" not in dynamodb.scan(TableName=name)
+
+
+def test_consumed_capacity_of_batches_is_one_entry_per_table(
+    dynamodb: Any, table_name: Callable[[], str]
+) -> None:
+    first = make_table(dynamodb, table_name())
+    second = make_table(dynamodb, table_name())
+    reply = dynamodb.batch_write_item(
+        RequestItems={
+            first: [
+                {"PutRequest": {"Item": item("a", size=500)}},  # 1 unit
+                {"PutRequest": {"Item": item("b", size=3500)}},  # 4 units: each item rounded
+            ],
+            second: [{"DeleteRequest": {"Key": {"pk": {"S": "none"}}}}],  # 1 unit
+        },
+        ReturnConsumedCapacity="TOTAL",
+    )
+    assert sorted(reply["ConsumedCapacity"], key=lambda c: c["TableName"]) == sorted(
+        [
+            {"TableName": first, "CapacityUnits": 5.0},
+            {"TableName": second, "CapacityUnits": 1.0},
+        ],
+        key=lambda c: c["TableName"],
+    )
+    reply = dynamodb.batch_get_item(
+        RequestItems={
+            first: {"Keys": [{"pk": {"S": "a"}}, {"pk": {"S": "b"}}], "ConsistentRead": True},
+            second: {"Keys": [{"pk": {"S": "none"}}]},
+        },
+        ReturnConsumedCapacity="INDEXES",
+    )
+    assert sorted(reply["ConsumedCapacity"], key=lambda c: c["TableName"]) == sorted(
+        [
+            {"TableName": first, "CapacityUnits": 2.0, "Table": {"CapacityUnits": 2.0}},
+            {"TableName": second, "CapacityUnits": 0.5, "Table": {"CapacityUnits": 0.5}},
+        ],
+        key=lambda c: c["TableName"],
+    )
+    reply = dynamodb.batch_get_item(RequestItems={first: {"Keys": [{"pk": {"S": "a"}}]}})
+    assert "ConsumedCapacity" not in reply
+
+
+# UpdateTable and DescribeLimits -----------------------------------------------------------------
+
+
+def test_update_table_changes_throughput_and_billing_mode(
+    dynamodb: Any, table_name: Callable[[], str]
+) -> None:
+    name = make_table(dynamodb, table_name(), read=5, write=5)
+    before = time.time()
+    updated = dynamodb.update_table(
+        TableName=name, ProvisionedThroughput={"ReadCapacityUnits": 6, "WriteCapacityUnits": 7}
+    )["TableDescription"]
+    assert updated["TableStatus"] == "UPDATING"
+    assert (
+        updated["ProvisionedThroughput"]["ReadCapacityUnits"],
+        updated["ProvisionedThroughput"]["WriteCapacityUnits"],
+    ) == (6, 7)
+    described = wait_active(dynamodb, name)
+    throughput = described["ProvisionedThroughput"]
+    assert (throughput["ReadCapacityUnits"], throughput["WriteCapacityUnits"]) == (6, 7)
+    assert throughput["LastIncreaseDateTime"].timestamp() >= before - 1
+    assert throughput["NumberOfDecreasesToday"] == 0
+
+    dynamodb.update_table(
+        TableName=name, ProvisionedThroughput={"ReadCapacityUnits": 6, "WriteCapacityUnits": 2}
+    )
+    throughput = wait_active(dynamodb, name)["ProvisionedThroughput"]
+    assert throughput["NumberOfDecreasesToday"] == 1
+    assert "LastDecreaseDateTime" in throughput
+
+    assert error_of(
+        lambda: dynamodb.update_table(
+            TableName=name,
+            ProvisionedThroughput={"ReadCapacityUnits": 6, "WriteCapacityUnits": 2},
+        )
+    ) == (
+        400,
+        "ValidationException",
+        "The provisioned throughput for the table will not change. The requested value equals "
+        "the current value. Current ReadCapacityUnits provisioned for the table: 6. Requested "
+        "ReadCapacityUnits: 6. Current WriteCapacityUnits provisioned for the table: 2. "
+        "Requested WriteCapacityUnits: 2. Refer to the Amazon DynamoDB Developer Guide for "
+        "current limits and how to request higher limits.",
+    )
+    assert error_of(lambda: dynamodb.update_table(TableName=name, BillingMode="PROVISIONED")) == (
+        400,
+        "ValidationException",
+        "One or more parameter values were invalid: ProvisionedThroughput must be specified "
+        "when BillingMode is PROVISIONED",
+    )
+    assert error_of(
+        lambda: dynamodb.update_table(
+            TableName=name,
+            ProvisionedThroughput={"ReadCapacityUnits": 40001, "WriteCapacityUnits": 1},
+        )
+    ) == (
+        400,
+        "LimitExceededException",
+        "The requested ReadCapacityUnits, 40001, is above the per table maximum for the "
+        "account in us-east-1. Per table maximum: 40000.",
+    )
+
+    dynamodb.update_table(TableName=name, BillingMode="PAY_PER_REQUEST")
+    described = wait_active(dynamodb, name)
+    assert described["BillingModeSummary"]["BillingMode"] == "PAY_PER_REQUEST"
+    assert described["BillingModeSummary"]["LastUpdateToPayPerRequestDateTime"].timestamp() >= (
+        before - 1
+    )
+    throughput = described["ProvisionedThroughput"]
+    assert (throughput["ReadCapacityUnits"], throughput["WriteCapacityUnits"]) == (0, 0)
+    # Asking for on-demand again is no error and changes nothing.
+    again = dynamodb.update_table(TableName=name, BillingMode="PAY_PER_REQUEST")
+    assert again["TableDescription"]["BillingModeSummary"]["BillingMode"] == "PAY_PER_REQUEST"
+    assert wait_active(dynamodb, name)["BillingModeSummary"]["BillingMode"] == "PAY_PER_REQUEST"
+    assert error_of(
+        lambda: dynamodb.update_table(
+            TableName=name,
+            ProvisionedThroughput={"ReadCapacityUnits": 1, "WriteCapacityUnits": 1},
+        )
+    ) == (
+        400,
+        "ValidationException",
+        "One or more parameter values were invalid: Neither ReadCapacityUnits nor "
+        "WriteCapacityUnits can be specified when BillingMode is PAY_PER_REQUEST",
+    )
+    dynamodb.update_table(
+        TableName=name,
+        BillingMode="PROVISIONED",
+        ProvisionedThroughput={"ReadCapacityUnits": 3, "WriteCapacityUnits": 4},
+    )
+    described = wait_active(dynamodb, name)
+    assert described["BillingModeSummary"]["BillingMode"] == "PROVISIONED"
+    throughput = described["ProvisionedThroughput"]
+    assert (throughput["ReadCapacityUnits"], throughput["WriteCapacityUnits"]) == (3, 4)
+
+
+def test_update_table_refuses_what_it_cannot_do(
+    dynamodb: Any, table_name: Callable[[], str]
+) -> None:
+    missing = table_name()
+    assert error_of(
+        lambda: dynamodb.update_table(TableName=missing, BillingMode="PAY_PER_REQUEST")
+    ) == (
+        400,
+        "ResourceNotFoundException",
+        f"Requested resource not found: Table: {missing} not found",
+    )
+    assert error_of(lambda: dynamodb.update_table(TableName=missing)) == (
+        400,
+        "ValidationException",
+        "At least one of ProvisionedThroughput, BillingMode, UpdateStreamEnabled, "
+        "GlobalSecondaryIndexUpdates, SSESpecification, ReplicaUpdates, MultiAccountReplicaReady, "
+        "ReplicaTransitRoleArn, MultiRegionConsistency, DeletionProtectionEnabled, "
+        "OnDemandThroughput, WarmThroughput or TableClass is required",
+    )
+    assert error_of(
+        lambda: dynamodb.update_table(
+            TableName=missing,
+            ProvisionedThroughput={"ReadCapacityUnits": 0, "WriteCapacityUnits": 1},
+        )
+    ) == (
+        400,
+        "ValidationException",
+        "1 validation error detected: Value '0' at 'provisionedThroughput.readCapacityUnits' "
+        "failed to satisfy constraint: Member must have value greater than or equal to 1",
+    )
+
+
+def test_the_buckets_follow_update_table(
+    cluster: LocalCluster, dynamodb: Any, table_name: Callable[[], str]
+) -> None:
+    name = make_table(dynamodb, table_name(), read=1, write=1)
+    dynamodb.put_item(TableName=name, Item=item("a", size=5000))  # 5 units: 4 in debt.
+    assert error_of(lambda: dynamodb.put_item(TableName=name, Item=item("b")))[1] == THROTTLED
+    dynamodb.update_table(
+        TableName=name, ProvisionedThroughput={"ReadCapacityUnits": 1, "WriteCapacityUnits": 500}
+    )
+    (partition,) = get_json(cluster, f"/admin/tables/{name}/partitions")["partitions"]
+    assert partition["write"]["rate_per_second"] == 500
+    time.sleep(0.1)  # 50 units at the new rate pay the debt back.
+    for i in range(20):
+        dynamodb.put_item(TableName=name, Item=item(f"after{i}"))
+
+
+def test_describe_limits(dynamodb: Any) -> None:
+    reply = dynamodb.describe_limits()
+    del reply["ResponseMetadata"]
+    assert reply == {
+        "AccountMaxReadCapacityUnits": 80000,
+        "AccountMaxWriteCapacityUnits": 80000,
+        "TableMaxReadCapacityUnits": 40000,
+        "TableMaxWriteCapacityUnits": 40000,
+    }
