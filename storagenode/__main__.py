@@ -5,7 +5,8 @@
 Each flag falls back to an environment variable (DYNALAB_NODE_ID, DYNALAB_LISTEN, DYNALAB_DATA_DIR)
 so containers can be configured without a command line. The node logs to stderr, every line tagged
 with its node id, and prints "listening on <addr>" once it serves, which is what scripts and tests
-wait for. SIGTERM or SIGINT stops it gracefully.
+wait for. SIGTERM or SIGINT stops it gracefully. With --metrics-listen HOST:PORT (or
+DYNALAB_METRICS_LISTEN) it also serves Prometheus metrics (`storagenode.metrics`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 import uvloop
 
 from core import limits
+from storagenode import metrics
 from storagenode.server import NodeServer
 
 logger = logging.getLogger("storagenode")
@@ -43,6 +45,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=limits.NODE_SHUTDOWN_GRACE_SECONDS,
         help="how long in-flight requests may finish after SIGTERM",
     )
+    parser.add_argument(
+        "--metrics-listen",
+        default=os.environ.get(metrics.METRICS_LISTEN_ENV),
+        help="HOST:PORT or PORT for Prometheus metrics; unset or 0: off",
+    )
     args = parser.parse_args(argv)
     for flag, value in (
         ("--node-id/DYNALAB_NODE_ID", args.node_id),
@@ -63,6 +70,7 @@ async def run(args: argparse.Namespace) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     address = await server.start()
+    metrics.serve(args.metrics_listen)
     logger.info("listening on %s", address)
     print(f"node {args.node_id} listening on {address}", flush=True)
     try:
