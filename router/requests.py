@@ -302,11 +302,11 @@ class RequestReader:
 
 
 def read_common(reader: RequestReader) -> None:
-    """Members every data-plane operation may carry and the router accepts but does not act on.
+    """Check ReturnConsumedCapacity, which every data-plane operation may carry, against its enum.
 
-    ReturnConsumedCapacity and ReturnItemCollectionMetrics are checked against their enums so a
-    typo is reported as DynamoDB reports it; the reply omits ConsumedCapacity and
-    ItemCollectionMetrics until capacity accounting exists, rather than inventing numbers.
+    A typo is reported as DynamoDB reports it. The handlers read the checked value from the body
+    (`router.items.capacity_mode`) once the request has passed. ReturnItemCollectionMetrics is
+    checked where it is allowed; the reply omits ItemCollectionMetrics until LSIs exist.
     """
     reader.string("ReturnConsumedCapacity", enum=RETURN_CONSUMED_CAPACITY)
 
