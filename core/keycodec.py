@@ -127,6 +127,17 @@ def encode_storage_key(partition_key: AttributeValue, sort_key: AttributeValue |
     return key
 
 
+def successor(prefix: bytes) -> bytes | None:
+    """The smallest byte string greater than every string that starts with `prefix`.
+
+    None when there is none (the prefix is all 0xff bytes), meaning "no upper bound".
+    """
+    stripped = prefix.rstrip(b"\xff")
+    if not stripped:
+        return None
+    return stripped[:-1] + bytes([stripped[-1] + 1])
+
+
 # Decoding ---------------------------------------------------------------------------------------
 
 

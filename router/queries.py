@@ -92,14 +92,6 @@ class _Walk:
     consistent: bool = False
 
 
-def _successor(prefix: bytes) -> bytes | None:
-    """The least byte string above every string that starts with `prefix` (None: there is none)."""
-    trimmed = prefix.rstrip(b"\xff")
-    if not trimmed:
-        return None
-    return trimmed[:-1] + bytes((trimmed[-1] + 1,))
-
-
 def _partition_below(partitions: list[Partition], bound: bytes | None) -> Partition:
     """The partition holding the greatest keys below `bound` (None: the last partition)."""
     if bound is None:
@@ -557,7 +549,7 @@ async def query(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
         op=ops.QUERY,
         request=request,
         low=collection,
-        high=_successor(collection),
+        high=keycodec.successor(collection),
         forward=forward is not False,
         limit=reading.limit,
         consistent=consistent,

@@ -37,6 +37,7 @@ from core.errors import (
     UnknownOperation,
     ValidationError,
 )
+from core.keycodec import successor
 from core.size import item_size_bytes
 from core.values import Item
 from dynalab.rpc import ops
@@ -47,7 +48,6 @@ from storagenode.store import (
     SEQ_BYTES,
     Store,
     partition_meta_key,
-    successor,
     table_prefix,
 )
 from storagenode.throughput import NodeThroughput, version_of

@@ -16,10 +16,16 @@ import orjson
 
 from core import expressions
 from core.errors import StaleEpoch, ValidationError
-from core.keycodec import HASH_BYTES, HASH_SPACE, encode_key_prefix, encode_storage_key
+from core.keycodec import (
+    HASH_BYTES,
+    HASH_SPACE,
+    encode_key_prefix,
+    encode_storage_key,
+    successor,
+)
 from core.size import item_size_bytes
 from core.values import AttributeValue, Item, type_of
-from storagenode.store import change_log_prefix, successor, table_prefix
+from storagenode.store import change_log_prefix, table_prefix
 
 _INVALID = "One or more parameter values were invalid: "
 # Range-condition operators whose first value is a lower bound on the sort key.

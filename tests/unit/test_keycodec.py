@@ -18,6 +18,7 @@ from core.keycodec import (
     encode_storage_key,
     hash64,
     key_hash,
+    successor,
 )
 from core.values import AttributeValue, normalize_number
 
@@ -279,3 +280,9 @@ def test_decode_storage_key_rejects_trailing_bytes() -> None:
         decode_storage_key(data, "S", None)
     with pytest.raises(InternalServerError):
         decode_storage_key(data + b"\x00", "S", "S")
+
+
+def test_successor_bounds_every_extension_of_a_prefix() -> None:
+    assert successor(b"ab") == b"ac"
+    assert successor(b"a\xff\xff") == b"b"
+    assert successor(b"\xff\xff") is None

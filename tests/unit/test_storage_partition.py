@@ -9,9 +9,8 @@ import orjson
 import pytest
 
 from core.errors import StaleEpoch
-from core.keycodec import encode_storage_key
+from core.keycodec import encode_storage_key, successor
 from storagenode.partition import PageRequest, Partition, query_bounds, read_page, scan_bounds
-from storagenode.store import successor
 
 TABLE = {"id": "c0" * 16, "name": "T", "key_schema": {"hash": ["pk", "S"], "range": ["sk", "B"]}}
 
@@ -31,12 +30,6 @@ def test_metadata_round_trips() -> None:
     restored = Partition.from_meta(orjson.loads(original.to_meta()))
     assert restored == original and restored.same_definition(original)
     assert restored.log_prefix == original.log_prefix
-
-
-def test_successor_bounds_every_extension_of_a_prefix() -> None:
-    assert successor(b"ab") == b"ac"
-    assert successor(b"a\xff\xff") == b"b"
-    assert successor(b"\xff\xff") is None
 
 
 def test_begins_with_on_binary_covers_exactly_the_extensions() -> None:
