@@ -88,9 +88,6 @@ class _Expressions:
     names: dict[str, str] | None = None
     values: dict[str, Any] | None = None
 
-    def node_fields(self) -> dict[str, Any]:
-        return {"names": self.names, "values": self.values}
-
 
 def _merge(translations: list[legacy.Translation | None]) -> tuple[dict[str, str], dict[str, Any]]:
     """The names and values of legacy translations, whose placeholder prefixes never collide."""
@@ -185,18 +182,33 @@ def _read_write_members(reader: RequestReader) -> tuple[str | None, str | None]:
 def _write_body(
     compiled: _Expressions, return_values: str, on_failure: str | None
 ) -> dict[str, Any]:
+    """The node request fields PutItem, UpdateItem and DeleteItem share."""
     return {
         "condition": compiled.condition,
-        **compiled.node_fields(),
+        "names": compiled.names,
+        "values": compiled.values,
         "return_values": return_values,
         "return_on_failure": on_failure == "ALL_OLD",
     }
 
 
-def _attributes(reply: dict[str, Any]) -> dict[str, Any]:
-    """The reply of a write: the ReturnValues image, when there is one."""
+def _write_reply(reply: dict[str, Any], table_name: str, body: dict[str, Any]) -> dict[str, Any]:
+    """A single write's answer: the ReturnValues image, when there is one, and ConsumedCapacity."""
     attributes = reply.get("attributes")
-    return {"Attributes": attributes} if attributes else {}
+    result = {"Attributes": attributes} if attributes else {}
+    return add_capacity(
+        result, table_name, capacity_mode(body), _write_units(reply), UnitKind.WRITE
+    )
+
+
+def _get_body(key: Item, compiled: _Expressions, consistent: bool) -> dict[str, Any]:
+    """The node request of one GetItem, or of one key of a BatchGetItem."""
+    return {
+        "key": key,
+        "projection": compiled.projection,
+        "names": compiled.names,
+        "consistent": consistent,
+    }
 
 
 def _validated_key(raw: dict[str, Any]) -> Item:
@@ -259,9 +271,7 @@ async def put_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
         ops.PUT,
         {"item": item, "item_bytes": item_bytes, **_write_body(compiled, chosen, on_failure)},
     )
-    return add_capacity(
-        _attributes(reply), table_name, capacity_mode(body), _write_units(reply), UnitKind.WRITE
-    )
+    return _write_reply(reply, table_name, body)
 
 
 async def update_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
@@ -290,9 +300,7 @@ async def update_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any
         ops.UPDATE,
         {"key": key, "update": compiled.update, **_write_body(compiled, chosen, on_failure)},
     )
-    return add_capacity(
-        _attributes(reply), table_name, capacity_mode(body), _write_units(reply), UnitKind.WRITE
-    )
+    return _write_reply(reply, table_name, body)
 
 
 async def delete_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
@@ -317,9 +325,7 @@ async def delete_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any
         ops.DELETE,
         {"key": key, **_write_body(compiled, chosen, on_failure)},
     )
-    return add_capacity(
-        _attributes(reply), table_name, capacity_mode(body), _write_units(reply), UnitKind.WRITE
-    )
+    return _write_reply(reply, table_name, body)
 
 
 async def get_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
@@ -343,16 +349,7 @@ async def get_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
     table = await ctx.table(table_name)
     partition_key, sort_key = schema.validate_key(key, table)
     reply = await ctx.call_key(
-        table,
-        partition_key,
-        sort_key,
-        ops.GET,
-        {
-            "key": key,
-            "projection": compiled.projection,
-            "names": compiled.names,
-            "consistent": consistent is True,
-        },
+        table, partition_key, sort_key, ops.GET, _get_body(key, compiled, consistent is True)
     )
     item = reply.get("item")
     # A projection that matches none of an existing item's attributes still returns Item: {}.
@@ -449,15 +446,14 @@ async def _fan_out(
     return outcomes
 
 
-def _all_throttled(
+def _fail_if_all_throttled(
     results: list[dict[str, Any] | ServiceUnavailable | ThroughputExceeded],
-) -> ThroughputExceeded | None:
+) -> None:
     """DynamoDB fails a batch of which no request could be served for lack of throughput."""
     if results and all(isinstance(result, ThroughputExceeded) for result in results):
         first = results[0]
         assert isinstance(first, ThroughputExceeded)
-        return first
-    return None
+        raise first
 
 
 @dataclasses.dataclass
@@ -519,24 +515,10 @@ async def batch_get_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, 
         table = tables[read.name]
         for key in read.keys:
             partition_key, sort_key = schema.validate_key(key, table)
-            calls.append(
-                _Call(
-                    table,
-                    partition_key,
-                    sort_key,
-                    ops.GET,
-                    {
-                        "key": key,
-                        "projection": read.compiled.projection,
-                        "names": read.compiled.names,
-                        "consistent": read.consistent,
-                    },
-                )
-            )
+            body_out = _get_body(key, read.compiled, read.consistent)
+            calls.append(_Call(table, partition_key, sort_key, ops.GET, body_out))
     results = await _fan_out(ctx, calls)
-    throttled = _all_throttled(results)
-    if throttled is not None:
-        raise throttled
+    _fail_if_all_throttled(results)
 
     responses: dict[str, list[Item]] = {read.name: [] for read in reads}
     unprocessed: dict[str, dict[str, Any]] = {}
@@ -551,15 +533,14 @@ async def batch_get_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, 
                 # Each item rounded on its own, as DynamoDB meters a batch.
                 units = read_units(result["read_bytes"], consistency(read.consistent))
                 capacity.add_table(read.name, units, UnitKind.READ)
-            item = result.get("item") if isinstance(result, dict) else None
-            if isinstance(result, dict) and item is not None:
+                item = result.get("item")
+                if item is None:
+                    continue
                 # DynamoDB returns at most 16 MB; what does not fit is left for the next call.
                 reply_bytes += item_size_bytes(item)
                 if reply_bytes <= limits.BATCH_GET_BYTES_MAX:
                     responses[read.name].append(item)
                     continue
-            elif isinstance(result, dict):
-                continue
             entry = unprocessed.setdefault(read.name, _unprocessed_template(read.request))
             entry["Keys"].append(key)
     reply: dict[str, Any] = {"Responses": responses, "UnprocessedKeys": unprocessed}
@@ -572,11 +553,14 @@ async def batch_get_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, 
 def _unprocessed_template(table_request: dict[str, Any]) -> dict[str, Any]:
     """A table's UnprocessedKeys entry: its keys to retry with the parameters they came with."""
     entry: dict[str, Any] = {"Keys": []}
-    for member in ("AttributesToGet", "ConsistentRead", "ProjectionExpression"):
+    for member in (
+        "AttributesToGet",
+        "ConsistentRead",
+        "ProjectionExpression",
+        "ExpressionAttributeNames",
+    ):
         if table_request.get(member) is not None:
             entry[member] = table_request[member]
-    if table_request.get("ExpressionAttributeNames") is not None:
-        entry["ExpressionAttributeNames"] = table_request["ExpressionAttributeNames"]
     return entry
 
 
@@ -669,9 +653,7 @@ async def batch_write_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str
         _check_duplicates(keys)
 
     results = await _fan_out(ctx, calls)
-    throttled = _all_throttled(results)
-    if throttled is not None:
-        raise throttled
+    _fail_if_all_throttled(results)
     unprocessed: dict[str, list[dict[str, Any]]] = {}
     capacity = ConsumedCapacity()
     for name in request_items:
