@@ -214,12 +214,8 @@ def _reply(page: _Page, select: str, table_name: str, body: dict[str, Any]) -> d
 
 @dataclasses.dataclass
 class _Reading:
-    """The members a Query and a Scan share, after the first two passes."""
+    """The filter, projection and paging members a Query and a Scan share, as read."""
 
-    table_name: str
-    index_name: str | None
-    limit: int | None
-    select: str | None
     attributes_to_get: list[str] | None
     conditional_operator: str | None
     exclusive_start: Item | None
@@ -229,10 +225,13 @@ class _Reading:
     values: dict[str, Any] | None
 
 
-def _read_tail(reader: RequestReader, reading: dict[str, Any]) -> _Reading:
-    """Read the expression members both operations end with; `reading` holds the others."""
+def _read_tail(
+    reader: RequestReader, attributes_to_get: list[str] | None, conditional_operator: str | None
+) -> _Reading:
+    """Read the expression members both operations end with; the legacy ones were read before."""
     return _Reading(
-        **reading,
+        attributes_to_get=attributes_to_get,
+        conditional_operator=conditional_operator,
         exclusive_start=reader.attribute_map("ExclusiveStartKey"),
         projection=reader.string("ProjectionExpression"),
         filter=reader.string("FilterExpression"),
@@ -267,6 +266,10 @@ class _Expressions:
     projection: expressions.Projection | None
     names: dict[str, str] | None
     values: dict[str, Any] | None
+
+    def parsed(self) -> tuple[expressions.Condition | expressions.Projection, ...]:
+        """The expressions the request has, for `expressions.check_unused`."""
+        return tuple(c for c in (self.filter, self.projection) if c is not None)
 
 
 def _filter_and_projection(
@@ -340,21 +343,12 @@ async def scan(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
     conditional_operator = reader.string("ConditionalOperator", enum=CONDITIONAL_OPERATORS)
     index_name = reader.name("IndexName")
     consistent = reader.boolean("ConsistentRead") is True
-    reading = _read_tail(
-        reader,
-        {
-            "table_name": table_name or "",
-            "index_name": index_name,
-            "limit": limit,
-            "select": select,
-            "attributes_to_get": attributes_to_get,
-            "conditional_operator": conditional_operator,
-        },
-    )
+    reading = _read_tail(reader, attributes_to_get, conditional_operator)
     reader.check()
+    assert table_name is not None
 
     legacy.check_parameter_mix("Scan", body)
-    check_conditional_operator(reading.conditional_operator, scan_filter)
+    check_conditional_operator(conditional_operator, scan_filter)
     exclusive_start = _starting_key(reading.exclusive_start)
     if segment is not None and total_segments is None:
         raise ValidationError(
@@ -371,20 +365,16 @@ async def scan(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
         hash_range = segment_hash_range(segment, total_segments)
     values_normalised = expressions.check_attribute_maps(reading.names, reading.values)
     compiled = _filter_and_projection("Scan", reading, scan_filter, values_normalised)
-    expressions.check_unused(
-        reading.names,
-        reading.values,
-        *(c for c in (compiled.filter, compiled.projection) if c is not None),
-    )
+    expressions.check_unused(reading.names, reading.values, *compiled.parsed())
     select = select_mode(
-        reading.select,
+        select,
         projection=reading.projection is not None,
-        attributes_to_get=reading.attributes_to_get is not None,
-        index_name=reading.index_name,
+        attributes_to_get=attributes_to_get is not None,
+        index_name=index_name,
     )
 
-    table = await ctx.table(reading.table_name)
-    check_index(reading.index_name)
+    table = await ctx.table(table_name)
+    check_index(index_name)
     low, high = b"", None
     request = _node_request(compiled, select)
     request["consistent"] = consistent
@@ -407,11 +397,11 @@ async def scan(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
         low=low,
         high=high,
         forward=True,
-        limit=reading.limit,
+        limit=limit,
         consistent=consistent,
     )
     page = await _walk(ctx, table, walk, exclusive_start)
-    return _reply(page, select, reading.table_name, body)
+    return _reply(page, select, table_name, body)
 
 
 def _in_segment(partition_key: Any, hash_range: tuple[int, int | None]) -> bool:
@@ -441,21 +431,12 @@ async def query(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
     consistent = reader.boolean("ConsistentRead") is True
     forward = reader.boolean("ScanIndexForward")
     key_condition_text = reader.string("KeyConditionExpression")
-    reading = _read_tail(
-        reader,
-        {
-            "table_name": table_name or "",
-            "index_name": index_name,
-            "limit": limit,
-            "select": select,
-            "attributes_to_get": attributes_to_get,
-            "conditional_operator": conditional_operator,
-        },
-    )
+    reading = _read_tail(reader, attributes_to_get, conditional_operator)
     reader.check()
+    assert table_name is not None
 
     legacy.check_parameter_mix("Query", body)
-    check_conditional_operator(reading.conditional_operator, query_filter)
+    check_conditional_operator(conditional_operator, query_filter)
     exclusive_start = _starting_key(reading.exclusive_start)
     if key_conditions is None and key_condition_text is None:
         raise ValidationError(
@@ -477,14 +458,14 @@ async def query(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
         assert key_conditions is not None
         key_translation = legacy.key_condition_expression(key_conditions)
     select = select_mode(
-        reading.select,
+        select,
         projection=reading.projection is not None,
-        attributes_to_get=reading.attributes_to_get is not None,
-        index_name=reading.index_name,
+        attributes_to_get=attributes_to_get is not None,
+        index_name=index_name,
     )
 
-    table = await ctx.table(reading.table_name)
-    check_index(reading.index_name)
+    table = await ctx.table(table_name)
+    check_index(index_name)
     hash_name, hash_type = schema.hash_key(table)
     sort = schema.range_key(table)
     range_name, range_type = sort if sort is not None else (None, None)
@@ -515,7 +496,7 @@ async def query(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
         reading.names,
         reading.values,
         *used,
-        *(c for c in (compiled.filter, compiled.projection) if c is not None),
+        *compiled.parsed(),
     )
     hash_value = key_condition.hash_value
     check_key_value(hash_name, hash_value, "partition", expected_type=hash_type)
@@ -551,11 +532,11 @@ async def query(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
         low=collection,
         high=keycodec.successor(collection),
         forward=forward is not False,
-        limit=reading.limit,
+        limit=limit,
         consistent=consistent,
     )
     page = await _walk(ctx, table, walk, exclusive_start)
-    return _reply(page, select, reading.table_name, body)
+    return _reply(page, select, table_name, body)
 
 
 OPERATIONS = {"Query": query, "Scan": scan}
