@@ -3,13 +3,18 @@
 Code raises these; exactly one place per protocol translates them: `router.protocol` turns them into
 `{"__type": "com.amazonaws.dynamodb.v20120810#<type_name>", "message": ...}` HTTP replies, and
 `dynalab.rpc.codec` carries them across gRPC between nodes and routers. Messages use DynamoDB's
-words
-wherever the Developer Guide or API Reference gives them, because SDKs and people match on them.
+words wherever the Developer Guide or API Reference gives them, because SDKs and people match on
+them.
 """
 
 from __future__ import annotations
 
 from typing import Any, ClassVar
+
+# The prefix DynamoDB puts before the ValidationException messages about a parameter's value.
+INVALID_PARAMETERS = "One or more parameter values were invalid: "
+# DynamoDB's answer to a key that lacks, adds or mistypes an attribute of the table's key schema.
+KEY_MISMATCH = "The provided key element does not match the schema"
 
 
 class DynamoError(Exception):

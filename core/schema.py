@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from core import limits
-from core.errors import LimitExceeded, ValidationError
+from core.errors import INVALID_PARAMETERS, KEY_MISMATCH, LimitExceeded, ValidationError
 from core.placement import BILLING_PAY_PER_REQUEST, BILLING_PROVISIONED
 from core.size import check_key_value
 from core.values import AttributeValue, Item, type_of
@@ -29,9 +29,6 @@ BILLING_MODES = (BILLING_PROVISIONED, BILLING_PAY_PER_REQUEST)
 
 Table = Mapping[str, Any]
 KeySchema = dict[str, Any]
-
-_INVALID = "One or more parameter values were invalid: "
-_KEY_MISMATCH = "The provided key element does not match the schema"
 
 
 # Table names ------------------------------------------------------------------------------------
@@ -75,7 +72,8 @@ def build_key_schema(
     if any(name not in definitions for name in names):
         declared = ", ".join(d["AttributeName"] for d in attribute_definitions)
         raise ValidationError(
-            _INVALID + "Some index key attributes are not defined in AttributeDefinitions. "
+            INVALID_PARAMETERS
+            + "Some index key attributes are not defined in AttributeDefinitions. "
             f"Keys: [{', '.join(names)}], AttributeDefinitions: [{declared}]"
         )
     if len(names) == 2 and names[0] == names[1]:
@@ -92,7 +90,8 @@ def build_key_schema(
         )
     if len(attribute_definitions) != len(names):
         raise ValidationError(
-            _INVALID + "Number of attributes in KeySchema does not exactly match number of "
+            INVALID_PARAMETERS
+            + "Number of attributes in KeySchema does not exactly match number of "
             "attributes defined in AttributeDefinitions"
         )
     hash_name = names[0]
@@ -116,7 +115,8 @@ def build_throughput(
     if mode == BILLING_PAY_PER_REQUEST:
         if throughput is not None:
             raise ValidationError(
-                _INVALID + "Neither ReadCapacityUnits nor WriteCapacityUnits can be specified "
+                INVALID_PARAMETERS
+                + "Neither ReadCapacityUnits nor WriteCapacityUnits can be specified "
                 "when BillingMode is PAY_PER_REQUEST"
             )
         return {"billing_mode": mode, "throughput": {"read": 0, "write": 0}}
@@ -124,7 +124,8 @@ def build_throughput(
     write = None if throughput is None else throughput.get("WriteCapacityUnits")
     if read is None or write is None:
         raise ValidationError(
-            _INVALID + "ReadCapacityUnits and WriteCapacityUnits must both be specified when "
+            INVALID_PARAMETERS
+            + "ReadCapacityUnits and WriteCapacityUnits must both be specified when "
             "BillingMode is PROVISIONED"
         )
     for member, units in (("ReadCapacityUnits", read), ("WriteCapacityUnits", write)):
@@ -187,7 +188,7 @@ def extract_key(item: Item, table: Table) -> tuple[Item, AttributeValue, Attribu
     hash_name, hash_type = hash_key(table)
     partition_value = item.get(hash_name)
     if partition_value is None:
-        raise ValidationError(_INVALID + f"Missing the key {hash_name} in the item")
+        raise ValidationError(INVALID_PARAMETERS + f"Missing the key {hash_name} in the item")
     check_key_value(hash_name, partition_value, "partition", expected_type=hash_type)
     sort = range_key(table)
     if sort is None:
@@ -195,7 +196,7 @@ def extract_key(item: Item, table: Table) -> tuple[Item, AttributeValue, Attribu
     range_name, range_type = sort
     sort_value = item.get(range_name)
     if sort_value is None:
-        raise ValidationError(_INVALID + f"Missing the key {range_name} in the item")
+        raise ValidationError(INVALID_PARAMETERS + f"Missing the key {range_name} in the item")
     check_key_value(range_name, sort_value, "sort", expected_type=range_type)
     return {hash_name: partition_value, range_name: sort_value}, partition_value, sort_value
 
@@ -215,13 +216,13 @@ def validate_key(key: Item, table: Table) -> tuple[AttributeValue, AttributeValu
         or len(key) != (1 if sort is None else 2)
         or type_of(partition_value) != hash_type
     ):
-        raise ValidationError(_KEY_MISMATCH)
+        raise ValidationError(KEY_MISMATCH)
     sort_value = None
     if sort is not None:
         range_name, range_type = sort
         sort_value = key.get(range_name)
         if sort_value is None or type_of(sort_value) != range_type:
-            raise ValidationError(_KEY_MISMATCH)
+            raise ValidationError(KEY_MISMATCH)
     check_key_value(hash_name, partition_value, "partition")
     if sort is not None and sort_value is not None:
         check_key_value(sort[0], sort_value, "sort")

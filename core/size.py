@@ -14,12 +14,11 @@ from __future__ import annotations
 from typing import Literal
 
 from core import limits
-from core.errors import ValidationError
+from core.errors import INVALID_PARAMETERS, ValidationError
 from core.values import SCALAR_TYPES, AttributeValue, Item, type_of
 
 KeyRole = Literal["partition", "sort"]
 
-_INVALID = "One or more parameter values were invalid: "
 _NOT_VALID = "One or more parameter values are not valid. "
 
 
@@ -105,7 +104,7 @@ def check_key_value(
     if (expected_type is not None and tag != expected_type) or tag not in SCALAR_TYPES:
         wanted = expected_type if expected_type is not None else "S, N or B"
         raise ValidationError(
-            _INVALID + f"Type mismatch for key {name} expected: {wanted} actual: {tag}"
+            INVALID_PARAMETERS + f"Type mismatch for key {name} expected: {wanted} actual: {tag}"
         )
     if tag == "S" and value["S"] == "":
         raise ValidationError(
@@ -122,13 +121,14 @@ def check_key_value(
         if size > limits.PARTITION_KEY_BYTES_MAX:
             # DynamoDB's own message has no space between "of" and the number.
             raise ValidationError(
-                _INVALID + "Size of hashkey has exceeded the maximum size limit of"
+                INVALID_PARAMETERS + "Size of hashkey has exceeded the maximum size limit of"
                 f"{limits.PARTITION_KEY_BYTES_MAX} bytes"
             )
     elif role == "sort":
         if size > limits.SORT_KEY_BYTES_MAX:
             raise ValidationError(
-                _INVALID + "Aggregated size of all range keys has exceeded the size limit of "
+                INVALID_PARAMETERS
+                + "Aggregated size of all range keys has exceeded the size limit of "
                 f"{limits.SORT_KEY_BYTES_MAX} bytes"
             )
     else:

@@ -21,7 +21,7 @@ from decimal import Context, Decimal, localcontext
 from typing import Any
 
 from core import limits
-from core.errors import SerializationError, ValidationError
+from core.errors import INVALID_PARAMETERS, SerializationError, ValidationError
 
 AttributeValue = dict[str, Any]
 Item = dict[str, AttributeValue]
@@ -34,7 +34,6 @@ ALL_TYPES = frozenset({"S", "N", "B", "BOOL", "NULL", "M", "L", "SS", "NS", "BS"
 # "١٢", which DynamoDB rejects as not numeric.
 _NUMBER_TEXT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 _SET_NAMES = {"SS": "string", "NS": "number", "BS": "binary"}
-_INVALID = "One or more parameter values were invalid: "
 
 
 def type_of(value: AttributeValue) -> str:
@@ -178,7 +177,7 @@ def validate_value(value: Any, *, depth: int = 1, where: str = "value") -> Attri
     if tag == "NULL":
         if raw is not True:
             raise ValidationError(
-                _INVALID + "Null attribute value types must have the value of true"
+                INVALID_PARAMETERS + "Null attribute value types must have the value of true"
             )
         return value
     if tag == "M":
@@ -211,7 +210,7 @@ def _validate_set(tag: str, raw: Any, where: str) -> list[str]:
     if not isinstance(raw, list):
         raise SerializationError(f"Set value of {where} must be a JSON array")
     if not raw:
-        raise ValidationError(_INVALID + f"An {_SET_NAMES[tag]} set  may not be empty")
+        raise ValidationError(INVALID_PARAMETERS + f"An {_SET_NAMES[tag]} set  may not be empty")
     if tag == "SS":
         if not all(isinstance(s, str) for s in raw):
             raise SerializationError(f"String set {where} must hold strings")
@@ -224,7 +223,9 @@ def _validate_set(tag: str, raw: Any, where: str) -> list[str]:
         members = [_canonical_base64(s, where) for s in raw]
     if len(set(members)) != len(members):
         shown = ", ".join(raw)
-        raise ValidationError(_INVALID + f"Input collection [{shown}] contains duplicates.")
+        raise ValidationError(
+            INVALID_PARAMETERS + f"Input collection [{shown}] contains duplicates."
+        )
     return members
 
 

@@ -37,6 +37,7 @@ from core.capacity import (
     read_units,
 )
 from core.errors import (
+    KEY_MISMATCH,
     SerializationError,
     ServiceUnavailable,
     ThroughputExceeded,
@@ -63,7 +64,6 @@ from router.requests import (
 
 Item = dict[str, Any]
 
-_KEY_MISMATCH = "The provided key element does not match the schema"
 _DUPLICATE_KEYS = "Provided list of item keys contains duplicates"
 # BatchWriteItem's answer to an entry with neither or both of PutRequest and DeleteRequest.
 _ONE_REQUEST = (
@@ -589,7 +589,7 @@ def _read_write_request(reader: RequestReader, entry: Any, where: str) -> None:
 def _key_mismatch(error: ValidationError) -> ValidationError:
     """BatchWriteItem reports a missing or mistyped key attribute as a key/schema mismatch."""
     if "Missing the key" in error.message or "Type mismatch for key" in error.message:
-        return ValidationError(_KEY_MISMATCH)
+        return ValidationError(KEY_MISMATCH)
     return error
 
 

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from core import limits, schema
 from core.errors import (
+    INVALID_PARAMETERS,
     DynamoError,
     LimitExceeded,
     ResourceInUse,
@@ -59,7 +60,6 @@ log = logging.getLogger("router.tables")
 ACCOUNT_ID = "000000000000"  # dynalab has no accounts; ARNs name this one, as DynamoDB Local does.
 ENDPOINT_CACHE_MINUTES = 1440  # DescribeEndpoints: DynamoDB tells clients to cache it for a day.
 
-_INVALID = "One or more parameter values were invalid: "
 _THROUGHPUT_MEMBERS = ("ReadCapacityUnits", "WriteCapacityUnits")
 # UpdateTable with nothing to change; DynamoDB lists every member that would have been one.
 _NOTHING_TO_UPDATE = (
@@ -194,11 +194,13 @@ def _read_create_table(body: dict[str, Any]) -> dict[str, Any]:
     # Refuse what dynalab does not have yet, rather than pretend to have it.
     for member in ("LocalSecondaryIndexes", "GlobalSecondaryIndexes"):
         if reader.present(member):
-            raise ValidationError(_INVALID + f"Secondary indexes are not supported yet ({member})")
+            raise ValidationError(
+                INVALID_PARAMETERS + f"Secondary indexes are not supported yet ({member})"
+            )
     if stream is not None and stream.get("StreamEnabled"):
-        raise ValidationError(_INVALID + "DynamoDB Streams are not supported yet")
+        raise ValidationError(INVALID_PARAMETERS + "DynamoDB Streams are not supported yet")
     if deletion_protection:
-        raise ValidationError(_INVALID + "Deletion protection is not supported yet")
+        raise ValidationError(INVALID_PARAMETERS + "Deletion protection is not supported yet")
     # Past reader.check(), every element holds its fields and every unit is at least 1.
     units = None if throughput is None else {k: v for k, v in throughput.items() if v is not None}
     billing = schema.build_throughput(billing_mode, units)
@@ -499,7 +501,9 @@ def _read_update_table(body: dict[str, Any]) -> tuple[str, str | None, dict[str,
     if billing_mode is None and throughput is None and not present:
         raise ValidationError(_NOTHING_TO_UPDATE)
     if present:
-        raise ValidationError(_INVALID + f"{present[0]} is not supported by UpdateTable yet")
+        raise ValidationError(
+            INVALID_PARAMETERS + f"{present[0]} is not supported by UpdateTable yet"
+        )
     # Past reader.check(), both units are there and at least 1.
     units = None if throughput is None else {k: v for k, v in throughput.items() if v is not None}
     if units is not None:
@@ -508,7 +512,8 @@ def _read_update_table(body: dict[str, Any]) -> tuple[str, str | None, dict[str,
                 raise ValidationError(f"Given value {units[member]} for {member} is out of bounds")
     if billing_mode == schema.BILLING_PAY_PER_REQUEST and units is not None:
         raise ValidationError(
-            _INVALID + "Neither ReadCapacityUnits nor WriteCapacityUnits can be specified when "
+            INVALID_PARAMETERS
+            + "Neither ReadCapacityUnits nor WriteCapacityUnits can be specified when "
             "BillingMode is PAY_PER_REQUEST"
         )
     return name, billing_mode, units
@@ -536,7 +541,8 @@ def _updated(
     if mode == schema.BILLING_PAY_PER_REQUEST:
         if units is not None:
             raise ValidationError(
-                _INVALID + "Neither ReadCapacityUnits nor WriteCapacityUnits can be specified "
+                INVALID_PARAMETERS
+                + "Neither ReadCapacityUnits nor WriteCapacityUnits can be specified "
                 "when BillingMode is PAY_PER_REQUEST"
             )
         if current_mode == schema.BILLING_PAY_PER_REQUEST:
@@ -545,7 +551,8 @@ def _updated(
     else:
         if units is None:
             raise ValidationError(
-                _INVALID + "ProvisionedThroughput must be specified when BillingMode is PROVISIONED"
+                INVALID_PARAMETERS
+                + "ProvisionedThroughput must be specified when BillingMode is PROVISIONED"
             )
         throughput = {"read": units["ReadCapacityUnits"], "write": units["WriteCapacityUnits"]}
         for member, kind in zip(_THROUGHPUT_MEMBERS, ("read", "write"), strict=True):

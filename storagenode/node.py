@@ -28,6 +28,7 @@ import orjson
 from core import expressions, limits
 from core.capacity import item_write_units
 from core.errors import (
+    INVALID_PARAMETERS,
     ConditionalCheckFailed,
     DynamoError,
     InternalServerError,
@@ -80,7 +81,6 @@ assert READ_OPS | WRITE_OPS == ops.CONTROL_OPS | ops.DATA_OPS
 METERED_READS = frozenset({ops.GET, ops.QUERY, ops.SCAN})
 METERED_WRITES = frozenset({ops.PUT, ops.UPDATE, ops.DELETE})
 
-_INVALID = "One or more parameter values were invalid: "
 PartitionKey = tuple[str, str]  # (table id, partition id)
 WriteResult = dict[str, Any] | DynamoError
 
@@ -510,7 +510,7 @@ class _WriteBatch:
             for name in (partition.hash_name, partition.range_name):
                 if name in update.top_level_attributes:
                     raise ValidationError(
-                        _INVALID
+                        INVALID_PARAMETERS
                         + f"Cannot update attribute {name}. This attribute is part of the key"
                     )
         items_key = partition.item_prefix + partition.storage_key(key)

@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from core import expressions
-from core.errors import StaleEpoch, ValidationError
+from core.errors import INVALID_PARAMETERS, StaleEpoch, ValidationError
 from core.keycodec import (
     HASH_BYTES,
     HASH_SPACE,
@@ -27,7 +27,6 @@ from core.size import item_size_bytes
 from core.values import AttributeValue, Item, type_of
 from storagenode.store import change_log_prefix, table_prefix
 
-_INVALID = "One or more parameter values were invalid: "
 # Range-condition operators whose first value is a lower bound on the sort key.
 _LOWER_BOUNDED = frozenset({"=", ">=", ">", "BETWEEN"})
 
@@ -150,11 +149,12 @@ class Partition:
     def _key_value(item: Item, name: str, expected: str) -> AttributeValue:
         value = item.get(name)
         if value is None:
-            raise ValidationError(_INVALID + f"Missing the key {name} in the item")
+            raise ValidationError(INVALID_PARAMETERS + f"Missing the key {name} in the item")
         actual = type_of(value)
         if actual != expected:
             raise ValidationError(
-                _INVALID + f"Type mismatch for key {name} expected: {expected} actual: {actual}"
+                INVALID_PARAMETERS
+                + f"Type mismatch for key {name} expected: {expected} actual: {actual}"
             )
         return value
 

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from core.errors import ValidationError
+from core.errors import INVALID_PARAMETERS, ValidationError
 from core.expressions import ast
 from core.expressions.binding import Binder
 from core.values import AttributeValue, compare, type_of, validate_value
@@ -217,8 +217,7 @@ def key_tests(
             and any(type_of(value) != key_type for value in tested.values)
         ):
             raise ValidationError(
-                "One or more parameter values were invalid: "
-                "Condition parameter type does not match schema type"
+                f"{INVALID_PARAMETERS}Condition parameter type does not match schema type"
             )
     hash_test = tests[hash_key]
     if hash_test.op != "=":

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.errors import SerializationError, ValidationError
+from core.errors import INVALID_PARAMETERS, SerializationError, ValidationError
 from core.values import SET_TYPES, AttributeValue, compare, type_of, validate_value
 
 COMPARISON_OPERATORS = (
@@ -43,7 +43,6 @@ COMPARISON_OPERATORS = (
     "GE",
     "CONTAINS",
 )
-_INVALID = "One or more parameter values were invalid: "
 # The value types each ComparisonOperator accepts in QueryFilter, ScanFilter and KeyConditions
 # (API Reference, "Condition"): only scalars are ordered, sets only compare for equality.
 _ALLOWED_TYPES = {
@@ -154,14 +153,15 @@ def _check_arity(operator: str, count: int) -> None:
         valid = count == 1
     if not valid:
         raise ValidationError(
-            _INVALID + f"Invalid number of argument(s) for the {operator} ComparisonOperator"
+            INVALID_PARAMETERS
+            + f"Invalid number of argument(s) for the {operator} ComparisonOperator"
         )
 
 
 def _check_same_type(values: list[AttributeValue]) -> None:
     if values and any(type_of(value) != type_of(values[0]) for value in values):
         raise ValidationError(
-            _INVALID + "AttributeValues inside AttributeValueList must be of same type"
+            INVALID_PARAMETERS + "AttributeValues inside AttributeValueList must be of same type"
         )
 
 
@@ -232,7 +232,7 @@ def _filter_conditions(
         for value in values:
             if type_of(value) not in _ALLOWED_TYPES[operator]:
                 raise ValidationError(
-                    _INVALID + f"ComparisonOperator {operator} is not valid for "
+                    INVALID_PARAMETERS + f"ComparisonOperator {operator} is not valid for "
                     f"{type_of(value)} AttributeValue type"
                 )
         _check_bounds(operator, values)
@@ -267,14 +267,16 @@ def expected_condition(
             raise SerializationError("Expected conditions must be maps")
         if "AttributeValueList" in condition and "Value" in condition:
             raise ValidationError(
-                _INVALID + "Value and AttributeValueList cannot be used together for Attribute: "
+                INVALID_PARAMETERS
+                + "Value and AttributeValueList cannot be used together for Attribute: "
                 f"{attribute}"
             )
         if "ComparisonOperator" in condition:
             parts.append(_expected_comparison(placeholders, attribute, condition))
         elif "AttributeValueList" in condition:
             raise ValidationError(
-                _INVALID + "AttributeValueList can only be used with a ComparisonOperator for "
+                INVALID_PARAMETERS
+                + "AttributeValueList can only be used with a ComparisonOperator for "
                 f"Attribute: {attribute}"
             )
         else:
@@ -289,7 +291,8 @@ def _expected_comparison(
 ) -> str:
     if "Exists" in condition:
         raise ValidationError(
-            _INVALID + "Exists and ComparisonOperator cannot be used together for Attribute: "
+            INVALID_PARAMETERS
+            + "Exists and ComparisonOperator cannot be used together for Attribute: "
             f"{attribute}"
         )
     operator = _operator(condition, f"expected.{attribute}.member")
@@ -299,7 +302,8 @@ def _expected_comparison(
         and "Value" not in condition
     ):
         raise ValidationError(
-            _INVALID + f"Value or AttributeValueList must be used with ComparisonOperator: "
+            INVALID_PARAMETERS
+            + f"Value or AttributeValueList must be used with ComparisonOperator: "
             f"{operator} for Attribute: {attribute}"
         )
     if "Value" in condition:
@@ -322,12 +326,14 @@ def _expected_exists(
     if exists is not False and value is None:
         shown = "null" if exists is None else "true"
         raise ValidationError(
-            _INVALID + f"Value must be provided when Exists is {shown} for Attribute: {attribute}"
+            INVALID_PARAMETERS
+            + f"Value must be provided when Exists is {shown} for Attribute: {attribute}"
         )
     if exists is False:
         if value is not None:
             raise ValidationError(
-                _INVALID + f"Value cannot be used when Exists is false for Attribute: {attribute}"
+                INVALID_PARAMETERS
+                + f"Value cannot be used when Exists is false for Attribute: {attribute}"
             )
         return _comparison(placeholders, attribute, "NULL", [])
     return _comparison(placeholders, attribute, "EQ", [validate_value(value, where=attribute)])
@@ -363,7 +369,8 @@ def update_expression(attribute_updates: Mapping[str, Any]) -> Translation | Non
         if value is None:
             if action != "DELETE":
                 raise ValidationError(
-                    _INVALID + "Only DELETE action is allowed when no attribute value is specified"
+                    INVALID_PARAMETERS
+                    + "Only DELETE action is allowed when no attribute value is specified"
                 )
             clauses["REMOVE"].append(name)
         elif action == "PUT":
@@ -371,13 +378,13 @@ def update_expression(attribute_updates: Mapping[str, Any]) -> Translation | Non
         elif action == "DELETE":
             if type_of(value) not in SET_TYPES:
                 raise ValidationError(
-                    _INVALID + f"DELETE action with value is not supported for the type "
+                    INVALID_PARAMETERS + f"DELETE action with value is not supported for the type "
                     f"{type_of(value)}"
                 )
             clauses["DELETE"].append(f"{name} {placeholders.value(value)}")
         elif type_of(value) not in _ADD_TYPES:
             raise ValidationError(
-                _INVALID + f"ADD action is not supported for the type {type_of(value)}"
+                INVALID_PARAMETERS + f"ADD action is not supported for the type {type_of(value)}"
             )
         elif type_of(value) == "L":
             # The legacy ADD appends to a list (creating it when absent); expressions spell that
@@ -405,7 +412,9 @@ def projection_expression(attributes: Any) -> Translation:
     seen: set[str] = set()
     for attribute in attributes:
         if attribute in seen:
-            raise ValidationError(_INVALID + f"Duplicate value in attribute name: {attribute}")
+            raise ValidationError(
+                INVALID_PARAMETERS + f"Duplicate value in attribute name: {attribute}"
+            )
         seen.add(attribute)
     placeholders = _Placeholders("p")
     return placeholders.translation(", ".join(placeholders.name(a) for a in attributes))
