@@ -18,6 +18,7 @@ from typing import Any
 import boto3
 import pytest
 from botocore.config import Config
+from botocore.exceptions import ClientError
 
 from dynalab.cluster import LocalCluster
 
@@ -33,7 +34,8 @@ CLIENT_CONFIG = Config(
     connect_timeout=5,
     read_timeout=30,
 )
-TABLE_ACTIVE_TIMEOUT_S = 30.0  # How long a new table may stay CREATING in a test.
+TABLE_ACTIVE_TIMEOUT_S = 30.0  # How long a new table may stay CREATING (or UPDATING) in a test.
+TABLE_POLL_INTERVAL_S = 0.05
 _table_numbers = itertools.count(1)
 
 
@@ -89,31 +91,68 @@ def table_name(request: pytest.FixtureRequest) -> Callable[[], str]:
     return make
 
 
+def error_response(call: Callable[[], Any]) -> dict[str, Any]:
+    """The parsed error response of a boto3 call that must fail."""
+    with pytest.raises(ClientError) as raised:
+        call()
+    return dict(raised.value.response)
+
+
+def error_summary(response: dict[str, Any]) -> tuple[int, str, str]:
+    """(HTTP status, error code, message) of a parsed error response."""
+    return (
+        response["ResponseMetadata"]["HTTPStatusCode"],
+        response["Error"]["Code"],
+        response["Error"]["Message"],
+    )
+
+
+def error_of(call: Callable[[], Any]) -> tuple[int, str, str]:
+    """(HTTP status, error code, message) of a boto3 call that must fail."""
+    return error_summary(error_response(call))
+
+
+def wait_active(client: Any, name: str) -> dict[str, Any]:
+    """Wait until the table is ACTIVE (after CreateTable or UpdateTable); its description."""
+    deadline = time.monotonic() + TABLE_ACTIVE_TIMEOUT_S
+    while True:
+        table = client.describe_table(TableName=name)["Table"]
+        if table["TableStatus"] == "ACTIVE":
+            return dict(table)
+        assert time.monotonic() < deadline, f"table {name} not ACTIVE in {TABLE_ACTIVE_TIMEOUT_S} s"
+        time.sleep(TABLE_POLL_INTERVAL_S)
+
+
 def create_active_table(
     client: Any,
     name: str,
     hash_key: tuple[str, str] = ("pk", "S"),
     range_key: tuple[str, str] | None = None,
-) -> None:
-    """Create an on-demand table keyed by (attribute name, type) pairs and wait until it is
-    ACTIVE."""
+    throughput: tuple[int, int] | None = None,
+) -> str:
+    """Create a table keyed by (attribute name, type) pairs, on-demand unless `throughput` gives
+    (read, write) units, and wait until it is ACTIVE; returns `name`."""
     keys = [(hash_key, "HASH")] + ([(range_key, "RANGE")] if range_key else [])
+    billing: dict[str, Any] = {"BillingMode": "PAY_PER_REQUEST"}
+    if throughput is not None:
+        read, write = throughput
+        billing = {
+            "ProvisionedThroughput": {"ReadCapacityUnits": read, "WriteCapacityUnits": write}
+        }
     client.create_table(
         TableName=name,
         KeySchema=[{"AttributeName": attr, "KeyType": kind} for (attr, _), kind in keys],
         AttributeDefinitions=[
             {"AttributeName": attr, "AttributeType": type_} for (attr, type_), _ in keys
         ],
-        BillingMode="PAY_PER_REQUEST",
+        **billing,
     )
-    deadline = time.monotonic() + TABLE_ACTIVE_TIMEOUT_S
-    while client.describe_table(TableName=name)["Table"]["TableStatus"] != "ACTIVE":
-        assert time.monotonic() < deadline, f"table {name} not ACTIVE in {TABLE_ACTIVE_TIMEOUT_S} s"
-        time.sleep(0.1)
+    wait_active(client, name)
+    return name
 
 
 @pytest.fixture(scope="session")
-def create_table() -> Callable[..., None]:
+def create_table() -> Callable[..., str]:
     """Creates a table and waits for ACTIVE:
     `create_table(dynamodb, name, hash_key=("pk", "S"), range_key=("sk", "N"))`."""
     return create_active_table

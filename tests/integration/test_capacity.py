@@ -23,9 +23,9 @@ from botocore.exceptions import ClientError
 
 from core.size import item_size_bytes
 from dynalab.cluster import LocalCluster
+from tests.integration.conftest import create_active_table, error_of, error_summary, wait_active
 
 BURST_SECONDS = 2.0
-TABLE_ACTIVE_S = 30.0
 THROTTLED = "ProvisionedThroughputExceededException"
 PROVISIONED_MESSAGE = (
     "The level of configured provisioned throughput for the table was exceeded. "
@@ -43,56 +43,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
             yield running
 
 
-def wait_active(dynamodb: Any, name: str) -> dict[str, Any]:
-    deadline = time.monotonic() + TABLE_ACTIVE_S
-    while True:
-        table = dynamodb.describe_table(TableName=name)["Table"]
-        if table["TableStatus"] == "ACTIVE":
-            return dict(table)
-        assert time.monotonic() < deadline, f"{name} did not become ACTIVE"
-        time.sleep(0.05)
-
-
-def make_table(
-    dynamodb: Any,
-    name: str,
-    *,
-    read: int | None = None,
-    write: int | None = None,
-    sort: bool = False,
-) -> str:
-    """A table keyed by pk (S) and, with `sort`, sk (N): on-demand unless units are given."""
-    schema = [{"AttributeName": "pk", "KeyType": "HASH"}]
-    definitions = [{"AttributeName": "pk", "AttributeType": "S"}]
-    if sort:
-        schema.append({"AttributeName": "sk", "KeyType": "RANGE"})
-        definitions.append({"AttributeName": "sk", "AttributeType": "N"})
-    billing: dict[str, Any] = {"BillingMode": "PAY_PER_REQUEST"}
-    if read is not None and write is not None:
-        billing = {
-            "ProvisionedThroughput": {"ReadCapacityUnits": read, "WriteCapacityUnits": write}
-        }
-    dynamodb.create_table(
-        TableName=name, KeySchema=schema, AttributeDefinitions=definitions, **billing
-    )
-    wait_active(dynamodb, name)
-    return name
-
-
 def item(pk: str, size: int = 10, **more: Any) -> dict[str, Any]:
     """An item of pk `pk` with a payload attribute `v` of `size` characters."""
     return {"pk": {"S": pk}, "v": {"S": "x" * size}, **more}
-
-
-def error_of(call: Callable[[], Any]) -> tuple[int, str, str]:
-    with pytest.raises(ClientError) as caught:
-        call()
-    response = caught.value.response
-    return (
-        response["ResponseMetadata"]["HTTPStatusCode"],
-        response["Error"]["Code"],
-        response["Error"]["Message"],
-    )
 
 
 Outcome = tuple[int, int, tuple[int, str, str] | None]
@@ -114,11 +67,7 @@ def sustained_puts(dynamodb: Any, name: str, seconds: float, key: Callable[[int]
             assert response["Error"]["Code"] == THROTTLED, response
             throttles += 1
             if first_error is None:
-                first_error = (
-                    response["ResponseMetadata"]["HTTPStatusCode"],
-                    response["Error"]["Code"],
-                    response["Error"]["Message"],
-                )
+                first_error = error_summary(response)
     return successes, throttles, first_error
 
 
@@ -133,7 +82,7 @@ def get_json(cluster: LocalCluster, path: str) -> Any:
 def test_a_provisioned_table_throttles_a_sustained_writer_at_its_rate(
     cluster: LocalCluster, dynamodb: Any, table_name: Callable[[], str]
 ) -> None:
-    name = make_table(dynamodb, table_name(), read=10, write=10)
+    name = create_active_table(dynamodb, table_name(), throughput=(10, 10))
     seconds = 4.0
     successes, throttles, first_error = sustained_puts(dynamodb, name, seconds, lambda i: "hot")
     assert first_error == (400, THROTTLED, PROVISIONED_MESSAGE)
@@ -153,7 +102,7 @@ def test_a_provisioned_table_throttles_a_sustained_writer_at_its_rate(
 def test_metrics_report_consumed_and_throttled_units(
     cluster: LocalCluster, dynamodb: Any, table_name: Callable[[], str]
 ) -> None:
-    name = make_table(dynamodb, table_name(), read=1, write=1)
+    name = create_active_table(dynamodb, table_name(), throughput=(1, 1))
     dynamodb.put_item(TableName=name, Item=item("a", size=3000))  # 3 units: now in debt.
     assert error_of(lambda: dynamodb.put_item(TableName=name, Item=item("b")))[1] == THROTTLED
     with urllib.request.urlopen(cluster.router_url + "/metrics", timeout=10) as reply:
@@ -176,7 +125,7 @@ def test_an_on_demand_table_caps_a_hot_partition_but_not_a_spread_load(
     dynamodb_for: Callable[[str], Any],
     table_name: Callable[[], str],
 ) -> None:
-    name = make_table(dynamodb, table_name())
+    name = create_active_table(dynamodb, table_name())
     # 100 KB items to one key: 100 units each, so 1,000 WCU/s is about ten of them a second.
     hot = item("hot", size=100_000)
     outcomes = []
@@ -205,7 +154,7 @@ def test_batches_return_the_throttled_part_as_unprocessed(
 ) -> None:
     # The bank holds at most 2 units. The first 5 KB put is admitted and leaves the bucket in
     # debt, so the others are throttled and handed back.
-    name = make_table(dynamodb, table_name(), read=1, write=1)
+    name = create_active_table(dynamodb, table_name(), throughput=(1, 1))
     puts = [{"PutRequest": {"Item": item(f"k{i}", size=5000)}} for i in range(10)]
     reply = dynamodb.batch_write_item(RequestItems={name: puts})
     unprocessed = reply["UnprocessedItems"][name]
@@ -218,7 +167,7 @@ def test_batches_return_the_throttled_part_as_unprocessed(
         PROVISIONED_MESSAGE,
     )
     # Reads: 20 KB items cost 5 strongly consistent units each, against 1 a second.
-    name = make_table(dynamodb, table_name(), read=1, write=500)
+    name = create_active_table(dynamodb, table_name(), throughput=(1, 500))
     for i in range(10):
         dynamodb.put_item(TableName=name, Item=item(f"k{i}", size=20_000))
     keys = [{"pk": {"S": f"k{i}"}} for i in range(10)]
@@ -241,7 +190,7 @@ def test_batches_return_the_throttled_part_as_unprocessed(
 def test_consumed_capacity_of_single_item_operations(
     dynamodb: Any, table_name: Callable[[], str]
 ) -> None:
-    name = make_table(dynamodb, table_name())
+    name = create_active_table(dynamodb, table_name())
 
     def total(units: float) -> dict[str, Any]:
         return {"TableName": name, "CapacityUnits": units}
@@ -297,7 +246,7 @@ def test_consumed_capacity_of_single_item_operations(
 def test_consumed_capacity_of_query_and_scan(dynamodb: Any, table_name: Callable[[], str]) -> None:
     # One partition (a small provisioned table): each partition a page reads is charged on its
     # own, at least the minimum, so a table of several partitions costs more to scan.
-    name = make_table(dynamodb, table_name(), read=100, write=100, sort=True)
+    name = create_active_table(dynamodb, table_name(), range_key=("sk", "N"), throughput=(100, 100))
     for i in range(3):
         dynamodb.put_item(TableName=name, Item=item("q", size=3000, sk={"N": str(i)}))
     query = {
@@ -332,8 +281,8 @@ def test_consumed_capacity_of_query_and_scan(dynamodb: Any, table_name: Callable
 def test_consumed_capacity_of_batches_is_one_entry_per_table(
     dynamodb: Any, table_name: Callable[[], str]
 ) -> None:
-    first = make_table(dynamodb, table_name())
-    second = make_table(dynamodb, table_name())
+    first = create_active_table(dynamodb, table_name())
+    second = create_active_table(dynamodb, table_name())
     reply = dynamodb.batch_write_item(
         RequestItems={
             first: [
@@ -375,7 +324,7 @@ def test_consumed_capacity_of_batches_is_one_entry_per_table(
 def test_update_table_changes_throughput_and_billing_mode(
     dynamodb: Any, table_name: Callable[[], str]
 ) -> None:
-    name = make_table(dynamodb, table_name(), read=5, write=5)
+    name = create_active_table(dynamodb, table_name(), throughput=(5, 5))
     before = time.time()
     updated = dynamodb.update_table(
         TableName=name, ProvisionedThroughput={"ReadCapacityUnits": 6, "WriteCapacityUnits": 7}
@@ -499,7 +448,7 @@ def test_update_table_refuses_what_it_cannot_do(
 def test_the_buckets_follow_update_table(
     cluster: LocalCluster, dynamodb: Any, table_name: Callable[[], str]
 ) -> None:
-    name = make_table(dynamodb, table_name(), read=1, write=1)
+    name = create_active_table(dynamodb, table_name(), throughput=(1, 1))
     dynamodb.put_item(TableName=name, Item=item("a", size=5000))  # 5 units: 4 in debt.
     assert error_of(lambda: dynamodb.put_item(TableName=name, Item=item("b")))[1] == THROTTLED
     dynamodb.update_table(

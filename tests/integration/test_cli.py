@@ -107,7 +107,7 @@ def test_up_stops_everything_and_finds_its_data_again(
     tmp_path: Path,
     up_processes: list[UpProcess],
     dynamodb_for: Callable[[str], Any],
-    create_table: Callable[..., None],
+    create_table: Callable[..., str],
 ) -> None:
     data_dir = tmp_path / "data"
     output = tmp_path / "up.out"
@@ -197,7 +197,7 @@ def test_a_killed_node_comes_back_with_its_data(
     dynamodb: Any,
     dynamodb_for: Callable[[str], Any],
     table_name: Callable[[], str],
-    create_table: Callable[..., None],
+    create_table: Callable[..., str],
 ) -> None:
     name = table_name()
     create_table(dynamodb, name, hash_key=("id", "S"))

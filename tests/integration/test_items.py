@@ -21,50 +21,22 @@ from core.placement import HashRing, PartitionMap
 from dynalab.cluster import LocalCluster, StorageNode
 from dynalab.rpc import ops
 from dynalab.rpc.client import NodeClient
+from tests.integration.conftest import (
+    create_active_table,
+    error_of,
+    error_response,
+    error_summary,
+)
 
-# A table is ACTIVE as soon as CreateTable returns; this only bounds the wait if it is not.
-TABLE_ACTIVE_S = 10.0
+SORT_KEY = ("sk", "N")
 # How long a restarted node may take before the router's client reconnects to it.
 RECONNECT_S = 30.0
-
-
-def error_of(call: Callable[[], Any]) -> tuple[int, str, str, dict[str, Any]]:
-    """(HTTP status, error code, message, whole response) of a call that must fail."""
-    with pytest.raises(ClientError) as raised:
-        call()
-    response = raised.value.response
-    return (
-        response["ResponseMetadata"]["HTTPStatusCode"],
-        response["Error"]["Code"],
-        response["Error"]["Message"],
-        response,
-    )
-
-
-def make_table(dynamodb: Any, name: str, *, sort: str | None = "N", hash_type: str = "S") -> str:
-    """Create an on-demand table keyed pk (and sk of type `sort`) and wait until it is ACTIVE."""
-    definitions = [{"AttributeName": "pk", "AttributeType": hash_type}]
-    schema = [{"AttributeName": "pk", "KeyType": "HASH"}]
-    if sort is not None:
-        definitions.append({"AttributeName": "sk", "AttributeType": sort})
-        schema.append({"AttributeName": "sk", "KeyType": "RANGE"})
-    dynamodb.create_table(
-        TableName=name,
-        AttributeDefinitions=definitions,
-        KeySchema=schema,
-        BillingMode="PAY_PER_REQUEST",
-    )
-    deadline = time.monotonic() + TABLE_ACTIVE_S
-    while dynamodb.describe_table(TableName=name)["Table"]["TableStatus"] != "ACTIVE":
-        assert time.monotonic() < deadline, f"{name} did not become ACTIVE"
-        time.sleep(0.05)
-    return name
 
 
 @pytest.fixture
 def table(dynamodb: Any, table_name: Callable[[], str]) -> str:
     """A table keyed pk (S) and sk (N)."""
-    return make_table(dynamodb, table_name())
+    return create_active_table(dynamodb, table_name(), range_key=SORT_KEY)
 
 
 def key(pk: str, sk: int) -> dict[str, Any]:
@@ -144,7 +116,7 @@ def test_get_with_projection_and_attributes_to_get(dynamodb: Any, table: str) ->
 def test_empty_strings_and_binaries_are_values_but_not_keys(dynamodb: Any, table: str) -> None:
     dynamodb.put_item(TableName=table, Item={**key("e", 1), "s": {"S": ""}, "b": {"B": b""}})
     assert dynamodb.get_item(TableName=table, Key=key("e", 1))["Item"]["s"] == {"S": ""}
-    status, code, message, _ = error_of(
+    status, code, message = error_of(
         lambda: dynamodb.put_item(TableName=table, Item={"pk": {"S": ""}, "sk": {"N": "1"}})
     )
     assert (status, code) == (400, "ValidationException")
@@ -161,7 +133,7 @@ def test_item_size_limit(dynamodb: Any, table: str) -> None:
     dynamodb.put_item(TableName=table, Item=fits)
     assert dynamodb.get_item(TableName=table, Key=key("big", 1))["Item"] == fits
     too_big = {**key("big", 2), "v": {"S": "x" * (limits.ITEM_SIZE_BYTES_MAX - overhead + 1)}}
-    status, code, message, _ = error_of(lambda: dynamodb.put_item(TableName=table, Item=too_big))
+    status, code, message = error_of(lambda: dynamodb.put_item(TableName=table, Item=too_big))
     assert (status, code, message) == (
         400,
         "ValidationException",
@@ -191,14 +163,14 @@ def test_return_consumed_capacity_reports_units(dynamodb: Any, table: str) -> No
 def test_condition_expression_on_put(dynamodb: Any, table: str) -> None:
     item = {**key("c", 1), "v": {"N": "1"}}
     dynamodb.put_item(TableName=table, Item=item, ConditionExpression="attribute_not_exists(pk)")
-    status, code, message, response = error_of(
+    response = error_response(
         lambda: dynamodb.put_item(
             TableName=table,
             Item={**key("c", 1), "v": {"N": "2"}},
             ConditionExpression="attribute_not_exists(pk)",
         )
     )
-    assert (status, code, message) == (
+    assert error_summary(response) == (
         400,
         "ConditionalCheckFailedException",
         "The conditional request failed",
@@ -239,11 +211,11 @@ def test_return_values_on_condition_check_failure(dynamodb: Any, table: str) -> 
             ReturnValuesOnConditionCheckFailure="ALL_OLD",
         ),
     ):
-        _, code, _, response = error_of(call)
-        assert code == "ConditionalCheckFailedException"
+        response = error_response(call)
+        assert response["Error"]["Code"] == "ConditionalCheckFailedException"
         assert response["Item"] == item
     # A missing item has nothing to return.
-    _, code, _, response = error_of(
+    response = error_response(
         lambda: dynamodb.delete_item(
             TableName=table,
             Key=key("f", 2),
@@ -251,13 +223,13 @@ def test_return_values_on_condition_check_failure(dynamodb: Any, table: str) -> 
             ReturnValuesOnConditionCheckFailure="ALL_OLD",
         )
     )
-    assert code == "ConditionalCheckFailedException"
+    assert response["Error"]["Code"] == "ConditionalCheckFailedException"
     assert "Item" not in response
 
 
 def test_legacy_expected(dynamodb: Any, table: str) -> None:
     dynamodb.put_item(TableName=table, Item=key("x", 1), Expected={"pk": {"Exists": False}})
-    _, code, _, _ = error_of(
+    _, code, _ = error_of(
         lambda: dynamodb.put_item(
             TableName=table, Item=key("x", 1), Expected={"pk": {"Exists": False}}
         )
@@ -330,7 +302,7 @@ def test_update_without_an_update_creates_the_key(dynamodb: Any, table: str) -> 
 
 
 def test_update_may_not_touch_the_key(dynamodb: Any, table: str) -> None:
-    status, code, message, _ = error_of(
+    status, code, message = error_of(
         lambda: dynamodb.update_item(
             TableName=table,
             Key=key("k", 1),
@@ -402,7 +374,7 @@ def test_writes_through_one_router_are_read_through_the_other(
 def test_batch_write_and_get_across_tables(
     dynamodb: Any, table: str, table_name: Callable[[], str]
 ) -> None:
-    hash_only = make_table(dynamodb, table_name(), sort=None)
+    hash_only = create_active_table(dynamodb, table_name())
     reply = dynamodb.batch_write_item(
         RequestItems={
             table: [
@@ -453,7 +425,7 @@ def test_batch_get_of_missing_keys_has_an_empty_list(dynamodb: Any, table: str) 
 def test_invalid_batch_writes_nothing(dynamodb: Any, table: str) -> None:
     requests = [{"PutRequest": {"Item": key("inv", i)}} for i in range(3)]
     requests.append({"PutRequest": {"Item": {"pk": {"S": "inv"}, "sk": {"S": "not a number"}}}})
-    status, code, message, _ = error_of(
+    status, code, message = error_of(
         lambda: dynamodb.batch_write_item(RequestItems={table: requests})
     )
     assert (status, code, message) == (
@@ -528,7 +500,7 @@ def stopped_node(
     know every table.
     """
     for _ in range(10):
-        name = make_table(dynamodb, table_name())
+        name = create_active_table(dynamodb, table_name(), range_key=SORT_KEY)
         catalog = _catalog(cluster)
         partitions = catalog["tables"][name]["partitions"]
         hosts = {partition["node"] for partition in partitions} - {catalog["holder"]}
@@ -583,5 +555,5 @@ def test_batches_leave_the_keys_of_a_dead_node_unprocessed(
         k["pk"]["S"] for k in lost
     )
     # A single-item request for a key on the dead node fails as retryable, not as a bug.
-    status, code, _, _ = error_of(lambda: dynamodb.get_item(TableName=name, Key=lost[0]))
+    status, code, _ = error_of(lambda: dynamodb.get_item(TableName=name, Key=lost[0]))
     assert (status, code) == (503, "ServiceUnavailable")

@@ -8,7 +8,6 @@ pages together hold every item exactly once.
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -21,34 +20,14 @@ from core.size import item_size_bytes
 from dynalab.cluster import LocalCluster
 from dynalab.rpc import ops
 from router import queries
+from tests.integration.conftest import create_active_table
 
-# A table is ACTIVE as soon as CreateTable returns; this only bounds the wait if it is not.
-TABLE_ACTIVE_S = 10.0
+SORT_KEY = ("sk", "N")
 # Enough items to land on every partition of a new table, and so on every node.
 MANY_ITEMS = 3000
 # A Query over a collection larger than one page: 2,000 items of about 1 KB are about 2 MB.
 COLLECTION_ITEMS = 2000
 PADDING = "x" * 1000
-
-
-def make_table(dynamodb: Any, name: str, *, sort: str | None = "N") -> str:
-    """Create an on-demand table keyed pk (S) and sk (of type `sort`); wait until it is ACTIVE."""
-    definitions = [{"AttributeName": "pk", "AttributeType": "S"}]
-    schema = [{"AttributeName": "pk", "KeyType": "HASH"}]
-    if sort is not None:
-        definitions.append({"AttributeName": "sk", "AttributeType": sort})
-        schema.append({"AttributeName": "sk", "KeyType": "RANGE"})
-    dynamodb.create_table(
-        TableName=name,
-        AttributeDefinitions=definitions,
-        KeySchema=schema,
-        BillingMode="PAY_PER_REQUEST",
-    )
-    deadline = time.monotonic() + TABLE_ACTIVE_S
-    while dynamodb.describe_table(TableName=name)["Table"]["TableStatus"] != "ACTIVE":
-        assert time.monotonic() < deadline, f"{name} did not become ACTIVE"
-        time.sleep(0.05)
-    return name
 
 
 def fill(dynamodb: Any, name: str, items: list[dict[str, Any]]) -> None:
@@ -86,7 +65,7 @@ def exactly_once(found: list[tuple[str, str]], expected: set[tuple[str, str]]) -
 @pytest.fixture(scope="module")
 def many(dynamodb: Any) -> tuple[str, set[tuple[str, str]]]:
     """A table of MANY_ITEMS items under 300 partition keys, spread over every partition."""
-    name = make_table(dynamodb, "queries-many-items")
+    name = create_active_table(dynamodb, "queries-many-items", range_key=SORT_KEY)
     items = [
         {"pk": {"S": f"user{i % 300}"}, "sk": {"N": str(i)}, "odd": {"BOOL": i % 2 == 1}}
         for i in range(MANY_ITEMS)
@@ -98,7 +77,7 @@ def many(dynamodb: Any) -> tuple[str, set[tuple[str, str]]]:
 @pytest.fixture
 def music(dynamodb: Any, table_name: Callable[[], str]) -> str:
     """A small table of songs: pk artist, sk (S) song title, with a few attributes."""
-    name = make_table(dynamodb, table_name(), sort="S")
+    name = create_active_table(dynamodb, table_name(), range_key=("sk", "S"))
     songs = [
         ("Pärt", "Fratres", 1977),
         ("Pärt", "Spiegel im Spiegel", 1978),
@@ -266,7 +245,7 @@ def test_query_page_ending_on_the_last_item_names_it(dynamodb: Any, music: str) 
 def test_query_a_collection_larger_than_a_page(
     dynamodb: Any, table_name: Callable[[], str]
 ) -> None:
-    name = make_table(dynamodb, table_name())
+    name = create_active_table(dynamodb, table_name(), range_key=SORT_KEY)
     fill(
         dynamodb,
         name,
@@ -338,7 +317,7 @@ def test_scan_pages_resume_through_either_router(
 def test_scan_with_limit_one_crosses_every_partition_boundary(
     dynamodb: Any, table_name: Callable[[], str]
 ) -> None:
-    name = make_table(dynamodb, table_name())
+    name = create_active_table(dynamodb, table_name(), range_key=SORT_KEY)
     items = [{"pk": {"S": f"k{i}"}, "sk": {"N": str(i)}} for i in range(120)]
     fill(dynamodb, name, items)
     read = list(pages(dynamodb.scan, TableName=name, Limit=1))
@@ -391,7 +370,7 @@ def test_scan_filter_and_count(dynamodb: Any, many: tuple[str, set[Any]]) -> Non
 
 
 def test_scan_pages_stop_at_one_megabyte(dynamodb: Any, table_name: Callable[[], str]) -> None:
-    name = make_table(dynamodb, table_name())
+    name = create_active_table(dynamodb, table_name(), range_key=SORT_KEY)
     value = "v" * (100 * limits.KIB)
     items = [{"pk": {"S": f"m{i}"}, "sk": {"N": str(i)}, "v": {"S": value}} for i in range(40)]
     for item in items:
@@ -423,7 +402,7 @@ def test_parallel_scan_segments_cover_every_item_once(
 
 
 def test_scan_of_an_empty_table(dynamodb: Any, table_name: Callable[[], str]) -> None:
-    name = make_table(dynamodb, table_name(), sort=None)
+    name = create_active_table(dynamodb, table_name())
     reply = dynamodb.scan(TableName=name)
     assert (reply["Items"], reply["Count"], reply["ScannedCount"]) == ([], 0, 0)
     assert "LastEvaluatedKey" not in reply

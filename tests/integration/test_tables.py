@@ -28,6 +28,7 @@ from core.errors import ResourceNotFound
 from dynalab.cluster import LocalCluster
 from dynalab.rpc import ops
 from router.context import RouterContext
+from tests.integration.conftest import error_of
 
 INVALID = "One or more parameter values were invalid: "
 # Routers re-read the catalog every second; a change made through one router must show in another
@@ -49,18 +50,6 @@ def simple_table(name: Any, **extra: Any) -> dict[str, Any]:
     }
     request.update(extra)
     return request
-
-
-def error_of(call: Callable[[], Any]) -> tuple[int, str, str]:
-    """(HTTP status, error code, message) of a call that must fail."""
-    with pytest.raises(ClientError) as raised:
-        call()
-    response = raised.value.response
-    return (
-        response["ResponseMetadata"]["HTTPStatusCode"],
-        response["Error"]["Code"],
-        response["Error"]["Message"],
-    )
 
 
 def eventually(check: Callable[[], bool], timeout: float = CATALOG_PROPAGATION_S) -> None:

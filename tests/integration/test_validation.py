@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import http.client
 import json
-import time
 import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
 import pytest
-from botocore.exceptions import ClientError
 
 from dynalab.cluster import LocalCluster
+from tests.integration.conftest import create_active_table, error_of
 
 INVALID = "One or more parameter values were invalid: "
 KEY_MISMATCH = "The provided key element does not match the schema"
@@ -26,25 +25,11 @@ ONE_REQUEST = (
     "Supplied AttributeValue has more than one datatypes set, must contain exactly one of the "
     "supported datatypes"
 )
-# A table is ACTIVE as soon as CreateTable returns; this only bounds the wait if it is not.
-TABLE_ACTIVE_S = 10.0
 # Signatures are not verified yet, so raw requests only need the shape of one.
 SIGNATURE = (
     "AWS4-HMAC-SHA256 Credential=test/20240101/us-east-1/dynamodb/aws4_request, "
     "SignedHeaders=content-type;host;x-amz-target, Signature=0"
 )
-
-
-def error_of(call: Callable[[], Any]) -> tuple[int, str, str]:
-    """(HTTP status, error code, message) of a call that must fail."""
-    with pytest.raises(ClientError) as raised:
-        call()
-    response = raised.value.response
-    return (
-        response["ResponseMetadata"]["HTTPStatusCode"],
-        response["Error"]["Code"],
-        response["Error"]["Message"],
-    )
 
 
 def invalid(call: Callable[[], Any]) -> str:
@@ -79,23 +64,7 @@ def raw(cluster: LocalCluster, operation: str, body: Any) -> tuple[int, str, str
 @pytest.fixture(scope="module")
 def table(dynamodb: Any) -> str:
     """A table keyed pk (S) and sk (N), holding one item (pk "a", sk 1)."""
-    name = "validation-table"
-    dynamodb.create_table(
-        TableName=name,
-        AttributeDefinitions=[
-            {"AttributeName": "pk", "AttributeType": "S"},
-            {"AttributeName": "sk", "AttributeType": "N"},
-        ],
-        KeySchema=[
-            {"AttributeName": "pk", "KeyType": "HASH"},
-            {"AttributeName": "sk", "KeyType": "RANGE"},
-        ],
-        BillingMode="PAY_PER_REQUEST",
-    )
-    deadline = time.monotonic() + TABLE_ACTIVE_S
-    while dynamodb.describe_table(TableName=name)["Table"]["TableStatus"] != "ACTIVE":
-        assert time.monotonic() < deadline, f"{name} did not become ACTIVE"
-        time.sleep(0.05)
+    name = create_active_table(dynamodb, "validation-table", range_key=("sk", "N"))
     dynamodb.put_item(TableName=name, Item={"pk": {"S": "a"}, "sk": {"N": "1"}})
     return name
 
