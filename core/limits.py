@@ -46,6 +46,7 @@ TRANSACT_ITEMS_MAX = 100  # TransactWriteItems / TransactGetItems: up to 100 act
 TRANSACT_BYTES_MAX = 4 * MIB  # TransactWriteItems: 4 MB in total.
 SCAN_TOTAL_SEGMENTS_MAX = 1_000_000  # Scan TotalSegments: 1 to 1,000,000.
 LIST_TABLES_LIMIT_MAX = 100  # ListTables Limit: 1 to 100.
+ATTRIBUTES_TO_GET_NAMES_MAX = 255  # AttributesToGet: 1 to 255 names (AttributeNameList).
 
 # Tables and indexes.
 TABLE_NAME_CHARS_MIN = 3

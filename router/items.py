@@ -48,7 +48,6 @@ from core.size import check_item_size, item_size_bytes
 from dynalab.rpc import ops
 from router.context import RouterContext
 from router.requests import (
-    ATTRIBUTES_TO_GET_MAX,
     CONDITIONAL_OPERATORS,
     NAME_PATTERN,
     RETURN_ITEM_COLLECTION_METRICS,
@@ -334,7 +333,7 @@ async def get_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
     table_name = reader.name("TableName", required=True)
     raw_key = reader.attribute_map("Key", required=True)
     attributes_to_get = reader.string_list(
-        "AttributesToGet", min_length=1, max_length=ATTRIBUTES_TO_GET_MAX
+        "AttributesToGet", min_length=1, max_length=limits.ATTRIBUTES_TO_GET_NAMES_MAX
     )
     consistent = reader.boolean("ConsistentRead")
     read_common(reader)
@@ -483,7 +482,7 @@ def _read_table_reads(reader: RequestReader, name: str, table_request: Any) -> _
         request=table_request,
         raw_keys=raw_keys or [],
         attributes_to_get=nested.string_list(
-            "AttributesToGet", min_length=1, max_length=ATTRIBUTES_TO_GET_MAX
+            "AttributesToGet", min_length=1, max_length=limits.ATTRIBUTES_TO_GET_NAMES_MAX
         ),
         consistent=nested.boolean("ConsistentRead") is True,
         projection_text=nested.string("ProjectionExpression"),

@@ -44,7 +44,6 @@ from dynalab.rpc import ops
 from router.context import TABLE_NOT_FOUND, RouterContext
 from router.items import add_capacity, capacity_mode, consistency
 from router.requests import (
-    ATTRIBUTES_TO_GET_MAX,
     CONDITIONAL_OPERATORS,
     SELECT_VALUES,
     RequestReader,
@@ -334,7 +333,7 @@ async def scan(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
     )
     read_common(reader)
     attributes_to_get = reader.string_list(
-        "AttributesToGet", min_length=1, max_length=ATTRIBUTES_TO_GET_MAX
+        "AttributesToGet", min_length=1, max_length=limits.ATTRIBUTES_TO_GET_NAMES_MAX
     )
     select = reader.string("Select", enum=SELECT_VALUES)
     table_name = reader.name("TableName", required=True)
@@ -422,7 +421,7 @@ async def query(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
     key_conditions = reader.mapping("KeyConditions")
     read_common(reader)
     attributes_to_get = reader.string_list(
-        "AttributesToGet", min_length=1, max_length=ATTRIBUTES_TO_GET_MAX
+        "AttributesToGet", min_length=1, max_length=limits.ATTRIBUTES_TO_GET_NAMES_MAX
     )
     table_name = reader.name("TableName", required=True)
     select = reader.string("Select", enum=SELECT_VALUES)

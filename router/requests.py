@@ -38,8 +38,6 @@ RETURN_VALUES_OLD_ONLY = ("NONE", "ALL_OLD")
 
 # Table and index names: 3 to 255 characters of [a-zA-Z0-9_.-] (Developer Guide, naming rules).
 NAME_PATTERN = "[a-zA-Z0-9_.-]+"
-# AttributesToGet holds 1 to 255 names (AttributeNameList in the service model).
-ATTRIBUTES_TO_GET_MAX = 255
 
 # Integer members are Java ints in DynamoDB's model; a JSON number outside that range fails
 # deserialisation rather than a range constraint.
