@@ -42,6 +42,11 @@ class ReadConsistency(enum.Enum):
     TRANSACTIONAL = 2.0
 
 
+def read_consistency(consistent: bool) -> ReadConsistency:
+    """A read's consistency from its ConsistentRead (false, the default, is eventual)."""
+    return ReadConsistency.STRONG if consistent else ReadConsistency.EVENTUAL
+
+
 # "A transactional write request of an item up to 1 KB requires two write units."
 _TRANSACTIONAL_WRITE_FACTOR = 2.0
 

@@ -30,10 +30,10 @@ from typing import Any
 from core import expressions, limits, schema, values
 from core.capacity import (
     ConsumedCapacity,
-    ReadConsistency,
     ReturnConsumedCapacity,
     UnitKind,
     item_write_units,
+    read_consistency,
     read_units,
 )
 from core.errors import (
@@ -220,10 +220,6 @@ def capacity_mode(body: dict[str, Any]) -> ReturnConsumedCapacity:
     return ReturnConsumedCapacity.NONE if mode is None else ReturnConsumedCapacity(mode)
 
 
-def consistency(consistent: bool) -> ReadConsistency:
-    return ReadConsistency.STRONG if consistent else ReadConsistency.EVENTUAL
-
-
 def add_capacity(
     reply: dict[str, Any],
     table_name: str,
@@ -353,7 +349,7 @@ async def get_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
     item = reply.get("item")
     # A projection that matches none of an existing item's attributes still returns Item: {}.
     result = {} if item is None else {"Item": item}
-    units = read_units(reply["read_bytes"], consistency(consistent is True))
+    units = read_units(reply["read_bytes"], read_consistency(consistent is True))
     return add_capacity(result, table_name, capacity_mode(body), units, UnitKind.READ)
 
 
@@ -530,7 +526,7 @@ async def batch_get_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, 
             result = next(outcomes)
             if isinstance(result, dict):
                 # Each item rounded on its own, as DynamoDB meters a batch.
-                units = read_units(result["read_bytes"], consistency(read.consistent))
+                units = read_units(result["read_bytes"], read_consistency(read.consistent))
                 capacity.add_table(read.name, units, UnitKind.READ)
                 item = result.get("item")
                 if item is None:

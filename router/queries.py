@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from core import expressions, keycodec, limits, schema, values
-from core.capacity import UnitKind, query_read_units
+from core.capacity import UnitKind, query_read_units, read_consistency
 from core.errors import (
     DynamoError,
     ResourceNotFound,
@@ -42,7 +42,7 @@ from core.placement import segment_hash_range
 from core.size import check_key_value
 from dynalab.rpc import ops
 from router.context import TABLE_NOT_FOUND, RouterContext
-from router.items import add_capacity, capacity_mode, consistency
+from router.items import add_capacity, capacity_mode
 from router.requests import (
     CONDITIONAL_OPERATORS,
     SELECT_VALUES,
@@ -172,7 +172,7 @@ async def _walk(
         page.count += reply["count"]
         page.scanned += reply["scanned"]
         page.read_bytes += reply["read_bytes"]
-        page.read_units += query_read_units(reply["read_bytes"], consistency(walk.consistent))
+        page.read_units += query_read_units(reply["read_bytes"], read_consistency(walk.consistent))
         if reply["last_key"] is not None:
             page.last_key = reply["last_key"]
             return page

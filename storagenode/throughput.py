@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from core import limits
-from core.capacity import ReadConsistency, read_units, write_units
+from core.capacity import read_consistency, read_units, write_units
 from core.errors import ThroughputExceeded
 from core.token_bucket import BillingMode, PartitionThroughput, ThroughputSettings, TokenBucket
 
@@ -170,7 +170,7 @@ class NodeThroughput:
         self, key: PartitionKey, consistent: bool, read_bytes: int | None, charged: float
     ) -> None:
         """Charge an admitted read its real cost for `read_bytes` (None: it failed, refund)."""
-        cost = 0.0 if read_bytes is None else read_units(read_bytes, _consistency(consistent))
+        cost = 0.0 if read_bytes is None else read_units(read_bytes, read_consistency(consistent))
         self._settle(key, cost - charged, read=True)
 
     # Writes -------------------------------------------------------------------------------------
@@ -234,13 +234,9 @@ class NodeThroughput:
         }
 
 
-def _consistency(consistent: bool) -> ReadConsistency:
-    return ReadConsistency.STRONG if consistent else ReadConsistency.EVENTUAL
-
-
 def _min_read_units(consistent: bool) -> float:
     # The least any read costs: one started 4 KB, halved when eventually consistent.
-    return _consistency(consistent).value
+    return read_consistency(consistent).value
 
 
 def _bucket_report(bucket: TokenBucket, now: float) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from core.capacity import (
     index_write_units,
     item_write_units,
     query_read_units,
+    read_consistency,
     read_units,
     write_units,
 )
@@ -79,6 +80,11 @@ def test_an_8_kb_item_costs_two_one_or_four_units() -> None:
 def test_a_missing_item_costs_half_or_one_unit() -> None:
     assert read_units(0, EVENTUAL) == 0.5
     assert read_units(0, STRONG) == 1
+
+
+def test_consistent_read_is_strong_and_the_default_eventual() -> None:
+    assert read_consistency(True) is STRONG
+    assert read_consistency(False) is EVENTUAL
 
 
 def test_query_sums_the_sizes_then_rounds_once() -> None:
