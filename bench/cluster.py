@@ -13,7 +13,10 @@ and `other load`: the cores used meanwhile by everything else (other processes, 
 not charged to a process, such as interrupts and the file system's journal thread).
 
 On a small shared machine throughput follows the other load: read it next to that column. CPU per
-operation varies less, but it too rises by 10-20% when the cores are contended (caches, switches).
+operation varies less, but it too rises when the cores are contended (caches, switches), and on a
+virtual machine it moves by a third with the host's load, which no counter in the guest shows. The
+client's code does not change between two versions of the cluster, so the servers' CPU per
+operation divided by the client's (`server/client`) is the figure to compare across runs.
 With `--quiet-load L`, a run disturbed by more than L cores of other load is repeated, up to
 `--attempts` times in all, and the least disturbed attempt counts. A workload run more than once is
 summarised by its median run (by ops/s) in the Markdown table printed at the end.
@@ -124,6 +127,11 @@ class Run:
     nodes_switches: float
     other_cores: float  # CPU used by every other process during the run, in cores
 
+    @property
+    def server_per_client(self) -> float:
+        """CPU per operation of the router and nodes together, in units of the client's."""
+        return (self.router_us + self.nodes_us) / self.client_us if self.client_us else 0.0
+
     def line(self) -> str:
         latency = self.result.latency
         assert latency is not None
@@ -131,7 +139,8 @@ class Run:
             f"{self.result.workload:6} {self.result.ops_per_s:7,.0f} ops/s  "
             f"p50 {latency.p50_ms:5.1f}  p95 {latency.p95_ms:5.1f}  p99 {latency.p99_ms:5.1f} ms  "
             f"CPU us/op: router {self.router_us:4.0f}  nodes {self.nodes_us:4.0f}  "
-            f"client {self.client_us:4.0f}  switches/op: router {self.router_switches:.1f}  "
+            f"client {self.client_us:4.0f}  server/client {self.server_per_client:.2f}  "
+            f"switches/op: router {self.router_switches:.1f}  "
             f"nodes {self.nodes_switches:.1f}  | other load {self.other_cores:.2f} cores  "
             f"errors {self.result.error_count}"
         )
@@ -187,8 +196,8 @@ def table(runs: list[Run]) -> str:
     """Markdown: one row per workload, the median run (by ops/s) of a repeated one."""
     rows = [
         "| workload | runs | ops/s | p50 ms | p95 ms | p99 ms | CPU us/op router / nodes / client "
-        "| switches/op router / nodes | other load (cores) |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| server/client CPU | switches/op router / nodes | other load (cores) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     by_workload: dict[str, list[Run]] = {}
     for run in runs:
@@ -207,6 +216,7 @@ def table(runs: list[Run]) -> str:
             f"| {workload} | {len(group)} | {median.result.ops_per_s:,.0f}{spread} "
             f"| {latency.p50_ms:.1f} | {latency.p95_ms:.1f} | {latency.p99_ms:.1f} "
             f"| {median.router_us:.0f} / {median.nodes_us:.0f} / {median.client_us:.0f} "
+            f"| {median.server_per_client:.2f} "
             f"| {median.router_switches:.1f} / {median.nodes_switches:.1f} "
             f"| {statistics.mean(run.other_cores for run in group):.2f} |"
         )
