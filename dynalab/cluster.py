@@ -18,13 +18,11 @@ from __future__ import annotations
 
 import abc
 import contextlib
-import ctypes
 import errno
 import fcntl
 import http.client
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -32,10 +30,12 @@ import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any
+from typing import IO
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from dynalab import lifeline
 
 LOOPBACK = "127.0.0.1"
 STARTUP_TIMEOUT_S = 30.0  # How long a cluster (or one restarted process) may take to become ready.
@@ -52,8 +52,6 @@ CLUSTER_FILE_VERSION = 1
 # PYTHONPATH so that `python -m storagenode` works from any working directory, also when dynalab is
 # run from a source checkout rather than installed.
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-
-_PR_SET_PDEATHSIG = 1  # From <linux/prctl.h>.
 
 
 class ClusterError(RuntimeError):
@@ -106,28 +104,6 @@ def answers_http(port: int) -> bool:
         connection.close()
 
 
-def _die_with_parent_preexec() -> Any:
-    """Return a preexec_fn that makes a child receive SIGTERM when this process dies (Linux only).
-
-    Children run in their own process group so that a Ctrl-C in the terminal reaches only the
-    parent, which then stops them in order. The price is that a parent killed with SIGKILL would
-    leave them running; PR_SET_PDEATHSIG closes that gap. The signal is tied to the thread that
-    forks, which is why LocalCluster is driven from one long-lived thread.
-    """
-    if not sys.platform.startswith("linux"):
-        return None
-    libc = ctypes.CDLL(None, use_errno=True)
-    parent_pid = os.getpid()
-
-    def preexec() -> None:
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-        # The parent may have died between fork and prctl, in which case no signal will come.
-        if os.getppid() != parent_pid:
-            os._exit(1)
-
-    return preexec
-
-
 def _log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     try:
         text = path.read_text(errors="replace")
@@ -171,6 +147,8 @@ class ServiceProcess(abc.ABC):
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ)
         env["PYTHONUNBUFFERED"] = "1"  # Log lines should reach the file as they happen.
+        # The child ties its life to ours (dynalab.lifeline): SIGTERM when this process dies.
+        env[lifeline.PARENT_PID_ENV] = str(os.getpid())
         env["PYTHONPATH"] = os.pathsep.join(
             [str(PROJECT_ROOT), *filter(None, [env.get("PYTHONPATH")])]
         )
@@ -186,7 +164,6 @@ class ServiceProcess(abc.ABC):
                 stderr=subprocess.STDOUT,
                 env=env,
                 process_group=0,
-                preexec_fn=_die_with_parent_preexec(),
             )
 
     def wait_ready(self, deadline: float) -> None:

@@ -23,6 +23,7 @@ import uvloop
 from aiohttp import web
 
 from core import limits
+from dynalab import lifeline
 from router.app import create_app, load_operations
 from router.context import RouterContext
 
@@ -111,6 +112,7 @@ async def serve(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    lifeline.tie_to_parent()
     args = parse_args(argv)
     logging.basicConfig(
         stream=sys.stderr,

@@ -22,6 +22,7 @@ from pathlib import Path
 import uvloop
 
 from core import limits
+from dynalab import lifeline
 from storagenode import metrics
 from storagenode.server import NodeServer
 
@@ -82,6 +83,7 @@ async def run(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    lifeline.tie_to_parent()
     args = parse_args(argv)
     logging.basicConfig(
         stream=sys.stderr,
