@@ -60,17 +60,6 @@ def partition_meta_key(table_id: str, partition_id: str) -> bytes:
     return table_prefix(table_id) + partition_id.encode()
 
 
-def successor(prefix: bytes) -> bytes | None:
-    """The smallest byte string greater than every string that starts with `prefix`.
-
-    None when there is none (the prefix is all 0xff bytes), meaning "no upper bound".
-    """
-    stripped = prefix.rstrip(b"\xff")
-    if not stripped:
-        return None
-    return stripped[:-1] + bytes([stripped[-1] + 1])
-
-
 class Store:
     """The LMDB environment with its named databases, and the cursor walks the node needs."""
 
