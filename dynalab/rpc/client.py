@@ -189,7 +189,9 @@ class _Stream:
         except TimeoutError:
             self.fail(ServiceUnavailable(f"Node {self.client.address} stopped reading its stream"))
         except Exception as error:
-            self.fail(ServiceUnavailable(f"Stream to node {self.client.address} broke: {error}"))
+            address = self.client.address
+            logger.warning("stream to node %s broke while sending", address, exc_info=True)
+            self.fail(ServiceUnavailable(f"Stream to node {address} broke: {_describe(error)}"))
 
     def _take_batch(self) -> list[node_pb2.Request]:
         """The outbox's oldest requests, up to about RPC_BATCH_BYTES_TARGET."""
@@ -218,10 +220,8 @@ class _Stream:
             reason = "ended the stream"
         except asyncio.CancelledError:
             raise
-        except grpc.aio.AioRpcError as error:
-            reason = f"{error.code().name} {error.details()}"
         except Exception as error:
-            reason = repr(error)
+            reason = _describe(error)
         self.fail(ServiceUnavailable(f"Node {self.client.address} is unavailable: {reason}"))
 
     def fail(self, error: ServiceUnavailable) -> None:
@@ -239,3 +239,10 @@ class _Stream:
             if task is not current:
                 task.cancel()
         self.client.stream_broke(self)
+
+
+def _describe(error: Exception) -> str:
+    """One line for a client to read: gRPC's status and details, never its multi-line debug text."""
+    if isinstance(error, grpc.aio.AioRpcError):
+        return f"{error.code().name} {error.details()}"
+    return repr(error)
