@@ -26,6 +26,7 @@ from core import limits
 from dynalab import lifeline
 from router.app import create_app, load_operations
 from router.context import RouterContext
+from router.sources import Sources
 
 log = logging.getLogger("router")
 
@@ -83,7 +84,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 async def serve(args: argparse.Namespace) -> None:
     host, port = args.listen
-    ctx = RouterContext(args.nodes, advertise=f"{host}:{port}")
+    # Production sources of time, randomness and ids: the system's (see router.sources).
+    ctx = RouterContext(args.nodes, advertise=f"{host}:{port}", sources=Sources.system())
     app = create_app(ctx, load_operations())
     # No access log: formatting a line per request would cost more than serving many of them.
     runner = web.AppRunner(

@@ -14,7 +14,7 @@ from aiohttp import web
 
 from core import limits
 from router import admin, items, queries, tables
-from router.protocol import Handler, JsonProtocol, health
+from router.protocol import Handler, JsonProtocol
 
 if TYPE_CHECKING:
     from router.context import RouterContext
@@ -37,7 +37,7 @@ def create_app(ctx: RouterContext, operations: Mapping[str, Handler]) -> web.App
     app = web.Application(client_max_size=limits.HTTP_REQUEST_BYTES_MAX)
     protocol = JsonProtocol(ctx, operations)
     app.router.add_post("/", protocol.handle)
-    app.router.add_get("/", health)
+    app.router.add_get("/", protocol.health)
     admin.add_routes(app, ctx)
 
     async def start_context(_: web.Application) -> None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -35,6 +34,7 @@ from core.placement import HashRing, PartitionMap
 from core.values import AttributeValue
 from dynalab.rpc import ops
 from dynalab.rpc.client import NodeClient
+from router.sources import Sources
 
 log = logging.getLogger("router.context")
 
@@ -52,10 +52,14 @@ SERVING_STATUSES = frozenset({"ACTIVE", "UPDATING"})
 class RouterContext:
     """Clients of the storage nodes, the node ring, and the cached catalog of one router process."""
 
-    def __init__(self, nodes: Mapping[str, str], advertise: str) -> None:
+    def __init__(
+        self, nodes: Mapping[str, str], advertise: str, sources: Sources | None = None
+    ) -> None:
+        """`sources` default to the system's (`Sources.system()`); tests pass seeded ones."""
         if not nodes:
             raise ValueError("a router needs at least one storage node")
         self.advertise = advertise
+        self.sources = Sources.system() if sources is None else sources
         self.clients = {node_id: NodeClient(address) for node_id, address in nodes.items()}
         self.ring = HashRing(self.clients)
         self.catalog_node = self.ring.owner(ops.CATALOG_PARTITION_ID)
@@ -179,7 +183,8 @@ class RouterContext:
                     {"expected_version": version, "tables": changed},
                 )
             except ConditionalCheckFailed:
-                await asyncio.sleep(random.uniform(0, limits.CATALOG_CAS_BACKOFF_SECONDS_MAX))
+                pause = self.sources.rng.uniform(0, limits.CATALOG_CAS_BACKOFF_SECONDS_MAX)
+                await asyncio.sleep(pause)
                 continue
             self.install_catalog(reply["version"], changed)
             return changed

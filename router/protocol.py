@@ -49,16 +49,23 @@ CONTENT_TYPE_JSON_10 = "application/x-amz-json-1.0"
 CONTENT_TYPE_JSON_11 = "application/x-amz-json-1.1"
 CONTENT_TYPES = frozenset({CONTENT_TYPE_JSON_10, CONTENT_TYPE_JSON_11})
 
-# Request ids are UUIDs, as DynamoDB's are: a random prefix drawn once per process and a counter in
-# the last group, which makes them unique without drawing 16 random bytes for every request.
-_REQUEST_ID_PREFIX = str(uuid.uuid4())[:24]
-_REQUEST_ID_SEQUENCE_MASK = (1 << 48) - 1
-_request_numbers = itertools.count()
+_REQUEST_ID_SEQUENCE_MASK = (1 << 48) - 1  # The counter fills the UUID's last group, 12 hex digits.
 
 
-def new_request_id() -> str:
-    """A UUID-formatted id for one request, unique across processes with overwhelming odds."""
-    return f"{_REQUEST_ID_PREFIX}{next(_request_numbers) & _REQUEST_ID_SEQUENCE_MASK:012x}"
+class RequestIds:
+    """UUID-formatted request ids, unique across processes with overwhelming odds.
+
+    Request ids are UUIDs, as DynamoDB's are: a random prefix drawn once per application (from the
+    context's `Sources`) and a counter in the last group, which makes them unique without drawing
+    16 random bytes for every request.
+    """
+
+    def __init__(self, prefix_hex: str) -> None:
+        self._prefix = str(uuid.UUID(hex=prefix_hex))[:24]
+        self._numbers = itertools.count()
+
+    def __call__(self) -> str:
+        return f"{self._prefix}{next(self._numbers) & _REQUEST_ID_SEQUENCE_MASK:012x}"
 
 
 REGION_DEFAULT = "us-east-1"
@@ -127,11 +134,12 @@ class JsonProtocol:
 
     def __init__(self, ctx: RouterContext, operations: Mapping[str, Handler]) -> None:
         self.ctx = ctx
+        self.new_request_id = RequestIds(ctx.sources.new_id())
         # Keyed by the whole header value, so dispatch is one dictionary lookup.
         self._handlers = {TARGET_PREFIX + name: handler for name, handler in operations.items()}
 
     async def handle(self, request: web.Request) -> web.Response:
-        request_id = new_request_id()
+        request_id = self.new_request_id()
         headers = request.headers
         content_type = CONTENT_TYPE_JSON_10
         target = headers.get("X-Amz-Target", "")
@@ -167,15 +175,14 @@ class JsonProtocol:
             return _reply(error.http_status, error_body(error), request_id, content_type)
         return _reply(200, payload, request_id, content_type)
 
-
-async def health(request: web.Request) -> web.Response:
-    """`GET /`: DynamoDB's health check answer, `healthy: <host>`."""
-    payload = f"healthy: {request.host}".encode()
-    return web.Response(
-        body=payload,
-        headers={
-            "Content-Type": "text/plain",
-            "x-amzn-RequestId": new_request_id(),
-            "x-amz-crc32": str(zlib.crc32(payload)),
-        },
-    )
+    async def health(self, request: web.Request) -> web.Response:
+        """`GET /`: DynamoDB's health check answer, `healthy: <host>`."""
+        payload = f"healthy: {request.host}".encode()
+        return web.Response(
+            body=payload,
+            headers={
+                "Content-Type": "text/plain",
+                "x-amzn-RequestId": self.new_request_id(),
+                "x-amz-crc32": str(zlib.crc32(payload)),
+            },
+        )

@@ -31,10 +31,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import uuid
 from bisect import bisect_right
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from core import limits, schema
@@ -54,6 +54,7 @@ from router.requests import NAME_PATTERN, RequestReader
 
 if TYPE_CHECKING:
     from router.context import Catalog, RouterContext, Table
+    from router.sources import Sources
 
 log = logging.getLogger("router.tables")
 
@@ -215,8 +216,8 @@ def _read_create_table(body: dict[str, Any]) -> dict[str, Any]:
 # Describing tables -----------------------------------------------------------------------------
 
 
-def _description(table: Table, items: int, size_bytes: int) -> dict[str, Any]:
-    """DynamoDB's TableDescription of a catalog table descriptor."""
+def _description(table: Table, items: int, size_bytes: int, now: float) -> dict[str, Any]:
+    """DynamoDB's TableDescription of a catalog table descriptor, as of wall-clock time `now`."""
     throughput = table["throughput"]
     changes = table.get("throughput_changes") or {}
     billing_summary: dict[str, Any] = {"BillingMode": table["billing_mode"]}
@@ -225,7 +226,7 @@ def _description(table: Table, items: int, size_bytes: int) -> dict[str, Any]:
             changes.get("pay_per_request_since") or table["created"]
         )
     provisioned: dict[str, Any] = {
-        "NumberOfDecreasesToday": _decreases_today(changes),
+        "NumberOfDecreasesToday": _decreases_today(changes, now),
         "ReadCapacityUnits": throughput["read"],
         "WriteCapacityUnits": throughput["write"],
     }
@@ -252,12 +253,13 @@ def _description(table: Table, items: int, size_bytes: int) -> dict[str, Any]:
 
 
 def _utc_day(at: float) -> str:
-    return time.strftime("%Y-%m-%d", time.gmtime(at))
+    """The UTC day (YYYY-MM-DD) of an epoch time: DynamoDB counts decreases per UTC day."""
+    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d")
 
 
-def _decreases_today(changes: dict[str, Any]) -> int:
-    """NumberOfDecreasesToday: decreases recorded on the current UTC day."""
-    if changes.get("decreases_day") != _utc_day(time.time()):
+def _decreases_today(changes: dict[str, Any], now: float) -> int:
+    """NumberOfDecreasesToday: decreases recorded on the UTC day of `now`."""
+    if changes.get("decreases_day") != _utc_day(now):
         return 0
     return int(changes.get("decreases") or 0)
 
@@ -356,10 +358,13 @@ def _without(name: str, table_id: str) -> Callable[[Catalog], Catalog | None]:
 # Operations ------------------------------------------------------------------------------------
 
 
-async def create_table(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
-    definition = _read_create_table(body)
-    name = definition["name"]
-    table_id = uuid.uuid4().hex
+def _new_table(definition: dict[str, Any], sources: Sources, owner: Callable[[str], str]) -> Table:
+    """The CREATING descriptor of a new table, with its id and creation time from `sources`.
+
+    It has as many partitions as its throughput needs, each on the node `owner` picks for its id,
+    at epoch 1.
+    """
+    table_id = sources.new_id()
     throughput = definition["throughput"]
     count = initial_partition_count(
         definition["billing_mode"], throughput["read"], throughput["write"]
@@ -373,16 +378,24 @@ async def create_table(ctx: RouterContext, body: dict[str, Any]) -> dict[str, An
                 "start": start,
                 "end": end,
                 "epoch": 1,
-                "node": ctx.ring.owner(partition_id),
+                "node": owner(partition_id),
             }
         )
-    table = {
+    return {
         **definition,
         "id": table_id,
         "status": "CREATING",
-        "created": time.time(),
+        "created": sources.clock(),
         "partitions": partitions,
     }
+
+
+async def create_table(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
+    definition = _read_create_table(body)
+    name = definition["name"]
+    table = _new_table(definition, ctx.sources, ctx.ring.owner)
+    table_id: str = table["id"]
+    partitions: list[dict[str, Any]] = table["partitions"]
 
     def add(tables: Catalog) -> Catalog:
         if name in tables:
@@ -416,7 +429,7 @@ async def create_table(ctx: RouterContext, body: dict[str, Any]) -> dict[str, An
         await _abandon_creation(ctx, table)
         raise
     await ctx.change_catalog(_with_status(name, table_id, "ACTIVE"))
-    return {"TableDescription": _description(table, 0, 0)}
+    return {"TableDescription": _description(table, 0, 0, ctx.sources.clock())}
 
 
 async def _abandon_creation(ctx: RouterContext, table: Table) -> None:
@@ -439,7 +452,7 @@ async def describe_table(ctx: RouterContext, body: dict[str, Any]) -> dict[str, 
     if table["status"] == "UPDATING":
         table = await _finish_update(ctx, table, limits.TABLE_STATS_SECONDS_MAX)
     items, size_bytes = await _table_stats(ctx, table)
-    return {"Table": _description(table, items, size_bytes)}
+    return {"Table": _description(table, items, size_bytes, ctx.sources.clock())}
 
 
 async def list_tables(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
@@ -470,7 +483,7 @@ async def delete_table(ctx: RouterContext, body: dict[str, Any]) -> dict[str, An
         if table["status"] == "DELETING":
             # A deletion that stopped half-way (a node was down): finish it.
             return None
-        overdue = time.time() - table["created"] > limits.TABLE_CREATION_SECONDS_MAX
+        overdue = ctx.sources.clock() - table["created"] > limits.TABLE_CREATION_SECONDS_MAX
         if table["status"] == "CREATING" and not overdue:
             raise ResourceInUse(
                 "Attempt to change a resource which is still in use: "
@@ -482,7 +495,7 @@ async def delete_table(ctx: RouterContext, body: dict[str, Any]) -> dict[str, An
     items, size_bytes = await _table_stats(ctx, table)
     await _drop_partitions(ctx, table)
     await ctx.change_catalog(_without(name, table["id"]))
-    return {"TableDescription": _description(table, items, size_bytes)}
+    return {"TableDescription": _description(table, items, size_bytes, ctx.sources.clock())}
 
 
 # UpdateTable ------------------------------------------------------------------------------------
@@ -579,7 +592,7 @@ def _updated(
             changes["last_increase"] = now
         if any(throughput[kind] < current[kind] for kind in ("read", "write")):
             changes["last_decrease"] = now
-            changes["decreases"] = _decreases_today(changes) + 1
+            changes["decreases"] = _decreases_today(changes, now) + 1
             changes["decreases_day"] = _utc_day(now)
     return {
         **table,
@@ -628,7 +641,7 @@ async def _finish_update(ctx: RouterContext, table: Table, timeout: float) -> Ta
 
 async def update_table(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
     name, billing_mode, units = _read_update_table(body)
-    now = time.time()
+    now = ctx.sources.clock()
     unchanged: list[Table] = []
 
     def update(tables: Catalog) -> Catalog | None:
@@ -651,7 +664,7 @@ async def update_table(ctx: RouterContext, body: dict[str, Any]) -> dict[str, An
         assert table["status"] == "UPDATING", f"UpdateTable of {name} left it {table['status']}"
         await _finish_update(ctx, table, limits.CONTROL_CALL_SECONDS_MAX)
     items, size_bytes = await _table_stats(ctx, table)
-    return {"TableDescription": _description(table, items, size_bytes)}
+    return {"TableDescription": _description(table, items, size_bytes, ctx.sources.clock())}
 
 
 async def describe_limits(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from core.errors import (
 )
 from router.app import create_app
 from router.protocol import request_region
+from router.sources import Sources
 
 AUTHORIZATION = (
     "AWS4-HMAC-SHA256 Credential=AKID/20240101/eu-west-3/dynamodb/aws4_request, "
@@ -33,9 +34,10 @@ AUTHORIZATION = (
 
 
 class FakeContext:
-    """Stands in for RouterContext: the protocol only starts it, closes it and passes it on."""
+    """Stands in for RouterContext: the protocol starts and closes it, and reads its sources."""
 
     def __init__(self) -> None:
+        self.sources = Sources.seeded(0, 0.0)
         self.started = False
         self.closed = False
 
