@@ -84,9 +84,6 @@ assert TABLE_NAME_CHARS_MIN <= TABLE_NAME_CHARS_MAX
 
 # Storage node and node RPC: dynalab's own bounds, not DynamoDB quotas.
 GIB = 1024 * MIB
-# LMDB reserves its map as address space up front and grows the file only as data arrives, so a
-# generous map costs nothing until used; a node whose data outgrows it must be restarted larger.
-NODE_MAP_SIZE_BYTES_DEFAULT = 64 * GIB
 # The change log keeps at most this many records per partition; a consumer that falls further behind
 # must backfill again (DESIGN.md, "Storage on a node").
 CHANGE_LOG_RECORDS_MAX = 1_000_000

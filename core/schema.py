@@ -18,12 +18,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from core import limits
-from core.errors import INVALID_PARAMETERS, KEY_MISMATCH, LimitExceeded, ValidationError
+from core.errors import INVALID_PARAMETERS, LimitExceeded, ValidationError
+from core.keys import KEY_ATTRIBUTE_TYPES as KEY_ATTRIBUTE_TYPES  # Re-exported for CreateTable.
+from core.keys import KeyShape
 from core.placement import BILLING_PAY_PER_REQUEST, BILLING_PROVISIONED
-from core.size import check_key_value
-from core.values import AttributeValue, Item, type_of
+from core.values import AttributeValue, Item
 
-KEY_ATTRIBUTE_TYPES = ("B", "N", "S")  # In the order DynamoDB's enum message lists them.
 KEY_TYPES = ("HASH", "RANGE")
 BILLING_MODES = (BILLING_PROVISIONED, BILLING_PAY_PER_REQUEST)
 
@@ -178,52 +178,28 @@ def key_schema_elements(table: Table) -> list[dict[str, str]]:
 # Keys of items and requests ---------------------------------------------------------------------
 
 
+def key_shape(table: Table) -> KeyShape:
+    """The table's primary key as a `core.keys.KeyShape`, which holds every key rule."""
+    return KeyShape.from_key_schema(table["key_schema"])
+
+
 def extract_key(item: Item, table: Table) -> tuple[Item, AttributeValue, AttributeValue | None]:
     """The primary key of a whole item: (key item, partition key value, sort key value or None).
 
-    `item` holds values already validated and normalised by `core.values`. Each key attribute must
-    be present with the type its definition declares, non-empty and within the key size limits,
-    as PutItem requires.
+    The rules are `KeyShape.extract`'s, as PutItem applies them.
     """
-    hash_name, hash_type = hash_key(table)
-    partition_value = item.get(hash_name)
-    if partition_value is None:
-        raise ValidationError(INVALID_PARAMETERS + f"Missing the key {hash_name} in the item")
-    check_key_value(hash_name, partition_value, "partition", expected_type=hash_type)
-    sort = range_key(table)
-    if sort is None:
-        return {hash_name: partition_value}, partition_value, None
-    range_name, range_type = sort
-    sort_value = item.get(range_name)
-    if sort_value is None:
-        raise ValidationError(INVALID_PARAMETERS + f"Missing the key {range_name} in the item")
-    check_key_value(range_name, sort_value, "sort", expected_type=range_type)
-    return {hash_name: partition_value, range_name: sort_value}, partition_value, sort_value
+    shape = key_shape(table)
+    key = shape.extract(item)
+    sort = shape.sort_key
+    return key, key[shape.partition_key.name], None if sort is None else key[sort.name]
 
 
 def validate_key(key: Item, table: Table) -> tuple[AttributeValue, AttributeValue | None]:
     """(partition key value, sort key value or None) of a Key parameter (GetItem, DeleteItem, ...).
 
-    `key` holds values already validated and normalised by `core.values`. It must hold exactly the
-    table's key attributes with their declared types; anything else is DynamoDB's "The provided
-    key element does not match the schema". Empty and oversized values get their own messages.
+    The rules are `KeyShape.check_key`'s.
     """
-    hash_name, hash_type = hash_key(table)
-    sort = range_key(table)
-    partition_value = key.get(hash_name)
-    if (
-        partition_value is None
-        or len(key) != (1 if sort is None else 2)
-        or type_of(partition_value) != hash_type
-    ):
-        raise ValidationError(KEY_MISMATCH)
-    sort_value = None
-    if sort is not None:
-        range_name, range_type = sort
-        sort_value = key.get(range_name)
-        if sort_value is None or type_of(sort_value) != range_type:
-            raise ValidationError(KEY_MISMATCH)
-    check_key_value(hash_name, partition_value, "partition")
-    if sort is not None and sort_value is not None:
-        check_key_value(sort[0], sort_value, "sort")
-    return partition_value, sort_value
+    shape = key_shape(table)
+    checked = shape.check_key(key)
+    sort = shape.sort_key
+    return checked[shape.partition_key.name], None if sort is None else checked[sort.name]

@@ -44,6 +44,7 @@ from core.errors import (
     ValidationError,
 )
 from core.expressions import legacy
+from core.keys import KeyAttributeError
 from core.size import check_item_size, item_size_bytes
 from dynalab.rpc import ops
 from router.context import RouterContext
@@ -581,13 +582,6 @@ def _read_write_request(reader: RequestReader, entry: Any, where: str) -> None:
         nested.nested(delete, nested.where("DeleteRequest")).attribute_map("Key", required=True)
 
 
-def _key_mismatch(error: ValidationError) -> ValidationError:
-    """BatchWriteItem reports a missing or mistyped key attribute as a key/schema mismatch."""
-    if "Missing the key" in error.message or "Type mismatch for key" in error.message:
-        return ValidationError(KEY_MISMATCH)
-    return error
-
-
 async def batch_write_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
     """BatchWriteItem: up to 25 puts and deletes over one or more tables, applied concurrently."""
     reader = RequestReader(body)
@@ -640,8 +634,9 @@ async def batch_write_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str
                 key = write.key
                 body_out = {"key": write.key, "return_values": "NONE"}
                 op = ops.DELETE
-        except ValidationError as error:
-            raise _key_mismatch(error) from None
+        except KeyAttributeError:
+            # BatchWriteItem reports an item's missing or mistyped key attribute as a mismatch.
+            raise ValidationError(KEY_MISMATCH) from None
         keys_by_table[write.table].append(key)
         calls.append(_Call(table, partition_key, sort_key, op, body_out))
     for keys in keys_by_table.values():

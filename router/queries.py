@@ -104,9 +104,7 @@ def _partition_below(partitions: list[Partition], bound: bytes | None) -> Partit
 
 
 def _storage_key(table: Mapping[str, Any], key: Item) -> bytes:
-    hash_name, _ = schema.hash_key(table)
-    sort = schema.range_key(table)
-    return keycodec.encode_storage_key(key[hash_name], None if sort is None else key[sort[0]])
+    return schema.key_shape(table).storage_key(key)
 
 
 async def _current(ctx: RouterContext, table: dict[str, Any]) -> dict[str, Any]:

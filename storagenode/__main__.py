@@ -35,12 +35,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--listen", default=os.environ.get("DYNALAB_LISTEN"))
     parser.add_argument("--data-dir", default=os.environ.get("DYNALAB_DATA_DIR"))
     parser.add_argument(
-        "--map-size-bytes",
-        type=int,
-        default=int(os.environ.get("DYNALAB_MAP_SIZE_BYTES", limits.NODE_MAP_SIZE_BYTES_DEFAULT)),
-        help="LMDB map size: the most data this node can hold",
-    )
-    parser.add_argument(
         "--shutdown-grace-seconds",
         type=float,
         default=limits.NODE_SHUTDOWN_GRACE_SECONDS,
@@ -63,9 +57,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 async def run(args: argparse.Namespace) -> None:
-    server = NodeServer(
-        args.node_id, args.listen, Path(args.data_dir), map_size=args.map_size_bytes
-    )
+    server = NodeServer(args.node_id, args.listen, Path(args.data_dir))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):

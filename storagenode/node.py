@@ -1,18 +1,20 @@
-"""Every operation of `dynalab.rpc.ops`, executed against the node's LMDB store.
+"""Every operation of `dynalab.rpc.ops`, executed against the node's store.
 
-`StorageNode` is the node's core, with no asyncio and no gRPC: `read` answers a read operation in
-one LMDB read transaction, and `apply_writes` applies a batch of write operations in one LMDB write
-transaction (the group commit), returning each write's reply or typed error. Conditions and update
-expressions are evaluated here, inside the write transaction, so a condition and the write it guards
-are atomic: a single writer serialises all writes, and each write sees every earlier one.
+`StorageNode` has no asyncio and no gRPC: `read` answers a read operation from the store, and
+`apply_writes` runs a group of write operations as one synced write batch (the group commit),
+returning each write's reply or typed error. An item write is planned, then applied: the node
+reads the item as it stands (through the batch's overlay, so each write sees every earlier one of
+its group), `core.writes.plan` decides the effect (condition, update, size, ReturnValues, units),
+and `replica.apply` stores it with its change-log record and the partition's counters. A single
+writer thread serialises the groups, so a condition and the write it guards are atomic.
 
-Every item write appends its change-log record and updates its partition's metadata in the same
-transaction, so the item, the log and the counters can never disagree, even after kill -9.
+A write that fails, with a typed error or a bug, fails alone: nothing of it reaches the batch and
+its neighbours commit. Only a failure of the commit itself (the disk) fails the whole group.
 
 Every data-plane request passes its partition's token buckets (`storagenode.throughput`): a read
 is admitted before it runs and charged its real size after; a write is admitted before its batch is
-applied, so a throttled write never enters the transaction, and charged the larger of its old and
-new item (or, when its condition fails, the existing item) once the transaction has measured them.
+planned, so a throttled write never enters the batch, and charged the larger of its old and
+new item (or, when its condition fails, the existing item) once its plan has measured them.
 """
 
 from __future__ import annotations
@@ -22,13 +24,10 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import lmdb
 import orjson
 
 from core import expressions, limits
-from core.capacity import item_write_units
 from core.errors import (
-    INVALID_PARAMETERS,
     ConditionalCheckFailed,
     DynamoError,
     InternalServerError,
@@ -39,18 +38,15 @@ from core.errors import (
     ValidationError,
 )
 from core.keycodec import successor
+from core.keys import KeyShape
 from core.size import item_size_bytes
 from core.values import Item
+from core.writes import DeleteRequest, PutRequest, UpdateRequest, WriteRequest, plan
 from dynalab.rpc import ops
-from storagenode import metrics
+from storagenode import metrics, replica
+from storagenode.layout import CATALOG_KEY, Family, partition_meta_key, seq_bytes, table_prefix
 from storagenode.partition import PageRequest, Partition, query_bounds, read_page, scan_bounds
-from storagenode.store import (
-    CATALOG_KEY,
-    SEQ_BYTES,
-    Store,
-    partition_meta_key,
-    table_prefix,
-)
+from storagenode.store import Store, WriteBatchView
 from storagenode.throughput import NodeThroughput, version_of
 
 logger = logging.getLogger(__name__)
@@ -81,12 +77,8 @@ assert READ_OPS | WRITE_OPS == ops.CONTROL_OPS | ops.DATA_OPS
 METERED_READS = frozenset({ops.GET, ops.QUERY, ops.SCAN})
 METERED_WRITES = frozenset({ops.PUT, ops.UPDATE, ops.DELETE})
 
-PartitionKey = tuple[str, str]  # (table id, partition id)
+PartitionRef = tuple[str, str]  # (table id, partition id)
 WriteResult = dict[str, Any] | DynamoError
-
-
-def _seq_bytes(seq: int) -> bytes:
-    return seq.to_bytes(SEQ_BYTES, "big")
 
 
 class StorageNode:
@@ -107,7 +99,7 @@ class StorageNode:
         metrics.watch(self.throughput)
         # Replaced or updated only by the writer after each commit, so a reader on another thread
         # always sees the metadata of committed data.
-        self.partitions: dict[PartitionKey, Partition] = {}
+        self.partitions: dict[PartitionRef, Partition] = {}
         for meta in store.load_partition_metas():
             partition = Partition.from_meta(meta)
             self.partitions[partition.table_id, partition.partition_id] = partition
@@ -116,7 +108,7 @@ class StorageNode:
                 partition.table_name,
                 partition.throughput,
             )
-        self._readers: dict[str, Callable[[lmdb.Transaction, dict[str, Any]], dict[str, Any]]] = {
+        self._readers: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
             ops.GET: self._get,
             ops.QUERY: self._query,
             ops.SCAN: self._scan,
@@ -128,20 +120,18 @@ class StorageNode:
     # Reads ---------------------------------------------------------------------------------------
 
     def read(self, op: str, body: dict[str, Any]) -> dict[str, Any]:
-        """Answer one read operation from a consistent snapshot."""
+        """Answer one read operation from the committed state of the store."""
         reader = self._readers.get(op)
         if reader is None:
             raise UnknownOperation(f"{op!r} is not a storage node read operation")
         key = self._metered(op, body, METERED_READS)
         if key is None:
-            with self.store.begin_read() as txn:
-                return reader(txn, body)
+            return reader(body)
         consistent = body.get("consistent") is True
         charged = self.throughput.admit_read(key, consistent)
         read_bytes: int | None = None
         try:
-            with self.store.begin_read() as txn:
-                reply = reader(txn, body)
+            reply = reader(body)
             read_bytes = reply["read_bytes"]
             return reply
         finally:
@@ -150,7 +140,7 @@ class StorageNode:
 
     def _metered(
         self, op: str, body: dict[str, Any], metered_ops: frozenset[str]
-    ) -> PartitionKey | None:
+    ) -> PartitionRef | None:
         """The partition a data-plane request spends units of; None if it spends none.
 
         A request for a partition this node does not hold at that epoch is not metered: it is
@@ -173,10 +163,10 @@ class StorageNode:
         partition.check_epoch(body["epoch"])
         return partition
 
-    def _get(self, txn: lmdb.Transaction, body: dict[str, Any]) -> dict[str, Any]:
+    def _get(self, body: dict[str, Any]) -> dict[str, Any]:
         partition = self._partition(body)
-        storage_key = partition.storage_key(partition.key_of(body["key"]))
-        raw = txn.get(partition.item_prefix + storage_key, db=self.store.items)
+        storage_key = partition.storage_key(partition.key_shape.check_key(body["key"]))
+        raw = self.store.get(Family.ITEMS, partition.item_prefix + storage_key)
         if raw is None:
             return {"item": None, "read_bytes": 0}
         item = orjson.loads(raw)
@@ -185,50 +175,43 @@ class StorageNode:
             item = expressions.projection(body["projection"], body.get("names")).apply(item)
         return {"item": item, "read_bytes": read_bytes}
 
-    def _query(self, txn: lmdb.Transaction, body: dict[str, Any]) -> dict[str, Any]:
+    def _query(self, body: dict[str, Any]) -> dict[str, Any]:
         partition = self._partition(body)
+        shape = partition.key_shape
         hash_value = body["hash_value"]
-        partition.key_of({partition.hash_name: hash_value}, hash_only=True)
         forward = body.get("forward", True)
         range_condition = body.get("range")
-        if range_condition is not None and partition.range_name is None:
+        sort = shape.sort_key
+        if range_condition is not None and sort is None:
             raise ValidationError("Query key condition not supported: the table has no sort key")
         start = body.get("exclusive_start")
-        if start is not None and start.get(partition.hash_name) != hash_value:
+        if start is not None and start.get(shape.partition_key.name) != hash_value:
             raise ValidationError("The provided starting key is invalid: it is not in the query")
         lo, hi = query_bounds(partition, hash_value, range_condition, start, forward=forward)
         key_matches = None
         if range_condition is not None:
-            assert partition.range_name is not None
+            assert sort is not None
             key_matches = _sort_key_matcher(
                 expressions.RangeCondition(range_condition["op"], range_condition["values"]),
-                partition.range_name,
+                sort.name,
             )
-        rows = self.store.walk(txn, *self._item_range(partition, lo, hi), forward=forward)
+        rows = self.store.walk(Family.ITEMS, *_item_range(partition, lo, hi), forward=forward)
         page = PageRequest.from_body(body, limits.QUERY_PAGE_BYTES_MAX)
         return read_page(rows, page, partition, key_matches)
 
-    def _scan(self, txn: lmdb.Transaction, body: dict[str, Any]) -> dict[str, Any]:
+    def _scan(self, body: dict[str, Any]) -> dict[str, Any]:
         partition = self._partition(body)
         lo, hi = scan_bounds(
             partition, body.get("exclusive_start"), body.get("hash_start"), body.get("hash_end")
         )
-        rows = self.store.walk(txn, *self._item_range(partition, lo, hi), forward=True)
+        rows = self.store.walk(Family.ITEMS, *_item_range(partition, lo, hi), forward=True)
         return read_page(rows, PageRequest.from_body(body, limits.QUERY_PAGE_BYTES_MAX), partition)
 
-    @staticmethod
-    def _item_range(
-        partition: Partition, lo: bytes, hi: bytes | None
-    ) -> tuple[bytes, bytes | None]:
-        """Storage-key bounds as `items` keys: prefixed by the table id, never past the table."""
-        prefix = partition.item_prefix
-        return prefix + lo, (successor(prefix) if hi is None else prefix + hi)
-
-    def _catalog_get(self, txn: lmdb.Transaction, body: dict[str, Any]) -> dict[str, Any]:
-        raw = txn.get(CATALOG_KEY, db=self.store.catalog)
+    def _catalog_get(self, body: dict[str, Any]) -> dict[str, Any]:
+        raw = self.store.get(Family.CATALOG, CATALOG_KEY)
         return {"version": 0, "tables": {}} if raw is None else orjson.loads(raw)
 
-    def _table_stats(self, txn: lmdb.Transaction, body: dict[str, Any]) -> dict[str, Any]:
+    def _table_stats(self, body: dict[str, Any]) -> dict[str, Any]:
         table_id = body["table_id"]
         return {
             "partitions": {
@@ -242,7 +225,7 @@ class StorageNode:
             }
         }
 
-    def _partition_throughput(self, txn: lmdb.Transaction, body: dict[str, Any]) -> dict[str, Any]:
+    def _partition_throughput(self, body: dict[str, Any]) -> dict[str, Any]:
         return self.throughput.report(body.get("table_id"))
 
     def changes(
@@ -254,71 +237,53 @@ class StorageNode:
             raise StaleEpoch(f"Partition {partition_id} of table {table_id} is not on this node")
         prefix = partition.log_prefix
         records: list[dict[str, Any]] = []
-        with self.store.begin_read() as txn:
-            cursor = txn.cursor(db=self.store.changelog)
-            if not cursor.set_range(prefix + _seq_bytes(after_seq + 1)):
-                return records
-            for key, value in cursor.iternext():
-                if not key.startswith(prefix) or len(records) >= limit:
-                    break
-                records.append(orjson.loads(value))
+        rows = self.store.walk(
+            Family.CHANGE_LOG, prefix + seq_bytes(after_seq + 1), successor(prefix), forward=True
+        )
+        for _, value in rows:
+            if len(records) >= limit:
+                break
+            records.append(orjson.loads(value))
         return records
 
     # Writes --------------------------------------------------------------------------------------
 
     def apply_writes(self, writes: Sequence[tuple[str, dict[str, Any]]]) -> list[WriteResult]:
-        """Apply writes in order in one synced transaction; return each one's reply or error.
+        """Run writes in order as one synced batch; return each one's reply or error.
 
-        A write refused with a typed error (a failed condition, a stale epoch) changes nothing and
-        the others go ahead. A write that fails with anything else is a bug: the transaction is
-        rolled back and the batch is applied again without it, so one bad request cannot take its
-        neighbours down with it. A storage failure (LMDB error, including a full map) fails the
-        whole batch.
+        A write refused with a typed error (a failed condition, a stale epoch, a validation
+        error) changes nothing and the others go ahead. A write that fails with anything else is
+        a bug: it is logged and answered InternalServerError, and it too changes nothing, because
+        nothing of a write reaches the batch before the write has been planned and encoded. A
+        failure of the commit (the disk) fails every write of the group that had not failed.
         """
         results: list[WriteResult | None] = [None] * len(writes)
         charged = self._admit_writes(writes, results)
-        # Units each applied write consumed, known once its transaction has measured it.
+        # Units each write consumed, known once it has been planned (0 for one not applied).
         consumed = [0.0] * len(writes)
-        pending = [index for index, result in enumerate(results) if result is None]
-        while pending:
-            txn = self.store.begin_write()
-            batch = _WriteBatch(self, txn)
-            current: int | None = None
-            try:
-                for index in pending:
-                    current = index
-                    op, body = writes[index]
-                    batch.units = 0.0
-                    try:
-                        results[index] = batch.apply(op, body)
-                        consumed[index] = batch.units
-                    except ConditionalCheckFailed as error:
-                        # A failed condition still consumes, sized by the existing item.
-                        results[index] = error
-                        consumed[index] = batch.units
-                    except DynamoError as error:
-                        results[index] = error
-                        consumed[index] = 0.0
-                current = None
-                batch.finish()
-                txn.commit()
-            except Exception as error:
-                txn.abort()
-                if current is None or isinstance(error, lmdb.Error):
-                    logger.exception("group commit of %d writes failed", len(pending))
-                    for index in pending:
-                        results[index] = InternalServerError(f"The node could not commit: {error}")
-                        consumed[index] = 0.0
-                    break
-                logger.exception(
-                    "write %r failed; applying its batch without it", writes[current][0]
-                )
-                results[current] = InternalServerError(f"The node failed on this write: {error!r}")
-                consumed[current] = 0.0
-                pending.remove(current)
+        group = _WriteGroup(self, self.store.batch())
+        for index, (op, body) in enumerate(writes):
+            if results[index] is not None:
                 continue
-            self._install(batch.dirty)
-            break
+            try:
+                results[index], consumed[index] = group.write(op, body)
+            except DynamoError as error:
+                results[index] = error
+            except Exception as error:
+                logger.exception("write %r failed; its group goes on without it", op)
+                results[index] = InternalServerError(f"The node failed on this write: {error!r}")
+        try:
+            group.finish()
+            self.store.commit(group.batch)
+        except Exception as error:
+            logger.exception("group commit of %d writes failed", len(writes))
+            for index, result in enumerate(results):
+                # A failed condition was decided against writes that are now lost as well.
+                if isinstance(result, dict | ConditionalCheckFailed):
+                    results[index] = InternalServerError(f"The node could not commit: {error}")
+                    consumed[index] = 0.0
+        else:
+            self._install(group.dirty)
         self._settle_writes(writes, charged, consumed)
         assert all(result is not None for result in results)
         return results  # type: ignore[return-value]
@@ -326,12 +291,12 @@ class StorageNode:
     def _admit_writes(
         self, writes: Sequence[tuple[str, dict[str, Any]]], results: list[WriteResult | None]
     ) -> list[float]:
-        """Admit each item write on its estimate before any is applied; refuse the throttled.
+        """Admit each item write on its estimate before any is planned; refuse the throttled.
 
         Returns the units charged per write (0 for a write that is not metered). A throttled
         write gets its ProvisionedThroughputExceededException in `results` and is never applied.
         The size a put will write is known (the router measured it); an update's or a delete's is
-        known only inside the transaction, so they are admitted on one unit and charged the rest.
+        known only once planned, so they are admitted on one unit and charged the rest.
         """
         charged = [0.0] * len(writes)
         if not self.throughput.enforced:
@@ -360,7 +325,7 @@ class StorageNode:
                 key = (body["table_id"], body["partition_id"])
                 self.throughput.settle_write(key, consumed[index], units)
 
-    def _install(self, dirty: dict[PartitionKey, Partition | None]) -> None:
+    def _install(self, dirty: dict[PartitionRef, Partition | None]) -> None:
         """Make a committed batch's partition metadata visible to readers, and meter it."""
         for key, partition in dirty.items():
             if partition is None:
@@ -380,38 +345,34 @@ class StorageNode:
         self.partitions = partitions
 
 
-class _WriteBatch:
-    """The writes of one LMDB write transaction, with copies of the partition metadata they touch.
+class _WriteGroup:
+    """The writes of one group commit: a write batch, and copies of the metadata they touch.
 
-    Metadata changes go to copies that become visible only after the commit, so a rolled-back batch
+    Metadata changes go to copies that become visible only after the commit, so a failed commit
     leaves the node's view untouched.
     """
 
-    def __init__(self, node: StorageNode, txn: lmdb.Transaction) -> None:
+    def __init__(self, node: StorageNode, batch: WriteBatchView) -> None:
         self.node = node
-        self.store = node.store
-        self.txn = txn
-        self.dirty: dict[PartitionKey, Partition | None] = {}
-        # The write units the item write being applied consumes (`core.capacity`), set once its
-        # old item is measured and again once its new one is.
-        self.units = 0.0
-        self._appliers: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
-            ops.PUT: self.put,
-            ops.UPDATE: self.update,
-            ops.DELETE: self.delete,
+        self.batch = batch
+        self.dirty: dict[PartitionRef, Partition | None] = {}
+        self._control: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
             ops.CATALOG_CAS: self.catalog_cas,
             ops.CREATE_PARTITION: self.create_partition,
             ops.DROP_TABLE: self.drop_table,
             ops.UPDATE_THROUGHPUT: self.update_throughput,
         }
 
-    def apply(self, op: str, body: dict[str, Any]) -> dict[str, Any]:
-        applier = self._appliers.get(op)
-        if applier is None:
+    def write(self, op: str, body: dict[str, Any]) -> tuple[WriteResult, float]:
+        """Run one write against the batch: its reply or refusal, and the units it consumed."""
+        if op in METERED_WRITES:
+            return self.item_write(op, body)
+        control = self._control.get(op)
+        if control is None:
             raise UnknownOperation(f"{op!r} is not a storage node write operation")
-        return applier(body)
+        return control(body), 0.0
 
-    def _lookup(self, key: PartitionKey) -> Partition | None:
+    def _lookup(self, key: PartitionRef) -> Partition | None:
         if key in self.dirty:
             return self.dirty[key]
         return self.node.partitions.get(key)
@@ -424,135 +385,32 @@ class _WriteBatch:
                 f"Partition {body['partition_id']} of table {body['table_id']} is not on this node"
             )
         partition.check_epoch(body["epoch"])
-        if key not in self.dirty:
-            partition = dataclasses.replace(partition)
-            self.dirty[key] = partition
         return partition
 
-    def _load(self, items_key: bytes) -> Item | None:
-        raw = self.txn.get(items_key, db=self.store.items)
-        return None if raw is None else orjson.loads(raw)
-
-    def _measure_old(self, old: Item | None) -> int:
-        """The size of the item before a write, which is also what a failed condition consumes."""
-        old_bytes = 0 if old is None else item_size_bytes(old)
-        self.units = item_write_units(old_bytes, None)
-        return old_bytes
-
-    @staticmethod
-    def _check_condition(body: dict[str, Any], old: Item | None) -> None:
-        text = body.get("condition")
-        if text is None:
-            return
-        if not expressions.condition(text, body.get("names"), body.get("values")).evaluate(old):
-            # ReturnValuesOnConditionCheckFailure=ALL_OLD returns the item as it was, if any.
-            raise ConditionalCheckFailed(item=old if body.get("return_on_failure") else None)
-
-    def _record(
-        self,
-        partition: Partition,
-        items_key: bytes,
-        key: Item,
-        old: Item | None,
-        new: Item | None,
-        old_bytes: int,
-        new_bytes: int,
-    ) -> None:
-        """Store the new image and append its change-log record.
-
-        Like DynamoDB Streams, a write that leaves the item exactly as it was writes no record.
-        """
-        if new == old:
-            return
-        if new is None:
-            self.txn.delete(items_key, db=self.store.items)
-            kind = "REMOVE"
-            partition.item_count -= 1
-        else:
-            self.txn.put(items_key, orjson.dumps(new), db=self.store.items)
-            kind = "INSERT" if old is None else "MODIFY"
-            if old is None:
-                partition.item_count += 1
-        partition.size_bytes += new_bytes - old_bytes
-        partition.last_seq += 1
-        record = {"seq": partition.last_seq, "kind": kind, "keys": key, "old": old, "new": new}
-        self.txn.put(
-            partition.log_prefix + _seq_bytes(partition.last_seq),
-            orjson.dumps(record),
-            db=self.store.changelog,
-        )
-
-    def put(self, body: dict[str, Any]) -> dict[str, Any]:
+    def item_write(self, op: str, body: dict[str, Any]) -> tuple[WriteResult, float]:
+        """Plan a put, update or delete against the item as this group sees it, then apply it."""
         partition = self._writable(body)
-        item = body["item"]
-        key = partition.key_of(item)
+        request = _write_request(op, body, partition.key_shape)
+        key = request.item if isinstance(request, PutRequest) else request.key
         items_key = partition.item_prefix + partition.storage_key(key)
-        old = self._load(items_key)
-        old_bytes = self._measure_old(old)
-        self._check_condition(body, old)
-        new_bytes = item_size_bytes(item)
-        if new_bytes > limits.ITEM_SIZE_BYTES_MAX:
-            raise ValidationError("Item size has exceeded the maximum allowed size")
-        self.units = item_write_units(old_bytes, new_bytes)
-        self._record(partition, items_key, key, old, item, old_bytes, new_bytes)
-        return {
-            "attributes": old if body.get("return_values") == "ALL_OLD" else None,
-            "old_bytes": old_bytes,
-            "new_bytes": new_bytes,
-        }
-
-    def update(self, body: dict[str, Any]) -> dict[str, Any]:
-        partition = self._writable(body)
-        key = partition.key_of(body["key"])
-        update: expressions.Update | None = None
-        if body.get("update") is not None:
-            update = expressions.update(body["update"], body.get("names"), body.get("values"))
-            for name in (partition.hash_name, partition.range_name):
-                if name in update.top_level_attributes:
-                    raise ValidationError(
-                        INVALID_PARAMETERS
-                        + f"Cannot update attribute {name}. This attribute is part of the key"
-                    )
-        items_key = partition.item_prefix + partition.storage_key(key)
-        old = self._load(items_key)
-        old_bytes = self._measure_old(old)
-        self._check_condition(body, old)
-        # UpdateItem on a missing item creates it from its key, then applies the update.
-        base = dict(key) if old is None else old
-        new = base if update is None else update.apply(base)
-        new_bytes = item_size_bytes(new)
-        if new_bytes > limits.ITEM_SIZE_BYTES_MAX:
-            raise ValidationError("Item size to update has exceeded the maximum allowed size")
-        self.units = item_write_units(old_bytes, new_bytes)
-        self._record(partition, items_key, key, old, new, old_bytes, new_bytes)
-        return {
-            "attributes": _update_return_values(body.get("return_values"), update, old, new),
-            "old_bytes": old_bytes,
-            "new_bytes": new_bytes,
-        }
-
-    def delete(self, body: dict[str, Any]) -> dict[str, Any]:
-        partition = self._writable(body)
-        key = partition.key_of(body["key"])
-        items_key = partition.item_prefix + partition.storage_key(key)
-        old = self._load(items_key)
-        old_bytes = self._measure_old(old)
-        self._check_condition(body, old)
-        self._record(partition, items_key, key, old, None, old_bytes, 0)
-        return {
-            "attributes": old if body.get("return_values") == "ALL_OLD" else None,
-            "old_bytes": old_bytes,
-            "new_bytes": 0,
-        }
+        raw = self.batch.get(Family.ITEMS, items_key)
+        effect = plan(request, None if raw is None else orjson.loads(raw), partition.key_shape)
+        if effect.condition_failed:
+            return effect.failure(), effect.units
+        ref = (partition.table_id, partition.partition_id)
+        staged = partition if ref in self.dirty else dataclasses.replace(partition)
+        replica.apply(self.batch, staged, items_key, effect)
+        self.dirty[ref] = staged
+        return effect.reply(), effect.units
 
     def catalog_cas(self, body: dict[str, Any]) -> dict[str, Any]:
-        raw = self.txn.get(CATALOG_KEY, db=self.store.catalog)
+        raw = self.batch.get(Family.CATALOG, CATALOG_KEY)
         version = 0 if raw is None else orjson.loads(raw)["version"]
         expected = body["expected_version"]
         if expected != version:
             raise ConditionalCheckFailed(f"The catalog is at version {version}, not {expected}")
-        document = {"version": version + 1, "tables": body["tables"]}
-        self.txn.put(CATALOG_KEY, orjson.dumps(document), db=self.store.catalog)
+        document = orjson.dumps({"version": version + 1, "tables": body["tables"]})
+        self.batch.put(Family.CATALOG, CATALOG_KEY, document)
         return {"version": version + 1}
 
     def create_partition(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -593,53 +451,69 @@ class _WriteBatch:
         table_id = body["table_id"]
         prefix = table_prefix(table_id)
         keys = {key for key in (*self.node.partitions, *self.dirty) if key[0] == table_id}
-        dropped = 0
-        for key in keys:
-            partition = self._lookup(key)
-            if partition is None:
-                continue
-            log = partition.log_prefix
-            self.store.delete_range(self.txn, self.store.changelog, log, successor(log))
+        dropped = [key for key in keys if self._lookup(key) is not None]
+        for key in dropped:
+            log = self._lookup(key).log_prefix  # type: ignore[union-attr]
+            self.batch.delete_range(Family.CHANGE_LOG, log, _end_of(log))
             self.dirty[key] = None
-            dropped += 1
-        self.store.delete_range(self.txn, self.store.items, prefix, successor(prefix))
-        return {"partitions_dropped": dropped}
+        self.batch.delete_range(Family.ITEMS, prefix, _end_of(prefix))
+        return {"partitions_dropped": len(dropped)}
 
     def finish(self) -> None:
         """Persist the touched partitions' metadata and trim their change logs to the bound."""
         for (table_id, partition_id), partition in self.dirty.items():
             meta_key = partition_meta_key(table_id, partition_id)
             if partition is None:
-                self.txn.delete(meta_key, db=self.store.partitions)
+                self.batch.delete(Family.PARTITIONS, meta_key)
                 continue
             excess = partition.last_seq - partition.first_seq + 1 - self.node.change_log_records_max
             if excess > 0:
                 log = partition.log_prefix
-                self.store.delete_range(
-                    self.txn,
-                    self.store.changelog,
-                    log + _seq_bytes(partition.first_seq),
-                    log + _seq_bytes(partition.first_seq + excess),
+                self.batch.delete_range(
+                    Family.CHANGE_LOG,
+                    log + seq_bytes(partition.first_seq),
+                    log + seq_bytes(partition.first_seq + excess),
                 )
                 partition.first_seq += excess
-            self.txn.put(meta_key, partition.to_meta(), db=self.store.partitions)
+            self.batch.put(Family.PARTITIONS, meta_key, partition.to_meta())
+
+
+def _write_request(op: str, body: dict[str, Any], shape: KeyShape) -> WriteRequest:
+    """The typed request of a put, update or delete body, its key checked against `shape`."""
+    names, values = body.get("names"), body.get("values")
+    text = body.get("condition")
+    condition = None if text is None else expressions.condition(text, names, values)
+    return_values = body.get("return_values") or "NONE"
+    on_failure = body.get("return_on_failure") is True
+    if op == ops.PUT:
+        item = body["item"]
+        shape.extract(item)
+        return PutRequest(item, condition, return_values, on_failure)
+    key = shape.check_key(body["key"])
+    if op == ops.UPDATE:
+        update_text = body.get("update")
+        update = None if update_text is None else expressions.update(update_text, names, values)
+        return UpdateRequest(key, update, condition, return_values, on_failure)
+    return DeleteRequest(key, condition, return_values, on_failure)
+
+
+def _item_range(partition: Partition, lo: bytes, hi: bytes | None) -> tuple[bytes, bytes]:
+    """Storage-key bounds as `items` keys: prefixed by the table id, never past the table."""
+    prefix = partition.item_prefix
+    return prefix + lo, (_end_of(prefix) if hi is None else prefix + hi)
+
+
+def _end_of(prefix: bytes) -> bytes:
+    """The exclusive end of every key that starts with `prefix` (a table id or a log prefix)."""
+    end = successor(prefix)
+    assert end is not None, "table ids and change-log prefixes are never all 0xff"
+    return end
 
 
 def _sort_key_matcher(
-    condition: expressions.RangeCondition, range_name: str
+    condition: expressions.RangeCondition, sort_name: str
 ) -> Callable[[Item], bool]:
     def matches(item: Item) -> bool:
-        return condition.matches(item[range_name])
+        return condition.matches(item[sort_name])
 
     return matches
-
-
-def _update_return_values(
-    return_values: str | None, update: expressions.Update | None, old: Item | None, new: Item
-) -> Item | None:
-    """UpdateItem's Attributes for its ReturnValues; None when there is nothing to return."""
-    return_values = return_values or "NONE"
-    if update is not None:
-        return update.returned_attributes(old, new, return_values)
-    # Without an UpdateExpression nothing is updated: only the whole images can be returned.
-    return {"ALL_OLD": old, "ALL_NEW": new}.get(return_values)

@@ -1,9 +1,10 @@
 """A partition replica's metadata and the pure rules of its keys, epochs, bounds and pages.
 
-Nothing here touches LMDB or the network: a `Partition` knows its table's key schema, its key range
-and epoch, and how to turn a key into its storage key; `query_bounds`/`scan_bounds` turn a request
-into the tightest storage-key range to walk; `read_page` turns a walk into a Query/Scan reply with
-DynamoDB's paging rules. `node.py` feeds them LMDB cursors.
+Nothing here touches the store or the network: a `Partition` knows its table's key shape
+(`core.keys.KeyShape`), its key range and epoch, and turns a key into its storage key;
+`query_bounds`/`scan_bounds` turn a request into the tightest storage-key range to walk;
+`read_page` turns a walk into a Query/Scan reply with DynamoDB's paging rules. `node.py` feeds
+them the store's iterators.
 """
 
 from __future__ import annotations
@@ -15,17 +16,12 @@ from typing import Any
 import orjson
 
 from core import expressions
-from core.errors import INVALID_PARAMETERS, StaleEpoch, ValidationError
-from core.keycodec import (
-    HASH_BYTES,
-    HASH_SPACE,
-    encode_key_prefix,
-    encode_storage_key,
-    successor,
-)
+from core.errors import StaleEpoch
+from core.keycodec import HASH_BYTES, HASH_SPACE, encode_key_prefix, successor
+from core.keys import KeyShape
 from core.size import item_size_bytes
-from core.values import AttributeValue, Item, type_of
-from storagenode.store import change_log_prefix, table_prefix
+from core.values import AttributeValue, Item
+from storagenode.layout import change_log_prefix, table_prefix
 
 # Range-condition operators whose first value is a lower bound on the sort key.
 _LOWER_BOUNDED = frozenset({"=", ">=", ">", "BETWEEN"})
@@ -33,7 +29,7 @@ _LOWER_BOUNDED = frozenset({"=", ">=", ">", "BETWEEN"})
 
 @dataclass(slots=True)
 class Partition:
-    """One partition replica's metadata, as persisted in the `partitions` database."""
+    """One partition replica's metadata, as persisted in the `partitions` column family."""
 
     table_id: str
     table_name: str
@@ -41,10 +37,7 @@ class Partition:
     start: bytes  # Inclusive lower bound on storage keys.
     end: bytes | None  # Exclusive upper bound; None is unbounded.
     epoch: int
-    hash_name: str
-    hash_type: str
-    range_name: str | None
-    range_type: str | None
+    key_shape: KeyShape
     item_count: int = 0
     size_bytes: int = 0
     last_seq: int = 0  # The seq of the newest change-log record; 0 before the first write.
@@ -67,9 +60,6 @@ class Partition:
         throughput: dict[str, Any] | None = None,
     ) -> Partition:
         """A new, empty partition from create_partition's `table`, `partition` and `throughput`."""
-        key_schema = table["key_schema"]
-        hash_name, hash_type = key_schema["hash"]
-        range_name, range_type = key_schema.get("range") or (None, None)
         end = partition.get("end")
         return cls(
             table_id=table["id"],
@@ -78,20 +68,20 @@ class Partition:
             start=bytes.fromhex(partition["start"]),
             end=None if end is None else bytes.fromhex(end),
             epoch=int(partition["epoch"]),
-            hash_name=hash_name,
-            hash_type=hash_type,
-            range_name=range_name,
-            range_type=range_type,
+            key_shape=KeyShape.from_key_schema(table["key_schema"]),
             throughput=throughput,
         )
 
     @classmethod
     def from_meta(cls, meta: dict[str, Any]) -> Partition:
+        fields = dict(meta)
+        key_schema = fields.pop("key_schema")
         return cls(
             **{
-                **meta,
+                **fields,
                 "start": bytes.fromhex(meta["start"]),
                 "end": None if meta["end"] is None else bytes.fromhex(meta["end"]),
+                "key_shape": KeyShape.from_key_schema(key_schema),
             }
         )
 
@@ -104,10 +94,7 @@ class Partition:
                 "start": self.start.hex(),
                 "end": None if self.end is None else self.end.hex(),
                 "epoch": self.epoch,
-                "hash_name": self.hash_name,
-                "hash_type": self.hash_type,
-                "range_name": self.range_name,
-                "range_type": self.range_type,
+                "key_schema": self.key_shape.to_key_schema(),
                 "item_count": self.item_count,
                 "size_bytes": self.size_bytes,
                 "last_seq": self.last_seq,
@@ -122,8 +109,7 @@ class Partition:
             self.epoch == other.epoch
             and self.start == other.start
             and self.end == other.end
-            and (self.hash_name, self.hash_type, self.range_name, self.range_type)
-            == (other.hash_name, other.hash_type, other.range_name, other.range_type)
+            and self.key_shape == other.key_shape
         )
 
     def check_epoch(self, epoch: int) -> None:
@@ -137,35 +123,16 @@ class Partition:
                 f"Partition {self.partition_id} is at epoch {self.epoch}, the request at {epoch}"
             )
 
-    def key_of(self, item: Item, *, hash_only: bool = False) -> Item:
-        """The key attributes of an item or key (or just its partition key), checked by type."""
-        key = {self.hash_name: self._key_value(item, self.hash_name, self.hash_type)}
-        if self.range_name is not None and not hash_only:
-            assert self.range_type is not None
-            key[self.range_name] = self._key_value(item, self.range_name, self.range_type)
-        return key
-
-    @staticmethod
-    def _key_value(item: Item, name: str, expected: str) -> AttributeValue:
-        value = item.get(name)
-        if value is None:
-            raise ValidationError(INVALID_PARAMETERS + f"Missing the key {name} in the item")
-        actual = type_of(value)
-        if actual != expected:
-            raise ValidationError(
-                INVALID_PARAMETERS
-                + f"Type mismatch for key {name} expected: {expected} actual: {actual}"
-            )
-        return value
-
     def storage_key(self, key: Item) -> bytes:
         """The storage key of an item's key, which must fall in this partition's range."""
-        encoded = encode_storage_key(
-            key[self.hash_name], None if self.range_name is None else key[self.range_name]
-        )
-        if encoded < self.start or (self.end is not None and encoded >= self.end):
+        encoded = self.key_shape.storage_key(key)
+        if not self.holds(encoded):
             raise StaleEpoch(f"The key is outside partition {self.partition_id} at its epoch")
         return encoded
+
+    def holds(self, storage_key: bytes) -> bool:
+        """Whether a storage key falls in this partition's range."""
+        return self.start <= storage_key and (self.end is None or storage_key < self.end)
 
     def clamp(self, lo: bytes, hi: bytes | None) -> tuple[bytes, bytes | None]:
         """The intersection of [lo, hi) with this partition's range."""
@@ -199,7 +166,8 @@ def query_bounds(
     partition key is a prefix of each), and a sort-key condition narrows it further because the sort
     key is encoded order-preservingly. The condition itself is still checked on every item read.
     """
-    collection = encode_storage_key(hash_value, None)
+    shape = partition.key_shape
+    collection = shape.storage_key_of([hash_value])
     lo: bytes = collection
     hi = successor(collection)
     if range_condition is not None:
@@ -209,13 +177,13 @@ def query_bounds(
             lo = collection + encode_key_prefix(values[0])
             hi = successor(lo)
         elif op in _LOWER_BOUNDED:
-            lo = encode_storage_key(hash_value, values[0])
+            lo = shape.storage_key_of([hash_value, values[0]])
         if op == "<":
-            hi = encode_storage_key(hash_value, values[0])
+            hi = shape.storage_key_of([hash_value, values[0]])
         elif op in ("=", "<=", "BETWEEN"):
-            hi = _just_after(encode_storage_key(hash_value, values[-1]))
+            hi = _just_after(shape.storage_key_of([hash_value, values[-1]]))
     if exclusive_start is not None:
-        start_key = partition.storage_key(partition.key_of(exclusive_start))
+        start_key = partition.storage_key(shape.check_key(exclusive_start))
         if forward:
             lo = max(lo, _just_after(start_key))
         else:
@@ -235,7 +203,8 @@ def scan_bounds(
     if hash_end is not None and hash_end < HASH_SPACE:
         hi = hash_end.to_bytes(HASH_BYTES, "big")
     if exclusive_start is not None:
-        lo = max(lo, _just_after(partition.storage_key(partition.key_of(exclusive_start))))
+        start_key = partition.storage_key(partition.key_shape.check_key(exclusive_start))
+        lo = max(lo, _just_after(start_key))
     return partition.clamp(lo, hi)
 
 
@@ -302,7 +271,7 @@ def read_page(
         if (request.limit is not None and scanned >= request.limit) or (
             read_bytes >= request.page_bytes
         ):
-            last_key = partition.key_of(item)
+            last_key = partition.key_shape.key_of(item)
             break
     return {
         "items": items,

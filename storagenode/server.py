@@ -1,7 +1,7 @@
 """The storage node's gRPC server: turns `dynalab.rpc` messages into `StorageNode` calls and back.
 
 Data-plane requests arrive on the bidirectional `Exchange` stream in RequestBatches. Reads are
-answered at once from an LMDB read transaction (microseconds, so on the event loop itself); writes
+answered at once from the store, on the event loop itself; writes
 go to the group committer and are answered when their commit lands. Answers are coalesced:
 whenever the previous ResponseBatch has been sent, everything answered since goes out as the next
 one, so under load one message carries many responses. The unary `Call` serves the rare
@@ -199,13 +199,10 @@ class NodeServer:
         node_id: str,
         listen: str,
         data_dir: Path,
-        *,
-        map_size: int = limits.NODE_MAP_SIZE_BYTES_DEFAULT,
     ) -> None:
         self.node_id = node_id
         self.listen = listen
         self.data_dir = data_dir
-        self.map_size = map_size
         self.address = ""
         self._server: grpc.aio.Server | None = None
         self._servicer: NodeServicer | None = None
@@ -223,8 +220,13 @@ class NodeServer:
             raise OSError(f"Cannot listen on {self.listen}: {error}") from None
         if port == 0:
             raise OSError(f"Cannot listen on {self.listen}")
-        self._store = Store(self.data_dir, self.map_size)
-        node = StorageNode(self._store)
+        self._store = Store(self.data_dir)
+        try:
+            node = StorageNode(self._store)
+        except BaseException:
+            self._store.close()
+            self._store = None
+            raise
         self._committer = GroupCommitter(node.apply_writes)
         self._committer.start()
         self._servicer = NodeServicer(node, self._committer)
@@ -246,7 +248,7 @@ class NodeServer:
 
     async def stop(self, grace: float = limits.NODE_SHUTDOWN_GRACE_SECONDS) -> None:
         """Stop gracefully: refuse new calls, let in-flight ones finish for `grace` seconds,
-        commit what is queued, and close LMDB."""
+        commit what is queued, and close the store."""
         if self._health is not None:
             await self._health.enter_graceful_shutdown()
         if self._servicer is not None:

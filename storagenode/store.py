@@ -1,129 +1,194 @@
-"""The node's LMDB environment and the byte layout of everything kept in it.
+"""The node's RocksDB database, read directly and written in synced batches with an overlay.
 
-One environment per node holds four named databases, so that an item, its change-log record and its
-partition's metadata commit in one atomic, synced transaction:
+RocksDB (through `rocksdict`) is the node's one embedded engine: ordered keys of any length (the
+first stage's LMDB bounded keys at 511 bytes, below DynamoDB's 2048 + 1024), consistent iterators,
+column families, `delete_range`, and the checkpoints and SST ingestion that moving a partition will
+use. The byte layout is in `layout.py`.
 
-- `items`: 16-byte table id + `core.keycodec.encode_storage_key(pk, sk)` -> orjson item. Because the
-  storage key starts with the partition key's hash and is order-preserving, a partition is a
-  contiguous key range and a Query is a cursor range scan.
-- `changelog`: 16-byte table id + 1-byte length + partition id + 8-byte big-endian seq -> orjson
-  `{seq, kind, keys, old, new}`. The table id and the length prefix keep one partition's records
-  contiguous and apart from any other's, whatever its id.
-- `partitions`: 16-byte table id + partition id -> orjson partition metadata (see `partition.py`).
-- `catalog`: one document, the cluster catalog, updated only by compare-and-set.
+Writes go through a `WriteBatch` (`Store.batch()`): the group committer plans every write of a
+group against the batch, which answers reads from its own pending writes first (the overlay), so
+each write sees every earlier one of its group, and then `Store.commit` writes the whole batch
+atomically with the WAL synced. A committed batch has been fsynced: an acknowledged write survives
+kill -9 and power loss. Only the group committer's thread writes; readers on other threads read
+the database directly and never see a batch before it commits.
 
-LMDB's default durability is kept (sync and metasync on, no writemap): a committed transaction has
-been fsynced, so an acknowledged write survives kill -9 and power loss.
+A data directory records its format version; a directory of another version, including the first
+stage's LMDB one, is refused with a message naming both versions rather than misread.
 """
 
 from __future__ import annotations
 
-import fcntl
-import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import lmdb
 import orjson
+from rocksdict import Options, Rdict, WriteBatch, WriteOptions
 
-from core.errors import ValidationError
+from storagenode.layout import FORMAT_KEY, FORMAT_VERSION, Family
 
-TABLE_ID_BYTES = 16
-SEQ_BYTES = 8
-PARTITION_ID_BYTES_MAX = 255  # The change-log key gives a partition id's length one byte.
-CATALOG_KEY = b"catalog"
-LOCK_FILE = "node.lock"
-_DATABASES = (b"items", b"changelog", b"partitions", b"catalog")
+_LMDB_DATA_FILE = "data.mdb"  # The file that marks a data directory of format 1.
+_ROCKSDB_CURRENT_FILE = "CURRENT"
+_LOG_FILES_KEPT = 3
 
 
-def table_prefix(table_id: str) -> bytes:
-    """The 16 bytes that start every items key of a table (its id is 32 hex characters)."""
-    try:
-        prefix = bytes.fromhex(table_id)
-    except (TypeError, ValueError):
-        prefix = b""
-    if len(prefix) != TABLE_ID_BYTES:
-        raise ValidationError(f"A table id is {2 * TABLE_ID_BYTES} hex characters: {table_id!r}")
-    return prefix
+class StoreFormatError(Exception):
+    """The data directory holds data of another format version than this node reads."""
 
 
-def change_log_prefix(table_id: str, partition_id: str) -> bytes:
-    """The bytes before the seq in every change-log key of one partition."""
-    encoded = partition_id.encode()
-    if not encoded or len(encoded) > PARTITION_ID_BYTES_MAX:
-        raise ValidationError(f"A partition id is 1 to {PARTITION_ID_BYTES_MAX} bytes")
-    return table_prefix(table_id) + bytes([len(encoded)]) + encoded
+def _options() -> Options:
+    options = Options(raw_mode=True)
+    options.create_if_missing(True)
+    options.create_missing_column_families(True)
+    options.set_keep_log_file_num(_LOG_FILES_KEPT)
+    return options
 
 
-def partition_meta_key(table_id: str, partition_id: str) -> bytes:
-    return table_prefix(table_id) + partition_id.encode()
+class WriteBatchView:
+    """A batch of writes not yet committed, readable through its overlay.
+
+    `get` answers from the batch's own puts, deletes and range deletes first, then from the
+    database, which is what makes the writes of one group commit see each other.
+    """
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self.batch = WriteBatch(raw_mode=True)
+        self._overlay: dict[tuple[Family, bytes], bytes | None] = {}
+        self._deleted_ranges: list[tuple[Family, bytes, bytes]] = []
+
+    def get(self, family: Family, key: bytes) -> bytes | None:
+        pending = self._overlay.get((family, key), self)
+        if pending is not self:
+            return pending  # type: ignore[return-value]
+        for deleted_family, lo, hi in self._deleted_ranges:
+            if deleted_family is family and lo <= key < hi:
+                return None
+        return self._store.get(family, key)
+
+    def put(self, family: Family, key: bytes, value: bytes) -> None:
+        self._overlay[family, key] = value
+        self.batch.put(key, value, self._store.handle(family))
+
+    def delete(self, family: Family, key: bytes) -> None:
+        self._overlay[family, key] = None
+        self.batch.delete(key, self._store.handle(family))
+
+    def delete_range(self, family: Family, lo: bytes, hi: bytes) -> None:
+        """Delete every key in [lo, hi) of one family, pending puts included."""
+        for pending in [k for k in self._overlay if k[0] is family and lo <= k[1] < hi]:
+            self._overlay[pending] = None
+        self._deleted_ranges.append((family, lo, hi))
+        self.batch.delete_range(lo, hi, self._store.handle(family))
+
+    def __len__(self) -> int:
+        return int(self.batch.len())
 
 
 class Store:
-    """The LMDB environment with its named databases, and the cursor walks the node needs."""
+    """A node's RocksDB database with its column families."""
 
-    def __init__(self, path: Path, map_size: int) -> None:
+    def __init__(self, path: Path) -> None:
         path.mkdir(parents=True, exist_ok=True)
-        # LMDB itself tolerates several processes, but each node keeps partition metadata in memory,
-        # so a second node on the same directory would act on stale metadata: refuse it.
-        self._lock_fd = os.open(path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        _check_format(path)
+        created = not (path / _ROCKSDB_CURRENT_FILE).exists()
+        families = {family.value: _options() for family in Family}
         try:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(self._lock_fd)
-            raise OSError(f"{path} is in use by another storage node") from None
-        self.env = lmdb.open(str(path), map_size=map_size, max_dbs=len(_DATABASES))
-        self.items, self.changelog, self.partitions, self.catalog = (
-            self.env.open_db(name) for name in _DATABASES
-        )
+            self._db = Rdict(str(path), _options(), column_families=families)
+        except Exception as error:
+            # RocksDB holds a lock on its directory; a second node there would act on stale
+            # partition metadata, so a held lock is refused with a clear message.
+            if "lock" in str(error).lower():
+                raise OSError(f"{path} is in use by another storage node") from None
+            raise
+        self._families = {family: self._db.get_column_family(family.value) for family in Family}
+        self._handles = {
+            family: self._db.get_column_family_handle(family.value) for family in Family
+        }
+        self._sync = WriteOptions()
+        self._sync.sync = True
+        if created:
+            self._db.put(FORMAT_KEY, str(FORMAT_VERSION).encode(), self._sync)
+        else:
+            found = self._db.get(FORMAT_KEY)
+            if found != str(FORMAT_VERSION).encode():
+                self.close()
+                raise StoreFormatError(
+                    f"{path} holds dynalab data of format version "
+                    f"{'unknown' if found is None else found.decode()}; this node reads version "
+                    f"{FORMAT_VERSION}. Start it with another --data-dir."
+                )
 
     def close(self) -> None:
-        """Close the environment; callers must have finished every transaction."""
-        self.env.close()
-        os.close(self._lock_fd)
+        """Close the database; callers must have finished every read and commit.
 
-    def begin_read(self) -> lmdb.Transaction:
-        return self.env.begin(buffers=False)
+        RocksDB releases its directory lock only once nothing refers to the database any more,
+        so the family views and handles are closed and dropped first.
+        """
+        for family in self._families.values():
+            family.close()
+        self._families.clear()
+        self._handles.clear()
+        self._db.close()
 
-    def begin_write(self) -> lmdb.Transaction:
-        return self.env.begin(write=True, buffers=False)
+    def handle(self, family: Family) -> object:
+        return self._handles[family]
 
-    def load_partition_metas(self) -> list[dict[str, Any]]:
-        with self.begin_read() as txn:
-            return [orjson.loads(value) for _, value in txn.cursor(db=self.partitions)]
+    def get(self, family: Family, key: bytes) -> bytes | None:
+        value: bytes | None = self._families[family].get(key)
+        return value
 
     def walk(
-        self, txn: lmdb.Transaction, lo: bytes, hi: bytes | None, *, forward: bool
+        self, family: Family, lo: bytes, hi: bytes | None, *, forward: bool
     ) -> Iterator[tuple[bytes, bytes]]:
-        """Items with lo <= key < hi (hi None: to the end), in key order or reverse key order."""
-        cursor = txn.cursor(db=self.items)
+        """Keys lo <= key < hi (hi None: to the end) in key order or reverse key order.
+
+        The walk reads one consistent view of the database: an iterator pins the state it was
+        created in, whatever commits meanwhile.
+        """
+        view = self._families[family]
         if forward:
-            if not cursor.set_range(lo):
-                return
-            for key, value in cursor.iternext():
+            for key, value in view.items(from_key=lo):
                 if hi is not None and key >= hi:
                     return
                 yield key, value
             return
-        # Start at the last key below hi: the one before hi's position, or the very last one.
-        positioned = cursor.last() if hi is None or not cursor.set_range(hi) else cursor.prev()
-        if not positioned:
-            return
-        for key, value in cursor.iterprev():
+        iterator = view.iter()
+        if hi is None:
+            iterator.seek_to_last()
+        else:
+            # The last key below hi: seek_for_prev lands on hi itself when it exists.
+            iterator.seek_for_prev(hi)
+            if iterator.valid() and iterator.key() >= hi:
+                iterator.prev()
+        while iterator.valid():
+            key = iterator.key()
             if key < lo:
                 return
-            yield key, value
+            yield key, iterator.value()
+            iterator.prev()
 
-    def delete_range(self, txn: lmdb.Transaction, db: Any, lo: bytes, hi: bytes | None) -> int:
-        """Delete every key in [lo, hi) of one database; return how many were deleted."""
-        cursor = txn.cursor(db=db)
-        deleted = 0
-        positioned = cursor.set_range(lo)
-        while positioned and (hi is None or cursor.key() < hi):
-            # Cursor.delete removes the current record and moves to the next one; past the last
-            # record the cursor is left unpositioned, with an empty key (no real key is empty).
-            cursor.delete()
-            deleted += 1
-            positioned = bool(cursor.key())
-        return deleted
+    def values(self, family: Family) -> Iterator[bytes]:
+        """Every value of a family, in key order."""
+        for _, value in self._families[family].items():
+            yield value
+
+    def batch(self) -> WriteBatchView:
+        return WriteBatchView(self)
+
+    def commit(self, batch: WriteBatchView) -> None:
+        """Write the batch atomically and fsync the WAL before returning."""
+        if len(batch):
+            self._db.write(batch.batch, self._sync)
+
+    def load_partition_metas(self) -> list[dict[str, object]]:
+        return [orjson.loads(value) for value in self.values(Family.PARTITIONS)]
+
+
+def _check_format(path: Path) -> None:
+    """Refuse a directory written by dynalab's first, LMDB-based format."""
+    if (path / _LMDB_DATA_FILE).exists():
+        raise StoreFormatError(
+            f"{path} holds dynalab data of format version 1 (LMDB, keys of at most 511 bytes); "
+            f"this node reads version {FORMAT_VERSION} (RocksDB). Start it with another "
+            "--data-dir; the data of version 1 is not converted."
+        )

@@ -31,7 +31,6 @@ ROOT = Path(__file__).resolve().parents[2]
 START_SECONDS = 30.0
 STOP_SECONDS = 10.0
 CALL_SECONDS = 5.0
-MAP_SIZE_BYTES = 1 << 30
 TABLE = {"id": "9a" * 16, "name": "T", "key_schema": {"hash": ["pk", "S"], "range": ["sk", "N"]}}
 PARTITION = {"id": "p0", "start": "", "end": None, "epoch": 1, "node": "it-1"}
 
@@ -64,8 +63,6 @@ class NodeProcess:
                 self.address,
                 "--data-dir",
                 str(self.data_dir),
-                "--map-size-bytes",
-                str(MAP_SIZE_BYTES),
                 cwd=ROOT,
                 env=env,
                 stdout=asyncio.subprocess.PIPE,

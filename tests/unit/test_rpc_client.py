@@ -30,7 +30,6 @@ from storagenode.server import NodeServer
 TABLE = {"id": "e5" * 16, "name": "T", "key_schema": {"hash": ["pk", "S"], "range": None}}
 PARTITION = {"id": "p0", "start": "", "end": None, "epoch": 1, "node": "n1"}
 TIMEOUT_SECONDS = 5.0
-MAP_SIZE_BYTES = 1 << 28
 
 
 def data(**body: Any) -> dict[str, Any]:
@@ -45,7 +44,7 @@ def free_port() -> int:
 
 @pytest.fixture
 async def node(tmp_path: Path) -> AsyncIterator[NodeServer]:
-    server = NodeServer("test-node", "127.0.0.1:0", tmp_path / "node", map_size=MAP_SIZE_BYTES)
+    server = NodeServer("test-node", "127.0.0.1:0", tmp_path / "node")
     await server.start()
     yield server
     await server.stop(grace=1.0)
@@ -122,7 +121,7 @@ async def test_a_dead_node_fails_fast(tmp_path: Path) -> None:
 
 
 async def test_the_client_reconnects_to_a_restarted_node(tmp_path: Path) -> None:
-    first = NodeServer("n", "127.0.0.1:0", tmp_path / "node", map_size=MAP_SIZE_BYTES)
+    first = NodeServer("n", "127.0.0.1:0", tmp_path / "node")
     address = await first.start()
     client = NodeClient(address)
     await client.control(
@@ -132,7 +131,7 @@ async def test_the_client_reconnects_to_a_restarted_node(tmp_path: Path) -> None
     await first.stop(grace=0.5)
     with pytest.raises(ServiceUnavailable):
         await client.call(ops.GET, data(key={"pk": {"S": "a"}}), TIMEOUT_SECONDS)
-    second = NodeServer("n", address, tmp_path / "node", map_size=MAP_SIZE_BYTES)
+    second = NodeServer("n", address, tmp_path / "node")
     await second.start()
     try:
         got = await client.call(ops.GET, data(key={"pk": {"S": "a"}}), TIMEOUT_SECONDS)
@@ -235,6 +234,6 @@ async def test_a_closed_client_refuses_calls(fake: tuple[FakeNode, NodeClient]) 
 
 
 async def test_a_node_refuses_a_taken_port(node: NodeServer, tmp_path: Path) -> None:
-    second = NodeServer("other", node.address, tmp_path / "other", map_size=MAP_SIZE_BYTES)
+    second = NodeServer("other", node.address, tmp_path / "other")
     with pytest.raises(OSError, match="Cannot listen"):
         await second.start()

@@ -32,7 +32,7 @@ def put(pk: str, epoch: int = 1) -> dict[str, Any]:
 
 
 async def test_concurrent_writes_share_few_synced_transactions(tmp_path: Path) -> None:
-    store = Store(tmp_path / "node", 1 << 28)
+    store = Store(tmp_path / "node")
     node = StorageNode(store)
     committer = GroupCommitter(node.apply_writes)
     committer.start()
@@ -50,7 +50,7 @@ async def test_concurrent_writes_share_few_synced_transactions(tmp_path: Path) -
     assert committer.batches_committed <= 2 + writes // limits.WRITE_BATCH_OPS_MAX
     await committer.close(CLOSE_SECONDS)
     store.close()
-    reopened = StorageNode(Store(tmp_path / "node", 1 << 28))
+    reopened = StorageNode(Store(tmp_path / "node"))
     assert reopened.partitions[TABLE["id"], "p0"].item_count == writes - len(stale)
     reopened.store.close()
 
@@ -118,7 +118,7 @@ async def test_close_commits_what_is_queued_then_refuses_writes() -> None:
 
 
 async def test_conditions_and_updates_are_atomic_under_concurrency(tmp_path: Path) -> None:
-    store = Store(tmp_path / "node", 1 << 28)
+    store = Store(tmp_path / "node")
     node = StorageNode(store)
     committer = GroupCommitter(node.apply_writes)
     committer.start()

@@ -22,6 +22,7 @@ from core.errors import (
 from core.keycodec import key_hash
 from core.size import item_size_bytes
 from dynalab.rpc import ops
+from storagenode import replica
 from storagenode.node import StorageNode
 from storagenode.store import Store
 
@@ -31,7 +32,6 @@ TABLE = {
     "key_schema": {"hash": ["pk", "S"], "range": ["sk", "N"]},
 }
 HASH_ONLY = {"id": "b2" * 16, "name": "Users", "key_schema": {"hash": ["id", "S"], "range": None}}
-MAP_SIZE_BYTES = 1 << 28
 HALF = "8000000000000000"  # The middle of the hash space, as a storage-key bound.
 
 
@@ -49,12 +49,12 @@ class Harness:
     def __init__(self, path: Path, **node_options: Any) -> None:
         self.path = path
         self.node_options = node_options
-        self.store = Store(path, MAP_SIZE_BYTES)
+        self.store = Store(path)
         self.node = StorageNode(self.store, **node_options)
 
     def reopen(self) -> None:
         self.store.close()
-        self.store = Store(self.path, MAP_SIZE_BYTES)
+        self.store = Store(self.path)
         self.node = StorageNode(self.store, **self.node_options)
 
     def write(self, op: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -572,4 +572,60 @@ def test_query_refuses_a_start_key_from_another_item_collection(songs: Harness) 
 
 def test_a_second_store_on_the_same_directory_is_refused(h: Harness) -> None:
     with pytest.raises(OSError, match="in use by another storage node"):
-        Store(h.path, MAP_SIZE_BYTES)
+        Store(h.path)
+
+
+def test_a_write_whose_apply_fails_fails_alone_and_its_neighbours_are_stored(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug while storing one write (here: apply raising for one key) answers that write with
+    InternalServerError; nothing of it is stored, and every other write of its group commit is
+    acknowledged, stored and logged, with the partition's counters counting only them."""
+    real_apply = replica.apply
+
+    def apply(batch: Any, partition: Any, items_key: bytes, effect: Any) -> None:
+        if effect.key == song("bad", 1):
+            raise RuntimeError("a bug in apply")
+        real_apply(batch, partition, items_key, effect)
+
+    monkeypatch.setattr(replica, "apply", apply)
+    writes = [(ops.PUT, h.data(item=song(pk, 1))) for pk in ("a", "bad", "b", "c")]
+    results = h.node.apply_writes(writes)
+    assert isinstance(results[1], InternalServerError)
+    assert all(isinstance(results[i], dict) for i in (0, 2, 3))
+    assert h.get(song("bad", 1)) is None
+    assert [h.get(song(pk, 1)) for pk in ("a", "b", "c")] == [song(pk, 1) for pk in "abc"]
+    assert [record["keys"] for record in h.changes()] == [song(pk, 1) for pk in "abc"]
+    stats = h.node.read(ops.TABLE_STATS, {"table_id": TABLE["id"]})["partitions"]["p0"]
+    assert stats == {"items": 3, "bytes": 3 * item_size_bytes(song("a", 1)), "last_seq": 3}
+
+
+def test_a_failed_commit_fails_the_group_and_changes_nothing(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only a failure of the batch itself (the disk) fails every write of the group, reported as
+    the node not committing; the node's partition metadata stays as it was."""
+    h.put(song("a", 1))
+
+    def commit(batch: Any) -> None:
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(h.store, "commit", commit)
+    results = h.node.apply_writes(
+        [
+            (ops.PUT, h.data(item=song("b", 1))),
+            (ops.PUT, h.data(item=song("a", 1), condition="attribute_not_exists(pk)")),
+            (ops.PUT, h.data(partition_id="nope", item=song("c", 1))),
+        ]
+    )
+    assert [type(result) for result in results] == [
+        InternalServerError,
+        InternalServerError,
+        StaleEpoch,
+    ]
+    assert "could not commit: No space left on device" in results[0].message
+    monkeypatch.undo()
+    assert h.get(song("b", 1)) is None
+    assert h.node.read(ops.TABLE_STATS, {"table_id": TABLE["id"]})["partitions"]["p0"]["items"] == 1
+    h.put(song("b", 1))
+    assert [record["seq"] for record in h.changes()] == [1, 2]

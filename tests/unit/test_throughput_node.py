@@ -22,7 +22,6 @@ from storagenode.store import Store
 from storagenode.throughput import NodeThroughput
 
 TABLE = {"id": "c4" * 16, "name": "Metered", "key_schema": {"hash": ["pk", "S"], "range": None}}
-MAP_SIZE_BYTES = 1 << 28
 T0 = 1000.0
 
 
@@ -62,7 +61,7 @@ class Node:
         self.path = path
         self.clock = Clock()
         self.enforced = enforced
-        self.store = Store(path, MAP_SIZE_BYTES)
+        self.store = Store(path)
         self.node = self._open()
         partition = {"id": "p0", "start": "", "end": None, "epoch": 1, "node": "n1"}
         body: dict[str, Any] = {"table": TABLE, "partition": partition}
@@ -76,7 +75,7 @@ class Node:
 
     def restart(self) -> None:
         self.store.close()
-        self.store = Store(self.path, MAP_SIZE_BYTES)
+        self.store = Store(self.path)
         self.node = self._open()
 
     def write(self, op: str, body: dict[str, Any]) -> dict[str, Any]:

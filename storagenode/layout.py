@@ -1,0 +1,67 @@
+"""The byte layout of everything a storage node keeps: column families and their keys. Pure.
+
+One RocksDB database per node holds these column families, so that an item, its change record and
+its partition's metadata commit in one atomic, synced write batch:
+
+- `items`: 16-byte table id ‖ storage key (`core.keys.KeyShape.storage_key`) -> orjson item.
+  Because a storage key starts with the partition key's hash and is order-preserving, a partition
+  is a contiguous key range and a Query is one iterator range. RocksDB bounds no key's length, so
+  every key DynamoDB allows (2048 + 1024 bytes, and index keys that append the table key) fits.
+- `change_log`: 16-byte table id ‖ 1-byte length ‖ partition id ‖ 8-byte big-endian seq -> orjson
+  `{seq, kind, keys, old, new}`. The table id and the length prefix keep one partition's records
+  contiguous and apart from any other's, whatever its id.
+- `partitions`: 16-byte table id ‖ partition id -> orjson partition metadata (`partition.py`).
+- `catalog`: one key, the cluster catalog document, changed only by compare-and-set.
+- the default family: `format` -> the data directory's format version (`FORMAT_VERSION`).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from core.errors import ValidationError
+
+TABLE_ID_BYTES = 16
+SEQ_BYTES = 8
+PARTITION_ID_BYTES_MAX = 255  # The change-log key gives a partition id's length one byte.
+CATALOG_KEY = b"catalog"
+FORMAT_KEY = b"format"
+# 1: LMDB, keys bounded at 511 bytes (the first stage). 2: RocksDB column families, this layout.
+FORMAT_VERSION = 2
+
+
+class Family(StrEnum):
+    """The column families of a node's database, named as RocksDB stores them."""
+
+    ITEMS = "items"
+    CHANGE_LOG = "change_log"
+    PARTITIONS = "partitions"
+    CATALOG = "catalog"
+
+
+def table_prefix(table_id: str) -> bytes:
+    """The 16 bytes that start every items key of a table (its id is 32 hex characters)."""
+    try:
+        prefix = bytes.fromhex(table_id)
+    except (TypeError, ValueError):
+        prefix = b""
+    if len(prefix) != TABLE_ID_BYTES:
+        raise ValidationError(f"A table id is {2 * TABLE_ID_BYTES} hex characters: {table_id!r}")
+    return prefix
+
+
+def change_log_prefix(table_id: str, partition_id: str) -> bytes:
+    """The bytes before the seq in every change-log key of one partition."""
+    encoded = partition_id.encode()
+    if not encoded or len(encoded) > PARTITION_ID_BYTES_MAX:
+        raise ValidationError(f"A partition id is 1 to {PARTITION_ID_BYTES_MAX} bytes")
+    return table_prefix(table_id) + bytes([len(encoded)]) + encoded
+
+
+def seq_bytes(seq: int) -> bytes:
+    """A change-log seq as the 8 big-endian bytes that end its key, so keys sort by seq."""
+    return seq.to_bytes(SEQ_BYTES, "big")
+
+
+def partition_meta_key(table_id: str, partition_id: str) -> bytes:
+    return table_prefix(table_id) + partition_id.encode()

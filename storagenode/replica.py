@@ -1,0 +1,49 @@
+"""Apply: the one hook that turns a planned write (`core.writes.WriteEffect`) into storage writes.
+
+Everything a write does to storage happens here, in the group's write batch: the item itself, its
+change-log record, and the partition's counters (items, bytes, last seq). Local secondary index
+entries and the TTL expiry index will be written here too, so that they can never disagree with
+the item. The effect was decided by `core.writes.plan`; this module decides nothing about the
+write, only how it is laid out (`layout.py`).
+
+`apply` encodes everything it will store before it changes anything, so a failure (a bug) leaves
+the batch and the partition's counters exactly as they were and fails that write alone.
+"""
+
+from __future__ import annotations
+
+import orjson
+
+from core.writes import ChangeKind, WriteEffect
+from storagenode.layout import Family, seq_bytes
+from storagenode.partition import Partition
+from storagenode.store import WriteBatchView
+
+
+def apply(
+    batch: WriteBatchView, partition: Partition, items_key: bytes, effect: WriteEffect
+) -> None:
+    """Store `effect` on `partition` (a copy private to the batch) under `items_key`.
+
+    Like DynamoDB Streams, a write that leaves the item exactly as it was stores nothing and
+    records nothing.
+    """
+    kind = effect.kind
+    if kind is None:
+        return
+    seq = partition.last_seq + 1
+    item_value = None if effect.new is None else orjson.dumps(effect.new)
+    record = orjson.dumps(
+        {"seq": seq, "kind": kind.value, "keys": effect.key, "old": effect.old, "new": effect.new}
+    )
+    if item_value is None:
+        batch.delete(Family.ITEMS, items_key)
+    else:
+        batch.put(Family.ITEMS, items_key, item_value)
+    batch.put(Family.CHANGE_LOG, partition.log_prefix + seq_bytes(seq), record)
+    if kind is ChangeKind.INSERT:
+        partition.item_count += 1
+    elif kind is ChangeKind.REMOVE:
+        partition.item_count -= 1
+    partition.size_bytes += effect.new_bytes - effect.old_bytes
+    partition.last_seq = seq
