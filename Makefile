@@ -5,7 +5,7 @@ install:
 	$(PY) -m pip install -e '.[dev]'
 
 proto:
-	$(PY) -m dynalab.rpc.generate
+	$(PY) -m rpc.generate
 
 lint:
 	ruff check . && ruff format --check .

@@ -31,8 +31,8 @@ import uvloop
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from dynalab.rpc import ops  # noqa: E402
-from dynalab.rpc.client import NodeClient  # noqa: E402
+from rpc import ops  # noqa: E402
+from rpc.client import NodeClient  # noqa: E402
 
 START_SECONDS = 30.0
 STOP_SECONDS = 10.0

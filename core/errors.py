@@ -2,7 +2,7 @@
 
 Code raises these; exactly one place per protocol translates them: `router.protocol` turns them into
 `{"__type": "com.amazonaws.dynamodb.v20120810#<type_name>", "message": ...}` HTTP replies, and
-`dynalab.rpc.codec` carries them across gRPC between nodes and routers. Messages use DynamoDB's
+`rpc.codec` carries them across gRPC between nodes and routers. Messages use DynamoDB's
 words wherever the Developer Guide or API Reference gives them, because SDKs and people match on
 them.
 """

@@ -5,7 +5,7 @@ of storage keys (see `core.keycodec`) contains it; a table starts with ranges th
 hash space evenly, as many as its throughput needs, and splits refine them later. A partition
 belongs to the nodes that a consistent-hash ring with virtual nodes picks for its id, so adding or
 removing a node moves only the partitions whose owners change. Partition dicts have the PARTITION
-shape of `dynalab.rpc.ops`: `{"id", "start": hex, "end": hex | None, "epoch", "node"}`.
+shape of `rpc.ops`: `{"id", "start": hex, "end": hex | None, "epoch", "node"}`.
 """
 
 from __future__ import annotations

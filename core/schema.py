@@ -8,7 +8,7 @@ a key: an item must carry each key attribute with the declared type, and a Key p
 exactly the key attributes. Messages are DynamoDB's own, because SDKs and people match on them.
 
 The key schema is kept in the catalog as `{"hash": [name, type], "range": [name, type] | null}`
-(the TABLE descriptor of `dynalab.rpc.ops`); the helpers here read it from such a descriptor.
+(the TABLE descriptor of `rpc.ops`); the helpers here read it from such a descriptor.
 Nothing here does IO.
 """
 

@@ -35,7 +35,7 @@ from typing import IO
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from dynalab import lifeline
+from rpc import lifeline
 
 LOOPBACK = "127.0.0.1"
 STARTUP_TIMEOUT_S = 30.0  # How long a cluster (or one restarted process) may take to become ready.
@@ -147,7 +147,7 @@ class ServiceProcess(abc.ABC):
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ)
         env["PYTHONUNBUFFERED"] = "1"  # Log lines should reach the file as they happen.
-        # The child ties its life to ours (dynalab.lifeline): SIGTERM when this process dies.
+        # The child ties its life to ours (rpc.lifeline): SIGTERM when this process dies.
         env[lifeline.PARENT_PID_ENV] = str(os.getpid())
         env["PYTHONPATH"] = os.pathsep.join(
             [str(PROJECT_ROOT), *filter(None, [env.get("PYTHONPATH")])]

@@ -23,10 +23,10 @@ import uvloop
 from aiohttp import web
 
 from core import limits
-from dynalab import lifeline
 from router.app import create_app, load_operations
 from router.context import RouterContext
 from router.sources import Sources
+from rpc import lifeline
 
 log = logging.getLogger("router")
 

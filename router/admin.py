@@ -26,8 +26,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 
 from core import limits
 from core.errors import DynamoError
-from dynalab.rpc import ops
-from storagenode.metrics import partition_families
+from rpc import ops
+from rpc.partition_metrics import partition_families
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -4,7 +4,7 @@ Every handler gets one `RouterContext`. It answers three questions for them: whi
 means (`table`), where a key or a partition lives and how to call it (`call_key`,
 `call_partition`), and how to change the catalog safely (`change_catalog`).
 
-The catalog (tables, key schemas, partition maps; see `dynalab.rpc.ops`) lives on the storage node
+The catalog (tables, key schemas, partition maps; see `rpc.ops`) lives on the storage node
 that the ring picks for the well-known catalog partition. Routers are stateless: each keeps a copy
 and re-reads it on a cache miss, when a node refuses a request for a stale epoch (a partition split
 or moved, or the table was dropped and created again), and in the background every
@@ -32,9 +32,9 @@ from core.errors import (
 from core.keycodec import encode_storage_key
 from core.placement import HashRing, PartitionMap
 from core.values import AttributeValue
-from dynalab.rpc import ops
-from dynalab.rpc.client import NodeClient
 from router.sources import Sources
+from rpc import ops
+from rpc.client import NodeClient
 
 log = logging.getLogger("router.context")
 
@@ -223,7 +223,7 @@ class RouterContext:
         body: dict[str, Any],
         timeout: float = limits.CONTROL_CALL_SECONDS_MAX,
     ) -> dict[str, Any]:
-        """A control-plane call (`dynalab.rpc.ops.CONTROL_OPS`) to one node, with a deadline."""
+        """A control-plane call (`rpc.ops.CONTROL_OPS`) to one node, with a deadline."""
         return await self._client(node_id).control(op, body, timeout)
 
     def _client(self, node_id: str) -> NodeClient:

@@ -46,7 +46,6 @@ from core.errors import (
 from core.expressions import legacy
 from core.keys import KeyAttributeError
 from core.size import check_item_size, item_size_bytes
-from dynalab.rpc import ops
 from router.context import RouterContext
 from router.requests import (
     CONDITIONAL_OPERATORS,
@@ -61,6 +60,7 @@ from router.requests import (
     key_identity,
     read_common,
 )
+from rpc import ops
 
 Item = dict[str, Any]
 

@@ -40,7 +40,6 @@ from core.errors import (
 from core.expressions import legacy
 from core.placement import segment_hash_range
 from core.size import check_key_value
-from dynalab.rpc import ops
 from router.context import TABLE_NOT_FOUND, RouterContext
 from router.items import add_capacity, capacity_mode
 from router.requests import (
@@ -52,6 +51,7 @@ from router.requests import (
     read_common,
     select_mode,
 )
+from rpc import ops
 
 Item = dict[str, Any]
 Partition = Mapping[str, Any]
@@ -181,7 +181,7 @@ async def _walk(
             covered = bytes.fromhex(edge) <= walk.low
         if covered:
             return page
-        # A node names its last key whenever a bound stops its page (dynalab.rpc.ops), so a
+        # A node names its last key whenever a bound stops its page (rpc.ops), so a
         # partition read to its end left room in the page.
         assert (walk.limit is None or page.scanned < walk.limit) and (
             page.read_bytes < limits.QUERY_PAGE_BYTES_MAX

@@ -393,7 +393,7 @@ def check_conditional_operator(
 def check_index(index_name: str | None) -> None:
     """An IndexName must name one of the table's secondary indexes.
 
-    Table descriptors (`dynalab.rpc.ops`) hold no secondary indexes yet, since CreateTable refuses
+    Table descriptors (`rpc.ops`) hold no secondary indexes yet, since CreateTable refuses
     them, so every IndexName gets DynamoDB's answer for a table without that index.
     """
     if index_name is not None:

@@ -1,7 +1,7 @@
 """Table operations: CreateTable, DescribeTable, UpdateTable, ListTables, DeleteTable,
 DescribeLimits and DescribeEndpoints.
 
-A table lives in the catalog (see `dynalab.rpc.ops`) and as partitions on the storage nodes. Its
+A table lives in the catalog (see `rpc.ops`) and as partitions on the storage nodes. Its
 life follows DynamoDB's statuses, each step a compare-and-set on the catalog so that concurrent
 routers never lose each other's changes:
 
@@ -21,7 +21,7 @@ routers never lose each other's changes:
   SDK waiters do, waits until every node enforces the new throughput.
 
 Every partition is created with the table's throughput settings and how many partitions share
-them (`dynalab.rpc.ops` THROUGHPUT), which the node persists with the partition.
+them (`rpc.ops` THROUGHPUT), which the node persists with the partition.
 
 Requests are read in DynamoDB's three passes with `router.requests.RequestReader`; the table
 definition rules themselves are in `core.schema`.
@@ -48,9 +48,9 @@ from core.errors import (
     ValidationError,
 )
 from core.placement import initial_partition_count, initial_ranges
-from dynalab.rpc import ops
 from router.protocol import request_region
 from router.requests import NAME_PATTERN, RequestReader
+from rpc import ops
 
 if TYPE_CHECKING:
     from router.context import Catalog, RouterContext, Table
@@ -265,7 +265,7 @@ def _decreases_today(changes: dict[str, Any], now: float) -> int:
 
 
 def throughput_document(table: Table) -> dict[str, Any]:
-    """What the nodes need of a table's throughput (`dynalab.rpc.ops` THROUGHPUT)."""
+    """What the nodes need of a table's throughput (`rpc.ops` THROUGHPUT)."""
     return {
         "billing_mode": table["billing_mode"],
         "read": table["throughput"]["read"],

@@ -22,7 +22,7 @@ from pathlib import Path
 import uvloop
 
 from core import limits
-from dynalab import lifeline
+from rpc import lifeline
 from storagenode import metrics
 from storagenode.server import NodeServer
 

@@ -15,87 +15,32 @@ write):
     dynalab_partition_rate_units_per_second    the bucket's rate (the partition's share)
     dynalab_partition_balance_units            what the bucket holds now (negative: in debt)
 
-The router's `GET /metrics` (`router.admin`) gathers the same series from every node, adding a
-`node` label, using `partition_families` below.
+The series are defined with the reply they render, in `rpc.partition_metrics`, which the router's
+`GET /metrics` (`router.admin`) uses too, adding a `node` label.
 """
 
 from __future__ import annotations
 
 import logging
 import weakref
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, start_http_server
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 
+from rpc.partition_metrics import partition_families
 from storagenode.throughput import NodeThroughput
 
 logger = logging.getLogger(__name__)
 
 METRICS_LISTEN_ENV = "DYNALAB_METRICS_LISTEN"
-KINDS = ("read", "write")
-# (metric name, help, the BUCKET field it reports, whether it is a counter)
-_SERIES = (
-    ("dynalab_partition_consumed_units", "Capacity units charged", "consumed_units", True),
-    (
-        "dynalab_partition_throttled_units",
-        "Capacity units asked for by throttled requests",
-        "throttled_units",
-        True,
-    ),
-    ("dynalab_partition_admitted_requests", "Requests admitted", "admitted_requests", True),
-    (
-        "dynalab_partition_throttled_requests",
-        "Requests refused with ProvisionedThroughputExceededException",
-        "throttled_requests",
-        True,
-    ),
-    (
-        "dynalab_partition_rate_units_per_second",
-        "The partition's throughput: its share of the table's, capped per partition",
-        "rate_per_second",
-        False,
-    ),
-    (
-        "dynalab_partition_balance_units",
-        "Capacity units the bucket holds now; negative while a debt is paid back",
-        "balance",
-        False,
-    ),
-)
-
 _watched: weakref.WeakSet[NodeThroughput] = weakref.WeakSet()
 
 
 def watch(throughput: NodeThroughput) -> None:
     """Report `throughput`'s partitions on this process's metrics server."""
     _watched.add(throughput)
-
-
-def partition_families(
-    partitions: Iterable[Mapping[str, Any]], extra_labels: Sequence[str] = ()
-) -> list[Metric]:
-    """Metric families of partition_throughput entries (`dynalab.rpc.ops`).
-
-    Each entry may carry values for `extra_labels` under the same keys (the router adds "node").
-    """
-    labels = ["table", "partition", *extra_labels, "kind"]
-    families: list[tuple[Metric, str]] = []
-    for name, documentation, field, counter in _SERIES:
-        family_type = CounterMetricFamily if counter else GaugeMetricFamily
-        families.append((family_type(name, documentation, labels=labels), field))
-    for partition in partitions:
-        base = [
-            str(partition["table_name"]),
-            str(partition["partition_id"]),
-            *(str(partition[label]) for label in extra_labels),
-        ]
-        for kind in KINDS:
-            bucket = partition[kind]
-            for family, field in families:
-                family.add_metric([*base, kind], float(bucket[field]))
-    return [family for family, _ in families]
 
 
 class _NodeCollector:

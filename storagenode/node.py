@@ -1,4 +1,4 @@
-"""Every operation of `dynalab.rpc.ops`, executed against the node's store.
+"""Every operation of `rpc.ops`, executed against the node's store.
 
 `StorageNode` has no asyncio and no gRPC: `read` answers a read operation from the store, and
 `apply_writes` runs a group of write operations as one synced write batch (the group commit),
@@ -42,7 +42,7 @@ from core.keys import KeyShape
 from core.size import item_size_bytes
 from core.values import Item
 from core.writes import DeleteRequest, PutRequest, UpdateRequest, WriteRequest, plan
-from dynalab.rpc import ops
+from rpc import ops
 from storagenode import metrics, replica
 from storagenode.layout import CATALOG_KEY, Family, partition_meta_key, seq_bytes, table_prefix
 from storagenode.partition import PageRequest, Partition, query_bounds, read_page, scan_bounds

@@ -42,7 +42,7 @@ class Partition:
     size_bytes: int = 0
     last_seq: int = 0  # The seq of the newest change-log record; 0 before the first write.
     first_seq: int = 1  # The seq of the oldest change-log record still retained.
-    # The table's throughput settings its token buckets follow (`dynalab.rpc.ops` THROUGHPUT);
+    # The table's throughput settings its token buckets follow (`rpc.ops` THROUGHPUT);
     # None for a partition created without them, which is metered as on-demand.
     throughput: dict[str, Any] | None = None
     item_prefix: bytes = field(init=False, repr=False)

@@ -1,4 +1,4 @@
-"""The storage node's gRPC server: turns `dynalab.rpc` messages into `StorageNode` calls and back.
+"""The storage node's gRPC server: turns `rpc` messages into `StorageNode` calls and back.
 
 Data-plane requests arrive on the bidirectional `Exchange` stream in RequestBatches. Reads are
 answered at once from the store, on the event loop itself; writes
@@ -24,7 +24,7 @@ from grpc_health.v1.health import aio as health_aio
 
 from core import limits
 from core.errors import DynamoError, InternalServerError, ServiceUnavailable, UnknownOperation
-from dynalab.rpc import codec, node_pb2, node_pb2_grpc
+from rpc import codec, node_pb2, node_pb2_grpc
 from storagenode.commit import GroupCommitter
 from storagenode.node import READ_OPS, WRITE_OPS, StorageNode
 from storagenode.store import Store

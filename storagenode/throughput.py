@@ -208,7 +208,7 @@ class NodeThroughput:
     # Reporting ----------------------------------------------------------------------------------
 
     def report(self, table_id: str | None = None) -> dict[str, Any]:
-        """The partition_throughput reply (`dynalab.rpc.ops`): every metered partition's state."""
+        """The partition_throughput reply (`rpc.ops`): every metered partition's state."""
         now = self.clock()
         partitions = []
         for (meter_table, partition_id), meter in list(self._meters.items()):

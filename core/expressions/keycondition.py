@@ -75,7 +75,7 @@ class RangeCondition:
 
     @classmethod
     def from_json(cls, body: Mapping[str, Any]) -> RangeCondition:
-        """Rebuild a range condition from ``{"op": ..., "values": [...]}`` (dynalab.rpc.ops)."""
+        """Rebuild a range condition from ``{"op": ..., "values": [...]}`` (rpc.ops)."""
         values = body.get("values")
         if not isinstance(values, list):
             raise ValidationError("A range condition needs a list of values")

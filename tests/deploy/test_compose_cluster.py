@@ -48,8 +48,8 @@ from testcontainers.core.network import Network  # noqa: E402
 
 from core.keycodec import encode_storage_key  # noqa: E402
 from core.placement import HashRing, PartitionMap  # noqa: E402
-from dynalab.rpc import node_pb2, node_pb2_grpc, ops  # noqa: E402
-from dynalab.rpc.codec import decode_body  # noqa: E402
+from rpc import node_pb2, node_pb2_grpc, ops  # noqa: E402
+from rpc.codec import decode_body  # noqa: E402
 
 pytestmark = [pytest.mark.deploy, pytest.mark.timeout(1200)]
 

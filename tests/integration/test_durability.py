@@ -20,8 +20,8 @@ from botocore.exceptions import ClientError
 
 from core.placement import HashRing
 from dynalab.cluster import LocalCluster
-from dynalab.rpc import ops
-from dynalab.rpc.client import NodeClient
+from rpc import ops
+from rpc.client import NodeClient
 from tests.integration.conftest import create_active_table, dynamodb_client
 
 WRITERS = 8

@@ -19,8 +19,8 @@ from botocore.exceptions import ClientError
 from core import keycodec, limits
 from core.placement import HashRing, PartitionMap
 from dynalab.cluster import LocalCluster, StorageNode
-from dynalab.rpc import ops
-from dynalab.rpc.client import NodeClient
+from rpc import ops
+from rpc.client import NodeClient
 from tests.integration.conftest import (
     create_active_table,
     error_of,

@@ -12,8 +12,8 @@ from collections.abc import Callable
 from typing import Any
 
 from dynalab.cluster import LocalCluster
-from dynalab.rpc import ops
-from dynalab.rpc.client import NodeClient
+from rpc import ops
+from rpc.client import NodeClient
 
 ITEMS = 600
 BATCH = 25

@@ -18,8 +18,8 @@ from core import keycodec, limits
 from core.placement import PartitionMap, hash_bound
 from core.size import item_size_bytes
 from dynalab.cluster import LocalCluster
-from dynalab.rpc import ops
 from router import queries
+from rpc import ops
 from tests.integration.conftest import create_active_table
 
 SORT_KEY = ("sk", "N")
@@ -417,7 +417,7 @@ class SplittingCluster:
     It keeps the documented behaviour of `RouterContext.call_partition`: a request to a partition
     that split is resent to the partition now holding the asked-about start bound, and the reply
     names that partition. After `split_after` calls, the partition holding `split_key` splits
-    there. The nodes answer query and scan pages as `dynalab.rpc.ops` specifies.
+    there. The nodes answer query and scan pages as `rpc.ops` specifies.
     """
 
     def __init__(self, items: list[dict[str, Any]], split_key: bytes, split_after: int) -> None:

@@ -22,8 +22,8 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from core.errors import ServiceUnavailable
-from dynalab.rpc import ops
-from dynalab.rpc.client import NodeClient
+from rpc import ops
+from rpc.client import NodeClient
 
 pytestmark = pytest.mark.integration
 

@@ -26,8 +26,8 @@ from botocore.exceptions import ClientError
 from core import limits
 from core.errors import ResourceNotFound
 from dynalab.cluster import LocalCluster
-from dynalab.rpc import ops
 from router.context import RouterContext
+from rpc import ops
 from tests.integration.conftest import error_of
 
 INVALID = "One or more parameter values were invalid: "

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-generate = pytest.importorskip("dynalab.rpc.generate", reason="grpcio-tools is a dev dependency")
+generate = pytest.importorskip("rpc.generate", reason="grpcio-tools is a dev dependency")
 
 
 def test_generated_code_is_fresh(tmp_path: Path) -> None:

@@ -17,11 +17,11 @@ import pytest
 
 from core import limits
 from core.errors import ConditionalCheckFailed, ServiceUnavailable
-from dynalab.rpc import ops
 from router import tables
 from router.context import RouterContext
 from router.protocol import JsonProtocol, RequestIds
 from router.sources import ManualClock, Sources
+from rpc import ops
 
 START = datetime(2024, 3, 1, 22, 0, tzinfo=UTC).timestamp()
 HOUR_SECONDS = 3600.0

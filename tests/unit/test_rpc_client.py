@@ -23,8 +23,8 @@ from core.errors import (
     UnknownOperation,
     ValidationError,
 )
-from dynalab.rpc import codec, node_pb2, node_pb2_grpc, ops
-from dynalab.rpc.client import NodeClient
+from rpc import codec, node_pb2, node_pb2_grpc, ops
+from rpc.client import NodeClient
 from storagenode.server import NodeServer
 
 TABLE = {"id": "e5" * 16, "name": "T", "key_schema": {"hash": ["pk", "S"], "range": None}}

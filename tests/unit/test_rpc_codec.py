@@ -11,7 +11,7 @@ from core.errors import (
     StaleEpoch,
     ThroughputExceeded,
 )
-from dynalab.rpc import codec, node_pb2
+from rpc import codec, node_pb2
 
 
 @pytest.mark.parametrize("error_type", sorted(ERROR_TYPES.values(), key=lambda t: t.type_name))

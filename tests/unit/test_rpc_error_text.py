@@ -2,7 +2,7 @@
 
 import grpc
 
-from dynalab.rpc.client import _describe
+from rpc.client import _describe
 
 
 def test_grpc_errors_are_described_by_status_and_details() -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from core import limits
 from core.errors import ConditionalCheckFailed, ServiceUnavailable, StaleEpoch
-from dynalab.rpc import ops
+from rpc import ops
 from storagenode.commit import GroupCommitter
 from storagenode.node import StorageNode
 from storagenode.store import Store

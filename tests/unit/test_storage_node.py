@@ -21,7 +21,7 @@ from core.errors import (
 )
 from core.keycodec import key_hash
 from core.size import item_size_bytes
-from dynalab.rpc import ops
+from rpc import ops
 from storagenode import replica
 from storagenode.node import StorageNode
 from storagenode.store import Store

@@ -16,7 +16,7 @@ import pytest
 
 from core import limits
 from core.errors import ConditionalCheckFailed, DynamoError, StaleEpoch, ThroughputExceeded
-from dynalab.rpc import ops
+from rpc import ops
 from storagenode.node import StorageNode
 from storagenode.store import Store
 from storagenode.throughput import NodeThroughput

@@ -1,4 +1,4 @@
-"""Regenerate the protobuf and gRPC modules from proto/ (run as `python -m dynalab.rpc.generate`).
+"""Regenerate the protobuf and gRPC modules from proto/ (run as `python -m rpc.generate`).
 
 The generated files are committed so that installing dynalab needs no protoc; a test regenerates
 them into a temporary directory and fails if the committed copies are stale.
@@ -11,9 +11,9 @@ from pathlib import Path
 
 from grpc_tools import protoc
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 PROTO_ROOT = ROOT / "proto"
-PROTOS = ["dynalab/rpc/node.proto"]
+PROTOS = ["rpc/node.proto"]
 
 
 def generate(out_dir: Path) -> None:

@@ -20,7 +20,7 @@ from core.errors import (
     InternalServerError,
     ThroughputExceeded,
 )
-from dynalab.rpc import node_pb2
+from rpc import node_pb2
 
 
 def encode_body(body: dict[str, Any]) -> bytes:

@@ -3,13 +3,13 @@
 Data-plane calls share ONE long-lived `Exchange` stream per client. While a RequestBatch is being
 written, new calls wait in an outbox and all go out together in the next batch; responses come back
 in ResponseBatches and are matched to their calls by id. This amortises gRPC's per-message cost over
-every request in flight, which one unary RPC per request cannot (see proto/dynalab/rpc/node.proto).
+every request in flight, which one unary RPC per request cannot (see proto/rpc/node.proto).
 
 Every call has a deadline and never hangs: a call that is not answered in time, or whose stream
 breaks, or whose node cannot be reached, raises `core.errors.ServiceUnavailable`. A broken stream
 fails all of its calls at once; the next call opens a new one, no sooner than a backoff that doubles
 with each consecutive failure (bounded by RPC_RECONNECT_BACKOFF_SECONDS_MAX). Errors the node
-reports come back as the same `core.errors` instances, through `dynalab.rpc.codec`.
+reports come back as the same `core.errors` instances, through `rpc.codec`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import orjson
 
 from core import limits
 from core.errors import ServiceUnavailable
-from dynalab.rpc import codec, node_pb2, node_pb2_grpc
+from rpc import codec, node_pb2, node_pb2_grpc
 
 logger = logging.getLogger(__name__)
 

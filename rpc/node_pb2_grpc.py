@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from dynalab.rpc import node_pb2 as dynalab_dot_rpc_dot_node__pb2
+from rpc import node_pb2 as rpc_dot_node__pb2
 
 GRPC_GENERATED_VERSION = '1.81.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in dynalab/rpc/node_pb2_grpc.py depends on'
+        + ' but the generated code in rpc/node_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -36,13 +36,13 @@ class StorageNodeStub:
         """
         self.Exchange = channel.stream_stream(
                 '/dynalab.rpc.StorageNode/Exchange',
-                request_serializer=dynalab_dot_rpc_dot_node__pb2.RequestBatch.SerializeToString,
-                response_deserializer=dynalab_dot_rpc_dot_node__pb2.ResponseBatch.FromString,
+                request_serializer=rpc_dot_node__pb2.RequestBatch.SerializeToString,
+                response_deserializer=rpc_dot_node__pb2.ResponseBatch.FromString,
                 _registered_method=True)
         self.Call = channel.unary_unary(
                 '/dynalab.rpc.StorageNode/Call',
-                request_serializer=dynalab_dot_rpc_dot_node__pb2.Request.SerializeToString,
-                response_deserializer=dynalab_dot_rpc_dot_node__pb2.Response.FromString,
+                request_serializer=rpc_dot_node__pb2.Request.SerializeToString,
+                response_deserializer=rpc_dot_node__pb2.Response.FromString,
                 _registered_method=True)
 
 
@@ -66,13 +66,13 @@ def add_StorageNodeServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Exchange': grpc.stream_stream_rpc_method_handler(
                     servicer.Exchange,
-                    request_deserializer=dynalab_dot_rpc_dot_node__pb2.RequestBatch.FromString,
-                    response_serializer=dynalab_dot_rpc_dot_node__pb2.ResponseBatch.SerializeToString,
+                    request_deserializer=rpc_dot_node__pb2.RequestBatch.FromString,
+                    response_serializer=rpc_dot_node__pb2.ResponseBatch.SerializeToString,
             ),
             'Call': grpc.unary_unary_rpc_method_handler(
                     servicer.Call,
-                    request_deserializer=dynalab_dot_rpc_dot_node__pb2.Request.FromString,
-                    response_serializer=dynalab_dot_rpc_dot_node__pb2.Response.SerializeToString,
+                    request_deserializer=rpc_dot_node__pb2.Request.FromString,
+                    response_serializer=rpc_dot_node__pb2.Response.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -100,8 +100,8 @@ class StorageNode:
             request_iterator,
             target,
             '/dynalab.rpc.StorageNode/Exchange',
-            dynalab_dot_rpc_dot_node__pb2.RequestBatch.SerializeToString,
-            dynalab_dot_rpc_dot_node__pb2.ResponseBatch.FromString,
+            rpc_dot_node__pb2.RequestBatch.SerializeToString,
+            rpc_dot_node__pb2.ResponseBatch.FromString,
             options,
             channel_credentials,
             insecure,
@@ -127,8 +127,8 @@ class StorageNode:
             request,
             target,
             '/dynalab.rpc.StorageNode/Call',
-            dynalab_dot_rpc_dot_node__pb2.Request.SerializeToString,
-            dynalab_dot_rpc_dot_node__pb2.Response.FromString,
+            rpc_dot_node__pb2.Request.SerializeToString,
+            rpc_dot_node__pb2.Response.FromString,
             options,
             channel_credentials,
             insecure,

@@ -8,7 +8,7 @@ ExpressionAttributeValues (`values`); both router and node parse them through th
 Legacy parameters (Expected, AttributeUpdates, QueryFilter, ...) are translated to expressions by
 the router, so nodes only ever see expressions.
 
-Errors travel as `core.errors` type names (see `dynalab.rpc.codec`); `StaleEpoch` and
+Errors travel as `core.errors` type names (see `rpc.codec`); `StaleEpoch` and
 `PartitionNotFound`-style refusals are `StaleEpoch`, upon which the router refreshes its map and
 retries.
 

@@ -1,0 +1,70 @@
+"""Prometheus metric families of the partition_throughput reply (`rpc.ops`).
+
+A storage node serves them from its own token buckets (`storagenode.metrics`) and the router's
+`GET /metrics` (`router.admin`) from the replies it gathers from every node, adding a `node`
+label. They render a reply schema of the contract, so they live with the contract: neither
+service imports the other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+KINDS = ("read", "write")
+# (metric name, help, the BUCKET field it reports, whether it is a counter)
+_SERIES = (
+    ("dynalab_partition_consumed_units", "Capacity units charged", "consumed_units", True),
+    (
+        "dynalab_partition_throttled_units",
+        "Capacity units asked for by throttled requests",
+        "throttled_units",
+        True,
+    ),
+    ("dynalab_partition_admitted_requests", "Requests admitted", "admitted_requests", True),
+    (
+        "dynalab_partition_throttled_requests",
+        "Requests refused with ProvisionedThroughputExceededException",
+        "throttled_requests",
+        True,
+    ),
+    (
+        "dynalab_partition_rate_units_per_second",
+        "The partition's throughput: its share of the table's, capped per partition",
+        "rate_per_second",
+        False,
+    ),
+    (
+        "dynalab_partition_balance_units",
+        "Capacity units the bucket holds now; negative while a debt is paid back",
+        "balance",
+        False,
+    ),
+)
+
+
+def partition_families(
+    partitions: Iterable[Mapping[str, Any]], extra_labels: Sequence[str] = ()
+) -> list[Metric]:
+    """Metric families of partition_throughput entries (`rpc.ops`).
+
+    Each entry may carry values for `extra_labels` under the same keys (the router adds "node").
+    """
+    labels = ["table", "partition", *extra_labels, "kind"]
+    families: list[tuple[Metric, str]] = []
+    for name, documentation, field, counter in _SERIES:
+        family_type = CounterMetricFamily if counter else GaugeMetricFamily
+        families.append((family_type(name, documentation, labels=labels), field))
+    for partition in partitions:
+        base = [
+            str(partition["table_name"]),
+            str(partition["partition_id"]),
+            *(str(partition[label]) for label in extra_labels),
+        ]
+        for kind in KINDS:
+            bucket = partition[kind]
+            for family, field in families:
+                family.add_metric([*base, kind], float(bucket[field]))
+    return [family for family, _ in families]
