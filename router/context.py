@@ -35,6 +35,7 @@ from core.values import AttributeValue
 from router.sources import Sources
 from rpc import ops
 from rpc.client import NodeClient
+from rpc.transport import NodeTransport
 
 log = logging.getLogger("router.context")
 
@@ -53,14 +54,25 @@ class RouterContext:
     """Clients of the storage nodes, the node ring, and the cached catalog of one router process."""
 
     def __init__(
-        self, nodes: Mapping[str, str], advertise: str, sources: Sources | None = None
+        self,
+        nodes: Mapping[str, str],
+        advertise: str,
+        sources: Sources | None = None,
+        *,
+        connect: Callable[[str], NodeTransport] = NodeClient,
     ) -> None:
-        """`sources` default to the system's (`Sources.system()`); tests pass seeded ones."""
+        """`sources` default to the system's (`Sources.system()`); tests pass seeded ones.
+
+        `connect` makes the transport to one node from its address: gRPC's `NodeClient` by
+        default; a simulation passes `rpc.local.LocalNetwork.connect`.
+        """
         if not nodes:
             raise ValueError("a router needs at least one storage node")
         self.advertise = advertise
         self.sources = Sources.system() if sources is None else sources
-        self.clients = {node_id: NodeClient(address) for node_id, address in nodes.items()}
+        self.clients: dict[str, NodeTransport] = {
+            node_id: connect(address) for node_id, address in nodes.items()
+        }
         self.ring = HashRing(self.clients)
         self.catalog_node = self.ring.owner(ops.CATALOG_PARTITION_ID)
         self.catalog_version = -1
@@ -226,7 +238,7 @@ class RouterContext:
         """A control-plane call (`rpc.ops.CONTROL_OPS`) to one node, with a deadline."""
         return await self._client(node_id).control(op, body, timeout)
 
-    def _client(self, node_id: str) -> NodeClient:
+    def _client(self, node_id: str) -> NodeTransport:
         client = self.clients.get(node_id)
         if client is None:
             # The catalog names a node this router was not started with: the routers of the

@@ -5,7 +5,7 @@ first stage's LMDB bounded keys at 511 bytes, below DynamoDB's 2048 + 1024), con
 column families, `delete_range`, and the checkpoints and SST ingestion that moving a partition will
 use. The byte layout is in `layout.py`.
 
-Writes go through a `WriteBatch` (`Store.batch()`): the group committer plans every write of a
+Writes go through a `WriteBatchView` (`Store.batch()`): the group committer plans every write of a
 group against the batch, which answers reads from its own pending writes first (the overlay), so
 each write sees every earlier one of its group, and then `Store.commit` writes the whole batch
 atomically with the WAL synced. A committed batch has been fsynced: an acknowledged write survives
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Protocol
 
 import orjson
 from rocksdict import Options, Rdict, WriteBatch, WriteOptions
@@ -43,16 +44,28 @@ def _options() -> Options:
     return options
 
 
+class _Reader(Protocol):
+    def get(self, family: Family, key: bytes) -> bytes | None: ...
+
+
+# One recorded write of a batch: (PUT, family, key, value), (DELETE, family, key, None) or
+# (DELETE_RANGE, family, lo, hi). The store the batch commits to replays them in order.
+PUT, DELETE, DELETE_RANGE = "put", "delete", "delete_range"
+BatchOp = tuple[str, Family, bytes, bytes | None]
+
+
 class WriteBatchView:
     """A batch of writes not yet committed, readable through its overlay.
 
     `get` answers from the batch's own puts, deletes and range deletes first, then from the
-    database, which is what makes the writes of one group commit see each other.
+    store, which is what makes the writes of one group commit see each other. The writes are
+    recorded in order in `ops`; the store's `commit` applies them (`Store` as one RocksDB
+    WriteBatch, `MemoryStore` to its dictionaries), so every store shares this overlay.
     """
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: _Reader) -> None:
         self._store = store
-        self.batch = WriteBatch(raw_mode=True)
+        self.ops: list[BatchOp] = []
         self._overlay: dict[tuple[Family, bytes], bytes | None] = {}
         self._deleted_ranges: list[tuple[Family, bytes, bytes]] = []
 
@@ -67,21 +80,21 @@ class WriteBatchView:
 
     def put(self, family: Family, key: bytes, value: bytes) -> None:
         self._overlay[family, key] = value
-        self.batch.put(key, value, self._store.handle(family))
+        self.ops.append((PUT, family, key, value))
 
     def delete(self, family: Family, key: bytes) -> None:
         self._overlay[family, key] = None
-        self.batch.delete(key, self._store.handle(family))
+        self.ops.append((DELETE, family, key, None))
 
     def delete_range(self, family: Family, lo: bytes, hi: bytes) -> None:
         """Delete every key in [lo, hi) of one family, pending puts included."""
         for pending in [k for k in self._overlay if k[0] is family and lo <= k[1] < hi]:
             self._overlay[pending] = None
         self._deleted_ranges.append((family, lo, hi))
-        self.batch.delete_range(lo, hi, self._store.handle(family))
+        self.ops.append((DELETE_RANGE, family, lo, hi))
 
     def __len__(self) -> int:
-        return int(self.batch.len())
+        return len(self.ops)
 
 
 class Store:
@@ -177,8 +190,19 @@ class Store:
 
     def commit(self, batch: WriteBatchView) -> None:
         """Write the batch atomically and fsync the WAL before returning."""
-        if len(batch):
-            self._db.write(batch.batch, self._sync)
+        if not batch.ops:
+            return
+        write_batch = WriteBatch(raw_mode=True)
+        handles = self._handles
+        for kind, family, key, value in batch.ops:
+            if kind == PUT:
+                write_batch.put(key, value, handles[family])
+            elif kind == DELETE:
+                write_batch.delete(key, handles[family])
+            else:
+                assert value is not None  # A range delete's upper bound.
+                write_batch.delete_range(key, value, handles[family])
+        self._db.write(write_batch, self._sync)
 
     def load_partition_metas(self) -> list[dict[str, object]]:
         return [orjson.loads(value) for value in self.values(Family.PARTITIONS)]

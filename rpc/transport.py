@@ -1,0 +1,38 @@
+"""`NodeTransport`: the one interface through which a service calls a storage node.
+
+Two implementations satisfy it: `rpc.client.NodeClient` over gRPC, and `rpc.local.LocalTransport`,
+an in-process twin that calls a node in the same process and can drop, delay, duplicate and cut
+calls from a seeded random source (DESIGN.md, "Seams for faults and simulation"). Code that calls
+nodes (the router's `RouterContext`) depends on this Protocol only, and is handed a `connect`
+callable that makes one transport per node address.
+
+Both keep the same contract: every call has a deadline and never hangs; a call that is not
+answered in time, or whose node cannot be reached, raises `core.errors.ServiceUnavailable`
+(the request may or may not have been applied); errors the node reports come back as the same
+`core.errors` instances.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+
+class NodeTransport(Protocol):
+    """Calls one storage node: data-plane `call`, control-plane `control`, and `close`."""
+
+    @property
+    def address(self) -> str:
+        """The node's address, for messages."""
+        ...
+
+    async def call(self, op: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
+        """Send one data-plane request (`rpc.ops.DATA_OPS`); return its reply body."""
+        ...
+
+    async def control(self, op: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
+        """Send one control-plane request (`rpc.ops.CONTROL_OPS`); return its reply body."""
+        ...
+
+    async def close(self) -> None:
+        """Fail every call in flight and release the connection."""
+        ...
