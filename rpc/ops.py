@@ -52,6 +52,13 @@ A partition covers encoded storage keys k with bytes.fromhex(start) <= k < bytes
                      Without "throughput" the partition is not metered (the node's own tests
                      create partitions so); routers always send it.
     drop_table       {"table_id": str}   -> {"partitions_dropped": int}   (items, logs and metadata)
+    retire_partition {"table_id": str, "partition_id": str, "epoch": int}
+                     -> {"retired": bool}
+                     After a split: the node forgets the partition (its metadata and change log),
+                     so a request still naming it is refused with StaleEpoch. Items stay: a node
+                     keys them by table, not partition, and the children hold them. Idempotent:
+                     a partition that is not there is not retired ("retired": false); one at a
+                     newer epoch than the request's is refused with StaleEpoch.
     table_stats      {"table_id": str}
                      -> {"partitions": {partition id: {"items", "bytes", "last_seq": int}}}
 
@@ -134,6 +141,7 @@ CATALOG_GET = "catalog_get"
 CATALOG_CAS = "catalog_cas"
 CREATE_PARTITION = "create_partition"
 DROP_TABLE = "drop_table"
+RETIRE_PARTITION = "retire_partition"
 TABLE_STATS = "table_stats"
 UPDATE_THROUGHPUT = "update_throughput"
 PARTITION_THROUGHPUT = "partition_throughput"
@@ -152,6 +160,7 @@ CONTROL_OPS = frozenset(
         CATALOG_CAS,
         CREATE_PARTITION,
         DROP_TABLE,
+        RETIRE_PARTITION,
         TABLE_STATS,
         UPDATE_THROUGHPUT,
         PARTITION_THROUGHPUT,

@@ -69,6 +69,7 @@ WRITE_OPS = frozenset(
         ops.CATALOG_CAS,
         ops.CREATE_PARTITION,
         ops.DROP_TABLE,
+        ops.RETIRE_PARTITION,
         ops.UPDATE_THROUGHPUT,
     }
 )
@@ -360,6 +361,7 @@ class _WriteGroup:
             ops.CATALOG_CAS: self.catalog_cas,
             ops.CREATE_PARTITION: self.create_partition,
             ops.DROP_TABLE: self.drop_table,
+            ops.RETIRE_PARTITION: self.retire_partition,
             ops.UPDATE_THROUGHPUT: self.update_throughput,
         }
 
@@ -458,6 +460,22 @@ class _WriteGroup:
             self.dirty[key] = None
         self.batch.delete_range(Family.ITEMS, prefix, _end_of(prefix))
         return {"partitions_dropped": len(dropped)}
+
+    def retire_partition(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Forget a split partition: its metadata and change log; its items stay (`rpc.ops`)."""
+        key = (body["table_id"], body["partition_id"])
+        partition = self._lookup(key)
+        if partition is None:
+            return {"retired": False}
+        if partition.epoch > body["epoch"]:
+            raise StaleEpoch(
+                f"Partition {partition.partition_id} is at epoch {partition.epoch}, "
+                f"the request at {body['epoch']}"
+            )
+        log = partition.log_prefix
+        self.batch.delete_range(Family.CHANGE_LOG, log, _end_of(log))
+        self.dirty[key] = None
+        return {"retired": True}
 
     def finish(self) -> None:
         """Persist the touched partitions' metadata and trim their change logs to the bound."""

@@ -17,13 +17,14 @@ from __future__ import annotations
 import asyncio
 import random
 import selectors
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
 from core import keycodec
 from router import items, queries, tables
 from router.context import RouterContext
 from router.sources import Sources
+from rpc import ops
 from rpc.local import Faults, LocalNetwork
 from storagenode.memory_store import MemoryStore
 from storagenode.node import WRITE_OPS, StorageNode
@@ -153,6 +154,62 @@ class SimCluster:
 
     async def scan_all(self, name: str, router: int = 0, **request: Any) -> list[dict[str, Any]]:
         return await self.read_all(queries.scan, {"TableName": name, **request}, router)
+
+    # Splitting a partition, as a node-side split will ---------------------------------------
+
+    async def split(self, name: str, at: bytes, router: int = 0) -> tuple[dict[str, Any], ...]:
+        """Split the partition of table `name` holding storage key `at` into two at `at`.
+
+        Creates both children (epoch + 1) on the parent's node, switches the catalog to them by
+        compare-and-set, and retires the parent there, so a request still naming the parent is
+        refused with StaleEpoch. Items are keyed by table on a node, so the children see the
+        parent's items without a copy. Returns the (parent, low child, high child) partitions.
+        """
+        ctx = self.routers[router]
+        catalog = await ctx.control(ctx.catalog_node, ops.CATALOG_GET, {})
+        table = catalog["tables"][name]
+        parent = next(p for p in table["partitions"] if _holds(p, at))
+        assert bytes.fromhex(parent["start"]) < at, "a split key is inside its partition"
+        epoch = parent["epoch"] + 1
+        low = dict(parent, id=f"{parent['id']}.{epoch}a", end=at.hex(), epoch=epoch)
+        high = dict(parent, id=f"{parent['id']}.{epoch}b", start=at.hex(), epoch=epoch)
+        schema = {"id": table["id"], "name": name, "key_schema": table["key_schema"]}
+        throughput = tables.throughput_document(table)
+        for child in (low, high):
+            await ctx.control(
+                parent["node"],
+                ops.CREATE_PARTITION,
+                {"table": schema, "partition": child, "throughput": throughput},
+            )
+        partitions = _replace(table["partitions"], parent, (low, high))
+        await ctx.control(
+            ctx.catalog_node,
+            ops.CATALOG_CAS,
+            {
+                "expected_version": catalog["version"],
+                "tables": {**catalog["tables"], name: {**table, "partitions": partitions}},
+            },
+        )
+        await ctx.control(
+            parent["node"],
+            ops.RETIRE_PARTITION,
+            {"table_id": table["id"], "partition_id": parent["id"], "epoch": parent["epoch"]},
+        )
+        return parent, low, high
+
+
+def _holds(partition: dict[str, Any], key: bytes) -> bool:
+    end = partition["end"]
+    return bytes.fromhex(partition["start"]) <= key and (end is None or key < bytes.fromhex(end))
+
+
+def _replace(
+    partitions: Iterable[dict[str, Any]], old: dict[str, Any], new: Iterable[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    replaced: list[dict[str, Any]] = []
+    for partition in partitions:
+        replaced.extend(new if partition["id"] == old["id"] else [partition])
+    return replaced
 
 
 def storage_key(item: dict[str, Any]) -> bytes:

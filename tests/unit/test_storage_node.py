@@ -23,6 +23,7 @@ from core.keycodec import key_hash
 from core.size import item_size_bytes
 from rpc import ops
 from storagenode import replica
+from storagenode.layout import Family
 from storagenode.node import StorageNode
 from storagenode.store import Store
 
@@ -137,6 +138,29 @@ def test_requests_with_another_epoch_or_unknown_partition_are_stale(h: Harness) 
         with pytest.raises(StaleEpoch):
             h.write(ops.DELETE, body)
     assert h.get(song("a", 1)) == song("a", 1)
+
+
+def test_retire_partition_leaves_the_items_to_its_children(h: Harness) -> None:
+    h.put(song("a", 1))
+    h.put(song("z", 2))
+    log = h.node.partitions[TABLE["id"], "p0"].log_prefix
+    h.create(partition_id="low", end=HALF, epoch=2)
+    h.create(partition_id="high", start=HALF, epoch=2)
+    retire = {"table_id": TABLE["id"], "partition_id": "p0", "epoch": 1}
+    assert h.write(ops.RETIRE_PARTITION, retire) == {"retired": True}
+    with pytest.raises(StaleEpoch):
+        h.get(song("a", 1))
+    assert list(h.store.walk(Family.CHANGE_LOG, log, log + b"\xff", forward=True)) == []
+    found = []
+    for partition_id in ("low", "high"):
+        body = h.data(partition_id=partition_id, epoch=2, exclusive_start=None, limit=None)
+        found += [item["pk"]["S"] for item in h.node.read(ops.SCAN, body)["items"]]
+    assert sorted(found) == ["a", "z"]  # The children hold the parent's items, once each.
+    assert h.write(ops.RETIRE_PARTITION, retire) == {"retired": False}  # Idempotent.
+    with pytest.raises(StaleEpoch):
+        h.write(ops.RETIRE_PARTITION, dict(retire, partition_id="low"))  # Newer than asked.
+    h.reopen()
+    assert sorted(key[1] for key in h.node.partitions) == ["high", "low"]
 
 
 def test_a_key_outside_the_partition_range_is_stale(tmp_path: Path) -> None:
