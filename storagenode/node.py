@@ -46,7 +46,7 @@ from rpc import ops
 from storagenode import metrics, replica
 from storagenode.layout import CATALOG_KEY, Family, partition_meta_key, seq_bytes, table_prefix
 from storagenode.partition import PageRequest, Partition, query_bounds, read_page, scan_bounds
-from storagenode.store import Store, WriteBatchView
+from storagenode.store import NodeStore, WriteBatchView
 from storagenode.throughput import NodeThroughput, version_of
 
 logger = logging.getLogger(__name__)
@@ -87,7 +87,7 @@ class StorageNode:
 
     def __init__(
         self,
-        store: Store,
+        store: NodeStore,
         *,
         change_log_records_max: int = limits.CHANGE_LOG_RECORDS_MAX,
         throughput: NodeThroughput | None = None,

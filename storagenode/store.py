@@ -97,6 +97,24 @@ class WriteBatchView:
         return len(self.ops)
 
 
+class NodeStore(Protocol):
+    """What a storage node needs of its store: `Store` (RocksDB) or `MemoryStore` (simulation)."""
+
+    def get(self, family: Family, key: bytes) -> bytes | None: ...
+
+    def walk(
+        self, family: Family, lo: bytes, hi: bytes | None, *, forward: bool
+    ) -> Iterator[tuple[bytes, bytes]]: ...
+
+    def batch(self) -> WriteBatchView: ...
+
+    def commit(self, batch: WriteBatchView) -> None: ...
+
+    def load_partition_metas(self) -> list[dict[str, object]]: ...
+
+    def close(self) -> None: ...
+
+
 class Store:
     """A node's RocksDB database with its column families."""
 
