@@ -3,9 +3,9 @@
 Every key dynalab stores is a `KeyShape`: a tuple of scalar attributes, the first of which is
 hashed to place the key. A table's shape is (partition key, sort key?); a local secondary index
 entry's will be (partition key, index sort key, table sort key?) and a global secondary index
-entry's (index partition key, index sort key?, table partition key, table sort key?), because index
-keys are not unique and the table key makes each entry distinct. One class therefore owns, for
-every kind of key:
+entry's (index partition key, index sort key?, then the table key attributes not already among
+them), because index keys are not unique and the table key makes each entry distinct. One class
+therefore owns, for every kind of key:
 
 - the rules an item must meet to carry the key (`extract`: each attribute present, of its declared
   type, non-empty and within DynamoDB's size limit for its role), with DynamoDB's messages;

@@ -35,7 +35,7 @@ from core.capacity import item_write_units
 from core.errors import INVALID_PARAMETERS, ConditionalCheckFailed, ValidationError
 from core.keys import KeyShape
 from core.size import item_size_bytes
-from core.values import Item
+from core.values import Item, equal
 
 RETURN_NONE = "NONE"
 RETURN_ALL_OLD = "ALL_OLD"
@@ -104,7 +104,7 @@ class WriteEffect:
     @property
     def kind(self) -> ChangeKind | None:
         """The change this write makes; None when it leaves the item as it was."""
-        if self.condition_failed or self.new == self.old:
+        if self.condition_failed or _same_item(self.new, self.old):
             return None
         if self.new is None:
             return ChangeKind.REMOVE
@@ -123,6 +123,13 @@ class WriteEffect:
             "old_bytes": self.old_bytes,
             "new_bytes": self.new_bytes,
         }
+
+
+def _same_item(a: Item | None, b: Item | None) -> bool:
+    """Whether two images are the same item in DynamoDB's eyes (sets compare without order)."""
+    if a is None or b is None:
+        return a is b
+    return a.keys() == b.keys() and all(equal(a[name], b[name]) for name in a)
 
 
 def plan(request: WriteRequest, old: Item | None, shape: KeyShape) -> WriteEffect:
@@ -163,13 +170,14 @@ def _failed_condition(
 
 def _plan_put(request: PutRequest, old: Item | None, shape: KeyShape) -> WriteEffect:
     key = shape.key_of(request.item)
+    # DynamoDB refuses an oversized item before it looks at the stored one.
+    new_bytes = item_size_bytes(request.item)
+    if new_bytes > limits.ITEM_SIZE_BYTES_MAX:
+        raise ValidationError("Item size has exceeded the maximum allowed size")
     old_bytes = 0 if old is None else item_size_bytes(old)
     failed = _failed_condition(request.condition, key, old, old_bytes, request.return_on_failure)
     if failed is not None:
         return failed
-    new_bytes = item_size_bytes(request.item)
-    if new_bytes > limits.ITEM_SIZE_BYTES_MAX:
-        raise ValidationError("Item size has exceeded the maximum allowed size")
     return WriteEffect(
         key=key,
         old=old,
