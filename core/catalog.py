@@ -1,0 +1,683 @@
+"""The catalog as typed records, and every change a table's record may go through.
+
+A table is a `TableDef`: its name and id, its status, key shape, billing and throughput settings
+with their change bookkeeping, its partitions (`PartitionDef`: key range, epoch, state, parent,
+node and share of the table's throughput), its secondary indexes (`IndexDef`) and its TTL
+setting (`TtlDef`). The records are frozen; a change is a function that takes a record and
+returns a new one, or raises. The statuses each kind of record may move between are written out
+once, as tables (`TABLE_TRANSITIONS`, `PARTITION_TRANSITIONS`, `INDEX_TRANSITIONS`), and every
+transition function checks its move against them, raising `IllegalTransition` for a move the
+table does not list; DynamoDB's own refusals (deleting a table that is still being created,
+changing one that is being updated) are raised as the DynamoDB errors they are.
+
+Nothing here does IO or reads a clock: the time of a change (`now`, epoch seconds) is passed in,
+as are new ids, so the rules are tested in microseconds and replay exactly. The router performs
+CreateTable, UpdateTable and DeleteTable by reading a record, applying one of these functions and
+writing the result back conditionally on the record's `version`; a node splitting a partition
+will apply `split`, and the GSI replicator `index_moved`, to their own table's record the same way.
+
+`to_json`/`from_json` give the descriptor form of `rpc.ops` (the TABLE and PARTITION dicts the
+router's handlers read), which is also how a record is stored in the catalog's system table.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from fractions import Fraction
+from typing import Any, Literal
+
+from core import limits
+from core.errors import (
+    INVALID_PARAMETERS,
+    InternalServerError,
+    LimitExceeded,
+    ResourceInUse,
+    ServiceUnavailable,
+    ValidationError,
+)
+from core.keys import KeyAttribute, KeyShape
+from core.placement import initial_partition_count, initial_ranges
+from core.token_bucket import BillingMode
+
+# The system tables, which live on the storage nodes as ordinary partitions but are never in the
+# catalog themselves. Their ids cannot collide with a table's: those are random UUIDs.
+CATALOG_TABLE_ID = "00000000000000000000000000000001"
+CATALOG_TABLE_NAME = "__dynalab_catalog"
+BOOTSTRAP_TABLE_ID = "00000000000000000000000000000002"
+BOOTSTRAP_TABLE_NAME = "__dynalab_bootstrap"
+# Both are keyed by one string attribute: a table's name, or the bootstrap record's name.
+SYSTEM_KEY_SCHEMA: dict[str, Any] = {"hash": ["name", "S"], "range": None}
+BOOTSTRAP_PARTITION_ID = f"{BOOTSTRAP_TABLE_ID}-0"
+BOOTSTRAP_RECORD_NAME = "catalog"
+# The catalog partition's id is recorded in the bootstrap record, so a later layout (one per
+# replica set, say) can name another; this is the one routers create today.
+CATALOG_PARTITION_ID = f"{CATALOG_TABLE_ID}-0"
+# A new cluster's catalog goes to the ring owner of this key (the id under which earlier versions
+# kept the catalog document, so a new cluster places it where they did); from then on the
+# bootstrap record says where it is.
+CATALOG_PLACEMENT_KEY = "catalog"
+
+
+class IllegalTransition(InternalServerError):
+    """A change that the transition tables do not allow: a bug in the caller, never bad input."""
+
+
+class TableStatus(enum.StrEnum):
+    """A table's TableStatus, as DynamoDB spells it."""
+
+    CREATING = "CREATING"
+    ACTIVE = "ACTIVE"
+    UPDATING = "UPDATING"
+    DELETING = "DELETING"
+
+
+class PartitionState(enum.StrEnum):
+    """Whether a partition serves its range, or was replaced by its children (a split)."""
+
+    SERVING = "SERVING"
+    RETIRED = "RETIRED"
+
+
+class IndexStatus(enum.StrEnum):
+    """A secondary index's IndexStatus; BACKFILLING is dynalab's name for CREATING with
+    Backfilling: true (DescribeTable reports it so)."""
+
+    CREATING = "CREATING"
+    BACKFILLING = "BACKFILLING"
+    ACTIVE = "ACTIVE"
+    DELETING = "DELETING"
+
+
+# None on either side is "not in the catalog": a row created, or a row removed.
+TABLE_TRANSITIONS: frozenset[tuple[TableStatus | None, TableStatus | None]] = frozenset(
+    {
+        (None, TableStatus.CREATING),  # CreateTable records the table before its partitions.
+        (TableStatus.CREATING, TableStatus.ACTIVE),  # Every partition was created.
+        (TableStatus.CREATING, None),  # A partition could not be created: the table is undone.
+        (TableStatus.CREATING, TableStatus.DELETING),  # DeleteTable of an overdue creation.
+        (TableStatus.ACTIVE, TableStatus.UPDATING),  # UpdateTable changed the throughput.
+        (TableStatus.UPDATING, TableStatus.ACTIVE),  # Every node took the new throughput.
+        (TableStatus.ACTIVE, TableStatus.DELETING),
+        (TableStatus.UPDATING, TableStatus.DELETING),
+        (TableStatus.DELETING, None),  # Every node dropped the table's partitions.
+    }
+)
+PARTITION_TRANSITIONS: frozenset[tuple[PartitionState, PartitionState]] = frozenset(
+    {(PartitionState.SERVING, PartitionState.RETIRED)}  # Split into two children.
+)
+INDEX_TRANSITIONS: frozenset[tuple[IndexStatus | None, IndexStatus | None]] = frozenset(
+    {
+        (None, IndexStatus.CREATING),
+        (IndexStatus.CREATING, IndexStatus.BACKFILLING),
+        (IndexStatus.BACKFILLING, IndexStatus.ACTIVE),
+        (IndexStatus.CREATING, IndexStatus.DELETING),
+        (IndexStatus.BACKFILLING, IndexStatus.DELETING),
+        (IndexStatus.ACTIVE, IndexStatus.DELETING),
+        (IndexStatus.DELETING, None),
+    }
+)
+# Statuses in which a table serves reads and writes (an UPDATING table still does in DynamoDB),
+# and in which its partitions may split.
+SERVING_STATUSES = frozenset({TableStatus.ACTIVE, TableStatus.UPDATING})
+
+
+def _check(
+    transitions: frozenset[tuple[Any, Any]], what: str, source: object, target: object
+) -> None:
+    if (source, target) not in transitions:
+        raise IllegalTransition(f"{what} cannot go from {source} to {target}")
+
+
+# Records ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Throughput:
+    """A table's provisioned capacity units; zeros for PAY_PER_REQUEST, as DynamoDB reports."""
+
+    read: int = 0
+    write: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ThroughputChanges:
+    """What UpdateTable has done to a table's throughput, for DescribeTable."""
+
+    last_increase: float | None = None
+    last_decrease: float | None = None
+    decreases_day: str | None = None  # The UTC day (YYYY-MM-DD) `decreases` counts.
+    decreases: int = 0
+    pay_per_request_since: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionDef:
+    """One partition: the storage keys [start, end) it holds (hex; end None: unbounded), its
+    epoch, its state, the partition it was split from, its node and its share of the table's
+    throughput (the shares of a table's serving partitions add up to 1)."""
+
+    id: str
+    start: str
+    end: str | None
+    epoch: int
+    node: str
+    state: PartitionState = PartitionState.SERVING
+    parent: str | None = None
+    share: Fraction = Fraction(1)
+
+    def holds(self, storage_key: bytes) -> bool:
+        return bytes.fromhex(self.start) <= storage_key and (
+            self.end is None or storage_key < bytes.fromhex(self.end)
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "start": self.start,
+            "end": self.end,
+            "epoch": self.epoch,
+            "node": self.node,
+            "state": self.state.value,
+            "parent": self.parent,
+            "share": str(self.share),
+        }
+
+    @classmethod
+    def from_json(cls, document: Mapping[str, Any], share: Fraction = Fraction(1)) -> PartitionDef:
+        """A partition from its PARTITION dict; `share` when the dict has none (an older one)."""
+        recorded = document.get("share")
+        return cls(
+            id=document["id"],
+            start=document["start"],
+            end=document["end"],
+            epoch=int(document["epoch"]),
+            node=document["node"],
+            state=PartitionState(document.get("state", PartitionState.SERVING)),
+            parent=document.get("parent"),
+            share=share if recorded is None else Fraction(recorded),
+        )
+
+
+ProjectionType = Literal["ALL", "KEYS_ONLY", "INCLUDE"]
+
+
+@dataclass(frozen=True, slots=True)
+class IndexDef:
+    """A secondary index: its key shape, what it projects and its status."""
+
+    name: str
+    key_shape: KeyShape
+    projection: ProjectionType
+    status: IndexStatus
+    non_key_attributes: tuple[str, ...] = ()  # INCLUDE's NonKeyAttributes.
+    local: bool = False  # A local index shares the table's partition key and partitions.
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "key": [[a.name, a.type, a.role] for a in self.key_shape.attributes],
+            "projection": self.projection,
+            "non_key_attributes": list(self.non_key_attributes),
+            "status": self.status.value,
+            "local": self.local,
+        }
+
+    @classmethod
+    def from_json(cls, document: Mapping[str, Any]) -> IndexDef:
+        return cls(
+            name=document["name"],
+            key_shape=KeyShape(
+                tuple(KeyAttribute(name, kind, role) for name, kind, role in document["key"])
+            ),
+            projection=document["projection"],
+            status=IndexStatus(document["status"]),
+            non_key_attributes=tuple(document.get("non_key_attributes", ())),
+            local=bool(document.get("local", False)),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TtlDef:
+    """A table's Time to Live setting: the attribute holding expiry times, and whether it is on."""
+
+    attribute: str
+    enabled: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {"attribute": self.attribute, "enabled": self.enabled}
+
+    @classmethod
+    def from_json(cls, document: Mapping[str, Any]) -> TtlDef:
+        return cls(attribute=document["attribute"], enabled=bool(document["enabled"]))
+
+
+@dataclass(frozen=True, slots=True)
+class TableDef:
+    """One table's catalog record; `version` counts the writes of its row (1 once created)."""
+
+    name: str
+    id: str
+    status: TableStatus
+    key_shape: KeyShape
+    attribute_definitions: tuple[tuple[str, str], ...]  # (AttributeName, AttributeType)
+    billing_mode: BillingMode
+    throughput: Throughput
+    created: float
+    partitions: tuple[PartitionDef, ...]  # The serving partitions, sorted by start.
+    throughput_version: int = 0  # +1 for every UpdateTable of throughput or billing.
+    throughput_changes: ThroughputChanges = ThroughputChanges()
+    # Partitions a split retired, kept while a serving partition names them as its parent (a
+    # change-log reader drains a parent before its children), and dropped after.
+    retired: tuple[PartitionDef, ...] = ()
+    indexes: tuple[IndexDef, ...] = ()
+    ttl: TtlDef | None = None
+    version: int = 0
+    _json: dict[str, Any] | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def serving(self) -> bool:
+        return self.status in SERVING_STATUSES
+
+    def partition(self, partition_id: str) -> PartitionDef:
+        for partition in self.partitions:
+            if partition.id == partition_id:
+                return partition
+        raise IllegalTransition(f"Table {self.name} has no serving partition {partition_id}")
+
+    def nodes(self) -> list[str]:
+        """The nodes holding the table's partitions, by id."""
+        return sorted({partition.node for partition in self.partitions})
+
+    def to_json(self) -> dict[str, Any]:
+        """The TABLE descriptor of `rpc.ops` (cached: a record is immutable, and callers must
+        not modify the dict)."""
+        if self._json is not None:
+            return self._json
+        document: dict[str, Any] = {
+            "name": self.name,
+            "id": self.id,
+            "status": self.status.value,
+            "key_schema": self.key_shape.to_key_schema(),
+            "attribute_definitions": [
+                {"AttributeName": name, "AttributeType": kind}
+                for name, kind in self.attribute_definitions
+            ],
+            "billing_mode": self.billing_mode.value,
+            "throughput": {"read": self.throughput.read, "write": self.throughput.write},
+            "throughput_version": self.throughput_version,
+            "throughput_changes": {
+                "last_increase": self.throughput_changes.last_increase,
+                "last_decrease": self.throughput_changes.last_decrease,
+                "decreases_day": self.throughput_changes.decreases_day,
+                "decreases": self.throughput_changes.decreases,
+                "pay_per_request_since": self.throughput_changes.pay_per_request_since,
+            },
+            "created": self.created,
+            "partitions": [partition.to_json() for partition in self.partitions],
+            "retired_partitions": [partition.to_json() for partition in self.retired],
+            "indexes": [index.to_json() for index in self.indexes],
+            "ttl": None if self.ttl is None else self.ttl.to_json(),
+            "version": self.version,
+        }
+        object.__setattr__(self, "_json", document)
+        return document
+
+    @classmethod
+    def from_json(cls, document: Mapping[str, Any]) -> TableDef:
+        """A record from its TABLE descriptor; fields an older descriptor lacks take their
+        defaults (no throughput change, no indexes, shares split evenly)."""
+        partitions = document["partitions"]
+        even = Fraction(1, max(1, len(partitions)))
+        changes = document.get("throughput_changes") or {}
+        ttl = document.get("ttl")
+        return cls(
+            name=document["name"],
+            id=document["id"],
+            status=TableStatus(document["status"]),
+            key_shape=KeyShape.from_key_schema(document["key_schema"]),
+            attribute_definitions=tuple(
+                (d["AttributeName"], d["AttributeType"]) for d in document["attribute_definitions"]
+            ),
+            billing_mode=BillingMode(document["billing_mode"]),
+            throughput=Throughput(document["throughput"]["read"], document["throughput"]["write"]),
+            created=document["created"],
+            partitions=tuple(PartitionDef.from_json(p, even) for p in partitions),
+            throughput_version=int(document.get("throughput_version", 0)),
+            throughput_changes=ThroughputChanges(
+                last_increase=changes.get("last_increase"),
+                last_decrease=changes.get("last_decrease"),
+                decreases_day=changes.get("decreases_day"),
+                decreases=int(changes.get("decreases") or 0),
+                pay_per_request_since=changes.get("pay_per_request_since"),
+            ),
+            retired=tuple(
+                PartitionDef.from_json(p) for p in document.get("retired_partitions", ())
+            ),
+            indexes=tuple(IndexDef.from_json(i) for i in document.get("indexes", ())),
+            ttl=None if ttl is None else TtlDef.from_json(ttl),
+            version=int(document.get("version", 0)),
+        )
+
+
+def _changed(table: TableDef, **changes: Any) -> TableDef:
+    """A copy of `table` with `changes` (and no cached descriptor)."""
+    return replace(table, _json=None, **changes)
+
+
+def versioned(table: TableDef, version: int) -> TableDef:
+    """The record as written at row version `version` (the catalog's compare-and-set sets it)."""
+    return _changed(table, version=version)
+
+
+# Creating and deleting -------------------------------------------------------------------------
+
+
+def created(
+    *,
+    name: str,
+    table_id: str,
+    key_shape: KeyShape,
+    attribute_definitions: Iterable[tuple[str, str]],
+    billing_mode: BillingMode,
+    throughput: Throughput,
+    now: float,
+    owner: Callable[[str], str],
+) -> TableDef:
+    """A new table, CREATING, created at `now`, with as many partitions as its throughput needs.
+
+    The partitions split the hash space evenly, each at epoch 1 with an equal share of the
+    throughput, on the node `owner` picks for its id.
+    """
+    count = initial_partition_count(billing_mode, throughput.read, throughput.write)
+    share = Fraction(1, count)
+    partitions = []
+    for index, (start, end) in enumerate(initial_ranges(count)):
+        partition_id = f"{table_id}-{index}"
+        partitions.append(
+            PartitionDef(partition_id, start, end, 1, owner(partition_id), share=share)
+        )
+    return TableDef(
+        name=name,
+        id=table_id,
+        status=TableStatus.CREATING,
+        key_shape=key_shape,
+        attribute_definitions=tuple(attribute_definitions),
+        billing_mode=billing_mode,
+        throughput=throughput,
+        created=now,
+        partitions=tuple(partitions),
+    )
+
+
+def activated(table: TableDef) -> TableDef:
+    """The table ACTIVE: its partitions all exist (CREATING), or every node took its new
+    throughput (UPDATING)."""
+    _check(TABLE_TRANSITIONS, f"Table {table.name}", table.status, TableStatus.ACTIVE)
+    return _changed(table, status=TableStatus.ACTIVE)
+
+
+def may_activate(table: TableDef) -> bool:
+    return (table.status, TableStatus.ACTIVE) in TABLE_TRANSITIONS
+
+
+def deleting(table: TableDef, now: float) -> TableDef:
+    """The table DELETING (DeleteTable), as of `now`.
+
+    DynamoDB refuses to delete a table while it is being created; a creation still unfinished
+    `TABLE_CREATION_SECONDS_MAX` after it began can no longer finish (its router died), so such a
+    table may be deleted.
+    """
+    overdue = now - table.created > limits.TABLE_CREATION_SECONDS_MAX
+    if table.status == TableStatus.CREATING and not overdue:
+        raise table_in_use(table)
+    _check(TABLE_TRANSITIONS, f"Table {table.name}", table.status, TableStatus.DELETING)
+    return _changed(table, status=TableStatus.DELETING)
+
+
+def check_removal(table: TableDef) -> None:
+    """Raise unless the table may leave the catalog: deleted, or its creation abandoned."""
+    _check(TABLE_TRANSITIONS, f"Table {table.name}", table.status, None)
+
+
+def may_remove(table: TableDef) -> bool:
+    return (table.status, None) in TABLE_TRANSITIONS
+
+
+def table_in_use(table: TableDef) -> ResourceInUse:
+    """DynamoDB's refusal to change a table that is being created, updated or deleted."""
+    doing = {
+        TableStatus.CREATING: "created",
+        TableStatus.UPDATING: "updated",
+        TableStatus.DELETING: "deleted",
+    }[table.status]
+    return ResourceInUse(
+        f"Attempt to change a resource which is still in use: Table is being {doing}: {table.name}"
+    )
+
+
+# Throughput (UpdateTable) ----------------------------------------------------------------------
+
+_THROUGHPUT_MEMBERS = ("ReadCapacityUnits", "WriteCapacityUnits")
+
+
+def utc_day(at: float) -> str:
+    """The UTC day (YYYY-MM-DD) of an epoch time: DynamoDB counts decreases per UTC day."""
+    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d")
+
+
+def decreases_today(changes: ThroughputChanges, now: float) -> int:
+    """NumberOfDecreasesToday: decreases recorded on the UTC day of `now`."""
+    return changes.decreases if changes.decreases_day == utc_day(now) else 0
+
+
+def throughput_updated(
+    table: TableDef,
+    billing_mode: BillingMode | None,
+    units: Mapping[str, int] | None,
+    now: float,
+    region: str,
+) -> TableDef | None:
+    """The table UPDATING with UpdateTable's settings applied at `now`; None when nothing changes.
+
+    `units` holds ReadCapacityUnits and WriteCapacityUnits when ProvisionedThroughput was given;
+    `region` names the Region in LimitExceeded's message. Raises DynamoDB's error for a request
+    that cannot apply to this table. Re-sending BillingMode=PAY_PER_REQUEST to an on-demand table
+    changes nothing and is no error; sending the provisioned throughput a table already has is one.
+    """
+    if table.status != TableStatus.ACTIVE:
+        raise table_in_use(table)
+    current_mode = table.billing_mode
+    mode = billing_mode or current_mode
+    current = table.throughput
+    if mode == BillingMode.PAY_PER_REQUEST:
+        if units is not None:
+            raise ValidationError(
+                INVALID_PARAMETERS
+                + "Neither ReadCapacityUnits nor WriteCapacityUnits can be specified "
+                "when BillingMode is PAY_PER_REQUEST"
+            )
+        if current_mode == BillingMode.PAY_PER_REQUEST:
+            return None
+        throughput = Throughput()
+    else:
+        if units is None:
+            raise ValidationError(
+                INVALID_PARAMETERS
+                + "ProvisionedThroughput must be specified when BillingMode is PROVISIONED"
+            )
+        throughput = Throughput(units["ReadCapacityUnits"], units["WriteCapacityUnits"])
+        for member, value in zip(
+            _THROUGHPUT_MEMBERS, (throughput.read, throughput.write), strict=True
+        ):
+            if value > limits.PROVISIONED_UNITS_PER_TABLE_MAX:
+                raise LimitExceeded(
+                    f"The requested {member}, {value}, is above the per table maximum "
+                    f"for the account in {region}. Per table maximum: "
+                    f"{limits.PROVISIONED_UNITS_PER_TABLE_MAX}."
+                )
+        if current_mode == BillingMode.PROVISIONED and throughput == current:
+            raise ValidationError(
+                "The provisioned throughput for the table will not change. The requested value "
+                "equals the current value. Current ReadCapacityUnits provisioned for the table: "
+                f"{current.read}. Requested ReadCapacityUnits: {throughput.read}. Current "
+                f"WriteCapacityUnits provisioned for the table: {current.write}. Requested "
+                f"WriteCapacityUnits: {throughput.write}. Refer to the Amazon DynamoDB "
+                "Developer Guide for current limits and how to request higher limits."
+            )
+    changes = table.throughput_changes
+    if mode == BillingMode.PAY_PER_REQUEST:
+        changes = replace(changes, pay_per_request_since=now)
+    elif current_mode == BillingMode.PROVISIONED:
+        if throughput.read > current.read or throughput.write > current.write:
+            changes = replace(changes, last_increase=now)
+        if throughput.read < current.read or throughput.write < current.write:
+            changes = replace(
+                changes,
+                last_decrease=now,
+                decreases=decreases_today(changes, now) + 1,
+                decreases_day=utc_day(now),
+            )
+    _check(TABLE_TRANSITIONS, f"Table {table.name}", table.status, TableStatus.UPDATING)
+    return _changed(
+        table,
+        billing_mode=mode,
+        throughput=throughput,
+        throughput_version=table.throughput_version + 1,
+        throughput_changes=changes,
+        status=TableStatus.UPDATING,
+    )
+
+
+def throughput_document(table: TableDef) -> dict[str, Any]:
+    """What the nodes need of a table's throughput (`rpc.ops` THROUGHPUT)."""
+    return {
+        "billing_mode": table.billing_mode.value,
+        "read": table.throughput.read,
+        "write": table.throughput.write,
+        "partition_count": len(table.partitions),
+        "version": table.throughput_version,
+    }
+
+
+# Partitions ------------------------------------------------------------------------------------
+
+
+def split(
+    table: TableDef, partition_id: str, split_key: bytes, low_id: str, high_id: str
+) -> tuple[TableDef, PartitionDef, PartitionDef]:
+    """The table with serving partition `partition_id` split at `split_key` into two children.
+
+    The children, `low_id` below the key and `high_id` from it, are at the parent's epoch + 1 on
+    its node, name it as their parent and share its throughput share equally; the parent is
+    RETIRED and kept (with the other retired partitions still some child's parent) for lineage.
+    Returns (table, low child, high child).
+    """
+    if not table.serving:
+        raise IllegalTransition(
+            f"Table {table.name} is {table.status}: its partitions cannot split"
+        )
+    parent = table.partition(partition_id)
+    if not parent.holds(split_key) or bytes.fromhex(parent.start) == split_key:
+        raise IllegalTransition(f"Key {split_key.hex()} is not inside partition {partition_id}")
+    _check(PARTITION_TRANSITIONS, f"Partition {partition_id}", parent.state, PartitionState.RETIRED)
+    epoch = parent.epoch + 1
+    half = parent.share / 2
+    low = replace(parent, id=low_id, end=split_key.hex(), epoch=epoch, parent=parent.id, share=half)
+    high = replace(
+        parent, id=high_id, start=split_key.hex(), epoch=epoch, parent=parent.id, share=half
+    )
+    partitions: list[PartitionDef] = []
+    for partition in table.partitions:
+        partitions.extend((low, high) if partition.id == partition_id else (partition,))
+    parents = {partition.parent for partition in partitions}
+    retired = (*table.retired, replace(parent, state=PartitionState.RETIRED))
+    return (
+        _changed(
+            table,
+            partitions=tuple(partitions),
+            retired=tuple(partition for partition in retired if partition.id in parents),
+        ),
+        low,
+        high,
+    )
+
+
+# Indexes ---------------------------------------------------------------------------------------
+
+
+def index_moved(table: TableDef, index_name: str, status: IndexStatus | None) -> TableDef:
+    """The table with index `index_name` moved to `status` (None: removed), as the GSI replicator
+    and UpdateTable will move it."""
+    current = next((index for index in table.indexes if index.name == index_name), None)
+    if current is None:
+        raise IllegalTransition(f"Table {table.name} has no index {index_name}")
+    _check(INDEX_TRANSITIONS, f"Index {index_name}", current.status, status)
+    indexes = tuple(
+        index
+        if index.name != index_name
+        else (None if status is None else replace(index, status=status))
+        for index in table.indexes
+    )
+    return _changed(table, indexes=tuple(index for index in indexes if index is not None))
+
+
+def index_added(table: TableDef, index: IndexDef) -> TableDef:
+    """The table with a new index, CREATING."""
+    if any(existing.name == index.name for existing in table.indexes):
+        raise IllegalTransition(f"Table {table.name} already has an index {index.name}")
+    _check(INDEX_TRANSITIONS, f"Index {index.name}", None, index.status)
+    return _changed(table, indexes=(*table.indexes, index))
+
+
+# The bootstrap record --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogLocation:
+    """Where the catalog's system table lives: the node holding its partition (by id, and the
+    address it was reached at when the record was written) and the partition's id.
+
+    Every node holds a copy in its bootstrap partition, so that a process finds the catalog by
+    asking any node, never by hashing over its own list of nodes; the address lets a process whose
+    list lacks that node reach it all the same.
+    """
+
+    node: str
+    address: str = ""
+    partition: str = CATALOG_PARTITION_ID
+
+    def to_item(self) -> dict[str, Any]:
+        """The bootstrap record as an item of the bootstrap table (DynamoDB JSON)."""
+        return {
+            "name": {"S": BOOTSTRAP_RECORD_NAME},
+            "catalog_node": {"S": self.node},
+            "catalog_address": {"S": self.address},
+            "catalog_partition": {"S": self.partition},
+        }
+
+    @classmethod
+    def from_item(cls, item: Mapping[str, Any]) -> CatalogLocation:
+        return cls(
+            node=item["catalog_node"]["S"],
+            address=item["catalog_address"]["S"],
+            partition=item["catalog_partition"]["S"],
+        )
+
+
+class CatalogDisagreement(ServiceUnavailable):
+    """Nodes hold different bootstrap records: routers bootstrapping a new cluster at once from
+    different node lists, one of them still correcting its first writes."""
+
+
+def agreed_location(found: Mapping[str, CatalogLocation | None]) -> CatalogLocation | None:
+    """The bootstrap record the nodes that hold one agree on (by node id; None: the node holds
+    none); None when no node holds one. Raises CatalogDisagreement when they hold different ones.
+    """
+    held = {location for location in found.values() if location is not None}
+    if len(held) > 1:
+        listed = ", ".join(f"{node}: {location}" for node, location in sorted(found.items()))
+        raise CatalogDisagreement(f"Storage nodes disagree on where the catalog lives ({listed})")
+    return next(iter(held), None)

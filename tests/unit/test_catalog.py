@@ -1,0 +1,428 @@
+"""core.catalog: typed table records, their JSON descriptors and every allowed transition.
+
+Every transition of the tables in `core.catalog` is taken once through its function, and every
+move the tables do not list is refused with `IllegalTransition` (or DynamoDB's own error where
+DynamoDB refuses it). Time is always passed in, so nothing here reads a clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime
+from fractions import Fraction
+from typing import Any
+
+import pytest
+
+from core import catalog, limits
+from core.catalog import (
+    CatalogLocation,
+    IllegalTransition,
+    IndexDef,
+    IndexStatus,
+    PartitionState,
+    TableDef,
+    TableStatus,
+    Throughput,
+    TtlDef,
+)
+from core.errors import LimitExceeded, ResourceInUse, ValidationError
+from core.keys import KeyShape
+from core.placement import initial_ranges
+from core.token_bucket import BillingMode
+
+NOW = datetime(2024, 3, 1, 22, 0, tzinfo=UTC).timestamp()
+HOUR = 3600.0
+TABLE_ID = "0123456789abcdef0123456789abcdef"
+SHAPE = KeyShape.table(("pk", "S"), ("sk", "N"))
+UNITS = {"ReadCapacityUnits": 10, "WriteCapacityUnits": 10}
+
+
+def owner(partition_id: str) -> str:
+    return f"node-{int(partition_id.rsplit('-', 1)[1]) % 3 + 1}"
+
+
+TEN = Throughput(10, 10)
+
+
+def new_table(
+    billing_mode: BillingMode = BillingMode.PROVISIONED,
+    throughput: Throughput = TEN,
+    now: float = NOW,
+) -> TableDef:
+    return catalog.created(
+        name="Music",
+        table_id=TABLE_ID,
+        key_shape=SHAPE,
+        attribute_definitions=[("pk", "S"), ("sk", "N")],
+        billing_mode=billing_mode,
+        throughput=throughput,
+        now=now,
+        owner=owner,
+    )
+
+
+def with_status(table: TableDef, status: TableStatus) -> TableDef:
+    return TableDef.from_json({**table.to_json(), "status": status.value})
+
+
+def units(read: int, write: int) -> dict[str, int]:
+    return {"ReadCapacityUnits": read, "WriteCapacityUnits": write}
+
+
+# Creation --------------------------------------------------------------------------------------
+
+
+def test_a_new_table_is_creating_with_even_partitions_placed_by_the_owner() -> None:
+    table = new_table(BillingMode.PAY_PER_REQUEST, Throughput())
+    assert table.status == TableStatus.CREATING
+    assert table.created == NOW
+    assert table.version == 0
+    assert table.indexes == () and table.ttl is None
+    assert [(p.start, p.end) for p in table.partitions] == initial_ranges(
+        limits.ON_DEMAND_INITIAL_PARTITIONS
+    )
+    for index, partition in enumerate(table.partitions):
+        assert partition.id == f"{TABLE_ID}-{index}"
+        assert partition.node == owner(partition.id)
+        assert (partition.epoch, partition.state, partition.parent) == (
+            1,
+            PartitionState.SERVING,
+            None,
+        )
+        assert partition.share == Fraction(1, limits.ON_DEMAND_INITIAL_PARTITIONS)
+
+
+def test_a_provisioned_table_gets_as_many_partitions_as_its_throughput_needs() -> None:
+    assert len(new_table(throughput=Throughput(10, 10)).partitions) == 1
+    big = new_table(throughput=Throughput(3000, 30_000))
+    assert len(big.partitions) == 31
+    assert sum(partition.share for partition in big.partitions) == 1
+
+
+def test_creation_takes_its_time_from_the_caller() -> None:
+    assert new_table(now=NOW + 5).created == NOW + 5
+    assert new_table() == new_table()
+
+
+# JSON ------------------------------------------------------------------------------------------
+
+
+def test_the_descriptor_keeps_the_fields_the_router_reads() -> None:
+    table = new_table()
+    document = table.to_json()
+    assert document["name"] == "Music"
+    assert document["id"] == TABLE_ID
+    assert document["status"] == "CREATING"
+    assert document["key_schema"] == {"hash": ["pk", "S"], "range": ["sk", "N"]}
+    assert document["attribute_definitions"] == [
+        {"AttributeName": "pk", "AttributeType": "S"},
+        {"AttributeName": "sk", "AttributeType": "N"},
+    ]
+    assert document["billing_mode"] == "PROVISIONED"
+    assert document["throughput"] == {"read": 10, "write": 10}
+    assert document["throughput_version"] == 0
+    assert document["created"] == NOW
+    [partition] = document["partitions"]
+    assert {k: partition[k] for k in ("id", "start", "end", "epoch", "node")} == {
+        "id": f"{TABLE_ID}-0",
+        "start": "",
+        "end": None,
+        "epoch": 1,
+        "node": owner(f"{TABLE_ID}-0"),
+    }
+    assert table.to_json() is document  # Cached: a record never changes.
+
+
+def test_a_descriptor_from_before_the_typed_catalog_reads_with_defaults() -> None:
+    old: dict[str, Any] = {
+        "name": "Music",
+        "id": TABLE_ID,
+        "status": "ACTIVE",
+        "key_schema": {"hash": ["pk", "S"], "range": None},
+        "attribute_definitions": [{"AttributeName": "pk", "AttributeType": "S"}],
+        "billing_mode": "PAY_PER_REQUEST",
+        "throughput": {"read": 0, "write": 0},
+        "created": NOW,
+        "partitions": [
+            {"id": f"p{i}", "start": start, "end": end, "epoch": 1, "node": "node-1"}
+            for i, (start, end) in enumerate(initial_ranges(4))
+        ],
+    }
+    table = TableDef.from_json(old)
+    assert table.throughput_version == 0
+    assert table.throughput_changes == catalog.ThroughputChanges()
+    assert [p.share for p in table.partitions] == [Fraction(1, 4)] * 4
+    assert all(p.state == PartitionState.SERVING and p.parent is None for p in table.partitions)
+    document = table.to_json()
+    for field, value in old.items():
+        if field != "partitions":
+            assert document[field] == value, field
+    for before, after in zip(old["partitions"], document["partitions"], strict=True):
+        assert {k: after[k] for k in before} == before
+
+
+def test_every_record_round_trips_through_json() -> None:
+    table = catalog.activated(new_table(BillingMode.PAY_PER_REQUEST, Throughput()))
+    table, _, _ = catalog.split(table, f"{TABLE_ID}-1", bytes.fromhex("6000000000000000"), "a", "b")
+    updated = catalog.throughput_updated(table, BillingMode.PROVISIONED, UNITS, NOW, "r")
+    assert updated is not None
+    index = IndexDef(
+        "ByAlbum", KeyShape.table(("album", "S")), "INCLUDE", IndexStatus.CREATING, ("year",)
+    )
+    with_index = catalog.index_added(updated, index)
+    full = catalog.versioned(replace(with_index, ttl=TtlDef("expires", True), _json=None), 7)
+    document = full.to_json()
+    assert TableDef.from_json(document) == full
+    assert TableDef.from_json(document).to_json() == document
+    assert document["version"] == 7
+    assert document["ttl"] == {"attribute": "expires", "enabled": True}
+    assert IndexDef.from_json(index.to_json()) == index
+    assert TtlDef.from_json(TtlDef("ttl", False).to_json()) == TtlDef("ttl", False)
+
+
+# Table statuses --------------------------------------------------------------------------------
+
+
+def test_every_allowed_table_transition_has_its_function() -> None:
+    creating = new_table()
+    active = catalog.activated(creating)
+    assert active.status == TableStatus.ACTIVE
+    updating = catalog.throughput_updated(active, None, units(20, 20), NOW, "r")
+    assert updating is not None and updating.status == TableStatus.UPDATING
+    assert catalog.activated(updating).status == TableStatus.ACTIVE
+    assert catalog.deleting(active, NOW).status == TableStatus.DELETING
+    assert catalog.deleting(updating, NOW).status == TableStatus.DELETING
+    overdue = NOW + limits.TABLE_CREATION_SECONDS_MAX + 1
+    deleting = catalog.deleting(creating, overdue)
+    assert deleting.status == TableStatus.DELETING
+    catalog.check_removal(deleting)
+    catalog.check_removal(creating)
+    taken = {
+        (None, TableStatus.CREATING),
+        (TableStatus.CREATING, TableStatus.ACTIVE),
+        (TableStatus.ACTIVE, TableStatus.UPDATING),
+        (TableStatus.UPDATING, TableStatus.ACTIVE),
+        (TableStatus.ACTIVE, TableStatus.DELETING),
+        (TableStatus.UPDATING, TableStatus.DELETING),
+        (TableStatus.CREATING, TableStatus.DELETING),
+        (TableStatus.DELETING, None),
+        (TableStatus.CREATING, None),
+    }
+    assert taken == catalog.TABLE_TRANSITIONS
+
+
+@pytest.mark.parametrize("status", list(TableStatus))
+def test_moves_the_table_does_not_list_are_refused(status: TableStatus) -> None:
+    table = with_status(new_table(), status)
+    allowed = catalog.TABLE_TRANSITIONS
+    if (status, TableStatus.ACTIVE) in allowed:
+        assert catalog.may_activate(table)
+        catalog.activated(table)
+    else:
+        assert not catalog.may_activate(table)
+        with pytest.raises(IllegalTransition):
+            catalog.activated(table)
+    if (status, None) in allowed:
+        assert catalog.may_remove(table)
+        catalog.check_removal(table)
+    else:
+        assert not catalog.may_remove(table)
+        with pytest.raises(IllegalTransition):
+            catalog.check_removal(table)
+    overdue = NOW + limits.TABLE_CREATION_SECONDS_MAX + 1
+    if (status, TableStatus.DELETING) in allowed:
+        catalog.deleting(table, overdue)
+    else:
+        with pytest.raises(IllegalTransition):
+            catalog.deleting(table, overdue)
+    if status != TableStatus.ACTIVE:
+        with pytest.raises(ResourceInUse):
+            catalog.throughput_updated(table, None, units(20, 20), NOW, "r")
+
+
+def test_a_table_being_created_cannot_be_deleted_until_its_creation_is_overdue() -> None:
+    creating = new_table()
+    with pytest.raises(ResourceInUse) as raised:
+        catalog.deleting(creating, NOW + limits.TABLE_CREATION_SECONDS_MAX)
+    assert raised.value.message == (
+        "Attempt to change a resource which is still in use: Table is being created: Music"
+    )
+    assert catalog.deleting(creating, NOW + limits.TABLE_CREATION_SECONDS_MAX + 0.001)
+
+
+def test_changes_return_new_records_and_leave_the_old_ones() -> None:
+    creating = new_table()
+    document = creating.to_json()
+    active = catalog.activated(creating)
+    assert creating.status == TableStatus.CREATING
+    assert creating.to_json() is document and document["status"] == "CREATING"
+    assert active.to_json()["status"] == "ACTIVE"
+
+
+# UpdateTable -----------------------------------------------------------------------------------
+
+
+def test_update_table_records_increases_and_decreases_per_utc_day() -> None:
+    table = catalog.activated(new_table())
+    first = catalog.throughput_updated(table, None, units(5, 5), NOW + HOUR, "r")  # 23:00 UTC
+    assert first is not None
+    assert first.throughput == Throughput(5, 5)
+    assert first.throughput_version == 1
+    assert first.throughput_changes.decreases == 1
+    assert first.throughput_changes.decreases_day == "2024-03-01"
+    assert first.throughput_changes.last_decrease == NOW + HOUR
+    second = catalog.throughput_updated(
+        catalog.activated(first), None, units(4, 4), NOW + 1.5 * HOUR, "r"
+    )
+    assert second is not None
+    assert second.throughput_changes.decreases == 2
+    assert catalog.decreases_today(second.throughput_changes, NOW + 1.5 * HOUR) == 2
+    increased = catalog.throughput_updated(
+        catalog.activated(second), None, units(8, 8), NOW + 1.6 * HOUR, "r"
+    )
+    assert increased is not None
+    assert increased.throughput_changes.decreases == 2
+    assert increased.throughput_changes.last_increase == NOW + 1.6 * HOUR
+    next_day = NOW + 2.5 * HOUR  # 00:30 UTC on 2 March.
+    assert catalog.decreases_today(increased.throughput_changes, next_day) == 0
+    third = catalog.throughput_updated(
+        catalog.activated(increased), None, units(2, 2), next_day, "r"
+    )
+    assert third is not None
+    assert third.throughput_changes.decreases == 1
+    assert third.throughput_changes.decreases_day == "2024-03-02"
+    assert third.throughput_version == 4
+
+
+def test_switching_to_pay_per_request_and_back() -> None:
+    table = catalog.activated(new_table())
+    on_demand = catalog.throughput_updated(table, BillingMode.PAY_PER_REQUEST, None, NOW + 1, "r")
+    assert on_demand is not None
+    assert on_demand.billing_mode == BillingMode.PAY_PER_REQUEST
+    assert on_demand.throughput == Throughput(0, 0)
+    assert on_demand.throughput_changes.pay_per_request_since == NOW + 1
+    on_demand = catalog.activated(on_demand)
+    # Asking again for on-demand changes nothing and is no error.
+    assert (
+        catalog.throughput_updated(on_demand, BillingMode.PAY_PER_REQUEST, None, NOW, "r") is None
+    )
+    with pytest.raises(ValidationError, match="Neither ReadCapacityUnits nor WriteCapacityUnits"):
+        catalog.throughput_updated(on_demand, BillingMode.PAY_PER_REQUEST, UNITS, NOW, "r")
+    with pytest.raises(ValidationError, match="ProvisionedThroughput must be specified"):
+        catalog.throughput_updated(on_demand, BillingMode.PROVISIONED, None, NOW, "r")
+    back = catalog.throughput_updated(on_demand, BillingMode.PROVISIONED, UNITS, NOW + 2, "r")
+    assert back is not None and back.throughput == Throughput(10, 10)
+    # Leaving on-demand is neither an increase nor a decrease.
+    assert back.throughput_changes.last_increase is None
+    assert back.throughput_changes.decreases == 0
+
+
+def test_update_table_refuses_no_change_and_too_much() -> None:
+    table = catalog.activated(new_table())
+    with pytest.raises(ValidationError, match="will not change"):
+        catalog.throughput_updated(table, None, UNITS, NOW, "r")
+    too_much = limits.PROVISIONED_UNITS_PER_TABLE_MAX + 1
+    with pytest.raises(LimitExceeded) as raised:
+        catalog.throughput_updated(table, None, units(too_much, 1), NOW, "eu-west-1")
+    assert "for the account in eu-west-1" in raised.value.message
+
+
+def test_the_throughput_document_is_what_the_nodes_need() -> None:
+    table = new_table(BillingMode.PAY_PER_REQUEST, Throughput())
+    assert catalog.throughput_document(table) == {
+        "billing_mode": "PAY_PER_REQUEST",
+        "read": 0,
+        "write": 0,
+        "partition_count": 4,
+        "version": 0,
+    }
+
+
+# Partitions ------------------------------------------------------------------------------------
+
+
+def test_a_split_makes_two_children_at_the_next_epoch_sharing_the_parents_share() -> None:
+    table = catalog.activated(new_table(BillingMode.PAY_PER_REQUEST, Throughput()))
+    parent = table.partitions[1]
+    key = bytes.fromhex("5000000000000000")
+    split, low, high = catalog.split(table, parent.id, key, "low", "high")
+    assert (low.start, low.end, high.start, high.end) == (
+        parent.start,
+        key.hex(),
+        key.hex(),
+        parent.end,
+    )
+    assert low.epoch == high.epoch == parent.epoch + 1
+    assert low.parent == high.parent == parent.id
+    assert low.node == high.node == parent.node
+    assert low.share == high.share == parent.share / 2
+    assert [p.id for p in split.partitions] == [table.partitions[0].id, "low", "high"] + [
+        p.id for p in table.partitions[2:]
+    ]
+    assert sum(p.share for p in split.partitions) == 1
+    [retired] = split.retired
+    assert (retired.id, retired.state) == (parent.id, PartitionState.RETIRED)
+    # Split the low child again: both retired partitions are still some serving one's parent.
+    again, _, _ = catalog.split(split, "low", bytes.fromhex("4800000000000000"), "l2", "h2")
+    assert [p.id for p in again.retired] == [parent.id, "low"]
+    assert sum(p.share for p in again.partitions) == 1
+    # Once neither child of the first split serves, the first parent is no longer kept.
+    last, _, _ = catalog.split(again, "high", bytes.fromhex("6000000000000000"), "l3", "h3")
+    assert [p.id for p in last.retired] == ["low", "high"]
+
+
+def test_illegal_splits_are_refused() -> None:
+    creating = new_table(BillingMode.PAY_PER_REQUEST, Throughput())
+    partition = creating.partitions[1]
+    inside = bytes.fromhex("5000000000000000")
+    with pytest.raises(IllegalTransition):
+        catalog.split(creating, partition.id, inside, "a", "b")
+    active = catalog.activated(creating)
+    with pytest.raises(IllegalTransition):
+        catalog.split(active, "nope", inside, "a", "b")
+    with pytest.raises(IllegalTransition):
+        catalog.split(active, partition.id, bytes.fromhex(partition.start), "a", "b")
+    with pytest.raises(IllegalTransition):
+        catalog.split(active, partition.id, bytes.fromhex("9000000000000000"), "a", "b")
+    assert {(PartitionState.SERVING, PartitionState.RETIRED)} == catalog.PARTITION_TRANSITIONS
+
+
+# Indexes ---------------------------------------------------------------------------------------
+
+
+def test_an_index_moves_through_its_statuses() -> None:
+    table = catalog.activated(new_table())
+    index = IndexDef("ByAlbum", KeyShape.table(("album", "S")), "ALL", IndexStatus.CREATING)
+    table = catalog.index_added(table, index)
+    with pytest.raises(IllegalTransition):
+        catalog.index_added(table, index)
+    for status in (IndexStatus.BACKFILLING, IndexStatus.ACTIVE, IndexStatus.DELETING):
+        table = catalog.index_moved(table, "ByAlbum", status)
+        assert table.indexes[0].status == status
+    with pytest.raises(IllegalTransition):
+        catalog.index_moved(table, "ByAlbum", IndexStatus.ACTIVE)
+    table = catalog.index_moved(table, "ByAlbum", None)
+    assert table.indexes == ()
+    with pytest.raises(IllegalTransition):
+        catalog.index_moved(table, "ByAlbum", IndexStatus.ACTIVE)
+
+
+# The bootstrap record --------------------------------------------------------------------------
+
+
+def test_the_bootstrap_record_is_an_item_of_the_bootstrap_table() -> None:
+    location = CatalogLocation("node-2", "10.0.0.2:7000")
+    item = location.to_item()
+    assert item["name"] == {"S": catalog.BOOTSTRAP_RECORD_NAME}
+    assert CatalogLocation.from_item(item) == location
+    assert location.partition == catalog.CATALOG_PARTITION_ID
+
+
+def test_the_agreed_location_is_the_one_every_node_holding_a_record_holds() -> None:
+    one, two = CatalogLocation("node-1", "a:1"), CatalogLocation("node-2", "a:2")
+    assert catalog.agreed_location({}) is None
+    assert catalog.agreed_location({"node-1": None, "node-2": None}) is None
+    assert catalog.agreed_location({"node-1": None, "node-2": two, "node-3": two}) == two
+    with pytest.raises(catalog.CatalogDisagreement):
+        catalog.agreed_location({"node-1": one, "node-2": two, "node-3": two})
