@@ -128,6 +128,27 @@ class StaleEpoch(DynamoError):
     http_status = 503
 
 
+class ChangeLogTrimmed(DynamoError):
+    """A change-feed reader asked for records the partition's log no longer holds.
+
+    The log keeps a record until every registered consumer has checkpointed past it, but never more
+    than its hard bound of records; a consumer that fell further behind must re-snapshot the
+    partition and follow from `first_retained_seq - 1`. Named after DynamoDB Streams' answer to
+    a read before the oldest record of a shard.
+    """
+
+    type_name = "TrimmedDataAccessException"
+
+    def __init__(self, message: str, first_retained_seq: int | None = None) -> None:
+        super().__init__(message)
+        self.first_retained_seq = first_retained_seq
+
+    def extra_fields(self) -> dict[str, Any]:
+        if self.first_retained_seq is None:
+            return {}
+        return {"first_retained_seq": self.first_retained_seq}
+
+
 ERROR_TYPES: dict[str, type[DynamoError]] = {
     cls.type_name: cls
     for cls in (
@@ -145,5 +166,6 @@ ERROR_TYPES: dict[str, type[DynamoError]] = {
         ServiceUnavailable,
         InternalServerError,
         StaleEpoch,
+        ChangeLogTrimmed,
     )
 }

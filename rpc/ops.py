@@ -12,10 +12,10 @@ Errors travel as `core.errors` type names (see `rpc.codec`); `StaleEpoch` and
 `PartitionNotFound`-style refusals are `StaleEpoch`, upon which the router refreshes its map and
 retries.
 
-## Table descriptor (as kept in the catalog; nodes receive the parts they need)
+## Table descriptor (`core.catalog.TableDef.to_json()`; nodes receive the parts they need)
 
     {"name": str, "id": str (32 hex chars, new for every CreateTable),
-     "status": "CREATING" | "ACTIVE" | "DELETING",
+     "status": "CREATING" | "ACTIVE" | "UPDATING" | "DELETING",
      "key_schema": {"hash": [name, "S"|"N"|"B"], "range": [name, type] | null},
      "attribute_definitions": [{"AttributeName": .., "AttributeType": ..}],   # wire form
      "billing_mode": "PROVISIONED" | "PAY_PER_REQUEST",
@@ -25,19 +25,45 @@ retries.
                             "decreases_day": "YYYY-MM-DD" | null, "decreases": int,
                             "pay_per_request_since": float | null},   # absent: nothing changed
      "created": float (epoch seconds),
-     "partitions": [PARTITION, ...]}                    # sorted by start
+     "partitions": [PARTITION, ...],                    # the serving ones, sorted by start
+     "retired_partitions": [PARTITION, ...],  # split parents some serving partition still names
+     "indexes": [INDEX, ...], "ttl": {"attribute": str, "enabled": bool} | null,
+     "version": int}                 # the version of the table's catalog row (see below)
 
 Status UPDATING means an UpdateTable changed the throughput in the catalog and not every node has
 confirmed it yet (see update_throughput, which a router sends again until every node has); the
-table serves reads and writes meanwhile.
+table serves reads and writes meanwhile. The allowed status changes are `core.catalog`'s tables.
 
-    PARTITION = {"id": str, "start": hex str, "end": hex str | null, "epoch": int, "node": node id}
+    PARTITION = {"id": str, "start": hex str, "end": hex str | null, "epoch": int, "node": node id,
+                 "state": "SERVING" | "RETIRED", "parent": partition id | null,
+                 "share": "n/d" (its fraction of the table's throughput)}
+    INDEX = {"name", "key": [[name, type, "partition"|"sort"], ...],
+             "projection": "ALL"|"KEYS_ONLY"|"INCLUDE", "non_key_attributes": [str],
+             "status": "CREATING"|"BACKFILLING"|"ACTIVE"|"DELETING", "local": bool}
 
 A partition covers encoded storage keys k with bytes.fromhex(start) <= k < bytes.fromhex(end)
 (end null: no upper bound), where k = core.keycodec.encode_storage_key(...) and starts with the
-8-byte big-endian hash64 of the partition key. Initially ranges split the hash space evenly.
+8-byte big-endian hash64 of the partition key. Initially ranges split the hash space evenly. A node
+reads only id, start, end and epoch of the PARTITION it is sent.
 
-## Catalog (the one well-known document, stored on the node the ring picks for CATALOG_PARTITION_ID)
+## The catalog: an ordinary system table, found through a bootstrap record
+
+The catalog is the system table `__dynalab_catalog` (id `core.catalog.CATALOG_TABLE_ID`, key
+`name` S, one partition on one node, created without throughput so it is never throttled): one
+item per table, `{"name": S, "version": N, "table": S (the descriptor above as JSON)}`. It is read
+with `scan` (paged over `last_key`) and `get`, and changed only with the data-plane `put` and
+`delete` under a condition: `attribute_not_exists(#n)` to create a row, `#v = :expected` (the row's
+version) to replace or remove it, each write raising the version by one. A router, a node or the
+replicator changing different tables therefore never contend.
+
+Where it lives is recorded in the system table `__dynalab_bootstrap` (id
+`core.catalog.BOOTSTRAP_TABLE_ID`), whose one partition every node holds: the item
+`{"name": "catalog", "catalog_node": node id, "catalog_address": its address,
+"catalog_partition": partition id}`, written with `attribute_not_exists(#n)` so the first writer
+wins (see `router.context.locate_catalog`).
+
+The older single-document ops below are no longer used by routers; they remain until the storage
+node drops them:
 
     catalog_get   {}                                  -> {"version": int, "tables": {name: TABLE}}
     catalog_cas   {"expected_version": int, "tables": {name: TABLE}}
@@ -52,13 +78,18 @@ A partition covers encoded storage keys k with bytes.fromhex(start) <= k < bytes
                      Without "throughput" the partition is not metered (the node's own tests
                      create partitions so); routers always send it.
     drop_table       {"table_id": str}   -> {"partitions_dropped": int}   (items, logs and metadata)
-    retire_partition {"table_id": str, "partition_id": str, "epoch": int}
+    retire_partition {"table_id": str, "partition_id": str, "epoch": int,
+                      "children": [partition id, ...] | null}
                      -> {"retired": bool}
-                     After a split: the node forgets the partition (its metadata and change log),
-                     so a request still naming it is refused with StaleEpoch. Items stay: a node
-                     keys them by table, not partition, and the children hold them. Idempotent:
-                     a partition that is not there is not retired ("retired": false); one at a
-                     newer epoch than the request's is refused with StaleEpoch.
+                     After a split or a move: the node forgets the partition (its metadata), so
+                     a request still naming it is refused with StaleEpoch. Items stay: a node
+                     keys them by table, not partition, and the children hold them. Its change
+                     log ends with an END record naming `children` (the partitions that continue
+                     it: the two halves of a split, the same id for a move; absent: none named).
+                     With registered change-feed consumers the log is kept until each of them
+                     has checkpointed END (or unregistered); without, it is dropped at once.
+                     Idempotent: a partition that is not there is not retired ("retired":
+                     false); one at a newer epoch than the request's is refused with StaleEpoch.
     table_stats      {"table_id": str}
                      -> {"partitions": {partition id: {"items", "bytes", "last_seq": int}}}
 
@@ -85,6 +116,41 @@ A partition covers encoded storage keys k with bytes.fromhex(start) <= k < bytes
                                    "admitted_requests": int, "throttled_requests": int}
                          Counters start at zero when the node starts. With enforcement off
                          (DYNALAB_THROTTLING=off) nothing is metered and "partitions" is empty.
+
+## Change feed (the ChangeFeed service in proto/rpc/changefeed.proto; also unary Call)
+
+Each partition's change log, in seq order (1, 2, ... without gaps). A record:
+
+    CHANGE = {"seq": int, "kind": "INSERT" | "MODIFY" | "REMOVE" | "END", "keys": ITEM_KEY | null,
+              "old": ITEM | null, "new": ITEM | null, "by_service": bool,
+              "children": [partition id, ...]}            # "children": END records only
+    by_service: the service itself made the change (TTL deletions, later), not a client.
+    END: the last record of a retired partition's log (retire_partition).
+
+Followers read with the streaming `Follow` (after a seq, or after a consumer's checkpoint);
+delivery is at-least-once from that point and a follower dedupes by seq. A registered consumer
+holds the log: a record is kept until every registered consumer has checkpointed past it, but a
+log never holds more than the node's hard bound (`change_log_records_max`) of records. Reading
+records that are gone fails with TrimmedDataAccessException (`core.errors.ChangeLogTrimmed`,
+body {"first_retained_seq": int}): re-snapshot the partition and follow from that seq - 1. These
+three writes go through the group commit, so an acknowledged checkpoint survives kill -9:
+
+    register_consumer   {"table_id", "partition_id", "consumer": str (1-255 bytes),
+                         "seq": int | null}               # null: the partition's last seq
+                        -> {"seq": int, "first_seq": int, "last_seq": int}
+                        Registers the consumer at `seq` (records after it are kept for it).
+                        Registering again changes nothing and answers the checkpoint it has.
+                        A seq whose next record is trimmed: TrimmedDataAccessException.
+    checkpoint          {"table_id", "partition_id", "consumer", "seq": int}
+                        -> {"seq": int, "first_seq": int, "last_seq": int}
+                        The consumer has passed every record up to `seq`. A checkpoint never
+                        moves back (an older seq is a no-op answered with the current one); an
+                        unregistered consumer is ResourceNotFoundException; a seq past the
+                        log's last is ValidationException.
+    unregister_consumer {"table_id", "partition_id", "consumer"}
+                        -> {"unregistered": bool, "first_seq": int, "last_seq": int}
+
+For all three a partition neither live nor retired-and-kept on the node is StaleEpoch.
 
 ## Data plane (streamed Exchange). Every body also has "table_id", "partition_id", "epoch".
 
@@ -134,6 +200,8 @@ operation may fail with ProvisionedThroughputExceededException when the partitio
 empty; nothing was read or written then, and the client may retry.
 """
 
+# The ring key under which earlier versions placed the catalog document; a new cluster still
+# places its catalog partition on its owner (`core.catalog.CATALOG_PLACEMENT_KEY`).
 CATALOG_PARTITION_ID = "catalog"
 
 # Control-plane operations (unary Call).
@@ -145,6 +213,11 @@ RETIRE_PARTITION = "retire_partition"
 TABLE_STATS = "table_stats"
 UPDATE_THROUGHPUT = "update_throughput"
 PARTITION_THROUGHPUT = "partition_throughput"
+
+# Change-feed consumers (the ChangeFeed service, or unary Call).
+REGISTER_CONSUMER = "register_consumer"
+CHECKPOINT = "checkpoint"
+UNREGISTER_CONSUMER = "unregister_consumer"
 
 # Data-plane operations (streamed Exchange).
 GET = "get"
@@ -167,3 +240,4 @@ CONTROL_OPS = frozenset(
     }
 )
 DATA_OPS = frozenset({GET, PUT, UPDATE, DELETE, QUERY, SCAN})
+FEED_OPS = frozenset({REGISTER_CONSUMER, CHECKPOINT, UNREGISTER_CONSUMER})

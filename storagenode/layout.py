@@ -8,8 +8,15 @@ its partition's metadata commit in one atomic, synced write batch:
   is a contiguous key range and a Query is one iterator range. RocksDB bounds no key's length, so
   every key DynamoDB allows (2048 + 1024 bytes, and index keys that append the table key) fits.
 - `change_log`: 16-byte table id ‖ 1-byte length ‖ partition id ‖ 8-byte big-endian seq -> orjson
-  `{seq, kind, keys, old, new}`. The table id and the length prefix keep one partition's records
-  contiguous and apart from any other's, whatever its id.
+  `{seq, kind, keys, old, new, by_service}` (an END record also has `children`). The table id and
+  the length prefix keep one partition's records contiguous and apart from any other's, whatever
+  its id.
+- `checkpoints`: the change-log prefix (table id ‖ length ‖ partition id) ‖ consumer name -> orjson
+  `{table_id, partition_id, consumer, seq}`: each registered consumer of a partition's change feed
+  and the seq it has passed (`changefeed.py`).
+- `retired_logs`: the change-log prefix -> orjson `{table_id, partition_id, first_seq, end_seq,
+  children}`: the log of a retired partition, kept (END record last) until every registered
+  consumer has read to its end.
 - `partitions`: 16-byte table id ‖ partition id -> orjson partition metadata (`partition.py`).
 - `catalog`: one key, the cluster catalog document, changed only by compare-and-set.
 - the default family: `format` -> the data directory's format version (`FORMAT_VERSION`).
@@ -24,6 +31,7 @@ from core.errors import ValidationError
 TABLE_ID_BYTES = 16
 SEQ_BYTES = 8
 PARTITION_ID_BYTES_MAX = 255  # The change-log key gives a partition id's length one byte.
+CONSUMER_NAME_BYTES_MAX = 255  # A change-feed consumer's name, as it ends a checkpoint key.
 CATALOG_KEY = b"catalog"
 FORMAT_KEY = b"format"
 # 1: LMDB, keys bounded at 511 bytes (the first stage). 2: RocksDB column families, this layout.
@@ -37,6 +45,8 @@ class Family(StrEnum):
     CHANGE_LOG = "change_log"
     PARTITIONS = "partitions"
     CATALOG = "catalog"
+    CHECKPOINTS = "checkpoints"
+    RETIRED_LOGS = "retired_logs"
 
 
 def table_prefix(table_id: str) -> bytes:
@@ -65,3 +75,13 @@ def seq_bytes(seq: int) -> bytes:
 
 def partition_meta_key(table_id: str, partition_id: str) -> bytes:
     return table_prefix(table_id) + partition_id.encode()
+
+
+def checkpoint_key(table_id: str, partition_id: str, consumer: str) -> bytes:
+    """The key of one consumer's checkpoint on one partition's change feed."""
+    encoded = consumer.encode()
+    if not encoded or len(encoded) > CONSUMER_NAME_BYTES_MAX:
+        raise ValidationError(
+            f"A change-feed consumer's name is 1 to {CONSUMER_NAME_BYTES_MAX} bytes"
+        )
+    return change_log_prefix(table_id, partition_id) + encoded

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import orjson
@@ -43,8 +43,15 @@ from core.size import item_size_bytes
 from core.values import Item
 from core.writes import DeleteRequest, PutRequest, UpdateRequest, WriteRequest, plan
 from rpc import ops
-from storagenode import metrics, replica
-from storagenode.layout import CATALOG_KEY, Family, partition_meta_key, seq_bytes, table_prefix
+from storagenode import changefeed, metrics, replica
+from storagenode.layout import (
+    CATALOG_KEY,
+    Family,
+    change_log_prefix,
+    partition_meta_key,
+    seq_bytes,
+    table_prefix,
+)
 from storagenode.partition import PageRequest, Partition, query_bounds, read_page, scan_bounds
 from storagenode.store import NodeStore, WriteBatchView
 from storagenode.throughput import NodeThroughput, version_of
@@ -71,9 +78,12 @@ WRITE_OPS = frozenset(
         ops.DROP_TABLE,
         ops.RETIRE_PARTITION,
         ops.UPDATE_THROUGHPUT,
+        ops.REGISTER_CONSUMER,
+        ops.CHECKPOINT,
+        ops.UNREGISTER_CONSUMER,
     }
 )
-assert READ_OPS | WRITE_OPS == ops.CONTROL_OPS | ops.DATA_OPS
+assert READ_OPS | WRITE_OPS == ops.CONTROL_OPS | ops.DATA_OPS | ops.FEED_OPS
 # The operations that spend a partition's read or write units.
 METERED_READS = frozenset({ops.GET, ops.QUERY, ops.SCAN})
 METERED_WRITES = frozenset({ops.PUT, ops.UPDATE, ops.DELETE})
@@ -101,6 +111,11 @@ class StorageNode:
         # Replaced or updated only by the writer after each commit, so a reader on another thread
         # always sees the metadata of committed data.
         self.partitions: dict[PartitionRef, Partition] = {}
+        # Change-feed consumers and retired logs, replaced whole by the writer after each commit.
+        self.feeds = changefeed.FeedState.load(store)
+        # Called on the writer thread after each commit with the partitions whose change feed it
+        # moved (the server wakes their followers); it must not block.
+        self.on_commit: Callable[[Collection[PartitionRef]], None] | None = None
         for meta in store.load_partition_metas():
             partition = Partition.from_meta(meta)
             self.partitions[partition.table_id, partition.partition_id] = partition
@@ -232,11 +247,12 @@ class StorageNode:
     def changes(
         self, table_id: str, partition_id: str, after_seq: int, limit: int
     ) -> list[dict[str, Any]]:
-        """Up to `limit` change-log records of a partition with seq > after_seq, oldest first."""
-        partition = self.partitions.get((table_id, partition_id))
-        if partition is None:
-            raise StaleEpoch(f"Partition {partition_id} of table {table_id} is not on this node")
-        prefix = partition.log_prefix
+        """Up to `limit` change-log records of a partition with seq > after_seq, oldest first.
+
+        The partition may be live or retired with its log kept for its consumers.
+        """
+        self.feed_bounds(table_id, partition_id)
+        prefix = change_log_prefix(table_id, partition_id)
         records: list[dict[str, Any]] = []
         rows = self.store.walk(
             Family.CHANGE_LOG, prefix + seq_bytes(after_seq + 1), successor(prefix), forward=True
@@ -246,6 +262,39 @@ class StorageNode:
                 break
             records.append(orjson.loads(value))
         return records
+
+    def feed_bounds(self, table_id: str, partition_id: str) -> changefeed.LogBounds:
+        """The committed bounds of a partition's change log, live or retired and kept."""
+        ref = (table_id, partition_id)
+        partition = self.partitions.get(ref)
+        if partition is not None:
+            return changefeed.LogBounds(partition.first_seq, partition.last_seq)
+        retired = self.feeds.retired.get(ref)
+        if retired is not None:
+            return retired.bounds()
+        raise StaleEpoch(f"Partition {partition_id} of table {table_id} is not on this node")
+
+    def read_feed(
+        self,
+        table_id: str,
+        partition_id: str,
+        after_seq: int,
+        records_max: int = changefeed.FEED_BATCH_RECORDS_MAX,
+    ) -> changefeed.FeedBatch:
+        """A batch of a partition's change feed after `after_seq` (`changefeed.read_batch`)."""
+        bounds = self.feed_bounds(table_id, partition_id)
+        return changefeed.read_batch(
+            self.store,
+            table_id,
+            partition_id,
+            bounds,
+            after_seq,
+            records_max=max(1, min(records_max, changefeed.FEED_BATCH_RECORDS_MAX)),
+        )
+
+    def consumer_checkpoint(self, table_id: str, partition_id: str, consumer: str) -> int | None:
+        """A registered consumer's committed checkpoint; None if it is not registered."""
+        return self.feeds.consumers((table_id, partition_id)).get(consumer)
 
     # Writes --------------------------------------------------------------------------------------
 
@@ -284,7 +333,11 @@ class StorageNode:
                     results[index] = InternalServerError(f"The node could not commit: {error}")
                     consumed[index] = 0.0
         else:
+            # Feeds first: a reader that finds a retired partition gone finds its kept log.
+            self.feeds = group.feed.install()
             self._install(group.dirty)
+            if self.on_commit is not None:
+                self.on_commit(group.dirty.keys() | group.feed.touched)
         self._settle_writes(writes, charged, consumed)
         assert all(result is not None for result in results)
         return results  # type: ignore[return-value]
@@ -357,12 +410,16 @@ class _WriteGroup:
         self.node = node
         self.batch = batch
         self.dirty: dict[PartitionRef, Partition | None] = {}
+        self.feed = changefeed.FeedChanges(node.feeds, batch)
         self._control: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
             ops.CATALOG_CAS: self.catalog_cas,
             ops.CREATE_PARTITION: self.create_partition,
             ops.DROP_TABLE: self.drop_table,
             ops.RETIRE_PARTITION: self.retire_partition,
             ops.UPDATE_THROUGHPUT: self.update_throughput,
+            ops.REGISTER_CONSUMER: self.register_consumer,
+            ops.CHECKPOINT: self.checkpoint,
+            ops.UNREGISTER_CONSUMER: self.unregister_consumer,
         }
 
     def write(self, op: str, body: dict[str, Any]) -> tuple[WriteResult, float]:
@@ -431,6 +488,12 @@ class _WriteGroup:
                 f"Partition {created.partition_id} of table {created.table_id} already exists "
                 f"at epoch {existing.epoch} with another range or key schema"
             )
+        if self.feed.retired(key) is not None:
+            # The partition comes back to this node (a move back) while its retired log still
+            # waits for consumers: its new log starts again at seq 1, so the old one, and the
+            # consumers that were reading it, go. They find the partition where it moved to.
+            logger.warning("partition %s returns; its retired change log is dropped", key)
+            self.feed.forget(key)
         self.dirty[key] = created
         return {}
 
@@ -455,14 +518,19 @@ class _WriteGroup:
         keys = {key for key in (*self.node.partitions, *self.dirty) if key[0] == table_id}
         dropped = [key for key in keys if self._lookup(key) is not None]
         for key in dropped:
-            log = self._lookup(key).log_prefix  # type: ignore[union-attr]
-            self.batch.delete_range(Family.CHANGE_LOG, log, _end_of(log))
             self.dirty[key] = None
+        # Every change-log key starts with the table id: this drops retired logs as well.
+        self.batch.delete_range(Family.CHANGE_LOG, prefix, _end_of(prefix))
+        self.feed.forget_table(table_id)
         self.batch.delete_range(Family.ITEMS, prefix, _end_of(prefix))
         return {"partitions_dropped": len(dropped)}
 
     def retire_partition(self, body: dict[str, Any]) -> dict[str, Any]:
-        """Forget a split partition: its metadata and change log; its items stay (`rpc.ops`)."""
+        """Forget a split or moved partition's metadata; its items stay (`rpc.ops`).
+
+        Its change log ends with an END record naming the children. If consumers are registered,
+        the log stays (a `changefeed.RetiredLog`) until each has read to END; if not, it goes now.
+        """
         key = (body["table_id"], body["partition_id"])
         partition = self._lookup(key)
         if partition is None:
@@ -472,27 +540,90 @@ class _WriteGroup:
                 f"Partition {partition.partition_id} is at epoch {partition.epoch}, "
                 f"the request at {body['epoch']}"
             )
-        log = partition.log_prefix
-        self.batch.delete_range(Family.CHANGE_LOG, log, _end_of(log))
+        children = body.get("children") or []
+        if not isinstance(children, list) or not all(isinstance(c, str) for c in children):
+            raise ValidationError("retire_partition's children are a list of partition ids")
         self.dirty[key] = None
+        if not self.feed.consumers(key):
+            self.feed.forget(key)
+            return {"retired": True}
+        end_seq = partition.last_seq + 1
+        record = orjson.dumps(changefeed.end_record(end_seq, children))
+        self.batch.put(Family.CHANGE_LOG, partition.log_prefix + seq_bytes(end_seq), record)
+        self.feed.retire(changefeed.RetiredLog(*key, partition.first_seq, end_seq, tuple(children)))
+        self.feed.trim_retired(key, self.node.change_log_records_max)
         return {"retired": True}
 
+    def _feed_bounds(self, body: dict[str, Any]) -> tuple[PartitionRef, changefeed.LogBounds]:
+        """A partition's log bounds as this group sees them (live, or retired and kept)."""
+        key = (body["table_id"], body["partition_id"])
+        partition = self._lookup(key)
+        if partition is not None:
+            return key, changefeed.LogBounds(partition.first_seq, partition.last_seq)
+        retired = self.feed.retired(key)
+        if retired is not None:
+            return key, retired.bounds()
+        raise StaleEpoch(
+            f"Partition {body['partition_id']} of table {body['table_id']} is not on this node"
+        )
+
+    def _feed_moved(self, key: PartitionRef) -> dict[str, Any]:
+        """Trim a partition's log once a consumer has moved; its bounds as they will be."""
+        partition = self._lookup(key)
+        if partition is not None:
+            staged = partition if key in self.dirty else dataclasses.replace(partition)
+            self.dirty[key] = staged  # finish() trims and persists it.
+            keep = changefeed.first_retained_seq(
+                staged.first_seq,
+                staged.last_seq,
+                self.node.change_log_records_max,
+                self.feed.consumers(key).values(),
+            )
+            return {"first_seq": keep, "last_seq": staged.last_seq}
+        self.feed.trim_retired(key, self.node.change_log_records_max)
+        retired = self.feed.retired(key)
+        if retired is None:  # Every consumer has read to END: the log is gone.
+            return {"first_seq": 0, "last_seq": 0}
+        return {"first_seq": retired.first_seq, "last_seq": retired.end_seq}
+
+    def register_consumer(self, body: dict[str, Any]) -> dict[str, Any]:
+        key, bounds = self._feed_bounds(body)
+        seq = self.feed.register(key, body["consumer"], body.get("seq"), bounds)
+        return {"seq": seq, **self._feed_moved(key)}
+
+    def checkpoint(self, body: dict[str, Any]) -> dict[str, Any]:
+        key, bounds = self._feed_bounds(body)
+        seq = self.feed.checkpoint(key, body["consumer"], body["seq"], bounds)
+        return {"seq": seq, **self._feed_moved(key)}
+
+    def unregister_consumer(self, body: dict[str, Any]) -> dict[str, Any]:
+        key, _ = self._feed_bounds(body)
+        unregistered = self.feed.unregister(key, body["consumer"])
+        return {"unregistered": unregistered, **self._feed_moved(key)}
+
     def finish(self) -> None:
-        """Persist the touched partitions' metadata and trim their change logs to the bound."""
-        for (table_id, partition_id), partition in self.dirty.items():
-            meta_key = partition_meta_key(table_id, partition_id)
+        """Persist the touched partitions' metadata and trim their change logs.
+
+        A log is trimmed below the oldest record some registered consumer has not passed, and
+        always to the hard bound of `change_log_records_max` records (`changefeed`).
+        """
+        for key, partition in self.dirty.items():
+            meta_key = partition_meta_key(*key)
             if partition is None:
                 self.batch.delete(Family.PARTITIONS, meta_key)
                 continue
-            excess = partition.last_seq - partition.first_seq + 1 - self.node.change_log_records_max
-            if excess > 0:
+            keep = changefeed.first_retained_seq(
+                partition.first_seq,
+                partition.last_seq,
+                self.node.change_log_records_max,
+                self.feed.consumers(key).values(),
+            )
+            if keep > partition.first_seq:
                 log = partition.log_prefix
                 self.batch.delete_range(
-                    Family.CHANGE_LOG,
-                    log + seq_bytes(partition.first_seq),
-                    log + seq_bytes(partition.first_seq + excess),
+                    Family.CHANGE_LOG, log + seq_bytes(partition.first_seq), log + seq_bytes(keep)
                 )
-                partition.first_seq += excess
+                partition.first_seq = keep
             self.batch.put(Family.PARTITIONS, meta_key, partition.to_meta())
 
 

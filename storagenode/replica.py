@@ -1,10 +1,10 @@
 """Apply: the one hook that turns a planned write (`core.writes.WriteEffect`) into storage writes.
 
 Everything a write does to storage happens here, in the group's write batch: the item itself, its
-change-log record, and the partition's counters (items, bytes, last seq). Local secondary index
-entries and the TTL expiry index will be written here too, so that they can never disagree with
-the item. The effect was decided by `core.writes.plan`; this module decides nothing about the
-write, only how it is laid out (`layout.py`).
+change-log record (`{seq, kind, keys, old, new, by_service}`), and the partition's counters (items,
+bytes, last seq). Local secondary index entries and the TTL expiry index will be written here too,
+so that they can never disagree with the item. The effect was decided by `core.writes.plan`; this
+module decides nothing about the write, only how it is laid out (`layout.py`).
 
 `apply` encodes everything it will store before it changes anything, so a failure (a bug) leaves
 the batch and the partition's counters exactly as they were and fails that write alone.
@@ -21,12 +21,19 @@ from storagenode.store import WriteBatchView
 
 
 def apply(
-    batch: WriteBatchView, partition: Partition, items_key: bytes, effect: WriteEffect
+    batch: WriteBatchView,
+    partition: Partition,
+    items_key: bytes,
+    effect: WriteEffect,
+    *,
+    by_service: bool = False,
 ) -> None:
     """Store `effect` on `partition` (a copy private to the batch) under `items_key`.
 
     Like DynamoDB Streams, a write that leaves the item exactly as it was stores nothing and
-    records nothing.
+    records nothing. `by_service` marks a change the service made itself rather than a client,
+    as DynamoDB Streams marks a TTL deletion (`userIdentity` "dynamodb.amazonaws.com"): every
+    client write passes False; the TTL sweeper will pass True.
     """
     kind = effect.kind
     if kind is None:
@@ -34,7 +41,14 @@ def apply(
     seq = partition.last_seq + 1
     item_value = None if effect.new is None else orjson.dumps(effect.new)
     record = orjson.dumps(
-        {"seq": seq, "kind": kind.value, "keys": effect.key, "old": effect.old, "new": effect.new}
+        {
+            "seq": seq,
+            "kind": kind.value,
+            "keys": effect.key,
+            "old": effect.old,
+            "new": effect.new,
+            "by_service": by_service,
+        }
     )
     if item_value is None:
         batch.delete(Family.ITEMS, items_key)

@@ -330,6 +330,7 @@ def test_every_change_is_logged_with_its_images(h: Harness) -> None:
             "keys": song("a", 1),
             "old": None,
             "new": song("a", 1, v=n(1)),
+            "by_service": False,
         },
         {
             "seq": 2,
@@ -337,6 +338,7 @@ def test_every_change_is_logged_with_its_images(h: Harness) -> None:
             "keys": song("a", 1),
             "old": song("a", 1, v=n(1)),
             "new": song("a", 1, v=n(2)),
+            "by_service": False,
         },
         {
             "seq": 3,
@@ -344,6 +346,7 @@ def test_every_change_is_logged_with_its_images(h: Harness) -> None:
             "keys": song("a", 1),
             "old": song("a", 1, v=n(2)),
             "new": None,
+            "by_service": False,
         },
     ]
     assert [record["seq"] for record in h.changes(after_seq=2)] == [3]
