@@ -13,7 +13,7 @@ from grpc_tools import protoc
 
 ROOT = Path(__file__).resolve().parents[1]
 PROTO_ROOT = ROOT / "proto"
-PROTOS = ["rpc/node.proto"]
+PROTOS = ["rpc/node.proto", "rpc/changefeed.proto"]
 
 
 def generate(out_dir: Path) -> None:

@@ -1,0 +1,246 @@
+"""`ChangeFeedClient`: follow a partition's change feed on a storage node, and checkpoint it.
+
+The contract is `proto/rpc/changefeed.proto` (rules in `rpc.ops`, "Change feed"). This module also
+holds the one translation between change records as a node stores them (dicts, `rpc.ops` CHANGE)
+and as they travel (`ChangeRecord`), and between `core.errors` and the feed's `FeedError`, for the
+node's servicer and this client alike.
+
+Every call has a deadline and never hangs. `follow` is a long-lived stream with no overall
+deadline, but each message must arrive within `idle_seconds_max` (the node sends an empty batch
+every FEED_HEARTBEAT_SECONDS while the log is idle), so a dead node or a cut link fails the follow
+with `ServiceUnavailable` instead of hanging it. A follow that fails is resumed by following again
+from the last checkpoint: delivery is at-least-once from a checkpoint, and a follower dedupes by
+seq.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+import orjson
+
+from core.errors import (
+    ERROR_TYPES,
+    ChangeLogTrimmed,
+    DynamoError,
+    InternalServerError,
+    ServiceUnavailable,
+)
+from rpc import changefeed_pb2, changefeed_pb2_grpc
+from rpc.client import CHANNEL_OPTIONS
+
+logger = logging.getLogger(__name__)
+
+SERVICE_NAME = "dynalab.rpc.ChangeFeed"
+# A node sends an empty batch on an idle feed this often, so that a follower tells a live node
+# from a silent failure; a follower gives up on a stream after FOLLOW_IDLE_SECONDS_MAX without one.
+FEED_HEARTBEAT_SECONDS = 2.0
+FOLLOW_IDLE_SECONDS_MAX = 4 * FEED_HEARTBEAT_SECONDS
+
+_KINDS = {
+    "INSERT": changefeed_pb2.ChangeRecord.INSERT,
+    "MODIFY": changefeed_pb2.ChangeRecord.MODIFY,
+    "REMOVE": changefeed_pb2.ChangeRecord.REMOVE,
+    "END": changefeed_pb2.ChangeRecord.END,
+}
+_KIND_NAMES = {number: name for name, number in _KINDS.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One change record as a follower sees it (`rpc.ops` CHANGE)."""
+
+    seq: int
+    kind: str  # INSERT, MODIFY, REMOVE or END
+    keys: dict[str, Any] | None
+    old: dict[str, Any] | None
+    new: dict[str, Any] | None
+    by_service: bool = False
+    children: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerPosition:
+    """A consumer's checkpoint and the log's bounds, as a Register or Checkpoint answered."""
+
+    seq: int
+    first_seq: int
+    last_seq: int
+    unregistered: bool = False
+
+
+# Translation, shared by the node's servicer and this client ---------------------------------------
+
+
+def record_to_proto(record: dict[str, Any]) -> changefeed_pb2.ChangeRecord:
+    """A stored change record (`rpc.ops` CHANGE) as it travels."""
+    return changefeed_pb2.ChangeRecord(
+        seq=record["seq"],
+        kind=_KINDS[record["kind"]],
+        keys=_json(record.get("keys")),
+        old=_json(record.get("old")),
+        new=_json(record.get("new")),
+        by_service=bool(record.get("by_service", False)),
+        children=record.get("children") or (),
+    )
+
+
+def record_from_proto(record: changefeed_pb2.ChangeRecord) -> Change:
+    return Change(
+        seq=record.seq,
+        kind=_KIND_NAMES[record.kind],
+        keys=_object(record.keys),
+        old=_object(record.old),
+        new=_object(record.new),
+        by_service=record.by_service,
+        children=tuple(record.children),
+    )
+
+
+def error_to_proto(error: DynamoError) -> changefeed_pb2.FeedError:
+    proto = changefeed_pb2.FeedError(type=error.type_name, message=error.message)
+    if isinstance(error, ChangeLogTrimmed) and error.first_retained_seq is not None:
+        proto.first_retained_seq = error.first_retained_seq
+    return proto
+
+
+def error_from_proto(error: changefeed_pb2.FeedError) -> DynamoError:
+    """The `core.errors` instance a FeedError carries (an unknown type is a version skew: a bug)."""
+    if error.type == ChangeLogTrimmed.type_name:
+        first = error.first_retained_seq if error.HasField("first_retained_seq") else None
+        return ChangeLogTrimmed(error.message, first)
+    error_type = ERROR_TYPES.get(error.type)
+    if error_type is None:
+        return InternalServerError(
+            f"Unknown error type {error.type!r} from a node: {error.message}"
+        )
+    return error_type(error.message)
+
+
+def _json(value: Any) -> bytes:
+    return b"" if value is None else orjson.dumps(value)
+
+
+def _object(data: bytes) -> dict[str, Any] | None:
+    return orjson.loads(data) if data else None
+
+
+# The client --------------------------------------------------------------------------------------
+
+
+class ChangeFeedClient:
+    """Follows and checkpoints change feeds on one storage node over gRPC."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self._channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+        self._stub = changefeed_pb2_grpc.ChangeFeedStub(self._channel)
+
+    async def register(
+        self,
+        table_id: str,
+        partition_id: str,
+        consumer: str,
+        seq: int | None,
+        timeout: float,
+    ) -> ConsumerPosition:
+        """Register `consumer` at `seq` (None: the log's last seq); answer its checkpoint.
+
+        Registering again changes nothing and answers the checkpoint the consumer has, which is
+        how a restarted consumer finds where to resume.
+        """
+        request = changefeed_pb2.RegisterRequest(
+            table_id=table_id, partition_id=partition_id, consumer=consumer, seq=seq
+        )
+        return await self._unary(self._stub.Register, request, timeout)
+
+    async def checkpoint(
+        self, table_id: str, partition_id: str, consumer: str, seq: int, timeout: float
+    ) -> ConsumerPosition:
+        """Record durably that `consumer` has passed every record up to `seq`."""
+        request = changefeed_pb2.CheckpointRequest(
+            table_id=table_id, partition_id=partition_id, consumer=consumer, seq=seq
+        )
+        return await self._unary(self._stub.Checkpoint, request, timeout)
+
+    async def unregister(
+        self, table_id: str, partition_id: str, consumer: str, timeout: float
+    ) -> ConsumerPosition:
+        """Stop holding the log for `consumer`."""
+        request = changefeed_pb2.UnregisterRequest(
+            table_id=table_id, partition_id=partition_id, consumer=consumer
+        )
+        return await self._unary(self._stub.Unregister, request, timeout)
+
+    async def follow(
+        self,
+        table_id: str,
+        partition_id: str,
+        *,
+        consumer: str = "",
+        after_seq: int | None = None,
+        max_records_per_batch: int = 0,
+        idle_seconds_max: float = FOLLOW_IDLE_SECONDS_MAX,
+    ) -> AsyncGenerator[Change, None]:
+        """The partition's changes after `after_seq` (None: after `consumer`'s checkpoint).
+
+        Yields each record in seq order and waits for new ones; ends after an END record. Raises
+        the node's typed refusal (`ChangeLogTrimmed`: re-snapshot; `StaleEpoch`: the partition
+        is not on this node), or `ServiceUnavailable` when the stream breaks, the node stops, or
+        nothing arrives for `idle_seconds_max`.
+        """
+        request = changefeed_pb2.FollowRequest(
+            table_id=table_id,
+            partition_id=partition_id,
+            consumer=consumer,
+            after_seq=after_seq,
+            max_records_per_batch=max_records_per_batch,
+        )
+        call = self._stub.Follow(request)
+        try:
+            while True:
+                try:
+                    batch = await asyncio.wait_for(call.read(), idle_seconds_max)
+                except TimeoutError:
+                    raise ServiceUnavailable(
+                        f"Node {self.address} sent nothing on the change feed of {partition_id} "
+                        f"for {idle_seconds_max:.3g} s"
+                    ) from None
+                except grpc.aio.AioRpcError as error:
+                    raise ServiceUnavailable(
+                        f"The change feed of {partition_id} on node {self.address} broke: "
+                        f"{error.code().name} {error.details()}"
+                    ) from None
+                if batch is grpc.aio.EOF:
+                    raise ServiceUnavailable(
+                        f"Node {self.address} ended the change feed of {partition_id} before "
+                        "its end (it is stopping)"
+                    )
+                if batch.HasField("error"):
+                    raise error_from_proto(batch.error)
+                for record in batch.records:
+                    yield record_from_proto(record)
+                if batch.end_of_log:
+                    return
+        finally:
+            call.cancel()
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    async def _unary(self, method: Any, request: Any, timeout: float) -> ConsumerPosition:
+        try:
+            reply = await method(request, timeout=timeout)
+        except grpc.aio.AioRpcError as error:
+            raise ServiceUnavailable(
+                f"Node {self.address} failed a change-feed call: {error.code().name} "
+                f"{error.details()}"
+            ) from None
+        if reply.HasField("error"):
+            raise error_from_proto(reply.error)
+        return ConsumerPosition(reply.seq, reply.first_seq, reply.last_seq, reply.unregistered)
