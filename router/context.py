@@ -2,15 +2,22 @@
 
 Every handler gets one `RouterContext`. It answers three questions for them: which table a name
 means (`table`), where a key or a partition lives and how to call it (`call_key`,
-`call_partition`), and how to change the catalog safely (`change_catalog`).
+`call_partition`), and how to change one table's catalog record safely (`change_table`).
 
-The catalog (tables, key schemas, partition maps; see `rpc.ops`) lives on the storage node
-that the ring picks for the well-known catalog partition. Routers are stateless: each keeps a copy
-and re-reads it on a cache miss, when a node refuses a request for a stale epoch (a partition split
-or moved, or the table was dropped and created again), and in the background every
-`CATALOG_REFRESH_SECONDS`, so that a table created or deleted through one router shows up in every
-other one. Concurrent refreshes share one read, so a burst of stale replies costs one catalog read,
-not one per request.
+The catalog is the system table `__dynalab_catalog` (`core.catalog`): one item per table, keyed
+by the table's name, holding its `TableDef` and the row's `version`, in one partition on one
+storage node. It is read and written with the ordinary data-plane operations: `scan` (page after
+page) to read it all, `get` to read one table, and `put`/`delete` conditional on the row's
+version to change one, so routers (and later a splitting node or the GSI replicator) changing
+different tables never contend. Where that partition lives is not inferred from this router's
+`--nodes` list, which another router (or this one, restarted with one more node) may see
+differently: it is recorded in a bootstrap record that every node holds (`locate_catalog`).
+
+Routers are stateless: each keeps a copy of the catalog and re-reads it on a cache miss, when a
+node refuses a request for a stale epoch (a partition split or moved, or the table was dropped
+and created again), and in the background every `CATALOG_REFRESH_SECONDS`, so that a table
+created or deleted through one router shows up in every other one. Concurrent refreshes share one
+read, so a burst of stale replies costs one catalog scan, not one per request.
 """
 
 from __future__ import annotations
@@ -21,7 +28,10 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from core import limits
+import orjson
+
+from core import catalog, limits
+from core.catalog import CatalogDisagreement, CatalogLocation, TableDef
 from core.errors import (
     ConditionalCheckFailed,
     DynamoError,
@@ -42,12 +52,44 @@ log = logging.getLogger("router.context")
 Table = dict[str, Any]
 Partition = Mapping[str, Any]
 Catalog = dict[str, Table]
+# A change of one table's record: given the current record (None: no such table), the new one,
+# None to remove the table, or the current record itself for no change. It may raise to refuse.
+TableChange = Callable[[TableDef | None], TableDef | None]
 
 # Item operations on a table that does not exist, or is not ready for them (still being created or
 # already being deleted), fail with this message and no table name, as DynamoDB's data plane does.
 TABLE_NOT_FOUND = "Requested resource not found"
 # Statuses in which a table serves reads and writes (an UPDATING table still does in DynamoDB).
-SERVING_STATUSES = frozenset({"ACTIVE", "UPDATING"})
+SERVING_STATUSES = catalog.SERVING_STATUSES
+
+# Locating the catalog: rounds of reading every node's bootstrap record (and writing it where it
+# is missing) before giving up as unavailable; a round that finds nodes disagreeing (two routers
+# bootstrapping at once, one still correcting its own first writes) waits up to the backoff.
+CATALOG_LOCATE_ATTEMPTS_MAX = 10
+CATALOG_LOCATE_BACKOFF_SECONDS_MAX = 0.2
+# A scan of the catalog reads at most this many pages: every page holds at least one table.
+CATALOG_SCAN_PAGES_MAX = limits.TABLES_PER_REGION_MAX + 1
+_SYSTEM_EPOCH = 1  # The system partitions never split or move yet.
+_NAME = {"#n": "name"}
+
+
+def _system_partition(partition_id: str, node: str) -> dict[str, Any]:
+    return {"id": partition_id, "start": "", "end": None, "epoch": _SYSTEM_EPOCH, "node": node}
+
+
+def _catalog_row(table: TableDef) -> dict[str, Any]:
+    """The catalog system table's item for a table record."""
+    return {
+        "name": {"S": table.name},
+        "version": {"N": str(table.version)},
+        "table": {"S": orjson.dumps(table.to_json()).decode()},
+    }
+
+
+def _from_row(item: Mapping[str, Any]) -> TableDef:
+    record = TableDef.from_json(orjson.loads(item["table"]["S"]))
+    assert record.version == int(item["version"]["N"]), f"catalog row {record.name} disagrees"
+    return record
 
 
 class RouterContext:
@@ -70,13 +112,24 @@ class RouterContext:
             raise ValueError("a router needs at least one storage node")
         self.advertise = advertise
         self.sources = Sources.system() if sources is None else sources
+        self._connect = connect
         self.clients: dict[str, NodeTransport] = {
             node_id: connect(address) for node_id, address in nodes.items()
         }
         self.ring = HashRing(self.clients)
-        self.catalog_node = self.ring.owner(ops.CATALOG_PARTITION_ID)
-        self.catalog_version = -1
+        # Where the catalog lives, once read from (or, on a new cluster, written to) the nodes.
+        self.location: CatalogLocation | None = None
+        self._locating: asyncio.Lock | None = None
+        # The cached catalog: typed records, and their descriptors (`TableDef.to_json()`), which
+        # the item handlers read. A record is replaced, never modified, when its row changes.
+        self.records: dict[str, TableDef] = {}
         self.tables: Catalog = {}
+        # How many times the cache has changed: a number that grows with every change installed.
+        self.catalog_version = 0
+        # Rows this router read or wrote itself, numbered in order, so that a scan that started
+        # before such a read or write does not install an older row over it.
+        self._observations = 0
+        self._observed: dict[str, int] = {}
         # Partition maps per table id, with the partition list each was built from: a table
         # descriptor is replaced (never modified) when its partitions change, so an identity check
         # on the list tells whether the map is current.
@@ -84,6 +137,11 @@ class RouterContext:
         self._refresh: asyncio.Future[None] | None = None
         self._refresher: asyncio.Task[None] | None = None
         self._catalog_readable = True
+
+    @property
+    def catalog_node(self) -> str | None:
+        """The node holding the catalog, once located."""
+        return None if self.location is None else self.location.node
 
     # Lifecycle ----------------------------------------------------------------------------------
 
@@ -122,7 +180,209 @@ class RouterContext:
                 self._catalog_readable = True
             await asyncio.sleep(limits.CATALOG_REFRESH_SECONDS)
 
+    # Where the catalog lives ---------------------------------------------------------------------
+
+    async def locate_catalog(self) -> CatalogLocation:
+        """Where the catalog lives, from the bootstrap record the nodes hold; found once.
+
+        Each round reads the record from every node this router knows. When the nodes that hold
+        one agree, it is adopted, copied to the nodes that lack it (a node added since, say), and
+        the catalog partition is created where it names (idempotent), so it exists before any
+        router writes to it. Only when every known node answered and none holds a record is this
+        a new cluster: the catalog is placed on the ring owner of `CATALOG_PLACEMENT_KEY`, and
+        that record is written, first-writer-wins, to every node in ascending id order. Two
+        routers bootstrapping at once both pass first through the lowest node they share: the
+        record that gets there first is the one both carry on from there. A router that meets a
+        different record at a node first rewrites the nodes it wrote before (nodes the other
+        router does not know) to that record, and starts the round again. A round that finds
+        nodes disagreeing otherwise (another router still correcting itself) waits and reads
+        again. A node that does not answer is left out of a round, but then a round that finds no
+        record at all fails rather than starting a second catalog beside one the node may hold.
+        """
+        if self.location is not None:
+            return self.location
+        if self._locating is None:
+            self._locating = asyncio.Lock()
+        async with self._locating:
+            if self.location is None:
+                self.location = await self._locate()
+                log.info(
+                    "the catalog is partition %s on %s", self.location.partition, self.location.node
+                )
+        return self.location
+
+    async def _locate(self) -> CatalogLocation:
+        disagreement: CatalogDisagreement | None = None
+        for _ in range(CATALOG_LOCATE_ATTEMPTS_MAX):
+            found, unreachable = await self._bootstrap_records()
+            try:
+                agreed = catalog.agreed_location(found)
+            except CatalogDisagreement as error:
+                log.warning("%s; reading again", error)
+                disagreement = error
+                await asyncio.sleep(self.sources.rng.uniform(0, CATALOG_LOCATE_BACKOFF_SECONDS_MAX))
+                continue
+            if agreed is None:
+                if unreachable:
+                    raise ServiceUnavailable(
+                        "Cannot locate the table catalog: no node that answered holds its "
+                        f"bootstrap record, and {', '.join(unreachable)} did not answer"
+                    )
+                home = self.ring.owner(catalog.CATALOG_PLACEMENT_KEY)
+                proposal = CatalogLocation(home, self.clients[home].address)
+                if await self._propose(proposal, sorted(found), own=True):
+                    return await self._adopt(proposal)
+                continue
+            missing = sorted(node for node, location in found.items() if location is None)
+            if await self._propose(agreed, missing):
+                return await self._adopt(agreed)
+        raise disagreement or ServiceUnavailable(
+            "Cannot locate the table catalog: its bootstrap record kept changing"
+        )
+
+    async def _propose(
+        self, location: CatalogLocation, nodes: list[str], *, own: bool = False
+    ) -> bool:
+        """Write `location` to `nodes` in order where they have no record; whether all hold it.
+
+        `own` says `location` is this router's proposal for a new cluster, rather than a record
+        found on other nodes being copied. On meeting another record False is returned, so the
+        caller reads every node again; an own proposal is first taken back from the nodes written
+        so far, by rewriting them to the record met (a record another router wrote is never
+        rewritten). A node that does not answer stops an own proposal the same way (it must
+        reach the lowest node first); a copy is then left for a later round.
+        """
+        written: list[str] = []
+        for node in nodes:
+            try:
+                existing = await self._put_bootstrap(node, location, None)
+            except ServiceUnavailable as error:
+                log.warning("could not write the catalog's bootstrap record to %s: %s", node, error)
+                if own:
+                    return False
+                continue
+            if existing is None or existing == location:
+                written.append(node)
+                continue
+            log.info("node %s already names catalog %s", node, existing)
+            if not own:
+                return False
+            for earlier in written:
+                try:
+                    await self._put_bootstrap(earlier, existing, location)
+                except ServiceUnavailable as error:
+                    log.warning("could not correct the bootstrap record of %s: %s", earlier, error)
+            return False
+        return True
+
+    async def _adopt(self, location: CatalogLocation) -> CatalogLocation:
+        if location.node not in self.clients:
+            # Placed by a router whose node list differs from this one's: reach the node at the
+            # address it recorded. The ring (where new partitions go) stays this router's own.
+            log.warning(
+                "the catalog is on %s at %s, which is not among this router's nodes",
+                location.node,
+                location.address,
+            )
+            self.clients[location.node] = self._connect(location.address)
+        await self.control(
+            location.node,
+            ops.CREATE_PARTITION,
+            {
+                "table": self._system_table(catalog.CATALOG_TABLE_ID, catalog.CATALOG_TABLE_NAME),
+                "partition": _system_partition(location.partition, location.node),
+            },
+        )
+        return location
+
+    @staticmethod
+    def _system_table(table_id: str, name: str) -> dict[str, Any]:
+        return {"id": table_id, "name": name, "key_schema": catalog.SYSTEM_KEY_SCHEMA}
+
+    async def _bootstrap_records(
+        self,
+    ) -> tuple[dict[str, CatalogLocation | None], list[str]]:
+        """Every known node's bootstrap record (None: it has none), and the nodes not answering."""
+        nodes = sorted(self.clients)
+        replies = await asyncio.gather(
+            *(self._get_bootstrap(node) for node in nodes), return_exceptions=True
+        )
+        found: dict[str, CatalogLocation | None] = {}
+        unreachable: list[str] = []
+        for node, reply in zip(nodes, replies, strict=True):
+            if isinstance(reply, ServiceUnavailable):
+                unreachable.append(node)
+            elif isinstance(reply, BaseException):
+                raise reply
+            else:
+                found[node] = reply
+        return found, unreachable
+
+    @staticmethod
+    def _bootstrap_body() -> dict[str, Any]:
+        return {
+            "table_id": catalog.BOOTSTRAP_TABLE_ID,
+            "partition_id": catalog.BOOTSTRAP_PARTITION_ID,
+            "epoch": _SYSTEM_EPOCH,
+        }
+
+    async def _get_bootstrap(self, node: str) -> CatalogLocation | None:
+        body = self._bootstrap_body()
+        body.update(key={"name": {"S": catalog.BOOTSTRAP_RECORD_NAME}}, consistent=True)
+        try:
+            reply = await self._client(node).call(ops.GET, body, limits.NODE_CALL_SECONDS_MAX)
+        except StaleEpoch:
+            return None  # The node has no bootstrap partition yet: it never held a record.
+        item = reply["item"]
+        return None if item is None else CatalogLocation.from_item(item)
+
+    async def _put_bootstrap(
+        self, node: str, location: CatalogLocation, expected: CatalogLocation | None
+    ) -> CatalogLocation | None:
+        """Write the record to `node` if it holds `expected` (None: no record); on a conflict,
+        return the record the node holds instead, else None."""
+        try:
+            await self.control(
+                node,
+                ops.CREATE_PARTITION,
+                {
+                    "table": self._system_table(
+                        catalog.BOOTSTRAP_TABLE_ID, catalog.BOOTSTRAP_TABLE_NAME
+                    ),
+                    "partition": _system_partition(catalog.BOOTSTRAP_PARTITION_ID, node),
+                },
+            )
+            body = self._bootstrap_body()
+            body.update(item=location.to_item(), return_values="NONE", return_on_failure=True)
+            if expected is None:
+                body.update(condition="attribute_not_exists(#n)", names=_NAME)
+            else:
+                body.update(
+                    condition="#cn = :n AND #ca = :a AND #cp = :p",
+                    names={
+                        "#cn": "catalog_node",
+                        "#ca": "catalog_address",
+                        "#cp": "catalog_partition",
+                    },
+                    values={
+                        ":n": {"S": expected.node},
+                        ":a": {"S": expected.address},
+                        ":p": {"S": expected.partition},
+                    },
+                )
+            await self._client(node).call(ops.PUT, body, limits.NODE_CALL_SECONDS_MAX)
+        except ConditionalCheckFailed as conflict:
+            return None if conflict.item is None else CatalogLocation.from_item(conflict.item)
+        return None
+
     # The catalog --------------------------------------------------------------------------------
+
+    def _catalog_body(self, location: CatalogLocation) -> dict[str, Any]:
+        return {
+            "table_id": catalog.CATALOG_TABLE_ID,
+            "partition_id": location.partition,
+            "epoch": _SYSTEM_EPOCH,
+        }
 
     async def refresh(self) -> None:
         """Re-read the catalog; callers arriving while a read is in flight share that read.
@@ -145,62 +405,136 @@ class RouterContext:
             future.exception()
 
     async def _read_and_install(self) -> None:
-        await self.read_catalog()
+        """Scan the whole catalog, page after page, and install it in the cache."""
+        location = await self.locate_catalog()
+        started = self._observations
+        records: dict[str, TableDef] = {}
+        body = self._catalog_body(location)
+        body.update(page_bytes=limits.QUERY_PAGE_BYTES_MAX, consistent=True)
+        client = self._client(location.node)
+        for _ in range(CATALOG_SCAN_PAGES_MAX):
+            reply = await client.call(ops.SCAN, dict(body), limits.NODE_CALL_SECONDS_MAX)
+            for item in reply["items"]:
+                record = _from_row(item)
+                records[record.name] = record
+            if reply["last_key"] is None:
+                self._install_scan(records, started)
+                return
+            body["exclusive_start"] = reply["last_key"]
+        raise ServiceUnavailable("The table catalog did not end within its page bound")
 
-    async def read_catalog(self) -> tuple[int, Catalog]:
-        """Read the newest catalog from its node, install it in the cache and return it."""
-        reply = await self.control(self.catalog_node, ops.CATALOG_GET, {})
-        version: int = reply["version"]
-        tables: Catalog = reply["tables"]
-        self.install_catalog(version, tables)
-        return version, tables
+    def _install_scan(self, scanned: dict[str, TableDef], started: int) -> None:
+        """Make a scan's records the cache, except the rows this router read or wrote itself
+        since the scan began (a slow scan must not undo a newer change), and keep the cached
+        records that did not change, so their partition maps stay cached."""
+        records: dict[str, TableDef] = {}
+        for name in scanned.keys() | self.records.keys():
+            cached = self.records.get(name)
+            if self._observed.get(name, -1) > started:
+                chosen = cached
+            else:
+                chosen = scanned.get(name)
+                if (
+                    chosen is not None
+                    and cached is not None
+                    and (cached.id, cached.version) == (chosen.id, chosen.version)
+                ):
+                    chosen = cached
+            if chosen is not None:
+                records[name] = chosen
+        self._install(records)
 
-    def install_catalog(self, version: int, tables: Catalog) -> None:
-        """Make `tables` (catalog version `version`) the cached catalog, unless it is older.
+    def _observe(self, name: str, record: TableDef | None) -> None:
+        """Install one row this router has just read or written (None: there is none)."""
+        self._observations += 1
+        self._observed[name] = self._observations
+        records = dict(self.records)
+        if record is None:
+            records.pop(name, None)
+        else:
+            records[name] = record
+        self._install(records)
 
-        A reply that was overtaken by a newer one (a slow background read finishing after a
-        compare-and-set) is ignored. Descriptors equal to the cached ones are kept, so their
-        partition maps stay cached.
-        """
-        if version <= self.catalog_version:
+    def _install(self, records: dict[str, TableDef]) -> None:
+        if records.keys() == self.records.keys() and all(
+            records[name] is self.records[name] for name in records
+        ):
             return
-        previous = self.tables
-        fresh: Catalog = {}
-        for name, table in tables.items():
-            cached = previous.get(name)
-            fresh[name] = cached if cached == table else table
-        self.tables = fresh
-        self.catalog_version = version
-        live = {table["id"] for table in fresh.values()}
+        self.records = records
+        self.tables = {name: record.to_json() for name, record in records.items()}
+        self.catalog_version += 1
+        live = {record.id for record in records.values()}
         for table_id in self._maps.keys() - live:
             del self._maps[table_id]
 
-    async def change_catalog(self, change: Callable[[Catalog], Catalog | None]) -> Catalog:
-        """Apply `change` to the newest catalog by compare-and-set and return the catalog after it.
+    async def read_table(self, name: str) -> TableDef | None:
+        """Read table `name`'s record from the catalog (None: no such table) and cache it."""
+        location = await self.locate_catalog()
+        body = self._catalog_body(location)
+        body.update(key={"name": {"S": name}}, consistent=True)
+        reply = await self._client(location.node).call(ops.GET, body, limits.NODE_CALL_SECONDS_MAX)
+        item = reply["item"]
+        record = None if item is None else _from_row(item)
+        cached = self.records.get(name)
+        if record is not None and cached is not None and cached == record:
+            record = cached
+        self._observe(name, record)
+        return record
 
-        `change` gets the current tables and returns the new ones (without modifying its argument),
-        or None for no change; it may raise (ResourceInUse, ResourceNotFound, ...) to refuse. When
-        another router or a node changed the catalog in between, the change is computed again on
-        the newer catalog, a bounded number of times.
+    async def change_table(self, name: str, change: TableChange) -> TableDef | None:
+        """Apply `change` to table `name`'s newest record by compare-and-set; return the record
+        after it (None: the table is not in the catalog).
+
+        The row is written conditionally on the version read (created only if absent), so a
+        change made by another router or a node in between makes the write fail; the change is
+        then computed again on the newer record, a bounded number of times, after a random pause
+        so racing routers do not collide in lockstep.
         """
+        location = await self.locate_catalog()
         for _ in range(limits.CATALOG_CAS_ATTEMPTS_MAX):
-            version, tables = await self.read_catalog()
-            changed = change(tables)
-            if changed is None:
-                return tables
+            current = await self.read_table(name)
+            changed = change(current)
+            if changed is current:
+                return current
             try:
-                reply = await self.control(
-                    self.catalog_node,
-                    ops.CATALOG_CAS,
-                    {"expected_version": version, "tables": changed},
-                )
+                changed = await self._write_row(location, name, current, changed)
             except ConditionalCheckFailed:
                 pause = self.sources.rng.uniform(0, limits.CATALOG_CAS_BACKOFF_SECONDS_MAX)
                 await asyncio.sleep(pause)
                 continue
-            self.install_catalog(reply["version"], changed)
+            self._observe(name, changed)
             return changed
         raise ServiceUnavailable("The table catalog is changing too often; try again later")
+
+    async def _write_row(
+        self,
+        location: CatalogLocation,
+        name: str,
+        current: TableDef | None,
+        changed: TableDef | None,
+    ) -> TableDef | None:
+        """Write (or, for None, delete) table `name`'s row if it is still at `current`'s version;
+        the record as written."""
+        body = self._catalog_body(location)
+        body["return_values"] = "NONE"
+        if current is None:
+            body.update(condition="attribute_not_exists(#n)", names=_NAME)
+        else:
+            body.update(
+                condition="#v = :v",
+                names={"#v": "version"},
+                values={":v": {"N": str(current.version)}},
+            )
+        client = self._client(location.node)
+        if changed is None:
+            body["key"] = {"name": {"S": name}}
+            await client.call(ops.DELETE, body, limits.NODE_CALL_SECONDS_MAX)
+            return None
+        assert changed.name == name, f"a change of table {name} renamed it {changed.name}"
+        changed = catalog.versioned(changed, 1 if current is None else current.version + 1)
+        body["item"] = _catalog_row(changed)
+        await client.call(ops.PUT, body, limits.NODE_CALL_SECONDS_MAX)
+        return changed
 
     async def table(self, name: str) -> Table:
         """The descriptor of table `name` if it serves reads and writes; else ResourceNotFound.

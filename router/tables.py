@@ -1,9 +1,10 @@
 """Table operations: CreateTable, DescribeTable, UpdateTable, ListTables, DeleteTable,
 DescribeLimits and DescribeEndpoints.
 
-A table lives in the catalog (see `rpc.ops`) and as partitions on the storage nodes. Its
-life follows DynamoDB's statuses, each step a compare-and-set on the catalog so that concurrent
-routers never lose each other's changes:
+A table lives in the catalog, as one `core.catalog.TableDef` row (see `router.context`), and as
+partitions on the storage nodes. Its life follows DynamoDB's statuses, whose rules and allowed
+transitions are `core.catalog`'s; this module orchestrates them, each step a compare-and-set on
+the table's row so that concurrent routers never lose each other's changes:
 
 - CreateTable records the table as CREATING with its partitions (as many as its throughput needs,
   each placed on the node the ring picks for the partition's id, at epoch 1), creates the
@@ -34,10 +35,10 @@ import logging
 import uuid
 from bisect import bisect_right
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from core import limits, schema
+from core import catalog, limits, schema
+from core.catalog import TableDef, TableStatus, Throughput
 from core.errors import (
     INVALID_PARAMETERS,
     DynamoError,
@@ -47,13 +48,14 @@ from core.errors import (
     SerializationError,
     ValidationError,
 )
-from core.placement import initial_partition_count, initial_ranges
+from core.keys import KeyShape
+from core.token_bucket import BillingMode
 from router.protocol import request_region
 from router.requests import NAME_PATTERN, RequestReader
 from rpc import ops
 
 if TYPE_CHECKING:
-    from router.context import Catalog, RouterContext, Table
+    from router.context import RouterContext, TableChange
     from router.sources import Sources
 
 log = logging.getLogger("router.tables")
@@ -216,78 +218,56 @@ def _read_create_table(body: dict[str, Any]) -> dict[str, Any]:
 # Describing tables -----------------------------------------------------------------------------
 
 
-def _description(table: Table, items: int, size_bytes: int, now: float) -> dict[str, Any]:
-    """DynamoDB's TableDescription of a catalog table descriptor, as of wall-clock time `now`."""
-    throughput = table["throughput"]
-    changes = table.get("throughput_changes") or {}
-    billing_summary: dict[str, Any] = {"BillingMode": table["billing_mode"]}
-    if table["billing_mode"] == schema.BILLING_PAY_PER_REQUEST:
+def _description(
+    table: TableDef, items: int, size_bytes: int, now: float, status: TableStatus | None = None
+) -> dict[str, Any]:
+    """DynamoDB's TableDescription of a catalog record, as of wall-clock time `now` (with
+    `status` instead of the record's own, when given)."""
+    changes = table.throughput_changes
+    billing_summary: dict[str, Any] = {"BillingMode": table.billing_mode.value}
+    if table.billing_mode == BillingMode.PAY_PER_REQUEST:
         billing_summary["LastUpdateToPayPerRequestDateTime"] = (
-            changes.get("pay_per_request_since") or table["created"]
+            changes.pay_per_request_since or table.created
         )
     provisioned: dict[str, Any] = {
-        "NumberOfDecreasesToday": _decreases_today(changes, now),
-        "ReadCapacityUnits": throughput["read"],
-        "WriteCapacityUnits": throughput["write"],
+        "NumberOfDecreasesToday": catalog.decreases_today(changes, now),
+        "ReadCapacityUnits": table.throughput.read,
+        "WriteCapacityUnits": table.throughput.write,
     }
-    for member, field in (
-        ("LastIncreaseDateTime", "last_increase"),
-        ("LastDecreaseDateTime", "last_decrease"),
-    ):
-        if changes.get(field) is not None:
-            provisioned[member] = changes[field]
+    if changes.last_increase is not None:
+        provisioned["LastIncreaseDateTime"] = changes.last_increase
+    if changes.last_decrease is not None:
+        provisioned["LastDecreaseDateTime"] = changes.last_decrease
+    descriptor = table.to_json()
     return {
-        "TableName": table["name"],
-        "TableStatus": table["status"],
-        "KeySchema": schema.key_schema_elements(table),
-        "AttributeDefinitions": table["attribute_definitions"],
-        "CreationDateTime": table["created"],
+        "TableName": table.name,
+        "TableStatus": (status or table.status).value,
+        "KeySchema": schema.key_schema_elements(descriptor),
+        "AttributeDefinitions": descriptor["attribute_definitions"],
+        "CreationDateTime": table.created,
         "ProvisionedThroughput": provisioned,
         "BillingModeSummary": billing_summary,
         "ItemCount": items,
         "TableSizeBytes": size_bytes,
-        "TableArn": f"arn:aws:dynamodb:{request_region()}:{ACCOUNT_ID}:table/{table['name']}",
-        "TableId": str(uuid.UUID(hex=table["id"])),
+        "TableArn": f"arn:aws:dynamodb:{request_region()}:{ACCOUNT_ID}:table/{table.name}",
+        "TableId": str(uuid.UUID(hex=table.id)),
         "DeletionProtectionEnabled": False,
     }
 
 
-def _utc_day(at: float) -> str:
-    """The UTC day (YYYY-MM-DD) of an epoch time: DynamoDB counts decreases per UTC day."""
-    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d")
-
-
-def _decreases_today(changes: dict[str, Any], now: float) -> int:
-    """NumberOfDecreasesToday: decreases recorded on the UTC day of `now`."""
-    if changes.get("decreases_day") != _utc_day(now):
-        return 0
-    return int(changes.get("decreases") or 0)
-
-
-def throughput_document(table: Table) -> dict[str, Any]:
-    """What the nodes need of a table's throughput (`rpc.ops` THROUGHPUT)."""
-    return {
-        "billing_mode": table["billing_mode"],
-        "read": table["throughput"]["read"],
-        "write": table["throughput"]["write"],
-        "partition_count": len(table["partitions"]),
-        "version": table.get("throughput_version", 0),
-    }
-
-
-async def _table_stats(ctx: RouterContext, table: Table) -> tuple[int, int]:
+async def _table_stats(ctx: RouterContext, table: TableDef) -> tuple[int, int]:
     """(ItemCount, TableSizeBytes): the sums over the table's partitions, as the nodes report them.
 
     DynamoDB refreshes these about every six hours; dynalab asks the nodes, within a bounded wait.
     A node that does not answer in time is left out of the sums (and logged), since a description
     without an exact count is more useful than no description.
     """
-    nodes = _nodes(table)
-    partition_ids = {partition["id"] for partition in table["partitions"]}
+    nodes = table.nodes()
+    partition_ids = {partition.id for partition in table.partitions}
     replies = await asyncio.gather(
         *(
             ctx.control(
-                node, ops.TABLE_STATS, {"table_id": table["id"]}, limits.TABLE_STATS_SECONDS_MAX
+                node, ops.TABLE_STATS, {"table_id": table.id}, limits.TABLE_STATS_SECONDS_MAX
             )
             for node in nodes
         ),
@@ -296,7 +276,7 @@ async def _table_stats(ctx: RouterContext, table: Table) -> tuple[int, int]:
     items = size_bytes = 0
     for node, reply in zip(nodes, replies, strict=True):
         if isinstance(reply, DynamoError):
-            log.warning("no statistics of table %s from %s: %s", table["name"], node, reply)
+            log.warning("no statistics of table %s from %s: %s", table.name, node, reply)
             continue
         if isinstance(reply, BaseException):
             raise reply
@@ -306,11 +286,6 @@ async def _table_stats(ctx: RouterContext, table: Table) -> tuple[int, int]:
                 items += stats["items"]
                 size_bytes += stats["bytes"]
     return items, size_bytes
-
-
-def _nodes(table: Table) -> list[str]:
-    """The nodes holding the table's partitions, by id."""
-    return sorted({partition["node"] for partition in table["partitions"]})
 
 
 async def _all(calls: list[Awaitable[dict[str, Any]]]) -> None:
@@ -324,33 +299,38 @@ async def _all(calls: list[Awaitable[dict[str, Any]]]) -> None:
             raise result
 
 
-async def _drop_partitions(ctx: RouterContext, table: Table) -> None:
+async def _drop_partitions(ctx: RouterContext, table: TableDef) -> None:
     """Drop the table's partitions, with their items and change logs, on every node holding one."""
     await _all(
-        [ctx.control(node, ops.DROP_TABLE, {"table_id": table["id"]}) for node in _nodes(table)]
+        [ctx.control(node, ops.DROP_TABLE, {"table_id": table.id}) for node in table.nodes()]
     )
 
 
-def _with_status(name: str, table_id: str, status: str) -> Callable[[Catalog], Catalog | None]:
-    """A catalog change setting table `name` to `status`, if it is still the table `table_id`."""
+def _activate(table_id: str, throughput_version: int | None = None) -> TableChange:
+    """A change making table `table_id` ACTIVE, if it is still that table, may become ACTIVE
+    and (for an UpdateTable) still has the throughput version `throughput_version`."""
 
-    def change(tables: Catalog) -> Catalog | None:
-        current = tables.get(name)
-        if current is None or current["id"] != table_id or current["status"] == status:
-            return None
-        return {**tables, name: {**current, "status": status}}
+    def change(current: TableDef | None) -> TableDef | None:
+        if (
+            current is None
+            or current.id != table_id
+            or not catalog.may_activate(current)
+            or (throughput_version is not None and current.throughput_version != throughput_version)
+        ):
+            return current
+        return catalog.activated(current)
 
     return change
 
 
-def _without(name: str, table_id: str) -> Callable[[Catalog], Catalog | None]:
-    """A catalog change removing table `name`, if it is still the table `table_id`."""
+def _without(table_id: str) -> TableChange:
+    """A change removing the table from the catalog, if it is still the table `table_id` and
+    may leave it (deleted, or its creation abandoned)."""
 
-    def change(tables: Catalog) -> Catalog | None:
-        current = tables.get(name)
-        if current is None or current["id"] != table_id:
-            return None
-        return {other: table for other, table in tables.items() if other != name}
+    def change(current: TableDef | None) -> TableDef | None:
+        if current is None or current.id != table_id or not catalog.may_remove(current):
+            return current
+        return None
 
     return change
 
@@ -358,98 +338,87 @@ def _without(name: str, table_id: str) -> Callable[[Catalog], Catalog | None]:
 # Operations ------------------------------------------------------------------------------------
 
 
-def _new_table(definition: dict[str, Any], sources: Sources, owner: Callable[[str], str]) -> Table:
-    """The CREATING descriptor of a new table, with its id and creation time from `sources`.
-
-    It has as many partitions as its throughput needs, each on the node `owner` picks for its id,
-    at epoch 1.
-    """
+def _new_table(
+    definition: dict[str, Any], sources: Sources, owner: Callable[[str], str]
+) -> TableDef:
+    """The CREATING record of a new table, with its id and creation time from `sources`, its
+    partitions each on the node `owner` picks for its id."""
     table_id = sources.new_id()
-    throughput = definition["throughput"]
-    count = initial_partition_count(
-        definition["billing_mode"], throughput["read"], throughput["write"]
+    return catalog.created(
+        name=definition["name"],
+        table_id=table_id,
+        key_shape=KeyShape.from_key_schema(definition["key_schema"]),
+        attribute_definitions=[
+            (d["AttributeName"], d["AttributeType"]) for d in definition["attribute_definitions"]
+        ],
+        billing_mode=BillingMode(definition["billing_mode"]),
+        throughput=Throughput(**definition["throughput"]),
+        now=sources.clock(),
+        owner=owner,
     )
-    partitions = []
-    for index, (start, end) in enumerate(initial_ranges(count)):
-        partition_id = f"{table_id}-{index}"
-        partitions.append(
-            {
-                "id": partition_id,
-                "start": start,
-                "end": end,
-                "epoch": 1,
-                "node": owner(partition_id),
-            }
-        )
-    return {
-        **definition,
-        "id": table_id,
-        "status": "CREATING",
-        "created": sources.clock(),
-        "partitions": partitions,
-    }
 
 
 async def create_table(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
     definition = _read_create_table(body)
     name = definition["name"]
     table = _new_table(definition, ctx.sources, ctx.ring.owner)
-    table_id: str = table["id"]
-    partitions: list[dict[str, Any]] = table["partitions"]
+    # The count of tables is as of this read: two routers creating the last table at once may
+    # both succeed, a bound that is soft by one round.
+    await ctx.refresh()
 
-    def add(tables: Catalog) -> Catalog:
-        if name in tables:
+    def add(current: TableDef | None) -> TableDef:
+        if current is not None:
             raise ResourceInUse(f"Table already exists: {name}")
-        if len(tables) >= limits.TABLES_PER_REGION_MAX:
+        if len(ctx.tables) >= limits.TABLES_PER_REGION_MAX:
             raise LimitExceeded(
                 "Subscriber limit exceeded: the number of tables is limited to "
                 f"{limits.TABLES_PER_REGION_MAX}"
             )
-        return {**tables, name: table}
+        return table
 
-    await ctx.change_catalog(add)
-    schema_for_nodes = {"id": table_id, "name": name, "key_schema": table["key_schema"]}
-    throughput_for_nodes = throughput_document(table)
+    table = await ctx.change_table(name, add) or table
+    schema_for_nodes = {"id": table.id, "name": name, "key_schema": table.key_shape.to_key_schema()}
+    throughput_for_nodes = catalog.throughput_document(table)
     try:
         await _all(
             [
                 ctx.control(
-                    partition["node"],
+                    partition.node,
                     ops.CREATE_PARTITION,
                     {
                         "table": schema_for_nodes,
-                        "partition": partition,
+                        "partition": partition.to_json(),
                         "throughput": throughput_for_nodes,
                     },
                 )
-                for partition in partitions
+                for partition in table.partitions
             ]
         )
     except Exception:
         await _abandon_creation(ctx, table)
         raise
-    await ctx.change_catalog(_with_status(name, table_id, "ACTIVE"))
+    await ctx.change_table(name, _activate(table.id))
     return {"TableDescription": _description(table, 0, 0, ctx.sources.clock())}
 
 
-async def _abandon_creation(ctx: RouterContext, table: Table) -> None:
+async def _abandon_creation(ctx: RouterContext, table: TableDef) -> None:
     """Take a table whose partitions could not all be created out of the catalog again."""
     try:
-        await ctx.change_catalog(_without(table["name"], table["id"]))
+        await ctx.change_table(table.name, _without(table.id))
         await _drop_partitions(ctx, table)
     except DynamoError as error:
         # The table stays CREATING (DeleteTable can remove it once its creation is overdue) or
         # leaves partitions behind under an id no table uses any more.
-        log.warning("could not undo the creation of table %s: %s", table["name"], error)
+        log.warning("could not undo the creation of table %s: %s", table.name, error)
 
 
 async def describe_table(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
     name = _read_table_name(body)
     await ctx.refresh()
-    table = ctx.tables.get(name)
+    table = ctx.records.get(name)
     if table is None:
         raise _table_not_found(name)
-    if table["status"] == "UPDATING":
+    if table.status == TableStatus.UPDATING:
         table = await _finish_update(ctx, table, limits.TABLE_STATS_SECONDS_MAX)
     items, size_bytes = await _table_stats(ctx, table)
     return {"Table": _description(table, items, size_bytes, ctx.sources.clock())}
@@ -476,25 +445,19 @@ async def list_tables(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any
 async def delete_table(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
     name = _read_table_name(body)
 
-    def mark_deleting(tables: Catalog) -> Catalog | None:
-        table = tables.get(name)
-        if table is None:
+    def mark_deleting(current: TableDef | None) -> TableDef:
+        if current is None:
             raise _table_not_found(name)
-        if table["status"] == "DELETING":
+        if current.status == TableStatus.DELETING:
             # A deletion that stopped half-way (a node was down): finish it.
-            return None
-        overdue = ctx.sources.clock() - table["created"] > limits.TABLE_CREATION_SECONDS_MAX
-        if table["status"] == "CREATING" and not overdue:
-            raise ResourceInUse(
-                "Attempt to change a resource which is still in use: "
-                f"Table is being created: {name}"
-            )
-        return {**tables, name: {**table, "status": "DELETING"}}
+            return current
+        return catalog.deleting(current, ctx.sources.clock())
 
-    table = (await ctx.change_catalog(mark_deleting))[name]
+    table = await ctx.change_table(name, mark_deleting)
+    assert table is not None, f"DeleteTable of {name} found no table after marking it"
     items, size_bytes = await _table_stats(ctx, table)
     await _drop_partitions(ctx, table)
-    await ctx.change_catalog(_without(name, table["id"]))
+    await ctx.change_table(name, _without(table.id))
     return {"TableDescription": _description(table, items, size_bytes, ctx.sources.clock())}
 
 
@@ -523,7 +486,7 @@ def _read_update_table(body: dict[str, Any]) -> tuple[str, str | None, dict[str,
         for member in _THROUGHPUT_MEMBERS:
             if units[member] > limits.PROVISIONED_UNITS_VALUE_MAX:
                 raise ValidationError(f"Given value {units[member]} for {member} is out of bounds")
-    if billing_mode == schema.BILLING_PAY_PER_REQUEST and units is not None:
+    if billing_mode == BillingMode.PAY_PER_REQUEST and units is not None:
         raise ValidationError(
             INVALID_PARAMETERS
             + "Neither ReadCapacityUnits nor WriteCapacityUnits can be specified when "
@@ -532,85 +495,13 @@ def _read_update_table(body: dict[str, Any]) -> tuple[str, str | None, dict[str,
     return name, billing_mode, units
 
 
-def _table_in_use(name: str, status: str) -> ResourceInUse:
-    doing = {"CREATING": "created", "UPDATING": "updated", "DELETING": "deleted"}[status]
-    return ResourceInUse(
-        f"Attempt to change a resource which is still in use: Table is being {doing}: {name}"
-    )
-
-
-def _updated(
-    table: Table, billing_mode: str | None, units: dict[str, int] | None, now: float
-) -> Table | None:
-    """The table with UpdateTable's settings applied, or None when nothing changes.
-
-    Raises DynamoDB's error for a request that cannot apply to this table. Re-sending
-    BillingMode=PAY_PER_REQUEST to an on-demand table changes nothing and is no error; sending the
-    provisioned throughput a table already has is one.
-    """
-    current_mode = table["billing_mode"]
-    mode = billing_mode or current_mode
-    current = table["throughput"]
-    if mode == schema.BILLING_PAY_PER_REQUEST:
-        if units is not None:
-            raise ValidationError(
-                INVALID_PARAMETERS
-                + "Neither ReadCapacityUnits nor WriteCapacityUnits can be specified "
-                "when BillingMode is PAY_PER_REQUEST"
-            )
-        if current_mode == schema.BILLING_PAY_PER_REQUEST:
-            return None
-        throughput = {"read": 0, "write": 0}
-    else:
-        if units is None:
-            raise ValidationError(
-                INVALID_PARAMETERS
-                + "ProvisionedThroughput must be specified when BillingMode is PROVISIONED"
-            )
-        throughput = {"read": units["ReadCapacityUnits"], "write": units["WriteCapacityUnits"]}
-        for member, kind in zip(_THROUGHPUT_MEMBERS, ("read", "write"), strict=True):
-            if throughput[kind] > limits.PROVISIONED_UNITS_PER_TABLE_MAX:
-                raise LimitExceeded(
-                    f"The requested {member}, {throughput[kind]}, is above the per table maximum "
-                    f"for the account in {request_region()}. Per table maximum: "
-                    f"{limits.PROVISIONED_UNITS_PER_TABLE_MAX}."
-                )
-        if current_mode == schema.BILLING_PROVISIONED and throughput == current:
-            raise ValidationError(
-                "The provisioned throughput for the table will not change. The requested value "
-                "equals the current value. Current ReadCapacityUnits provisioned for the table: "
-                f"{current['read']}. Requested ReadCapacityUnits: {throughput['read']}. Current "
-                f"WriteCapacityUnits provisioned for the table: {current['write']}. Requested "
-                f"WriteCapacityUnits: {throughput['write']}. Refer to the Amazon DynamoDB "
-                "Developer Guide for current limits and how to request higher limits."
-            )
-    changes = dict(table.get("throughput_changes") or {})
-    if mode == schema.BILLING_PAY_PER_REQUEST:
-        changes["pay_per_request_since"] = now
-    elif current_mode == schema.BILLING_PROVISIONED:
-        if any(throughput[kind] > current[kind] for kind in ("read", "write")):
-            changes["last_increase"] = now
-        if any(throughput[kind] < current[kind] for kind in ("read", "write")):
-            changes["last_decrease"] = now
-            changes["decreases"] = _decreases_today(changes, now) + 1
-            changes["decreases_day"] = _utc_day(now)
-    return {
-        **table,
-        "billing_mode": mode,
-        "throughput": throughput,
-        "throughput_version": table.get("throughput_version", 0) + 1,
-        "throughput_changes": changes,
-        "status": "UPDATING",
-    }
-
-
-async def _push_throughput(ctx: RouterContext, table: Table, timeout: float) -> None:
+async def _push_throughput(ctx: RouterContext, table: TableDef, timeout: float) -> None:
     """Send the table's throughput settings to every node holding one of its partitions."""
-    body = {"table_id": table["id"], "throughput": throughput_document(table)}
-    await _all([ctx.control(node, ops.UPDATE_THROUGHPUT, body, timeout) for node in _nodes(table)])
+    body = {"table_id": table.id, "throughput": catalog.throughput_document(table)}
+    await _all([ctx.control(node, ops.UPDATE_THROUGHPUT, body, timeout) for node in table.nodes()])
 
 
-async def _finish_update(ctx: RouterContext, table: Table, timeout: float) -> Table:
+async def _finish_update(ctx: RouterContext, table: TableDef, timeout: float) -> TableDef:
     """Bring an UPDATING table's nodes up to its settings and mark it ACTIVE; return it.
 
     If a node does not confirm in time, the table is returned still UPDATING (and logged): the next
@@ -620,51 +511,40 @@ async def _finish_update(ctx: RouterContext, table: Table, timeout: float) -> Ta
         await _push_throughput(ctx, table, timeout)
     except DynamoError as error:
         log.warning(
-            "table %s stays UPDATING: a node did not take its throughput: %s", table["name"], error
+            "table %s stays UPDATING: a node did not take its throughput: %s", table.name, error
         )
         return table
-    name, table_id, version = table["name"], table["id"], table.get("throughput_version", 0)
-
-    def activate(tables: Catalog) -> Catalog | None:
-        current = tables.get(name)
-        if (
-            current is None
-            or current["id"] != table_id
-            or current["status"] != "UPDATING"
-            or current.get("throughput_version", 0) != version
-        ):
-            return None
-        return {**tables, name: {**current, "status": "ACTIVE"}}
-
-    return (await ctx.change_catalog(activate)).get(name, table)
+    activated = await ctx.change_table(table.name, _activate(table.id, table.throughput_version))
+    return table if activated is None else activated
 
 
 async def update_table(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
     name, billing_mode, units = _read_update_table(body)
     now = ctx.sources.clock()
-    unchanged: list[Table] = []
+    region = request_region()
+    mode = None if billing_mode is None else BillingMode(billing_mode)
+    unchanged: list[TableDef] = []
 
-    def update(tables: Catalog) -> Catalog | None:
-        table = tables.get(name)
-        if table is None:
+    def update(current: TableDef | None) -> TableDef:
+        if current is None:
             raise _table_not_found(name)
-        if table["status"] != "ACTIVE":
-            raise _table_in_use(name, table["status"])
-        updated = _updated(table, billing_mode, units, now)
+        updated = catalog.throughput_updated(current, mode, units, now, region)
         if updated is None:
-            unchanged.append(table)
-            return None
-        return {**tables, name: updated}
+            unchanged.append(current)
+            return current
+        return updated
 
-    table = (await ctx.change_catalog(update))[name]
-    if unchanged:
+    table = await ctx.change_table(name, update)
+    assert table is not None, f"UpdateTable of {name} found no table after updating it"
+    status = None
+    if unchanged and unchanged[-1] is table:
         # DynamoDB answers a request that changes nothing as if it had started an update.
-        table = {**unchanged[-1], "status": "UPDATING"}
+        status = TableStatus.UPDATING
     else:
-        assert table["status"] == "UPDATING", f"UpdateTable of {name} left it {table['status']}"
+        assert table.status == TableStatus.UPDATING, f"UpdateTable of {name} left {table.status}"
         await _finish_update(ctx, table, limits.CONTROL_CALL_SECONDS_MAX)
     items, size_bytes = await _table_stats(ctx, table)
-    return {"TableDescription": _description(table, items, size_bytes, ctx.sources.clock())}
+    return {"TableDescription": _description(table, items, size_bytes, ctx.sources.clock(), status)}
 
 
 async def describe_limits(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:

@@ -20,6 +20,7 @@ without one the tests are skipped, unless DYNALAB_REQUIRE_DOCKER=1 makes that a 
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import shutil
@@ -39,7 +40,6 @@ docker = pytest.importorskip("docker")
 boto3 = pytest.importorskip("boto3")
 pytest.importorskip("testcontainers")
 
-import grpc  # noqa: E402
 from botocore.config import Config  # noqa: E402
 from botocore.exceptions import ClientError  # noqa: E402
 from testcontainers.core.container import DockerContainer  # noqa: E402
@@ -48,8 +48,8 @@ from testcontainers.core.network import Network  # noqa: E402
 
 from core.keycodec import encode_storage_key  # noqa: E402
 from core.placement import HashRing, PartitionMap  # noqa: E402
-from rpc import node_pb2, node_pb2_grpc, ops  # noqa: E402
-from rpc.codec import decode_body  # noqa: E402
+from router.context import RouterContext  # noqa: E402
+from rpc import ops  # noqa: E402
 
 pytestmark = [pytest.mark.deploy, pytest.mark.timeout(1200)]
 
@@ -421,16 +421,18 @@ def node_id_of(service: str) -> str:
 
 
 def catalog_table(cluster: Cluster, table: str) -> dict[str, Any]:
-    """The table's catalog entry, read straight from the node that holds the catalog."""
-    ring = HashRing(node_id_of(s) for s in NODE_SERVICES)
-    catalog_owner = ring.owner(ops.CATALOG_PARTITION_ID)
-    (service,) = [s for s in NODE_SERVICES if node_id_of(s) == catalog_owner]
-    with grpc.insecure_channel(cluster.published(service, NODE_PORT)) as channel:
-        reply = node_pb2_grpc.StorageNodeStub(channel).Call(
-            node_pb2.Request(id=1, op=ops.CATALOG_GET), timeout=5
-        )
-    assert not reply.error_type, reply.error_message
-    return dict(decode_body(reply.body)["tables"][table])
+    """The table's catalog entry, read straight from the catalog's system table on the nodes."""
+    nodes = {node_id_of(s): cluster.published(s, NODE_PORT) for s in NODE_SERVICES}
+
+    async def read() -> dict[str, Any]:
+        ctx = RouterContext(nodes, "test")
+        try:
+            await ctx.refresh()
+            return dict(ctx.tables[table])
+        finally:
+            await ctx.close()
+
+    return asyncio.run(read())
 
 
 def put(client: Any, key: str) -> None:

@@ -8,6 +8,7 @@ few seconds, so the tests of one module share a cluster and keep apart by using 
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import re
 import time
@@ -20,7 +21,8 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from dynalab.cluster import LocalCluster
+from dynalab.cluster import LocalCluster, StorageNode
+from router.context import RouterContext
 
 INTEGRATION_DIR = Path(__file__).resolve().parent
 REGION = "us-east-1"
@@ -156,3 +158,19 @@ def create_table() -> Callable[..., str]:
     """Creates a table and waits for ACTIVE:
     `create_table(dynamodb, name, hash_key=("pk", "S"), range_key=("sk", "N"))`."""
     return create_active_table
+
+
+def stored_catalog(nodes: list[StorageNode]) -> dict[str, Any]:
+    """The catalog as the cluster stores it, read by a router context of the test's own from the
+    system table the nodes' bootstrap record names: `{"tables": {name: descriptor},
+    "catalog_node": node id}`."""
+
+    async def read() -> dict[str, Any]:
+        ctx = RouterContext({node.node_id: node.address for node in nodes}, "test")
+        try:
+            await ctx.refresh()
+            return {"tables": dict(ctx.tables), "catalog_node": ctx.catalog_node}
+        finally:
+            await ctx.close()
+
+    return asyncio.run(read())

@@ -10,7 +10,6 @@ must be there.
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from collections import Counter
@@ -18,32 +17,16 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from core.placement import HashRing
 from dynalab.cluster import LocalCluster
-from rpc import ops
-from rpc.client import NodeClient
-from tests.integration.conftest import create_active_table, dynamodb_client
+from tests.integration.conftest import create_active_table, dynamodb_client, stored_catalog
 
 WRITERS = 8
 PHASE_SECONDS = 2.5  # load before the kill, during the outage, and after the restart
 FAILED_REQUEST_SECONDS_MAX = 12.0  # a request for a dead partition must fail well before this
-CONTROL_TIMEOUT_S = 5.0
 
 
 def _catalog(cluster: LocalCluster) -> dict[str, Any]:
-    ring = HashRing([node.node_id for node in cluster.nodes])
-    owner = cluster.node(ring.owner(ops.CATALOG_PARTITION_ID))
-
-    async def read() -> dict[str, Any]:
-        client = NodeClient(owner.address)
-        try:
-            return await client.control(ops.CATALOG_GET, {}, timeout=CONTROL_TIMEOUT_S)
-        finally:
-            await client.close()
-
-    catalog = asyncio.run(read())
-    catalog["catalog_node"] = owner.node_id
-    return catalog
+    return stored_catalog(cluster.nodes)
 
 
 class Writer(threading.Thread):

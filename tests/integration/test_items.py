@@ -8,7 +8,6 @@ while the others are served.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -17,15 +16,14 @@ import pytest
 from botocore.exceptions import ClientError
 
 from core import keycodec, limits
-from core.placement import HashRing, PartitionMap
+from core.placement import PartitionMap
 from dynalab.cluster import LocalCluster, StorageNode
-from rpc import ops
-from rpc.client import NodeClient
 from tests.integration.conftest import (
     create_active_table,
     error_of,
     error_response,
     error_summary,
+    stored_catalog,
 )
 
 SORT_KEY = ("sk", "N")
@@ -474,19 +472,9 @@ def test_batch_get_reply_is_capped_at_16_mb(dynamodb: Any, table: str) -> None:
 
 
 def _catalog(cluster: LocalCluster) -> dict[str, Any]:
-    """The catalog as the cluster stores it, read from the node that holds it."""
-    ring = HashRing(node.node_id for node in cluster.nodes)
-    holder = cluster.node(ring.owner(ops.CATALOG_PARTITION_ID))
-
-    async def read() -> dict[str, Any]:
-        client = NodeClient(holder.address)
-        try:
-            return await client.control(ops.CATALOG_GET, {}, limits.CONTROL_CALL_SECONDS_MAX)
-        finally:
-            await client.close()
-
-    catalog: dict[str, Any] = asyncio.run(read())
-    catalog["holder"] = holder.node_id
+    """The catalog as the cluster stores it, with the node that holds it as "holder"."""
+    catalog = stored_catalog(cluster.nodes)
+    catalog["holder"] = catalog["catalog_node"]
     return catalog
 
 

@@ -20,7 +20,7 @@ import selectors
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
-from core import keycodec
+from core import catalog, keycodec
 from router import items, queries, tables
 from router.context import RouterContext
 from router.sources import Sources
@@ -84,27 +84,37 @@ class SimCluster:
 
     def __init__(self, seed: int, *, nodes: int = 3, routers: int = 2) -> None:
         self.seed = seed
-        rng = random.Random(seed)
+        self.rng = rng = random.Random(seed)
         self.network = LocalNetwork(random.Random(rng.getrandbits(64)))
         self.stores: dict[str, MemoryStore] = {}
         self.nodes: dict[str, StorageNode] = {}
         self.addresses: dict[str, str] = {}
         for number in range(1, nodes + 1):
-            node_id, address = f"node{number}", f"local-node{number}"
-            store = MemoryStore()
-            node = StorageNode(store, throughput=NodeThroughput(enforced=False))
-            self.network.register(address, node, WRITE_OPS)
-            self.stores[node_id], self.nodes[node_id] = store, node
-            self.addresses[node_id] = address
-        self.routers = [
-            RouterContext(
-                self.addresses,
-                f"router{number}",
-                Sources.seeded(rng.getrandbits(64), START_TIME),
-                connect=self.network.connect,
-            )
-            for number in range(1, routers + 1)
-        ]
+            self.add_node(f"node{number}")
+        self.routers: list[RouterContext] = []
+        for _ in range(routers):
+            self.add_router()
+
+    def add_node(self, node_id: str) -> None:
+        """Start one more storage node, on an empty memory store."""
+        address = f"local-{node_id}"
+        store = MemoryStore()
+        node = StorageNode(store, throughput=NodeThroughput(enforced=False))
+        self.network.register(address, node, WRITE_OPS)
+        self.stores[node_id], self.nodes[node_id] = store, node
+        self.addresses[node_id] = address
+
+    def add_router(self, node_ids: Iterable[str] | None = None) -> RouterContext:
+        """Start one more router, knowing `node_ids` (default: every node), as its --nodes."""
+        known = self.addresses if node_ids is None else {n: self.addresses[n] for n in node_ids}
+        router = RouterContext(
+            known,
+            f"router{len(self.routers) + 1}",
+            Sources.seeded(self.rng.getrandbits(64), START_TIME),
+            connect=self.network.connect,
+        )
+        self.routers.append(router)
+        return router
 
     async def close(self) -> None:
         for router in self.routers:
@@ -160,56 +170,39 @@ class SimCluster:
     async def split(self, name: str, at: bytes, router: int = 0) -> tuple[dict[str, Any], ...]:
         """Split the partition of table `name` holding storage key `at` into two at `at`.
 
-        Creates both children (epoch + 1) on the parent's node, switches the catalog to them by
-        compare-and-set, and retires the parent there, so a request still naming the parent is
-        refused with StaleEpoch. Items are keyed by table on a node, so the children see the
-        parent's items without a copy. Returns the (parent, low child, high child) partitions.
+        Creates both children (epoch + 1) on the parent's node, switches the table's catalog row
+        to them by compare-and-set (`core.catalog.split`), and retires the parent there, so a
+        request still naming the parent is refused with StaleEpoch. Items are keyed by table on a
+        node, so the children see the parent's items without a copy. Returns the (parent, low
+        child, high child) partitions as descriptors.
         """
         ctx = self.routers[router]
-        catalog = await ctx.control(ctx.catalog_node, ops.CATALOG_GET, {})
-        table = catalog["tables"][name]
-        parent = next(p for p in table["partitions"] if _holds(p, at))
-        assert bytes.fromhex(parent["start"]) < at, "a split key is inside its partition"
-        epoch = parent["epoch"] + 1
-        low = dict(parent, id=f"{parent['id']}.{epoch}a", end=at.hex(), epoch=epoch)
-        high = dict(parent, id=f"{parent['id']}.{epoch}b", start=at.hex(), epoch=epoch)
-        schema = {"id": table["id"], "name": name, "key_schema": table["key_schema"]}
-        throughput = tables.throughput_document(table)
+        table = await ctx.read_table(name)
+        assert table is not None, f"seed {self.seed}: no table {name} to split"
+        parent = next(p for p in table.partitions if p.holds(at))
+        epoch = parent.epoch + 1
+        low_id, high_id = f"{parent.id}.{epoch}a", f"{parent.id}.{epoch}b"
+        after, low, high = catalog.split(table, parent.id, at, low_id, high_id)
+        schema = {"id": table.id, "name": name, "key_schema": table.key_shape.to_key_schema()}
+        throughput = catalog.throughput_document(after)
         for child in (low, high):
             await ctx.control(
-                parent["node"],
+                parent.node,
                 ops.CREATE_PARTITION,
-                {"table": schema, "partition": child, "throughput": throughput},
+                {"table": schema, "partition": child.to_json(), "throughput": throughput},
             )
-        partitions = _replace(table["partitions"], parent, (low, high))
+
+        def commit(current: catalog.TableDef | None) -> catalog.TableDef | None:
+            assert current is not None and current.id == table.id, f"seed {self.seed}"
+            return catalog.split(current, parent.id, at, low_id, high_id)[0]
+
+        await ctx.change_table(name, commit)
         await ctx.control(
-            ctx.catalog_node,
-            ops.CATALOG_CAS,
-            {
-                "expected_version": catalog["version"],
-                "tables": {**catalog["tables"], name: {**table, "partitions": partitions}},
-            },
-        )
-        await ctx.control(
-            parent["node"],
+            parent.node,
             ops.RETIRE_PARTITION,
-            {"table_id": table["id"], "partition_id": parent["id"], "epoch": parent["epoch"]},
+            {"table_id": table.id, "partition_id": parent.id, "epoch": parent.epoch},
         )
-        return parent, low, high
-
-
-def _holds(partition: dict[str, Any], key: bytes) -> bool:
-    end = partition["end"]
-    return bytes.fromhex(partition["start"]) <= key and (end is None or key < bytes.fromhex(end))
-
-
-def _replace(
-    partitions: Iterable[dict[str, Any]], old: dict[str, Any], new: Iterable[dict[str, Any]]
-) -> list[dict[str, Any]]:
-    replaced: list[dict[str, Any]] = []
-    for partition in partitions:
-        replaced.extend(new if partition["id"] == old["id"] else [partition])
-    return replaced
+        return parent.to_json(), low.to_json(), high.to_json()
 
 
 def storage_key(item: dict[str, Any]) -> bytes:

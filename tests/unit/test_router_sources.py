@@ -1,8 +1,9 @@
 """router.sources: the router's clock, randomness and ids are injected, so seeded runs replay.
 
-Table ids, creation times and the UTC-day count of throughput decreases are checked through the
-pure helpers of `router.tables`; the compare-and-set backoff through a `RouterContext` whose node
-calls are replaced, so nothing here touches the network.
+Table ids, creation times and the UTC-day count of throughput decreases are checked through
+`router.tables` and the pure transitions of `core.catalog` (on the tables' descriptor dicts); the
+compare-and-set backoff through a `RouterContext` whose catalog reads and writes are replaced, so
+nothing here touches the network.
 """
 
 from __future__ import annotations
@@ -15,13 +16,13 @@ from typing import Any
 
 import pytest
 
-from core import limits
+from core import catalog, limits
+from core.catalog import CatalogLocation, TableDef
 from core.errors import ConditionalCheckFailed, ServiceUnavailable
 from router import tables
 from router.context import RouterContext
 from router.protocol import JsonProtocol, RequestIds
 from router.sources import ManualClock, Sources
-from rpc import ops
 
 START = datetime(2024, 3, 1, 22, 0, tzinfo=UTC).timestamp()
 HOUR_SECONDS = 3600.0
@@ -38,7 +39,23 @@ def create_body(read: int = 10, write: int = 10) -> dict[str, Any]:
 
 def new_table(sources: Sources, read: int = 10, write: int = 10) -> dict[str, Any]:
     definition = tables._read_create_table(create_body(read, write))
-    return tables._new_table(definition, sources, lambda partition_id: "node-1")
+    return tables._new_table(definition, sources, lambda partition_id: "node-1").to_json()
+
+
+def updated(
+    table: dict[str, Any], billing_mode: None, units: dict[str, int], now: float
+) -> dict[str, Any] | None:
+    """UpdateTable's transition of `core.catalog` on a table descriptor, once the nodes have
+    taken the previous update (the table is ACTIVE again)."""
+    record = TableDef.from_json(table)
+    if record.status == catalog.TableStatus.UPDATING:
+        record = catalog.activated(record)
+    record = catalog.throughput_updated(record, billing_mode, units, now, "us-east-1")
+    return None if record is None else record.to_json()
+
+
+def describe(table: dict[str, Any], items: int, size_bytes: int, now: float) -> dict[str, Any]:
+    return tables._description(TableDef.from_json(table), items, size_bytes, now)
 
 
 def units(read: int, write: int) -> dict[str, int]:
@@ -89,7 +106,7 @@ def test_new_table_takes_its_id_and_creation_time_from_the_sources() -> None:
     assert [partition["id"] for partition in table["partitions"]] == [f"{table['id']}-0"]
     assert new_table(Sources.seeded(8, START))["id"] != table["id"]
 
-    description = tables._description(table, 0, 0, START)
+    description = describe(table, 0, 0, START)
     assert description["TableId"] == str(uuid.UUID(hex=table["id"]))
     assert description["CreationDateTime"] == START
 
@@ -114,7 +131,7 @@ def test_decreases_are_counted_per_utc_day() -> None:
     table = {**new_table(sources), "status": "ACTIVE"}
 
     clock.advance(HOUR_SECONDS)  # 23:00 UTC on 1 March.
-    first = tables._updated(table, None, units(5, 5), clock())
+    first = updated(table, None, units(5, 5), clock())
     assert first is not None
     changes = first["throughput_changes"]
     assert changes["decreases"] == 1
@@ -122,23 +139,23 @@ def test_decreases_are_counted_per_utc_day() -> None:
     assert changes["last_decrease"] == START + HOUR_SECONDS
 
     clock.advance(HOUR_SECONDS / 2)  # 23:30 UTC: the same day.
-    second = tables._updated(first, None, units(4, 4), clock())
+    second = updated(first, None, units(4, 4), clock())
     assert second is not None
     assert second["throughput_changes"]["decreases"] == 2
-    provisioned = tables._description(second, 0, 0, clock())["ProvisionedThroughput"]
+    provisioned = describe(second, 0, 0, clock())["ProvisionedThroughput"]
     assert provisioned["NumberOfDecreasesToday"] == 2
     assert provisioned["LastDecreaseDateTime"] == START + 1.5 * HOUR_SECONDS
 
     # An increase is not a decrease: the count stays.
-    increased = tables._updated(second, None, units(8, 8), clock())
+    increased = updated(second, None, units(8, 8), clock())
     assert increased is not None
     assert increased["throughput_changes"]["decreases"] == 2
     assert increased["throughput_changes"]["last_increase"] == clock()
 
     clock.advance(HOUR_SECONDS)  # 00:30 UTC on 2 March: a new day, no decreases yet.
-    provisioned = tables._description(increased, 0, 0, clock())["ProvisionedThroughput"]
+    provisioned = describe(increased, 0, 0, clock())["ProvisionedThroughput"]
     assert provisioned["NumberOfDecreasesToday"] == 0
-    third = tables._updated(increased, None, units(2, 2), clock())
+    third = updated(increased, None, units(2, 2), clock())
     assert third is not None
     assert third["throughput_changes"]["decreases"] == 1
     assert third["throughput_changes"]["decreases_day"] == "2024-03-02"
@@ -151,14 +168,13 @@ async def test_catalog_backoff_draws_from_the_injected_random(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     ctx = RouterContext({"node-1": "127.0.0.1:1"}, "test", sources=Sources.seeded(3, START))
-    versions = iter(range(limits.CATALOG_CAS_ATTEMPTS_MAX))
+    ctx.location = CatalogLocation("node-1")
+    table = TableDef.from_json(new_table(Sources.seeded(3, START)))
 
-    async def control(
-        node_id: str, op: str, body: dict[str, Any], timeout: float = 0.0
-    ) -> dict[str, Any]:
-        if op == ops.CATALOG_GET:
-            return {"version": next(versions), "tables": {}}
-        assert op == ops.CATALOG_CAS
+    async def read_table(name: str) -> TableDef | None:
+        return None
+
+    async def write_row(*args: Any) -> TableDef:
         raise ConditionalCheckFailed()
 
     pauses: list[float] = []
@@ -168,11 +184,12 @@ async def test_catalog_backoff_draws_from_the_injected_random(
         pauses.append(seconds)
         await real_sleep(0)
 
-    monkeypatch.setattr(ctx, "control", control)
+    monkeypatch.setattr(ctx, "read_table", read_table)
+    monkeypatch.setattr(ctx, "_write_row", write_row)
     monkeypatch.setattr(asyncio, "sleep", sleep)
     try:
         with pytest.raises(ServiceUnavailable):
-            await ctx.change_catalog(lambda current: {"t": {"id": "x"}})
+            await ctx.change_table(table.name, lambda current: table)
     finally:
         monkeypatch.undo()
         await ctx.close()
