@@ -87,6 +87,18 @@ GIB = 1024 * MIB
 # The change log keeps at most this many records per partition; a consumer that falls further behind
 # must backfill again (DESIGN.md, "Storage on a node").
 CHANGE_LOG_RECORDS_MAX = 1_000_000
+# Consumers registered on one partition's change feed: each is read on every trim and holds the log.
+CHANGE_FEED_CONSUMERS_PER_PARTITION_MAX = 64
+# Records in one batch of a feed: enough to amortise a stream message, few enough that one read
+# stays in the millisecond range off the event loop.
+CHANGE_FEED_BATCH_RECORDS_MAX = 1000
+# A feed batch is cut once its encoded records pass this, so a message holds at most this plus one
+# record (two 400 KB images), far below the RPC message bound.
+CHANGE_FEED_BATCH_BYTES_TARGET = 4 * MIB
+# A node sends an empty batch on an idle feed this often, so that a follower tells a live node from
+# a silent failure; a follower gives up on a stream after CHANGE_FEED_IDLE_SECONDS_MAX without one.
+CHANGE_FEED_HEARTBEAT_SECONDS = 2.0
+CHANGE_FEED_IDLE_SECONDS_MAX = 4 * CHANGE_FEED_HEARTBEAT_SECONDS
 # Writes applied in one group-commit transaction: large enough to amortise an fsync over every write
 # that arrives while the previous one syncs, small enough that one transaction stays short.
 WRITE_BATCH_OPS_MAX = 1024

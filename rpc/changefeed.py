@@ -7,10 +7,10 @@ node's servicer and this client alike.
 
 Every call has a deadline and never hangs. `follow` is a long-lived stream with no overall
 deadline, but each message must arrive within `idle_seconds_max` (the node sends an empty batch
-every FEED_HEARTBEAT_SECONDS while the log is idle), so a dead node or a cut link fails the follow
-with `ServiceUnavailable` instead of hanging it. A follow that fails is resumed by following again
-from the last checkpoint: delivery is at-least-once from a checkpoint, and a follower dedupes by
-seq.
+every `limits.CHANGE_FEED_HEARTBEAT_SECONDS` while the log is idle), so a dead node or a cut link
+fails the follow with `ServiceUnavailable` instead of hanging it. A follow that fails is resumed
+by following again from the last checkpoint: delivery is at-least-once from a checkpoint, and a
+follower dedupes by seq.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from typing import Any
 import grpc
 import orjson
 
+from core import limits
 from core.errors import (
     ERROR_TYPES,
     ChangeLogTrimmed,
@@ -37,10 +38,6 @@ from rpc.client import CHANNEL_OPTIONS
 logger = logging.getLogger(__name__)
 
 SERVICE_NAME = "dynalab.rpc.ChangeFeed"
-# A node sends an empty batch on an idle feed this often, so that a follower tells a live node
-# from a silent failure; a follower gives up on a stream after FOLLOW_IDLE_SECONDS_MAX without one.
-FEED_HEARTBEAT_SECONDS = 2.0
-FOLLOW_IDLE_SECONDS_MAX = 4 * FEED_HEARTBEAT_SECONDS
 
 _KINDS = {
     "INSERT": changefeed_pb2.ChangeRecord.INSERT,
@@ -185,7 +182,7 @@ class ChangeFeedClient:
         consumer: str = "",
         after_seq: int | None = None,
         max_records_per_batch: int = 0,
-        idle_seconds_max: float = FOLLOW_IDLE_SECONDS_MAX,
+        idle_seconds_max: float = limits.CHANGE_FEED_IDLE_SECONDS_MAX,
     ) -> AsyncGenerator[Change, None]:
         """The partition's changes after `after_seq` (None: after `consumer`'s checkpoint).
 

@@ -35,22 +35,13 @@ from typing import Any
 
 import orjson
 
+from core import limits
 from core.errors import ChangeLogTrimmed, LimitExceeded, ResourceNotFound, ValidationError
 from core.keycodec import successor
 from storagenode.layout import Family, change_log_prefix, checkpoint_key, seq_bytes, table_prefix
 from storagenode.store import NodeStore, WriteBatchView
 
 PartitionRef = tuple[str, str]  # (table id, partition id)
-
-# dynalab's own bounds on the feed (not DynamoDB quotas; they belong with core/limits.py's).
-# Consumers registered on one partition: each one is read on every trim, and each holds the log.
-CONSUMERS_PER_PARTITION_MAX = 64
-# Records in one batch of a feed: enough to amortise a stream message, few enough that one read
-# stays in the millisecond range off the event loop.
-FEED_BATCH_RECORDS_MAX = 1000
-# A batch is cut once its encoded records pass this, so a message holds at most this plus one
-# record (two 400 KB images), far below the RPC message bound (64 MiB).
-FEED_BATCH_BYTES_TARGET = 4 * 1024 * 1024
 
 END = "END"  # The kind of the record that ends a retired partition's log.
 
@@ -110,8 +101,8 @@ def read_batch(
     bounds: LogBounds,
     after_seq: int,
     *,
-    records_max: int = FEED_BATCH_RECORDS_MAX,
-    bytes_target: int = FEED_BATCH_BYTES_TARGET,
+    records_max: int = limits.CHANGE_FEED_BATCH_RECORDS_MAX,
+    bytes_target: int = limits.CHANGE_FEED_BATCH_BYTES_TARGET,
 ) -> FeedBatch:
     """Up to `records_max` records with seq > after_seq (cut after `bytes_target` bytes).
 
@@ -256,7 +247,7 @@ class FeedChanges:
         consumers = self.consumers(ref)
         if consumer in consumers:
             return consumers[consumer]
-        if len(consumers) >= CONSUMERS_PER_PARTITION_MAX:
+        if len(consumers) >= limits.CHANGE_FEED_CONSUMERS_PER_PARTITION_MAX:
             raise LimitExceeded(
                 f"Partition {ref[1]} has {len(consumers)} registered change-feed consumers, "
                 f"the most it allows"

@@ -279,7 +279,7 @@ class StorageNode:
         table_id: str,
         partition_id: str,
         after_seq: int,
-        records_max: int = changefeed.FEED_BATCH_RECORDS_MAX,
+        records_max: int = limits.CHANGE_FEED_BATCH_RECORDS_MAX,
     ) -> changefeed.FeedBatch:
         """A batch of a partition's change feed after `after_seq` (`changefeed.read_batch`)."""
         bounds = self.feed_bounds(table_id, partition_id)
@@ -289,7 +289,7 @@ class StorageNode:
             partition_id,
             bounds,
             after_seq,
-            records_max=max(1, min(records_max, changefeed.FEED_BATCH_RECORDS_MAX)),
+            records_max=max(1, min(records_max, limits.CHANGE_FEED_BATCH_RECORDS_MAX)),
         )
 
     def consumer_checkpoint(self, table_id: str, partition_id: str, consumer: str) -> int | None:

@@ -38,8 +38,7 @@ from core.errors import (
     ValidationError,
 )
 from rpc import changefeed_pb2, changefeed_pb2_grpc, codec, node_pb2, node_pb2_grpc, ops
-from rpc.changefeed import FEED_HEARTBEAT_SECONDS, error_to_proto, record_to_proto
-from storagenode import changefeed
+from rpc.changefeed import error_to_proto, record_to_proto
 from storagenode.commit import GroupCommitter
 from storagenode.node import READ_OPS, WRITE_OPS, PartitionRef, StorageNode
 from storagenode.store import Store
@@ -289,7 +288,7 @@ class ChangeFeedServicer(changefeed_pb2_grpc.ChangeFeedServicer):  # type: ignor
                     continue
                 # Woken by a commit of this partition (or shutdown); bounded by the heartbeat.
                 try:
-                    await asyncio.wait_for(event.wait(), FEED_HEARTBEAT_SECONDS)
+                    await asyncio.wait_for(event.wait(), limits.CHANGE_FEED_HEARTBEAT_SECONDS)
                     idle = False
                 except TimeoutError:
                     idle = True
@@ -326,7 +325,11 @@ class ChangeFeedServicer(changefeed_pb2_grpc.ChangeFeedServicer):  # type: ignor
     ) -> changefeed_pb2.ChangeBatch:
         """One batch read and encoded on the default executor: a batch may hold megabytes."""
         future = asyncio.get_running_loop().run_in_executor(
-            None, self._read_batch, ref, after_seq, records_max or changefeed.FEED_BATCH_RECORDS_MAX
+            None,
+            self._read_batch,
+            ref,
+            after_seq,
+            records_max or limits.CHANGE_FEED_BATCH_RECORDS_MAX,
         )
         self._reads.add(future)
         future.add_done_callback(self._reads.discard)

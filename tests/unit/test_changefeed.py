@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from core import limits
 from core.errors import (
     ChangeLogTrimmed,
     DynamoError,
@@ -216,7 +217,7 @@ def test_consumer_writes_are_checked(feed: Feed) -> None:
         feed.register("x" * 256)
     with pytest.raises(StaleEpoch):
         feed.register("c", 0, partition_id="elsewhere")
-    for n in range(changefeed.CONSUMERS_PER_PARTITION_MAX - 1):
+    for n in range(limits.CHANGE_FEED_CONSUMERS_PER_PARTITION_MAX - 1):
         feed.register(f"extra-{n}")
     with pytest.raises(LimitExceeded):
         feed.register("one-too-many")

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from core import limits
 from core.errors import (
     ChangeLogTrimmed,
     ResourceNotFound,
@@ -24,7 +25,6 @@ from core.errors import (
 )
 from rpc import ops
 from rpc.changefeed import (
-    FEED_HEARTBEAT_SECONDS,
     Change,
     ChangeFeedClient,
     error_from_proto,
@@ -96,7 +96,7 @@ async def test_a_follower_is_woken_by_each_commit_and_stops_at_end(
         await node.call(ops.PUT, put(n), TIMEOUT_SECONDS)
         await until(lambda n=n: len(seen) == n)
         # Woken by the commit, not found by the heartbeat's re-read.
-        assert time.monotonic() - started < FEED_HEARTBEAT_SECONDS / 2
+        assert time.monotonic() - started < limits.CHANGE_FEED_HEARTBEAT_SECONDS / 2
     assert [(c.seq, c.kind, c.keys, c.new) for c in seen] == [
         (n, "INSERT", {"pk": {"S": f"k{n}"}}, put(n)["item"]) for n in (1, 2, 3)
     ]
