@@ -138,7 +138,7 @@ PROVISIONED_UNITS_VALUE_MAX = 1_000_000_000_000
 HTTP_REQUEST_BYTES_MAX = 16 * MIB
 # Deadline of one router-to-node data-plane call; past it the client sees ServiceUnavailable.
 NODE_CALL_SECONDS_MAX = 10.0
-# Deadline of one catalog or partition-lifecycle call (catalog_get/cas, create_partition, ...).
+# Deadline of one catalog or partition-lifecycle call (a catalog row, create_partition, ...).
 CONTROL_CALL_SECONDS_MAX = 10.0
 # DescribeTable waits this long for the nodes' item counts and sizes before answering without them.
 TABLE_STATS_SECONDS_MAX = 2.0
@@ -150,6 +150,11 @@ STALE_EPOCH_BACKOFF_SECONDS_MIN = 0.01
 # retried after a random pause up to the backoff, so racing routers do not collide in lockstep.
 CATALOG_CAS_ATTEMPTS_MAX = 20
 CATALOG_CAS_BACKOFF_SECONDS_MAX = 0.05
+# Locating the catalog: rounds of reading every node's bootstrap record (and writing it where it
+# is missing) before giving up as unavailable; a round that finds nodes disagreeing (two routers
+# bootstrapping at once, one still correcting its own first writes) waits up to the backoff.
+CATALOG_LOCATE_ATTEMPTS_MAX = 10
+CATALOG_LOCATE_BACKOFF_SECONDS_MAX = 0.2
 # Routers re-read the catalog this often, so tables created or deleted through another router
 # appear and disappear within about this long even without a cache miss.
 CATALOG_REFRESH_SECONDS = 1.0

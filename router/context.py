@@ -62,11 +62,6 @@ TABLE_NOT_FOUND = "Requested resource not found"
 # Statuses in which a table serves reads and writes (an UPDATING table still does in DynamoDB).
 SERVING_STATUSES = catalog.SERVING_STATUSES
 
-# Locating the catalog: rounds of reading every node's bootstrap record (and writing it where it
-# is missing) before giving up as unavailable; a round that finds nodes disagreeing (two routers
-# bootstrapping at once, one still correcting its own first writes) waits up to the backoff.
-CATALOG_LOCATE_ATTEMPTS_MAX = 10
-CATALOG_LOCATE_BACKOFF_SECONDS_MAX = 0.2
 # A scan of the catalog reads at most this many pages: every page holds at least one table.
 CATALOG_SCAN_PAGES_MAX = limits.TABLES_PER_REGION_MAX + 1
 _SYSTEM_EPOCH = 1  # The system partitions never split or move yet.
@@ -213,14 +208,16 @@ class RouterContext:
 
     async def _locate(self) -> CatalogLocation:
         disagreement: CatalogDisagreement | None = None
-        for _ in range(CATALOG_LOCATE_ATTEMPTS_MAX):
+        for _ in range(limits.CATALOG_LOCATE_ATTEMPTS_MAX):
             found, unreachable = await self._bootstrap_records()
             try:
                 agreed = catalog.agreed_location(found)
             except CatalogDisagreement as error:
                 log.warning("%s; reading again", error)
                 disagreement = error
-                await asyncio.sleep(self.sources.rng.uniform(0, CATALOG_LOCATE_BACKOFF_SECONDS_MAX))
+                await asyncio.sleep(
+                    self.sources.rng.uniform(0, limits.CATALOG_LOCATE_BACKOFF_SECONDS_MAX)
+                )
                 continue
             if agreed is None:
                 if unreachable:

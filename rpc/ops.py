@@ -62,14 +62,6 @@ Where it lives is recorded in the system table `__dynalab_bootstrap` (id
 "catalog_partition": partition id}`, written with `attribute_not_exists(#n)` so the first writer
 wins (see `router.context.locate_catalog`).
 
-The older single-document ops below are no longer used by routers; they remain until the storage
-node drops them:
-
-    catalog_get   {}                                  -> {"version": int, "tables": {name: TABLE}}
-    catalog_cas   {"expected_version": int, "tables": {name: TABLE}}
-                                                      -> {"version": int}
-                  error ConditionalCheckFailedException when the stored version differs.
-
 ## Partition lifecycle (unary Call)
 
     create_partition {"table": {"id", "name", "key_schema"}, "partition": PARTITION,
@@ -205,8 +197,6 @@ empty; nothing was read or written then, and the client may retry.
 CATALOG_PARTITION_ID = "catalog"
 
 # Control-plane operations (unary Call).
-CATALOG_GET = "catalog_get"
-CATALOG_CAS = "catalog_cas"
 CREATE_PARTITION = "create_partition"
 DROP_TABLE = "drop_table"
 RETIRE_PARTITION = "retire_partition"
@@ -229,8 +219,6 @@ SCAN = "scan"
 
 CONTROL_OPS = frozenset(
     {
-        CATALOG_GET,
-        CATALOG_CAS,
         CREATE_PARTITION,
         DROP_TABLE,
         RETIRE_PARTITION,

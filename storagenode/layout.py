@@ -18,7 +18,9 @@ its partition's metadata commit in one atomic, synced write batch:
   children}`: the log of a retired partition, kept (END record last) until every registered
   consumer has read to its end.
 - `partitions`: 16-byte table id ‖ partition id -> orjson partition metadata (`partition.py`).
-- `catalog`: one key, the cluster catalog document, changed only by compare-and-set.
+
+The cluster catalog is no family of its own: it is a system table (`core.catalog`), stored in
+`items` like any other table, on the node that holds its partition.
 - the default family: `format` -> the data directory's format version (`FORMAT_VERSION`).
 """
 
@@ -32,7 +34,6 @@ TABLE_ID_BYTES = 16
 SEQ_BYTES = 8
 PARTITION_ID_BYTES_MAX = 255  # The change-log key gives a partition id's length one byte.
 CONSUMER_NAME_BYTES_MAX = 255  # A change-feed consumer's name, as it ends a checkpoint key.
-CATALOG_KEY = b"catalog"
 FORMAT_KEY = b"format"
 # 1: LMDB, keys bounded at 511 bytes (the first stage). 2: RocksDB column families, this layout.
 FORMAT_VERSION = 2
@@ -44,7 +45,6 @@ class Family(StrEnum):
     ITEMS = "items"
     CHANGE_LOG = "change_log"
     PARTITIONS = "partitions"
-    CATALOG = "catalog"
     CHECKPOINTS = "checkpoints"
     RETIRED_LOGS = "retired_logs"
 

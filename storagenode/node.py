@@ -45,7 +45,6 @@ from core.writes import DeleteRequest, PutRequest, UpdateRequest, WriteRequest, 
 from rpc import ops
 from storagenode import changefeed, metrics, replica
 from storagenode.layout import (
-    CATALOG_KEY,
     Family,
     change_log_prefix,
     partition_meta_key,
@@ -63,7 +62,6 @@ READ_OPS = frozenset(
         ops.GET,
         ops.QUERY,
         ops.SCAN,
-        ops.CATALOG_GET,
         ops.TABLE_STATS,
         ops.PARTITION_THROUGHPUT,
     }
@@ -73,7 +71,6 @@ WRITE_OPS = frozenset(
         ops.PUT,
         ops.UPDATE,
         ops.DELETE,
-        ops.CATALOG_CAS,
         ops.CREATE_PARTITION,
         ops.DROP_TABLE,
         ops.RETIRE_PARTITION,
@@ -128,7 +125,6 @@ class StorageNode:
             ops.GET: self._get,
             ops.QUERY: self._query,
             ops.SCAN: self._scan,
-            ops.CATALOG_GET: self._catalog_get,
             ops.TABLE_STATS: self._table_stats,
             ops.PARTITION_THROUGHPUT: self._partition_throughput,
         }
@@ -222,10 +218,6 @@ class StorageNode:
         )
         rows = self.store.walk(Family.ITEMS, *_item_range(partition, lo, hi), forward=True)
         return read_page(rows, PageRequest.from_body(body, limits.QUERY_PAGE_BYTES_MAX), partition)
-
-    def _catalog_get(self, body: dict[str, Any]) -> dict[str, Any]:
-        raw = self.store.get(Family.CATALOG, CATALOG_KEY)
-        return {"version": 0, "tables": {}} if raw is None else orjson.loads(raw)
 
     def _table_stats(self, body: dict[str, Any]) -> dict[str, Any]:
         table_id = body["table_id"]
@@ -412,7 +404,6 @@ class _WriteGroup:
         self.dirty: dict[PartitionRef, Partition | None] = {}
         self.feed = changefeed.FeedChanges(node.feeds, batch)
         self._control: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
-            ops.CATALOG_CAS: self.catalog_cas,
             ops.CREATE_PARTITION: self.create_partition,
             ops.DROP_TABLE: self.drop_table,
             ops.RETIRE_PARTITION: self.retire_partition,
@@ -461,16 +452,6 @@ class _WriteGroup:
         replica.apply(self.batch, staged, items_key, effect)
         self.dirty[ref] = staged
         return effect.reply(), effect.units
-
-    def catalog_cas(self, body: dict[str, Any]) -> dict[str, Any]:
-        raw = self.batch.get(Family.CATALOG, CATALOG_KEY)
-        version = 0 if raw is None else orjson.loads(raw)["version"]
-        expected = body["expected_version"]
-        if expected != version:
-            raise ConditionalCheckFailed(f"The catalog is at version {version}, not {expected}")
-        document = orjson.dumps({"version": version + 1, "tables": body["tables"]})
-        self.batch.put(Family.CATALOG, CATALOG_KEY, document)
-        return {"version": version + 1}
 
     def create_partition(self, body: dict[str, Any]) -> dict[str, Any]:
         created = Partition.create(body["table"], body["partition"], body.get("throughput"))

@@ -18,6 +18,7 @@ import pytest
 
 from core.errors import (
     ConditionalCheckFailed,
+    ResourceInUse,
     ServiceUnavailable,
     StaleEpoch,
     UnknownOperation,
@@ -68,10 +69,8 @@ async def test_data_and_control_calls_round_trip(client: NodeClient) -> None:
     assert got["item"] == item
     stats = await client.control(ops.TABLE_STATS, {"table_id": TABLE["id"]}, TIMEOUT_SECONDS)
     assert stats["partitions"]["p0"]["items"] == 1
-    assert await client.control(ops.CATALOG_GET, {}, TIMEOUT_SECONDS) == {
-        "version": 0,
-        "tables": {},
-    }
+    throughput = await client.control(ops.PARTITION_THROUGHPUT, {}, TIMEOUT_SECONDS)
+    assert set(throughput) == {"enforced", "burst_seconds", "partitions"}
 
 
 async def test_node_errors_come_back_typed(client: NodeClient) -> None:
@@ -81,9 +80,11 @@ async def test_node_errors_come_back_typed(client: NodeClient) -> None:
         await client.call(ops.PUT, data(item={"x": {"S": "a"}}), TIMEOUT_SECONDS)
     with pytest.raises(UnknownOperation):
         await client.call("frobnicate", {}, TIMEOUT_SECONDS)
-    cas = {"expected_version": 3, "tables": {}}
-    with pytest.raises(ConditionalCheckFailed):
-        await client.control(ops.CATALOG_CAS, cas, TIMEOUT_SECONDS)
+    moved = {**PARTITION, "end": "80"}  # The same partition id with another range.
+    with pytest.raises(ResourceInUse):
+        await client.control(
+            ops.CREATE_PARTITION, {"table": TABLE, "partition": moved}, TIMEOUT_SECONDS
+        )
     item = {"pk": {"S": "a"}, "v": {"N": "1"}}
     guarded = data(condition="attribute_not_exists(pk)", return_on_failure=True)
     await client.call(ops.PUT, {**guarded, "item": item}, TIMEOUT_SECONDS)
@@ -115,7 +116,7 @@ async def test_a_dead_node_fails_fast(tmp_path: Path) -> None:
     with pytest.raises(ServiceUnavailable):
         await client.call(ops.GET, data(key={"pk": {"S": "a"}}), TIMEOUT_SECONDS)
     with pytest.raises(ServiceUnavailable):
-        await client.control(ops.CATALOG_GET, {}, TIMEOUT_SECONDS)
+        await client.control(ops.TABLE_STATS, {"table_id": TABLE["id"]}, TIMEOUT_SECONDS)
     assert time.monotonic() - started < TIMEOUT_SECONDS / 2
     await client.close()
 

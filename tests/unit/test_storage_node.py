@@ -177,9 +177,8 @@ def test_a_key_outside_the_partition_range_is_stale(tmp_path: Path) -> None:
     harness.store.close()
 
 
-def test_metadata_items_and_catalog_survive_reopening(h: Harness) -> None:
+def test_metadata_and_items_survive_reopening(h: Harness) -> None:
     h.put(song("a", 1, title=s("x")))
-    h.write(ops.CATALOG_CAS, {"expected_version": 0, "tables": {"Music": {"id": TABLE["id"]}}})
     h.reopen()
     assert h.get(song("a", 1)) == song("a", 1, title=s("x"))
     assert h.node.read(ops.TABLE_STATS, {"table_id": TABLE["id"]})["partitions"]["p0"] == {
@@ -187,7 +186,6 @@ def test_metadata_items_and_catalog_survive_reopening(h: Harness) -> None:
         "bytes": item_size_bytes(song("a", 1, title=s("x"))),
         "last_seq": 1,
     }
-    assert h.node.read(ops.CATALOG_GET, {})["version"] == 1
     h.put(song("a", 2))
     assert [record["seq"] for record in h.changes()] == [1, 2]
 
@@ -545,16 +543,6 @@ def test_scan_is_restricted_to_its_partition_and_hash_segment(tmp_path: Path) ->
 
 
 # Catalog and drop_table ------------------------------------------------------------------------
-
-
-def test_catalog_compare_and_set(h: Harness) -> None:
-    assert h.node.read(ops.CATALOG_GET, {}) == {"version": 0, "tables": {}}
-    assert h.write(ops.CATALOG_CAS, {"expected_version": 0, "tables": {"T": {"x": 1}}}) == {
-        "version": 1
-    }
-    with pytest.raises(ConditionalCheckFailed):
-        h.write(ops.CATALOG_CAS, {"expected_version": 0, "tables": {}})
-    assert h.node.read(ops.CATALOG_GET, {}) == {"version": 1, "tables": {"T": {"x": 1}}}
 
 
 def test_drop_table_removes_its_items_logs_and_partitions_only(h: Harness) -> None:
