@@ -315,19 +315,13 @@ class RouterContext:
                 found[node] = reply
         return found, unreachable
 
-    @staticmethod
-    def _bootstrap_body() -> dict[str, Any]:
-        return {
-            "table_id": catalog.BOOTSTRAP_TABLE_ID,
-            "partition_id": catalog.BOOTSTRAP_PARTITION_ID,
-            "epoch": _SYSTEM_EPOCH,
-        }
-
     async def _get_bootstrap(self, node: str) -> CatalogLocation | None:
-        body = self._bootstrap_body()
-        body.update(key={"name": {"S": catalog.BOOTSTRAP_RECORD_NAME}}, consistent=True)
+        body = {"key": {"name": {"S": catalog.BOOTSTRAP_RECORD_NAME}}}
+        target = _system_target(catalog.BOOTSTRAP_TABLE_ID, catalog.BOOTSTRAP_PARTITION_ID, True)
         try:
-            reply = await self._client(node).call(ops.GET, body, limits.NODE_CALL_SECONDS_MAX)
+            reply = await self._client(node).call(
+                ops.GET, target, body, limits.NODE_CALL_SECONDS_MAX
+            )
         except StaleEpoch:
             return None  # The node has no bootstrap partition yet: it never held a record.
         item = reply["item"]
@@ -349,8 +343,11 @@ class RouterContext:
                     "partition": _system_partition(catalog.BOOTSTRAP_PARTITION_ID, node),
                 },
             )
-            body = self._bootstrap_body()
-            body.update(item=location.to_item(), return_values="NONE", return_on_failure=True)
+            body: dict[str, Any] = {
+                "item": location.to_item(),
+                "return_values": "NONE",
+                "return_on_failure": True,
+            }
             if expected is None:
                 body.update(condition="attribute_not_exists(#n)", names=_NAME)
             else:
@@ -367,19 +364,13 @@ class RouterContext:
                         ":p": {"S": expected.partition},
                     },
                 )
-            await self._client(node).call(ops.PUT, body, limits.NODE_CALL_SECONDS_MAX)
+            target = _system_target(catalog.BOOTSTRAP_TABLE_ID, catalog.BOOTSTRAP_PARTITION_ID)
+            await self._client(node).call(ops.PUT, target, body, limits.NODE_CALL_SECONDS_MAX)
         except ConditionalCheckFailed as conflict:
             return None if conflict.item is None else CatalogLocation.from_item(conflict.item)
         return None
 
     # The catalog --------------------------------------------------------------------------------
-
-    def _catalog_body(self, location: CatalogLocation) -> dict[str, Any]:
-        return {
-            "table_id": catalog.CATALOG_TABLE_ID,
-            "partition_id": location.partition,
-            "epoch": _SYSTEM_EPOCH,
-        }
 
     async def refresh(self) -> None:
         """Re-read the catalog; callers arriving while a read is in flight share that read.
@@ -406,11 +397,11 @@ class RouterContext:
         location = await self.locate_catalog()
         started = self._observations
         records: dict[str, TableDef] = {}
-        body = self._catalog_body(location)
-        body.update(page_bytes=limits.QUERY_PAGE_BYTES_MAX, consistent=True)
+        body: dict[str, Any] = {"page_bytes": limits.QUERY_PAGE_BYTES_MAX}
+        target = _system_target(catalog.CATALOG_TABLE_ID, location.partition, True)
         client = self._client(location.node)
         for _ in range(CATALOG_SCAN_PAGES_MAX):
-            reply = await client.call(ops.SCAN, dict(body), limits.NODE_CALL_SECONDS_MAX)
+            reply = await client.call(ops.SCAN, target, body, limits.NODE_CALL_SECONDS_MAX)
             for item in reply["items"]:
                 record = _from_row(item)
                 records[record.name] = record
@@ -467,9 +458,10 @@ class RouterContext:
     async def read_table(self, name: str) -> TableDef | None:
         """Read table `name`'s record from the catalog (None: no such table) and cache it."""
         location = await self.locate_catalog()
-        body = self._catalog_body(location)
-        body.update(key={"name": {"S": name}}, consistent=True)
-        reply = await self._client(location.node).call(ops.GET, body, limits.NODE_CALL_SECONDS_MAX)
+        target = _system_target(catalog.CATALOG_TABLE_ID, location.partition, True)
+        reply = await self._client(location.node).call(
+            ops.GET, target, {"key": {"name": {"S": name}}}, limits.NODE_CALL_SECONDS_MAX
+        )
         item = reply["item"]
         record = None if item is None else _from_row(item)
         cached = self.records.get(name)
@@ -512,8 +504,8 @@ class RouterContext:
     ) -> TableDef | None:
         """Write (or, for None, delete) table `name`'s row if it is still at `current`'s version;
         the record as written."""
-        body = self._catalog_body(location)
-        body["return_values"] = "NONE"
+        body: dict[str, Any] = {"return_values": "NONE"}
+        target = _system_target(catalog.CATALOG_TABLE_ID, location.partition)
         if current is None:
             body.update(condition="attribute_not_exists(#n)", names=_NAME)
         else:
@@ -525,12 +517,12 @@ class RouterContext:
         client = self._client(location.node)
         if changed is None:
             body["key"] = {"name": {"S": name}}
-            await client.call(ops.DELETE, body, limits.NODE_CALL_SECONDS_MAX)
+            await client.call(ops.DELETE, target, body, limits.NODE_CALL_SECONDS_MAX)
             return None
         assert changed.name == name, f"a change of table {name} renamed it {changed.name}"
         changed = catalog.versioned(changed, 1 if current is None else current.version + 1)
         body["item"] = _catalog_row(changed)
-        await client.call(ops.PUT, body, limits.NODE_CALL_SECONDS_MAX)
+        await client.call(ops.PUT, target, body, limits.NODE_CALL_SECONDS_MAX)
         return changed
 
     async def table(self, name: str) -> Table:
@@ -578,12 +570,12 @@ class RouterContext:
         return client
 
     async def _send(
-        self, table: Table, partition: Partition, op: str, body: dict[str, Any]
+        self, table: Table, partition: Partition, op: str, body: dict[str, Any], consistent: bool
     ) -> dict[str, Any]:
-        body["table_id"] = table["id"]
-        body["partition_id"] = partition["id"]
-        body["epoch"] = partition["epoch"]
-        return await self._client(partition["node"]).call(op, body, limits.NODE_CALL_SECONDS_MAX)
+        """Send `body` to one partition of a user table, as its map says it is now."""
+        target = ops.Target(table["id"], partition["id"], partition["epoch"], consistent)
+        client = self._client(partition["node"])
+        return await client.call(op, target, body, limits.NODE_CALL_SECONDS_MAX)
 
     async def _after_stale(self, table: Table, backoff: float) -> tuple[Table, float]:
         """The table's descriptor after a stale-epoch refusal, and the next backoff.
@@ -614,38 +606,47 @@ class RouterContext:
         sort_key: AttributeValue | None,
         op: str,
         body: dict[str, Any],
+        *,
+        consistent: bool = False,
     ) -> dict[str, Any]:
         """Send a data-plane request about one key to the partition that holds the key.
 
-        Adds `table_id`, `partition_id` and `epoch` to `body`. On a stale epoch the catalog is
-        refreshed and the partition looked up again, a bounded number of times.
+        The envelope names that partition and its epoch (`consistent`: a strongly consistent
+        read). On a stale epoch the catalog is refreshed and the partition looked up again, a
+        bounded number of times.
         """
         storage_key = encode_storage_key(partition_key, sort_key)
         backoff = limits.STALE_EPOCH_BACKOFF_SECONDS_MIN
         for _ in range(limits.STALE_EPOCH_ATTEMPTS_MAX):
             partition = self.partition_map(table).lookup(storage_key)
             try:
-                return await self._send(table, partition, op, body)
+                return await self._send(table, partition, op, body, consistent)
             except StaleEpoch:
                 table, backoff = await self._after_stale(table, backoff)
         raise ServiceUnavailable(_STALE_GIVE_UP)
 
     async def call_partition(
-        self, table: Table, partition: Partition, op: str, body: dict[str, Any]
+        self,
+        table: Table,
+        partition: Partition,
+        op: str,
+        body: dict[str, Any],
+        *,
+        consistent: bool = False,
     ) -> dict[str, Any]:
         """Send a data-plane request (a scan page) to one partition of a table.
 
-        Adds `table_id`, `partition_id` and `epoch` to `body`. On a stale epoch the catalog is
-        refreshed and the request goes to the partition that now holds the old one's start bound.
-        After a split that partition covers less than the one asked for, so the reply carries the
-        partition that answered as `reply["partition"]`: a caller walking a table continues after
-        that partition's end, never after the end of the one it asked for.
+        The envelope names the partition and its epoch, as `call_key`'s. On a stale epoch the
+        catalog is refreshed and the request goes to the partition that now holds the old one's
+        start bound. After a split that partition covers less than the one asked for, so the reply
+        carries the partition that answered as `reply["partition"]`: a caller walking a table
+        continues after that partition's end, never after the end of the one it asked for.
         """
         start = bytes.fromhex(partition["start"])
         backoff = limits.STALE_EPOCH_BACKOFF_SECONDS_MIN
         for _ in range(limits.STALE_EPOCH_ATTEMPTS_MAX):
             try:
-                reply = await self._send(table, partition, op, body)
+                reply = await self._send(table, partition, op, body, consistent)
             except StaleEpoch:
                 table, backoff = await self._after_stale(table, backoff)
                 partition = self.partition_map(table).lookup(start)
@@ -653,6 +654,11 @@ class RouterContext:
             reply["partition"] = partition
             return reply
         raise ServiceUnavailable(_STALE_GIVE_UP)
+
+
+def _system_target(table_id: str, partition_id: str, consistent: bool = False) -> ops.Target:
+    """The envelope of a request to a system table's one partition (at its fixed epoch)."""
+    return ops.Target(table_id, partition_id, _SYSTEM_EPOCH, consistent)
 
 
 _STALE_GIVE_UP = (

@@ -201,14 +201,9 @@ def _write_reply(reply: dict[str, Any], table_name: str, body: dict[str, Any]) -
     )
 
 
-def _get_body(key: Item, compiled: _Expressions, consistent: bool) -> dict[str, Any]:
+def _get_body(key: Item, compiled: _Expressions) -> dict[str, Any]:
     """The node request of one GetItem, or of one key of a BatchGetItem."""
-    return {
-        "key": key,
-        "projection": compiled.projection,
-        "names": compiled.names,
-        "consistent": consistent,
-    }
+    return {"key": key, "projection": compiled.projection, "names": compiled.names}
 
 
 def _validated_key(raw: dict[str, Any]) -> Item:
@@ -345,7 +340,12 @@ async def get_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
     table = await ctx.table(table_name)
     partition_key, sort_key = schema.validate_key(key, table)
     reply = await ctx.call_key(
-        table, partition_key, sort_key, ops.GET, _get_body(key, compiled, consistent is True)
+        table,
+        partition_key,
+        sort_key,
+        ops.GET,
+        _get_body(key, compiled),
+        consistent=consistent is True,
     )
     item = reply.get("item")
     # A projection that matches none of an existing item's attributes still returns Item: {}.
@@ -416,6 +416,7 @@ class _Call:
     sort_key: dict[str, Any] | None
     op: str
     body: dict[str, Any]
+    consistent: bool = False  # A strongly consistent read.
 
 
 async def _fan_out(
@@ -429,7 +430,14 @@ async def _fan_out(
     """
     results = await asyncio.gather(
         *(
-            ctx.call_key(call.table, call.partition_key, call.sort_key, call.op, call.body)
+            ctx.call_key(
+                call.table,
+                call.partition_key,
+                call.sort_key,
+                call.op,
+                call.body,
+                consistent=call.consistent,
+            )
             for call in calls
         ),
         return_exceptions=True,
@@ -511,8 +519,8 @@ async def batch_get_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, 
         table = tables[read.name]
         for key in read.keys:
             partition_key, sort_key = schema.validate_key(key, table)
-            body_out = _get_body(key, read.compiled, read.consistent)
-            calls.append(_Call(table, partition_key, sort_key, ops.GET, body_out))
+            body_out = _get_body(key, read.compiled)
+            calls.append(_Call(table, partition_key, sort_key, ops.GET, body_out, read.consistent))
     results = await _fan_out(ctx, calls)
     _fail_if_all_throttled(results)
 

@@ -153,7 +153,7 @@ async def _walk(
             limit=None if walk.limit is None else walk.limit - page.scanned,
             page_bytes=limits.QUERY_PAGE_BYTES_MAX - page.read_bytes,
         )
-        reply = await ctx.call_partition(table, target, walk.op, body)
+        reply = await ctx.call_partition(table, target, walk.op, body, consistent=walk.consistent)
         # The partition that answered: the one asked about, or the one the context resent the
         # request to after a split.
         answered: Partition = partition if reply["partition"] is target else reply["partition"]
@@ -374,7 +374,6 @@ async def scan(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
     check_index(index_name)
     low, high = b"", None
     request = _node_request(compiled, select)
-    request["consistent"] = consistent
     if hash_range is not None:
         hash_start, hash_end = hash_range
         request["hash_start"], request["hash_end"] = hash_start, hash_end
@@ -522,7 +521,6 @@ async def query(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
     request["hash_value"] = hash_value
     request["range"] = None if key_condition.range is None else key_condition.range.to_json()
     request["forward"] = forward is not False
-    request["consistent"] = consistent
     walk = _Walk(
         op=ops.QUERY,
         request=request,

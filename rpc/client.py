@@ -20,11 +20,10 @@ import logging
 from typing import Any
 
 import grpc
-import orjson
 
 from core import limits
 from core.errors import ServiceUnavailable
-from rpc import codec, node_pb2, node_pb2_grpc
+from rpc import codec, node_pb2, node_pb2_grpc, ops
 
 logger = logging.getLogger(__name__)
 
@@ -60,13 +59,15 @@ class NodeClient:
         self._closed = False
         self._closing_channels: set[asyncio.Task[None]] = set()
 
-    async def call(self, op: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
-        """Send one data-plane request on the shared stream; return its reply body."""
+    async def call(
+        self, op: str, target: ops.Target, payload: dict[str, Any], timeout: float
+    ) -> dict[str, Any]:
+        """Send one data-plane request to `target` on the shared stream; return its reply body."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         stream = await self._open_stream(op, deadline)
         request_id = next(self._ids)
-        future = stream.send(node_pb2.Request(id=request_id, op=op, body=orjson.dumps(body)), loop)
+        future = stream.send(codec.request(request_id, op, target, payload), loop)
         expiry = loop.call_at(deadline, _expire, future, self.address, op, timeout)
         try:
             response = await future
@@ -75,11 +76,11 @@ class NodeClient:
             stream.pending.pop(request_id, None)
         return codec.reply_from_response(response)
 
-    async def control(self, op: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
+    async def control(self, op: str, payload: dict[str, Any], timeout: float) -> dict[str, Any]:
         """Send one control-plane request as a unary Call; return its reply body."""
         if self._closed:
             raise ServiceUnavailable(f"The client of node {self.address} is closed")
-        request = node_pb2.Request(id=next(self._ids), op=op, body=orjson.dumps(body))
+        request = codec.request(next(self._ids), op, None, payload)
         try:
             response = await self._ensure_stub().Call(request, timeout=timeout)
         except grpc.aio.AioRpcError as error:

@@ -20,12 +20,43 @@ from core.errors import (
     InternalServerError,
     ThroughputExceeded,
 )
-from rpc import node_pb2
+from rpc import node_pb2, ops
+
+# Each op's value of the proto's `Op` enum, and back: the enum's names are the ops' names.
+OP_TO_WIRE: dict[str, int] = {
+    op: node_pb2.Op.Value(f"OP_{op.upper()}")
+    for op in ops.DATA_OPS | ops.CONTROL_OPS | ops.FEED_OPS
+}
+OP_FROM_WIRE: dict[int, str] = {number: op for op, number in OP_TO_WIRE.items()}
+assert len(OP_FROM_WIRE) == len(node_pb2.Op.keys()) - 1, "every Op but OP_UNSPECIFIED is an op"
 
 
 def encode_body(body: dict[str, Any]) -> bytes:
     """JSON bytes of a request or reply body."""
     return orjson.dumps(body)
+
+
+def request(
+    request_id: int, op: str, target: ops.Target | None, payload: dict[str, Any]
+) -> node_pb2.Request:
+    """The Request of `op` addressed to `target` (None: a control-plane call), payload as JSON.
+
+    An op this side does not know travels as OP_UNSPECIFIED, which a node refuses as
+    UnknownOperation (a version skew between services, like an unknown error type).
+    """
+    body = orjson.dumps(payload)
+    wire_op = OP_TO_WIRE.get(op, node_pb2.OP_UNSPECIFIED)
+    if target is None:
+        return node_pb2.Request(id=request_id, op=wire_op, body=body)
+    return node_pb2.Request(
+        id=request_id,
+        op=wire_op,
+        table_id=target.table_id,
+        partition_id=target.partition_id,
+        epoch=target.epoch,
+        consistent=target.consistent,
+        body=body,
+    )
 
 
 def decode_body(data: bytes) -> dict[str, Any]:

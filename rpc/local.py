@@ -2,12 +2,14 @@
 
 The in-process twin of `rpc.client.NodeClient` (both satisfy `rpc.transport.NodeTransport`), for
 simulating a whole cluster in one process (`tests/sim`). A node is registered on the network under
-its address as an *endpoint*: anything with `read(op, body)` and `apply_writes(writes)`, which a
+its address as an *endpoint*: anything with `check_target(op, target)`, `read(op, target, body)`
+and `apply_writes(writes)`, which a
 `storagenode.node.StorageNode` is (rpc does not import storagenode; the caller says which ops are
 writes). A write is applied as a group of one, as the group committer would apply it.
 
-What crosses the network behaves as over gRPC: request and reply bodies are JSON-encoded with
-orjson and decoded on the other side, so no object is shared between "processes"; a node's error
+What crosses the network behaves as over gRPC: the envelope (`rpc.ops.Target`, immutable) is
+checked before the body is decoded; request and reply bodies are JSON-encoded with orjson and
+decoded on the other side, so no mutable object is shared between "processes"; a node's error
 comes back through `rpc.codec` as a fresh instance of the same `core.errors` type (an unexpected
 exception in the node as InternalServerError, as the gRPC server reports it); and a call that is
 lost, late or sent to an unreachable node raises `ServiceUnavailable` with NodeClient's messages.
@@ -42,15 +44,18 @@ import orjson
 
 from core.errors import DynamoError, InternalServerError, ServiceUnavailable
 from rpc import codec
+from rpc.ops import Target
 
 
 class Endpoint(Protocol):
     """An in-process node as the network calls it (`storagenode.node.StorageNode` is one)."""
 
-    def read(self, op: str, body: dict[str, Any]) -> dict[str, Any]: ...
+    def check_target(self, op: str, target: Target | None) -> None: ...
+
+    def read(self, op: str, target: Target | None, body: dict[str, Any]) -> dict[str, Any]: ...
 
     def apply_writes(
-        self, writes: Sequence[tuple[str, dict[str, Any]]]
+        self, writes: Sequence[tuple[str, Target | None, dict[str, Any]]]
     ) -> Sequence[dict[str, Any] | DynamoError]: ...
 
 
@@ -108,7 +113,12 @@ class LocalNetwork:
         self.log.append(f"heal {address}")
 
     async def deliver(
-        self, address: str, op: str, body: dict[str, Any], timeout: float
+        self,
+        address: str,
+        op: str,
+        target: Target | None,
+        payload: dict[str, Any],
+        timeout: float,
     ) -> dict[str, Any]:
         """Carry one call to its node and its reply back, with the faults the seed decides."""
         call_id = next(self._ids)
@@ -134,11 +144,11 @@ class LocalNetwork:
             await asyncio.sleep(delay)
             if address in self._cut:  # Cut off while the request was on its way.
                 raise ServiceUnavailable(f"Node {address} is unavailable: it cannot be reached")
-        request = orjson.dumps(body)
+        request = orjson.dumps(payload)
         copies = 2 if is_write and draws[3] < faults.duplicate else 1
         if copies == 2:
             self.log.append(f"{call_id} {address} {op} duplicated")
-        responses = [_serve(node, op, codec.decode_body(request), is_write) for _ in range(copies)]
+        responses = [_serve(node, op, target, request, is_write) for _ in range(copies)]
         if draws[4] < faults.drop_reply:
             self.log.append(f"{call_id} {address} {op} reply dropped")
             await asyncio.sleep(wait)
@@ -147,15 +157,17 @@ class LocalNetwork:
         return codec.reply_from_response(responses[0])
 
 
-def _serve(node: _Node, op: str, body: dict[str, Any], is_write: bool) -> Any:
+def _serve(node: _Node, op: str, target: Target | None, request: bytes, is_write: bool) -> Any:
     """Run one request on the node; its response as the gRPC server would encode it."""
     try:
+        node.endpoint.check_target(op, target)
+        body = codec.decode_body(request)
         if is_write:
-            [result] = node.endpoint.apply_writes([(op, body)])
+            [result] = node.endpoint.apply_writes([(op, target, body)])
             if isinstance(result, DynamoError):
                 raise result
         else:
-            result = node.endpoint.read(op, body)
+            result = node.endpoint.read(op, target, body)
         return codec.ok_response(0, result)
     except DynamoError as error:
         return codec.error_response(0, error)
@@ -175,16 +187,20 @@ class LocalTransport:
         self.address = address
         self._closed = False
 
-    async def call(self, op: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
-        return await self._send(op, body, timeout)
+    async def call(
+        self, op: str, target: Target, payload: dict[str, Any], timeout: float
+    ) -> dict[str, Any]:
+        return await self._send(op, target, payload, timeout)
 
-    async def control(self, op: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
-        return await self._send(op, body, timeout)
+    async def control(self, op: str, payload: dict[str, Any], timeout: float) -> dict[str, Any]:
+        return await self._send(op, None, payload, timeout)
 
     async def close(self) -> None:
         self._closed = True
 
-    async def _send(self, op: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
+    async def _send(
+        self, op: str, target: Target | None, payload: dict[str, Any], timeout: float
+    ) -> dict[str, Any]:
         if self._closed:
             raise ServiceUnavailable(f"The client of node {self.address} is closed")
-        return await self.network.deliver(self.address, op, body, timeout)
+        return await self.network.deliver(self.address, op, target, payload, timeout)

@@ -144,7 +144,7 @@ three writes go through the group commit, so an acknowledged checkpoint survives
 
 For all three a partition neither live nor retired-and-kept on the node is StaleEpoch.
 
-## Data plane (streamed Exchange). Every body also has "table_id", "partition_id", "epoch".
+## Data plane (streamed Exchange). The envelope (`Target`) names the partition, epoch, consistency.
 
     get     {"key": ITEM_KEY, "projection": str|null, "names": {}|null, "consistent": bool}
             -> {"item": ITEM|null, "read_bytes": int}
@@ -191,6 +191,28 @@ and new size once applied, a failed condition the size of the existing item. Any
 operation may fail with ProvisionedThroughputExceededException when the partition's bucket is
 empty; nothing was read or written then, and the client may retry.
 """
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Target:
+    """Where a data-plane or change-feed request goes: the envelope fields of `node.proto`.
+
+    A node checks them before it decodes the payload, so a request addressed to a partition it
+    does not hold, or at another epoch, is refused with StaleEpoch without reading its body.
+    `consistent` says a read is strongly consistent (it is metered at twice the cost); a write
+    leaves it false. Change-feed requests carry no epoch (0): they name a partition live or
+    retired-and-kept, whatever its epoch.
+    """
+
+    table_id: str
+    partition_id: str
+    epoch: int = 0
+    consistent: bool = False
+
 
 # The ring key under which earlier versions placed the catalog document; a new cluster still
 # places its catalog partition on its owner (`core.catalog.CATALOG_PLACEMENT_KEY`).

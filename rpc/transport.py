@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from rpc.ops import Target
+
 
 class NodeTransport(Protocol):
     """Calls one storage node: data-plane `call`, control-plane `control`, and `close`."""
@@ -25,11 +27,13 @@ class NodeTransport(Protocol):
         """The node's address, for messages."""
         ...
 
-    async def call(self, op: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
-        """Send one data-plane request (`rpc.ops.DATA_OPS`); return its reply body."""
+    async def call(
+        self, op: str, target: Target, payload: dict[str, Any], timeout: float
+    ) -> dict[str, Any]:
+        """Send one data-plane request (`rpc.ops.DATA_OPS`) to `target`; return its reply body."""
         ...
 
-    async def control(self, op: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
+    async def control(self, op: str, payload: dict[str, Any], timeout: float) -> dict[str, Any]:
         """Send one control-plane request (`rpc.ops.CONTROL_OPS`); return its reply body."""
         ...
 

@@ -19,10 +19,12 @@ from typing import Any
 
 from core import limits
 from core.errors import DynamoError, InternalServerError, ServiceUnavailable
+from rpc.ops import Target
 
 logger = logging.getLogger(__name__)
 
-Write = tuple[str, dict[str, Any]]
+# A write: its op, the partition it is addressed to (None: a control-plane write) and its payload.
+Write = tuple[str, Target | None, Any]
 ApplyBatch = Callable[[Sequence[Write]], Sequence[dict[str, Any] | DynamoError]]
 
 
@@ -41,7 +43,7 @@ class GroupCommitter:
         self._batch_ops_max = batch_ops_max
         self._queue_ops_max = queue_ops_max
         self._commit_seconds_max = commit_seconds_max
-        self._queue: collections.deque[tuple[str, dict[str, Any], asyncio.Future[Any]]] = (
+        self._queue: collections.deque[tuple[str, Target | None, Any, asyncio.Future[Any]]] = (
             collections.deque()
         )
         self._wakeup = asyncio.Event()
@@ -55,7 +57,9 @@ class GroupCommitter:
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="group-commit")
 
-    def submit(self, op: str, body: dict[str, Any]) -> asyncio.Future[dict[str, Any]]:
+    def submit(
+        self, op: str, target: Target | None, payload: Any
+    ) -> asyncio.Future[dict[str, Any]]:
         """Queue a write; its future resolves with the reply or the typed error after the commit."""
         if self._closing:
             raise ServiceUnavailable("The storage node is shutting down")
@@ -64,7 +68,7 @@ class GroupCommitter:
                 f"The storage node has {len(self._queue)} writes queued; retry with backoff"
             )
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self._queue.append((op, body, future))
+        self._queue.append((op, target, payload, future))
         self._wakeup.set()
         return future
 
@@ -80,8 +84,8 @@ class GroupCommitter:
                 continue
             size = min(len(self._queue), self._batch_ops_max)
             batch = [self._queue.popleft() for _ in range(size)]
-            self._committing = [future for _, _, future in batch]
-            writes = [(op, body) for op, body, _ in batch]
+            self._committing = [future for *_, future in batch]
+            writes = [(op, target, payload) for op, target, payload, _ in batch]
             try:
                 results = await asyncio.wait_for(
                     loop.run_in_executor(self._thread, self._apply_batch, writes),
@@ -106,7 +110,7 @@ class GroupCommitter:
             else:
                 self.batches_committed += 1
                 self.writes_committed += size
-            for (_, _, future), result in zip(batch, results, strict=True):
+            for (*_, future), result in zip(batch, results, strict=True):
                 if future.done():  # The caller gave up waiting; the write still applied.
                     continue
                 if isinstance(result, DynamoError):

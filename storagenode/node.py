@@ -43,6 +43,7 @@ from core.size import item_size_bytes
 from core.values import Item
 from core.writes import DeleteRequest, PutRequest, UpdateRequest, WriteRequest, plan
 from rpc import ops
+from rpc.ops import Target
 from storagenode import changefeed, metrics, replica
 from storagenode.layout import (
     Family,
@@ -87,6 +88,19 @@ METERED_WRITES = frozenset({ops.PUT, ops.UPDATE, ops.DELETE})
 
 PartitionRef = tuple[str, str]  # (table id, partition id)
 WriteResult = dict[str, Any] | DynamoError
+# A write: its op, the partition it is addressed to (None: a control-plane write), its payload.
+Write = tuple[str, Target | None, dict[str, Any]]
+
+
+def _addressed(partition: Partition | None, target: Target) -> Partition:
+    """The partition a request is addressed to, refused with StaleEpoch if it is not here or at
+    another epoch."""
+    if partition is None:
+        raise StaleEpoch(
+            f"Partition {target.partition_id} of table {target.table_id} is not on this node"
+        )
+    partition.check_epoch(target.epoch)
+    return partition
 
 
 class StorageNode:
@@ -121,7 +135,7 @@ class StorageNode:
                 partition.table_name,
                 partition.throughput,
             )
-        self._readers: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+        self._readers: dict[str, Callable[[Target | None, dict[str, Any]], dict[str, Any]]] = {
             ops.GET: self._get,
             ops.QUERY: self._query,
             ops.SCAN: self._scan,
@@ -131,19 +145,35 @@ class StorageNode:
 
     # Reads ---------------------------------------------------------------------------------------
 
-    def read(self, op: str, body: dict[str, Any]) -> dict[str, Any]:
-        """Answer one read operation from the committed state of the store."""
+    def check_target(self, op: str, target: Target | None) -> None:
+        """Refuse a data-plane request addressed to a partition this node does not hold, or to
+        another epoch of it, with StaleEpoch: from the envelope alone, before its body is decoded.
+
+        A write is checked again in its group, against the partitions as the group sees them.
+        """
+        if op not in ops.DATA_OPS:
+            return
+        if target is None:
+            raise ValidationError(f"A {op} request names no partition")
+        self._partition(target)
+
+    def read(self, op: str, target: Target | None, body: dict[str, Any]) -> dict[str, Any]:
+        """Answer one read operation from the committed state of the store.
+
+        A data-plane read names its partition in `target`; a control-plane read passes None.
+        """
         reader = self._readers.get(op)
         if reader is None:
             raise UnknownOperation(f"{op!r} is not a storage node read operation")
-        key = self._metered(op, body, METERED_READS)
+        key = self._metered(op, target, METERED_READS)
         if key is None:
-            return reader(body)
-        consistent = body.get("consistent") is True
+            return reader(target, body)
+        assert target is not None
+        consistent = target.consistent
         charged = self.throughput.admit_read(key, consistent)
         read_bytes: int | None = None
         try:
-            reply = reader(body)
+            reply = reader(target, body)
             read_bytes = reply["read_bytes"]
             return reply
         finally:
@@ -151,32 +181,27 @@ class StorageNode:
                 self.throughput.settle_read(key, consistent, read_bytes, charged)
 
     def _metered(
-        self, op: str, body: dict[str, Any], metered_ops: frozenset[str]
+        self, op: str, target: Target | None, metered_ops: frozenset[str]
     ) -> PartitionRef | None:
         """The partition a data-plane request spends units of; None if it spends none.
 
         A request for a partition this node does not hold at that epoch is not metered: it is
         refused as stale, and the router retries it where the partition is now.
         """
-        if op not in metered_ops or not self.throughput.enforced:
+        if op not in metered_ops or not self.throughput.enforced or target is None:
             return None
-        key = (body["table_id"], body["partition_id"])
+        key = (target.table_id, target.partition_id)
         partition = self.partitions.get(key)
-        if partition is None or partition.epoch != body.get("epoch"):
+        if partition is None or partition.epoch != target.epoch:
             return None
         return key
 
-    def _partition(self, body: dict[str, Any]) -> Partition:
-        partition = self.partitions.get((body["table_id"], body["partition_id"]))
-        if partition is None:
-            raise StaleEpoch(
-                f"Partition {body['partition_id']} of table {body['table_id']} is not on this node"
-            )
-        partition.check_epoch(body["epoch"])
-        return partition
+    def _partition(self, target: Target | None) -> Partition:
+        assert target is not None, "a data-plane request names its partition"
+        return _addressed(self.partitions.get((target.table_id, target.partition_id)), target)
 
-    def _get(self, body: dict[str, Any]) -> dict[str, Any]:
-        partition = self._partition(body)
+    def _get(self, target: Target | None, body: dict[str, Any]) -> dict[str, Any]:
+        partition = self._partition(target)
         storage_key = partition.storage_key(partition.key_shape.check_key(body["key"]))
         raw = self.store.get(Family.ITEMS, partition.item_prefix + storage_key)
         if raw is None:
@@ -187,8 +212,8 @@ class StorageNode:
             item = expressions.projection(body["projection"], body.get("names")).apply(item)
         return {"item": item, "read_bytes": read_bytes}
 
-    def _query(self, body: dict[str, Any]) -> dict[str, Any]:
-        partition = self._partition(body)
+    def _query(self, target: Target | None, body: dict[str, Any]) -> dict[str, Any]:
+        partition = self._partition(target)
         shape = partition.key_shape
         hash_value = body["hash_value"]
         forward = body.get("forward", True)
@@ -211,15 +236,15 @@ class StorageNode:
         page = PageRequest.from_body(body, limits.QUERY_PAGE_BYTES_MAX)
         return read_page(rows, page, partition, key_matches)
 
-    def _scan(self, body: dict[str, Any]) -> dict[str, Any]:
-        partition = self._partition(body)
+    def _scan(self, target: Target | None, body: dict[str, Any]) -> dict[str, Any]:
+        partition = self._partition(target)
         lo, hi = scan_bounds(
             partition, body.get("exclusive_start"), body.get("hash_start"), body.get("hash_end")
         )
         rows = self.store.walk(Family.ITEMS, *_item_range(partition, lo, hi), forward=True)
         return read_page(rows, PageRequest.from_body(body, limits.QUERY_PAGE_BYTES_MAX), partition)
 
-    def _table_stats(self, body: dict[str, Any]) -> dict[str, Any]:
+    def _table_stats(self, target: Target | None, body: dict[str, Any]) -> dict[str, Any]:
         table_id = body["table_id"]
         return {
             "partitions": {
@@ -233,7 +258,7 @@ class StorageNode:
             }
         }
 
-    def _partition_throughput(self, body: dict[str, Any]) -> dict[str, Any]:
+    def _partition_throughput(self, target: Target | None, body: dict[str, Any]) -> dict[str, Any]:
         return self.throughput.report(body.get("table_id"))
 
     def changes(
@@ -290,7 +315,7 @@ class StorageNode:
 
     # Writes --------------------------------------------------------------------------------------
 
-    def apply_writes(self, writes: Sequence[tuple[str, dict[str, Any]]]) -> list[WriteResult]:
+    def apply_writes(self, writes: Sequence[Write]) -> list[WriteResult]:
         """Run writes in order as one synced batch; return each one's reply or error.
 
         A write refused with a typed error (a failed condition, a stale epoch, a validation
@@ -304,11 +329,11 @@ class StorageNode:
         # Units each write consumed, known once it has been planned (0 for one not applied).
         consumed = [0.0] * len(writes)
         group = _WriteGroup(self, self.store.batch())
-        for index, (op, body) in enumerate(writes):
+        for index, (op, target, body) in enumerate(writes):
             if results[index] is not None:
                 continue
             try:
-                results[index], consumed[index] = group.write(op, body)
+                results[index], consumed[index] = group.write(op, target, body)
             except DynamoError as error:
                 results[index] = error
             except Exception as error:
@@ -335,7 +360,7 @@ class StorageNode:
         return results  # type: ignore[return-value]
 
     def _admit_writes(
-        self, writes: Sequence[tuple[str, dict[str, Any]]], results: list[WriteResult | None]
+        self, writes: Sequence[Write], results: list[WriteResult | None]
     ) -> list[float]:
         """Admit each item write on its estimate before any is planned; refuse the throttled.
 
@@ -347,8 +372,8 @@ class StorageNode:
         charged = [0.0] * len(writes)
         if not self.throughput.enforced:
             return charged
-        for index, (op, body) in enumerate(writes):
-            key = self._metered(op, body, METERED_WRITES)
+        for index, (op, target, body) in enumerate(writes):
+            key = self._metered(op, target, METERED_WRITES)
             if key is None:
                 continue
             estimate_bytes = body.get("item_bytes") if op == ops.PUT else None
@@ -360,15 +385,16 @@ class StorageNode:
 
     def _settle_writes(
         self,
-        writes: Sequence[tuple[str, dict[str, Any]]],
+        writes: Sequence[Write],
         charged: list[float],
         consumed: list[float],
     ) -> None:
         """Charge each admitted write what it consumed (refund what was not applied)."""
         for index, units in enumerate(charged):
             if units:
-                body = writes[index][1]
-                key = (body["table_id"], body["partition_id"])
+                target = writes[index][1]
+                assert target is not None, "only addressed writes are metered"
+                key = (target.table_id, target.partition_id)
                 self.throughput.settle_write(key, consumed[index], units)
 
     def _install(self, dirty: dict[PartitionRef, Partition | None]) -> None:
@@ -408,15 +434,25 @@ class _WriteGroup:
             ops.DROP_TABLE: self.drop_table,
             ops.RETIRE_PARTITION: self.retire_partition,
             ops.UPDATE_THROUGHPUT: self.update_throughput,
+        }
+        self._feed_writes: dict[str, Callable[[Target, dict[str, Any]], dict[str, Any]]] = {
             ops.REGISTER_CONSUMER: self.register_consumer,
             ops.CHECKPOINT: self.checkpoint,
             ops.UNREGISTER_CONSUMER: self.unregister_consumer,
         }
 
-    def write(self, op: str, body: dict[str, Any]) -> tuple[WriteResult, float]:
+    def write(
+        self, op: str, target: Target | None, body: dict[str, Any]
+    ) -> tuple[WriteResult, float]:
         """Run one write against the batch: its reply or refusal, and the units it consumed."""
         if op in METERED_WRITES:
-            return self.item_write(op, body)
+            assert target is not None, "an item write names its partition"
+            return self.item_write(op, target, body)
+        feed_write = self._feed_writes.get(op)
+        if feed_write is not None:
+            if target is None:
+                raise ValidationError(f"A {op} request names no partition")
+            return feed_write(target, body), 0.0
         control = self._control.get(op)
         if control is None:
             raise UnknownOperation(f"{op!r} is not a storage node write operation")
@@ -427,19 +463,11 @@ class _WriteGroup:
             return self.dirty[key]
         return self.node.partitions.get(key)
 
-    def _writable(self, body: dict[str, Any]) -> Partition:
-        key = (body["table_id"], body["partition_id"])
-        partition = self._lookup(key)
-        if partition is None:
-            raise StaleEpoch(
-                f"Partition {body['partition_id']} of table {body['table_id']} is not on this node"
-            )
-        partition.check_epoch(body["epoch"])
-        return partition
-
-    def item_write(self, op: str, body: dict[str, Any]) -> tuple[WriteResult, float]:
+    def item_write(
+        self, op: str, target: Target, body: dict[str, Any]
+    ) -> tuple[WriteResult, float]:
         """Plan a put, update or delete against the item as this group sees it, then apply it."""
-        partition = self._writable(body)
+        partition = _addressed(self._lookup((target.table_id, target.partition_id)), target)
         request = _write_request(op, body, partition.key_shape)
         key = request.item if isinstance(request, PutRequest) else request.key
         items_key = partition.item_prefix + partition.storage_key(key)
@@ -535,9 +563,9 @@ class _WriteGroup:
         self.feed.trim_retired(key, self.node.change_log_records_max)
         return {"retired": True}
 
-    def _feed_bounds(self, body: dict[str, Any]) -> tuple[PartitionRef, changefeed.LogBounds]:
+    def _feed_bounds(self, target: Target) -> tuple[PartitionRef, changefeed.LogBounds]:
         """A partition's log bounds as this group sees them (live, or retired and kept)."""
-        key = (body["table_id"], body["partition_id"])
+        key = (target.table_id, target.partition_id)
         partition = self._lookup(key)
         if partition is not None:
             return key, changefeed.LogBounds(partition.first_seq, partition.last_seq)
@@ -545,7 +573,7 @@ class _WriteGroup:
         if retired is not None:
             return key, retired.bounds()
         raise StaleEpoch(
-            f"Partition {body['partition_id']} of table {body['table_id']} is not on this node"
+            f"Partition {target.partition_id} of table {target.table_id} is not on this node"
         )
 
     def _feed_moved(self, key: PartitionRef) -> dict[str, Any]:
@@ -567,18 +595,18 @@ class _WriteGroup:
             return {"first_seq": 0, "last_seq": 0}
         return {"first_seq": retired.first_seq, "last_seq": retired.end_seq}
 
-    def register_consumer(self, body: dict[str, Any]) -> dict[str, Any]:
-        key, bounds = self._feed_bounds(body)
+    def register_consumer(self, target: Target, body: dict[str, Any]) -> dict[str, Any]:
+        key, bounds = self._feed_bounds(target)
         seq = self.feed.register(key, body["consumer"], body.get("seq"), bounds)
         return {"seq": seq, **self._feed_moved(key)}
 
-    def checkpoint(self, body: dict[str, Any]) -> dict[str, Any]:
-        key, bounds = self._feed_bounds(body)
+    def checkpoint(self, target: Target, body: dict[str, Any]) -> dict[str, Any]:
+        key, bounds = self._feed_bounds(target)
         seq = self.feed.checkpoint(key, body["consumer"], body["seq"], bounds)
         return {"seq": seq, **self._feed_moved(key)}
 
-    def unregister_consumer(self, body: dict[str, Any]) -> dict[str, Any]:
-        key, _ = self._feed_bounds(body)
+    def unregister_consumer(self, target: Target, body: dict[str, Any]) -> dict[str, Any]:
+        key, _ = self._feed_bounds(target)
         unregistered = self.feed.unregister(key, body["consumer"])
         return {"unregistered": unregistered, **self._feed_moved(key)}
 

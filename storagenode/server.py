@@ -40,7 +40,7 @@ from core.errors import (
 from rpc import changefeed_pb2, changefeed_pb2_grpc, codec, node_pb2, node_pb2_grpc, ops
 from rpc.changefeed import error_to_proto, record_to_proto
 from storagenode.commit import GroupCommitter
-from storagenode.node import READ_OPS, WRITE_OPS, PartitionRef, StorageNode
+from storagenode.node import READ_OPS, PartitionRef, StorageNode
 from storagenode.store import Store
 
 logger = logging.getLogger(__name__)
@@ -86,19 +86,23 @@ class NodeServicer(node_pb2_grpc.StorageNodeServicer):  # type: ignore[misc]
 
     def dispatch(self, request: node_pb2.Request, deliver: Deliver) -> None:
         """Answer a request through `deliver`: now for a read, after its commit for a write."""
+        op = codec.OP_FROM_WIRE.get(request.op)
         try:
-            body = codec.decode_body(request.body)
-            if request.op in READ_OPS:
-                deliver(codec.ok_response(request.id, self.node.read(request.op, body)))
-            elif request.op in WRITE_OPS:
-                future = self.committer.submit(request.op, body)
-                future.add_done_callback(partial(_deliver_write, request.id, deliver))
-            else:
+            if op is None:
                 raise UnknownOperation(f"Unknown storage node operation {request.op!r}")
+            target = _target(request)
+            # From the envelope alone: a stale request is refused before its body is decoded.
+            self.node.check_target(op, target)
+            body = codec.decode_body(request.body)
+            if op in READ_OPS:
+                deliver(codec.ok_response(request.id, self.node.read(op, target, body)))
+            else:
+                future = self.committer.submit(op, target, body)
+                future.add_done_callback(partial(_deliver_write, request.id, deliver))
         except DynamoError as error:
             deliver(codec.error_response(request.id, error))
         except Exception as error:
-            logger.exception("%s request %d failed", request.op, request.id)
+            logger.exception("%s request %d failed", op, request.id)
             deliver(codec.error_response(request.id, InternalServerError(repr(error))))
 
     async def Exchange(
@@ -155,8 +159,16 @@ class NodeServicer(node_pb2_grpc.StorageNodeServicer):  # type: ignore[misc]
         try:
             return await asyncio.wait_for(answer, timeout)
         except TimeoutError:
-            late = ServiceUnavailable(f"{request.op} did not finish within {timeout:.1f} s")
+            op = codec.OP_FROM_WIRE.get(request.op, "request")
+            late = ServiceUnavailable(f"{op} did not finish within {timeout:.1f} s")
             return codec.error_response(request.id, late)
+
+
+def _target(request: node_pb2.Request) -> ops.Target | None:
+    """The partition a request is addressed to; None for a control-plane request."""
+    if not request.table_id:
+        return None
+    return ops.Target(request.table_id, request.partition_id, request.epoch, request.consistent)
 
 
 def _deliver_write(request_id: int, deliver: Deliver, future: asyncio.Future[Any]) -> None:
@@ -370,10 +382,10 @@ class ChangeFeedServicer(changefeed_pb2_grpc.ChangeFeedServicer):  # type: ignor
         self, op: str, request: Any, body: dict[str, Any], context: Any
     ) -> changefeed_pb2.ConsumerReply:
         """Run a consumer write through the group commit; answer after it committed."""
-        body = {"table_id": request.table_id, "partition_id": request.partition_id, **body}
+        target = ops.Target(request.table_id, request.partition_id)
         timeout = context.time_remaining() or limits.WRITE_COMMIT_SECONDS_MAX
         try:
-            reply = await asyncio.wait_for(self.committer.submit(op, body), timeout)
+            reply = await asyncio.wait_for(self.committer.submit(op, target, body), timeout)
         except TimeoutError:
             late = ServiceUnavailable(f"{op} did not finish within {timeout:.1f} s")
             return changefeed_pb2.ConsumerReply(error=error_to_proto(late))

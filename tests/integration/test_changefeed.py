@@ -24,6 +24,7 @@ from core.errors import ServiceUnavailable
 from rpc import ops
 from rpc.changefeed import Change, ChangeFeedClient
 from rpc.client import NodeClient
+from tests import envelope
 from tests.integration.test_storagenode import NodeProcess, free_port
 
 pytestmark = pytest.mark.integration
@@ -54,7 +55,7 @@ async def put_until_acknowledged(client: NodeClient, n: int) -> None:
     deadline = time.monotonic() + RECOVERY_SECONDS
     while True:
         try:
-            await client.call(ops.PUT, put_body(n), CALL_SECONDS)
+            await envelope.call(client, ops.PUT, put_body(n), CALL_SECONDS)
             return
         except ServiceUnavailable:
             assert time.monotonic() < deadline, f"put {n} not acknowledged after the restart"

@@ -24,6 +24,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from core.errors import ServiceUnavailable
 from rpc import ops
 from rpc.client import NodeClient
+from tests import envelope
 
 pytestmark = pytest.mark.integration
 
@@ -126,7 +127,7 @@ async def test_acknowledged_writes_survive_kill_9(node: NodeProcess) -> None:
         while True:
             item = {**key(number, n), "payload": {"S": "x" * 100}}
             try:
-                await client.call(ops.PUT, body(item=item), CALL_SECONDS)
+                await envelope.call(client, ops.PUT, body(item=item), CALL_SECONDS)
             except ServiceUnavailable:
                 assert killed.is_set(), "a write failed before the node was killed"
                 return
@@ -146,13 +147,13 @@ async def test_acknowledged_writes_survive_kill_9(node: NodeProcess) -> None:
     # A dead node fails calls fast instead of letting them wait out their deadline.
     started = time.monotonic()
     with pytest.raises(ServiceUnavailable):
-        await client.call(ops.GET, body(key=key(0, 0)), CALL_SECONDS)
+        await envelope.call(client, ops.GET, body(key=key(0, 0)), CALL_SECONDS)
     assert time.monotonic() - started < 1.0
 
     await node.start()
     for number, written in acknowledged.items():
-        reply = await client.call(
-            ops.QUERY, body(hash_value={"S": f"w{number}"}, limit=None), CALL_SECONDS
+        reply = await envelope.call(
+            client, ops.QUERY, body(hash_value={"S": f"w{number}"}, limit=None), CALL_SECONDS
         )
         stored = [int(item["sk"]["N"]) for item in reply["items"]]
         # Every acknowledged write is there; at most the writes in flight at the kill may be too.
@@ -167,9 +168,11 @@ async def test_acknowledged_writes_survive_kill_9(node: NodeProcess) -> None:
 async def test_sigterm_stops_gracefully_and_keeps_the_data(node: NodeProcess) -> None:
     client = NodeClient(node.address)
     await setup_table(client)
-    await client.call(ops.PUT, body(item=key(1, 1)), CALL_SECONDS)
+    await envelope.call(client, ops.PUT, body(item=key(1, 1)), CALL_SECONDS)
     assert await node.terminate() == 0
     assert "stopped" in node.log_path.read_text()
     await node.start()
-    assert (await client.call(ops.GET, body(key=key(1, 1)), CALL_SECONDS))["item"] == key(1, 1)
+    assert (await envelope.call(client, ops.GET, body(key=key(1, 1)), CALL_SECONDS))["item"] == key(
+        1, 1
+    )
     await client.close()

@@ -22,6 +22,7 @@ from router import items, tables
 from router.context import RouterContext
 from rpc import ops
 from rpc.local import Faults
+from tests import envelope
 from tests.sim.cluster import SimCluster, run
 
 SEEDS = [2, 13, 77, 2024]
@@ -37,7 +38,8 @@ def record_on(cluster: SimCluster, node_id: str) -> CatalogLocation | None:
     node = cluster.nodes[node_id]
     if (catalog.BOOTSTRAP_TABLE_ID, catalog.BOOTSTRAP_PARTITION_ID) not in node.partitions:
         return None
-    reply = node.read(
+    reply = envelope.read(
+        node,
         ops.GET,
         {
             "table_id": catalog.BOOTSTRAP_TABLE_ID,

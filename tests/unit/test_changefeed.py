@@ -28,6 +28,7 @@ from storagenode.changefeed import first_retained_seq
 from storagenode.layout import Family
 from storagenode.node import StorageNode
 from storagenode.store import Store
+from tests import envelope
 
 TABLE = {"id": "c4" * 16, "name": "Feed", "key_schema": {"hash": ["pk", "S"], "range": None}}
 OTHER = {"id": "d5" * 16, "name": "Other", "key_schema": {"hash": ["pk", "S"], "range": None}}
@@ -48,7 +49,7 @@ class Feed:
         self.node = StorageNode(self.store, change_log_records_max=self.records_max)
 
     def write(self, op: str, body: dict[str, Any]) -> dict[str, Any]:
-        (result,) = self.node.apply_writes([(op, body)])
+        (result,) = envelope.apply(self.node, [(op, body)])
         if isinstance(result, DynamoError):
             raise result
         return result
@@ -64,7 +65,7 @@ class Feed:
         writes = [
             (ops.PUT, self.ref(partition_id, epoch=1, item={"pk": {"S": f"k{n}"}})) for n in numbers
         ]
-        for result in self.node.apply_writes(writes):
+        for result in envelope.apply(self.node, writes):
             if isinstance(result, DynamoError):
                 raise result
 
@@ -226,8 +227,8 @@ def test_consumer_writes_are_checked(feed: Feed) -> None:
 def test_checkpoints_commit_with_the_writes_of_their_group(feed: Feed) -> None:
     feed.register("c", 0)
     body = feed.ref(epoch=1, item={"pk": {"S": "k1"}})
-    results = feed.node.apply_writes(
-        [(ops.PUT, body), (ops.CHECKPOINT, feed.ref(consumer="c", seq=1))]
+    results = envelope.apply(
+        feed.node, [(ops.PUT, body), (ops.CHECKPOINT, feed.ref(consumer="c", seq=1))]
     )
     assert results[1] == {"seq": 1, "first_seq": 2, "last_seq": 1}
     assert feed.stored_seqs() == []

@@ -34,6 +34,7 @@ from rpc.changefeed import (
 )
 from rpc.client import NodeClient
 from storagenode.server import NodeServer
+from tests import envelope
 
 TABLE = {"id": "f6" * 16, "name": "T", "key_schema": {"hash": ["pk", "S"], "range": None}}
 TIMEOUT_SECONDS = 5.0
@@ -85,7 +86,7 @@ async def test_a_follower_is_woken_by_each_commit_and_stops_at_end(
     clients: tuple[NodeClient, ChangeFeedClient],
 ) -> None:
     node, feed = clients
-    await node.call(ops.PUT, put(1), TIMEOUT_SECONDS)
+    await envelope.call(node, ops.PUT, put(1), TIMEOUT_SECONDS)
     position = await feed.register(TABLE["id"], "p0", "gsi", 0, TIMEOUT_SECONDS)
     assert (position.seq, position.first_seq, position.last_seq) == (0, 1, 1)
     seen: list[Change] = []
@@ -93,7 +94,7 @@ async def test_a_follower_is_woken_by_each_commit_and_stops_at_end(
     await until(lambda: len(seen) == 1)
     for n in (2, 3):
         started = time.monotonic()
-        await node.call(ops.PUT, put(n), TIMEOUT_SECONDS)
+        await envelope.call(node, ops.PUT, put(n), TIMEOUT_SECONDS)
         await until(lambda n=n: len(seen) == n)
         # Woken by the commit, not found by the heartbeat's re-read.
         assert time.monotonic() - started < limits.CHANGE_FEED_HEARTBEAT_SECONDS / 2

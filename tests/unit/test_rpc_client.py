@@ -26,7 +26,9 @@ from core.errors import (
 )
 from rpc import codec, node_pb2, node_pb2_grpc, ops
 from rpc.client import NodeClient
+from rpc.ops import Target
 from storagenode.server import NodeServer
+from tests import envelope
 
 TABLE = {"id": "e5" * 16, "name": "T", "key_schema": {"hash": ["pk", "S"], "range": None}}
 PARTITION = {"id": "p0", "start": "", "end": None, "epoch": 1, "node": "n1"}
@@ -63,9 +65,9 @@ async def client(node: NodeServer) -> AsyncIterator[NodeClient]:
 
 async def test_data_and_control_calls_round_trip(client: NodeClient) -> None:
     item = {"pk": {"S": "a"}, "v": {"N": "1"}}
-    put = await client.call(ops.PUT, data(item=item), TIMEOUT_SECONDS)
+    put = await envelope.call(client, ops.PUT, data(item=item), TIMEOUT_SECONDS)
     assert put["attributes"] is None and put["new_bytes"] > 0
-    got = await client.call(ops.GET, data(key={"pk": {"S": "a"}}), TIMEOUT_SECONDS)
+    got = await envelope.call(client, ops.GET, data(key={"pk": {"S": "a"}}), TIMEOUT_SECONDS)
     assert got["item"] == item
     stats = await client.control(ops.TABLE_STATS, {"table_id": TABLE["id"]}, TIMEOUT_SECONDS)
     assert stats["partitions"]["p0"]["items"] == 1
@@ -75,11 +77,11 @@ async def test_data_and_control_calls_round_trip(client: NodeClient) -> None:
 
 async def test_node_errors_come_back_typed(client: NodeClient) -> None:
     with pytest.raises(StaleEpoch):
-        await client.call(ops.GET, data(key={"pk": {"S": "a"}}, epoch=9), TIMEOUT_SECONDS)
+        await envelope.call(client, ops.GET, data(key={"pk": {"S": "a"}}, epoch=9), TIMEOUT_SECONDS)
     with pytest.raises(ValidationError, match="Missing the key pk"):
-        await client.call(ops.PUT, data(item={"x": {"S": "a"}}), TIMEOUT_SECONDS)
+        await envelope.call(client, ops.PUT, data(item={"x": {"S": "a"}}), TIMEOUT_SECONDS)
     with pytest.raises(UnknownOperation):
-        await client.call("frobnicate", {}, TIMEOUT_SECONDS)
+        await client.call("frobnicate", scripted("frobnicate"), {}, TIMEOUT_SECONDS)
     moved = {**PARTITION, "end": "80"}  # The same partition id with another range.
     with pytest.raises(ResourceInUse):
         await client.control(
@@ -87,9 +89,9 @@ async def test_node_errors_come_back_typed(client: NodeClient) -> None:
         )
     item = {"pk": {"S": "a"}, "v": {"N": "1"}}
     guarded = data(condition="attribute_not_exists(pk)", return_on_failure=True)
-    await client.call(ops.PUT, {**guarded, "item": item}, TIMEOUT_SECONDS)
+    await envelope.call(client, ops.PUT, {**guarded, "item": item}, TIMEOUT_SECONDS)
     with pytest.raises(ConditionalCheckFailed) as failure:
-        await client.call(ops.PUT, {**guarded, "item": item}, TIMEOUT_SECONDS)
+        await envelope.call(client, ops.PUT, {**guarded, "item": item}, TIMEOUT_SECONDS)
     assert failure.value.item == item
 
 
@@ -97,7 +99,7 @@ async def test_many_concurrent_writes_are_all_acknowledged(client: NodeClient) -
     count = 500
     replies = await asyncio.gather(
         *(
-            client.call(ops.PUT, data(item={"pk": {"S": f"k{i}"}}), TIMEOUT_SECONDS)
+            envelope.call(client, ops.PUT, data(item={"pk": {"S": f"k{i}"}}), TIMEOUT_SECONDS)
             for i in range(count)
         )
     )
@@ -114,7 +116,7 @@ async def test_a_dead_node_fails_fast(tmp_path: Path) -> None:
     client = NodeClient(f"127.0.0.1:{free_port()}")
     started = time.monotonic()
     with pytest.raises(ServiceUnavailable):
-        await client.call(ops.GET, data(key={"pk": {"S": "a"}}), TIMEOUT_SECONDS)
+        await envelope.call(client, ops.GET, data(key={"pk": {"S": "a"}}), TIMEOUT_SECONDS)
     with pytest.raises(ServiceUnavailable):
         await client.control(ops.TABLE_STATS, {"table_id": TABLE["id"]}, TIMEOUT_SECONDS)
     assert time.monotonic() - started < TIMEOUT_SECONDS / 2
@@ -128,14 +130,14 @@ async def test_the_client_reconnects_to_a_restarted_node(tmp_path: Path) -> None
     await client.control(
         ops.CREATE_PARTITION, {"table": TABLE, "partition": PARTITION}, TIMEOUT_SECONDS
     )
-    await client.call(ops.PUT, data(item={"pk": {"S": "a"}}), TIMEOUT_SECONDS)
+    await envelope.call(client, ops.PUT, data(item={"pk": {"S": "a"}}), TIMEOUT_SECONDS)
     await first.stop(grace=0.5)
     with pytest.raises(ServiceUnavailable):
-        await client.call(ops.GET, data(key={"pk": {"S": "a"}}), TIMEOUT_SECONDS)
+        await envelope.call(client, ops.GET, data(key={"pk": {"S": "a"}}), TIMEOUT_SECONDS)
     second = NodeServer("n", address, tmp_path / "node")
     await second.start()
     try:
-        got = await client.call(ops.GET, data(key={"pk": {"S": "a"}}), TIMEOUT_SECONDS)
+        got = await envelope.call(client, ops.GET, data(key={"pk": {"S": "a"}}), TIMEOUT_SECONDS)
         assert got["item"] == {"pk": {"S": "a"}}
     finally:
         await client.close()
@@ -145,9 +147,15 @@ async def test_the_client_reconnects_to_a_restarted_node(tmp_path: Path) -> None
 # Scripted fake nodes ---------------------------------------------------------------------------
 
 
+def scripted(name: str) -> Target:
+    """The target of a scripted op: its name as the table id, for the fake node to read."""
+    return Target(name, "p")
+
+
 class FakeNode(node_pb2_grpc.StorageNodeServicer):  # type: ignore[misc]
     """Echoes each request's body back, except ops named "silent" (never answered) and "break"
-    (aborts the whole stream); records the size of every RequestBatch received."""
+    (aborts the whole stream); records the size of every RequestBatch received. Scripted ops are
+    not in the proto's Op enum, so their name travels as the target's table id."""
 
     def __init__(self) -> None:
         self.batch_sizes: list[int] = []
@@ -156,14 +164,14 @@ class FakeNode(node_pb2_grpc.StorageNodeServicer):  # type: ignore[misc]
     async def Exchange(self, request_iterator: Any, context: Any) -> None:
         async for batch in request_iterator:
             self.batch_sizes.append(len(batch.requests))
-            if any(request.op == "break" for request in batch.requests):
+            if any(request.table_id == "break" for request in batch.requests):
                 await context.abort(grpc.StatusCode.INTERNAL, "scripted break")
-            if any(request.op == "slow" for request in batch.requests):
+            if any(request.table_id == "slow" for request in batch.requests):
                 await asyncio.wait_for(self.release.wait(), TIMEOUT_SECONDS)
             answers = [
                 codec.ok_response(request.id, codec.decode_body(request.body))
                 for request in batch.requests
-                if request.op != "silent"
+                if request.table_id != "silent"
             ]
             await context.write(node_pb2.ResponseBatch(responses=answers))
 
@@ -185,10 +193,10 @@ async def test_requests_arriving_during_a_send_are_coalesced(
     fake: tuple[FakeNode, NodeClient],
 ) -> None:
     servicer, client = fake
-    slow = asyncio.create_task(client.call("slow", {"n": -1}, TIMEOUT_SECONDS))
+    slow = asyncio.create_task(client.call("slow", scripted("slow"), {"n": -1}, TIMEOUT_SECONDS))
     while not servicer.batch_sizes:
         await asyncio.sleep(0.01)
-    calls = [client.call("echo", {"n": i}, TIMEOUT_SECONDS) for i in range(100)]
+    calls = [client.call("echo", scripted("echo"), {"n": i}, TIMEOUT_SECONDS) for i in range(100)]
     gathered = asyncio.gather(*calls)
     await asyncio.sleep(0.1)
     servicer.release.set()
@@ -205,33 +213,37 @@ async def test_an_unanswered_call_times_out_without_hurting_the_others(
     _, client = fake
     started = time.monotonic()
     with pytest.raises(ServiceUnavailable, match=r"did not answer silent within 0\.2"):
-        await client.call("silent", {}, 0.2)
+        await client.call("silent", scripted("silent"), {}, 0.2)
     assert 0.2 <= time.monotonic() - started < 1.0
-    assert await client.call("echo", {"ok": True}, TIMEOUT_SECONDS) == {"ok": True}
+    assert await client.call("echo", scripted("echo"), {"ok": True}, TIMEOUT_SECONDS) == {
+        "ok": True
+    }
 
 
 async def test_a_broken_stream_fails_its_calls_and_the_next_call_reconnects(
     fake: tuple[FakeNode, NodeClient],
 ) -> None:
     _, client = fake
-    waiting = asyncio.create_task(client.call("silent", {}, TIMEOUT_SECONDS))
+    waiting = asyncio.create_task(client.call("silent", scripted("silent"), {}, TIMEOUT_SECONDS))
     await asyncio.sleep(0.05)
     with pytest.raises(ServiceUnavailable, match="scripted break"):
-        await client.call("break", {}, TIMEOUT_SECONDS)
+        await client.call("break", scripted("break"), {}, TIMEOUT_SECONDS)
     with pytest.raises(ServiceUnavailable):
         await waiting
-    assert await client.call("echo", {"again": 1}, TIMEOUT_SECONDS) == {"again": 1}
+    assert await client.call("echo", scripted("echo"), {"again": 1}, TIMEOUT_SECONDS) == {
+        "again": 1
+    }
 
 
 async def test_a_closed_client_refuses_calls(fake: tuple[FakeNode, NodeClient]) -> None:
     _, client = fake
-    pending = asyncio.create_task(client.call("silent", {}, TIMEOUT_SECONDS))
+    pending = asyncio.create_task(client.call("silent", scripted("silent"), {}, TIMEOUT_SECONDS))
     await asyncio.sleep(0.05)
     await client.close()
     with pytest.raises(ServiceUnavailable):
         await pending
     with pytest.raises(ServiceUnavailable):
-        await client.call("echo", {}, TIMEOUT_SECONDS)
+        await client.call("echo", scripted("echo"), {}, TIMEOUT_SECONDS)
 
 
 async def test_a_node_refuses_a_taken_port(node: NodeServer, tmp_path: Path) -> None:

@@ -13,9 +13,10 @@ import pytest
 from core import limits
 from core.errors import ConditionalCheckFailed, ServiceUnavailable, StaleEpoch
 from rpc import ops
-from storagenode.commit import GroupCommitter
+from storagenode.commit import GroupCommitter, Write
 from storagenode.node import StorageNode
 from storagenode.store import Store
+from tests import envelope
 
 TABLE = {"id": "f6" * 16, "name": "T", "key_schema": {"hash": ["pk", "S"], "range": None}}
 PARTITION = {"id": "p0", "start": "", "end": None, "epoch": 1, "node": "n1"}
@@ -36,10 +37,11 @@ async def test_concurrent_writes_share_few_synced_transactions(tmp_path: Path) -
     node = StorageNode(store)
     committer = GroupCommitter(node.apply_writes)
     committer.start()
-    await committer.submit(ops.CREATE_PARTITION, {"table": TABLE, "partition": PARTITION})
+    await envelope.submit(committer, ops.CREATE_PARTITION, {"table": TABLE, "partition": PARTITION})
     writes = 2000
     futures = [
-        committer.submit(ops.PUT, put(f"k{i}", epoch=1 if i % 100 else 7)) for i in range(writes)
+        envelope.submit(committer, ops.PUT, put(f"k{i}", epoch=1 if i % 100 else 7))
+        for i in range(writes)
     ]
     results = await asyncio.gather(*futures, return_exceptions=True)
     stale = [r for r in results if isinstance(r, StaleEpoch)]
@@ -62,19 +64,19 @@ class SlowBatches:
         self.release = threading.Event()
         self.batches: list[int] = []
 
-    def __call__(self, writes: Sequence[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+    def __call__(self, writes: Sequence[Write]) -> list[dict[str, Any]]:
         self.batches.append(len(writes))
         assert self.release.wait(CLOSE_SECONDS)
-        return [{"op": op} for op, _ in writes]
+        return [{"op": op} for op, *_ in writes]
 
 
 async def test_writes_queued_during_a_commit_form_the_next_batch() -> None:
     apply = SlowBatches()
     committer = GroupCommitter(apply)
     committer.start()
-    first = committer.submit("put", {})
+    first = committer.submit("put", None, {})
     await asyncio.sleep(0.05)  # The first batch is now committing, holding one write.
-    rest = [committer.submit("put", {}) for _ in range(50)]
+    rest = [committer.submit("put", None, {}) for _ in range(50)]
     apply.release.set()
     assert await asyncio.gather(first, *rest) == [{"op": "put"}] * 51
     assert apply.batches == [1, 50]
@@ -86,7 +88,7 @@ async def test_a_commit_past_its_bound_fails_its_writes_as_unavailable() -> None
     committer = GroupCommitter(apply, commit_seconds_max=0.1)
     committer.start()
     with pytest.raises(ServiceUnavailable, match="did not commit in time"):
-        await committer.submit("put", {})
+        await committer.submit("put", None, {})
     apply.release.set()
     await committer.close(CLOSE_SECONDS)
 
@@ -95,11 +97,11 @@ async def test_a_full_queue_refuses_writes() -> None:
     apply = SlowBatches()
     committer = GroupCommitter(apply, batch_ops_max=1, queue_ops_max=2)
     committer.start()
-    committing = committer.submit("put", {})
+    committing = committer.submit("put", None, {})
     await asyncio.sleep(0.05)
-    queued = [committer.submit("put", {}) for _ in range(2)]
+    queued = [committer.submit("put", None, {}) for _ in range(2)]
     with pytest.raises(ServiceUnavailable, match="writes queued"):
-        committer.submit("put", {})
+        committer.submit("put", None, {})
     apply.release.set()
     assert len(await asyncio.gather(committing, *queued)) == 3
     await committer.close(CLOSE_SECONDS)
@@ -109,12 +111,12 @@ async def test_close_commits_what_is_queued_then_refuses_writes() -> None:
     apply = SlowBatches()
     committer = GroupCommitter(apply)
     committer.start()
-    futures = [committer.submit("put", {}) for _ in range(10)]
+    futures = [committer.submit("put", None, {}) for _ in range(10)]
     apply.release.set()
     await committer.close(CLOSE_SECONDS)
     assert all(future.result() == {"op": "put"} for future in futures)
     with pytest.raises(ServiceUnavailable, match="shutting down"):
-        committer.submit("put", {})
+        committer.submit("put", None, {})
 
 
 async def test_conditions_and_updates_are_atomic_under_concurrency(tmp_path: Path) -> None:
@@ -122,9 +124,11 @@ async def test_conditions_and_updates_are_atomic_under_concurrency(tmp_path: Pat
     node = StorageNode(store)
     committer = GroupCommitter(node.apply_writes)
     committer.start()
-    await committer.submit(ops.CREATE_PARTITION, {"table": TABLE, "partition": PARTITION})
+    await envelope.submit(committer, ops.CREATE_PARTITION, {"table": TABLE, "partition": PARTITION})
     guarded = [
-        committer.submit(ops.PUT, {**put("once"), "condition": "attribute_not_exists(pk)"})
+        envelope.submit(
+            committer, ops.PUT, {**put("once"), "condition": "attribute_not_exists(pk)"}
+        )
         for _ in range(50)
     ]
     outcomes = await asyncio.gather(*guarded, return_exceptions=True)
@@ -139,7 +143,9 @@ async def test_conditions_and_updates_are_atomic_under_concurrency(tmp_path: Pat
         "values": {":one": {"N": "1"}},
         "return_values": "UPDATED_NEW",
     }
-    replies = await asyncio.gather(*(committer.submit(ops.UPDATE, increment) for _ in range(200)))
+    replies = await asyncio.gather(
+        *(envelope.submit(committer, ops.UPDATE, increment) for _ in range(200))
+    )
     assert sorted(int(reply["attributes"]["c"]["N"]) for reply in replies) == list(range(1, 201))
     await committer.close(CLOSE_SECONDS)
     store.close()

@@ -26,6 +26,7 @@ from storagenode import replica
 from storagenode.layout import Family
 from storagenode.node import StorageNode
 from storagenode.store import Store
+from tests import envelope
 
 TABLE = {
     "id": "a1" * 16,
@@ -59,7 +60,7 @@ class Harness:
         self.node = StorageNode(self.store, **self.node_options)
 
     def write(self, op: str, body: dict[str, Any]) -> dict[str, Any]:
-        (result,) = self.node.apply_writes([(op, body)])
+        (result,) = envelope.apply(self.node, [(op, body)])
         if isinstance(result, DynamoError):
             raise result
         return result
@@ -82,11 +83,11 @@ class Harness:
         return self.write(ops.PUT, self.data(item=item, **options))
 
     def get(self, key: dict[str, Any], **options: Any) -> dict[str, Any] | None:
-        reply = self.node.read(ops.GET, self.data(key=key, **options))
+        reply = envelope.read(self.node, ops.GET, self.data(key=key, **options))
         return reply["item"]
 
     def query(self, hash_value: str = "a", **options: Any) -> dict[str, Any]:
-        return self.node.read(ops.QUERY, self.data(hash_value=s(hash_value), **options))
+        return envelope.read(self.node, ops.QUERY, self.data(hash_value=s(hash_value), **options))
 
     def changes(self, partition_id: str = "p0", after_seq: int = 0) -> list[dict[str, Any]]:
         return self.node.changes(TABLE["id"], partition_id, after_seq, 1000)
@@ -116,7 +117,7 @@ def test_create_partition_is_idempotent_and_refuses_conflicts(h: Harness) -> Non
     h.create(partition_id="p9", epoch=3)
     with pytest.raises(StaleEpoch):
         h.create(partition_id="p9", epoch=2)
-    stats = h.node.read(ops.TABLE_STATS, {"table_id": TABLE["id"]})
+    stats = envelope.read(h.node, ops.TABLE_STATS, {"table_id": TABLE["id"]})
     assert stats == {
         "partitions": {
             "p0": {"items": 0, "bytes": 0, "last_seq": 0},
@@ -134,7 +135,7 @@ def test_requests_with_another_epoch_or_unknown_partition_are_stale(h: Harness) 
         {"table_id": "c3" * 16, "partition_id": "p0", "epoch": 1, "key": song("a", 1)},
     ):
         with pytest.raises(StaleEpoch):
-            h.node.read(ops.GET, body)
+            envelope.read(h.node, ops.GET, body)
         with pytest.raises(StaleEpoch):
             h.write(ops.DELETE, body)
     assert h.get(song("a", 1)) == song("a", 1)
@@ -154,7 +155,7 @@ def test_retire_partition_leaves_the_items_to_its_children(h: Harness) -> None:
     found = []
     for partition_id in ("low", "high"):
         body = h.data(partition_id=partition_id, epoch=2, exclusive_start=None, limit=None)
-        found += [item["pk"]["S"] for item in h.node.read(ops.SCAN, body)["items"]]
+        found += [item["pk"]["S"] for item in envelope.read(h.node, ops.SCAN, body)["items"]]
     assert sorted(found) == ["a", "z"]  # The children hold the parent's items, once each.
     assert h.write(ops.RETIRE_PARTITION, retire) == {"retired": False}  # Idempotent.
     with pytest.raises(StaleEpoch):
@@ -172,7 +173,7 @@ def test_a_key_outside_the_partition_range_is_stale(tmp_path: Path) -> None:
         harness.write(ops.PUT, harness.data(home, item=song(pk, 1)))
         with pytest.raises(StaleEpoch):
             harness.write(ops.PUT, harness.data(other, item=song(pk, 1)))
-    stats = harness.node.read(ops.TABLE_STATS, {"table_id": TABLE["id"]})["partitions"]
+    stats = envelope.read(harness.node, ops.TABLE_STATS, {"table_id": TABLE["id"]})["partitions"]
     assert stats["low"]["items"] + stats["high"]["items"] == 6
     harness.store.close()
 
@@ -181,7 +182,9 @@ def test_metadata_and_items_survive_reopening(h: Harness) -> None:
     h.put(song("a", 1, title=s("x")))
     h.reopen()
     assert h.get(song("a", 1)) == song("a", 1, title=s("x"))
-    assert h.node.read(ops.TABLE_STATS, {"table_id": TABLE["id"]})["partitions"]["p0"] == {
+    assert envelope.read(h.node, ops.TABLE_STATS, {"table_id": TABLE["id"]})["partitions"][
+        "p0"
+    ] == {
         "items": 1,
         "bytes": item_size_bytes(song("a", 1, title=s("x"))),
         "last_seq": 1,
@@ -198,8 +201,14 @@ def test_put_and_get(h: Harness) -> None:
     size = item_size_bytes(item)
     reply = h.put(item)
     assert reply == {"attributes": None, "old_bytes": 0, "new_bytes": size}
-    assert h.node.read(ops.GET, h.data(key=song("a", 1))) == {"item": item, "read_bytes": size}
-    assert h.node.read(ops.GET, h.data(key=song("a", 2))) == {"item": None, "read_bytes": 0}
+    assert envelope.read(h.node, ops.GET, h.data(key=song("a", 1))) == {
+        "item": item,
+        "read_bytes": size,
+    }
+    assert envelope.read(h.node, ops.GET, h.data(key=song("a", 2))) == {
+        "item": None,
+        "read_bytes": 0,
+    }
     projected = h.get(song("a", 1), projection="#t, sk", names={"#t": "title"})
     assert projected == {"title": s("Hello"), "sk": n(1)}
     reply = h.put(song("a", 1), return_values="ALL_OLD")
@@ -235,8 +244,9 @@ def test_conditional_put_fails_atomically_and_can_return_the_old_item(h: Harness
 
 def test_conditions_in_one_batch_see_the_earlier_writes(h: Harness) -> None:
     guard = {"condition": "attribute_not_exists(pk)"}
-    results = h.node.apply_writes(
-        [(ops.PUT, h.data(item=song("a", 1, who=s(who)), **guard)) for who in ("first", "second")]
+    results = envelope.apply(
+        h.node,
+        [(ops.PUT, h.data(item=song("a", 1, who=s(who)), **guard)) for who in ("first", "second")],
     )
     assert results[0] == {
         "attributes": None,
@@ -348,14 +358,14 @@ def test_every_change_is_logged_with_its_images(h: Harness) -> None:
         },
     ]
     assert [record["seq"] for record in h.changes(after_seq=2)] == [3]
-    stats = h.node.read(ops.TABLE_STATS, {"table_id": TABLE["id"]})["partitions"]["p0"]
+    stats = envelope.read(h.node, ops.TABLE_STATS, {"table_id": TABLE["id"]})["partitions"]["p0"]
     assert stats == {"items": 0, "bytes": 0, "last_seq": 3}
 
 
 def test_the_change_log_is_trimmed_to_its_bound(tmp_path: Path) -> None:
     harness = Harness(tmp_path / "trim", change_log_records_max=3)
     harness.create()
-    harness.node.apply_writes([(ops.PUT, harness.data(item=song("a", i))) for i in range(5)])
+    envelope.apply(harness.node, [(ops.PUT, harness.data(item=song("a", i))) for i in range(5)])
     harness.put(song("a", 9))
     assert [record["seq"] for record in harness.changes()] == [4, 5, 6]
     harness.store.close()
@@ -366,12 +376,13 @@ def test_the_change_log_is_trimmed_to_its_bound(tmp_path: Path) -> None:
 
 @pytest.fixture
 def songs(h: Harness) -> Harness:
-    h.node.apply_writes(
+    envelope.apply(
+        h.node,
         [
             (ops.PUT, h.data(item=song(pk, sk, even=n(int(sk % 2 == 0)))))
             for pk in "ab"
             for sk in range(10)
-        ]
+        ],
     )
     return h
 
@@ -404,11 +415,13 @@ def test_query_begins_with_on_string_sort_keys(tmp_path: Path) -> None:
     harness = Harness(tmp_path / "strings")
     harness.create(table)
     names = ["ab", "abc", "ab\x00", "abd", "ac", "a", "b", "aa\uffff"]
-    harness.node.apply_writes(
-        [(ops.PUT, harness.data(table=table, item={"pk": s("k"), "sk": s(x)})) for x in names]
+    envelope.apply(
+        harness.node,
+        [(ops.PUT, harness.data(table=table, item={"pk": s("k"), "sk": s(x)})) for x in names],
     )
     for forward in (True, False):
-        reply = harness.node.read(
+        reply = envelope.read(
+            harness.node,
             ops.QUERY,
             harness.data(
                 table=table,
@@ -486,10 +499,13 @@ def test_query_on_a_table_without_sort_key(tmp_path: Path) -> None:
     harness = Harness(tmp_path / "hash-only")
     harness.create(HASH_ONLY)
     harness.write(ops.PUT, harness.data(table=HASH_ONLY, item={"id": s("u1"), "x": n(1)}))
-    reply = harness.node.read(ops.QUERY, harness.data(table=HASH_ONLY, hash_value=s("u1")))
+    reply = envelope.read(
+        harness.node, ops.QUERY, harness.data(table=HASH_ONLY, hash_value=s("u1"))
+    )
     assert reply["items"] == [{"id": s("u1"), "x": n(1)}]
     with pytest.raises(ValidationError):
-        harness.node.read(
+        envelope.read(
+            harness.node,
             ops.QUERY,
             harness.data(
                 table=HASH_ONLY, hash_value=s("u1"), range={"op": "=", "values": [s("x")]}
@@ -506,7 +522,7 @@ def scan_all(harness: Harness, partition_id: str = "p0", **options: Any) -> list
     start = None
     while True:
         body = harness.data(partition_id, exclusive_start=start, **options)
-        reply = harness.node.read(ops.SCAN, body)
+        reply = envelope.read(harness.node, ops.SCAN, body)
         items += reply["items"]
         start = reply["last_key"]
         if start is None:
@@ -556,7 +572,7 @@ def test_drop_table_removes_its_items_logs_and_partitions_only(h: Harness) -> No
     h.create()
     assert h.get(song("a", 1)) is None
     assert h.changes() == []
-    assert h.node.read(ops.GET, h.data(table=HASH_ONLY, key={"id": s("u1")}))["item"] == {
+    assert envelope.read(h.node, ops.GET, h.data(table=HASH_ONLY, key={"id": s("u1")}))["item"] == {
         "id": s("u1")
     }
     h.reopen()
@@ -567,12 +583,13 @@ def test_drop_table_removes_its_items_logs_and_partitions_only(h: Harness) -> No
 
 
 def test_a_write_that_crashes_is_dropped_from_its_batch_and_the_rest_commit(h: Harness) -> None:
-    results = h.node.apply_writes(
+    results = envelope.apply(
+        h.node,
         [
             (ops.PUT, h.data(item=song("a", 1))),
             (ops.PUT, h.data()),  # No item: a bug in the caller, not a client error.
             (ops.PUT, h.data(item=song("a", 2))),
-        ]
+        ],
     )
     assert isinstance(results[1], InternalServerError)
     assert results[0]["new_bytes"] == results[2]["new_bytes"] == item_size_bytes(song("a", 1))
@@ -605,13 +622,13 @@ def test_a_write_whose_apply_fails_fails_alone_and_its_neighbours_are_stored(
 
     monkeypatch.setattr(replica, "apply", apply)
     writes = [(ops.PUT, h.data(item=song(pk, 1))) for pk in ("a", "bad", "b", "c")]
-    results = h.node.apply_writes(writes)
+    results = envelope.apply(h.node, writes)
     assert isinstance(results[1], InternalServerError)
     assert all(isinstance(results[i], dict) for i in (0, 2, 3))
     assert h.get(song("bad", 1)) is None
     assert [h.get(song(pk, 1)) for pk in ("a", "b", "c")] == [song(pk, 1) for pk in "abc"]
     assert [record["keys"] for record in h.changes()] == [song(pk, 1) for pk in "abc"]
-    stats = h.node.read(ops.TABLE_STATS, {"table_id": TABLE["id"]})["partitions"]["p0"]
+    stats = envelope.read(h.node, ops.TABLE_STATS, {"table_id": TABLE["id"]})["partitions"]["p0"]
     assert stats == {"items": 3, "bytes": 3 * item_size_bytes(song("a", 1)), "last_seq": 3}
 
 
@@ -626,12 +643,13 @@ def test_a_failed_commit_fails_the_group_and_changes_nothing(
         raise OSError("No space left on device")
 
     monkeypatch.setattr(h.store, "commit", commit)
-    results = h.node.apply_writes(
+    results = envelope.apply(
+        h.node,
         [
             (ops.PUT, h.data(item=song("b", 1))),
             (ops.PUT, h.data(item=song("a", 1), condition="attribute_not_exists(pk)")),
             (ops.PUT, h.data(partition_id="nope", item=song("c", 1))),
-        ]
+        ],
     )
     assert [type(result) for result in results] == [
         InternalServerError,
@@ -641,6 +659,11 @@ def test_a_failed_commit_fails_the_group_and_changes_nothing(
     assert "could not commit: No space left on device" in results[0].message
     monkeypatch.undo()
     assert h.get(song("b", 1)) is None
-    assert h.node.read(ops.TABLE_STATS, {"table_id": TABLE["id"]})["partitions"]["p0"]["items"] == 1
+    assert (
+        envelope.read(h.node, ops.TABLE_STATS, {"table_id": TABLE["id"]})["partitions"]["p0"][
+            "items"
+        ]
+        == 1
+    )
     h.put(song("b", 1))
     assert [record["seq"] for record in h.changes()] == [1, 2]

@@ -20,6 +20,7 @@ from rpc import ops
 from storagenode.node import StorageNode
 from storagenode.store import Store
 from storagenode.throughput import NodeThroughput
+from tests import envelope
 
 TABLE = {"id": "c4" * 16, "name": "Metered", "key_schema": {"hash": ["pk", "S"], "range": None}}
 T0 = 1000.0
@@ -79,7 +80,7 @@ class Node:
         self.node = self._open()
 
     def write(self, op: str, body: dict[str, Any]) -> dict[str, Any]:
-        (result,) = self.node.apply_writes([(op, body)])
+        (result,) = envelope.apply(self.node, [(op, body)])
         if isinstance(result, DynamoError):
             raise result
         return result
@@ -92,12 +93,14 @@ class Node:
         return self.write(ops.PUT, self.data(item=item, item_bytes=len(key) + 3 + size, **options))
 
     def get(self, key: str, *, consistent: bool = False) -> dict[str, Any]:
-        return self.node.read(ops.GET, self.data(key={"pk": {"S": key}}, consistent=consistent))
+        return envelope.read(
+            self.node, ops.GET, self.data(key={"pk": {"S": key}}, consistent=consistent)
+        )
 
     def report(self) -> dict[str, Any]:
-        (partition,) = self.node.read(ops.PARTITION_THROUGHPUT, {"table_id": TABLE["id"]})[
-            "partitions"
-        ]
+        (partition,) = envelope.read(
+            self.node, ops.PARTITION_THROUGHPUT, {"table_id": TABLE["id"]}
+        )["partitions"]
         return partition
 
     def balance(self, kind: str) -> float:
@@ -206,10 +209,10 @@ def test_a_write_that_fails_for_another_reason_is_refunded(make: Any) -> None:
 def test_a_batch_applies_what_it_admits_and_refuses_the_rest(make: Any) -> None:
     node = make(provisioned(5, 10))
     writes = [(ops.PUT, node.data(item={"pk": {"S": f"k{i}"}}, item_bytes=10)) for i in range(15)]
-    results = node.node.apply_writes(writes)
+    results = envelope.apply(node.node, writes)
     throttled = [r for r in results if isinstance(r, ThroughputExceeded)]
     assert len(throttled) == 5
-    stats = node.node.read(ops.TABLE_STATS, {"table_id": TABLE["id"]})["partitions"]["p0"]
+    stats = envelope.read(node.node, ops.TABLE_STATS, {"table_id": TABLE["id"]})["partitions"]["p0"]
     assert stats["items"] == 10
 
 
@@ -236,16 +239,20 @@ def test_a_query_is_admitted_on_the_minimum_and_charged_all_it_read(make: Any) -
     node = make(provisioned(10, 1000))
     for i in range(6):
         node.put(f"s{i}", size=4000)
-    reply = node.node.read(ops.SCAN, node.data(consistent=True))
+    reply = envelope.read(node.node, ops.SCAN, node.data(consistent=True))
     assert reply["scanned"] == 6
     # About 24 KB strongly consistent: rounded up once to 6 units.
     assert node.balance("read") == pytest.approx(10 - 6)
-    node.node.read(ops.SCAN, node.data(consistent=True))  # Admitted on 1, charged 6: a debt.
+    envelope.read(
+        node.node, ops.SCAN, node.data(consistent=True)
+    )  # Admitted on 1, charged 6: a debt.
     assert node.balance("read") == pytest.approx(10 - 6 - 6)
     with pytest.raises(ThroughputExceeded):
-        node.node.read(ops.SCAN, node.data(consistent=False))
+        envelope.read(node.node, ops.SCAN, node.data(consistent=False))
     node.clock.now += 0.5  # Five units back: the debt is paid and three remain.
-    node.node.read(ops.SCAN, node.data(consistent=False))  # Eventually consistent: half, 3.
+    envelope.read(
+        node.node, ops.SCAN, node.data(consistent=False)
+    )  # Eventually consistent: half, 3.
     assert node.balance("read") == pytest.approx(0)
 
 
@@ -258,8 +265,9 @@ def test_on_demand_caps_a_partition_at_1000_write_and_3000_read_units(make: Any)
     assert report["write"]["rate_per_second"] == limits.PARTITION_WCU_MAX
     assert report["read"]["rate_per_second"] == limits.PARTITION_RCU_MAX
     node.clock.now += 60  # However long it idles, no second serves more than the cap.
-    results = node.node.apply_writes(
-        [(ops.PUT, node.data(item={"pk": {"S": f"k{i}"}}, item_bytes=10)) for i in range(1100)]
+    results = envelope.apply(
+        node.node,
+        [(ops.PUT, node.data(item={"pk": {"S": f"k{i}"}}, item_bytes=10)) for i in range(1100)],
     )
     assert sum(isinstance(r, ThroughputExceeded) for r in results) == 100
 
@@ -308,20 +316,26 @@ def test_a_partition_without_settings_and_a_node_with_enforcement_off_never_thro
     make: Any,
 ) -> None:
     for node in (make(None), make(provisioned(1, 1), enforced=False)):
-        results = node.node.apply_writes(
-            [(ops.PUT, node.data(item={"pk": {"S": f"k{i}"}}, item_bytes=10)) for i in range(50)]
+        results = envelope.apply(
+            node.node,
+            [(ops.PUT, node.data(item={"pk": {"S": f"k{i}"}}, item_bytes=10)) for i in range(50)],
         )
         assert all(isinstance(result, dict) for result in results)
         for _ in range(50):
             node.get("k1")
-        assert node.node.read(ops.PARTITION_THROUGHPUT, {"table_id": None})["partitions"] == []
-    assert node.node.read(ops.PARTITION_THROUGHPUT, {})["enforced"] is False
+        assert (
+            envelope.read(node.node, ops.PARTITION_THROUGHPUT, {"table_id": None})["partitions"]
+            == []
+        )
+    assert envelope.read(node.node, ops.PARTITION_THROUGHPUT, {})["enforced"] is False
 
 
 def test_dropping_a_table_forgets_its_buckets(make: Any) -> None:
     node = make(provisioned(5, 10))
     node.write(ops.DROP_TABLE, {"table_id": TABLE["id"]})
-    assert node.node.read(ops.PARTITION_THROUGHPUT, {"table_id": None})["partitions"] == []
+    assert (
+        envelope.read(node.node, ops.PARTITION_THROUGHPUT, {"table_id": None})["partitions"] == []
+    )
 
 
 def test_settings_come_from_the_environment() -> None:
