@@ -3,7 +3,9 @@
 One RocksDB database per node holds these column families, so that an item, its change record and
 its partition's metadata commit in one atomic, synced write batch:
 
-- `items`: 16-byte table id ‖ storage key (`core.keys.KeyShape.storage_key`) -> orjson item.
+- `items`: 16-byte table id ‖ storage key (`core.keys.KeyShape.storage_key`) -> the item's size
+  (4 bytes, big-endian, as `core.size` measures it) ‖ orjson item. Storing the size lets a read
+  count bytes and capacity without measuring the item again (`item_size_of`).
   Because a storage key starts with the partition key's hash and is order-preserving, a partition
   is a contiguous key range and a Query is one iterator range. RocksDB bounds no key's length, so
   every key DynamoDB allows (2048 + 1024 bytes, and index keys that append the table key) fits.
@@ -32,6 +34,7 @@ from core.errors import ValidationError
 
 TABLE_ID_BYTES = 16
 SEQ_BYTES = 8
+ITEM_SIZE_PREFIX_BYTES = 4  # Items are at most 400 KB.
 PARTITION_ID_BYTES_MAX = 255  # The change-log key gives a partition id's length one byte.
 CONSUMER_NAME_BYTES_MAX = 255  # A change-feed consumer's name, as it ends a checkpoint key.
 FORMAT_KEY = b"format"
@@ -66,6 +69,21 @@ def change_log_prefix(table_id: str, partition_id: str) -> bytes:
     if not encoded or len(encoded) > PARTITION_ID_BYTES_MAX:
         raise ValidationError(f"A partition id is 1 to {PARTITION_ID_BYTES_MAX} bytes")
     return table_prefix(table_id) + bytes([len(encoded)]) + encoded
+
+
+def encode_item(item_json: bytes, size_bytes: int) -> bytes:
+    """An `items` value: the item's DynamoDB size, then its JSON."""
+    return size_bytes.to_bytes(ITEM_SIZE_PREFIX_BYTES, "big") + item_json
+
+
+def item_size_of(value: bytes) -> int:
+    """The DynamoDB size of the item an `items` value holds, read without decoding it."""
+    return int.from_bytes(value[:ITEM_SIZE_PREFIX_BYTES], "big")
+
+
+def item_json_of(value: bytes) -> memoryview:
+    """The JSON of the item an `items` value holds (a view: nothing is copied)."""
+    return memoryview(value)[ITEM_SIZE_PREFIX_BYTES:]
 
 
 def seq_bytes(seq: int) -> bytes:

@@ -39,7 +39,6 @@ from core.errors import (
 )
 from core.keycodec import successor
 from core.keys import KeyShape
-from core.size import item_size_bytes
 from core.values import Item
 from core.writes import DeleteRequest, PutRequest, UpdateRequest, WriteRequest, plan
 from rpc import ops
@@ -48,6 +47,8 @@ from storagenode import changefeed, metrics, replica
 from storagenode.layout import (
     Family,
     change_log_prefix,
+    item_json_of,
+    item_size_of,
     partition_meta_key,
     seq_bytes,
     table_prefix,
@@ -206,8 +207,8 @@ class StorageNode:
         raw = self.store.get(Family.ITEMS, partition.item_prefix + storage_key)
         if raw is None:
             return {"item": None, "read_bytes": 0}
-        item = orjson.loads(raw)
-        read_bytes = item_size_bytes(item)
+        item = orjson.loads(item_json_of(raw))
+        read_bytes = item_size_of(raw)
         if body.get("projection") is not None:
             item = expressions.projection(body["projection"], body.get("names")).apply(item)
         return {"item": item, "read_bytes": read_bytes}
@@ -472,7 +473,8 @@ class _WriteGroup:
         key = request.item if isinstance(request, PutRequest) else request.key
         items_key = partition.item_prefix + partition.storage_key(key)
         raw = self.batch.get(Family.ITEMS, items_key)
-        effect = plan(request, None if raw is None else orjson.loads(raw), partition.key_shape)
+        old = None if raw is None else orjson.loads(item_json_of(raw))
+        effect = plan(request, old, partition.key_shape)
         if effect.condition_failed:
             return effect.failure(), effect.units
         ref = (partition.table_id, partition.partition_id)

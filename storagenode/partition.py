@@ -19,9 +19,8 @@ from core import expressions
 from core.errors import StaleEpoch
 from core.keycodec import HASH_BYTES, HASH_SPACE, encode_key_prefix, successor
 from core.keys import KeyShape
-from core.size import item_size_bytes
 from core.values import AttributeValue, Item
-from storagenode.layout import change_log_prefix, table_prefix
+from storagenode.layout import change_log_prefix, item_json_of, item_size_of, table_prefix
 
 # Range-condition operators whose first value is a lower bound on the sort key.
 _LOWER_BOUNDED = frozenset({"=", ">=", ">", "BETWEEN"})
@@ -255,15 +254,17 @@ def read_page(
     count = scanned = read_bytes = 0
     matched = False
     last_key = None
+    # A page that only counts, with no condition to evaluate, never needs an item decoded.
+    decode = not request.count_only or request.filter is not None or key_matches is not None
     for _, value in rows:
-        item = orjson.loads(value)
+        item = orjson.loads(item_json_of(value)) if decode else None
         if key_matches is not None and not key_matches(item):
             if matched:
                 break
             continue
         matched = True
         scanned += 1
-        read_bytes += item_size_bytes(item)
+        read_bytes += item_size_of(value)
         if request.filter is None or request.filter.evaluate(item):
             count += 1
             if not request.count_only:
@@ -271,7 +272,8 @@ def read_page(
         if (request.limit is not None and scanned >= request.limit) or (
             read_bytes >= request.page_bytes
         ):
-            last_key = partition.key_shape.key_of(item)
+            stored = orjson.loads(item_json_of(value)) if item is None else item
+            last_key = partition.key_shape.key_of(stored)
             break
     return {
         "items": items,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import orjson
 
 from core.writes import ChangeKind, WriteEffect
-from storagenode.layout import Family, seq_bytes
+from storagenode.layout import Family, encode_item, seq_bytes
 from storagenode.partition import Partition
 from storagenode.store import WriteBatchView
 
@@ -39,7 +39,9 @@ def apply(
     if kind is None:
         return
     seq = partition.last_seq + 1
-    item_value = None if effect.new is None else orjson.dumps(effect.new)
+    item_value = (
+        None if effect.new is None else encode_item(orjson.dumps(effect.new), effect.new_bytes)
+    )
     record = orjson.dumps(
         {
             "seq": seq,

@@ -10,6 +10,8 @@ import pytest
 
 from core.errors import StaleEpoch
 from core.keycodec import encode_storage_key, successor
+from core.size import item_size_bytes
+from storagenode.layout import encode_item
 from storagenode.partition import PageRequest, Partition, query_bounds, read_page, scan_bounds
 
 TABLE = {"id": "c0" * 16, "name": "T", "key_schema": {"hash": ["pk", "S"], "range": ["sk", "B"]}}
@@ -77,9 +79,14 @@ def test_a_key_outside_the_range_is_stale() -> None:
 
 def rows(count: int) -> list[tuple[bytes, bytes]]:
     return [
-        (bytes([i]), orjson.dumps({"pk": {"S": "k"}, "sk": b(bytes([i])), "n": {"N": str(i)}}))
+        (bytes([i]), stored({"pk": {"S": "k"}, "sk": b(bytes([i])), "n": {"N": str(i)}}))
         for i in range(count)
     ]
+
+
+def stored(item: dict[str, Any]) -> bytes:
+    """An item as the `items` column family holds it: its size, then its JSON."""
+    return encode_item(orjson.dumps(item), item_size_bytes(item))
 
 
 def page(**body: Any) -> PageRequest:
@@ -100,3 +107,13 @@ def test_read_page_ends_the_matching_run_at_the_first_mismatch() -> None:
     reply = read_page(rows(6), page(limit=3), partition(), small)
     assert [item["n"]["N"] for item in reply["items"]] == ["1", "2"]
     assert reply["last_key"] is None  # Row 3 fails the key condition: the run ended, no bound.
+
+
+def test_read_page_takes_sizes_from_the_stored_prefix_and_counts_without_decoding() -> None:
+    """Sizes come from the value's prefix, not from measuring the item again; a COUNT page with
+    no filter or key condition never decodes an item, except the one its last key names."""
+    undecodable = [(bytes([i]), encode_item(b"not json", 1000)) for i in range(3)]
+    reply = read_page(undecodable, page(select="COUNT"), partition())
+    assert (reply["count"], reply["scanned"], reply["read_bytes"]) == (3, 3, 3000)
+    reply = read_page(rows(4), page(select="COUNT", limit=2), partition())
+    assert (reply["count"], reply["last_key"]) == (2, {"pk": {"S": "k"}, "sk": b(b"\x01")})
