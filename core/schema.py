@@ -14,6 +14,7 @@ Nothing here does IO.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -180,7 +181,15 @@ def key_schema_elements(table: Table) -> list[dict[str, str]]:
 
 def key_shape(table: Table) -> KeyShape:
     """The table's primary key as a `core.keys.KeyShape`, which holds every key rule."""
-    return KeyShape.from_key_schema(table["key_schema"])
+    key_schema = table["key_schema"]
+    sort = key_schema["range"]
+    return _table_shape(tuple(key_schema["hash"]), None if sort is None else tuple(sort))
+
+
+@functools.lru_cache(maxsize=limits.TABLES_PER_REGION_MAX)
+def _table_shape(partition: tuple[str, str], sort: tuple[str, str] | None) -> KeyShape:
+    # Every item request needs its table's shape: build each distinct one once, not per request.
+    return KeyShape.table(partition, sort)
 
 
 def extract_key(item: Item, table: Table) -> tuple[Item, AttributeValue, AttributeValue | None]:
