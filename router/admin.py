@@ -49,7 +49,7 @@ async def gather(ctx: RouterContext, table_id: str | None = None) -> dict[str, A
             ctx.control(
                 node,
                 ops.PARTITION_THROUGHPUT,
-                {"table_id": table_id},
+                ops.PartitionThroughputPayload(table_id).to_json(),
                 limits.TABLE_STATS_SECONDS_MAX,
             )
             for node in nodes

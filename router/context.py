@@ -285,10 +285,10 @@ class RouterContext:
         await self.control(
             location.node,
             ops.CREATE_PARTITION,
-            {
-                "table": self._system_table(catalog.CATALOG_TABLE_ID, catalog.CATALOG_TABLE_NAME),
-                "partition": _system_partition(location.partition, location.node),
-            },
+            ops.CreatePartitionPayload(
+                self._system_table(catalog.CATALOG_TABLE_ID, catalog.CATALOG_TABLE_NAME),
+                _system_partition(location.partition, location.node),
+            ).to_json(),
         )
         return location
 
@@ -316,11 +316,11 @@ class RouterContext:
         return found, unreachable
 
     async def _get_bootstrap(self, node: str) -> CatalogLocation | None:
-        body = {"key": {"name": {"S": catalog.BOOTSTRAP_RECORD_NAME}}}
+        payload = ops.GetPayload({"name": {"S": catalog.BOOTSTRAP_RECORD_NAME}})
         target = _system_target(catalog.BOOTSTRAP_TABLE_ID, catalog.BOOTSTRAP_PARTITION_ID, True)
         try:
             reply = await self._client(node).call(
-                ops.GET, target, body, limits.NODE_CALL_SECONDS_MAX
+                ops.GET, target, payload.to_json(), limits.NODE_CALL_SECONDS_MAX
             )
         except StaleEpoch:
             return None  # The node has no bootstrap partition yet: it never held a record.
@@ -336,22 +336,21 @@ class RouterContext:
             await self.control(
                 node,
                 ops.CREATE_PARTITION,
-                {
-                    "table": self._system_table(
-                        catalog.BOOTSTRAP_TABLE_ID, catalog.BOOTSTRAP_TABLE_NAME
-                    ),
-                    "partition": _system_partition(catalog.BOOTSTRAP_PARTITION_ID, node),
-                },
+                ops.CreatePartitionPayload(
+                    self._system_table(catalog.BOOTSTRAP_TABLE_ID, catalog.BOOTSTRAP_TABLE_NAME),
+                    _system_partition(catalog.BOOTSTRAP_PARTITION_ID, node),
+                ).to_json(),
             )
-            body: dict[str, Any] = {
-                "item": location.to_item(),
-                "return_values": "NONE",
-                "return_on_failure": True,
-            }
             if expected is None:
-                body.update(condition="attribute_not_exists(#n)", names=_NAME)
+                payload = ops.PutPayload(
+                    location.to_item(),
+                    condition="attribute_not_exists(#n)",
+                    names=_NAME,
+                    return_on_failure=True,
+                )
             else:
-                body.update(
+                payload = ops.PutPayload(
+                    location.to_item(),
                     condition="#cn = :n AND #ca = :a AND #cp = :p",
                     names={
                         "#cn": "catalog_node",
@@ -363,9 +362,12 @@ class RouterContext:
                         ":a": {"S": expected.address},
                         ":p": {"S": expected.partition},
                     },
+                    return_on_failure=True,
                 )
             target = _system_target(catalog.BOOTSTRAP_TABLE_ID, catalog.BOOTSTRAP_PARTITION_ID)
-            await self._client(node).call(ops.PUT, target, body, limits.NODE_CALL_SECONDS_MAX)
+            await self._client(node).call(
+                ops.PUT, target, payload.to_json(), limits.NODE_CALL_SECONDS_MAX
+            )
         except ConditionalCheckFailed as conflict:
             return None if conflict.item is None else CatalogLocation.from_item(conflict.item)
         return None
@@ -397,18 +399,20 @@ class RouterContext:
         location = await self.locate_catalog()
         started = self._observations
         records: dict[str, TableDef] = {}
-        body: dict[str, Any] = {"page_bytes": limits.QUERY_PAGE_BYTES_MAX}
+        payload = ops.ScanPayload(page_bytes=limits.QUERY_PAGE_BYTES_MAX)
         target = _system_target(catalog.CATALOG_TABLE_ID, location.partition, True)
         client = self._client(location.node)
         for _ in range(CATALOG_SCAN_PAGES_MAX):
-            reply = await client.call(ops.SCAN, target, body, limits.NODE_CALL_SECONDS_MAX)
+            reply = await client.call(
+                ops.SCAN, target, payload.to_json(), limits.NODE_CALL_SECONDS_MAX
+            )
             for item in reply["items"]:
                 record = _from_row(item)
                 records[record.name] = record
             if reply["last_key"] is None:
                 self._install_scan(records, started)
                 return
-            body["exclusive_start"] = reply["last_key"]
+            payload.exclusive_start = reply["last_key"]
         raise ServiceUnavailable("The table catalog did not end within its page bound")
 
     def _install_scan(self, scanned: dict[str, TableDef], started: int) -> None:
@@ -459,8 +463,9 @@ class RouterContext:
         """Read table `name`'s record from the catalog (None: no such table) and cache it."""
         location = await self.locate_catalog()
         target = _system_target(catalog.CATALOG_TABLE_ID, location.partition, True)
+        payload = ops.GetPayload({"name": {"S": name}})
         reply = await self._client(location.node).call(
-            ops.GET, target, {"key": {"name": {"S": name}}}, limits.NODE_CALL_SECONDS_MAX
+            ops.GET, target, payload.to_json(), limits.NODE_CALL_SECONDS_MAX
         )
         item = reply["item"]
         record = None if item is None else _from_row(item)
@@ -504,25 +509,22 @@ class RouterContext:
     ) -> TableDef | None:
         """Write (or, for None, delete) table `name`'s row if it is still at `current`'s version;
         the record as written."""
-        body: dict[str, Any] = {"return_values": "NONE"}
         target = _system_target(catalog.CATALOG_TABLE_ID, location.partition)
-        if current is None:
-            body.update(condition="attribute_not_exists(#n)", names=_NAME)
-        else:
-            body.update(
-                condition="#v = :v",
-                names={"#v": "version"},
-                values={":v": {"N": str(current.version)}},
-            )
+        # Created only if absent, else replaced or removed only at the version read.
+        condition, names, values = (
+            ("attribute_not_exists(#n)", _NAME, None)
+            if current is None
+            else ("#v = :v", {"#v": "version"}, {":v": {"N": str(current.version)}})
+        )
         client = self._client(location.node)
         if changed is None:
-            body["key"] = {"name": {"S": name}}
-            await client.call(ops.DELETE, target, body, limits.NODE_CALL_SECONDS_MAX)
+            delete = ops.DeletePayload({"name": {"S": name}}, condition, names, values)
+            await client.call(ops.DELETE, target, delete.to_json(), limits.NODE_CALL_SECONDS_MAX)
             return None
         assert changed.name == name, f"a change of table {name} renamed it {changed.name}"
         changed = catalog.versioned(changed, 1 if current is None else current.version + 1)
-        body["item"] = _catalog_row(changed)
-        await client.call(ops.PUT, target, body, limits.NODE_CALL_SECONDS_MAX)
+        put = ops.PutPayload(_catalog_row(changed), None, condition, names, values)
+        await client.call(ops.PUT, target, put.to_json(), limits.NODE_CALL_SECONDS_MAX)
         return changed
 
     async def table(self, name: str) -> Table:

@@ -179,19 +179,6 @@ def _read_write_members(reader: RequestReader) -> tuple[str | None, str | None]:
     return return_values, on_failure
 
 
-def _write_body(
-    compiled: _Expressions, return_values: str, on_failure: str | None
-) -> dict[str, Any]:
-    """The node request fields PutItem, UpdateItem and DeleteItem share."""
-    return {
-        "condition": compiled.condition,
-        "names": compiled.names,
-        "values": compiled.values,
-        "return_values": return_values,
-        "return_on_failure": on_failure == "ALL_OLD",
-    }
-
-
 def _write_reply(reply: dict[str, Any], table_name: str, body: dict[str, Any]) -> dict[str, Any]:
     """A single write's answer: the ReturnValues image, when there is one, and ConsumedCapacity."""
     attributes = reply.get("attributes")
@@ -201,9 +188,9 @@ def _write_reply(reply: dict[str, Any], table_name: str, body: dict[str, Any]) -
     )
 
 
-def _get_body(key: Item, compiled: _Expressions) -> dict[str, Any]:
+def _get_payload(key: Item, compiled: _Expressions) -> ops.GetPayload:
     """The node request of one GetItem, or of one key of a BatchGetItem."""
-    return {"key": key, "projection": compiled.projection, "names": compiled.names}
+    return ops.GetPayload(key, compiled.projection, compiled.names)
 
 
 def _validated_key(raw: dict[str, Any]) -> Item:
@@ -255,13 +242,16 @@ async def put_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
     compiled = _write_expressions(body)
     table = await ctx.table(table_name)
     _, partition_key, sort_key = schema.extract_key(item, table)
-    reply = await ctx.call_key(
-        table,
-        partition_key,
-        sort_key,
-        ops.PUT,
-        {"item": item, "item_bytes": item_bytes, **_write_body(compiled, chosen, on_failure)},
+    payload = ops.PutPayload(
+        item,
+        item_bytes,
+        compiled.condition,
+        compiled.names,
+        compiled.values,
+        chosen,
+        on_failure == "ALL_OLD",
     )
+    reply = await ctx.call_key(table, partition_key, sort_key, ops.PUT, payload.to_json())
     return _write_reply(reply, table_name, body)
 
 
@@ -284,13 +274,16 @@ async def update_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any
     )
     table = await ctx.table(table_name)
     partition_key, sort_key = schema.validate_key(key, table)
-    reply = await ctx.call_key(
-        table,
-        partition_key,
-        sort_key,
-        ops.UPDATE,
-        {"key": key, "update": compiled.update, **_write_body(compiled, chosen, on_failure)},
+    payload = ops.UpdatePayload(
+        key,
+        compiled.update,
+        compiled.condition,
+        compiled.names,
+        compiled.values,
+        chosen,
+        on_failure == "ALL_OLD",
     )
+    reply = await ctx.call_key(table, partition_key, sort_key, ops.UPDATE, payload.to_json())
     return _write_reply(reply, table_name, body)
 
 
@@ -309,13 +302,10 @@ async def delete_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any
     compiled = _write_expressions(body)
     table = await ctx.table(table_name)
     partition_key, sort_key = schema.validate_key(key, table)
-    reply = await ctx.call_key(
-        table,
-        partition_key,
-        sort_key,
-        ops.DELETE,
-        {"key": key, **_write_body(compiled, chosen, on_failure)},
+    payload = ops.DeletePayload(
+        key, compiled.condition, compiled.names, compiled.values, chosen, on_failure == "ALL_OLD"
     )
+    reply = await ctx.call_key(table, partition_key, sort_key, ops.DELETE, payload.to_json())
     return _write_reply(reply, table_name, body)
 
 
@@ -344,7 +334,7 @@ async def get_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
         partition_key,
         sort_key,
         ops.GET,
-        _get_body(key, compiled),
+        _get_payload(key, compiled).to_json(),
         consistent=consistent is True,
     )
     item = reply.get("item")
@@ -415,7 +405,7 @@ class _Call:
     partition_key: dict[str, Any]
     sort_key: dict[str, Any] | None
     op: str
-    body: dict[str, Any]
+    payload: ops.GetPayload | ops.PutPayload | ops.DeletePayload
     consistent: bool = False  # A strongly consistent read.
 
 
@@ -435,7 +425,7 @@ async def _fan_out(
                 call.partition_key,
                 call.sort_key,
                 call.op,
-                call.body,
+                call.payload.to_json(),
                 consistent=call.consistent,
             )
             for call in calls
@@ -519,8 +509,8 @@ async def batch_get_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, 
         table = tables[read.name]
         for key in read.keys:
             partition_key, sort_key = schema.validate_key(key, table)
-            body_out = _get_body(key, read.compiled)
-            calls.append(_Call(table, partition_key, sort_key, ops.GET, body_out, read.consistent))
+            payload = _get_payload(key, read.compiled)
+            calls.append(_Call(table, partition_key, sort_key, ops.GET, payload, read.consistent))
     results = await _fan_out(ctx, calls)
     _fail_if_all_throttled(results)
 
@@ -630,23 +620,21 @@ async def batch_write_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str
         try:
             if write.item is not None:
                 key, partition_key, sort_key = schema.extract_key(write.item, table)
-                body_out = {
-                    "item": write.item,
-                    "item_bytes": write.item_bytes,
-                    "return_values": "NONE",
-                }
+                payload: ops.PutPayload | ops.DeletePayload = ops.PutPayload(
+                    write.item, write.item_bytes
+                )
                 op = ops.PUT
             else:
                 assert write.key is not None
                 partition_key, sort_key = schema.validate_key(write.key, table)
                 key = write.key
-                body_out = {"key": write.key, "return_values": "NONE"}
+                payload = ops.DeletePayload(write.key)
                 op = ops.DELETE
         except KeyAttributeError:
             # BatchWriteItem reports an item's missing or mistyped key attribute as a mismatch.
             raise ValidationError(KEY_MISMATCH) from None
         keys_by_table[write.table].append(key)
-        calls.append(_Call(table, partition_key, sort_key, op, body_out))
+        calls.append(_Call(table, partition_key, sort_key, op, payload))
     for keys in keys_by_table.values():
         _check_duplicates(keys)
 

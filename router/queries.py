@@ -76,14 +76,15 @@ class _Page:
 
 @dataclasses.dataclass(frozen=True)
 class _Walk:
-    """One page's walk: the node operation, its request body and the key range to cover.
+    """One page's walk: the node operation, its payload and the key range to cover.
 
-    `request` is the node request without paging (exclusive_start, limit, page_bytes); `low` and
-    `high` bound the storage keys [low, high) the walk may visit (high None: no bound).
+    `request` is the node request, whose paging (exclusive_start, limit, page_bytes) the walk
+    sets before each step; `low` and `high` bound the storage keys [low, high) the walk may visit
+    (high None: no bound).
     """
 
     op: str
-    request: dict[str, Any]
+    request: ops.PagePayload
     low: bytes
     high: bytes | None
     forward: bool
@@ -147,13 +148,14 @@ async def _walk(
             target: Partition = dict(partition, start=position.hex())
         else:
             partition = target = _partition_below(partitions, position)
-        body = dict(
-            walk.request,
-            exclusive_start=after,
-            limit=None if walk.limit is None else walk.limit - page.scanned,
-            page_bytes=limits.QUERY_PAGE_BYTES_MAX - page.read_bytes,
+        # The walk's own payload, whose paging moves with the cursor; each step sends its JSON.
+        payload = walk.request
+        payload.exclusive_start = after
+        payload.limit = None if walk.limit is None else walk.limit - page.scanned
+        payload.page_bytes = limits.QUERY_PAGE_BYTES_MAX - page.read_bytes
+        reply = await ctx.call_partition(
+            table, target, walk.op, payload.to_json(), consistent=walk.consistent
         )
-        reply = await ctx.call_partition(table, target, walk.op, body, consistent=walk.consistent)
         # The partition that answered: the one asked about, or the one the context resent the
         # request to after a split.
         answered: Partition = partition if reply["partition"] is target else reply["partition"]
@@ -308,16 +310,6 @@ def _filter_and_projection(
     return _Expressions(compiled_filter, compiled_projection, names, expression_values)
 
 
-def _node_request(compiled: _Expressions, select: str) -> dict[str, Any]:
-    return {
-        "filter": None if compiled.filter is None else compiled.filter.text,
-        "projection": None if compiled.projection is None else compiled.projection.text,
-        "names": compiled.names,
-        "values": compiled.values,
-        "select": select,
-    }
-
-
 # Scan ------------------------------------------------------------------------------------------
 
 
@@ -373,12 +365,21 @@ async def scan(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
     table = await ctx.table(table_name)
     check_index(index_name)
     low, high = b"", None
-    request = _node_request(compiled, select)
+    hash_start: int | None = None
+    hash_end: int | None = None
     if hash_range is not None:
         hash_start, hash_end = hash_range
-        request["hash_start"], request["hash_end"] = hash_start, hash_end
         low = hash_start.to_bytes(keycodec.HASH_BYTES, "big")
         high = None if hash_end is None else hash_end.to_bytes(keycodec.HASH_BYTES, "big")
+    request = ops.ScanPayload(
+        filter=None if compiled.filter is None else compiled.filter.text,
+        projection=None if compiled.projection is None else compiled.projection.text,
+        names=compiled.names,
+        values=compiled.values,
+        select=select,
+        hash_start=hash_start,
+        hash_end=hash_end,
+    )
     if exclusive_start is not None:
         partition_key, _ = _check_starting_key(exclusive_start, table)
         if hash_range is not None and not _in_segment(partition_key, hash_range):
@@ -517,10 +518,16 @@ async def query(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
                     f"attribute: {name}"
                 )
     collection = keycodec.encode_storage_key(hash_value, None)
-    request = _node_request(compiled, select)
-    request["hash_value"] = hash_value
-    request["range"] = None if key_condition.range is None else key_condition.range.to_json()
-    request["forward"] = forward is not False
+    request = ops.QueryPayload(
+        hash_value,
+        range=None if key_condition.range is None else key_condition.range.to_json(),
+        forward=forward is not False,
+        filter=None if compiled.filter is None else compiled.filter.text,
+        projection=None if compiled.projection is None else compiled.projection.text,
+        names=compiled.names,
+        values=compiled.values,
+        select=select,
+    )
     walk = _Walk(
         op=ops.QUERY,
         request=request,

@@ -267,7 +267,10 @@ async def _table_stats(ctx: RouterContext, table: TableDef) -> tuple[int, int]:
     replies = await asyncio.gather(
         *(
             ctx.control(
-                node, ops.TABLE_STATS, {"table_id": table.id}, limits.TABLE_STATS_SECONDS_MAX
+                node,
+                ops.TABLE_STATS,
+                ops.TableStatsPayload(table.id).to_json(),
+                limits.TABLE_STATS_SECONDS_MAX,
             )
             for node in nodes
         ),
@@ -302,7 +305,10 @@ async def _all(calls: list[Awaitable[dict[str, Any]]]) -> None:
 async def _drop_partitions(ctx: RouterContext, table: TableDef) -> None:
     """Drop the table's partitions, with their items and change logs, on every node holding one."""
     await _all(
-        [ctx.control(node, ops.DROP_TABLE, {"table_id": table.id}) for node in table.nodes()]
+        [
+            ctx.control(node, ops.DROP_TABLE, ops.DropTablePayload(table.id).to_json())
+            for node in table.nodes()
+        ]
     )
 
 
@@ -385,11 +391,9 @@ async def create_table(ctx: RouterContext, body: dict[str, Any]) -> dict[str, An
                 ctx.control(
                     partition.node,
                     ops.CREATE_PARTITION,
-                    {
-                        "table": schema_for_nodes,
-                        "partition": partition.to_json(),
-                        "throughput": throughput_for_nodes,
-                    },
+                    ops.CreatePartitionPayload(
+                        schema_for_nodes, partition.to_json(), throughput_for_nodes
+                    ).to_json(),
                 )
                 for partition in table.partitions
             ]
@@ -497,7 +501,7 @@ def _read_update_table(body: dict[str, Any]) -> tuple[str, str | None, dict[str,
 
 async def _push_throughput(ctx: RouterContext, table: TableDef, timeout: float) -> None:
     """Send the table's throughput settings to every node holding one of its partitions."""
-    body = {"table_id": table.id, "throughput": catalog.throughput_document(table)}
+    body = ops.UpdateThroughputPayload(table.id, catalog.throughput_document(table)).to_json()
     await _all([ctx.control(node, ops.UPDATE_THROUGHPUT, body, timeout) for node in table.nodes()])
 
 

@@ -2,11 +2,13 @@
 
 `StorageNode` has no asyncio and no gRPC: `read` answers a read operation from the store, and
 `apply_writes` runs a group of write operations as one synced write batch (the group commit),
-returning each write's reply or typed error. An item write is planned, then applied: the node
-reads the item as it stands (through the batch's overlay, so each write sees every earlier one of
-its group), `core.writes.plan` decides the effect (condition, update, size, ReturnValues, units),
-and `replica.apply` stores it with its change-log record and the partition's counters. A single
-writer thread serialises the groups, so a condition and the write it guards are atomic.
+returning each write's reply or typed error. Each request's JSON body is decoded once into its
+typed payload (`rpc.ops`) before it runs, and the handlers read that. An item write is planned,
+then applied: the node reads the item as it stands (through the batch's overlay, so each write
+sees every earlier one of its group), `core.writes.plan` decides the effect (condition, update,
+size, ReturnValues, units), and `replica.apply` stores it with its change-log record and the
+partition's counters. A single writer thread serialises the groups, so a condition and the write
+it guards are atomic.
 
 A write that fails, with a typed error or a bug, fails alone: nothing of it reaches the batch and
 its neighbours commit. Only a failure of the commit itself (the disk) fails the whole group.
@@ -22,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable, Collection, Sequence
-from typing import Any
+from typing import Any, TypeVar, assert_never
 
 import orjson
 
@@ -89,8 +91,58 @@ METERED_WRITES = frozenset({ops.PUT, ops.UPDATE, ops.DELETE})
 
 PartitionRef = tuple[str, str]  # (table id, partition id)
 WriteResult = dict[str, Any] | DynamoError
-# A write: its op, the partition it is addressed to (None: a control-plane write), its payload.
+# A write: its op, the partition it is addressed to (None: a control-plane write), its JSON body.
 Write = tuple[str, Target | None, dict[str, Any]]
+# A read's handler, given its target and its JSON body.
+Reader = Callable[[Target | None, dict[str, Any]], dict[str, Any]]
+Payload = TypeVar("Payload")
+ControlWritePayload = (
+    ops.CreatePartitionPayload
+    | ops.DropTablePayload
+    | ops.RetirePartitionPayload
+    | ops.UpdateThroughputPayload
+)
+FeedWritePayload = (
+    ops.RegisterConsumerPayload | ops.CheckpointPayload | ops.UnregisterConsumerPayload
+)
+WritePayload = ops.ItemWritePayload | ControlWritePayload | FeedWritePayload
+# How each write's JSON body decodes into its payload (`rpc.ops`), once, before its group runs.
+WRITE_PAYLOADS: dict[str, Callable[[dict[str, Any]], WritePayload]] = {
+    ops.PUT: ops.PutPayload.from_json,
+    ops.UPDATE: ops.UpdatePayload.from_json,
+    ops.DELETE: ops.DeletePayload.from_json,
+    ops.CREATE_PARTITION: ops.CreatePartitionPayload.from_json,
+    ops.DROP_TABLE: ops.DropTablePayload.from_json,
+    ops.RETIRE_PARTITION: ops.RetirePartitionPayload.from_json,
+    ops.UPDATE_THROUGHPUT: ops.UpdateThroughputPayload.from_json,
+    ops.REGISTER_CONSUMER: ops.RegisterConsumerPayload.from_json,
+    ops.CHECKPOINT: ops.CheckpointPayload.from_json,
+    ops.UNREGISTER_CONSUMER: ops.UnregisterConsumerPayload.from_json,
+}
+assert WRITE_PAYLOADS.keys() == WRITE_OPS
+
+
+def _decoding(
+    decode: Callable[[dict[str, Any]], Payload],
+    handler: Callable[[Target | None, Payload], dict[str, Any]],
+) -> Reader:
+    """A reader that decodes its JSON body once into its payload and hands `handler` that."""
+
+    def read(target: Target | None, body: dict[str, Any]) -> dict[str, Any]:
+        return handler(target, decode(body))
+
+    return read
+
+
+def _refusal(op: str, error: Exception) -> DynamoError:
+    """What a write that failed alone answers; called while its exception is being handled.
+
+    A typed error is its refusal; anything else is a bug, logged and answered InternalServerError.
+    """
+    if isinstance(error, DynamoError):
+        return error
+    logger.exception("write %r failed; its group goes on without it", op)
+    return InternalServerError(f"The node failed on this write: {error!r}")
 
 
 def _addressed(partition: Partition | None, target: Target) -> Partition:
@@ -136,12 +188,14 @@ class StorageNode:
                 partition.table_name,
                 partition.throughput,
             )
-        self._readers: dict[str, Callable[[Target | None, dict[str, Any]], dict[str, Any]]] = {
-            ops.GET: self._get,
-            ops.QUERY: self._query,
-            ops.SCAN: self._scan,
-            ops.TABLE_STATS: self._table_stats,
-            ops.PARTITION_THROUGHPUT: self._partition_throughput,
+        self._readers: dict[str, Reader] = {
+            ops.GET: _decoding(ops.GetPayload.from_json, self._get),
+            ops.QUERY: _decoding(ops.QueryPayload.from_json, self._query),
+            ops.SCAN: _decoding(ops.ScanPayload.from_json, self._scan),
+            ops.TABLE_STATS: _decoding(ops.TableStatsPayload.from_json, self._table_stats),
+            ops.PARTITION_THROUGHPUT: _decoding(
+                ops.PartitionThroughputPayload.from_json, self._partition_throughput
+            ),
         }
 
     # Reads ---------------------------------------------------------------------------------------
@@ -201,28 +255,28 @@ class StorageNode:
         assert target is not None, "a data-plane request names its partition"
         return _addressed(self.partitions.get((target.table_id, target.partition_id)), target)
 
-    def _get(self, target: Target | None, body: dict[str, Any]) -> dict[str, Any]:
+    def _get(self, target: Target | None, payload: ops.GetPayload) -> dict[str, Any]:
         partition = self._partition(target)
-        storage_key = partition.storage_key(partition.key_shape.check_key(body["key"]))
+        storage_key = partition.storage_key(partition.key_shape.check_key(payload.key))
         raw = self.store.get(Family.ITEMS, partition.item_prefix + storage_key)
         if raw is None:
             return {"item": None, "read_bytes": 0}
         item = orjson.loads(item_json_of(raw))
         read_bytes = item_size_of(raw)
-        if body.get("projection") is not None:
-            item = expressions.projection(body["projection"], body.get("names")).apply(item)
+        if payload.projection is not None:
+            item = expressions.projection(payload.projection, payload.names).apply(item)
         return {"item": item, "read_bytes": read_bytes}
 
-    def _query(self, target: Target | None, body: dict[str, Any]) -> dict[str, Any]:
+    def _query(self, target: Target | None, payload: ops.QueryPayload) -> dict[str, Any]:
         partition = self._partition(target)
         shape = partition.key_shape
-        hash_value = body["hash_value"]
-        forward = body.get("forward", True)
-        range_condition = body.get("range")
+        hash_value = payload.hash_value
+        forward = payload.forward
+        range_condition = payload.range
         sort = shape.sort_key
         if range_condition is not None and sort is None:
             raise ValidationError("Query key condition not supported: the table has no sort key")
-        start = body.get("exclusive_start")
+        start = payload.exclusive_start
         if start is not None and start.get(shape.partition_key.name) != hash_value:
             raise ValidationError("The provided starting key is invalid: it is not in the query")
         lo, hi = query_bounds(partition, hash_value, range_condition, start, forward=forward)
@@ -234,19 +288,19 @@ class StorageNode:
                 sort.name,
             )
         rows = self.store.walk(Family.ITEMS, *_item_range(partition, lo, hi), forward=forward)
-        page = PageRequest.from_body(body, limits.QUERY_PAGE_BYTES_MAX)
+        page = PageRequest.of(payload, limits.QUERY_PAGE_BYTES_MAX)
         return read_page(rows, page, partition, key_matches)
 
-    def _scan(self, target: Target | None, body: dict[str, Any]) -> dict[str, Any]:
+    def _scan(self, target: Target | None, payload: ops.ScanPayload) -> dict[str, Any]:
         partition = self._partition(target)
         lo, hi = scan_bounds(
-            partition, body.get("exclusive_start"), body.get("hash_start"), body.get("hash_end")
+            partition, payload.exclusive_start, payload.hash_start, payload.hash_end
         )
         rows = self.store.walk(Family.ITEMS, *_item_range(partition, lo, hi), forward=True)
-        return read_page(rows, PageRequest.from_body(body, limits.QUERY_PAGE_BYTES_MAX), partition)
+        return read_page(rows, PageRequest.of(payload, limits.QUERY_PAGE_BYTES_MAX), partition)
 
-    def _table_stats(self, target: Target | None, body: dict[str, Any]) -> dict[str, Any]:
-        table_id = body["table_id"]
+    def _table_stats(self, target: Target | None, payload: ops.TableStatsPayload) -> dict[str, Any]:
+        table_id = payload.table_id
         return {
             "partitions": {
                 partition.partition_id: {
@@ -259,8 +313,10 @@ class StorageNode:
             }
         }
 
-    def _partition_throughput(self, target: Target | None, body: dict[str, Any]) -> dict[str, Any]:
-        return self.throughput.report(body.get("table_id"))
+    def _partition_throughput(
+        self, target: Target | None, payload: ops.PartitionThroughputPayload
+    ) -> dict[str, Any]:
+        return self.throughput.report(payload.table_id)
 
     def changes(
         self, table_id: str, partition_id: str, after_seq: int, limit: int
@@ -326,20 +382,19 @@ class StorageNode:
         failure of the commit (the disk) fails every write of the group that had not failed.
         """
         results: list[WriteResult | None] = [None] * len(writes)
-        charged = self._admit_writes(writes, results)
+        payloads = _decode_writes(writes, results)
+        charged = self._admit_writes(writes, payloads, results)
         # Units each write consumed, known once it has been planned (0 for one not applied).
         consumed = [0.0] * len(writes)
         group = _WriteGroup(self, self.store.batch())
-        for index, (op, target, body) in enumerate(writes):
-            if results[index] is not None:
+        for index, (op, target, _) in enumerate(writes):
+            payload = payloads[index]
+            if results[index] is not None or payload is None:
                 continue
             try:
-                results[index], consumed[index] = group.write(op, target, body)
-            except DynamoError as error:
-                results[index] = error
+                results[index], consumed[index] = group.write(op, target, payload)
             except Exception as error:
-                logger.exception("write %r failed; its group goes on without it", op)
-                results[index] = InternalServerError(f"The node failed on this write: {error!r}")
+                results[index] = _refusal(op, error)
         try:
             group.finish()
             self.store.commit(group.batch)
@@ -361,7 +416,10 @@ class StorageNode:
         return results  # type: ignore[return-value]
 
     def _admit_writes(
-        self, writes: Sequence[Write], results: list[WriteResult | None]
+        self,
+        writes: Sequence[Write],
+        payloads: Sequence[WritePayload | None],
+        results: list[WriteResult | None],
     ) -> list[float]:
         """Admit each item write on its estimate before any is planned; refuse the throttled.
 
@@ -373,11 +431,12 @@ class StorageNode:
         charged = [0.0] * len(writes)
         if not self.throughput.enforced:
             return charged
-        for index, (op, target, body) in enumerate(writes):
+        for index, (op, target, _) in enumerate(writes):
+            payload = payloads[index]
             key = self._metered(op, target, METERED_WRITES)
-            if key is None:
+            if key is None or payload is None:
                 continue
-            estimate_bytes = body.get("item_bytes") if op == ops.PUT else None
+            estimate_bytes = payload.item_bytes if isinstance(payload, ops.PutPayload) else None
             try:
                 charged[index] = self.throughput.admit_write(key, estimate_bytes)
             except ThroughputExceeded as error:
@@ -418,6 +477,23 @@ class StorageNode:
         self.partitions = partitions
 
 
+def _decode_writes(
+    writes: Sequence[Write], results: list[WriteResult | None]
+) -> list[WritePayload | None]:
+    """Each write's body decoded once into its payload; None for a write that cannot be (its
+    refusal is put in `results`: it fails alone, like any write)."""
+    payloads: list[WritePayload | None] = [None] * len(writes)
+    for index, (op, _, body) in enumerate(writes):
+        try:
+            decode = WRITE_PAYLOADS.get(op)
+            if decode is None:
+                raise UnknownOperation(f"{op!r} is not a storage node write operation")
+            payloads[index] = decode(body)
+        except Exception as error:
+            results[index] = _refusal(op, error)
+    return payloads
+
+
 class _WriteGroup:
     """The writes of one group commit: a write batch, and copies of the metadata they touch.
 
@@ -430,34 +506,33 @@ class _WriteGroup:
         self.batch = batch
         self.dirty: dict[PartitionRef, Partition | None] = {}
         self.feed = changefeed.FeedChanges(node.feeds, batch)
-        self._control: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
-            ops.CREATE_PARTITION: self.create_partition,
-            ops.DROP_TABLE: self.drop_table,
-            ops.RETIRE_PARTITION: self.retire_partition,
-            ops.UPDATE_THROUGHPUT: self.update_throughput,
-        }
-        self._feed_writes: dict[str, Callable[[Target, dict[str, Any]], dict[str, Any]]] = {
-            ops.REGISTER_CONSUMER: self.register_consumer,
-            ops.CHECKPOINT: self.checkpoint,
-            ops.UNREGISTER_CONSUMER: self.unregister_consumer,
-        }
 
     def write(
-        self, op: str, target: Target | None, body: dict[str, Any]
+        self, op: str, target: Target | None, payload: WritePayload
     ) -> tuple[WriteResult, float]:
         """Run one write against the batch: its reply or refusal, and the units it consumed."""
-        if op in METERED_WRITES:
-            assert target is not None, "an item write names its partition"
-            return self.item_write(op, target, body)
-        feed_write = self._feed_writes.get(op)
-        if feed_write is not None:
-            if target is None:
-                raise ValidationError(f"A {op} request names no partition")
-            return feed_write(target, body), 0.0
-        control = self._control.get(op)
-        if control is None:
-            raise UnknownOperation(f"{op!r} is not a storage node write operation")
-        return control(body), 0.0
+        match payload:
+            case ops.PutPayload() | ops.UpdatePayload() | ops.DeletePayload():
+                assert target is not None, "an item write names its partition"
+                return self.item_write(target, payload)
+            case ops.CreatePartitionPayload():
+                return self.create_partition(payload), 0.0
+            case ops.DropTablePayload():
+                return self.drop_table(payload), 0.0
+            case ops.RetirePartitionPayload():
+                return self.retire_partition(payload), 0.0
+            case ops.UpdateThroughputPayload():
+                return self.update_throughput(payload), 0.0
+        if target is None:
+            raise ValidationError(f"A {op} request names no partition")
+        match payload:
+            case ops.RegisterConsumerPayload():
+                return self.register_consumer(target, payload), 0.0
+            case ops.CheckpointPayload():
+                return self.checkpoint(target, payload), 0.0
+            case ops.UnregisterConsumerPayload():
+                return self.unregister_consumer(target, payload), 0.0
+        assert_never(payload)
 
     def _lookup(self, key: PartitionRef) -> Partition | None:
         if key in self.dirty:
@@ -465,11 +540,11 @@ class _WriteGroup:
         return self.node.partitions.get(key)
 
     def item_write(
-        self, op: str, target: Target, body: dict[str, Any]
+        self, target: Target, payload: ops.ItemWritePayload
     ) -> tuple[WriteResult, float]:
         """Plan a put, update or delete against the item as this group sees it, then apply it."""
         partition = _addressed(self._lookup((target.table_id, target.partition_id)), target)
-        request = _write_request(op, body, partition.key_shape)
+        request = _write_request(payload, partition.key_shape)
         key = request.item if isinstance(request, PutRequest) else request.key
         items_key = partition.item_prefix + partition.storage_key(key)
         raw = self.batch.get(Family.ITEMS, items_key)
@@ -483,8 +558,8 @@ class _WriteGroup:
         self.dirty[ref] = staged
         return effect.reply(), effect.units
 
-    def create_partition(self, body: dict[str, Any]) -> dict[str, Any]:
-        created = Partition.create(body["table"], body["partition"], body.get("throughput"))
+    def create_partition(self, payload: ops.CreatePartitionPayload) -> dict[str, Any]:
+        created = Partition.create(payload.table, payload.partition, payload.throughput)
         key = (created.table_id, created.partition_id)
         existing = self._lookup(key)
         if existing is not None:
@@ -508,9 +583,9 @@ class _WriteGroup:
         self.dirty[key] = created
         return {}
 
-    def update_throughput(self, body: dict[str, Any]) -> dict[str, Any]:
+    def update_throughput(self, payload: ops.UpdateThroughputPayload) -> dict[str, Any]:
         """New throughput settings for every partition of a table on this node (UpdateTable)."""
-        table_id, throughput = body["table_id"], body["throughput"]
+        table_id, throughput = payload.table_id, payload.throughput
         version = version_of(throughput)
         updated = 0
         for key in {key for key in (*self.node.partitions, *self.dirty) if key[0] == table_id}:
@@ -523,8 +598,8 @@ class _WriteGroup:
             updated += 1
         return {"partitions_updated": updated}
 
-    def drop_table(self, body: dict[str, Any]) -> dict[str, Any]:
-        table_id = body["table_id"]
+    def drop_table(self, payload: ops.DropTablePayload) -> dict[str, Any]:
+        table_id = payload.table_id
         prefix = table_prefix(table_id)
         keys = {key for key in (*self.node.partitions, *self.dirty) if key[0] == table_id}
         dropped = [key for key in keys if self._lookup(key) is not None]
@@ -536,22 +611,22 @@ class _WriteGroup:
         self.batch.delete_range(Family.ITEMS, prefix, _end_of(prefix))
         return {"partitions_dropped": len(dropped)}
 
-    def retire_partition(self, body: dict[str, Any]) -> dict[str, Any]:
+    def retire_partition(self, payload: ops.RetirePartitionPayload) -> dict[str, Any]:
         """Forget a split or moved partition's metadata; its items stay (`rpc.ops`).
 
         Its change log ends with an END record naming the children. If consumers are registered,
         the log stays (a `changefeed.RetiredLog`) until each has read to END; if not, it goes now.
         """
-        key = (body["table_id"], body["partition_id"])
+        key = (payload.table_id, payload.partition_id)
         partition = self._lookup(key)
         if partition is None:
             return {"retired": False}
-        if partition.epoch > body["epoch"]:
+        if partition.epoch > payload.epoch:
             raise StaleEpoch(
                 f"Partition {partition.partition_id} is at epoch {partition.epoch}, "
-                f"the request at {body['epoch']}"
+                f"the request at {payload.epoch}"
             )
-        children = body.get("children") or []
+        children = payload.children or []
         if not isinstance(children, list) or not all(isinstance(c, str) for c in children):
             raise ValidationError("retire_partition's children are a list of partition ids")
         self.dirty[key] = None
@@ -597,19 +672,23 @@ class _WriteGroup:
             return {"first_seq": 0, "last_seq": 0}
         return {"first_seq": retired.first_seq, "last_seq": retired.end_seq}
 
-    def register_consumer(self, target: Target, body: dict[str, Any]) -> dict[str, Any]:
+    def register_consumer(
+        self, target: Target, payload: ops.RegisterConsumerPayload
+    ) -> dict[str, Any]:
         key, bounds = self._feed_bounds(target)
-        seq = self.feed.register(key, body["consumer"], body.get("seq"), bounds)
+        seq = self.feed.register(key, payload.consumer, payload.seq, bounds)
         return {"seq": seq, **self._feed_moved(key)}
 
-    def checkpoint(self, target: Target, body: dict[str, Any]) -> dict[str, Any]:
+    def checkpoint(self, target: Target, payload: ops.CheckpointPayload) -> dict[str, Any]:
         key, bounds = self._feed_bounds(target)
-        seq = self.feed.checkpoint(key, body["consumer"], body["seq"], bounds)
+        seq = self.feed.checkpoint(key, payload.consumer, payload.seq, bounds)
         return {"seq": seq, **self._feed_moved(key)}
 
-    def unregister_consumer(self, target: Target, body: dict[str, Any]) -> dict[str, Any]:
+    def unregister_consumer(
+        self, target: Target, payload: ops.UnregisterConsumerPayload
+    ) -> dict[str, Any]:
         key, _ = self._feed_bounds(target)
-        unregistered = self.feed.unregister(key, body["consumer"])
+        unregistered = self.feed.unregister(key, payload.consumer)
         return {"unregistered": unregistered, **self._feed_moved(key)}
 
     def finish(self) -> None:
@@ -638,20 +717,19 @@ class _WriteGroup:
             self.batch.put(Family.PARTITIONS, meta_key, partition.to_meta())
 
 
-def _write_request(op: str, body: dict[str, Any], shape: KeyShape) -> WriteRequest:
-    """The typed request of a put, update or delete body, its key checked against `shape`."""
-    names, values = body.get("names"), body.get("values")
-    text = body.get("condition")
+def _write_request(payload: ops.ItemWritePayload, shape: KeyShape) -> WriteRequest:
+    """The `core.writes` request of a put, update or delete, its key checked against `shape` and
+    its expressions compiled."""
+    names, values = payload.names, payload.values
+    text = payload.condition
     condition = None if text is None else expressions.condition(text, names, values)
-    return_values = body.get("return_values") or "NONE"
-    on_failure = body.get("return_on_failure") is True
-    if op == ops.PUT:
-        item = body["item"]
-        shape.extract(item)
-        return PutRequest(item, condition, return_values, on_failure)
-    key = shape.check_key(body["key"])
-    if op == ops.UPDATE:
-        update_text = body.get("update")
+    return_values, on_failure = payload.return_values, payload.return_on_failure
+    if isinstance(payload, ops.PutPayload):
+        shape.extract(payload.item)
+        return PutRequest(payload.item, condition, return_values, on_failure)
+    key = shape.check_key(payload.key)
+    if isinstance(payload, ops.UpdatePayload):
+        update_text = payload.update
         update = None if update_text is None else expressions.update(update_text, names, values)
         return UpdateRequest(key, update, condition, return_values, on_failure)
     return DeleteRequest(key, condition, return_values, on_failure)

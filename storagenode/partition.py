@@ -20,6 +20,7 @@ from core.errors import StaleEpoch
 from core.keycodec import HASH_BYTES, HASH_SPACE, encode_key_prefix, successor
 from core.keys import KeyShape
 from core.values import AttributeValue, Item
+from rpc.ops import PagePayload
 from storagenode.layout import change_log_prefix, item_json_of, item_size_of, table_prefix
 
 # Range-condition operators whose first value is a lower bound on the sort key.
@@ -209,7 +210,7 @@ def scan_bounds(
 
 @dataclass(slots=True)
 class PageRequest:
-    """The paging and shaping parameters shared by query and scan bodies."""
+    """The paging and shaping parameters shared by query and scan payloads."""
 
     limit: int | None
     page_bytes: int
@@ -218,20 +219,21 @@ class PageRequest:
     count_only: bool
 
     @classmethod
-    def from_body(cls, body: dict[str, Any], page_bytes_max: int) -> PageRequest:
-        names, values = body.get("names"), body.get("values")
-        filter_text, projection_text = body.get("filter"), body.get("projection")
-        limit = body.get("limit")
+    def of(cls, payload: PagePayload, page_bytes_max: int) -> PageRequest:
+        """The page a query or scan payload asks for, its byte bound at most `page_bytes_max`,
+        its filter and projection compiled."""
+        names, values = payload.names, payload.values
+        filter_text, projection_text = payload.filter, payload.projection
         return cls(
-            limit=limit,
-            page_bytes=min(int(body.get("page_bytes") or page_bytes_max), page_bytes_max),
+            limit=payload.limit,
+            page_bytes=min(int(payload.page_bytes or page_bytes_max), page_bytes_max),
             filter=None
             if filter_text is None
             else expressions.condition(filter_text, names, values, kind="FilterExpression"),
             projection=None
             if projection_text is None
             else expressions.projection(projection_text, names),
-            count_only=body.get("select") == "COUNT",
+            count_only=payload.select == "COUNT",
         )
 
 

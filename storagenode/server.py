@@ -361,22 +361,21 @@ class ChangeFeedServicer(changefeed_pb2_grpc.ChangeFeedServicer):  # type: ignor
     async def Register(
         self, request: changefeed_pb2.RegisterRequest, context: Any
     ) -> changefeed_pb2.ConsumerReply:
-        body: dict[str, Any] = {"consumer": request.consumer}
-        body["seq"] = request.seq if request.HasField("seq") else None
+        seq = request.seq if request.HasField("seq") else None
+        body = ops.RegisterConsumerPayload(request.consumer, seq).to_json()
         return await self._write(ops.REGISTER_CONSUMER, request, body, context)
 
     async def Checkpoint(
         self, request: changefeed_pb2.CheckpointRequest, context: Any
     ) -> changefeed_pb2.ConsumerReply:
-        body = {"consumer": request.consumer, "seq": request.seq}
+        body = ops.CheckpointPayload(request.consumer, request.seq).to_json()
         return await self._write(ops.CHECKPOINT, request, body, context)
 
     async def Unregister(
         self, request: changefeed_pb2.UnregisterRequest, context: Any
     ) -> changefeed_pb2.ConsumerReply:
-        return await self._write(
-            ops.UNREGISTER_CONSUMER, request, {"consumer": request.consumer}, context
-        )
+        body = ops.UnregisterConsumerPayload(request.consumer).to_json()
+        return await self._write(ops.UNREGISTER_CONSUMER, request, body, context)
 
     async def _write(
         self, op: str, request: Any, body: dict[str, Any], context: Any

@@ -11,6 +11,7 @@ import pytest
 from core.errors import StaleEpoch
 from core.keycodec import encode_storage_key, successor
 from core.size import item_size_bytes
+from rpc.ops import ScanPayload
 from storagenode.layout import encode_item
 from storagenode.partition import PageRequest, Partition, query_bounds, read_page, scan_bounds
 
@@ -90,7 +91,7 @@ def stored(item: dict[str, Any]) -> bytes:
 
 
 def page(**body: Any) -> PageRequest:
-    return PageRequest.from_body(body, page_bytes_max=1 << 20)
+    return PageRequest.of(ScanPayload.from_json(body), page_bytes_max=1 << 20)
 
 
 def test_read_page_stops_at_the_limit_and_points_past_the_last_item_read() -> None:
