@@ -48,7 +48,6 @@ from rpc.ops import Target
 from storagenode import changefeed, metrics, replica
 from storagenode.layout import (
     Family,
-    change_log_prefix,
     item_json_of,
     item_size_of,
     partition_meta_key,
@@ -321,21 +320,18 @@ class StorageNode:
     def changes(
         self, table_id: str, partition_id: str, after_seq: int, limit: int
     ) -> list[dict[str, Any]]:
-        """Up to `limit` change-log records of a partition with seq > after_seq, oldest first.
+        """Up to `limit` of the change-log records a partition still holds with seq > after_seq,
+        oldest first: the feed's own read, from where the log now starts if it was trimmed past
+        `after_seq` (a view for tools and tests, which need no re-snapshot error).
 
         The partition may be live or retired with its log kept for its consumers.
         """
-        self.feed_bounds(table_id, partition_id)
-        prefix = change_log_prefix(table_id, partition_id)
-        records: list[dict[str, Any]] = []
-        rows = self.store.walk(
-            Family.CHANGE_LOG, prefix + seq_bytes(after_seq + 1), successor(prefix), forward=True
+        bounds = self.feed_bounds(table_id, partition_id)
+        start = max(after_seq, bounds.first_seq - 1)
+        batch = changefeed.read_batch(
+            self.store, table_id, partition_id, bounds, start, records_max=limit
         )
-        for _, value in rows:
-            if len(records) >= limit:
-                break
-            records.append(orjson.loads(value))
-        return records
+        return batch.records
 
     def feed_bounds(self, table_id: str, partition_id: str) -> changefeed.LogBounds:
         """The committed bounds of a partition's change log, live or retired and kept."""
