@@ -54,6 +54,8 @@ TABLE_NAME_CHARS_MAX = 255
 GSI_PER_TABLE_MAX = 20
 LSI_PER_TABLE_MAX = 5
 INDEX_PROJECTED_NON_KEY_ATTRIBUTES_MAX = 100  # INCLUDE attributes across all indexes of a table.
+# "Index item size = base primary key + index key + projected attributes + 100 bytes of overhead".
+INDEX_ENTRY_OVERHEAD_BYTES = 100
 
 # Capacity and partitions.
 READ_UNIT_BYTES = 4 * KIB  # One read capacity unit covers an item up to 4 KB (strongly consistent).

@@ -1,0 +1,183 @@
+"""Secondary indexes, local and global alike: projections, index entries and their keys. Pure.
+
+An index holds, for every item that carries all of its key attributes, an *entry*: the item as
+projected into the index (Developer Guide, "Projections"): KEYS_ONLY is the table's key and the
+index's key, INCLUDE adds the NonKeyAttributes the item has, ALL is the whole item. An item that
+lacks an index key attribute has no entry there (a sparse index). Index keys are not unique, so an
+entry is stored under a key that appends the table's key (`entry_shape`): for a local index
+(partition key, index sort key, table sort key), for a global one (index partition key, index sort
+key if any, then the table key attributes not already among them). Entries with the same index key
+stay distinct, and a Query returns all of them.
+
+The rules here are shared by the node, which maintains local indexes in the write's own batch, and
+the GSI replicator, which projects changes into global indexes; and by the router and the node,
+which refuse a write whose index key attribute has the wrong type or is empty
+(`check_index_keys`), synchronously for both kinds (a GSI key type mismatch is also refused on
+the base write, seed 001 G-18). CreateTable's projection rules and the limit of 100 projected
+non-key attributes across a table's indexes are here too. Messages are DynamoDB's. Nothing here
+does IO.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from core import limits
+from core.catalog import IndexDef, ProjectionType
+from core.errors import INVALID_PARAMETERS, ValidationError
+from core.keys import KeyAttribute, KeyShape
+from core.size import item_size_bytes
+from core.values import Item, type_of
+
+PROJECTION_TYPES: tuple[ProjectionType, ...] = ("ALL", "KEYS_ONLY", "INCLUDE")
+_PROJECTION_TYPE_NAMED: dict[str | None, ProjectionType] = {kind: kind for kind in PROJECTION_TYPES}
+
+_NOT_VALID = "One or more parameter values are not valid. "
+
+
+@dataclass(frozen=True, slots=True)
+class Projection:
+    """A checked `Projection`: its type and, for INCLUDE only, its NonKeyAttributes."""
+
+    type: ProjectionType
+    non_key_attributes: tuple[str, ...] = ()
+
+
+def check_projection(
+    projection_type: str | None, non_key_attributes: Sequence[str] | None
+) -> Projection:
+    """CreateTable's (or a GSI creation's) `Projection`, or DynamoDB's error for a bad one.
+
+    `projection_type` and `non_key_attributes` have passed their JSON types. NonKeyAttributes go
+    with INCLUDE only, and INCLUDE needs them.
+    """
+    kind = _PROJECTION_TYPE_NAMED.get(projection_type)
+    if kind is None:
+        raise ValidationError(
+            INVALID_PARAMETERS
+            + f"Unknown ProjectionType: {'null' if projection_type is None else projection_type}"
+        )
+    if kind == "INCLUDE":
+        if not non_key_attributes:
+            raise ValidationError(
+                INVALID_PARAMETERS
+                + "ProjectionType is INCLUDE, but NonKeyAttributes is not specified"
+            )
+        return Projection("INCLUDE", tuple(non_key_attributes))
+    if non_key_attributes is not None:
+        raise ValidationError(
+            INVALID_PARAMETERS + f"ProjectionType is {kind}, but NonKeyAttributes is specified"
+        )
+    return Projection(kind)
+
+
+def check_projected_attribute_count(projections: Iterable[Projection]) -> None:
+    """Refuse more than 100 projected non-key attributes summed over all of a table's indexes,
+    local and global ("If you project the same attribute into two different indexes, this counts
+    as two distinct attributes")."""
+    count = sum(len(projection.non_key_attributes) for projection in projections)
+    if count > limits.INDEX_PROJECTED_NON_KEY_ATTRIBUTES_MAX:
+        raise ValidationError(
+            INVALID_PARAMETERS + "Number of projected attributes in all indexes exceeds limit of "
+            f"{limits.INDEX_PROJECTED_NON_KEY_ATTRIBUTES_MAX}, "
+            f"number of projected attributes: {count}"
+        )
+
+
+# Entries --------------------------------------------------------------------------------------
+
+
+def entry_shape(index: IndexDef, table_shape: KeyShape) -> KeyShape:
+    """The key an entry of `index` is stored under: the index key, then the table key attributes
+    not already in it, so that entries with equal index keys stay distinct.
+
+    `index.key_shape` is the index's own key (partition key, sort key if any). For a local index
+    this is (partition key, index sort key, table sort key).
+    """
+    own = index.key_shape.attributes
+    names = {attribute.name for attribute in own}
+    rest = tuple(attribute for attribute in table_shape.attributes if attribute.name not in names)
+    return KeyShape(own + rest)
+
+
+def local_index_key(table_shape: KeyShape, sort: tuple[str, str]) -> KeyShape:
+    """The own key of a local index: the table's partition key and the index sort key."""
+    partition = table_shape.partition_key
+    return KeyShape((partition, KeyAttribute(sort[0], sort[1], "sort")))
+
+
+def index_entry(item: Item | None, index: IndexDef, table_shape: KeyShape) -> Item | None:
+    """The item as projected into `index`; None without an item or when the item lacks one of
+    the index's key attributes (it has no entry: a sparse index).
+
+    The item's index key values are assumed checked (`check_index_keys`).
+    """
+    if item is None:
+        return None
+    for attribute in index.key_shape.attributes:
+        if attribute.name not in item:
+            return None
+    if index.projection == "ALL":
+        return item
+    entry: Item = {}
+    for name in (*table_shape.names, *index.key_shape.names, *index.non_key_attributes):
+        value = item.get(name)
+        if value is not None:
+            entry[name] = value
+    return entry
+
+
+def entry_size_bytes(entry: Item) -> int:
+    """The storage an index entry takes, as DynamoDB counts it for IndexSizeBytes and for item
+    collections: its attributes' size plus 100 bytes of overhead (seed 000 L-36)."""
+    return item_size_bytes(entry) + limits.INDEX_ENTRY_OVERHEAD_BYTES
+
+
+def projected(index: IndexDef, table_shape: KeyShape, names: Iterable[str]) -> bool:
+    """Whether every top-level attribute in `names` is in the index's entries (no fetch from
+    the table is needed to return them)."""
+    if index.projection == "ALL":
+        return True
+    held = {*table_shape.names, *index.key_shape.names, *index.non_key_attributes}
+    return all(name in held for name in names)
+
+
+def check_index_keys(item: Item, indexes: Iterable[IndexDef]) -> None:
+    """Refuse an item (a PutItem's, or an UpdateItem's new image) whose value for some index key
+    attribute has another type than the index declares, or is an empty string or binary.
+
+    An absent index key attribute is no error: the item is just not in that index. DynamoDB
+    refuses the write with a ValidationException and changes nothing, for local and global
+    indexes alike.
+    """
+    for index in indexes:
+        for attribute in index.key_shape.attributes:
+            value = item.get(attribute.name)
+            if value is None:
+                continue
+            actual = type_of(value)
+            if actual != attribute.type:
+                raise ValidationError(
+                    INVALID_PARAMETERS
+                    + f"Type mismatch for Index Key {attribute.name} Expected: {attribute.type} "
+                    f"Actual: {actual} IndexName: {index.name}"
+                )
+            if actual in ("S", "B") and value[actual] == "":
+                kind = "string" if actual == "S" else "binary"
+                raise ValidationError(
+                    _NOT_VALID
+                    + "A value specified for a secondary index key is not supported. The "
+                    f"AttributeValue for a key attribute cannot contain an empty {kind} value. "
+                    f"IndexName: {index.name}, IndexKey: {attribute.name}"
+                )
+
+
+# Item collections -----------------------------------------------------------------------------
+
+
+def size_estimate_range_gb(collection_bytes: int) -> list[float]:
+    """ItemCollectionMetrics' SizeEstimateRangeGB: the whole gigabytes below and above the size
+    (DynamoDB answers `[0.0, 1.0]` for a collection under 1 GB)."""
+    low = collection_bytes // limits.GIB
+    return [float(low), float(low + 1)]
