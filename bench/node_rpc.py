@@ -73,8 +73,9 @@ async def start_node(data_dir: Path) -> tuple[asyncio.subprocess.Process, str]:
     return process, address
 
 
-def body(**fields: object) -> dict[str, object]:
-    return {"table_id": TABLE["id"], "partition_id": "p0", "epoch": 1, **fields}
+def target(*, consistent: bool = False) -> ops.Target:
+    """The envelope of every data-plane call: the one partition, at its epoch."""
+    return ops.Target(TABLE["id"], PARTITION["id"], PARTITION["epoch"], consistent)
 
 
 def process_cpu_seconds(pid: int) -> float:
@@ -98,9 +99,9 @@ async def run_phase(
             started = time.perf_counter()
             if write:
                 item = {**key, "payload": {"S": payload}, "n": {"N": str(rng.randrange(10**9))}}
-                await client.call(ops.PUT, body(item=item), CALL_SECONDS)
+                await client.call(ops.PUT, target(), {"item": item}, CALL_SECONDS)
             else:
-                await client.call(ops.GET, body(key=key, consistent=True), CALL_SECONDS)
+                await client.call(ops.GET, target(consistent=True), {"key": key}, CALL_SECONDS)
             latencies.append(time.perf_counter() - started)
 
     started = time.monotonic()

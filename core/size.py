@@ -44,22 +44,22 @@ def _number_len(text: str) -> int:
 
 def value_size_bytes(value: AttributeValue) -> int:
     """Size of one validated attribute value, without its attribute name."""
-    tag = type_of(value)
-    raw = value[tag]
+    # A validated value has exactly one member, its type tag.
+    [(tag, raw)] = value.items()
     if tag == "S":
-        return _utf8_len(raw)
+        return len(raw) if raw.isascii() else len(raw.encode("utf-8"))
     if tag == "N":
         return _number_len(raw)
-    if tag == "B":
-        return _binary_len(raw)
-    if tag in ("BOOL", "NULL"):
-        return limits.SIZE_BYTES_NULL_OR_BOOL
     if tag == "M":
         return (
             limits.SIZE_OVERHEAD_BYTES_PER_CONTAINER
             + len(raw) * limits.SIZE_OVERHEAD_BYTES_PER_ELEMENT
             + item_size_bytes(raw)
         )
+    if tag == "B":
+        return _binary_len(raw)
+    if tag in ("BOOL", "NULL"):
+        return limits.SIZE_BYTES_NULL_OR_BOOL
     if tag == "L":
         return (
             limits.SIZE_OVERHEAD_BYTES_PER_CONTAINER
@@ -79,7 +79,12 @@ def value_size_bytes(value: AttributeValue) -> int:
 
 def item_size_bytes(item: Item) -> int:
     """Size of a validated item: each attribute name's UTF-8 length plus its value's size."""
-    return sum(_utf8_len(name) + value_size_bytes(value) for name, value in item.items())
+    size = 0
+    for name, value in item.items():
+        size += (len(name) if name.isascii() else len(name.encode("utf-8"))) + value_size_bytes(
+            value
+        )
+    return size
 
 
 def check_item_size(item: Item) -> int:

@@ -134,17 +134,22 @@ def _same_item(a: Item | None, b: Item | None) -> bool:
     return a.keys() == b.keys() and all(a[name] == b[name] or equal(a[name], b[name]) for name in a)
 
 
-def plan(request: WriteRequest, old: Item | None, shape: KeyShape) -> WriteEffect:
+def plan(
+    request: WriteRequest, old: Item | None, shape: KeyShape, *, old_bytes: int | None = None
+) -> WriteEffect:
     """The effect of `request` on the item `old` (None: there is none) of a table keyed `shape`.
 
     The request's key values have been checked against `shape` by the router; the item `old` is
-    the one stored under that key.
+    the one stored under that key. `old_bytes` is its DynamoDB size when the caller already knows
+    it (a node stores each item's size beside it); without it the size is measured here.
     """
+    if old_bytes is None:
+        old_bytes = 0 if old is None else item_size_bytes(old)
     if isinstance(request, PutRequest):
-        return _plan_put(request, old, shape)
+        return _plan_put(request, old, old_bytes, shape)
     if isinstance(request, UpdateRequest):
-        return _plan_update(request, old, shape)
-    return _plan_delete(request, old, shape)
+        return _plan_update(request, old, old_bytes, shape)
+    return _plan_delete(request, old, old_bytes, shape)
 
 
 def _failed_condition(
@@ -170,13 +175,14 @@ def _failed_condition(
     )
 
 
-def _plan_put(request: PutRequest, old: Item | None, shape: KeyShape) -> WriteEffect:
+def _plan_put(
+    request: PutRequest, old: Item | None, old_bytes: int, shape: KeyShape
+) -> WriteEffect:
     key = shape.key_of(request.item)
     # DynamoDB refuses an oversized item before it looks at the stored one.
     new_bytes = item_size_bytes(request.item)
     if new_bytes > limits.ITEM_SIZE_BYTES_MAX:
         raise ValidationError("Item size has exceeded the maximum allowed size")
-    old_bytes = 0 if old is None else item_size_bytes(old)
     failed = _failed_condition(request.condition, key, old, old_bytes, request.return_on_failure)
     if failed is not None:
         return failed
@@ -191,7 +197,9 @@ def _plan_put(request: PutRequest, old: Item | None, shape: KeyShape) -> WriteEf
     )
 
 
-def _plan_update(request: UpdateRequest, old: Item | None, shape: KeyShape) -> WriteEffect:
+def _plan_update(
+    request: UpdateRequest, old: Item | None, old_bytes: int, shape: KeyShape
+) -> WriteEffect:
     key = shape.key_of(request.key)
     update = request.update
     if update is not None:
@@ -201,7 +209,6 @@ def _plan_update(request: UpdateRequest, old: Item | None, shape: KeyShape) -> W
                     INVALID_PARAMETERS
                     + f"Cannot update attribute {name}. This attribute is part of the key"
                 )
-    old_bytes = 0 if old is None else item_size_bytes(old)
     failed = _failed_condition(request.condition, key, old, old_bytes, request.return_on_failure)
     if failed is not None:
         return failed
@@ -222,9 +229,10 @@ def _plan_update(request: UpdateRequest, old: Item | None, shape: KeyShape) -> W
     )
 
 
-def _plan_delete(request: DeleteRequest, old: Item | None, shape: KeyShape) -> WriteEffect:
+def _plan_delete(
+    request: DeleteRequest, old: Item | None, old_bytes: int, shape: KeyShape
+) -> WriteEffect:
     key = shape.key_of(request.key)
-    old_bytes = 0 if old is None else item_size_bytes(old)
     failed = _failed_condition(request.condition, key, old, old_bytes, request.return_on_failure)
     if failed is not None:
         return failed

@@ -545,7 +545,8 @@ class _WriteGroup:
         items_key = partition.item_prefix + partition.storage_key(key)
         raw = self.batch.get(Family.ITEMS, items_key)
         old = None if raw is None else orjson.loads(item_json_of(raw))
-        effect = plan(request, old, partition.key_shape)
+        old_bytes = 0 if raw is None else item_size_of(raw)
+        effect = plan(request, old, partition.key_shape, old_bytes=old_bytes)
         if effect.condition_failed:
             return effect.failure(), effect.units
         ref = (partition.table_id, partition.partition_id)
