@@ -111,6 +111,8 @@ PARTITION_TRANSITIONS: frozenset[tuple[PartitionState, PartitionState]] = frozen
 INDEX_TRANSITIONS: frozenset[tuple[IndexStatus | None, IndexStatus | None]] = frozenset(
     {
         (None, IndexStatus.CREATING),
+        # An index created with its table has nothing to backfill: ACTIVE with the table.
+        (IndexStatus.CREATING, IndexStatus.ACTIVE),
         (IndexStatus.CREATING, IndexStatus.BACKFILLING),
         (IndexStatus.BACKFILLING, IndexStatus.ACTIVE),
         (IndexStatus.CREATING, IndexStatus.DELETING),
@@ -206,7 +208,13 @@ ProjectionType = Literal["ALL", "KEYS_ONLY", "INCLUDE"]
 
 @dataclass(frozen=True, slots=True)
 class IndexDef:
-    """A secondary index: its key shape, what it projects and its status."""
+    """A secondary index: its key shape, what it projects and its status.
+
+    A global index is stored like a table: its entries live under an id of its own (`table_id`)
+    in partitions of its own (hash ranges of the index partition key, with epochs, placed on the
+    ring like a table's), metered against its own provisioned throughput (zeros on demand). A
+    local index has none of these: its entries live in the table's partitions.
+    """
 
     name: str
     key_shape: KeyShape
@@ -214,9 +222,12 @@ class IndexDef:
     status: IndexStatus
     non_key_attributes: tuple[str, ...] = ()  # INCLUDE's NonKeyAttributes.
     local: bool = False  # A local index shares the table's partition key and partitions.
+    table_id: str | None = None  # A global index's storage id (32 hex characters).
+    partitions: tuple[PartitionDef, ...] = ()  # A global index's partitions, sorted by start.
+    throughput: Throughput = Throughput()  # A global index's ProvisionedThroughput.
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        document: dict[str, Any] = {
             "name": self.name,
             "key": [[a.name, a.type, a.role] for a in self.key_shape.attributes],
             "projection": self.projection,
@@ -224,9 +235,17 @@ class IndexDef:
             "status": self.status.value,
             "local": self.local,
         }
+        if self.table_id is not None:
+            document["table_id"] = self.table_id
+            document["partitions"] = [partition.to_json() for partition in self.partitions]
+            document["throughput"] = {"read": self.throughput.read, "write": self.throughput.write}
+        return document
 
     @classmethod
     def from_json(cls, document: Mapping[str, Any]) -> IndexDef:
+        partitions = document.get("partitions", ())
+        even = Fraction(1, max(1, len(partitions)))
+        throughput = document.get("throughput") or {"read": 0, "write": 0}
         return cls(
             name=document["name"],
             key_shape=KeyShape(
@@ -236,7 +255,14 @@ class IndexDef:
             status=IndexStatus(document["status"]),
             non_key_attributes=tuple(document.get("non_key_attributes", ())),
             local=bool(document.get("local", False)),
+            table_id=document.get("table_id"),
+            partitions=tuple(PartitionDef.from_json(p, even) for p in partitions),
+            throughput=Throughput(throughput["read"], throughput["write"]),
         )
+
+    @property
+    def is_global(self) -> bool:
+        return self.table_id is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,8 +314,11 @@ class TableDef:
         raise IllegalTransition(f"Table {self.name} has no serving partition {partition_id}")
 
     def nodes(self) -> list[str]:
-        """The nodes holding the table's partitions, by id."""
-        return sorted({partition.node for partition in self.partitions})
+        """The nodes holding the table's partitions or its global indexes' partitions, by id."""
+        held = {partition.node for partition in self.partitions}
+        for index in self.indexes:
+            held.update(partition.node for partition in index.partitions)
+        return sorted(held)
 
     def to_json(self) -> dict[str, Any]:
         """The TABLE descriptor of `rpc.ops` (cached: a record is immutable, and callers must
@@ -414,9 +443,14 @@ def created(
 
 def activated(table: TableDef) -> TableDef:
     """The table ACTIVE: its partitions all exist (CREATING), or every node took its new
-    throughput (UPDATING)."""
+    throughput (UPDATING). The indexes created with it become ACTIVE with it."""
     _check(TABLE_TRANSITIONS, f"Table {table.name}", table.status, TableStatus.ACTIVE)
-    return _changed(table, status=TableStatus.ACTIVE)
+    indexes = table.indexes
+    if table.status == TableStatus.CREATING:
+        for index in indexes:
+            _check(INDEX_TRANSITIONS, f"Index {index.name}", index.status, IndexStatus.ACTIVE)
+        indexes = tuple(replace(index, status=IndexStatus.ACTIVE) for index in indexes)
+    return _changed(table, status=TableStatus.ACTIVE, indexes=indexes)
 
 
 def may_activate(table: TableDef) -> bool:
@@ -622,6 +656,56 @@ def index_moved(table: TableDef, index_name: str, status: IndexStatus | None) ->
         for index in table.indexes
     )
     return _changed(table, indexes=tuple(index for index in indexes if index is not None))
+
+
+def global_index(
+    *,
+    name: str,
+    key_shape: KeyShape,
+    projection: ProjectionType,
+    non_key_attributes: Iterable[str],
+    index_id: str,
+    billing_mode: BillingMode,
+    throughput: Throughput,
+    owner: Callable[[str], str],
+) -> IndexDef:
+    """A new global index, CREATING, stored under `index_id` in as many partitions as its
+    throughput needs (as a table's: `initial_partition_count`), splitting the hash space of the
+    index partition key evenly, each at epoch 1 on the node `owner` picks for its id."""
+    count = initial_partition_count(billing_mode, throughput.read, throughput.write)
+    share = Fraction(1, count)
+    partitions = tuple(
+        PartitionDef(
+            f"{index_id}-{number}", start, end, 1, owner(f"{index_id}-{number}"), share=share
+        )
+        for number, (start, end) in enumerate(initial_ranges(count))
+    )
+    return IndexDef(
+        name=name,
+        key_shape=key_shape,
+        projection=projection,
+        status=IndexStatus.CREATING,
+        non_key_attributes=tuple(non_key_attributes),
+        table_id=index_id,
+        partitions=partitions,
+        throughput=throughput,
+    )
+
+
+def global_indexes(table: TableDef) -> tuple[IndexDef, ...]:
+    return tuple(index for index in table.indexes if index.is_global)
+
+
+def index_throughput_document(table: TableDef, index: IndexDef) -> dict[str, Any]:
+    """What the nodes need of a global index's throughput (`rpc.ops` THROUGHPUT): the index's
+    own units over its own partitions, under the table's billing mode and throughput version."""
+    return {
+        "billing_mode": table.billing_mode.value,
+        "read": index.throughput.read,
+        "write": index.throughput.write,
+        "partition_count": len(index.partitions),
+        "version": table.throughput_version,
+    }
 
 
 def index_added(table: TableDef, index: IndexDef) -> TableDef:

@@ -61,7 +61,9 @@ table serves reads and writes meanwhile. The allowed status changes are `core.ca
                  "share": "n/d" (its fraction of the table's throughput)}
     INDEX = {"name", "key": [[name, type, "partition"|"sort"], ...],
              "projection": "ALL"|"KEYS_ONLY"|"INCLUDE", "non_key_attributes": [str],
-             "status": "CREATING"|"BACKFILLING"|"ACTIVE"|"DELETING", "local": bool}
+             "status": "CREATING"|"BACKFILLING"|"ACTIVE"|"DELETING", "local": bool,
+             # A global index only: its storage id, its partitions and its throughput.
+             "table_id": str, "partitions": [PARTITION, ...], "throughput": {"read", "write"}}
 
 A partition covers encoded storage keys k with bytes.fromhex(start) <= k < bytes.fromhex(end)
 (end null: no upper bound), where k = core.keycodec.encode_storage_key(...) and starts with the
@@ -132,6 +134,7 @@ UPDATE = "update"
 DELETE = "delete"
 QUERY = "query"
 SCAN = "scan"
+INDEX_APPLY = "index_apply"
 
 CONTROL_OPS = frozenset(
     {
@@ -143,7 +146,7 @@ CONTROL_OPS = frozenset(
         PARTITION_THROUGHPUT,
     }
 )
-DATA_OPS = frozenset({GET, PUT, UPDATE, DELETE, QUERY, SCAN})
+DATA_OPS = frozenset({GET, PUT, UPDATE, DELETE, QUERY, SCAN, INDEX_APPLY})
 FEED_OPS = frozenset({REGISTER_CONSUMER, CHECKPOINT, UNREGISTER_CONSUMER})
 
 
@@ -408,6 +411,31 @@ class ScanPayload:
         }
 
 
+@dataclasses.dataclass(slots=True)
+class IndexApplyPayload:
+    """index_apply: apply projected changes of one base partition to a global index partition.
+
+    `source` is the base partition's id; `changes` are in seq order, each
+    {"seq": int, "delete": ENTRY_KEY | null, "put": ENTRY | null}: the entry to remove (its key:
+    the index key and the table key) and the entry to store, at most one of each per change (the
+    GSI replicator's projection of the change). The index partition keeps, per source, the seq of
+    the last change it applied, in the same batch as the entries: a change at or below it is
+    skipped, so a replay after a crash changes nothing (exactly-once effect over at-least-once
+    delivery). Reply: {"applied": int (changes applied), "source_seq": int (the source's seq as
+    now applied), "new_bytes": [int, ...] (each applied put's entry size, for index capacity)}.
+    """
+
+    source: str
+    changes: list[dict[str, Any]]
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> Self:
+        return cls(body["source"], body["changes"])
+
+    def to_json(self) -> dict[str, Any]:
+        return {"source": self.source, "changes": self.changes}
+
+
 ItemWritePayload = PutPayload | UpdatePayload | DeletePayload
 PagePayload = QueryPayload | ScanPayload
 
@@ -428,6 +456,9 @@ class CreatePartitionPayload:
     """create_partition: create an empty partition. Reply: {}.
 
     `table` is {"id", "name", "key_schema"} of the table descriptor, `partition` its PARTITION.
+    A global index's partition is created the same way with the index's id and, as
+    `key_schema`, its entry key as a list `[[name, type, "partition"|"sort"], ...]` (the index
+    key, then the table key attributes not already in it).
     Idempotent: re-creating an existing partition with the same epoch is a no-op. Without
     `throughput` the partition is not metered (the node's own tests create partitions so);
     routers always send it.

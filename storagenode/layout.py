@@ -20,6 +20,10 @@ its partition's metadata commit in one atomic, synced write batch:
   children}`: the log of a retired partition, kept (END record last) until every registered
   consumer has read to its end.
 - `partitions`: 16-byte table id ‖ partition id -> orjson partition metadata (`partition.py`).
+- `index_sources`: a global index partition's change-log prefix (index id ‖ length ‖ partition id)
+  ‖ source partition id -> the 8-byte seq of the last change of that base partition applied to
+  this index partition, written in the same batch as the entries it applied (`index_apply`), so a
+  replayed change is recognised and skipped.
 
 The cluster catalog is no family of its own: it is a system table (`core.catalog`), stored in
 `items` like any other table, on the node that holds its partition.
@@ -50,6 +54,7 @@ class Family(StrEnum):
     PARTITIONS = "partitions"
     CHECKPOINTS = "checkpoints"
     RETIRED_LOGS = "retired_logs"
+    INDEX_SOURCES = "index_sources"
 
 
 def table_prefix(table_id: str) -> bytes:
@@ -103,3 +108,11 @@ def checkpoint_key(table_id: str, partition_id: str, consumer: str) -> bytes:
             f"A change-feed consumer's name is 1 to {CONSUMER_NAME_BYTES_MAX} bytes"
         )
     return change_log_prefix(table_id, partition_id) + encoded
+
+
+def index_source_key(index_id: str, partition_id: str, source_partition_id: str) -> bytes:
+    """The key of the last applied seq of one base partition on one global index partition."""
+    encoded = source_partition_id.encode()
+    if not encoded or len(encoded) > PARTITION_ID_BYTES_MAX:
+        raise ValidationError(f"A partition id is 1 to {PARTITION_ID_BYTES_MAX} bytes")
+    return change_log_prefix(index_id, partition_id) + encoded

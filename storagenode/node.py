@@ -41,6 +41,7 @@ from core.errors import (
 )
 from core.keycodec import successor
 from core.keys import KeyShape
+from core.size import item_size_bytes
 from core.values import Item
 from core.writes import DeleteRequest, PutRequest, UpdateRequest, WriteRequest, plan
 from rpc import ops
@@ -48,6 +49,8 @@ from rpc.ops import Target
 from storagenode import changefeed, metrics, replica
 from storagenode.layout import (
     Family,
+    encode_item,
+    index_source_key,
     item_json_of,
     item_size_of,
     partition_meta_key,
@@ -74,6 +77,7 @@ WRITE_OPS = frozenset(
         ops.PUT,
         ops.UPDATE,
         ops.DELETE,
+        ops.INDEX_APPLY,
         ops.CREATE_PARTITION,
         ops.DROP_TABLE,
         ops.RETIRE_PARTITION,
@@ -104,12 +108,13 @@ ControlWritePayload = (
 FeedWritePayload = (
     ops.RegisterConsumerPayload | ops.CheckpointPayload | ops.UnregisterConsumerPayload
 )
-WritePayload = ops.ItemWritePayload | ControlWritePayload | FeedWritePayload
+WritePayload = ops.ItemWritePayload | ops.IndexApplyPayload | ControlWritePayload | FeedWritePayload
 # How each write's JSON body decodes into its payload (`rpc.ops`), once, before its group runs.
 WRITE_PAYLOADS: dict[str, Callable[[dict[str, Any]], WritePayload]] = {
     ops.PUT: ops.PutPayload.from_json,
     ops.UPDATE: ops.UpdatePayload.from_json,
     ops.DELETE: ops.DeletePayload.from_json,
+    ops.INDEX_APPLY: ops.IndexApplyPayload.from_json,
     ops.CREATE_PARTITION: ops.CreatePartitionPayload.from_json,
     ops.DROP_TABLE: ops.DropTablePayload.from_json,
     ops.RETIRE_PARTITION: ops.RetirePartitionPayload.from_json,
@@ -522,6 +527,8 @@ class _WriteGroup:
         if target is None:
             raise ValidationError(f"A {op} request names no partition")
         match payload:
+            case ops.IndexApplyPayload():
+                return self.index_apply(target, payload), 0.0
             case ops.RegisterConsumerPayload():
                 return self.register_consumer(target, payload), 0.0
             case ops.CheckpointPayload():
@@ -554,6 +561,55 @@ class _WriteGroup:
         replica.apply(self.batch, staged, items_key, effect)
         self.dirty[ref] = staged
         return effect.reply(), effect.units
+
+    def index_apply(self, target: Target, payload: ops.IndexApplyPayload) -> dict[str, Any]:
+        """Apply a base partition's projected changes to a global index partition (`rpc.ops`).
+
+        Changes at or below the seq this partition last applied from that source are skipped;
+        the new seq is stored in the same batch as the entries. Every entry key is checked and
+        every entry encoded before the batch is touched, so a refused payload changes nothing.
+        """
+        ref = (target.table_id, target.partition_id)
+        partition = _addressed(self._lookup(ref), target)
+        shape = partition.key_shape
+        source_key = index_source_key(partition.table_id, partition.partition_id, payload.source)
+        stored = self.batch.get(Family.INDEX_SOURCES, source_key)
+        applied_seq = 0 if stored is None else int.from_bytes(stored, "big")
+        writes: list[tuple[bytes, bytes | None]] = []
+        new_bytes: list[int] = []
+        applied = 0
+        for change in payload.changes:
+            seq = int(change["seq"])
+            if seq <= applied_seq:
+                continue
+            deleted, entry = change.get("delete"), change.get("put")
+            if deleted is not None:
+                key = partition.storage_key(shape.check_key(deleted))
+                writes.append((partition.item_prefix + key, None))
+            if entry is not None:
+                key = partition.storage_key(shape.key_of(entry))
+                size = item_size_bytes(entry)
+                writes.append((partition.item_prefix + key, encode_item(orjson.dumps(entry), size)))
+                new_bytes.append(size)
+            applied_seq = seq
+            applied += 1
+        if not applied:
+            return {"applied": 0, "source_seq": applied_seq, "new_bytes": []}
+        staged = partition if ref in self.dirty else dataclasses.replace(partition)
+        for items_key, value in writes:
+            old = self.batch.get(Family.ITEMS, items_key)
+            if old is not None:
+                staged.item_count -= 1
+                staged.size_bytes -= item_size_of(old)
+            if value is None:
+                self.batch.delete(Family.ITEMS, items_key)
+            else:
+                self.batch.put(Family.ITEMS, items_key, value)
+                staged.item_count += 1
+                staged.size_bytes += item_size_of(value)
+        self.batch.put(Family.INDEX_SOURCES, source_key, seq_bytes(applied_seq))
+        self.dirty[ref] = staged
+        return {"applied": applied, "source_seq": applied_seq, "new_bytes": new_bytes}
 
     def create_partition(self, payload: ops.CreatePartitionPayload) -> dict[str, Any]:
         created = Partition.create(payload.table, payload.partition, payload.throughput)
@@ -606,6 +662,7 @@ class _WriteGroup:
         self.batch.delete_range(Family.CHANGE_LOG, prefix, _end_of(prefix))
         self.feed.forget_table(table_id)
         self.batch.delete_range(Family.ITEMS, prefix, _end_of(prefix))
+        self.batch.delete_range(Family.INDEX_SOURCES, prefix, _end_of(prefix))
         return {"partitions_dropped": len(dropped)}
 
     def retire_partition(self, payload: ops.RetirePartitionPayload) -> dict[str, Any]:

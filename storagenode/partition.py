@@ -18,7 +18,7 @@ import orjson
 from core import expressions
 from core.errors import StaleEpoch
 from core.keycodec import HASH_BYTES, HASH_SPACE, encode_key_prefix, successor
-from core.keys import KeyShape
+from core.keys import KeyAttribute, KeyShape
 from core.values import AttributeValue, Item
 from rpc.ops import PagePayload
 from storagenode.layout import change_log_prefix, item_json_of, item_size_of, table_prefix
@@ -68,7 +68,7 @@ class Partition:
             start=bytes.fromhex(partition["start"]),
             end=None if end is None else bytes.fromhex(end),
             epoch=int(partition["epoch"]),
-            key_shape=KeyShape.from_key_schema(table["key_schema"]),
+            key_shape=shape_from_document(table["key_schema"]),
             throughput=throughput,
         )
 
@@ -81,7 +81,7 @@ class Partition:
                 **fields,
                 "start": bytes.fromhex(meta["start"]),
                 "end": None if meta["end"] is None else bytes.fromhex(meta["end"]),
-                "key_shape": KeyShape.from_key_schema(key_schema),
+                "key_shape": shape_from_document(key_schema),
             }
         )
 
@@ -94,7 +94,7 @@ class Partition:
                 "start": self.start.hex(),
                 "end": None if self.end is None else self.end.hex(),
                 "epoch": self.epoch,
-                "key_schema": self.key_shape.to_key_schema(),
+                "key_schema": shape_document(self.key_shape),
                 "item_count": self.item_count,
                 "size_bytes": self.size_bytes,
                 "last_seq": self.last_seq,
@@ -139,6 +139,20 @@ class Partition:
         return max(lo, self.start), _min_end(hi, self.end)
 
 
+def shape_from_document(document: Any) -> KeyShape:
+    """A partition's key shape from create_partition's `key_schema`: a table's
+    `{"hash", "range"}`, or the list `[[name, type, role], ...]` of any key shape (a global index
+    entry's key: the index key, then the table key attributes not already in it)."""
+    if isinstance(document, list):
+        return KeyShape(tuple(KeyAttribute(name, kind, role) for name, kind, role in document))
+    return KeyShape.from_key_schema(document)
+
+
+def shape_document(shape: KeyShape) -> list[list[str]]:
+    """The list form of a key shape, as partition metadata keeps it (`shape_from_document`)."""
+    return [[attribute.name, attribute.type, attribute.role] for attribute in shape.attributes]
+
+
 def _min_end(a: bytes | None, b: bytes | None) -> bytes | None:
     if a is None:
         return b
@@ -181,7 +195,9 @@ def query_bounds(
         if op == "<":
             hi = shape.storage_key_of([hash_value, values[0]])
         elif op in ("=", "<=", "BETWEEN"):
-            hi = _just_after(shape.storage_key_of([hash_value, values[-1]]))
+            # Every key whose sort key equals the bound starts with these bytes: an index entry's
+            # key goes on with the table key after them (the encoding is self-delimiting).
+            hi = successor(shape.storage_key_of([hash_value, values[-1]]))
     if exclusive_start is not None:
         start_key = partition.storage_key(shape.check_key(exclusive_start))
         if forward:

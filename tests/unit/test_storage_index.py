@@ -1,0 +1,196 @@
+"""A global index partition on a node: entries keyed by (index key, table key), applied with
+`index_apply` idempotently per source partition, read with query and scan, dropped with its index.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core.errors import DynamoError, StaleEpoch, ValidationError
+from core.size import item_size_bytes
+from rpc import ops
+from storagenode.node import StorageNode
+from storagenode.store import Store
+from tests import envelope
+
+# GameTitleIndex of GameScores (seed 001 G-02): index key (GameTitle S, TopScore N), then the
+# table key UserId (the table's sort key GameTitle is already in the index key).
+INDEX = {
+    "id": "e5" * 16,
+    "name": "GameScores.GameTitleIndex",
+    "key_schema": [
+        ["GameTitle", "S", "partition"],
+        ["TopScore", "N", "sort"],
+        ["UserId", "S", "partition"],
+    ],
+}
+SOURCE = "f6" * 16 + "-0"
+
+
+def s(text: str) -> dict[str, str]:
+    return {"S": text}
+
+
+def n(number: int) -> dict[str, str]:
+    return {"N": str(number)}
+
+
+def entry(user: str, title: str, score: int) -> dict[str, Any]:
+    return {"UserId": s(user), "GameTitle": s(title), "TopScore": n(score)}
+
+
+class IndexNode:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.store = Store(path)
+        self.node = StorageNode(self.store)
+
+    def reopen(self) -> None:
+        self.store.close()
+        self.store = Store(self.path)
+        self.node = StorageNode(self.store)
+
+    def write(self, op: str, body: dict[str, Any]) -> dict[str, Any]:
+        (result,) = envelope.apply(self.node, [(op, body)])
+        if isinstance(result, DynamoError):
+            raise result
+        return result
+
+    def apply(self, changes: list[dict[str, Any]], source: str = SOURCE) -> dict[str, Any]:
+        body = {"table_id": INDEX["id"], "partition_id": "g0", "epoch": 1}
+        return self.write(ops.INDEX_APPLY, {**body, "source": source, "changes": changes})
+
+    def read(self, op: str, **body: Any) -> dict[str, Any]:
+        target = {"table_id": INDEX["id"], "partition_id": "g0", "epoch": 1}
+        return envelope.read(self.node, op, {**target, **body})
+
+    def titles(self, title: str, **body: Any) -> list[dict[str, Any]]:
+        return list(self.read(ops.QUERY, hash_value=s(title), **body)["items"])
+
+    def stats(self) -> dict[str, Any]:
+        reply = envelope.read(self.node, ops.TABLE_STATS, {"table_id": INDEX["id"]})
+        return dict(reply["partitions"]["g0"])
+
+
+@pytest.fixture
+def index(tmp_path: Path) -> Iterator[IndexNode]:
+    node = IndexNode(tmp_path / "node")
+    partition = {"id": "g0", "start": "", "end": None, "epoch": 1, "node": "n1"}
+    node.write(ops.CREATE_PARTITION, {"table": INDEX, "partition": partition})
+    yield node
+    node.store.close()
+
+
+def test_entries_with_equal_index_keys_stay_distinct_and_query_in_index_order(
+    index: IndexNode,
+) -> None:
+    # Seed 001 G-07: three users with Comet Quest and TopScore 0, all returned.
+    index.apply(
+        [
+            {"seq": 1, "put": entry("301", "Comet Quest", 0)},
+            {"seq": 2, "put": entry("123", "Comet Quest", 0)},
+            {"seq": 3, "put": entry("201", "Comet Quest", 0)},
+            {"seq": 4, "put": entry("101", "Comet Quest", 5)},
+            {"seq": 5, "put": entry("101", "Meteor Blasters", 1000)},
+        ]
+    )
+    equal = index.titles(
+        "Comet Quest", range={"op": "=", "values": [n(0)]}
+    )  # Key order breaks the tie: the table key.
+    assert [item["UserId"]["S"] for item in equal] == ["123", "201", "301"]
+    at_most = index.titles("Comet Quest", range={"op": "<=", "values": [n(0)]})
+    assert len(at_most) == 3
+    between = index.titles("Comet Quest", range={"op": "BETWEEN", "values": [n(0), n(5)]})
+    assert len(between) == 4
+    backwards = index.titles("Comet Quest", forward=False)
+    assert [item["UserId"]["S"] for item in backwards] == ["101", "301", "201", "123"]
+    assert index.stats()["items"] == 5
+
+
+def test_a_page_names_the_entry_key_and_the_next_page_resumes_after_it(index: IndexNode) -> None:
+    index.apply([{"seq": i, "put": entry(f"u{i}", "Comet Quest", 0)} for i in range(1, 6)])
+    first = index.read(ops.QUERY, hash_value=s("Comet Quest"), limit=2)
+    assert first["last_key"] == entry("u2", "Comet Quest", 0)
+    rest = index.read(
+        ops.QUERY, hash_value=s("Comet Quest"), exclusive_start=first["last_key"], limit=10
+    )
+    assert [item["UserId"]["S"] for item in rest["items"]] == ["u3", "u4", "u5"]
+    scanned = index.read(ops.SCAN, exclusive_start=first["last_key"])
+    assert len(scanned["items"]) == 3
+
+
+def test_a_replayed_change_is_skipped_and_only_newer_ones_apply(index: IndexNode) -> None:
+    first = index.apply(
+        [
+            {"seq": 1, "put": entry("1", "Comet Quest", 10)},
+            {"seq": 2, "put": entry("2", "Comet Quest", 20)},
+        ]
+    )
+    assert first == {
+        "applied": 2,
+        "source_seq": 2,
+        "new_bytes": [item_size_bytes(entry("1", "Comet Quest", 10))] * 2,
+    }
+    # A replay from an earlier checkpoint, with one newer change: the old ones are skipped, even
+    # the delete of seq 1 that would remove what seq 1 put... were it not already applied.
+    replay = index.apply(
+        [
+            {"seq": 1, "put": entry("1", "Comet Quest", 10)},
+            {"seq": 2, "put": entry("2", "Comet Quest", 20)},
+            {
+                "seq": 3,
+                "delete": entry("2", "Comet Quest", 20),
+                "put": entry("2", "Comet Quest", 30),
+            },
+        ]
+    )
+    assert (replay["applied"], replay["source_seq"]) == (1, 3)
+    assert index.apply([{"seq": 3, "delete": entry("1", "Comet Quest", 10)}])["applied"] == 0
+    scores = [item["TopScore"]["N"] for item in index.titles("Comet Quest")]
+    assert scores == ["10", "30"]
+    assert index.stats()["items"] == 2
+    # Each source has its own seq: another base partition's seq 1 applies.
+    other = index.apply([{"seq": 1, "put": entry("9", "Comet Quest", 1)}], source="other-0")
+    assert other["applied"] == 1
+    assert index.stats()["items"] == 3
+
+
+def test_the_applied_seq_survives_a_restart(index: IndexNode) -> None:
+    index.apply([{"seq": 7, "put": entry("1", "Comet Quest", 10)}])
+    index.reopen()
+    assert index.apply([{"seq": 7, "delete": entry("1", "Comet Quest", 10)}])["applied"] == 0
+    assert len(index.titles("Comet Quest")) == 1
+    stats = index.stats()
+    assert stats["items"] == 1
+    assert stats["bytes"] == item_size_bytes(entry("1", "Comet Quest", 10))
+
+
+def test_a_refused_change_applies_nothing_of_its_payload(index: IndexNode) -> None:
+    with pytest.raises(ValidationError):
+        index.apply(
+            [
+                {"seq": 1, "put": entry("1", "Comet Quest", 10)},
+                {"seq": 2, "delete": {"GameTitle": s("Comet Quest")}},  # Not an entry key.
+            ]
+        )
+    assert index.titles("Comet Quest") == []
+    assert index.apply([{"seq": 1, "put": entry("1", "Comet Quest", 10)}])["applied"] == 1
+
+
+def test_an_index_partition_is_addressed_by_epoch_and_dropped_with_its_sources(
+    index: IndexNode,
+) -> None:
+    body = {"table_id": INDEX["id"], "partition_id": "g0", "epoch": 2, "source": SOURCE}
+    with pytest.raises(StaleEpoch):
+        index.write(ops.INDEX_APPLY, {**body, "changes": []})
+    index.apply([{"seq": 4, "put": entry("1", "Comet Quest", 10)}])
+    index.write(ops.DROP_TABLE, {"table_id": INDEX["id"]})
+    partition = {"id": "g0", "start": "", "end": None, "epoch": 1, "node": "n1"}
+    index.write(ops.CREATE_PARTITION, {"table": INDEX, "partition": partition})
+    # The new partition starts with no entries and no applied seqs.
+    assert index.titles("Comet Quest") == []
+    assert index.apply([{"seq": 1, "put": entry("1", "Comet Quest", 10)}])["applied"] == 1
