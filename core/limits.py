@@ -161,6 +161,19 @@ CATALOG_LOCATE_BACKOFF_SECONDS_MAX = 0.2
 # appear and disappear within about this long even without a cache miss.
 CATALOG_REFRESH_SECONDS = 1.0
 
+# The GSI replicator (dynalab's own bounds). It re-reads the catalog this often to find tables with
+# global indexes and their partitions; writes made meanwhile wait in the change logs, which hold
+# them for the replicator's consumer from each partition's creation.
+GSI_CATALOG_POLL_SECONDS = 0.5
+# A follower whose feed or index writes failed (a node down, a stream cut) starts again from its
+# checkpoint after a backoff growing from the min to the max; it never skips a change.
+GSI_RETRY_BACKOFF_SECONDS_MIN = 0.05
+GSI_RETRY_BACKOFF_SECONDS_MAX = 2.0
+# One run of index_apply calls for one feed batch tries each call at most this many times before
+# the follower starts again from its checkpoint (a replay applies nothing twice).
+GSI_APPLY_ATTEMPTS_MAX = 5
+assert GSI_RETRY_BACKOFF_SECONDS_MIN < GSI_RETRY_BACKOFF_SECONDS_MAX
+
 # A stopping router finishes in-flight requests for at most this long before cutting them off.
 ROUTER_SHUTDOWN_GRACE_SECONDS = 5.0
 

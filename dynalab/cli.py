@@ -44,6 +44,8 @@ def _summary(cluster: LocalCluster) -> Table:
         table.add_row("", router.url)
     for node in cluster.nodes:
         table.add_row(node.node_id, f"{node.address}  data {node.data_dir}")
+    for replicator in cluster.replicators:
+        table.add_row(replicator.name, f"{replicator.url}/metrics")
     table.add_row("logs", str(cluster.log_dir))
     return table
 
@@ -62,7 +64,11 @@ def run_up(args: argparse.Namespace, console: Console) -> int:
     signal.signal(signal.SIGTERM, _request_stop)
     try:
         cluster = LocalCluster(
-            args.data_dir, nodes=args.nodes, routers=args.routers, router_port=args.port
+            args.data_dir,
+            nodes=args.nodes,
+            routers=args.routers,
+            router_port=args.port,
+            replicators=args.replicators,
         )
     except ValueError as exc:
         console.print(f"[red]dynalab up:[/red] {exc}")
@@ -139,6 +145,9 @@ def build_parser() -> argparse.ArgumentParser:
     up = commands.add_parser("up", help="run a cluster on this machine until Ctrl-C")
     up.add_argument("--nodes", type=int, default=3, help="storage nodes (default 3)")
     up.add_argument("--routers", type=int, default=1, help="routers (default 1)")
+    up.add_argument(
+        "--replicators", type=int, default=1, help="GSI replicators (default 1; 0: none)"
+    )
     up.add_argument(
         "--port",
         type=int,

@@ -1,10 +1,12 @@
-"""Run a whole dynalab cluster on this machine: storage nodes and routers, one OS process each.
+"""Run a whole dynalab cluster on this machine: storage nodes, routers and GSI replicators, one
+OS process each.
 
 `LocalCluster` is what `dynalab up` and the integration tests use. It starts every storage node
-(`python -m storagenode`) and every router (`python -m router`) on loopback, sends each one's output
-to its own log file under `<data_dir>/logs/`, and returns only once every node answers the standard
-gRPC health check with SERVING and every router answers `GET /`. Each process can be killed, stopped
-and started again on its own, which is what fault-injection experiments need, and `stop()` ends them
+(`python -m storagenode`), every router (`python -m router`) and every GSI replicator
+(`python -m gsi_replicator`) on loopback, sends each one's output to its own log file under
+`<data_dir>/logs/`, and returns only once every node answers the standard gRPC health check with
+SERVING and every router and replicator answers `GET /`. Each process can be killed, stopped and
+started again on its own, which is what fault-injection experiments need, and `stop()` ends them
 all: SIGTERM first, SIGKILL for whatever is still running after a grace period.
 
 A data directory holds one cluster: node `node-N` keeps its data in `<data_dir>/node-N`, and the
@@ -256,6 +258,33 @@ class Router(ServiceProcess):
         return answers_http(self.port)
 
 
+class Replicator(ServiceProcess):
+    """A GSI replicator: `python -m gsi_replicator`, knowing every node's address; it serves its
+    health and `/metrics` over HTTP on its port."""
+
+    def __init__(self, name: str, port: int, nodes: Sequence[StorageNode], log_path: Path) -> None:
+        super().__init__(name, port, log_path)
+        self.nodes_arg = ",".join(f"{node.node_id}={node.address}" for node in nodes)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.address}"
+
+    def argv(self) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "gsi_replicator",
+            "--listen",
+            self.address,
+            "--nodes",
+            self.nodes_arg,
+        ]
+
+    def probe(self) -> bool:
+        return answers_http(self.port)
+
+
 def stop_all(services: Iterable[ServiceProcess], grace: float = STOP_GRACE_S) -> None:
     """SIGTERM every running service at once, then SIGKILL those still running after `grace`."""
     running = [s for s in services if s.process is not None and s.process.poll() is None]
@@ -288,20 +317,25 @@ class LocalCluster:
         router_port: int = 0,
         node_ports: Sequence[int] | None = None,
         startup_timeout: float = STARTUP_TIMEOUT_S,
+        replicators: int = 1,
     ) -> None:
         if nodes < 1 or routers < 1:
             raise ValueError("a cluster needs at least one node and one router")
+        if replicators < 0:
+            raise ValueError("a cluster cannot have a negative number of GSI replicators")
         if node_ports is not None and len(node_ports) != nodes:
             raise ValueError(f"{nodes} nodes need {nodes} node ports, got {len(node_ports)}")
         self.data_dir = Path(data_dir).resolve()
         self.log_dir = self.data_dir / "logs"
         self.node_count = nodes
         self.router_count = routers
+        self.replicator_count = replicators
         self.router_port = router_port
         self.requested_node_ports = list(node_ports) if node_ports is not None else None
         self.startup_timeout = startup_timeout
         self.nodes: list[StorageNode] = []
         self.routers: list[Router] = []
+        self.replicators: list[Replicator] = []
         self._lock_file: IO[bytes] | None = None
 
     @property
@@ -320,8 +354,9 @@ class LocalCluster:
         raise KeyError(node_id)
 
     def services(self) -> list[ServiceProcess]:
-        """Every process of the cluster, routers first (the order in which they are stopped)."""
-        return [*self.routers, *self.nodes]
+        """Every process of the cluster, routers and replicators first (the order in which they
+        are stopped)."""
+        return [*self.routers, *self.replicators, *self.nodes]
 
     def start(self) -> LocalCluster:
         """Start every node, then every router, and wait until all are ready.
@@ -359,10 +394,16 @@ class LocalCluster:
             Router(f"router-{i}", port, self.nodes, self.log_dir / f"router-{i}.log")
             for i, port in enumerate(router_ports, start=1)
         ]
+        replicator_ports = free_ports(self.replicator_count) if self.replicator_count else []
+        self.replicators = [
+            Replicator(f"replicator-{i}", port, self.nodes, self.log_dir / f"replicator-{i}.log")
+            for i, port in enumerate(replicator_ports, start=1)
+        ]
         deadline = time.monotonic() + self.startup_timeout
         # Nodes start in parallel, as do routers; routers come second because they read the
-        # catalog from the nodes as they start.
-        for tier in (self.nodes, self.routers):
+        # catalog from the nodes as they start, and replicators last, as they read the catalog.
+        tiers: tuple[Sequence[ServiceProcess], ...] = (self.nodes, self.routers, self.replicators)
+        for tier in tiers:
             for service in tier:
                 service.spawn()
             for service in tier:
@@ -419,7 +460,7 @@ class LocalCluster:
     def stop(self, grace: float = STOP_GRACE_S) -> None:
         """Stop routers, then nodes: SIGTERM, and SIGKILL after `grace` seconds. Idempotent."""
         try:
-            stop_all(self.routers, grace)
+            stop_all([*self.routers, *self.replicators], grace)
             stop_all(self.nodes, grace)
         finally:
             if self._lock_file is not None:

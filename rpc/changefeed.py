@@ -191,6 +191,33 @@ class ChangeFeedClient:
         is not on this node), or `ServiceUnavailable` when the stream breaks, the node stops, or
         nothing arrives for `idle_seconds_max`.
         """
+        batches = self.follow_batches(
+            table_id,
+            partition_id,
+            consumer=consumer,
+            after_seq=after_seq,
+            max_records_per_batch=max_records_per_batch,
+            idle_seconds_max=idle_seconds_max,
+        )
+        try:
+            async for batch in batches:
+                for record in batch:
+                    yield record
+        finally:
+            await batches.aclose()
+
+    async def follow_batches(
+        self,
+        table_id: str,
+        partition_id: str,
+        *,
+        consumer: str = "",
+        after_seq: int | None = None,
+        max_records_per_batch: int = 0,
+        idle_seconds_max: float = limits.CHANGE_FEED_IDLE_SECONDS_MAX,
+    ) -> AsyncGenerator[list[Change], None]:
+        """`follow`, one list per batch the node sent (never empty: heartbeats are not yielded),
+        for a follower that applies and checkpoints a batch at a time."""
         request = changefeed_pb2.FollowRequest(
             table_id=table_id,
             partition_id=partition_id,
@@ -220,8 +247,8 @@ class ChangeFeedClient:
                     )
                 if batch.HasField("error"):
                     raise error_from_proto(batch.error)
-                for record in batch.records:
-                    yield record_from_proto(record)
+                if batch.records:
+                    yield [record_from_proto(record) for record in batch.records]
                 if batch.end_of_log:
                     return
         finally:

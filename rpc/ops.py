@@ -467,13 +467,22 @@ class CreatePartitionPayload:
     table: dict[str, Any]
     partition: dict[str, Any]
     throughput: dict[str, Any] | None = None
+    # Change-feed consumers registered at seq 0 in the same batch as a new partition, so that
+    # its log is held for them from its first record (the GSI replicator of a table with global
+    # indexes). Re-creating an existing partition registers no one.
+    consumers: list[str] | None = None
 
     @classmethod
     def from_json(cls, body: dict[str, Any]) -> Self:
-        return cls(body["table"], body["partition"], body.get("throughput"))
+        return cls(body["table"], body["partition"], body.get("throughput"), body.get("consumers"))
 
     def to_json(self) -> dict[str, Any]:
-        return {"table": self.table, "partition": self.partition, "throughput": self.throughput}
+        return {
+            "table": self.table,
+            "partition": self.partition,
+            "throughput": self.throughput,
+            "consumers": self.consumers,
+        }
 
 
 @dataclasses.dataclass(slots=True)

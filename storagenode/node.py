@@ -634,6 +634,8 @@ class _WriteGroup:
             logger.warning("partition %s returns; its retired change log is dropped", key)
             self.feed.forget(key)
         self.dirty[key] = created
+        for consumer in payload.consumers or ():
+            self.feed.register(key, consumer, 0, changefeed.LogBounds(1, 0))
         return {}
 
     def update_throughput(self, payload: ops.UpdateThroughputPayload) -> dict[str, Any]:

@@ -9,13 +9,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("core", "rpc", "router", "storagenode", "dynalab")
+PACKAGES = ("core", "rpc", "router", "storagenode", "gsi_replicator", "dynalab")
 # What each package may import of the others.
 ALLOWED = {
     "core": {"core"},
     "rpc": {"core", "rpc"},
     "router": {"core", "rpc", "router"},
     "storagenode": {"core", "rpc", "storagenode"},
+    "gsi_replicator": {"core", "rpc", "gsi_replicator"},
     "dynalab": set(PACKAGES),
 }
 

@@ -81,8 +81,12 @@ FULL: list[tuple[Any, set[str]]] = [
         },
     ),
     (
-        ops.CreatePartitionPayload({"id": "t"}, {"id": "p"}, {"read": 1}),
-        {"table", "partition", "throughput"},
+        ops.CreatePartitionPayload({"id": "t"}, {"id": "p"}, {"read": 1}, ["gsi"]),
+        {"table", "partition", "throughput", "consumers"},
+    ),
+    (
+        ops.IndexApplyPayload("t-0", [{"seq": 1, "put": ITEM, "delete": None}]),
+        {"source", "changes"},
     ),
     (ops.DropTablePayload("t"), {"table_id"}),
     (

@@ -194,3 +194,18 @@ def test_an_index_partition_is_addressed_by_epoch_and_dropped_with_its_sources(
     # The new partition starts with no entries and no applied seqs.
     assert index.titles("Comet Quest") == []
     assert index.apply([{"seq": 1, "put": entry("1", "Comet Quest", 10)}])["applied"] == 1
+
+
+def test_a_partition_created_with_consumers_holds_its_log_for_them_from_seq_0(
+    tmp_path: Path,
+) -> None:
+    node = IndexNode(tmp_path / "base")
+    table = {"id": "f6" * 16, "name": "GameScores", "key_schema": {"hash": ["UserId", "S"]}}
+    partition = {"id": SOURCE, "start": "", "end": None, "epoch": 1, "node": "n1"}
+    body = {"table": table, "partition": partition, "consumers": ["gsi_replicator"]}
+    node.write(ops.CREATE_PARTITION, body)
+    assert node.node.consumer_checkpoint(table["id"], SOURCE, "gsi_replicator") == 0
+    node.write(ops.CREATE_PARTITION, body)  # Again: a no-op, the checkpoint stays.
+    node.reopen()
+    assert node.node.consumer_checkpoint(table["id"], SOURCE, "gsi_replicator") == 0
+    node.store.close()

@@ -1,0 +1,116 @@
+"""`python -m gsi_replicator`: run one GSI replicator process until SIGTERM or SIGINT.
+
+    python -m gsi_replicator --listen 127.0.0.1:8100 \\
+                             --nodes node-1=127.0.0.1:7001,node-2=127.0.0.1:7002
+
+Each flag falls back to an environment variable (DYNALAB_LISTEN, DYNALAB_NODES), which suits
+containers. `--listen` serves `GET /` (200 once running: the readiness probe) and `GET /metrics`
+(Prometheus: per source partition, its checkpoint, changes read, index writes, restarts and the
+lag of its last batch). Logs go to stderr; once it serves, it prints `listening on HOST:PORT`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+
+import uvloop
+from aiohttp import web
+
+from gsi_replicator.replicator import Replicator
+from rpc import lifeline
+
+log = logging.getLogger("gsi_replicator")
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """HOST:PORT as (host, port)."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, not {text!r}")
+    return host, int(port)
+
+
+def parse_nodes(text: str) -> dict[str, str]:
+    """`node-1=HOST:PORT,node-2=HOST:PORT,...` as {node id: address}."""
+    nodes: dict[str, str] = {}
+    for entry in text.split(","):
+        node_id, sep, address = entry.strip().partition("=")
+        if not sep or not node_id or node_id in nodes:
+            raise argparse.ArgumentTypeError(f"expected distinct NODE_ID=HOST:PORT, not {entry!r}")
+        parse_address(address)
+        nodes[node_id] = address
+    return nodes
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m gsi_replicator", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument(
+        "--listen",
+        type=parse_address,
+        default=os.environ.get("DYNALAB_LISTEN"),
+        help="HOST:PORT to serve health and /metrics on (env DYNALAB_LISTEN)",
+    )
+    parser.add_argument(
+        "--nodes",
+        type=parse_nodes,
+        default=os.environ.get("DYNALAB_NODES"),
+        help="storage nodes as NODE_ID=HOST:PORT,... (env DYNALAB_NODES)",
+    )
+    args = parser.parse_args(argv)
+    if args.listen is None:
+        parser.error("--listen (or DYNALAB_LISTEN) is required")
+    if args.nodes is None:
+        parser.error("--nodes (or DYNALAB_NODES) is required")
+    return args
+
+
+async def serve(args: argparse.Namespace) -> None:
+    replicator = Replicator(args.nodes)
+    stop = asyncio.Event()
+
+    async def health(request: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def metrics(request: web.Request) -> web.Response:
+        return web.Response(text=replicator.metrics(), content_type="text/plain")
+
+    app = web.Application()
+    app.router.add_get("/", health)
+    app.router.add_get("/metrics", metrics)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    try:
+        host, port = args.listen
+        await web.TCPSite(runner, host, port).start()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        listening = "{}:{}".format(*runner.addresses[0][:2])
+        log.info("listening on %s (nodes: %s)", listening, ", ".join(sorted(args.nodes)))
+        print(f"listening on {listening}", flush=True)
+        await replicator.run(stop)
+        log.info("stopping")
+    finally:
+        await runner.cleanup()
+
+
+def main(argv: list[str] | None = None) -> None:
+    lifeline.tie_to_parent()
+    args = parse_args(argv)
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    uvloop.run(serve(args))
+
+
+if __name__ == "__main__":
+    main()
