@@ -116,13 +116,14 @@ def test_up_stops_everything_and_finds_its_data_again(
     first = UpProcess(data_dir, port, output)
     up_processes.append(first)
     children = child_pids(first.process.pid)
-    assert len(children) == 4, f"expected 3 nodes and 1 router, found {children}"
+    assert len(children) == 5, f"expected 3 nodes, 1 router and 1 replicator, found {children}"
     recorded = json.loads((data_dir / "cluster.json").read_text())
     assert [node["id"] for node in recorded["nodes"]] == ["node-1", "node-2", "node-3"]
     assert sorted(p.name for p in (data_dir / "logs").iterdir()) == [
         "node-1.log",
         "node-2.log",
         "node-3.log",
+        "replicator-1.log",
         "router-1.log",
     ]
 
