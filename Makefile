@@ -1,4 +1,4 @@
-# One command each: make install | proto | lint | typecheck | test | bench | up
+# One command each: make install | proto | shapes | lint | typecheck | test | bench | up
 PY ?= python3
 
 install:
@@ -6,6 +6,9 @@ install:
 
 proto:
 	$(PY) -m rpc.generate
+
+shapes:
+	$(PY) -m router.generate_shapes
 
 lint:
 	ruff check . && ruff format --check .
@@ -22,4 +25,4 @@ bench:
 up:
 	dynalab up
 
-.PHONY: install proto lint typecheck test bench up
+.PHONY: install proto shapes lint typecheck test bench up

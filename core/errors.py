@@ -1,14 +1,24 @@
-"""Typed errors raised by the core and the services, named after DynamoDB's own.
+"""Typed errors raised by the core and the services, and the one table of how DynamoDB sends each.
 
-Code raises these; exactly one place per protocol translates them: `router.protocol` turns them into
-`{"__type": "com.amazonaws.dynamodb.v20120810#<type_name>", "message": ...}` HTTP replies, and
-`rpc.codec` carries them across gRPC between nodes and routers. Messages use DynamoDB's
-words wherever the Developer Guide or API Reference gives them, because SDKs and people match on
-them.
+Code raises these; exactly one place per protocol translates them: `router.protocol` renders an
+error as DynamoDB's HTTP reply from its row in `WIRE_ERRORS`, and `rpc.codec` carries errors
+across gRPC between nodes and routers. Messages use DynamoDB's words wherever the Developer Guide
+or API Reference gives them, because SDKs and people match on them.
+
+`WIRE_ERRORS` is the table of every error DynamoDB answers with: the namespace in front of its
+`__type` (DynamoDB's front end, the Coral framework, answers protocol and authentication errors in
+`com.amazon.coral.service`, constraint violations in `com.amazon.coral.validate`, throttling and
+availability in `com.amazon.coral.availability`; the service's own errors are in
+`com.amazonaws.dynamodb.v20120810`), its HTTP status, the key its text goes under (`message`
+for most, `Message` where the service model and DynamoDB spell it so, none at all for a body that
+DynamoDB sends with the type alone), and whether the AWS SDKs retry it (botocore's standard retry
+mode: its throttling codes and every 5xx). SDKs take the error code from `__type` after the `#`.
 """
 
 from __future__ import annotations
 
+import enum
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 # The prefix DynamoDB puts before the ValidationException messages about a parameter's value.
@@ -17,20 +27,124 @@ INVALID_PARAMETERS = "One or more parameter values were invalid: "
 KEY_MISMATCH = "The provided key element does not match the schema"
 
 
+class Namespace(enum.StrEnum):
+    """What DynamoDB writes before the `#` of an error's `__type`."""
+
+    DYNAMODB = "com.amazonaws.dynamodb.v20120810"
+    SERVICE = "com.amazon.coral.service"
+    VALIDATE = "com.amazon.coral.validate"
+    AVAILABILITY = "com.amazon.coral.availability"
+    # Errors between dynalab's own processes, never sent to a client.
+    INTERNAL = "dynalab.internal"
+
+
+class MessageKey(enum.StrEnum):
+    """The JSON key an error body carries its text under."""
+
+    LOWER = "message"
+    UPPER = "Message"
+
+
+@dataclass(frozen=True)
+class WireError:
+    """How DynamoDB sends one error type."""
+
+    namespace: Namespace
+    http_status: int
+    message_key: MessageKey
+    sdk_retries: bool
+
+
+def _dynamodb(message_key: MessageKey = MessageKey.LOWER, *, retries: bool = False) -> WireError:
+    return WireError(Namespace.DYNAMODB, 400, message_key, retries)
+
+
+def _service(message_key: MessageKey = MessageKey.LOWER, *, retries: bool = False) -> WireError:
+    return WireError(Namespace.SERVICE, 400, message_key, retries)
+
+
+_UPPER = MessageKey.UPPER
+
+# Every error type DynamoDB answers with, by the type name after the `#`. The service's own errors
+# are the exception shapes of its service model (botocore's dynamodb/2012-08-10/service-2.json),
+# with the message member the model names; the framework's come from the Developer Guide's
+# "Error handling with DynamoDB" and what DynamoDB is publicly reported to send.
+WIRE_ERRORS: dict[str, WireError] = {
+    # The request's form: Coral's deserialiser and constraint validator.
+    "SerializationException": _service(_UPPER),
+    "UnknownOperationException": _service(),
+    "ValidationException": WireError(Namespace.VALIDATE, 400, MessageKey.LOWER, False),
+    # Authentication and authorisation (SigV4), answered by Coral before the service runs.
+    "MissingAuthenticationTokenException": _service(),
+    "IncompleteSignatureException": _service(),
+    "InvalidSignatureException": _service(),
+    "UnrecognizedClientException": _service(),
+    "AccessDeniedException": _service(_UPPER),
+    # Throttling and availability.
+    "ThrottlingException": _dynamodb(retries=True),
+    "ServiceUnavailable": WireError(Namespace.AVAILABILITY, 503, MessageKey.LOWER, True),
+    "ProvisionedThroughputExceededException": _dynamodb(retries=True),
+    "RequestLimitExceeded": _dynamodb(retries=True),
+    "LimitExceededException": _dynamodb(retries=True),
+    "TransactionInProgressException": _dynamodb(_UPPER, retries=True),
+    "InternalServerError": WireError(Namespace.DYNAMODB, 500, MessageKey.LOWER, True),
+    # The service's own errors.
+    "BackupInUseException": _dynamodb(),
+    "BackupNotFoundException": _dynamodb(),
+    "ConditionalCheckFailedException": _dynamodb(),
+    "ContinuousBackupsUnavailableException": _dynamodb(),
+    "DuplicateItemException": _dynamodb(),
+    "ExportConflictException": _dynamodb(),
+    "ExportNotFoundException": _dynamodb(),
+    "GlobalTableAlreadyExistsException": _dynamodb(),
+    "GlobalTableNotFoundException": _dynamodb(),
+    "IdempotentParameterMismatchException": _dynamodb(_UPPER),
+    "ImportConflictException": _dynamodb(),
+    "ImportNotFoundException": _dynamodb(),
+    "IndexNotFoundException": _dynamodb(),
+    "InvalidExportTimeException": _dynamodb(),
+    "InvalidRestoreTimeException": _dynamodb(),
+    "ItemCollectionSizeLimitExceededException": _dynamodb(),
+    "PointInTimeRecoveryUnavailableException": _dynamodb(),
+    "PolicyNotFoundException": _dynamodb(),
+    "ReplicaAlreadyExistsException": _dynamodb(),
+    "ReplicaNotFoundException": _dynamodb(),
+    "ReplicatedWriteConflictException": _dynamodb(),
+    "ResourceInUseException": _dynamodb(),
+    "ResourceNotFoundException": _dynamodb(),
+    "TableAlreadyExistsException": _dynamodb(),
+    "TableInUseException": _dynamodb(),
+    "TableNotFoundException": _dynamodb(),
+    "TransactionCanceledException": _dynamodb(_UPPER),
+    "TransactionConflictException": _dynamodb(),
+    # Between dynalab's processes only (see StaleEpoch and ChangeLogTrimmed).
+    "StaleEpoch": WireError(Namespace.INTERNAL, 503, MessageKey.LOWER, True),
+    "TrimmedDataAccessException": WireError(Namespace.INTERNAL, 400, MessageKey.LOWER, False),
+}
+
+
 class DynamoError(Exception):
-    """An error that a DynamoDB client should see, with its wire type name and HTTP status."""
+    """An error that a DynamoDB client should see, named by its wire type (a `WIRE_ERRORS` key).
+
+    A `message` of None is an error DynamoDB sends with its `__type` alone.
+    """
 
     type_name: ClassVar[str] = "InternalServerError"
-    http_status: ClassVar[int] = 400
-    # The namespace DynamoDB puts before the type name in `__type`.
-    namespace: ClassVar[str] = "com.amazonaws.dynamodb.v20120810"
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str | None) -> None:
         super().__init__(message)
         self.message = message
 
+    @property
+    def wire(self) -> WireError:
+        return WIRE_ERRORS[self.type_name]
+
+    @property
+    def http_status(self) -> int:
+        return self.wire.http_status
+
     def extra_fields(self) -> dict[str, Any]:
-        """Fields beyond `__type` and `message` that belong in the error body."""
+        """Fields beyond `__type` and the message that belong in the error body."""
         return {}
 
 
@@ -39,20 +153,28 @@ class ValidationError(DynamoError):
 
 
 class SerializationError(DynamoError):
-    """The request body is not valid JSON or a value has the wrong JSON type."""
+    """The request body is not valid JSON or a member has the wrong JSON type."""
 
     type_name = "SerializationException"
-    namespace = "com.amazon.coral.service"
 
 
 class UnknownOperation(DynamoError):
+    """No such operation; DynamoDB sends this with its type alone."""
+
     type_name = "UnknownOperationException"
-    namespace = "com.amazon.coral.service"
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message)
 
 
 class MissingAuthenticationToken(DynamoError):
     type_name = "MissingAuthenticationTokenException"
-    namespace = "com.amazon.coral.service"
+
+
+class IncompleteSignature(DynamoError):
+    """An Authorization header that names SigV4 but lacks its parameters or a date."""
+
+    type_name = "IncompleteSignatureException"
 
 
 class ConditionalCheckFailed(DynamoError):
@@ -107,15 +229,12 @@ class ServiceUnavailable(DynamoError):
     """A partition's node cannot be reached; SDKs retry this with backoff."""
 
     type_name = "ServiceUnavailable"
-    http_status = 503
-    namespace = "com.amazon.coral.availability"
 
 
 class InternalServerError(DynamoError):
     """A bug. Logged with the request id; the client sees a 500."""
 
     type_name = "InternalServerError"
-    http_status = 500
 
 
 class StaleEpoch(DynamoError):
@@ -125,7 +244,6 @@ class StaleEpoch(DynamoError):
     """
 
     type_name = "StaleEpoch"
-    http_status = 503
 
 
 class ChangeLogTrimmed(DynamoError):
@@ -156,6 +274,7 @@ ERROR_TYPES: dict[str, type[DynamoError]] = {
         SerializationError,
         UnknownOperation,
         MissingAuthenticationToken,
+        IncompleteSignature,
         ConditionalCheckFailed,
         ResourceNotFound,
         ResourceInUse,
@@ -169,3 +288,5 @@ ERROR_TYPES: dict[str, type[DynamoError]] = {
         ChangeLogTrimmed,
     )
 }
+
+assert ERROR_TYPES.keys() <= WIRE_ERRORS.keys(), "every error type has a row in WIRE_ERRORS"

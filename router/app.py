@@ -36,9 +36,11 @@ def create_app(ctx: RouterContext, operations: Mapping[str, Handler]) -> web.App
     # DynamoDB takes request bodies up to 16 MB; aiohttp's default would refuse those over 1 MB.
     app = web.Application(client_max_size=limits.HTTP_REQUEST_BYTES_MAX)
     protocol = JsonProtocol(ctx, operations)
-    app.router.add_post("/", protocol.handle)
     app.router.add_get("/", protocol.health)
     admin.add_routes(app, ctx)
+    # DynamoDB serves every path and answers every other method itself (with a 404), so the
+    # protocol takes whatever the routes above do not.
+    app.router.add_route("*", "/{path:.*}", protocol.handle)
 
     async def start_context(_: web.Application) -> None:
         await ctx.start()

@@ -38,7 +38,6 @@ from core.capacity import (
 )
 from core.errors import (
     KEY_MISMATCH,
-    SerializationError,
     ServiceUnavailable,
     ThroughputExceeded,
     ValidationError,
@@ -369,8 +368,7 @@ def _read_request_items(
             f"Member must satisfy regular expression pattern: {NAME_PATTERN}]",
         )
     if requests_max is not None and not all(
-        not isinstance(requests, list) or 1 <= len(requests) <= requests_max
-        for requests in request_items.values()
+        1 <= len(requests) <= requests_max for requests in request_items.values()
     ):
         reader.violation(
             "RequestItems",
@@ -592,8 +590,6 @@ async def batch_write_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str
     reader.string("ReturnItemCollectionMetrics", enum=RETURN_ITEM_COLLECTION_METRICS)
     for name, requests in request_items.items():
         where = f"{reader.where('RequestItems')}.{name}.member"
-        if not isinstance(requests, list):
-            raise SerializationError("Unexpected value type in payload")
         for index, entry in enumerate(requests, start=1):
             _read_write_request(reader, entry, f"{where}.{index}.member")
     reader.check()

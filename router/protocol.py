@@ -1,16 +1,28 @@
 """DynamoDB's JSON 1.0 protocol over HTTP: the one place where requests and errors meet the wire.
 
-A request is `POST /` with `X-Amz-Target: DynamoDB_20120810.<Operation>`, a JSON object as body and
-Content-Type `application/x-amz-json-1.0` (1.1 is accepted too). `JsonProtocol.handle` checks it in
-the order DynamoDB does (content type, JSON, operation, authentication), runs the operation's
-handler, and writes the reply. Every `core.errors.DynamoError` a handler raises becomes DynamoDB's
-error reply here and nowhere else: its HTTP status and `{"__type": "<namespace>#<type>",
-"message": ...}` plus the error's extra fields. Any other exception is a bug: the client gets a 500
-InternalServerError and the log gets the traceback under the request id.
+A request is `POST` (to any path, which DynamoDB ignores) with `X-Amz-Target:
+DynamoDB_20120810.<Operation>`, a JSON object as body, Content-Type `application/x-amz-json-1.0`
+(or `application/json`, which DynamoDB accepts too and answers in kind) and a SigV4 `Authorization`
+header. `JsonProtocol.handle` checks it in the order DynamoDB does:
 
-Every reply carries `x-amzn-RequestId` and `x-amz-crc32` (the CRC32 of the body bytes, which the
-AWS SDKs verify). Requests must be SigV4-signed, as DynamoDB requires, but signatures are not
-verified yet: any credentials are accepted.
+1. the HTTP request itself: any other method, or a body under another content type, gets
+   DynamoDB's bare 404 `<UnknownOperationException/>`;
+2. the body parses as JSON (else a SerializationException with no text);
+3. the operation exists (else an UnknownOperationException with no text);
+4. `Authorization` is there and names SigV4 (`MissingAuthenticationTokenException`), with its
+   Credential, Signature and SignedHeaders and a date header (`IncompleteSignatureException`).
+   Signatures are not verified: any credentials are accepted;
+5. the body is not empty and is deserialised against the operation's input shape
+   (`router.shapes`), before the handler validates constraints and looks anything up.
+
+Every `core.errors.DynamoError` raised on the way becomes DynamoDB's error reply here and nowhere
+else, rendered from its row of `core.errors.WIRE_ERRORS`: the HTTP status and `{"__type":
+"<namespace>#<type>", "message" | "Message": ...}` plus the error's extra fields. Any other
+exception is a bug: the client gets a 500 InternalServerError and the log gets the traceback under
+the request id.
+
+Every reply carries `x-amzn-RequestId` (52 characters of [0-9A-Z], like DynamoDB's) and
+`x-amz-crc32` (the CRC32 of the body bytes, which the AWS SDKs verify).
 
 This is the hot path of every request, so it does the least it can: one header lookup for the
 operation, orjson in both directions, and no per-request objects beyond the reply.
@@ -20,7 +32,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import uuid
 import zlib
 from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
@@ -31,11 +42,13 @@ from aiohttp import web
 
 from core.errors import (
     DynamoError,
+    IncompleteSignature,
     InternalServerError,
     MissingAuthenticationToken,
     SerializationError,
     UnknownOperation,
 )
+from router import shapes
 
 if TYPE_CHECKING:
     from router.context import RouterContext
@@ -45,27 +58,45 @@ log = logging.getLogger("router.protocol")
 Handler = Callable[["RouterContext", dict[str, Any]], Awaitable[dict[str, Any]]]
 
 TARGET_PREFIX = "DynamoDB_20120810."
-CONTENT_TYPE_JSON_10 = "application/x-amz-json-1.0"
-CONTENT_TYPE_JSON_11 = "application/x-amz-json-1.1"
-CONTENT_TYPES = frozenset({CONTENT_TYPE_JSON_10, CONTENT_TYPE_JSON_11})
+CONTENT_TYPE_AMZ_JSON = "application/x-amz-json-1.0"
+CONTENT_TYPE_JSON = "application/json"
+CONTENT_TYPES = frozenset({CONTENT_TYPE_AMZ_JSON, CONTENT_TYPE_JSON})
 
-_REQUEST_ID_SEQUENCE_MASK = (1 << 48) - 1  # The counter fills the UUID's last group, 12 hex digits.
+# DynamoDB's answer to a request that is not a DynamoDB call at all: another method, or a body
+# under a content type it does not read. The body is XML, the one place DynamoDB speaks it.
+NOT_FOUND_BODY = b"<UnknownOperationException/>\n"
+
+REQUEST_ID_CHARS = 52
+_REQUEST_ID_DIGITS = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+_PREFIX_HEX_DIGITS = 32
+_COUNTER_DIGITS = REQUEST_ID_CHARS - _PREFIX_HEX_DIGITS
+_COUNTER_MODULUS = len(_REQUEST_ID_DIGITS) ** _COUNTER_DIGITS
+
+# The SigV4 parameters an Authorization header must name, in the order DynamoDB lists the missing.
+SIGV4_PARAMETERS = ("Credential", "Signature", "SignedHeaders")
 
 
 class RequestIds:
-    """UUID-formatted request ids, unique across processes with overwhelming odds.
+    """Request ids as DynamoDB writes them: 52 characters of [0-9A-Z].
 
-    Request ids are UUIDs, as DynamoDB's are: a random prefix drawn once per application (from the
-    context's `Sources`) and a counter in the last group, which makes them unique without drawing
-    16 random bytes for every request.
+    A random prefix of 32 hex digits (upper case) is drawn once per application (from the
+    context's `Sources`) and a counter in base 36 fills the last 20 characters, which makes ids
+    unique across processes with overwhelming odds without drawing random bytes per request.
     """
 
     def __init__(self, prefix_hex: str) -> None:
-        self._prefix = str(uuid.UUID(hex=prefix_hex))[:24]
+        if len(prefix_hex) != _PREFIX_HEX_DIGITS:
+            raise ValueError(f"a request-id prefix is {_PREFIX_HEX_DIGITS} hex digits")
+        self._prefix = prefix_hex.upper()
         self._numbers = itertools.count()
 
     def __call__(self) -> str:
-        return f"{self._prefix}{next(self._numbers) & _REQUEST_ID_SEQUENCE_MASK:012x}"
+        number = next(self._numbers) % _COUNTER_MODULUS
+        digits = []
+        for _ in range(_COUNTER_DIGITS):
+            number, digit = divmod(number, len(_REQUEST_ID_DIGITS))
+            digits.append(_REQUEST_ID_DIGITS[digit])
+        return self._prefix + "".join(reversed(digits))
 
 
 REGION_DEFAULT = "us-east-1"
@@ -91,22 +122,20 @@ def request_region() -> str:
 
 
 def error_body(error: DynamoError) -> bytes:
-    """DynamoDB's JSON error body for `error`."""
-    body = {"__type": f"{error.namespace}#{error.type_name}", "message": error.message}
+    """DynamoDB's JSON error body for `error`, as its row in `WIRE_ERRORS` says to write it."""
+    wire = error.wire
+    body: dict[str, Any] = {"__type": f"{wire.namespace}#{error.type_name}"}
+    if error.message is not None:
+        body[wire.message_key.value] = error.message
     body.update(error.extra_fields())
     return orjson.dumps(body)
 
 
-def _reply(status: int, payload: bytes, request_id: str, content_type: str) -> web.Response:
-    return web.Response(
-        status=status,
-        body=payload,
-        headers={
-            "Content-Type": content_type,
-            "x-amzn-RequestId": request_id,
-            "x-amz-crc32": str(zlib.crc32(payload)),
-        },
-    )
+def _reply(status: int, payload: bytes, request_id: str, content_type: str | None) -> web.Response:
+    headers = {"x-amzn-RequestId": request_id, "x-amz-crc32": str(zlib.crc32(payload))}
+    if content_type is not None:
+        headers["Content-Type"] = content_type
+    return web.Response(status=status, body=payload, headers=headers)
 
 
 def _content_type(header: str) -> str | None:
@@ -117,16 +146,41 @@ def _content_type(header: str) -> str | None:
     return media_type if media_type in CONTENT_TYPES else None
 
 
-def _parse_body(raw: bytes) -> dict[str, Any]:
+def _parse_body(raw: bytes) -> Any:
     try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as error:
-        raise SerializationError(f"The request body is not valid JSON: {error}") from None
-    if isinstance(body, dict):
-        return body
-    if isinstance(body, list):
-        raise SerializationError("Start of list found where not expected")
-    raise SerializationError("Unexpected value type in payload: the body must be a JSON object")
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        # DynamoDB names neither the fault nor its place.
+        raise SerializationError(None) from None
+
+
+def check_authorization(header: str, has_date: bool) -> None:
+    """Check that an Authorization header has SigV4's shape, as DynamoDB does before signatures.
+
+    A header that does not start with `AWS4-` is no SigV4 token at all; one that does must name
+    its Credential, Signature and SignedHeaders, and the request must carry X-Amz-Date or Date.
+    DynamoDB lists everything missing in one message and quotes the header.
+    """
+    token = header.strip()
+    if not token.startswith("AWS4-"):
+        raise MissingAuthenticationToken("Request is missing Authentication Token")
+    present: set[str] = set()
+    _, _, parameters = token.partition(" ")
+    for parameter in parameters.split(","):
+        name, equals, value = parameter.strip().partition("=")
+        if equals and value:
+            present.add(name)
+    missing = "".join(
+        f"Authorization header requires '{name}' parameter. "
+        for name in SIGV4_PARAMETERS
+        if name not in present
+    )
+    if not has_date:
+        missing += (
+            "Authorization header requires existence of either a 'X-Amz-Date' or a 'Date' header. "
+        )
+    if missing:
+        raise IncompleteSignature(f"{missing}Authorization={header}")
 
 
 class JsonProtocol:
@@ -137,38 +191,36 @@ class JsonProtocol:
         self.new_request_id = RequestIds(ctx.sources.new_id())
         # Keyed by the whole header value, so dispatch is one dictionary lookup.
         self._handlers = {TARGET_PREFIX + name: handler for name, handler in operations.items()}
+        self._operations = {TARGET_PREFIX + name: name for name in operations}
 
     async def handle(self, request: web.Request) -> web.Response:
         request_id = self.new_request_id()
         headers = request.headers
-        content_type = CONTENT_TYPE_JSON_10
+        try:
+            raw = await request.read() if request.method == "POST" else b""
+        except web.HTTPRequestEntityTooLarge:
+            # DynamoDB answers an oversized request with a bare 413.
+            return _reply(413, b"", request_id, None)
+        accepted = _content_type(headers.get("Content-Type", ""))
+        if request.method != "POST" or (raw and accepted is None):
+            return _reply(404, NOT_FOUND_BODY, request_id, None)
+        # DynamoDB answers in the JSON dialect it was asked in.
+        content_type = CONTENT_TYPE_JSON if accepted is None else accepted
         target = headers.get("X-Amz-Target", "")
         try:
-            accepted = _content_type(headers.get("Content-Type", ""))
-            if accepted is None:
-                raise UnknownOperation(
-                    f"Unsupported Content-Type: use {CONTENT_TYPE_JSON_10} "
-                    f"or {CONTENT_TYPE_JSON_11}"
-                )
-            content_type = accepted
-            raw = await request.read()
-            # DynamoDB checks the JSON before the operation, and both before authentication.
             body = _parse_body(raw) if raw else None
             handler = self._handlers.get(target)
             if handler is None:
-                raise UnknownOperation(f"Unknown operation: {target or '(no X-Amz-Target)'}")
+                raise UnknownOperation()
             authorization = headers.get("Authorization", "")
-            if not authorization.startswith("AWS4-"):
-                raise MissingAuthenticationToken("Request is missing Authentication Token")
+            check_authorization(authorization, "X-Amz-Date" in headers or "Date" in headers)
             if body is None:
-                raise SerializationError("The request body is empty; it must be a JSON object")
+                raise SerializationError(None)
+            shapes.deserialize(self._operations[target], body)
             request_authorization.set(authorization)
             payload = orjson.dumps(await handler(self.ctx, body))
         except DynamoError as error:
             return _reply(error.http_status, error_body(error), request_id, content_type)
-        except web.HTTPRequestEntityTooLarge:
-            # DynamoDB answers an oversized request with a bare 413.
-            return _reply(413, b"", request_id, content_type)
         except Exception:
             log.exception("request %s (%s) failed", request_id, target)
             error = InternalServerError("Internal server error")

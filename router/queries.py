@@ -447,6 +447,7 @@ async def query(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
         parsed = expressions.parse_cached("condition", key_condition_text)
         if isinstance(parsed, str):
             raise ValidationError(f"Invalid KeyConditionExpression: {parsed}")
+        expressions.check_key_condition_form(key_condition_text, reading.names, values_normalised)
     compiled = _filter_and_projection("Query", reading, query_filter, values_normalised)
     # KeyConditions may come with a FilterExpression or ProjectionExpression; its translation has
     # placeholders of its own, so it is compiled apart from the request's.

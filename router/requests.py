@@ -1,19 +1,21 @@
 """Reading and checking data-plane request parameters the way DynamoDB's front end does.
 
-DynamoDB checks a request in three passes, and the router's item and query handlers follow them:
+DynamoDB checks a request in three passes, and the router follows them:
 
 1. The JSON body is deserialised against the operation's input shape. A member of the wrong JSON
    type stops the request with a SerializationException naming the token it found ("STRING_VALUE
-   cannot be converted to Integer"); JSON null means the member is absent.
+   cannot be converted to Integer"); JSON null means the member is absent. `router.shapes` does
+   this for the whole body, from the service model, before any handler runs.
 2. Every member is checked against the constraints of the service model (not null, length, range,
    enum, pattern) and all violations are reported together: "2 validation errors detected: Value
    '0' at 'limit' failed to satisfy constraint: ...; Value ...".
 3. The operation's own rules (expressions, keys against the schema, Select with projections, batch
    sizes) run next, each failing on the first error with its own message.
 
-`RequestReader` implements the first two passes; the functions after it are the third-pass rules
-that several handlers share. Nothing here does IO: handlers read and check everything they can
-before they look up the table or call a node, so an invalid request never writes anything.
+`RequestReader` implements the second pass over a body the first has accepted, so its accessors
+can trust every member's JSON type; the functions after it are the third-pass rules that several
+handlers share. Nothing here does IO: handlers read and check everything they can before they look
+up the table or call a node, so an invalid request never writes anything.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from core import limits, values
-from core.errors import SerializationError, ValidationError
+from core.errors import ValidationError
 
 # Enum members in the order DynamoDB lists them in "Member must satisfy enum value set" messages.
 RETURN_VALUES = ("ALL_NEW", "UPDATED_OLD", "ALL_OLD", "NONE", "UPDATED_NEW")
@@ -38,28 +40,6 @@ RETURN_VALUES_OLD_ONLY = ("NONE", "ALL_OLD")
 
 # Table and index names: 3 to 255 characters of [a-zA-Z0-9_.-] (Developer Guide, naming rules).
 NAME_PATTERN = "[a-zA-Z0-9_.-]+"
-
-# Integer members are Java ints in DynamoDB's model; a JSON number outside that range fails
-# deserialisation rather than a range constraint.
-_INT_MIN = -(2**31)
-_INT_MAX = 2**31 - 1
-
-
-def _token(value: Any) -> str:
-    """The name DynamoDB's deserialiser gives to the JSON token it found where another was due."""
-    if isinstance(value, bool):
-        return "BOOLEAN_VALUE"
-    if isinstance(value, int | float):
-        return "NUMBER_VALUE"
-    return "STRING_VALUE"
-
-
-def _not_scalar(value: Any) -> SerializationError | None:
-    if isinstance(value, dict):
-        return SerializationError("Start of structure or map found where not expected.")
-    if isinstance(value, list):
-        return SerializationError("Start of list found where not expected")
-    return None
 
 
 def shown(value: Any) -> str:
@@ -82,23 +62,20 @@ def _lower_first(member: str) -> str:
 class RequestReader:
     """Reads the members of one JSON object of a request (the body, or a nested structure).
 
-    Each accessor type-checks its member at once (pass 1, raising SerializationError) and records
-    constraint violations (pass 2) to be raised together by `check()`. A reader for a nested
-    structure shares its parent's violation list and prefixes its paths, as DynamoDB's messages do
-    ("requestItems.Music.member.keys").
+    The body has passed `router.shapes.deserialize`, so every member has its shape's JSON type.
+    Each accessor records constraint violations (pass 2) to be raised together by `check()`. A
+    reader for a nested structure shares its parent's violation list and prefixes its paths, as
+    DynamoDB's messages do ("requestItems.Music.member.keys").
     """
 
     def __init__(self, body: Any, *, path: str = "", violations: list[str] | None = None) -> None:
-        if not isinstance(body, dict):
-            raise SerializationError("Start of structure or map expected")
+        assert isinstance(body, dict), "router.shapes deserialises every structure first"
         self.body: dict[str, Any] = body
         self.path = path
         self.violations: list[str] = violations if violations is not None else []
 
     def nested(self, body: Any, path: str) -> RequestReader:
         """A reader for a structure inside this one, reporting into the same violation list."""
-        if not isinstance(body, dict):
-            raise SerializationError("Unexpected value type in payload")
         return RequestReader(body, path=path, violations=self.violations)
 
     def present(self, member: str) -> bool:
@@ -144,11 +121,7 @@ class RequestReader:
         """A String member, or None when absent."""
         if not self._required(member, required):
             return None
-        value = self.body[member]
-        if not isinstance(value, str):
-            raise _not_scalar(value) or SerializationError(
-                f"{_token(value)} cannot be converted to String"
-            )
+        value: str = self.body[member]
         if enum is not None and value not in enum:
             self.violation(
                 member, value, f"Member must satisfy enum value set: [{', '.join(enum)}]"
@@ -176,17 +149,8 @@ class RequestReader:
         """An Integer member, or None when absent."""
         if not self._required(member, False):
             return None
-        raw = self.body[member]
-        if isinstance(raw, bool) or not isinstance(raw, int | float):
-            raise _not_scalar(raw) or SerializationError(
-                f"{_token(raw)} cannot be converted to Integer"
-            )
-        if isinstance(raw, float) and (raw != raw or raw in (float("inf"), float("-inf"))):
-            raise SerializationError("NUMBER_VALUE cannot be converted to Integer")
         # A fractional JSON number is truncated by the deserialiser, as Java's intValue() does.
-        value = int(raw)
-        if not _INT_MIN <= value <= _INT_MAX:
-            raise SerializationError("NUMBER_VALUE cannot be converted to Integer")
+        value = int(self.body[member])
         if minimum is not None and value < minimum:
             self.violation(
                 member, value, f"Member must have value greater than or equal to {minimum}"
@@ -199,11 +163,7 @@ class RequestReader:
         """A Boolean member, or None when absent."""
         if not self._required(member, False):
             return None
-        value = self.body[member]
-        if not isinstance(value, bool):
-            raise _not_scalar(value) or SerializationError(
-                f"{_token(value)} cannot be converted to Boolean"
-            )
+        value: bool = self.body[member]
         return value
 
     # Containers -------------------------------------------------------------------------------
@@ -219,11 +179,7 @@ class RequestReader:
         """A Map member (a JSON object), or None when absent."""
         if not self._required(member, required):
             return None
-        value = self.body[member]
-        if isinstance(value, list):
-            raise SerializationError("Start of list found where not expected")
-        if not isinstance(value, dict):
-            raise SerializationError("Unexpected value type in payload")
+        value: dict[str, Any] = self.body[member]
         self._length(member, value, len(value), min_length, max_length)
         return value
 
@@ -238,11 +194,7 @@ class RequestReader:
         """A List member (a JSON array), or None when absent."""
         if not self._required(member, required):
             return None
-        value = self.body[member]
-        if isinstance(value, dict):
-            raise SerializationError("Start of structure or map found where not expected.")
-        if not isinstance(value, list):
-            raise SerializationError("Unexpected value type in payload")
+        value: list[Any] = self.body[member]
         self._length(member, value, len(value), min_length, max_length)
         return value
 
@@ -250,42 +202,18 @@ class RequestReader:
         self, member: str, *, min_length: int | None = None, max_length: int | None = None
     ) -> list[str] | None:
         """A List of Strings, or None when absent."""
-        items = self.array(member, min_length=min_length, max_length=max_length)
-        if items is None:
-            return None
-        for item in items:
-            if not isinstance(item, str):
-                raise _not_scalar(item) or SerializationError(
-                    f"{_token(item)} cannot be converted to String"
-                )
-        return items
+        return self.array(member, min_length=min_length, max_length=max_length)
 
     def string_map(self, member: str) -> dict[str, str] | None:
         """A Map of String to String, or None when absent."""
-        mapping = self.mapping(member)
-        if mapping is None:
-            return None
-        for value in mapping.values():
-            if not isinstance(value, str):
-                raise _not_scalar(value) or SerializationError(
-                    f"{_token(value)} cannot be converted to String"
-                )
-        return mapping
+        return self.mapping(member)
 
     def attribute_map(self, member: str, *, required: bool = False) -> dict[str, Any] | None:
         """A Map of attribute name to AttributeValue (an item or a key), or None when absent.
 
-        Only its shape is checked here; its values are validated by `core.values` in pass 3.
+        Its values are validated by `core.values` in pass 3.
         """
-        mapping = self.mapping(member, required=required)
-        if mapping is None:
-            return None
-        for value in mapping.values():
-            if isinstance(value, list):
-                raise SerializationError("Start of list found where not expected")
-            if not isinstance(value, dict):
-                raise SerializationError("Unexpected value type in payload")
-        return mapping
+        return self.mapping(member, required=required)
 
     def check(self) -> None:
         """Raise every constraint violation recorded so far as one ValidationError."""

@@ -45,7 +45,6 @@ from core.errors import (
     LimitExceeded,
     ResourceInUse,
     ResourceNotFound,
-    SerializationError,
     ValidationError,
 )
 from core.keys import KeyShape
@@ -99,18 +98,8 @@ def _read_units(reader: RequestReader, member: str) -> int | None:
     if value is None:
         reader.violation(member, None, "Member must not be null")
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        if isinstance(value, dict):
-            raise SerializationError("Start of structure or map found where not expected.")
-        if isinstance(value, list):
-            raise SerializationError("Start of list found where not expected")
-        token = "BOOLEAN_VALUE" if isinstance(value, bool) else "STRING_VALUE"
-        raise SerializationError(f"{token} cannot be converted to Long")
-    if isinstance(value, float):
-        if value != value or value in (float("inf"), float("-inf")):
-            raise SerializationError("NUMBER_VALUE cannot be converted to Long")
-        # A fractional JSON number is truncated by DynamoDB's deserialiser (Java's longValue()).
-        value = int(value)
+    # A fractional JSON number is truncated by DynamoDB's deserialiser (Java's longValue()).
+    value = int(value)
     if value < limits.PROVISIONED_UNITS_MIN:
         reader.violation(
             member,

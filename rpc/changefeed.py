@@ -100,7 +100,7 @@ def record_from_proto(record: changefeed_pb2.ChangeRecord) -> Change:
 
 
 def error_to_proto(error: DynamoError) -> changefeed_pb2.FeedError:
-    proto = changefeed_pb2.FeedError(type=error.type_name, message=error.message)
+    proto = changefeed_pb2.FeedError(type=error.type_name, message=error.message or "")
     if isinstance(error, ChangeLogTrimmed) and error.first_retained_seq is not None:
         proto.first_retained_seq = error.first_retained_seq
     return proto

@@ -79,7 +79,7 @@ def error_response(request_id: int, error: DynamoError) -> node_pb2.Response:
         id=request_id,
         body=orjson.dumps(extra) if extra else b"",
         error_type=error.type_name,
-        error_message=error.message,
+        error_message=error.message or "",
     )
 
 

@@ -72,7 +72,7 @@ from core.expressions.condition import (
     plan_condition,
 )
 from core.expressions.document import project
-from core.expressions.keycondition import RangeCondition, key_tests
+from core.expressions.keycondition import RangeCondition, check_key_form, key_tests
 from core.expressions.parser import (
     ExpressionSyntaxError,
     Parsed,
@@ -350,6 +350,19 @@ def projection(text: str, names: Mapping[str, Any] | None = None) -> Projection:
     paths = check_projection(parsed.tree, binder)
     binder.raise_first(parsed.findings)
     return Projection(text, parsed, paths)
+
+
+def check_key_condition_form(
+    text: str, names: Mapping[str, Any] | None, values: Mapping[str, Any] | None
+) -> None:
+    """Check the part of a KeyConditionExpression that needs no key schema (see check_key_form)."""
+    kind = "KeyConditionExpression"
+    parsed, plan = _planned(text, kind)
+    _check_map_shapes(names, values)
+    binder = Binder(kind, CONDITION_RANKS, names, values)
+    plan.bind(binder)
+    binder.raise_first(parsed.findings)
+    check_key_form(plan.tree, binder)
 
 
 def key_condition(

@@ -182,6 +182,16 @@ def _convert(node: ast.Condition, binder: Binder, tests: dict[str, _KeyTest]) ->
     tests[attribute] = _KeyTest(attribute, op, values)
 
 
+def check_key_form(tree: ast.Condition, binder: Binder) -> None:
+    """Refuse what no key schema could make valid: OR, NOT, IN, <>, other functions, nesting.
+
+    DynamoDB checks these while it validates the request, before it looks the table up, so a
+    query of a missing table with such a condition is a ValidationException, not a
+    ResourceNotFoundException.
+    """
+    _convert(tree, binder, {})
+
+
 def key_tests(
     tree: ast.Condition,
     binder: Binder,

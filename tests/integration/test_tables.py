@@ -12,6 +12,7 @@ import concurrent.futures
 import datetime
 import http.client
 import json
+import re
 import time
 import urllib.parse
 import uuid
@@ -82,7 +83,7 @@ def raw_post(url: str, body: bytes, headers: dict[str, str]) -> tuple[int, dict[
     finally:
         connection.close()
     assert response.headers["x-amz-crc32"] == str(zlib.crc32(data))
-    uuid.UUID(response.headers["x-amzn-RequestId"])
+    assert re.fullmatch("[0-9A-Z]{52}", response.headers["x-amzn-RequestId"])
     return response.status, json.loads(data), response.headers
 
 
@@ -786,9 +787,10 @@ def test_wrong_json_type(cluster: LocalCluster) -> None:
             "Content-Type": "application/x-amz-json-1.0",
             "X-Amz-Target": "DynamoDB_20120810.CreateTable",
             "Authorization": SIGNATURE,
+            "X-Amz-Date": "20240101T000000Z",
         },
     )
-    assert (status, body["__type"], body["message"]) == (
+    assert (status, body["__type"], body["Message"]) == (
         400,
         "com.amazon.coral.service#SerializationException",
         "NUMBER_VALUE cannot be converted to String",

@@ -52,6 +52,7 @@ def raw(cluster: LocalCluster, operation: str, body: Any) -> tuple[int, str, str
                 "Content-Type": "application/x-amz-json-1.0",
                 "X-Amz-Target": f"DynamoDB_20120810.{operation}",
                 "Authorization": SIGNATURE,
+                "X-Amz-Date": "20240101T000000Z",
             },
         )
         response = connection.getresponse()
@@ -143,7 +144,7 @@ def test_wrong_json_types_are_serialization_errors(
     ) == (
         400,
         "SerializationException",
-        "STRING_VALUE cannot be converted to Boolean",
+        "Unexpected token received from parser",
     )
     assert error_of(lambda: dynamodb.put_item(TableName=table, Item=key(), ReturnValues=1)) == (
         400,

@@ -1,4 +1,4 @@
-"""Unit tests of router.requests: DynamoDB's deserialisation and constraint passes, shared rules."""
+"""Unit tests of router.requests: DynamoDB's constraint pass and the shared third-pass rules."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from core.errors import SerializationError, ValidationError
+from core.errors import ValidationError
 from router.requests import (
     RETURN_VALUES,
     RETURN_VALUES_OLD_ONLY,
@@ -30,65 +30,12 @@ def violations(body: dict[str, Any], read: Any) -> str:
     return raised.value.message
 
 
-# Pass 1: JSON types --------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("value", "message"),
-    [
-        ("5", "STRING_VALUE cannot be converted to Integer"),
-        (True, "BOOLEAN_VALUE cannot be converted to Integer"),
-        ({"a": 1}, "Start of structure or map found where not expected."),
-        ([1], "Start of list found where not expected"),
-        (2**31, "NUMBER_VALUE cannot be converted to Integer"),
-    ],
-)
-def test_integer_of_the_wrong_json_type_is_a_serialization_error(value: Any, message: str) -> None:
-    with pytest.raises(SerializationError) as raised:
-        RequestReader({"Limit": value}).integer("Limit", minimum=1)
-    assert raised.value.message == message
+# Pass 1 (JSON types) is router.shapes' (tests/unit/test_router_shapes.py); what remains here
+# of it is what the reader makes of a deserialised value.
 
 
 def test_fractional_integer_is_truncated_as_java_does() -> None:
     assert RequestReader({"Limit": 7.9}).integer("Limit") == 7
-
-
-@pytest.mark.parametrize(
-    ("value", "message"),
-    [
-        (5, "NUMBER_VALUE cannot be converted to String"),
-        (False, "BOOLEAN_VALUE cannot be converted to String"),
-        ({}, "Start of structure or map found where not expected."),
-        (["a"], "Start of list found where not expected"),
-    ],
-)
-def test_string_of_the_wrong_json_type_is_a_serialization_error(value: Any, message: str) -> None:
-    with pytest.raises(SerializationError) as raised:
-        RequestReader({"TableName": value}).string("TableName")
-    assert raised.value.message == message
-
-
-def test_boolean_given_as_text_is_a_serialization_error() -> None:
-    with pytest.raises(SerializationError, match="STRING_VALUE cannot be converted to Boolean"):
-        RequestReader({"ConsistentRead": "true"}).boolean("ConsistentRead")
-
-
-def test_map_given_as_a_scalar_or_list_is_a_serialization_error() -> None:
-    with pytest.raises(SerializationError, match="Unexpected value type in payload"):
-        RequestReader({"Key": "pk"}).mapping("Key")
-    with pytest.raises(SerializationError, match="Start of list found where not expected"):
-        RequestReader({"Key": [1]}).mapping("Key")
-
-
-def test_attribute_map_values_must_be_objects() -> None:
-    with pytest.raises(SerializationError):
-        RequestReader({"Item": {"pk": "a"}}).attribute_map("Item")
-    assert RequestReader({"Item": {"pk": {"S": "a"}}}).attribute_map("Item") == {"pk": {"S": "a"}}
-
-
-def test_list_members_are_type_checked() -> None:
-    with pytest.raises(SerializationError, match="NUMBER_VALUE cannot be converted to String"):
-        RequestReader({"AttributesToGet": ["a", 1]}).string_list("AttributesToGet")
 
 
 def test_json_null_means_absent() -> None:
@@ -98,11 +45,6 @@ def test_json_null_means_absent() -> None:
     reader.name("TableName", required=True)
     with pytest.raises(ValidationError, match="Value null at 'tableName'"):
         reader.check()
-
-
-def test_body_must_be_an_object() -> None:
-    with pytest.raises(SerializationError):
-        RequestReader([1, 2])
 
 
 # Pass 2: constraints, reported together --------------------------------------------------------
@@ -176,11 +118,6 @@ def test_nested_readers_prefix_their_paths_and_share_violations() -> None:
         "1 validation error detected: Value '[]' at 'requestItems.Music.member.keys' failed to "
         "satisfy constraint: Member must have length greater than or equal to 1"
     )
-
-
-def test_nested_structure_must_be_an_object() -> None:
-    with pytest.raises(SerializationError):
-        RequestReader({}).nested("x", "requestItems.t.member")
 
 
 def test_no_violation_no_error() -> None:

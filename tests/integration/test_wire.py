@@ -1,0 +1,301 @@
+"""DynamoDB on the wire, byte for byte: raw HTTP requests against a real cluster.
+
+No SDK here: an SDK hides the envelope (it parses `__type`, either message key, and retries). Each
+case sends bytes with http.client and checks the HTTP status, the whole `__type` with its
+namespace, which message key the text is under, and the text: the HTTP layer (404s, content
+types, authentication), the error types, and the order DynamoDB checks a request in
+(deserialise, then validate, then look the table up).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import re
+import urllib.parse
+import zlib
+from typing import Any
+
+import pytest
+
+from dynalab.cluster import LocalCluster
+from tests.integration.conftest import create_active_table, dynamodb_client
+
+SIGNATURE = (
+    "AWS4-HMAC-SHA256 Credential=test/20240101/us-east-1/dynamodb/aws4_request, "
+    "SignedHeaders=content-type;host;x-amz-date;x-amz-target, Signature=0"
+)
+AMZ_JSON = "application/x-amz-json-1.0"
+VALIDATE = "com.amazon.coral.validate#ValidationException"
+SERIALIZATION = "com.amazon.coral.service#SerializationException"
+DYNAMODB = "com.amazonaws.dynamodb.v20120810#"
+
+
+class Reply:
+    def __init__(self, status: int, body: bytes, headers: http.client.HTTPMessage) -> None:
+        self.status = status
+        self.body = body
+        self.headers = headers
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+def send(
+    cluster: LocalCluster,
+    body: bytes | None,
+    headers: dict[str, str],
+    method: str = "POST",
+    path: str = "/",
+) -> Reply:
+    parsed = urllib.parse.urlsplit(cluster.router_url)
+    connection = http.client.HTTPConnection(parsed.hostname, parsed.port, timeout=10)
+    try:
+        connection.request(method, path, body=body, headers=headers)
+        response = connection.getresponse()
+        reply = Reply(response.status, response.read(), response.headers)
+    finally:
+        connection.close()
+    # Every reply, whatever it says, carries DynamoDB's request id and the CRC32 of its body.
+    assert re.fullmatch("[0-9A-Z]{52}", reply.headers["x-amzn-RequestId"])
+    assert reply.headers["x-amz-crc32"] == str(zlib.crc32(reply.body))
+    return reply
+
+
+def signed(operation: str | None, **more: str) -> dict[str, str]:
+    headers = {
+        "Content-Type": AMZ_JSON,
+        "Authorization": SIGNATURE,
+        "X-Amz-Date": "20240101T000000Z",
+    }
+    if operation is not None:
+        headers["X-Amz-Target"] = f"DynamoDB_20120810.{operation}"
+    headers.update(more)
+    return headers
+
+
+def call(cluster: LocalCluster, operation: str, body: Any, **headers: str) -> Reply:
+    return send(cluster, json.dumps(body).encode(), signed(operation, **headers))
+
+
+@pytest.fixture(scope="module")
+def table(cluster: LocalCluster) -> str:
+    return create_active_table(dynamodb_client(cluster.router_url), "wire-table")
+
+
+# The HTTP layer ---------------------------------------------------------------------------------
+
+
+def check_not_found(reply: Reply) -> None:
+    assert reply.status == 404
+    assert reply.body == b"<UnknownOperationException/>\n"
+
+
+@pytest.mark.parametrize(
+    ("method", "path"), [("GET", "/tables"), ("PUT", "/"), ("DELETE", "/"), ("OPTIONS", "/")]
+)
+def test_other_methods_get_a_404(cluster: LocalCluster, method: str, path: str) -> None:
+    check_not_found(send(cluster, None, {}, method=method, path=path))
+
+
+@pytest.mark.parametrize("content_type", [None, "text/plain", "application/x-amz-json-1.1"])
+def test_a_body_without_dynamodb_content_type_gets_a_404(
+    cluster: LocalCluster, content_type: str | None
+) -> None:
+    headers = signed("ListTables")
+    del headers["Content-Type"]
+    if content_type is not None:
+        headers["Content-Type"] = content_type
+    check_not_found(send(cluster, b"{}", headers))
+
+
+def test_application_json_is_served_and_answered_in_kind(cluster: LocalCluster) -> None:
+    reply = call(cluster, "ListTables", {}, **{"Content-Type": "application/json"})
+    assert reply.status == 200
+    assert reply.headers["Content-Type"] == "application/json"
+    assert "TableNames" in reply.json()
+
+
+def test_not_json_is_a_serialization_error_without_text(cluster: LocalCluster) -> None:
+    reply = send(cluster, b"hi", signed("ListTables", **{"Content-Type": "application/json"}))
+    assert (reply.status, reply.json()) == (400, {"__type": SERIALIZATION})
+    assert reply.headers["Content-Type"] == "application/json"
+
+
+def test_an_empty_body_is_a_serialization_error(cluster: LocalCluster) -> None:
+    reply = send(cluster, b"", signed("ListTables"))
+    assert (reply.status, reply.json()) == (400, {"__type": SERIALIZATION})
+
+
+@pytest.mark.parametrize("target", [None, "DynamoDB_20120810.ListTable", "whatever"])
+def test_unknown_operation(cluster: LocalCluster, target: str | None) -> None:
+    headers = signed(None)
+    if target is not None:
+        headers["X-Amz-Target"] = target
+    reply = send(cluster, b"{}", headers)
+    assert (reply.status, reply.json()) == (
+        400,
+        {"__type": "com.amazon.coral.service#UnknownOperationException"},
+    )
+
+
+@pytest.mark.parametrize("authorization", [None, "AWS4"])
+def test_missing_authentication_token(cluster: LocalCluster, authorization: str | None) -> None:
+    headers = signed("ListTables")
+    del headers["Authorization"]
+    if authorization is not None:
+        headers["Authorization"] = authorization
+    reply = send(cluster, b"{}", headers)
+    assert (reply.status, reply.json()) == (
+        400,
+        {
+            "__type": "com.amazon.coral.service#MissingAuthenticationTokenException",
+            "message": "Request is missing Authentication Token",
+        },
+    )
+
+
+def test_incomplete_signature(cluster: LocalCluster) -> None:
+    headers = signed("ListTables", Authorization="AWS4-")
+    del headers["X-Amz-Date"]
+    reply = send(cluster, b"{}", headers)
+    assert (reply.status, reply.json()) == (
+        400,
+        {
+            "__type": "com.amazon.coral.service#IncompleteSignatureException",
+            "message": "Authorization header requires 'Credential' parameter. "
+            "Authorization header requires 'Signature' parameter. "
+            "Authorization header requires 'SignedHeaders' parameter. "
+            "Authorization header requires existence of either a 'X-Amz-Date' or a 'Date' "
+            "header. Authorization=AWS4-",
+        },
+    )
+
+
+# Error envelopes --------------------------------------------------------------------------------
+
+
+def test_validation_exception_namespace_and_key(cluster: LocalCluster) -> None:
+    reply = call(cluster, "ListTables", {"Limit": 0})
+    assert (reply.status, reply.json()) == (
+        400,
+        {
+            "__type": VALIDATE,
+            "message": "1 validation error detected: Value '0' at 'limit' failed to satisfy "
+            "constraint: Member must have value greater than or equal to 1",
+        },
+    )
+
+
+def test_serialization_exception_has_a_capital_message(cluster: LocalCluster) -> None:
+    reply = call(cluster, "DescribeTable", {"TableName": True})
+    assert (reply.status, reply.json()) == (
+        400,
+        {"__type": SERIALIZATION, "Message": "TRUE_VALUE cannot be converted to String"},
+    )
+
+
+def test_resource_not_found(cluster: LocalCluster) -> None:
+    reply = call(cluster, "DescribeTable", {"TableName": "no-such-table"})
+    assert (reply.status, reply.json()) == (
+        400,
+        {
+            "__type": DYNAMODB + "ResourceNotFoundException",
+            "message": "Requested resource not found: Table: no-such-table not found",
+        },
+    )
+
+
+def test_resource_in_use(cluster: LocalCluster, table: str) -> None:
+    reply = call(
+        cluster,
+        "CreateTable",
+        {
+            "TableName": table,
+            "AttributeDefinitions": [{"AttributeName": "pk", "AttributeType": "S"}],
+            "KeySchema": [{"AttributeName": "pk", "KeyType": "HASH"}],
+            "BillingMode": "PAY_PER_REQUEST",
+        },
+    )
+    body = reply.json()
+    assert (reply.status, body["__type"], set(body)) == (
+        400,
+        DYNAMODB + "ResourceInUseException",
+        {"__type", "message"},
+    )
+
+
+def test_conditional_check_failed(cluster: LocalCluster, table: str) -> None:
+    reply = call(
+        cluster,
+        "PutItem",
+        {
+            "TableName": table,
+            "Item": {"pk": {"S": "wire"}},
+            "ConditionExpression": "attribute_exists(pk)",
+        },
+    )
+    assert (reply.status, reply.json()) == (
+        400,
+        {
+            "__type": DYNAMODB + "ConditionalCheckFailedException",
+            "message": "The conditional request failed",
+        },
+    )
+
+
+# The order of checks ----------------------------------------------------------------------------
+
+
+def test_a_wrongly_typed_member_comes_before_a_missing_table_name(cluster: LocalCluster) -> None:
+    reply = call(cluster, "PutItem", {"Item": {"pk": {"S": 1}}})
+    assert (reply.status, reply.json()) == (
+        400,
+        {"__type": SERIALIZATION, "Message": "NUMBER_VALUE cannot be converted to String"},
+    )
+
+
+@pytest.mark.parametrize(
+    ("operation", "body", "message"),
+    [
+        (
+            "Query",
+            {"TableName": "t", "KeyConditionExpression": ["pk = :p"]},
+            "Unrecognized collection type class java.lang.String",
+        ),
+        ("GetItem", {"Key": "pk"}, "Unexpected field type"),
+        ("Scan", {"TableName": "t", "ExclusiveStartKey": {"pk": "a"}}, None),
+        ("BatchWriteItem", {"RequestItems": {"t": {"PutRequest": {}}}}, None),
+        ("CreateTable", {"ProvisionedThroughput": {"ReadCapacityUnits": "5"}}, None),
+    ],
+)
+def test_deserialisation_comes_before_constraints(
+    cluster: LocalCluster, operation: str, body: Any, message: str | None
+) -> None:
+    reply = call(cluster, operation, body)
+    parsed = reply.json()
+    assert (reply.status, parsed["__type"], set(parsed)) == (
+        400,
+        SERIALIZATION,
+        {"__type", "Message"},
+    )
+    if message is not None:
+        assert parsed["Message"] == message
+
+
+def test_an_or_key_condition_is_invalid_before_the_table_is_looked_up(
+    cluster: LocalCluster,
+) -> None:
+    reply = call(
+        cluster,
+        "Query",
+        {
+            "TableName": "no-such-table",
+            "KeyConditionExpression": "pk = :a OR pk = :b",
+            "ExpressionAttributeValues": {":a": {"S": "x"}, ":b": {"S": "y"}},
+        },
+    )
+    assert (reply.status, reply.json()) == (
+        400,
+        {"__type": VALIDATE, "message": "Invalid operator used in KeyConditionExpression: OR"},
+    )
