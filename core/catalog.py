@@ -91,6 +91,15 @@ class IndexStatus(enum.StrEnum):
     DELETING = "DELETING"
 
 
+class TtlStatus(enum.StrEnum):
+    """A table's TimeToLiveStatus, as DynamoDB spells it."""
+
+    ENABLING = "ENABLING"
+    ENABLED = "ENABLED"
+    DISABLING = "DISABLING"
+    DISABLED = "DISABLED"
+
+
 # None on either side is "not in the catalog": a row created, or a row removed.
 TABLE_TRANSITIONS: frozenset[tuple[TableStatus | None, TableStatus | None]] = frozenset(
     {
@@ -119,6 +128,18 @@ INDEX_TRANSITIONS: frozenset[tuple[IndexStatus | None, IndexStatus | None]] = fr
         (IndexStatus.BACKFILLING, IndexStatus.DELETING),
         (IndexStatus.ACTIVE, IndexStatus.DELETING),
         (IndexStatus.DELETING, None),
+    }
+)
+# None: TTL was never set on the table (DescribeTimeToLive says DISABLED).
+TTL_TRANSITIONS: frozenset[tuple[TtlStatus | None, TtlStatus]] = frozenset(
+    {
+        (None, TtlStatus.ENABLING),  # UpdateTimeToLive Enabled=true, recorded before the nodes.
+        (TtlStatus.DISABLED, TtlStatus.ENABLING),
+        (TtlStatus.ENABLING, TtlStatus.ENABLED),  # Every node holding a partition took it.
+        (TtlStatus.ENABLING, TtlStatus.DISABLING),  # A node had not taken it an hour later.
+        (TtlStatus.ENABLED, TtlStatus.DISABLING),  # UpdateTimeToLive Enabled=false.
+        (TtlStatus.DISABLING, TtlStatus.DISABLED),  # Every node stopped sweeping.
+        (TtlStatus.DISABLING, TtlStatus.ENABLING),  # A node had not taken it an hour later.
     }
 )
 # Statuses in which a table serves reads and writes (an UPDATING table still does in DynamoDB),
@@ -267,17 +288,42 @@ class IndexDef:
 
 @dataclass(frozen=True, slots=True)
 class TtlDef:
-    """A table's Time to Live setting: the attribute holding expiry times, and whether it is on."""
+    """A table's Time to Live setting: the attribute holding expiry times, whether the last
+    UpdateTimeToLive enabled or disabled it, whether every node holding a partition has taken that
+    (`settled`), when it was made (`changed`, epoch seconds: DynamoDB allows one change an hour)
+    and how many changes there were (`version`, so a node ignores a late, older push)."""
 
     attribute: str
     enabled: bool
+    settled: bool = True
+    changed: float | None = None
+    version: int = 0
+
+    @property
+    def status(self) -> TtlStatus:
+        """TimeToLiveStatus as DescribeTimeToLive reports it."""
+        if self.enabled:
+            return TtlStatus.ENABLED if self.settled else TtlStatus.ENABLING
+        return TtlStatus.DISABLED if self.settled else TtlStatus.DISABLING
 
     def to_json(self) -> dict[str, Any]:
-        return {"attribute": self.attribute, "enabled": self.enabled}
+        return {
+            "attribute": self.attribute,
+            "enabled": self.enabled,
+            "settled": self.settled,
+            "changed": self.changed,
+            "version": self.version,
+        }
 
     @classmethod
     def from_json(cls, document: Mapping[str, Any]) -> TtlDef:
-        return cls(attribute=document["attribute"], enabled=bool(document["enabled"]))
+        return cls(
+            attribute=document["attribute"],
+            enabled=bool(document["enabled"]),
+            settled=bool(document.get("settled", True)),
+            changed=document.get("changed"),
+            version=int(document.get("version", 0)),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -714,6 +760,78 @@ def index_added(table: TableDef, index: IndexDef) -> TableDef:
         raise IllegalTransition(f"Table {table.name} already has an index {index.name}")
     _check(INDEX_TRANSITIONS, f"Index {index.name}", None, index.status)
     return _changed(table, indexes=(*table.indexes, index))
+
+
+# Time To Live (UpdateTimeToLive) ---------------------------------------------------------------
+
+TTL_ALREADY_ENABLED = "TimeToLive is already enabled"
+TTL_ALREADY_DISABLED = "TimeToLive is already disabled"
+TTL_CHANGED_RECENTLY = "Time to live has been modified multiple times within a fixed interval"
+
+
+def ttl_updated(
+    table: TableDef, enabled: bool, attribute: str, now: float, interval_seconds: float
+) -> TableDef:
+    """The table with UpdateTimeToLive's specification recorded at `now`, ENABLING or DISABLING
+    until every node has taken it (`ttl_settled`).
+
+    DynamoDB's refusals, in its order: enabling what is enabled ("already enabled", or, for
+    another attribute, which attribute is active), disabling what is not enabled, disabling
+    another attribute than the active one, then any change within `interval_seconds` (one hour,
+    `limits.TTL_CHANGE_INTERVAL_SECONDS`) of the last one.
+    """
+    if table.status in (TableStatus.CREATING, TableStatus.DELETING):
+        raise table_in_use(table)
+    current = table.ttl
+    active = current is not None and current.enabled
+    if active and current is not None and current.attribute != attribute:
+        raise ValidationError(
+            "TimeToLive is active on a different AttributeName: current AttributeName is "
+            f"{current.attribute}"
+        )
+    if enabled and active:
+        raise ValidationError(TTL_ALREADY_ENABLED)
+    if not enabled and not active:
+        raise ValidationError(TTL_ALREADY_DISABLED)
+    if (
+        current is not None
+        and current.changed is not None
+        and now - current.changed < interval_seconds
+    ):
+        raise ValidationError(TTL_CHANGED_RECENTLY)
+    ttl = TtlDef(
+        attribute=attribute,
+        enabled=enabled,
+        settled=False,
+        changed=now,
+        version=1 if current is None else current.version + 1,
+    )
+    _check(TTL_TRANSITIONS, f"TTL of {table.name}", _ttl_status(current), ttl.status)
+    return _changed(table, ttl=ttl)
+
+
+def ttl_settled(table: TableDef, version: int) -> TableDef:
+    """The table with its TTL change `version` taken by every node: ENABLED or DISABLED. A table
+    whose TTL has changed again since (another version) is returned as it is."""
+    current = table.ttl
+    if current is None or current.version != version or current.settled:
+        return table
+    ttl = replace(current, settled=True)
+    _check(TTL_TRANSITIONS, f"TTL of {table.name}", current.status, ttl.status)
+    return _changed(table, ttl=ttl)
+
+
+def ttl_document(table: TableDef) -> dict[str, Any] | None:
+    """What the nodes need of a table's TTL setting (`rpc.ops` TTL): None when it never had one.
+    A node indexes and sweeps the attribute while `enabled`."""
+    ttl = table.ttl
+    if ttl is None:
+        return None
+    return {"attribute": ttl.attribute, "enabled": ttl.enabled, "version": ttl.version}
+
+
+def _ttl_status(ttl: TtlDef | None) -> TtlStatus | None:
+    return None if ttl is None else ttl.status
 
 
 # The bootstrap record --------------------------------------------------------------------------

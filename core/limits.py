@@ -77,6 +77,11 @@ RING_VNODES_PER_NODE = 128
 
 # Time To Live: items whose expiry is more than five years in the past are not deleted.
 TTL_PAST_SECONDS_MAX = 5 * 365 * 24 * 3600
+# UpdateTimeToLive: "It can take up to one hour for the change to fully process. Any additional
+# UpdateTimeToLive calls for the same table during this one hour duration result in a
+# ValidationException." (API Reference). Routers take DYNALAB_TTL_CHANGE_INTERVAL_SECONDS instead,
+# for experiments and tests.
+TTL_CHANGE_INTERVAL_SECONDS = 3600.0
 
 assert SORT_KEY_BYTES_MAX < PARTITION_KEY_BYTES_MAX < ITEM_SIZE_BYTES_MAX
 assert QUERY_PAGE_BYTES_MAX > ITEM_SIZE_BYTES_MAX, "a page must hold at least one whole item"
@@ -131,6 +136,27 @@ assert (
     < RPC_MESSAGE_BYTES_MAX
 )
 assert RPC_RECONNECT_BACKOFF_SECONDS_MIN < RPC_RECONNECT_BACKOFF_SECONDS_MAX
+
+# The TTL sweeper (dynalab's own bounds; DynamoDB promises deletion "within a few days"). Each node
+# looks for expired items every DYNALAB_TTL_SWEEP_SECONDS (`dynalab up --ttl-sweep-seconds`),
+# within these bounds.
+TTL_SWEEP_SECONDS_DEFAULT = 1.0
+TTL_SWEEP_SECONDS_MIN = 0.01
+TTL_SWEEP_SECONDS_MAX = 3600.0
+# Items one sweep write deletes: one group-commit write that stays a few milliseconds long, so
+# the client writes committed in the same group wait little longer than their own fsync.
+TTL_SWEEP_BATCH_ITEMS_MAX = 64
+# The sweeper is busy at most this fraction of the time while it deletes a backlog: after each
+# sweep write it pauses as long as that write took, leaving the writer thread to client writes.
+TTL_SWEEP_BUSY_FRACTION_MAX = 0.5
+# Items one step of indexing a table that already held items when TTL was enabled reads: the
+# step runs as one group-commit write, resumes from a cursor in the partition's metadata, and
+# stays as short as a sweep write.
+TTL_BACKFILL_BATCH_ITEMS_MAX = 256
+
+assert TTL_SWEEP_SECONDS_MIN <= TTL_SWEEP_SECONDS_DEFAULT <= TTL_SWEEP_SECONDS_MAX
+assert 0 < TTL_SWEEP_BUSY_FRACTION_MAX <= 1
+assert TTL_SWEEP_BATCH_ITEMS_MAX <= WRITE_BATCH_OPS_MAX
 
 # Tables and the router: DynamoDB quotas first, then dynalab's own bounds.
 TABLES_PER_REGION_MAX = 2500  # Default quota: 2,500 tables per account per Region.

@@ -69,6 +69,7 @@ def run_up(args: argparse.Namespace, console: Console) -> int:
             routers=args.routers,
             router_port=args.port,
             replicators=args.replicators,
+            ttl_sweep_seconds=args.ttl_sweep_seconds,
         )
     except ValueError as exc:
         console.print(f"[red]dynalab up:[/red] {exc}")
@@ -156,6 +157,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     up.add_argument(
         "--data-dir", default="./dynalab-data", help="where nodes keep data and logs go"
+    )
+    up.add_argument(
+        "--ttl-sweep-seconds",
+        type=float,
+        default=None,
+        help="how often each node deletes expired TTL items "
+        "(default: DYNALAB_TTL_SWEEP_SECONDS, else 1 s)",
     )
 
     load = commands.add_parser("bench", help="load a DynamoDB endpoint and print what it did")

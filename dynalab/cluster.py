@@ -210,12 +210,25 @@ class ServiceProcess(abc.ABC):
 class StorageNode(ServiceProcess):
     """A storage node: `python -m storagenode` with a fixed id, port and data directory."""
 
-    def __init__(self, node_id: str, port: int, data_dir: Path, log_path: Path) -> None:
+    def __init__(
+        self,
+        node_id: str,
+        port: int,
+        data_dir: Path,
+        log_path: Path,
+        ttl_sweep_seconds: float | None = None,
+    ) -> None:
         super().__init__(node_id, port, log_path)
         self.node_id = node_id
         self.data_dir = data_dir
+        self.ttl_sweep_seconds = ttl_sweep_seconds
 
     def argv(self) -> list[str]:
+        sweep = (
+            []
+            if self.ttl_sweep_seconds is None
+            else ["--ttl-sweep-seconds", str(self.ttl_sweep_seconds)]
+        )
         return [
             sys.executable,
             "-m",
@@ -226,6 +239,7 @@ class StorageNode(ServiceProcess):
             self.address,
             "--data-dir",
             str(self.data_dir),
+            *sweep,
         ]
 
     def probe(self) -> bool:
@@ -318,6 +332,7 @@ class LocalCluster:
         node_ports: Sequence[int] | None = None,
         startup_timeout: float = STARTUP_TIMEOUT_S,
         replicators: int = 1,
+        ttl_sweep_seconds: float | None = None,
     ) -> None:
         if nodes < 1 or routers < 1:
             raise ValueError("a cluster needs at least one node and one router")
@@ -333,6 +348,8 @@ class LocalCluster:
         self.router_port = router_port
         self.requested_node_ports = list(node_ports) if node_ports is not None else None
         self.startup_timeout = startup_timeout
+        # The nodes' TTL sweep interval; None: theirs (DYNALAB_TTL_SWEEP_SECONDS or 1 s).
+        self.ttl_sweep_seconds = ttl_sweep_seconds
         self.nodes: list[StorageNode] = []
         self.routers: list[Router] = []
         self.replicators: list[Replicator] = []
@@ -380,6 +397,7 @@ class LocalCluster:
                 port=port,
                 data_dir=self.data_dir / f"node-{i}",
                 log_path=self.log_dir / f"node-{i}.log",
+                ttl_sweep_seconds=self.ttl_sweep_seconds,
             )
             for i, port in enumerate(node_ports, start=1)
         ]

@@ -49,7 +49,8 @@ or written then, and the client may retry.
      "created": float (epoch seconds),
      "partitions": [PARTITION, ...],                    # the serving ones, sorted by start
      "retired_partitions": [PARTITION, ...],  # split parents some serving partition still names
-     "indexes": [INDEX, ...], "ttl": {"attribute": str, "enabled": bool} | null,
+     "indexes": [INDEX, ...], "ttl": {"attribute": str, "enabled": bool, "settled": bool,
+                                       "changed": float | null, "version": int} | null,
      "version": int}                 # the version of the table's catalog row (see below)
 
 Status UPDATING means an UpdateTable changed the throughput in the catalog and not every node has
@@ -120,6 +121,7 @@ DROP_TABLE = "drop_table"
 RETIRE_PARTITION = "retire_partition"
 TABLE_STATS = "table_stats"
 UPDATE_THROUGHPUT = "update_throughput"
+UPDATE_TTL = "update_ttl"
 PARTITION_THROUGHPUT = "partition_throughput"
 
 # Change-feed consumers (the ChangeFeed service, or unary Call).
@@ -143,6 +145,7 @@ CONTROL_OPS = frozenset(
         RETIRE_PARTITION,
         TABLE_STATS,
         UPDATE_THROUGHPUT,
+        UPDATE_TTL,
         PARTITION_THROUGHPUT,
     }
 )
@@ -567,6 +570,27 @@ class UpdateThroughputPayload:
 
     def to_json(self) -> dict[str, Any]:
         return {"table_id": self.table_id, "throughput": self.throughput}
+
+
+@dataclasses.dataclass(slots=True)
+class UpdateTtlPayload:
+    """update_ttl: a table's TTL setting for every partition of it on this node (UpdateTimeToLive).
+
+    TTL = {"attribute": str, "enabled": bool, "version": int} (`core.catalog.ttl_document`).
+    Reply: {"partitions_updated": int}. Enabling makes the node index the attribute (the items it
+    already holds in the background) and sweep expired items; disabling drops the index. A TTL
+    older than a partition's (a lower version) is ignored; the same version again is a no-op.
+    """
+
+    table_id: str
+    ttl: dict[str, Any]
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> Self:
+        return cls(body["table_id"], body["ttl"])
+
+    def to_json(self) -> dict[str, Any]:
+        return {"table_id": self.table_id, "ttl": self.ttl}
 
 
 @dataclasses.dataclass(slots=True)

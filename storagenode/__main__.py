@@ -6,7 +6,8 @@ Each flag falls back to an environment variable (DYNALAB_NODE_ID, DYNALAB_LISTEN
 so containers can be configured without a command line. The node logs to stderr, every line tagged
 with its node id, and prints "listening on <addr>" once it serves, which is what scripts and tests
 wait for. SIGTERM or SIGINT stops it gracefully. With --metrics-listen HOST:PORT (or
-DYNALAB_METRICS_LISTEN) it also serves Prometheus metrics (`storagenode.metrics`).
+DYNALAB_METRICS_LISTEN) it also serves Prometheus metrics (`storagenode.metrics`). Its TTL sweeper
+runs every --ttl-sweep-seconds (DYNALAB_TTL_SWEEP_SECONDS; default 1 s).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from core import limits
 from rpc import lifeline
 from storagenode import metrics
 from storagenode.server import NodeServer
+from storagenode.sweeper import TTL_SWEEP_SECONDS_ENV, sweep_seconds
 
 logger = logging.getLogger("storagenode")
 
@@ -45,6 +47,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=os.environ.get(metrics.METRICS_LISTEN_ENV),
         help="HOST:PORT or PORT for Prometheus metrics; unset or 0: off",
     )
+    parser.add_argument(
+        "--ttl-sweep-seconds",
+        default=os.environ.get(TTL_SWEEP_SECONDS_ENV),
+        help=f"how often the TTL sweeper looks for expired items (default "
+        f"{limits.TTL_SWEEP_SECONDS_DEFAULT} s; {TTL_SWEEP_SECONDS_ENV})",
+    )
     args = parser.parse_args(argv)
     for flag, value in (
         ("--node-id/DYNALAB_NODE_ID", args.node_id),
@@ -53,11 +61,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ):
         if not value:
             parser.error(f"{flag} is required")
+    try:
+        args.ttl_sweep_seconds = sweep_seconds(args.ttl_sweep_seconds)
+    except ValueError as error:
+        parser.error(f"--ttl-sweep-seconds: {error}")
     return args
 
 
 async def run(args: argparse.Namespace) -> None:
-    server = NodeServer(args.node_id, args.listen, Path(args.data_dir))
+    server = NodeServer(
+        args.node_id, args.listen, Path(args.data_dir), ttl_sweep_seconds=args.ttl_sweep_seconds
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):

@@ -24,6 +24,11 @@ its partition's metadata commit in one atomic, synced write batch:
   ‖ source partition id -> the 8-byte seq of the last change of that base partition applied to
   this index partition, written in the same batch as the entries it applied (`index_apply`), so a
   replayed change is recognised and skipped.
+- `ttl_index`: 16-byte table id ‖ 8-byte big-endian expiry second ‖ storage key -> empty: the
+  expiry index of a table's items on this node while its TTL is enabled (`core.ttl`,
+  `expiry.py`), so a sweep walks the expired entries in order and nothing else. It is keyed by
+  table rather than partition so that a split, which leaves the items where they are, leaves
+  their entries valid too; each entry belongs to the partition whose range holds its key.
 
 The cluster catalog is no family of its own: it is a system table (`core.catalog`), stored in
 `items` like any other table, on the node that holds its partition.
@@ -55,6 +60,7 @@ class Family(StrEnum):
     CHECKPOINTS = "checkpoints"
     RETIRED_LOGS = "retired_logs"
     INDEX_SOURCES = "index_sources"
+    TTL_INDEX = "ttl_index"
 
 
 def table_prefix(table_id: str) -> bytes:
@@ -94,6 +100,20 @@ def item_json_of(value: bytes) -> memoryview:
 def seq_bytes(seq: int) -> bytes:
     """A change-log seq as the 8 big-endian bytes that end its key, so keys sort by seq."""
     return seq.to_bytes(SEQ_BYTES, "big")
+
+
+EXPIRY_SECONDS_BYTES = 8
+
+
+def ttl_index_key(table_id_prefix: bytes, seconds: int, storage_key: bytes) -> bytes:
+    """An expiry-index key: the table's 16 bytes, the expiry second, the item's storage key."""
+    return table_id_prefix + seconds.to_bytes(EXPIRY_SECONDS_BYTES, "big") + storage_key
+
+
+def ttl_index_entry(key: bytes) -> tuple[int, bytes]:
+    """(expiry second, storage key) of an expiry-index key."""
+    seconds_end = TABLE_ID_BYTES + EXPIRY_SECONDS_BYTES
+    return int.from_bytes(key[TABLE_ID_BYTES:seconds_end], "big"), key[seconds_end:]
 
 
 def partition_meta_key(table_id: str, partition_id: str) -> bytes:

@@ -17,6 +17,13 @@ write):
 
 The series are defined with the reply they render, in `rpc.partition_metrics`, which the router's
 `GET /metrics` (`router.admin`) uses too, adding a `node` label.
+
+The TTL sweeper's series are labelled with the table's name (`storagenode.sweeper.report`):
+
+    dynalab_ttl_deleted_items_total   items the sweeper deleted on this node (committed with the
+                                      deletes, so it survives restarts)
+    TimeToLiveDeletedItemCount        the same count under DynamoDB's CloudWatch metric name
+    dynalab_ttl_sweep_lag_seconds     age of the oldest expired item not yet deleted (0: none)
 """
 
 from __future__ import annotations
@@ -24,10 +31,15 @@ from __future__ import annotations
 import logging
 import weakref
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, start_http_server
-from prometheus_client.core import Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    Metric,
+    UnknownMetricFamily,
+)
 
 from rpc.partition_metrics import partition_families
 from storagenode.throughput import NodeThroughput
@@ -38,9 +50,43 @@ METRICS_LISTEN_ENV = "DYNALAB_METRICS_LISTEN"
 _watched: weakref.WeakSet[NodeThroughput] = weakref.WeakSet()
 
 
+class TtlReporter(Protocol):
+    def report(self) -> list[dict[str, Any]]: ...
+
+
+_sweepers: weakref.WeakSet[TtlReporter] = weakref.WeakSet()
+
+
 def watch(throughput: NodeThroughput) -> None:
     """Report `throughput`'s partitions on this process's metrics server."""
     _watched.add(throughput)
+
+
+def watch_ttl(sweeper: TtlReporter) -> None:
+    """Report a TTL sweeper's tables (`storagenode.sweeper.TtlSweeper`) on the metrics server."""
+    _sweepers.add(sweeper)
+
+
+def ttl_families(tables: list[Mapping[str, Any]]) -> list[Metric]:
+    """The TTL series of `sweeper.report` rows ({"table", "deleted", "lag_seconds"})."""
+    deleted = CounterMetricFamily(
+        "dynalab_ttl_deleted_items", "Items deleted by the TTL sweeper", labels=["table"]
+    )
+    cloudwatch = UnknownMetricFamily(
+        "TimeToLiveDeletedItemCount",
+        "Items deleted by TTL (DynamoDB's CloudWatch metric name)",
+        labels=["table"],
+    )
+    lag = GaugeMetricFamily(
+        "dynalab_ttl_sweep_lag_seconds",
+        "Age of the oldest expired item not yet deleted by the TTL sweeper",
+        labels=["table"],
+    )
+    for row in tables:
+        deleted.add_metric([row["table"]], row["deleted"])
+        cloudwatch.add_metric([row["table"]], row["deleted"])
+        lag.add_metric([row["table"]], row["lag_seconds"])
+    return [deleted, cloudwatch, lag]
 
 
 class _NodeCollector:
@@ -51,6 +97,10 @@ class _NodeCollector:
         for throughput in list(_watched):
             partitions.extend(throughput.report()["partitions"])
         yield from partition_families(partitions)
+        tables: list[Mapping[str, Any]] = []
+        for sweeper in list(_sweepers):
+            tables.extend(sweeper.report())
+        yield from ttl_families(tables)
 
 
 def parse_listen(text: str | None) -> tuple[str, int] | None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Callable, Collection, Sequence
 from typing import Any, TypeVar, assert_never
 
@@ -46,7 +47,7 @@ from core.values import Item
 from core.writes import DeleteRequest, PutRequest, UpdateRequest, WriteRequest, plan
 from rpc import ops
 from rpc.ops import Target
-from storagenode import changefeed, metrics, replica
+from storagenode import changefeed, expiry, metrics, replica
 from storagenode.layout import (
     Family,
     encode_item,
@@ -82,11 +83,14 @@ WRITE_OPS = frozenset(
         ops.DROP_TABLE,
         ops.RETIRE_PARTITION,
         ops.UPDATE_THROUGHPUT,
+        ops.UPDATE_TTL,
         ops.REGISTER_CONSUMER,
         ops.CHECKPOINT,
         ops.UNREGISTER_CONSUMER,
     }
 )
+# Writes the node makes itself, never sent over the wire: the TTL sweeper's (`expiry.py`).
+INTERNAL_WRITE_OPS = frozenset({expiry.TTL_EXPIRE, expiry.TTL_BACKFILL})
 assert READ_OPS | WRITE_OPS == ops.CONTROL_OPS | ops.DATA_OPS | ops.FEED_OPS
 # The operations that spend a partition's read or write units.
 METERED_READS = frozenset({ops.GET, ops.QUERY, ops.SCAN})
@@ -104,11 +108,19 @@ ControlWritePayload = (
     | ops.DropTablePayload
     | ops.RetirePartitionPayload
     | ops.UpdateThroughputPayload
+    | ops.UpdateTtlPayload
 )
 FeedWritePayload = (
     ops.RegisterConsumerPayload | ops.CheckpointPayload | ops.UnregisterConsumerPayload
 )
-WritePayload = ops.ItemWritePayload | ops.IndexApplyPayload | ControlWritePayload | FeedWritePayload
+WritePayload = (
+    ops.ItemWritePayload
+    | ops.IndexApplyPayload
+    | ControlWritePayload
+    | FeedWritePayload
+    | expiry.ExpirePayload
+    | expiry.BackfillPayload
+)
 # How each write's JSON body decodes into its payload (`rpc.ops`), once, before its group runs.
 WRITE_PAYLOADS: dict[str, Callable[[dict[str, Any]], WritePayload]] = {
     ops.PUT: ops.PutPayload.from_json,
@@ -119,11 +131,14 @@ WRITE_PAYLOADS: dict[str, Callable[[dict[str, Any]], WritePayload]] = {
     ops.DROP_TABLE: ops.DropTablePayload.from_json,
     ops.RETIRE_PARTITION: ops.RetirePartitionPayload.from_json,
     ops.UPDATE_THROUGHPUT: ops.UpdateThroughputPayload.from_json,
+    ops.UPDATE_TTL: ops.UpdateTtlPayload.from_json,
     ops.REGISTER_CONSUMER: ops.RegisterConsumerPayload.from_json,
     ops.CHECKPOINT: ops.CheckpointPayload.from_json,
     ops.UNREGISTER_CONSUMER: ops.UnregisterConsumerPayload.from_json,
+    expiry.TTL_EXPIRE: expiry.ExpirePayload.from_json,
+    expiry.TTL_BACKFILL: expiry.BackfillPayload.from_json,
 }
-assert WRITE_PAYLOADS.keys() == WRITE_OPS
+assert WRITE_PAYLOADS.keys() == WRITE_OPS | INTERNAL_WRITE_OPS
 
 
 def _decoding(
@@ -169,8 +184,11 @@ class StorageNode:
         *,
         change_log_records_max: int = limits.CHANGE_LOG_RECORDS_MAX,
         throughput: NodeThroughput | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
+        # The wall clock, in epoch seconds, that TTL compares items' expiry times with.
+        self.clock = clock
         self.change_log_records_max = change_log_records_max
         # Token buckets per partition; by default as the environment says (DYNALAB_THROTTLING,
         # DYNALAB_BURST_SECONDS), on the monotonic clock. Tests pass one with a clock of their own.
@@ -507,6 +525,7 @@ class _WriteGroup:
         self.batch = batch
         self.dirty: dict[PartitionRef, Partition | None] = {}
         self.feed = changefeed.FeedChanges(node.feeds, batch)
+        self.now = node.clock()
 
     def write(
         self, op: str, target: Target | None, payload: WritePayload
@@ -524,6 +543,12 @@ class _WriteGroup:
                 return self.retire_partition(payload), 0.0
             case ops.UpdateThroughputPayload():
                 return self.update_throughput(payload), 0.0
+            case ops.UpdateTtlPayload():
+                return self.update_ttl(payload), 0.0
+            case expiry.ExpirePayload():
+                return self.ttl_expire(payload), 0.0
+            case expiry.BackfillPayload():
+                return self.ttl_backfill(payload), 0.0
         if target is None:
             raise ValidationError(f"A {op} request names no partition")
         match payload:
@@ -558,7 +583,7 @@ class _WriteGroup:
             return effect.failure(), effect.units
         ref = (partition.table_id, partition.partition_id)
         staged = partition if ref in self.dirty else dataclasses.replace(partition)
-        replica.apply(self.batch, staged, items_key, effect)
+        replica.apply(self.batch, staged, items_key, effect, now=self.now)
         self.dirty[ref] = staged
         return effect.reply(), effect.units
 
@@ -610,6 +635,37 @@ class _WriteGroup:
         self.batch.put(Family.INDEX_SOURCES, source_key, seq_bytes(applied_seq))
         self.dirty[ref] = staged
         return {"applied": applied, "source_seq": applied_seq, "new_bytes": new_bytes}
+
+    def _staged(self, ref: PartitionRef) -> Partition | None:
+        """The group's private copy of a partition's metadata, made on first use."""
+        partition = self._lookup(ref)
+        if partition is None or ref in self.dirty:
+            return partition
+        staged = dataclasses.replace(partition)
+        self.dirty[ref] = staged
+        return staged
+
+    def update_ttl(self, payload: ops.UpdateTtlPayload) -> dict[str, Any]:
+        """A table's TTL setting on every partition of it here (UpdateTimeToLive)."""
+        refs = [key for key in {*self.node.partitions, *self.dirty} if key[0] == payload.table_id]
+        changed = expiry.update_ttl(self.batch, payload.table_id, payload.ttl, refs, self._lookup)
+        self.dirty.update(changed)
+        return {"partitions_updated": sum(1 for ref in refs if self._lookup(ref) is not None)}
+
+    def ttl_expire(self, payload: expiry.ExpirePayload) -> dict[str, Any]:
+        """The sweeper's deletes on one partition: never metered (TTL deletes are free)."""
+        partition = self._staged((payload.table_id, payload.partition_id))
+        if partition is None:
+            return {"deleted": 0}
+        deleted = expiry.expire(self.batch, partition, payload.keys, self.now, replica.apply)
+        return {"deleted": deleted}
+
+    def ttl_backfill(self, payload: expiry.BackfillPayload) -> dict[str, Any]:
+        """One bounded step of indexing the items a partition held when TTL was enabled."""
+        partition = self._staged((payload.table_id, payload.partition_id))
+        if partition is None:
+            return {"done": True}
+        return {"done": expiry.backfill(self.node.store, self.batch, partition, self.now)}
 
     def create_partition(self, payload: ops.CreatePartitionPayload) -> dict[str, Any]:
         created = Partition.create(payload.table, payload.partition, payload.throughput)
@@ -665,6 +721,7 @@ class _WriteGroup:
         self.feed.forget_table(table_id)
         self.batch.delete_range(Family.ITEMS, prefix, _end_of(prefix))
         self.batch.delete_range(Family.INDEX_SOURCES, prefix, _end_of(prefix))
+        self.batch.delete_range(Family.TTL_INDEX, prefix, _end_of(prefix))
         return {"partitions_dropped": len(dropped)}
 
     def retire_partition(self, payload: ops.RetirePartitionPayload) -> dict[str, Any]:

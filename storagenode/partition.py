@@ -45,6 +45,12 @@ class Partition:
     # The table's throughput settings its token buckets follow (`rpc.ops` THROUGHPUT);
     # None for a partition created without them, which is metered as on-demand.
     throughput: dict[str, Any] | None = None
+    # The table's TTL setting (`rpc.ops` TTL: attribute, enabled, version); None: never set.
+    ttl: dict[str, Any] | None = None
+    # Where indexing the items that were here when TTL was enabled resumes (a storage key, hex);
+    # None once every item is indexed (`expiry.py`).
+    ttl_backfill: str | None = None
+    ttl_deleted: int = 0  # Items the TTL sweeper deleted, committed with the deletes.
     item_prefix: bytes = field(init=False, repr=False)
     log_prefix: bytes = field(init=False, repr=False)
 
@@ -100,8 +106,17 @@ class Partition:
                 "last_seq": self.last_seq,
                 "first_seq": self.first_seq,
                 "throughput": self.throughput,
+                "ttl": self.ttl,
+                "ttl_backfill": self.ttl_backfill,
+                "ttl_deleted": self.ttl_deleted,
             }
         )
+
+    @property
+    def ttl_attribute(self) -> str | None:
+        """The attribute TTL indexes and sweeps on this partition; None while TTL is off."""
+        ttl = self.ttl
+        return ttl["attribute"] if ttl is not None and ttl["enabled"] else None
 
     def same_definition(self, other: Partition) -> bool:
         """Whether `other` describes this same partition (create_partition's idempotence)."""

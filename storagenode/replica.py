@@ -1,10 +1,11 @@
 """Apply: the one hook that turns a planned write (`core.writes.WriteEffect`) into storage writes.
 
 Everything a write does to storage happens here, in the group's write batch: the item itself, its
-change-log record (`{seq, kind, keys, old, new, by_service}`), and the partition's counters (items,
-bytes, last seq). Local secondary index entries and the TTL expiry index will be written here too,
-so that they can never disagree with the item. The effect was decided by `core.writes.plan`; this
-module decides nothing about the write, only how it is laid out (`layout.py`).
+change-log record (`{seq, kind, keys, old, new, by_service}`), the item's entry in the TTL expiry
+index (`expiry.index_changes`) and the partition's counters (items, bytes, last seq). Local
+secondary index entries will be written here too, so that they can never disagree with the item.
+The effect was decided by `core.writes.plan`; this module decides nothing about the write, only
+how it is laid out (`layout.py`).
 
 `apply` encodes everything it will store before it changes anything, so a failure (a bug) leaves
 the batch and the partition's counters exactly as they were and fails that write alone.
@@ -15,6 +16,7 @@ from __future__ import annotations
 import orjson
 
 from core.writes import ChangeKind, WriteEffect
+from storagenode import expiry
 from storagenode.layout import Family, encode_item, seq_bytes
 from storagenode.partition import Partition
 from storagenode.store import WriteBatchView
@@ -27,13 +29,15 @@ def apply(
     effect: WriteEffect,
     *,
     by_service: bool = False,
+    now: float,
 ) -> None:
     """Store `effect` on `partition` (a copy private to the batch) under `items_key`.
 
     Like DynamoDB Streams, a write that leaves the item exactly as it was stores nothing and
     records nothing. `by_service` marks a change the service made itself rather than a client,
     as DynamoDB Streams marks a TTL deletion (`userIdentity` "dynamodb.amazonaws.com"): every
-    client write passes False; the TTL sweeper will pass True.
+    client write passes False; the TTL sweeper passes True. `now` (epoch seconds, the group's
+    clock) decides whether the new image's TTL time is recent enough to be indexed.
     """
     kind = effect.kind
     if kind is None:
@@ -52,11 +56,15 @@ def apply(
             "by_service": by_service,
         }
     )
+    ttl_changes = expiry.index_changes(
+        partition, items_key[len(partition.item_prefix) :], effect.old, effect.new, now
+    )
     if item_value is None:
         batch.delete(Family.ITEMS, items_key)
     else:
         batch.put(Family.ITEMS, items_key, item_value)
     batch.put(Family.CHANGE_LOG, partition.log_prefix + seq_bytes(seq), record)
+    expiry.write_index_changes(batch, ttl_changes)
     if kind is ChangeKind.INSERT:
         partition.item_count += 1
     elif kind is ChangeKind.REMOVE:

@@ -39,9 +39,11 @@ from core.errors import (
 )
 from rpc import changefeed_pb2, changefeed_pb2_grpc, codec, node_pb2, node_pb2_grpc, ops
 from rpc.changefeed import error_to_proto, record_to_proto
+from storagenode import metrics
 from storagenode.commit import GroupCommitter
 from storagenode.node import READ_OPS, PartitionRef, StorageNode
 from storagenode.store import Store
+from storagenode.sweeper import TtlSweeper
 
 logger = logging.getLogger(__name__)
 
@@ -410,8 +412,10 @@ class NodeServer:
         node_id: str,
         listen: str,
         data_dir: Path,
+        ttl_sweep_seconds: float = limits.TTL_SWEEP_SECONDS_DEFAULT,
     ) -> None:
         self.node_id = node_id
+        self.ttl_sweep_seconds = ttl_sweep_seconds
         self.listen = listen
         self.data_dir = data_dir
         self.address = ""
@@ -421,6 +425,7 @@ class NodeServer:
         self._health: health_aio.HealthServicer | None = None
         self._committer: GroupCommitter | None = None
         self._store: Store | None = None
+        self._sweeper: TtlSweeper | None = None
 
     async def start(self) -> str:
         """Open the store and serve; return the address actually bound (listen may say port 0)."""
@@ -441,6 +446,14 @@ class NodeServer:
             raise
         self._committer = GroupCommitter(node.apply_writes)
         self._committer.start()
+        committer = self._committer
+
+        async def submit(op: str, body: dict[str, Any]) -> dict[str, Any]:
+            return await committer.submit(op, None, body)
+
+        self._sweeper = TtlSweeper(node, submit, self.ttl_sweep_seconds)
+        self._sweeper.start()
+        metrics.watch_ttl(self._sweeper)
         self._servicer = NodeServicer(node, self._committer)
         node_pb2_grpc.add_StorageNodeServicer_to_server(self._servicer, server)
         self._feed = ChangeFeedServicer(node, self._committer)
@@ -469,6 +482,8 @@ class NodeServer:
             self._servicer.drain()
         if self._feed is not None:
             self._feed.drain()
+        if self._sweeper is not None:
+            await self._sweeper.close()
         if self._server is not None:
             await self._server.stop(grace)
         if self._committer is not None:

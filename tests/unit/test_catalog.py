@@ -176,7 +176,13 @@ def test_every_record_round_trips_through_json() -> None:
     assert TableDef.from_json(document) == full
     assert TableDef.from_json(document).to_json() == document
     assert document["version"] == 7
-    assert document["ttl"] == {"attribute": "expires", "enabled": True}
+    assert document["ttl"] == {
+        "attribute": "expires",
+        "enabled": True,
+        "settled": True,
+        "changed": None,
+        "version": 0,
+    }
     assert IndexDef.from_json(index.to_json()) == index
     assert TtlDef.from_json(TtlDef("ttl", False).to_json()) == TtlDef("ttl", False)
 
