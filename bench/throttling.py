@@ -1,17 +1,20 @@
 """Per-partition throughput, measured: what a hot key gets, what a spread load gets, and what
 enforcement costs.
 
-    python bench/throttling.py [--seconds 10] [--warmup 3] [--concurrency 32]
+    python bench/throttling.py [--seconds 10] [--warmup 3] [--burst-seconds 1] [--concurrency 32]
                                [--mixed-seconds 10] [--mixed-runs 3] [--skip-mixed]
 
-Starts its own local cluster (3 storage nodes, 1 router) with throughput enforcement on and the
-default 300 s burst window, and measures with `dynalab bench`'s own client, which never retries
-(the SDKs' backoff is exactly what must be off to see the server's limit):
+Starts its own local cluster (3 storage nodes, 1 router) with throughput enforcement on and a short
+burst bank (`--burst-seconds`, set as the nodes' DYNALAB_BURST_SECONDS: a new partition starts with
+a full bank, which DynamoDB's 300 s would make a 30,000-unit head start for a 100 WCU table, so
+the sustained ceiling could only be seen minutes later), and measures with `dynalab bench`'s own
+client, which never retries (the SDKs' backoff is exactly what must be off to see the server's
+limit):
 
 1. a PAY_PER_REQUEST table, every write to one partition key, 1 KB items (1 WCU each): once the
    first `--warmup` seconds have spent whatever the new partition held, the sustained write rate
-   should be the partition cap, 1,000 WCU, within 10%;
-2. the same against a PROVISIONED table of 100 WCU (one partition): 100 WCU;
+   should be the partition cap, 1,000 WCU, within 5%;
+2. the same against a PROVISIONED table of 100 WCU (one partition): 100 WCU, within 5%;
 3. the same offered load spread over many keys, so over every partition of the on-demand table:
    not throttled at all.
 
@@ -49,7 +52,8 @@ from dynalab.cluster import LocalCluster  # noqa: E402
 
 PAYLOAD_BYTES = 1000  # With the key and attribute names, an item of 1,009 bytes: one write unit.
 SPREAD_KEYS = 100_000
-TARGET_TOLERANCE = 0.10
+CEILING_TOLERANCE = 0.05  # How far a sustained rate may be from its ceiling.
+OVERHEAD_TOLERANCE = 0.10  # How much slower the mixed load may be with enforcement on.
 
 
 @dataclass(frozen=True)
@@ -202,13 +206,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=10.0, help="measured window per load")
     parser.add_argument("--warmup", type=float, default=3.0, help="seconds before measuring")
+    parser.add_argument(
+        "--burst-seconds", type=float, default=1.0, help="the enforcing nodes' burst bank"
+    )
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--mixed-seconds", type=float, default=10.0)
     parser.add_argument("--mixed-runs", type=int, default=3)
     parser.add_argument("--skip-mixed", action="store_true")
     args = parser.parse_args()
 
-    os.environ.pop("DYNALAB_BURST_SECONDS", None)  # DynamoDB's 300 s burst window.
+    if args.warmup <= args.burst_seconds:
+        parser.error("--warmup must be longer than --burst-seconds, to spend the initial bank")
+    os.environ["DYNALAB_BURST_SECONDS"] = str(args.burst_seconds)
     with tempfile.TemporaryDirectory(prefix="dynalab-throttling-") as scratch:
         os.environ["DYNALAB_THROTTLING"] = "on"
         with LocalCluster(Path(scratch) / "on", nodes=3, routers=1) as enforcing:
@@ -219,12 +228,12 @@ def main() -> None:
             print(
                 f"1. hot key, on-demand: {hot.wcu_per_s:,.0f} WCU/s vs 1,000 "
                 f"({hot.wcu_per_s / 1000 - 1:+.1%}): "
-                f"{verdict(abs(hot.wcu_per_s / 1000 - 1) <= TARGET_TOLERANCE)}"
+                f"{verdict(abs(hot.wcu_per_s / 1000 - 1) <= CEILING_TOLERANCE)}"
             )
             print(
                 f"2. hot key, provisioned 100 WCU: {provisioned.wcu_per_s:,.0f} WCU/s vs 100 "
                 f"({provisioned.wcu_per_s / 100 - 1:+.1%}): "
-                f"{verdict(abs(provisioned.wcu_per_s / 100 - 1) <= TARGET_TOLERANCE)}"
+                f"{verdict(abs(provisioned.wcu_per_s / 100 - 1) <= CEILING_TOLERANCE)}"
             )
             print(
                 f"3. spread keys, on-demand: {spread.wcu_per_s:,.0f} WCU/s, "
@@ -249,7 +258,7 @@ def main() -> None:
         print(
             f"\nmixed 50/50 get/put, concurrency 32: buckets on {on:,.0f} ops/s, off "
             f"{off:,.0f} ops/s (median of {args.mixed_runs}): {on / off - 1:+.1%}: "
-            f"{verdict(on >= off * (1 - TARGET_TOLERANCE))}"
+            f"{verdict(on >= off * (1 - OVERHEAD_TOLERANCE))}"
         )
 
 

@@ -23,6 +23,22 @@ DynamoDB handle spiky workloads"). So a bucket may also have a peak: a second ba
 at the peak rate and holds one second of it, which every request must find positive too.
 
 `PartitionThroughput` is one partition's read and write bucket, sized from the table's billing mode.
+
+**Burst credit for new and resized partitions (dynalab's assumption).** AWS documents only that
+DynamoDB "retains up to 5 minutes (300 seconds) of unused read and write capacity", not what a
+partition holds when it is born. What a user sees is that a new table serves its first bursts: the
+Developer Guide's tutorial table of 5 RCU / 5 WCU takes a quick load of 100 items without a
+throttle. dynalab grants that by treating a new partition as if it had sat unused for the whole
+burst window: its bank starts full (`rate * burst_seconds`). A partition whose rate rises
+(UpdateTable) is credited the same way for the added rate: `(new - old) * burst_seconds`, up to its
+new cap; a falling rate shrinks the bank to the new cap. The sustained ceiling is unchanged: tokens
+still accrue only at the rate, a debt is still repaid at the rate, and the peak still bounds every
+burst at the partition limit. A request is admitted on a positive balance and charged in full, so
+one item larger than the bank (400 KB on a 1 WCU table) leaves a debt of what it cost beyond the
+bank, which is the time DynamoDB's sustained rate needs for it too; a large item on a new small
+table is simply paid from its full bank. `burst_seconds` shorter than DynamoDB's 300 s (the
+`DYNALAB_BURST_SECONDS` setting of a node) shortens both the bank and this initial credit, so a
+benchmark reaches the sustained ceiling within seconds.
 """
 
 from __future__ import annotations
@@ -60,6 +76,7 @@ class TokenBucket:
         now: float,
         burst_seconds: float = limits.BURST_SECONDS_MAX,
         peak_per_second: float | None = None,
+        full: bool = False,
     ) -> None:
         _check_rate(rate_per_second)
         if not 0 < burst_seconds <= limits.BURST_SECONDS_MAX:
@@ -72,9 +89,9 @@ class TokenBucket:
         self._burst_seconds = float(burst_seconds)
         self._peak = None if peak_per_second is None else float(peak_per_second)
         self._check_rate_within_peak(self._rate)
-        # One second's capacity, so that a client sending exactly the rate is never throttled, and
-        # nothing more: the burst bank holds only capacity that went unused.
-        self._balance = min(self._rate, self.capacity)
+        # A full bank when asked for (a new partition's burst credit); otherwise one second's
+        # capacity, so that a client sending exactly the rate is never throttled, and nothing more.
+        self._balance = self.capacity if full else min(self._rate, self.capacity)
         # The peak's balance holds at most one second at the peak rate: it bounds a burst's speed,
         # never the amount banked.
         self._peak_balance = self._peak if self._peak is not None else math.inf
@@ -142,6 +159,13 @@ class TokenBucket:
         self._refill(now)
         self._rate = float(rate_per_second)
         self._balance = min(self._balance, self.capacity)
+
+    def grant(self, units: float, now: float) -> None:
+        """Credit `units` of burst capacity (a resized partition's), never past the cap."""
+        if units < 0 or not math.isfinite(units):
+            raise ValueError(f"a grant is a finite, non-negative number of units, not {units}")
+        self._refill(now)
+        self._balance = min(self._balance + units, self.capacity)
 
     def _take(self, units: float) -> None:
         # A negative charge is a refund, which never lifts a balance past what it may hold.
@@ -229,24 +253,33 @@ class PartitionThroughput:
     ) -> None:
         read_rate, write_rate = partition_rates(settings, partition_count)
         # The partition caps are also each bucket's peak, so no burst takes a partition past them.
+        # A new partition starts with a full bank: its burst credit (see the module's docstring).
         self.read = TokenBucket(
             read_rate,
             now=now,
             burst_seconds=burst_seconds,
             peak_per_second=limits.PARTITION_RCU_MAX,
+            full=True,
         )
         self.write = TokenBucket(
             write_rate,
             now=now,
             burst_seconds=burst_seconds,
             peak_per_second=limits.PARTITION_WCU_MAX,
+            full=True,
         )
 
     def reconfigure(self, settings: ThroughputSettings, partition_count: int, now: float) -> None:
-        """Apply new settings or a new partition count (UpdateTable, a split), keeping the banks."""
+        """Apply new settings or a new partition count (UpdateTable, a split), keeping the banks.
+
+        A bucket whose rate rises is credited the burst window's worth of the added rate.
+        """
         read_rate, write_rate = partition_rates(settings, partition_count)
-        self.read.set_rate(read_rate, now)
-        self.write.set_rate(write_rate, now)
+        for bucket, rate in ((self.read, read_rate), (self.write, write_rate)):
+            added = rate - bucket.rate_per_second
+            bucket.set_rate(rate, now)
+            if added > 0:
+                bucket.grant(added * bucket.burst_seconds, now)
 
     def admit_read(self, units: float, now: float) -> None:
         """Admit a read estimated at `units`, or raise ProvisionedThroughputExceededException."""

@@ -30,7 +30,8 @@ class Clock:
 
 
 def metered() -> NodeThroughput:
-    throughput = NodeThroughput(clock=Clock())
+    # A one-second window: the new partition's full bank is one second of its rate.
+    throughput = NodeThroughput(clock=Clock(), burst_seconds=1)
     throughput.track(KEY, "Orders", SETTINGS)
     charged = throughput.admit_write(KEY, 3000)  # 3 units: the bucket is 1 in debt.
     throughput.settle_write(KEY, 3.0, charged)

@@ -57,11 +57,19 @@ class Node:
     """A node with one partition `p0` of TABLE under the given throughput, on a stepped clock."""
 
     def __init__(
-        self, path: Path, throughput: dict[str, Any] | None, *, enforced: bool = True
+        self,
+        path: Path,
+        throughput: dict[str, Any] | None,
+        *,
+        enforced: bool = True,
+        burst_seconds: float = 1.0,
     ) -> None:
         self.path = path
         self.clock = Clock()
         self.enforced = enforced
+        # One second of burst window unless a test says otherwise: a new partition's full bank is
+        # then one second of its rate, which keeps the arithmetic of most tests small.
+        self.burst_seconds = burst_seconds
         self.store = Store(path)
         self.node = self._open()
         partition = {"id": "p0", "start": "", "end": None, "epoch": 1, "node": "n1"}
@@ -71,7 +79,9 @@ class Node:
         self.write(ops.CREATE_PARTITION, body)
 
     def _open(self) -> StorageNode:
-        meter = NodeThroughput(enforced=self.enforced, clock=self.clock)
+        meter = NodeThroughput(
+            enforced=self.enforced, clock=self.clock, burst_seconds=self.burst_seconds
+        )
         return StorageNode(self.store, throughput=meter)
 
     def restart(self) -> None:
@@ -128,7 +138,7 @@ def test_a_provisioned_partition_admits_its_rate_then_throttles_until_time_passe
     make: Any,
 ) -> None:
     node = make(provisioned(5, 10))
-    # A new bucket holds one second of its rate (the burst bank starts empty): ten 1-unit puts.
+    # A new partition's bank is full: here one second of its rate, ten 1-unit puts.
     for i in range(10):
         node.put(f"k{i}")
     with pytest.raises(ThroughputExceeded) as refused:
@@ -148,10 +158,22 @@ def test_a_provisioned_partition_admits_its_rate_then_throttles_until_time_passe
     assert report["throttled_units"] == 2
 
 
-def test_unused_capacity_is_banked_for_a_burst_up_to_the_burst_window(make: Any) -> None:
-    node = make(provisioned(5, 10))
-    node.clock.now += 10  # 10 s unused: 1 s initial + 100 units banked.
-    assert node.balance("write") == pytest.approx(110)
+def test_a_new_partition_starts_with_a_full_burst_bank(make: Any) -> None:
+    node = make(provisioned(5, 5), burst_seconds=limits.BURST_SECONDS_MAX)
+    assert node.balance("write") == pytest.approx(5 * limits.BURST_SECONDS_MAX)
+    assert node.balance("read") == pytest.approx(5 * limits.BURST_SECONDS_MAX)
+    # The tutorial's quick load on a 5/5 table: 100 puts at one instant, none throttled.
+    for i in range(100):
+        node.put(f"k{i}")
+    assert node.report()["write"]["throttled_requests"] == 0
+
+
+def test_spent_capacity_is_banked_again_up_to_the_burst_window(make: Any) -> None:
+    node = make(provisioned(5, 10), burst_seconds=limits.BURST_SECONDS_MAX)
+    node.put("big", size=3000 * 10)  # 30 units of the full bank of 3,000.
+    assert node.balance("write") == pytest.approx(10 * limits.BURST_SECONDS_MAX - 30)
+    node.clock.now += 1  # 10 units accrue.
+    assert node.balance("write") == pytest.approx(10 * limits.BURST_SECONDS_MAX - 20)
     node.clock.now += 1000  # The bank holds at most 300 s of the rate.
     assert node.balance("write") == pytest.approx(10 * limits.BURST_SECONDS_MAX)
 
@@ -282,8 +304,8 @@ def test_provisioned_units_are_divided_across_the_partitions(make: Any) -> None:
 def test_update_throughput_resizes_the_buckets_keeping_the_bank_and_survives_restart(
     make: Any,
 ) -> None:
-    node = make(provisioned(5, 10))
-    node.clock.now += 2  # 30 units banked.
+    node = make(provisioned(5, 10), burst_seconds=3)
+    node.put("big", size=24 * 1024)  # 25 of the full bank's 30 units: 5 left.
     reply = node.write(
         ops.UPDATE_THROUGHPUT,
         {"table_id": TABLE["id"], "throughput": provisioned(5, 20, version=2)},
@@ -291,7 +313,8 @@ def test_update_throughput_resizes_the_buckets_keeping_the_bank_and_survives_res
     assert reply == {"partitions_updated": 1}
     report = node.report()
     assert report["write"]["rate_per_second"] == 20
-    assert report["write"]["balance"] == pytest.approx(30)
+    # The bank is kept, and credited the burst window's worth of the added rate: 5 + 10 * 3.
+    assert report["write"]["balance"] == pytest.approx(35)
     assert report["version"] == 2
     # A late retry of an older change does not undo the newer one.
     node.write(

@@ -235,8 +235,12 @@ def test_an_on_demand_partition_is_limited_only_by_the_partition_caps() -> None:
 
 
 def test_a_partition_past_its_share_raises_throughput_exceeded() -> None:
+    # A one-second burst window: the new partition's full bank is one second of its share.
     throughput = PartitionThroughput(
-        ThroughputSettings(BillingMode.PROVISIONED, 4, 2), partition_count=2, now=T0
+        ThroughputSettings(BillingMode.PROVISIONED, 4, 2),
+        partition_count=2,
+        now=T0,
+        burst_seconds=1,
     )
     throughput.admit_read(2, T0)
     with pytest.raises(ThroughputExceeded) as raised:
@@ -257,6 +261,50 @@ def test_a_partition_bank_never_bursts_past_the_partition_cap() -> None:
     assert throughput.write.balance(start) == 800 * 300
     assert acquire_all(throughput.write, 1, start, 5000) == limits.PARTITION_WCU_MAX
     assert acquire_all(throughput.read, 1, start, 5000) == limits.PARTITION_RCU_MAX
+
+
+def test_a_new_partition_starts_with_a_full_bank() -> None:
+    throughput = PartitionThroughput(
+        ThroughputSettings(BillingMode.PROVISIONED, 5, 5), partition_count=1, now=T0
+    )
+    assert throughput.write.balance(T0) == 5 * limits.BURST_SECONDS_MAX
+    assert throughput.read.balance(T0) == 5 * limits.BURST_SECONDS_MAX
+    # The bank is spent no faster than the partition cap allows, then the rate is all there is.
+    assert acquire_all(throughput.write, 1, T0, 2000) == limits.PARTITION_WCU_MAX
+    assert acquire_all(throughput.write, 1, T0 + 1, 2000) == 1500 - 1000 + 5
+    assert acquire_all(throughput.write, 1, T0 + 2, 100) == 5
+
+
+def test_a_full_bank_is_spent_no_faster_than_the_partition_cap() -> None:
+    throughput = PartitionThroughput(
+        ThroughputSettings(BillingMode.PROVISIONED, 3000, 1000), partition_count=1, now=T0
+    )
+    assert acquire_all(throughput.write, 1, T0, 5000) == limits.PARTITION_WCU_MAX
+
+
+def test_a_raised_rate_is_credited_its_burst_window_and_a_lowered_one_clipped() -> None:
+    throughput = PartitionThroughput(
+        ThroughputSettings(BillingMode.PROVISIONED, 10, 10),
+        partition_count=1,
+        now=T0,
+        burst_seconds=10,
+    )
+    assert acquire_all(throughput.write, 1, T0, 100) == 100  # The full bank, spent.
+    throughput.reconfigure(ThroughputSettings(BillingMode.PROVISIONED, 10, 30), 1, T0)
+    assert throughput.write.balance(T0) == pytest.approx(20 * 10)
+    throughput.reconfigure(ThroughputSettings(BillingMode.PROVISIONED, 10, 5), 1, T0)
+    assert throughput.write.balance(T0) == pytest.approx(5 * 10)
+    # A split halves the share and adds nothing.
+    throughput.reconfigure(ThroughputSettings(BillingMode.PROVISIONED, 10, 5), 2, T0)
+    assert throughput.write.balance(T0) == pytest.approx(2.5 * 10)
+
+
+def test_a_grant_never_lifts_the_bank_past_its_cap() -> None:
+    bucket = TokenBucket(10, now=T0, burst_seconds=2)
+    bucket.grant(1000, T0)
+    assert bucket.balance(T0) == 20
+    with pytest.raises(ValueError):
+        bucket.grant(-1, T0)
 
 
 def test_reconfigure_applies_update_table_and_splits() -> None:
