@@ -3,6 +3,7 @@ PY ?= python3
 
 install:
 	$(PY) -m pip install -e '.[dev]'
+	if command -v npm >/dev/null 2>&1; then cd tests/js && npm ci --no-audit --no-fund; fi
 
 proto:
 	$(PY) -m rpc.generate
