@@ -94,6 +94,11 @@ GIB = 1024 * MIB
 # The change log keeps at most this many records per partition; a consumer that falls further behind
 # must backfill again (DESIGN.md, "Storage on a node").
 CHANGE_LOG_RECORDS_MAX = 1_000_000
+# ...and at most this many bytes of records (each holds the item's old and new images, so one 100 KB
+# item overwritten 275 times kept 56 MB of log for 100 KB of data under the record bound alone).
+# 32 MiB is at least 16 s of a partition written at its 1,000 WCU cap (at most 2 MB/s of images);
+# a consumer further behind re-snapshots, as past the record bound. The newest record always stays.
+CHANGE_LOG_BYTES_MAX = 32 * MIB
 # Consumers registered on one partition's change feed: each is read on every trim and holds the log.
 CHANGE_FEED_CONSUMERS_PER_PARTITION_MAX = 64
 # Records in one batch of a feed: enough to amortise a stream message, few enough that one read
@@ -131,6 +136,8 @@ RPC_SEND_SECONDS_MAX = 10.0
 NODE_SHUTDOWN_GRACE_SECONDS = 5.0
 
 assert WRITE_QUEUE_OPS_MAX >= WRITE_BATCH_OPS_MAX
+# The byte bound holds many records of the largest items (two 400 KB images each).
+assert CHANGE_LOG_BYTES_MAX >= 32 * 2 * ITEM_SIZE_BYTES_MAX
 assert (
     RPC_BATCH_BYTES_TARGET + 4 * (QUERY_PAGE_BYTES_MAX + ITEM_SIZE_BYTES_MAX)
     < RPC_MESSAGE_BYTES_MAX

@@ -539,7 +539,9 @@ class RetirePartitionPayload:
 class TableStatsPayload:
     """table_stats: the sizes of a table's partitions on this node.
 
-    Reply: {"partitions": {partition id: {"items": int, "bytes": int, "last_seq": int}}}.
+    Reply: {"partitions": {partition id: {"items": int, "bytes": int, "last_seq": int,
+    "first_seq": int, "log_bytes": int}}}: item count and bytes, the change log's seqs and the
+    bytes of the records it retains.
     """
 
     table_id: str

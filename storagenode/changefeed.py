@@ -14,10 +14,13 @@ node (`node.py`) calls them inside its group commit and the server (`server.py`)
   the same group commit as writes (ops `register_consumer`, `checkpoint`, `unregister_consumer`),
   so an acknowledged checkpoint survives kill -9 and is ordered with the writes around it. A
   checkpoint never moves backwards: a late retry of an older one changes nothing.
-- **Retention** (`first_retained_seq`). Without registered consumers a log keeps its newest
-  `change_log_records_max` records, as before there were consumers. With consumers it keeps every
-  record that some consumer has not passed yet, but never more than that hard bound: a consumer
-  further behind is told to re-snapshot (DESIGN.md, "Storage on a node").
+- **Retention** (`first_retained_seq`, then `first_retained_within_bytes`). Without registered
+  consumers a log keeps its newest `change_log_records_max` records, as before there were
+  consumers. With consumers it keeps every record that some consumer has not passed yet, but never
+  more than that hard bound: a consumer further behind is told to re-snapshot (DESIGN.md, "Storage
+  on a node"). The records kept also hold at most `change_log_bytes_max` bytes (the newest record
+  always stays), a second hard bound with the same consequence: a log of large items rewritten
+  often is bounded by what it holds, not only by how many records.
 - **The end of a log.** Retiring a partition (a split or a move) appends an END record naming the
   children. When consumers are registered the retired log (and their checkpoints) is kept, in the
   `retired_logs` family, until every one of them has checkpointed the END record or unregistered,
@@ -60,6 +63,26 @@ def first_retained_seq(
     if positions:
         keep = max(keep, min(positions) + 1)
     return keep
+
+
+def first_retained_within_bytes(
+    keep: int, last_seq: int, log_bytes: int, bytes_max: int, sizes: Iterable[tuple[int, int]]
+) -> tuple[int, int]:
+    """Where a log starts once trimmed, and the bytes it then holds.
+
+    `keep` is what `first_retained_seq` allows; `log_bytes` is what the records from the log's
+    first seq to `last_seq` hold together, and `sizes` gives each record's (seq, bytes) from that
+    first seq on, oldest first. Records below `keep` go, and then the oldest of the rest while they
+    hold more than `bytes_max`, though never the newest record. `sizes` is read only as far as the
+    records that go, so a log within its bounds costs nothing to walk.
+    """
+    first, remaining = keep, log_bytes
+    for seq, size in sizes:
+        if seq >= keep and (remaining <= bytes_max or seq >= last_seq):
+            return seq, remaining
+        remaining -= size
+        first = max(keep, seq + 1)
+    return first, remaining
 
 
 def end_record(seq: int, children: Iterable[str]) -> dict[str, Any]:

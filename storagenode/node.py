@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Any, TypeVar, assert_never
 
 import orjson
@@ -44,7 +44,14 @@ from core.keycodec import successor
 from core.keys import KeyShape
 from core.size import item_size_bytes
 from core.values import Item
-from core.writes import DeleteRequest, PutRequest, UpdateRequest, WriteRequest, plan
+from core.writes import (
+    DeleteRequest,
+    PutRequest,
+    UpdateRequest,
+    WriteEffect,
+    WriteRequest,
+    plan,
+)
 from rpc import ops
 from rpc.ops import Target
 from storagenode import changefeed, expiry, metrics, replica
@@ -183,6 +190,7 @@ class StorageNode:
         store: NodeStore,
         *,
         change_log_records_max: int = limits.CHANGE_LOG_RECORDS_MAX,
+        change_log_bytes_max: int = limits.CHANGE_LOG_BYTES_MAX,
         throughput: NodeThroughput | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -190,6 +198,7 @@ class StorageNode:
         # The wall clock, in epoch seconds, that TTL compares items' expiry times with.
         self.clock = clock
         self.change_log_records_max = change_log_records_max
+        self.change_log_bytes_max = change_log_bytes_max
         # Token buckets per partition; by default as the environment says (DYNALAB_THROTTLING,
         # DYNALAB_BURST_SECONDS), on the monotonic clock. Tests pass one with a clock of their own.
         self.throughput = NodeThroughput.from_env() if throughput is None else throughput
@@ -204,6 +213,12 @@ class StorageNode:
         self.on_commit: Callable[[Collection[PartitionRef]], None] | None = None
         for meta in store.load_partition_metas():
             partition = Partition.from_meta(meta)
+            if "log_bytes" not in meta:
+                # Written before logs were bounded in bytes: measured once, kept from then on.
+                sizes = self.log_sizes(
+                    partition.log_prefix, partition.first_seq, partition.last_seq
+                )
+                partition.log_bytes = sum(size for _, size in sizes)
             self.partitions[partition.table_id, partition.partition_id] = partition
             self.throughput.track(
                 (partition.table_id, partition.partition_id),
@@ -219,6 +234,18 @@ class StorageNode:
                 ops.PartitionThroughputPayload.from_json, self._partition_throughput
             ),
         }
+
+    def log_sizes(self, log: bytes, first_seq: int, last_seq: int) -> Iterator[tuple[int, int]]:
+        """(seq, bytes) of the committed change-log records first_seq..last_seq under the log
+        prefix `log`, oldest first, read lazily (retention reads only as far as it trims)."""
+        rows = self.store.walk(
+            Family.CHANGE_LOG,
+            log + seq_bytes(first_seq),
+            log + seq_bytes(last_seq + 1),
+            forward=True,
+        )
+        for key, value in rows:
+            yield int.from_bytes(key[len(log) :], "big"), len(value)
 
     # Reads ---------------------------------------------------------------------------------------
 
@@ -329,6 +356,8 @@ class StorageNode:
                     "items": partition.item_count,
                     "bytes": partition.size_bytes,
                     "last_seq": partition.last_seq,
+                    "first_seq": partition.first_seq,
+                    "log_bytes": partition.log_bytes,
                 }
                 for partition in list(self.partitions.values())
                 if partition.table_id == table_id
@@ -526,6 +555,10 @@ class _WriteGroup:
         self.dirty: dict[PartitionRef, Partition | None] = {}
         self.feed = changefeed.FeedChanges(node.feeds, batch)
         self.now = node.clock()
+        # (seq, bytes) of the change-log records this group appended, per partition, and the
+        # partitions created in it (whose log starts in this group), for retention in `finish`.
+        self.appended: dict[PartitionRef, list[tuple[int, int]]] = {}
+        self.created: set[PartitionRef] = set()
 
     def write(
         self, op: str, target: Target | None, payload: WritePayload
@@ -583,7 +616,7 @@ class _WriteGroup:
             return effect.failure(), effect.units
         ref = (partition.table_id, partition.partition_id)
         staged = partition if ref in self.dirty else dataclasses.replace(partition)
-        replica.apply(self.batch, staged, items_key, effect, now=self.now)
+        self.apply(self.batch, staged, items_key, effect, now=self.now)
         self.dirty[ref] = staged
         return effect.reply(), effect.units
 
@@ -657,7 +690,7 @@ class _WriteGroup:
         partition = self._staged((payload.table_id, payload.partition_id))
         if partition is None:
             return {"deleted": 0}
-        deleted = expiry.expire(self.batch, partition, payload.keys, self.now, replica.apply)
+        deleted = expiry.expire(self.batch, partition, payload.keys, self.now, self.apply)
         return {"deleted": deleted}
 
     def ttl_backfill(self, payload: expiry.BackfillPayload) -> dict[str, Any]:
@@ -666,6 +699,25 @@ class _WriteGroup:
         if partition is None:
             return {"done": True}
         return {"done": expiry.backfill(self.node.store, self.batch, partition, self.now)}
+
+    def apply(
+        self,
+        batch: WriteBatchView,
+        partition: Partition,
+        items_key: bytes,
+        effect: WriteEffect,
+        *,
+        by_service: bool = False,
+        now: float,
+    ) -> None:
+        """`replica.apply`, noting the size of the change-log record it appended, which
+        `finish` needs to keep the log within its bytes bound."""
+        record_bytes = replica.apply(
+            batch, partition, items_key, effect, by_service=by_service, now=now
+        )
+        if record_bytes:
+            ref = (partition.table_id, partition.partition_id)
+            self.appended.setdefault(ref, []).append((partition.last_seq, record_bytes))
 
     def create_partition(self, payload: ops.CreatePartitionPayload) -> dict[str, Any]:
         created = Partition.create(payload.table, payload.partition, payload.throughput)
@@ -692,6 +744,7 @@ class _WriteGroup:
         self.dirty[key] = created
         for consumer in payload.consumers or ():
             self.feed.register(key, consumer, 0, changefeed.LogBounds(1, 0))
+        self.created.add(key)
         return {}
 
     def update_throughput(self, payload: ops.UpdateThroughputPayload) -> dict[str, Any]:
@@ -804,11 +857,22 @@ class _WriteGroup:
         unregistered = self.feed.unregister(key, payload.consumer)
         return {"unregistered": unregistered, **self._feed_moved(key)}
 
+    def _log_sizes(self, key: PartitionRef, partition: Partition) -> Iterator[tuple[int, int]]:
+        """(seq, bytes) of every record of a partition's log as this group sees it, oldest first:
+        the committed ones from the store, then those this group appended."""
+        committed = None if key in self.created else self.node.partitions.get(key)
+        if committed is not None:
+            yield from self.node.log_sizes(
+                partition.log_prefix, partition.first_seq, committed.last_seq
+            )
+        yield from self.appended.get(key, ())
+
     def finish(self) -> None:
         """Persist the touched partitions' metadata and trim their change logs.
 
         A log is trimmed below the oldest record some registered consumer has not passed, and
-        always to the hard bound of `change_log_records_max` records (`changefeed`).
+        always to the hard bounds of `change_log_records_max` records and `change_log_bytes_max`
+        bytes (`changefeed`).
         """
         for key, partition in self.dirty.items():
             meta_key = partition_meta_key(*key)
@@ -821,6 +885,14 @@ class _WriteGroup:
                 self.node.change_log_records_max,
                 self.feed.consumers(key).values(),
             )
+            if keep > partition.first_seq or partition.log_bytes > self.node.change_log_bytes_max:
+                keep, partition.log_bytes = changefeed.first_retained_within_bytes(
+                    keep,
+                    partition.last_seq,
+                    partition.log_bytes,
+                    self.node.change_log_bytes_max,
+                    self._log_sizes(key, partition),
+                )
             if keep > partition.first_seq:
                 log = partition.log_prefix
                 self.batch.delete_range(

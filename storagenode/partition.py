@@ -42,6 +42,7 @@ class Partition:
     size_bytes: int = 0
     last_seq: int = 0  # The seq of the newest change-log record; 0 before the first write.
     first_seq: int = 1  # The seq of the oldest change-log record still retained.
+    log_bytes: int = 0  # The bytes of the retained change-log records (first_seq to last_seq).
     # The table's throughput settings its token buckets follow (`rpc.ops` THROUGHPUT);
     # None for a partition created without them, which is metered as on-demand.
     throughput: dict[str, Any] | None = None
@@ -105,6 +106,7 @@ class Partition:
                 "size_bytes": self.size_bytes,
                 "last_seq": self.last_seq,
                 "first_seq": self.first_seq,
+                "log_bytes": self.log_bytes,
                 "throughput": self.throughput,
                 "ttl": self.ttl,
                 "ttl_backfill": self.ttl_backfill,

@@ -2,10 +2,10 @@
 
 Everything a write does to storage happens here, in the group's write batch: the item itself, its
 change-log record (`{seq, kind, keys, old, new, by_service}`), the item's entry in the TTL expiry
-index (`expiry.index_changes`) and the partition's counters (items, bytes, last seq). Local
-secondary index entries will be written here too, so that they can never disagree with the item.
-The effect was decided by `core.writes.plan`; this module decides nothing about the write, only
-how it is laid out (`layout.py`).
+index (`expiry.index_changes`) and the partition's counters (items, bytes, last seq, log bytes).
+Local secondary index entries will be written here too, so that they can never disagree with the
+item. The effect was decided by `core.writes.plan`; this module decides nothing about the write,
+only how it is laid out (`layout.py`).
 
 `apply` encodes everything it will store before it changes anything, so a failure (a bug) leaves
 the batch and the partition's counters exactly as they were and fails that write alone.
@@ -30,8 +30,9 @@ def apply(
     *,
     by_service: bool = False,
     now: float,
-) -> None:
-    """Store `effect` on `partition` (a copy private to the batch) under `items_key`.
+) -> int:
+    """Store `effect` on `partition` (a copy private to the batch) under `items_key`; return the
+    bytes of the change-log record it appended (0 when it recorded nothing).
 
     Like DynamoDB Streams, a write that leaves the item exactly as it was stores nothing and
     records nothing. `by_service` marks a change the service made itself rather than a client,
@@ -41,7 +42,7 @@ def apply(
     """
     kind = effect.kind
     if kind is None:
-        return
+        return 0
     seq = partition.last_seq + 1
     item_value = (
         None if effect.new is None else encode_item(orjson.dumps(effect.new), effect.new_bytes)
@@ -71,3 +72,5 @@ def apply(
         partition.item_count -= 1
     partition.size_bytes += effect.new_bytes - effect.old_bytes
     partition.last_seq = seq
+    partition.log_bytes += len(record)
+    return len(record)

@@ -8,6 +8,10 @@ applied (by seq). The test checks both halves: the *effect* is exactly once and 
 acknowledged put appears once, as seqs without gaps or repeats, in the order written), and the
 redelivery starts right after a checkpoint the node had acknowledged (or the one in flight at the
 kill), so the checkpoint survived. Every wait has a deadline; the process is killed at the end.
+
+A second test overwrites one 100 KB item 275 times (which kept 56 MB of log when the log was
+bounded by record count only) and checks that the log keeps at most its byte bound, that what it
+keeps is all readable, and that a consumer registered before the overwrites must re-snapshot.
 """
 
 from __future__ import annotations
@@ -20,7 +24,8 @@ from typing import Any
 
 import pytest
 
-from core.errors import ServiceUnavailable
+from core import limits
+from core.errors import ChangeLogTrimmed, ServiceUnavailable
 from rpc import ops
 from rpc.changefeed import Change, ChangeFeedClient
 from rpc.client import NodeClient
@@ -174,6 +179,58 @@ async def test_a_follower_sees_every_change_once_in_order_across_kill_9(tmp_path
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await feed.close()
+        await client.close()
+        await node.kill()
+
+
+OVERWRITES = 275  # The issue's measurement: 275 overwrites of one 100 KB item kept 56 MB of log.
+LARGE_VALUE_CHARS = 100_000
+# A 100 KB put and its synced commit take milliseconds, but the machine may be shared and loaded.
+LARGE_CALL_SECONDS = 30.0
+
+
+async def test_a_large_item_overwritten_keeps_a_log_bounded_in_bytes(tmp_path: Path) -> None:
+    node = NodeProcess(tmp_path / "data", free_port(), tmp_path / "node.log")
+    await node.start()
+    client = NodeClient(node.address)
+    feed = ChangeFeedClient(node.address)
+    try:
+        body = {"table": TABLE, "partition": PARTITION}
+        await client.control(ops.CREATE_PARTITION, body, CALL_SECONDS)
+        await feed.register(TABLE["id"], "p0", CONSUMER, 0, CALL_SECONDS)
+        for n in range(OVERWRITES):
+            large = {"pk": {"S": "large"}, "n": {"N": str(n)}, "v": {"S": "x" * LARGE_VALUE_CHARS}}
+            put = {"table_id": TABLE["id"], "partition_id": "p0", "epoch": 1, "item": large}
+            await envelope.call(client, ops.PUT, put, LARGE_CALL_SECONDS)
+        stats = await client.control(ops.TABLE_STATS, {"table_id": TABLE["id"]}, CALL_SECONDS)
+        log = stats["partitions"]["p0"]
+        assert log["last_seq"] == OVERWRITES
+        assert log["log_bytes"] <= limits.CHANGE_LOG_BYTES_MAX
+        # Each retained record holds two 100 KB images: what is kept fits the bound...
+        first = log["first_seq"]
+        assert (OVERWRITES - first + 1) * 2 * LARGE_VALUE_CHARS <= limits.CHANGE_LOG_BYTES_MAX
+        # ...and is all there, in order, for a reader that starts where the log starts.
+        seqs = []
+        changes = feed.follow(TABLE["id"], "p0", after_seq=first - 1)
+        async with contextlib.aclosing(changes):
+            async for change in changes:
+                seqs.append(change.seq)
+                assert change.new is not None and change.new["n"] == {"N": str(change.seq - 1)}
+                if change.seq == OVERWRITES:
+                    break
+        assert seqs == list(range(first, OVERWRITES + 1))
+        # The consumer registered at 0 is past the byte bound: it must re-snapshot.
+        with pytest.raises(ChangeLogTrimmed) as trimmed:
+            behind = feed.follow(TABLE["id"], "p0", consumer=CONSUMER)
+            async with contextlib.aclosing(behind):
+                await anext(behind)
+        assert trimmed.value.first_retained_seq == first
+        print(
+            f"{OVERWRITES} overwrites of a 100 KB item keep seqs {first}..{OVERWRITES}, "
+            f"{log['log_bytes'] / 2**20:.1f} MiB of log"
+        )
+    finally:
         await feed.close()
         await client.close()
         await node.kill()

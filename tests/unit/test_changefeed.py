@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from core import limits
@@ -24,7 +25,7 @@ from core.errors import (
 )
 from rpc import ops
 from storagenode import changefeed
-from storagenode.changefeed import first_retained_seq
+from storagenode.changefeed import first_retained_seq, first_retained_within_bytes
 from storagenode.layout import Family
 from storagenode.node import StorageNode
 from storagenode.store import Store
@@ -37,16 +38,26 @@ OTHER = {"id": "d5" * 16, "name": "Other", "key_schema": {"hash": ["pk", "S"], "
 class Feed:
     """A node over a store in a directory, with shorthand for writes, consumers and reads."""
 
-    def __init__(self, path: Path, records_max: int = 1000) -> None:
+    def __init__(
+        self, path: Path, records_max: int = 1000, bytes_max: int = limits.CHANGE_LOG_BYTES_MAX
+    ) -> None:
         self.path = path
         self.records_max = records_max
+        self.bytes_max = bytes_max
         self.store = Store(path)
-        self.node = StorageNode(self.store, change_log_records_max=records_max)
+        self.node = self.open_node()
+
+    def open_node(self) -> StorageNode:
+        return StorageNode(
+            self.store,
+            change_log_records_max=self.records_max,
+            change_log_bytes_max=self.bytes_max,
+        )
 
     def reopen(self) -> None:
         self.store.close()
         self.store = Store(self.path)
-        self.node = StorageNode(self.store, change_log_records_max=self.records_max)
+        self.node = self.open_node()
 
     def write(self, op: str, body: dict[str, Any]) -> dict[str, Any]:
         (result,) = envelope.apply(self.node, [(op, body)])
@@ -61,9 +72,12 @@ class Feed:
     def ref(self, partition_id: str = "p0", **body: Any) -> dict[str, Any]:
         return {"table_id": TABLE["id"], "partition_id": partition_id, **body}
 
-    def put(self, *numbers: int, partition_id: str = "p0") -> None:
+    def put(self, *numbers: int, partition_id: str = "p0", pad: int = 0) -> None:
+        """Put item k<n> for each number; `pad` characters of attribute "v" make it larger."""
+        extra = {"v": {"S": "x" * pad}} if pad else {}
         writes = [
-            (ops.PUT, self.ref(partition_id, epoch=1, item={"pk": {"S": f"k{n}"}})) for n in numbers
+            (ops.PUT, self.ref(partition_id, epoch=1, item={"pk": {"S": f"k{n}"}, **extra}))
+            for n in numbers
         ]
         for result in envelope.apply(self.node, writes):
             if isinstance(result, DynamoError):
@@ -115,6 +129,41 @@ def test_first_retained_seq(
     first: int, last: int, records_max: int, checkpoints: list[int], keep: int
 ) -> None:
     assert first_retained_seq(first, last, records_max, checkpoints) == keep
+
+
+@pytest.mark.parametrize(
+    ("keep", "last", "log_bytes", "bytes_max", "sizes", "expected"),
+    [
+        (1, 3, 30, 100, [(1, 10), (2, 10), (3, 10)], (1, 30)),  # Within both bounds.
+        (2, 3, 30, 100, [(1, 10), (2, 10), (3, 10)], (2, 20)),  # The record bound's trim, counted.
+        (1, 3, 30, 25, [(1, 10), (2, 10), (3, 10)], (2, 20)),  # The oldest go past the bytes...
+        (1, 3, 30, 5, [(1, 10), (2, 10), (3, 10)], (3, 10)),  # ...but never the newest record.
+        (1, 3, 300, 100, [(1, 200), (2, 50), (3, 50)], (2, 100)),  # One large record goes.
+        (3, 2, 20, 100, [(1, 10), (2, 10)], (3, 0)),  # Everything passed: an empty log.
+        (1, 0, 0, 100, [], (1, 0)),  # An empty log stays empty.
+    ],
+)
+def test_first_retained_within_bytes(
+    keep: int,
+    last: int,
+    log_bytes: int,
+    bytes_max: int,
+    sizes: list[tuple[int, int]],
+    expected: tuple[int, int],
+) -> None:
+    assert first_retained_within_bytes(keep, last, log_bytes, bytes_max, sizes) == expected
+
+
+def test_the_bytes_bound_reads_only_what_it_trims() -> None:
+    read: list[int] = []
+
+    def sizes() -> Iterator[tuple[int, int]]:
+        for seq in range(1, 1001):
+            read.append(seq)
+            yield seq, 10
+
+    assert first_retained_within_bytes(1, 1000, 10_000, 9_980, sizes()) == (3, 9_980)
+    assert read == [1, 2, 3]
 
 
 # Reading ---------------------------------------------------------------------------------------
@@ -192,6 +241,70 @@ def test_past_the_hard_bound_a_consumer_must_resnapshot(feed: Feed) -> None:
     with pytest.raises(ChangeLogTrimmed):
         feed.register("late", 1)
     assert feed.register("late", None)["seq"] == 7  # None: from now on.
+
+
+def stored_bytes(feed: Feed, partition_id: str = "p0") -> int:
+    """The bytes of every change-log record of the partition actually in the store."""
+    rows = feed.store.walk(Family.CHANGE_LOG, b"", None, forward=True)
+    return sum(len(value) for _, value in rows)
+
+
+def test_without_consumers_the_log_keeps_its_bytes_bound(tmp_path: Path) -> None:
+    feed = Feed(tmp_path / "node", records_max=1000, bytes_max=10_000)
+    feed.create()
+    feed.put(*range(1, 11), pad=3000)  # One group of ten records of about 3 KB each.
+    kept = feed.stored_seqs()
+    assert kept == list(range(8, 11))
+    assert feed.node.partitions[TABLE["id"], "p0"].log_bytes == stored_bytes(feed) <= 10_000
+    for n in range(11, 21):  # One record per group: each trims what the bound needs.
+        feed.put(n, pad=3000)
+    assert feed.stored_seqs() == list(range(18, 21))
+    assert feed.node.partitions[TABLE["id"], "p0"].log_bytes == stored_bytes(feed)
+    # The byte count is kept with the partition: a restarted node trims from where it was.
+    feed.reopen()
+    assert feed.node.partitions[TABLE["id"], "p0"].log_bytes == stored_bytes(feed)
+    feed.put(21, pad=3000)
+    assert feed.stored_seqs() == [19, 20, 21]
+    feed.store.close()
+
+
+def test_the_newest_record_stays_whatever_its_size(tmp_path: Path) -> None:
+    feed = Feed(tmp_path / "node", bytes_max=1000)
+    feed.create()
+    feed.put(1, 2, pad=5000)
+    assert feed.stored_seqs() == [2]
+    feed.store.close()
+
+
+def test_past_the_bytes_bound_a_consumer_must_resnapshot(tmp_path: Path) -> None:
+    feed = Feed(tmp_path / "node", records_max=1000, bytes_max=10_000)
+    feed.create()
+    feed.register("lagging", 0)
+    for n in range(1, 8):
+        feed.put(n, pad=3000)
+    assert feed.stored_seqs() == [5, 6, 7]
+    with pytest.raises(ChangeLogTrimmed) as trimmed:
+        feed.seqs(feed.node.consumer_checkpoint(TABLE["id"], "p0", "lagging") or 0)
+    assert trimmed.value.first_retained_seq == 5
+    feed.checkpoint("lagging", 4)  # Re-snapshotted as of seq 4, it follows on from there.
+    assert feed.seqs(4) == [5, 6, 7]
+    feed.store.close()
+
+
+def test_a_log_written_before_the_bytes_bound_is_measured_once(tmp_path: Path) -> None:
+    feed = Feed(tmp_path / "node", bytes_max=10_000)
+    feed.create()
+    feed.put(1, 2, pad=3000)
+    # The metadata as a node that did not count log bytes wrote it.
+    meta_key, meta = next(iter(feed.store.walk(Family.PARTITIONS, b"", None, forward=True)))
+    older = orjson.loads(meta)
+    del older["log_bytes"]
+    batch = feed.store.batch()
+    batch.put(Family.PARTITIONS, meta_key, orjson.dumps(older))
+    feed.store.commit(batch)
+    feed.reopen()
+    assert feed.node.partitions[TABLE["id"], "p0"].log_bytes == stored_bytes(feed) > 6000
+    feed.store.close()
 
 
 def test_a_stale_view_of_the_bounds_cannot_skip_a_trimmed_record(feed: Feed) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from core.errors import (
@@ -120,8 +121,8 @@ def test_create_partition_is_idempotent_and_refuses_conflicts(h: Harness) -> Non
     stats = envelope.read(h.node, ops.TABLE_STATS, {"table_id": TABLE["id"]})
     assert stats == {
         "partitions": {
-            "p0": {"items": 0, "bytes": 0, "last_seq": 0},
-            "p9": {"items": 0, "bytes": 0, "last_seq": 0},
+            "p0": {"items": 0, "bytes": 0, "last_seq": 0, "first_seq": 1, "log_bytes": 0},
+            "p9": {"items": 0, "bytes": 0, "last_seq": 0, "first_seq": 1, "log_bytes": 0},
         }
     }
 
@@ -188,6 +189,8 @@ def test_metadata_and_items_survive_reopening(h: Harness) -> None:
         "items": 1,
         "bytes": item_size_bytes(song("a", 1, title=s("x"))),
         "last_seq": 1,
+        "first_seq": 1,
+        "log_bytes": len(orjson.dumps(h.changes()[0])),
     }
     h.put(song("a", 2))
     assert [record["seq"] for record in h.changes()] == [1, 2]
@@ -359,7 +362,8 @@ def test_every_change_is_logged_with_its_images(h: Harness) -> None:
     ]
     assert [record["seq"] for record in h.changes(after_seq=2)] == [3]
     stats = envelope.read(h.node, ops.TABLE_STATS, {"table_id": TABLE["id"]})["partitions"]["p0"]
-    assert stats == {"items": 0, "bytes": 0, "last_seq": 3}
+    log_bytes = sum(len(orjson.dumps(record)) for record in h.changes())
+    assert stats == {"items": 0, "bytes": 0, "last_seq": 3, "first_seq": 1, "log_bytes": log_bytes}
 
 
 def test_the_change_log_is_trimmed_to_its_bound(tmp_path: Path) -> None:
@@ -629,7 +633,13 @@ def test_a_write_whose_apply_fails_fails_alone_and_its_neighbours_are_stored(
     assert [h.get(song(pk, 1)) for pk in ("a", "b", "c")] == [song(pk, 1) for pk in "abc"]
     assert [record["keys"] for record in h.changes()] == [song(pk, 1) for pk in "abc"]
     stats = envelope.read(h.node, ops.TABLE_STATS, {"table_id": TABLE["id"]})["partitions"]["p0"]
-    assert stats == {"items": 3, "bytes": 3 * item_size_bytes(song("a", 1)), "last_seq": 3}
+    assert stats == {
+        "items": 3,
+        "bytes": 3 * item_size_bytes(song("a", 1)),
+        "last_seq": 3,
+        "first_seq": 1,
+        "log_bytes": sum(len(orjson.dumps(record)) for record in h.changes()),
+    }
 
 
 def test_a_failed_commit_fails_the_group_and_changes_nothing(
