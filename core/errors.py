@@ -237,6 +237,15 @@ class InternalServerError(DynamoError):
     type_name = "InternalServerError"
 
 
+class OutcomeUnknown(InternalServerError):
+    """A write was sent to its node and no answer came back: it may or may not have been applied.
+
+    DynamoDB answers such a case with InternalServerError, after which "the item may or may not
+    have been updated"; SDKs retry it, and a client that must not apply a write twice uses a
+    condition. Raised by the router's transport only (never crosses the node protocol).
+    """
+
+
 class StaleEpoch(DynamoError):
     """Internal between node and router: the request named an older partition epoch than the node's.
 

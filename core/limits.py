@@ -171,8 +171,13 @@ TABLES_PER_REGION_MAX = 2500  # Default quota: 2,500 tables per account per Regi
 PROVISIONED_UNITS_VALUE_MAX = 1_000_000_000_000
 # DynamoDB answers 413 to an HTTP request body over 16 MB (BatchWriteItem's own limit is 16 MB).
 HTTP_REQUEST_BYTES_MAX = 16 * MIB
-# Deadline of one router-to-node data-plane call; past it the client sees ServiceUnavailable.
+# Deadline of one router-to-node data-plane call. The node refuses a request it would start past
+# it; a read not answered by then fails as ServiceUnavailable, a write as OutcomeUnknown.
 NODE_CALL_SECONDS_MAX = 10.0
+# How long past a call's deadline its caller still waits for the answer: the node checks the
+# deadline on its own clock just before it plans the write, so the caller allows for clocks that
+# disagree by this much (NTP keeps hosts within milliseconds) and for a commit begun in time.
+RPC_DEADLINE_GRACE_SECONDS = 1.0
 # Deadline of one catalog or partition-lifecycle call (a catalog row, create_partition, ...).
 CONTROL_CALL_SECONDS_MAX = 10.0
 # DescribeTable waits this long for the nodes' item counts and sizes before answering without them.

@@ -35,6 +35,7 @@ from core.catalog import CatalogDisagreement, CatalogLocation, TableDef
 from core.errors import (
     ConditionalCheckFailed,
     DynamoError,
+    OutcomeUnknown,
     ResourceNotFound,
     ServiceUnavailable,
     StaleEpoch,
@@ -253,7 +254,8 @@ class RouterContext:
         for node in nodes:
             try:
                 existing = await self._put_bootstrap(node, location, None)
-            except ServiceUnavailable as error:
+            except (ServiceUnavailable, OutcomeUnknown) as error:
+                # Unknown is as good as not written: the next round reads every node again.
                 log.warning("could not write the catalog's bootstrap record to %s: %s", node, error)
                 if own:
                     return False
@@ -267,7 +269,7 @@ class RouterContext:
             for earlier in written:
                 try:
                     await self._put_bootstrap(earlier, existing, location)
-                except ServiceUnavailable as error:
+                except (ServiceUnavailable, OutcomeUnknown) as error:
                     log.warning("could not correct the bootstrap record of %s: %s", earlier, error)
             return False
         return True
@@ -490,12 +492,21 @@ class RouterContext:
             changed = change(current)
             if changed is current:
                 return current
+            if changed is not None:
+                assert changed.name == name, f"a change of table {name} renamed it {changed.name}"
+                changed = catalog.versioned(changed, 1 if current is None else current.version + 1)
             try:
-                changed = await self._write_row(location, name, current, changed)
+                await self._write_row(location, name, current, changed)
             except ConditionalCheckFailed:
                 pause = self.sources.rng.uniform(0, limits.CATALOG_CAS_BACKOFF_SECONDS_MAX)
                 await asyncio.sleep(pause)
                 continue
+            except OutcomeUnknown:
+                # Past the write's deadline the node will not apply it any more, so the row says
+                # whether it was: the written record (its version, ids and times) is found, or
+                # the change is computed again on what is there.
+                if await self.read_table(name) != changed:
+                    continue
             self._observe(name, changed)
             return changed
         raise ServiceUnavailable("The table catalog is changing too often; try again later")
@@ -506,9 +517,9 @@ class RouterContext:
         name: str,
         current: TableDef | None,
         changed: TableDef | None,
-    ) -> TableDef | None:
-        """Write (or, for None, delete) table `name`'s row if it is still at `current`'s version;
-        the record as written."""
+    ) -> None:
+        """Write `changed` (None: delete) as table `name`'s row if it is still at `current`'s
+        version."""
         target = _system_target(catalog.CATALOG_TABLE_ID, location.partition)
         # Created only if absent, else replaced or removed only at the version read.
         condition, names, values = (
@@ -520,12 +531,9 @@ class RouterContext:
         if changed is None:
             delete = ops.DeletePayload({"name": {"S": name}}, condition, names, values)
             await client.call(ops.DELETE, target, delete.to_json(), limits.NODE_CALL_SECONDS_MAX)
-            return None
-        assert changed.name == name, f"a change of table {name} renamed it {changed.name}"
-        changed = catalog.versioned(changed, 1 if current is None else current.version + 1)
+            return
         put = ops.PutPayload(_catalog_row(changed), None, condition, names, values)
         await client.call(ops.PUT, target, put.to_json(), limits.NODE_CALL_SECONDS_MAX)
-        return changed
 
     async def table(self, name: str) -> Table:
         """The descriptor of table `name` if it serves reads and writes; else ResourceNotFound.

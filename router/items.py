@@ -412,9 +412,10 @@ async def _fan_out(
 ) -> list[dict[str, Any] | ServiceUnavailable | ThroughputExceeded]:
     """Send a batch's requests concurrently; each gives its reply or, if retryable, its error.
 
-    Each call is bounded by the context's per-call deadline (a node that does not answer in time
-    is ServiceUnavailable). Any other error fails the batch once every call has finished, so no
-    call is left running unobserved.
+    Each call is bounded by the context's per-call deadline (a read a node does not answer in
+    time is ServiceUnavailable). Any other error fails the batch once every call has finished, so
+    no call is left running unobserved; among them OutcomeUnknown, a write sent and not answered,
+    which `UnprocessedItems` would wrongly report as not applied.
     """
     results = await asyncio.gather(
         *(

@@ -5,18 +5,30 @@ written, new calls wait in an outbox and all go out together in the next batch; 
 in ResponseBatches and are matched to their calls by id. This amortises gRPC's per-message cost over
 every request in flight, which one unary RPC per request cannot (see proto/rpc/node.proto).
 
-Every call has a deadline and never hangs: a call that is not answered in time, or whose stream
-breaks, or whose node cannot be reached, raises `core.errors.ServiceUnavailable`. A broken stream
-fails all of its calls at once; the next call opens a new one, no sooner than a backoff that doubles
-with each consecutive failure (bounded by RPC_RECONNECT_BACKOFF_SECONDS_MAX). Errors the node
-reports come back as the same `core.errors` instances, through `rpc.codec`.
+Every call has a deadline and never hangs. The deadline travels in the request's envelope as Unix
+time, and the node refuses to start a request past it, so a request the node reads late (it was
+paused, or its stream stalled) is never applied after its caller gave up. The caller waits a
+grace period (RPC_DEADLINE_GRACE_SECONDS) past the deadline for the answer; then:
+
+- a call that was never sent (its node unreachable, its stream broken first) raises
+  `core.errors.ServiceUnavailable`: nothing was applied;
+- a read that was sent and not answered raises ServiceUnavailable too;
+- a write (PUT, UPDATE, DELETE) that was sent and not answered, by its deadline or because its
+  stream broke, raises `core.errors.OutcomeUnknown`: the node may have committed it just before
+  it died or the reply was lost. This is the only case in which the outcome of a write is unknown.
+
+A broken stream fails all of its calls at once; the next call opens a new one, no sooner than a
+backoff that doubles with each consecutive failure (bounded by RPC_RECONNECT_BACKOFF_SECONDS_MAX).
+Errors the node reports come back as the same `core.errors` instances, through `rpc.codec`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
+import time
 from typing import Any
 
 import grpc
@@ -24,6 +36,7 @@ import grpc
 from core import limits
 from core.errors import ServiceUnavailable
 from rpc import codec, node_pb2, node_pb2_grpc, ops
+from rpc.transport import unanswered
 
 logger = logging.getLogger(__name__)
 
@@ -67,10 +80,21 @@ class NodeClient:
         deadline = loop.time() + timeout
         stream = await self._open_stream(op, deadline)
         request_id = next(self._ids)
+        # The node's clock is another process's: the deadline crosses as Unix time.
+        target = dataclasses.replace(target, deadline=time.time() + (deadline - loop.time()))
         future = stream.send(codec.request(request_id, op, target, payload), loop)
-        expiry = loop.call_at(deadline, _expire, future, self.address, op, timeout)
+        expiry = loop.call_at(
+            deadline + limits.RPC_DEADLINE_GRACE_SECONDS,
+            _expire,
+            future,
+            self.address,
+            op,
+            timeout,
+        )
         try:
             response = await future
+        except _Unanswered as error:
+            raise unanswered(op, error.message) from None
         finally:
             expiry.cancel()
             stream.pending.pop(request_id, None)
@@ -146,10 +170,14 @@ class NodeClient:
             self._channel, self._stub = None, None
 
 
+class _Unanswered(ServiceUnavailable):
+    """A request that went out (or may have) and got no answer; `call` tells reads from writes."""
+
+
 def _expire(future: asyncio.Future[Any], address: str, op: str, timeout: float) -> None:
     if not future.done():
         future.set_exception(
-            ServiceUnavailable(f"Node {address} did not answer {op} within {timeout:.3g} s")
+            _Unanswered(f"Node {address} did not answer {op} within {timeout:.3g} s")
         )
 
 
@@ -178,6 +206,9 @@ class _Stream:
 
     async def _send(self) -> None:
         try:
+            # Nothing leaves the outbox before the stream is connected, so a node that cannot be
+            # reached fails every call as not sent, and any later failure as possibly delivered.
+            await asyncio.wait_for(self.call.wait_for_connection(), limits.RPC_SEND_SECONDS_MAX)
             while True:
                 # Idle until a call queues a request; each call bounds its own wait.
                 await self.outbox_ready.wait()
@@ -231,9 +262,12 @@ class _Stream:
             return
         self.broken = True
         pending, self.pending = self.pending, {}
-        for future in pending.values():
+        # What is still in the outbox never left this process; everything else may have arrived.
+        unsent = {request.id for request in self.outbox}
+        for request_id, future in pending.items():
             if not future.done():
-                future.set_exception(ServiceUnavailable(error.message))
+                kind = ServiceUnavailable if request_id in unsent else _Unanswered
+                future.set_exception(kind(error.message))
         self.call.cancel()
         current = asyncio.current_task()
         for task in (self.sender, self.receiver):

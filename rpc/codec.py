@@ -56,6 +56,7 @@ def request(
         epoch=target.epoch,
         consistent=target.consistent,
         body=body,
+        deadline=target.deadline,
     )
 
 

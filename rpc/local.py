@@ -19,16 +19,19 @@ draws for every call, so a run whose calls happen in the same order replays exac
 `tests/sim`'s virtual-time loop they do). Per call, with its probability:
 
 - drop the request: not applied; the caller waits its timeout (bounded by `timeout_seconds`, a
-  short simulated timeout) and gets ServiceUnavailable;
-- drop the reply: applied; the caller waits as above and gets ServiceUnavailable;
+  short simulated timeout) and gets what NodeClient raises for a call sent and not answered
+  (`rpc.transport.unanswered`: OutcomeUnknown for a write, ServiceUnavailable otherwise);
+- drop the reply: applied; the caller waits and fails as above;
 - delay: the request waits a seeded duration in [0, `delay_seconds_max`) before it is delivered
-  (if that is past the caller's timeout, it is dropped as above);
+  (if that is past the caller's timeout, the node would refuse it at its deadline: it is dropped
+  as above);
 - duplicate (writes only): the write is applied twice, the copy right after the original; the
   caller gets the original's reply.
 
 `cut(address)` makes a node unreachable (every call fails at once with ServiceUnavailable, nothing
-is applied) until `heal(address)`. Every decision is appended to `LocalNetwork.log`, which two runs
-of one seed must produce identically.
+is applied) until `heal(address)`. A data-plane request carries its deadline (`Target.deadline`,
+from the network's `clock`, virtual under `tests/sim`) for the node to check. Every decision is
+appended to `LocalNetwork.log`, which two runs of one seed must produce identically.
 """
 
 from __future__ import annotations
@@ -37,7 +40,8 @@ import asyncio
 import dataclasses
 import itertools
 import random
-from collections.abc import Collection, Sequence
+import time
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, Protocol
 
 import orjson
@@ -45,6 +49,7 @@ import orjson
 from core.errors import DynamoError, InternalServerError, ServiceUnavailable
 from rpc import codec
 from rpc.ops import Target
+from rpc.transport import unanswered
 
 
 class Endpoint(Protocol):
@@ -83,9 +88,15 @@ class _Node:
 class LocalNetwork:
     """The in-process nodes by address, the faults in force and the seeded source of them."""
 
-    def __init__(self, rng: random.Random, faults: Faults = NO_FAULTS) -> None:
+    def __init__(
+        self,
+        rng: random.Random,
+        faults: Faults = NO_FAULTS,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.rng = rng
         self.faults = faults
+        self.clock = clock  # Unix time, for the deadlines requests carry.
         self.log: list[str] = []
         self._nodes: dict[str, _Node] = {}
         self._cut: set[str] = set()
@@ -130,17 +141,19 @@ class LocalNetwork:
             await asyncio.sleep(0)
             raise ServiceUnavailable(f"Node {address} is unavailable: it cannot be reached")
         is_write = op in node.write_ops
+        if target is not None:
+            target = dataclasses.replace(target, deadline=self.clock() + timeout)
         wait = min(timeout, faults.timeout_seconds)
         if draws[0] < faults.drop_request:
             self.log.append(f"{call_id} {address} {op} request dropped")
             await asyncio.sleep(wait)
-            raise _timed_out(address, op, timeout)
+            raise _timed_out(address, op, timeout, target)
         if draws[1] < faults.delay:
             delay = draws[2] * faults.delay_seconds_max
             self.log.append(f"{call_id} {address} {op} delayed {delay:.6f}")
             if delay >= timeout:
                 await asyncio.sleep(timeout)
-                raise _timed_out(address, op, timeout)
+                raise _timed_out(address, op, timeout, target)
             await asyncio.sleep(delay)
             if address in self._cut:  # Cut off while the request was on its way.
                 raise ServiceUnavailable(f"Node {address} is unavailable: it cannot be reached")
@@ -152,7 +165,7 @@ class LocalNetwork:
         if draws[4] < faults.drop_reply:
             self.log.append(f"{call_id} {address} {op} reply dropped")
             await asyncio.sleep(wait)
-            raise _timed_out(address, op, timeout)
+            raise _timed_out(address, op, timeout, target)
         self.log.append(f"{call_id} {address} {op} ok")
         return codec.reply_from_response(responses[0])
 
@@ -175,8 +188,10 @@ def _serve(node: _Node, op: str, target: Target | None, request: bytes, is_write
         return codec.error_response(0, InternalServerError(repr(error)))
 
 
-def _timed_out(address: str, op: str, timeout: float) -> ServiceUnavailable:
-    return ServiceUnavailable(f"Node {address} did not answer {op} within {timeout:.3g} s")
+def _timed_out(address: str, op: str, timeout: float, target: Target | None) -> DynamoError:
+    reason = f"Node {address} did not answer {op} within {timeout:.3g} s"
+    # A control-plane call is idempotent and retried as unavailable, as NodeClient.control does.
+    return ServiceUnavailable(reason) if target is None else unanswered(op, reason)
 
 
 class LocalTransport:

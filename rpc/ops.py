@@ -103,12 +103,18 @@ class Target:
     `consistent` says a read is strongly consistent (it is metered at twice the cost); a write
     leaves it false. Change-feed requests carry no epoch (0): they name a partition live or
     retired-and-kept, whatever its epoch.
+
+    `deadline` is the Unix time after which the node must not start the request (0: none). The
+    transport sets it from the caller's timeout, so that a request a node reads late (it was
+    paused, or the network held the request) is refused rather than applied after its caller was
+    told it failed.
     """
 
     table_id: str
     partition_id: str
     epoch: int = 0
     consistent: bool = False
+    deadline: float = 0.0
 
 
 # The ring key under which earlier versions placed the catalog document; a new cluster still
@@ -150,6 +156,9 @@ CONTROL_OPS = frozenset(
     }
 )
 DATA_OPS = frozenset({GET, PUT, UPDATE, DELETE, QUERY, SCAN, INDEX_APPLY})
+# The item writes of clients: one sent and not answered may or may not have been applied. (An
+# index_apply is idempotent; its sender retries it as unavailable.)
+ITEM_WRITE_OPS = frozenset({PUT, UPDATE, DELETE})
 FEED_OPS = frozenset({REGISTER_CONSUMER, CHECKPOINT, UNREGISTER_CONSUMER})
 
 

@@ -6,17 +6,28 @@ calls from a seeded random source (DESIGN.md, "Seams for faults and simulation")
 nodes (the router's `RouterContext`) depends on this Protocol only, and is handed a `connect`
 callable that makes one transport per node address.
 
-Both keep the same contract: every call has a deadline and never hangs; a call that is not
-answered in time, or whose node cannot be reached, raises `core.errors.ServiceUnavailable`
-(the request may or may not have been applied); errors the node reports come back as the same
-`core.errors` instances.
+Both keep the same contract: every call has a deadline, carried to the node in the envelope
+(`Target.deadline`), and never hangs. A call that could not be sent raises
+`core.errors.ServiceUnavailable` (nothing was applied); a call sent and not answered raises
+ServiceUnavailable for a read and `core.errors.OutcomeUnknown` for a write (`unanswered`), since
+the node may have applied it. Errors the node reports come back as the same `core.errors`
+instances.
 """
 
 from __future__ import annotations
 
 from typing import Any, Protocol
 
-from rpc.ops import Target
+from core.errors import DynamoError, OutcomeUnknown, ServiceUnavailable
+from rpc.ops import ITEM_WRITE_OPS, Target
+
+
+def unanswered(op: str, reason: str) -> DynamoError:
+    """The error of a data-plane call that was sent and not answered: a write's outcome is
+    unknown; a read simply failed."""
+    if op in ITEM_WRITE_OPS:
+        return OutcomeUnknown(f"{reason}; the {op} may or may not have been applied")
+    return ServiceUnavailable(reason)
 
 
 class NodeTransport(Protocol):

@@ -35,6 +35,7 @@ from core.errors import (
     DynamoError,
     InternalServerError,
     ResourceInUse,
+    ServiceUnavailable,
     StaleEpoch,
     ThroughputExceeded,
     UnknownOperation,
@@ -195,7 +196,8 @@ class StorageNode:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
-        # The wall clock, in epoch seconds, that TTL compares items' expiry times with.
+        # Unix time: TTL compares items' expiry times with it, and requests' deadlines are
+        # checked against it.
         self.clock = clock
         self.change_log_records_max = change_log_records_max
         self.change_log_bytes_max = change_log_bytes_max
@@ -269,6 +271,8 @@ class StorageNode:
         reader = self._readers.get(op)
         if reader is None:
             raise UnknownOperation(f"{op!r} is not a storage node read operation")
+        if target is not None and 0 < target.deadline < (now := self.clock()):
+            raise _expired(op, target, now)
         key = self._metered(op, target, METERED_READS)
         if key is None:
             return reader(target, body)
@@ -430,6 +434,7 @@ class StorageNode:
         failure of the commit (the disk) fails every write of the group that had not failed.
         """
         results: list[WriteResult | None] = [None] * len(writes)
+        self._refuse_expired(writes, results)
         payloads = _decode_writes(writes, results)
         charged = self._admit_writes(writes, payloads, results)
         # Units each write consumed, known once it has been planned (0 for one not applied).
@@ -462,6 +467,18 @@ class StorageNode:
         self._settle_writes(writes, charged, consumed)
         assert all(result is not None for result in results)
         return results  # type: ignore[return-value]
+
+    def _refuse_expired(self, writes: Sequence[Write], results: list[WriteResult | None]) -> None:
+        """Refuse the writes whose deadline has passed, before anything of them is planned.
+
+        Their callers have stopped waiting (or will, within RPC_DEADLINE_GRACE_SECONDS), so
+        applying them now would apply a write its client was told had failed: they fail here,
+        not applied, as ServiceUnavailable, which SDKs retry.
+        """
+        now = self.clock()
+        for index, (op, target, _) in enumerate(writes):
+            if target is not None and 0 < target.deadline < now:
+                results[index] = _expired(op, target, now)
 
     def _admit_writes(
         self,
@@ -523,6 +540,14 @@ class StorageNode:
             else:
                 partitions[key] = partition
         self.partitions = partitions
+
+
+def _expired(op: str, target: Target, now: float) -> ServiceUnavailable:
+    late = now - target.deadline
+    return ServiceUnavailable(
+        f"The {op} reached partition {target.partition_id} {late:.3f} s after its deadline; "
+        "it was not applied"
+    )
 
 
 def _decode_writes(

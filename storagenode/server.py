@@ -170,7 +170,9 @@ def _target(request: node_pb2.Request) -> ops.Target | None:
     """The partition a request is addressed to; None for a control-plane request."""
     if not request.table_id:
         return None
-    return ops.Target(request.table_id, request.partition_id, request.epoch, request.consistent)
+    return ops.Target(
+        request.table_id, request.partition_id, request.epoch, request.consistent, request.deadline
+    )
 
 
 def _deliver_write(request_id: int, deliver: Deliver, future: asyncio.Future[Any]) -> None:

@@ -1,9 +1,9 @@
 """Tests written with flat request bodies: the envelope (`rpc.ops.Target`) split out of them.
 
 A data-plane or change-feed body may name its partition inline (`table_id`, `partition_id`,
-`epoch`, `consistent`), as the tests' shorthand; these helpers lift those fields into the target
-the node and the transports take, and leave control-plane bodies (which name their table in their
-payload) as they are.
+`epoch`, `consistent`, `deadline`), as the tests' shorthand; these helpers lift those fields into
+the target the node and the transports take, and leave control-plane bodies (which name their
+table in their payload) as they are.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ def split(op: str, body: dict[str, Any]) -> tuple[Target | None, dict[str, Any]]
         payload.pop("partition_id"),
         payload.pop("epoch", 0),
         payload.pop("consistent", False) is True,
+        payload.pop("deadline", 0.0),
     )
     return target, payload
 

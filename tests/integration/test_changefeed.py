@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from core import limits
-from core.errors import ChangeLogTrimmed, ServiceUnavailable
+from core.errors import ChangeLogTrimmed, OutcomeUnknown, ServiceUnavailable
 from rpc import ops
 from rpc.changefeed import Change, ChangeFeedClient
 from rpc.client import NodeClient
@@ -62,7 +62,7 @@ async def put_until_acknowledged(client: NodeClient, n: int) -> None:
         try:
             await envelope.call(client, ops.PUT, put_body(n), CALL_SECONDS)
             return
-        except ServiceUnavailable:
+        except (ServiceUnavailable, OutcomeUnknown):
             assert time.monotonic() < deadline, f"put {n} not acknowledged after the restart"
             await asyncio.sleep(0.05)
 

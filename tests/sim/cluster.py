@@ -61,6 +61,11 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         return self.now
 
 
+def virtual_unix_time() -> float:
+    """Unix time on the running virtual-time loop: the clock of request deadlines in the sim."""
+    return START_TIME + asyncio.get_running_loop().time()
+
+
 def run(seed: int, scenario: Callable[[SimCluster], Awaitable[T]], **options: Any) -> T:
     """Run `scenario` on a fresh cluster built from `seed`, on a fresh virtual-time loop."""
     print(f"sim seed {seed}")
@@ -85,7 +90,7 @@ class SimCluster:
     def __init__(self, seed: int, *, nodes: int = 3, routers: int = 2) -> None:
         self.seed = seed
         self.rng = rng = random.Random(seed)
-        self.network = LocalNetwork(random.Random(rng.getrandbits(64)))
+        self.network = LocalNetwork(random.Random(rng.getrandbits(64)), clock=virtual_unix_time)
         self.stores: dict[str, MemoryStore] = {}
         self.nodes: dict[str, StorageNode] = {}
         self.addresses: dict[str, str] = {}
@@ -99,7 +104,9 @@ class SimCluster:
         """Start one more storage node, on an empty memory store."""
         address = f"local-{node_id}"
         store = MemoryStore()
-        node = StorageNode(store, throughput=NodeThroughput(enforced=False))
+        node = StorageNode(
+            store, throughput=NodeThroughput(enforced=False), clock=virtual_unix_time
+        )
         self.network.register(address, node, WRITE_OPS)
         self.stores[node_id], self.nodes[node_id] = store, node
         self.addresses[node_id] = address

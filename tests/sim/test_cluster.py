@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from core.errors import ConditionalCheckFailed, DynamoError, ServiceUnavailable
+from core.errors import ConditionalCheckFailed, DynamoError, OutcomeUnknown, ServiceUnavailable
 from router import items, queries
 from rpc.local import Faults
 from tests.sim.cluster import SimCluster, run
@@ -141,26 +141,40 @@ def test_a_seed_replays_exactly(seed: int) -> None:
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_lost_calls_and_a_cut_node_fail_as_service_unavailable_and_lose_no_ack(
+def test_lost_calls_and_a_cut_node_lose_no_ack_and_apply_nothing_reported_not_applied(
     seed: int,
 ) -> None:
+    """Every put is of its own item. A put acknowledged is there at the end; a put that failed
+    as ServiceUnavailable (never sent, or refused) is not; only a put whose request or reply was
+    lost may be either, and it failed as OutcomeUnknown. Reads fail as ServiceUnavailable."""
+
     async def scenario(cluster: SimCluster) -> None:
         await cluster.create_table("Lossy")
         cluster.faults(Faults(drop_request=0.15, drop_reply=0.15))
         acknowledged: dict[tuple[str, str], dict[str, Any]] = {}
-        failures: list[DynamoError] = []
+        not_applied: set[tuple[str, str]] = set()
+        unknown: set[tuple[str, str]] = set()
+        read_failures: list[DynamoError] = []
 
         async def attempt(router: int, number: int) -> None:
             entry = item(f"k{number % 10}", number, n=str(number))
+            key = ids([entry])[0]
             try:
                 await cluster.put("Lossy", entry, router=router)
-                acknowledged[ids([entry])[0]] = entry
+            except OutcomeUnknown:
+                unknown.add(key)
+                return
+            except ServiceUnavailable:
+                not_applied.add(key)
+                return
+            acknowledged[key] = entry
+            try:
                 await items.get_item(
                     cluster.routers[1 - router],
                     {"TableName": "Lossy", "Key": item(f"k{number % 10}", number)},
                 )
             except DynamoError as error:
-                failures.append(error)
+                read_failures.append(error)
 
         for number in range(40):
             await attempt(number % 2, number)
@@ -171,16 +185,18 @@ def test_lost_calls_and_a_cut_node_fail_as_service_unavailable_and_lose_no_ack(
         try:
             await cluster.scan_all("Lossy")
         except DynamoError as error:
-            failures.append(error)
+            read_failures.append(error)
         cluster.network.heal()
         cluster.faults(None)
-        assert failures, f"seed {seed}: no call failed"
-        for error in failures:
+        assert unknown and not_applied, f"seed {seed}: {unknown=} {not_applied=}"
+        for error in read_failures:
             assert type(error) is ServiceUnavailable, f"seed {seed}: {error!r}"
         found = {ids([entry])[0]: entry for entry in await cluster.scan_all("Lossy")}
         lost = acknowledged.keys() - found.keys()
         assert not lost, f"seed {seed}: acknowledged writes lost: {sorted(lost)}"
         for key, entry in acknowledged.items():
             assert found[key] == entry, f"seed {seed}: {key}"
+        applied = not_applied & found.keys()
+        assert not applied, f"seed {seed}: writes reported not applied were: {sorted(applied)}"
 
     run(seed, scenario)

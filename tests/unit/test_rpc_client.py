@@ -16,8 +16,10 @@ from typing import Any
 import grpc
 import pytest
 
+from core import limits
 from core.errors import (
     ConditionalCheckFailed,
+    OutcomeUnknown,
     ResourceInUse,
     ServiceUnavailable,
     StaleEpoch,
@@ -156,16 +158,19 @@ def scripted(name: str) -> Target:
 
 class FakeNode(node_pb2_grpc.StorageNodeServicer):  # type: ignore[misc]
     """Echoes each request's body back, except ops named "silent" (never answered) and "break"
-    (aborts the whole stream); records the size of every RequestBatch received. Scripted ops are
+    (aborts the whole stream); records the size of every RequestBatch received and the deadline
+    of every request. Scripted ops are
     not in the proto's Op enum, so their name travels as the target's table id."""
 
     def __init__(self) -> None:
         self.batch_sizes: list[int] = []
+        self.deadlines: list[float] = []
         self.release = asyncio.Event()
 
     async def Exchange(self, request_iterator: Any, context: Any) -> None:
         async for batch in request_iterator:
             self.batch_sizes.append(len(batch.requests))
+            self.deadlines.extend(request.deadline for request in batch.requests)
             if any(request.table_id == "break" for request in batch.requests):
                 await context.abort(grpc.StatusCode.INTERNAL, "scripted break")
             if any(request.table_id == "slow" for request in batch.requests):
@@ -216,7 +221,11 @@ async def test_an_unanswered_call_times_out_without_hurting_the_others(
     started = time.monotonic()
     with pytest.raises(ServiceUnavailable, match=r"did not answer silent within 0\.2"):
         await client.call("silent", scripted("silent"), {}, 0.2)
-    assert 0.2 <= time.monotonic() - started < 1.0
+    # The caller waits past the deadline it sent for the grace the node's clock is allowed.
+    waited = time.monotonic() - started
+    assert (
+        0.2 + limits.RPC_DEADLINE_GRACE_SECONDS <= waited < 1.2 + limits.RPC_DEADLINE_GRACE_SECONDS
+    )
     assert await client.call("echo", scripted("echo"), {"ok": True}, TIMEOUT_SECONDS) == {
         "ok": True
     }
@@ -252,3 +261,46 @@ async def test_a_node_refuses_a_taken_port(node: NodeServer, tmp_path: Path) -> 
     second = NodeServer("other", node.address, tmp_path / "other")
     with pytest.raises(OSError, match="Cannot listen"):
         await second.start()
+
+
+async def test_every_request_carries_its_deadline_as_unix_time(
+    fake: tuple[FakeNode, NodeClient],
+) -> None:
+    servicer, client = fake
+    before = time.time()
+    await client.call("echo", scripted("echo"), {}, 3.0)
+    (deadline,) = servicer.deadlines
+    assert before + 3.0 <= deadline <= time.time() + 3.0
+
+
+async def test_an_unanswered_write_has_an_unknown_outcome_and_a_read_is_unavailable(
+    fake: tuple[FakeNode, NodeClient],
+) -> None:
+    _, client = fake
+    with pytest.raises(OutcomeUnknown, match="may or may not have been applied"):
+        await client.call(ops.PUT, scripted("silent"), {}, 0.1)
+    with pytest.raises(ServiceUnavailable) as read:
+        await client.call(ops.GET, scripted("silent"), {}, 0.1)
+    assert not isinstance(read.value, OutcomeUnknown)
+
+
+async def test_a_write_in_flight_on_a_broken_stream_has_an_unknown_outcome(
+    fake: tuple[FakeNode, NodeClient],
+) -> None:
+    _, client = fake
+    waiting = asyncio.create_task(client.call(ops.UPDATE, scripted("silent"), {}, TIMEOUT_SECONDS))
+    await asyncio.sleep(0.05)
+    with pytest.raises(ServiceUnavailable, match="scripted break"):
+        await client.call("break", scripted("break"), {}, TIMEOUT_SECONDS)
+    with pytest.raises(OutcomeUnknown):
+        await waiting
+
+
+async def test_a_write_that_was_never_sent_is_unavailable_not_unknown(tmp_path: Path) -> None:
+    client = NodeClient(f"127.0.0.1:{free_port()}")
+    try:
+        with pytest.raises(ServiceUnavailable) as failure:
+            await client.call(ops.PUT, scripted("echo"), {}, TIMEOUT_SECONDS)
+        assert not isinstance(failure.value, OutcomeUnknown)
+    finally:
+        await client.close()

@@ -17,6 +17,7 @@ from core.errors import (
     DynamoError,
     InternalServerError,
     ResourceInUse,
+    ServiceUnavailable,
     StaleEpoch,
     ValidationError,
 )
@@ -125,6 +126,26 @@ def test_create_partition_is_idempotent_and_refuses_conflicts(h: Harness) -> Non
             "p9": {"items": 0, "bytes": 0, "last_seq": 0, "first_seq": 1, "log_bytes": 0},
         }
     }
+
+
+def test_a_request_past_its_deadline_is_refused_and_not_applied(tmp_path: Path) -> None:
+    now = [1_000.0]
+    h = Harness(tmp_path / "node", clock=lambda: now[0])
+    h.create()
+    h.put(song("a", 1, v=n(1)), deadline=1_000.5)  # In time.
+    now[0] = 1_001.0
+    late = h.data(item=song("a", 1, v=n(2)), deadline=1_000.5)
+    on_time = h.data(item=song("b", 1), deadline=1_002.0)
+    refused, applied = envelope.apply(h.node, [(ops.PUT, late), (ops.PUT, on_time)])
+    assert isinstance(refused, ServiceUnavailable)
+    assert "after its deadline; it was not applied" in refused.message
+    assert isinstance(applied, dict)
+    assert h.get(song("a", 1)) == song("a", 1, v=n(1))
+    assert [change["keys"] for change in h.changes()] == [song("a", 1), song("b", 1)]
+    with pytest.raises(ServiceUnavailable, match="after its deadline"):
+        h.get(song("a", 1), deadline=1_000.5)
+    assert h.get(song("a", 1), deadline=0.0) is not None  # No deadline: none to miss.
+    h.store.close()
 
 
 def test_requests_with_another_epoch_or_unknown_partition_are_stale(h: Harness) -> None:
