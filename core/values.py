@@ -34,6 +34,7 @@ ALL_TYPES = frozenset({"S", "N", "B", "BOOL", "NULL", "M", "L", "SS", "NS", "BS"
 # "١٢", which DynamoDB rejects as not numeric.
 _NUMBER_TEXT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 _SET_NAMES = {"SS": "string", "NS": "number", "BS": "binary"}
+_KNOWN_TAGS = frozenset({"S", "N", "B", "BOOL", "NULL", "M", "L", "SS", "NS", "BS"})
 
 
 def type_of(value: AttributeValue) -> str:
@@ -155,6 +156,11 @@ def validate_value(value: Any, *, depth: int = 1, where: str = "value") -> Attri
                 "Supplied AttributeValue is empty, must contain exactly one of the supported "
                 "datatypes"
             )
+        # DynamoDB checks each of the values it was given (an invalid number, an empty set)
+        # before it objects to there being more than one.
+        for tag, raw in value.items():
+            if tag in _KNOWN_TAGS:
+                validate_value({tag: raw}, depth=depth, where=where)
         raise ValidationError(
             "Supplied AttributeValue has more than one datatypes set, "
             "must contain exactly one of the supported datatypes"
@@ -210,6 +216,9 @@ def _validate_set(tag: str, raw: Any, where: str) -> list[str]:
     if not isinstance(raw, list):
         raise SerializationError(f"Set value of {where} must be a JSON array")
     if not raw:
+        # DynamoDB's own wordings, including "An" and the double space of the first two.
+        if tag == "BS":
+            raise ValidationError(INVALID_PARAMETERS + "Binary sets should not be empty")
         raise ValidationError(INVALID_PARAMETERS + f"An {_SET_NAMES[tag]} set  may not be empty")
     if tag == "SS":
         if not all(isinstance(s, str) for s in raw):
@@ -223,8 +232,10 @@ def _validate_set(tag: str, raw: Any, where: str) -> list[str]:
         members = [_canonical_base64(s, where) for s in raw]
     if len(set(members)) != len(members):
         shown = ", ".join(raw)
+        # A binary set names its type, after the list with no space between.
+        of_type = "of type BS" if tag == "BS" else ""
         raise ValidationError(
-            INVALID_PARAMETERS + f"Input collection [{shown}] contains duplicates."
+            INVALID_PARAMETERS + f"Input collection [{shown}]{of_type} contains duplicates."
         )
     return members
 

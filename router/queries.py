@@ -434,7 +434,6 @@ async def query(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
 
     legacy.check_parameter_mix("Query", body)
     check_conditional_operator(conditional_operator, query_filter)
-    exclusive_start = _starting_key(reading.exclusive_start)
     if key_conditions is None and key_condition_text is None:
         raise ValidationError(
             "Either the KeyConditions or KeyConditionExpression parameter must be specified in "
@@ -455,6 +454,8 @@ async def query(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
     if key_condition_text is None:
         assert key_conditions is not None
         key_translation = legacy.key_condition_expression(key_conditions)
+    # DynamoDB reads the starting key after the key conditions.
+    exclusive_start = _starting_key(reading.exclusive_start)
     select = select_mode(
         select,
         projection=reading.projection is not None,
@@ -464,6 +465,8 @@ async def query(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
 
     table = await ctx.table(table_name)
     check_index(index_name)
+    if key_conditions is not None and key_condition_text is None:
+        legacy.check_key_operators(key_conditions)
     hash_name, hash_type = schema.hash_key(table)
     sort = schema.range_key(table)
     range_name, range_type = sort if sort is not None else (None, None)

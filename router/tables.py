@@ -31,6 +31,7 @@ definition rules themselves are in `core.schema`.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import uuid
 from bisect import bisect_right
@@ -517,6 +518,7 @@ async def update_table(ctx: RouterContext, body: dict[str, Any]) -> dict[str, An
     region = request_region()
     mode = None if billing_mode is None else BillingMode(billing_mode)
     unchanged: list[TableDef] = []
+    before: list[TableDef] = []
 
     def update(current: TableDef | None) -> TableDef:
         if current is None:
@@ -525,6 +527,7 @@ async def update_table(ctx: RouterContext, body: dict[str, Any]) -> dict[str, An
         if updated is None:
             unchanged.append(current)
             return current
+        before.append(current)
         return updated
 
     table = await ctx.change_table(name, update)
@@ -537,7 +540,16 @@ async def update_table(ctx: RouterContext, body: dict[str, Any]) -> dict[str, An
         assert table.status == TableStatus.UPDATING, f"UpdateTable of {name} left {table.status}"
         await _finish_update(ctx, table, limits.CONTROL_CALL_SECONDS_MAX)
     items, size_bytes = await _table_stats(ctx, table)
-    return {"TableDescription": _description(table, items, size_bytes, ctx.sources.clock(), status)}
+    shown = table
+    if before and before[-1].billing_mode == table.billing_mode == BillingMode.PROVISIONED:
+        # DynamoDB's reply describes the table as it starts UPDATING: still at its old capacity,
+        # which DescribeTable shows changed once the update is done.
+        shown = dataclasses.replace(
+            table,
+            throughput=before[-1].throughput,
+            throughput_changes=before[-1].throughput_changes,
+        )
+    return {"TableDescription": _description(shown, items, size_bytes, ctx.sources.clock(), status)}
 
 
 async def describe_limits(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:

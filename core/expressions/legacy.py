@@ -345,10 +345,18 @@ def key_condition_expression(key_conditions: Mapping[str, Any]) -> Translation:
     parts = _filter_conditions(key_conditions, "KeyConditions", placeholders)
     if len(parts) not in (1, 2):
         raise ValidationError("Conditions can be of length 1 or 2 only")
+    return placeholders.translation(" AND ".join(parts))
+
+
+def check_key_operators(key_conditions: Mapping[str, Any]) -> None:
+    """Refuse KeyConditions whose operators a Query cannot serve from the key order.
+
+    DynamoDB answers this once it has found the table, not while it validates the request: a
+    query of a missing table with `NE` on its key is a ResourceNotFoundException.
+    """
     for condition in key_conditions.values():
         if condition["ComparisonOperator"] not in _KEY_OPERATORS:
             raise ValidationError("Attempted conditional constraint is not an indexable operation")
-    return placeholders.translation(" AND ".join(parts))
 
 
 def update_expression(attribute_updates: Mapping[str, Any]) -> Translation | None:

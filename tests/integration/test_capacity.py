@@ -330,10 +330,12 @@ def test_update_table_changes_throughput_and_billing_mode(
         TableName=name, ProvisionedThroughput={"ReadCapacityUnits": 6, "WriteCapacityUnits": 7}
     )["TableDescription"]
     assert updated["TableStatus"] == "UPDATING"
+    # The reply shows the table as it starts updating: at its old capacity, as DynamoDB's does.
     assert (
         updated["ProvisionedThroughput"]["ReadCapacityUnits"],
         updated["ProvisionedThroughput"]["WriteCapacityUnits"],
-    ) == (6, 7)
+    ) == (5, 5)
+    assert "LastIncreaseDateTime" not in updated["ProvisionedThroughput"]
     described = wait_active(dynamodb, name)
     throughput = described["ProvisionedThroughput"]
     assert (throughput["ReadCapacityUnits"], throughput["WriteCapacityUnits"]) == (6, 7)

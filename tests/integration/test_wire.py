@@ -29,6 +29,10 @@ AMZ_JSON = "application/x-amz-json-1.0"
 VALIDATE = "com.amazon.coral.validate#ValidationException"
 SERIALIZATION = "com.amazon.coral.service#SerializationException"
 DYNAMODB = "com.amazonaws.dynamodb.v20120810#"
+KEY_CONDITION_ARGUMENTS = (
+    "One or more parameter values were invalid: Invalid number of argument(s) for the EQ "
+    "ComparisonOperator"
+)
 
 
 class Reply:
@@ -298,4 +302,106 @@ def test_an_or_key_condition_is_invalid_before_the_table_is_looked_up(
     assert (reply.status, reply.json()) == (
         400,
         {"__type": VALIDATE, "message": "Invalid operator used in KeyConditionExpression: OR"},
+    )
+
+
+def test_a_non_indexable_key_condition_is_refused_after_the_table_is_found(
+    cluster: LocalCluster, table: str
+) -> None:
+    conditions = {"pk": {"ComparisonOperator": "NE", "AttributeValueList": [{"S": "a"}]}}
+    missing = call(cluster, "Query", {"TableName": "no-such-table", "KeyConditions": conditions})
+    assert (missing.status, missing.json()["__type"]) == (
+        400,
+        DYNAMODB + "ResourceNotFoundException",
+    )
+    found = call(cluster, "Query", {"TableName": table, "KeyConditions": conditions})
+    assert (found.status, found.json()) == (
+        400,
+        {
+            "__type": VALIDATE,
+            "message": "Attempted conditional constraint is not an indexable operation",
+        },
+    )
+
+
+def test_the_starting_key_is_read_after_the_key_conditions(
+    cluster: LocalCluster, table: str
+) -> None:
+    reply = call(
+        cluster,
+        "Query",
+        {
+            "TableName": table,
+            "ExclusiveStartKey": {"pk": {"N": "not a number"}},
+            "KeyConditions": {"pk": {"ComparisonOperator": "EQ", "AttributeValueList": []}},
+        },
+    )
+    assert (reply.status, reply.json()) == (
+        400,
+        {"__type": VALIDATE, "message": KEY_CONDITION_ARGUMENTS},
+    )
+    reply = call(
+        cluster,
+        "Query",
+        {
+            "TableName": table,
+            "ExclusiveStartKey": {"pk": {"N": "not a number"}},
+            "KeyConditions": {
+                "pk": {"ComparisonOperator": "EQ", "AttributeValueList": [{"S": "a"}]}
+            },
+        },
+    )
+    assert (reply.status, reply.json()) == (
+        400,
+        {
+            "__type": VALIDATE,
+            "message": "The provided starting key is invalid: "
+            "The parameter cannot be converted to a numeric value: not a number",
+        },
+    )
+
+
+INVALID = "One or more parameter values were invalid: "
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ({"BS": []}, INVALID + "Binary sets should not be empty"),
+        ({"SS": []}, INVALID + "An string set  may not be empty"),
+        (
+            {"BS": ["Yg==", "Yg=="]},
+            INVALID + "Input collection [Yg==, Yg==]of type BS contains duplicates.",
+        ),
+        ({"S": "a", "N": "x1"}, "The parameter cannot be converted to a numeric value: x1"),
+        (
+            {"S": "a", "N": "1"},
+            "Supplied AttributeValue has more than one datatypes set, must contain exactly one "
+            "of the supported datatypes",
+        ),
+    ],
+)
+def test_attribute_value_texts(
+    cluster: LocalCluster, table: str, value: dict[str, Any], message: str
+) -> None:
+    reply = call(cluster, "PutItem", {"TableName": table, "Item": {"pk": {"S": "v"}, "a": value}})
+    assert (reply.status, reply.json()) == (400, {"__type": VALIDATE, "message": message})
+
+
+def test_a_boolean_given_as_a_string_in_expression_values(
+    cluster: LocalCluster, table: str
+) -> None:
+    reply = call(
+        cluster,
+        "PutItem",
+        {
+            "TableName": table,
+            "Item": {"pk": {"S": "v"}},
+            "ConditionExpression": "a = :b",
+            "ExpressionAttributeValues": {":b": {"BOOL": "true"}},
+        },
+    )
+    assert (reply.status, reply.json()) == (
+        400,
+        {"__type": SERIALIZATION, "Message": "Unexpected token received from parser"},
     )

@@ -210,6 +210,22 @@ def test_two_types_in_one_value() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ({"S": "a", "N": "abc"}, "The parameter cannot be converted to a numeric value: abc"),
+        ({"N": "1", "SS": []}, INVALID + "An string set  may not be empty"),
+        ({"BS": [], "S": "a"}, INVALID + "Binary sets should not be empty"),
+    ],
+)
+def test_each_of_two_types_is_checked_before_there_being_two(
+    value: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ValidationError) as error:
+        validate_value(value)
+    assert error.value.message == message
+
+
 def test_null_must_be_true() -> None:
     with pytest.raises(ValidationError) as error:
         validate_value({"NULL": False})
@@ -239,12 +255,19 @@ def test_wrong_json_shapes_are_serialization_errors(value: Any) -> None:
         validate_value(value)
 
 
-@pytest.mark.parametrize(("tag", "kind"), [("SS", "string"), ("NS", "number"), ("BS", "binary")])
-def test_empty_sets_are_rejected(tag: str, kind: str) -> None:
+@pytest.mark.parametrize(
+    ("tag", "message"),
+    [
+        ("SS", "An string set  may not be empty"),
+        ("NS", "An number set  may not be empty"),
+        ("BS", "Binary sets should not be empty"),
+    ],
+)
+def test_empty_sets_are_rejected(tag: str, message: str) -> None:
     with pytest.raises(ValidationError) as error:
         validate_value({tag: []})
-    # DynamoDB's own wording, including "An" and the double space.
-    assert error.value.message == INVALID + f"An {kind} set  may not be empty"
+    # DynamoDB's own wordings, including "An" and the double space.
+    assert error.value.message == INVALID + message
 
 
 def test_duplicate_set_members_are_rejected() -> None:
@@ -254,8 +277,11 @@ def test_duplicate_set_members_are_rejected() -> None:
     # Numbers are compared by value, so "1" and "1.0" are the same member.
     with pytest.raises(ValidationError, match="contains duplicates"):
         validate_value({"NS": ["1", "1.0"]})
-    with pytest.raises(ValidationError, match="contains duplicates"):
+    with pytest.raises(ValidationError) as error:
         validate_value({"BS": ["AQ==", "AQ=="]})
+    assert error.value.message == (
+        INVALID + "Input collection [AQ==, AQ==]of type BS contains duplicates."
+    )
 
 
 def test_number_set_members_are_range_checked() -> None:
