@@ -8,11 +8,11 @@ years in the past is never deleted by TTL (T-12, T-13). Expired items stay reada
 sweeper deletes them (T-06).
 
 The expiry index orders a table's items by `index_seconds` (the floor of their expiry time) so that
-a sweep walks only the entries below the current second, every one of them expired: an entry at
-second s holds an item whose time is below s + 1, so s < floor(now) means time < now. An item
-whose time has a fraction waits at most one more second for its sweep. Whether an item has an
-entry is decided when it is written, against the clock of that write; the sweeper decides again,
-with `expired`, when it deletes.
+a sweep walks only the entries up to the current second (`sweep_bound`): every entry below that
+second holds an expired item (an entry at second s holds a time below s + 1), and the entries of
+the current second are expired or expire within it. Whether an item has an entry is decided when
+it is written, against the clock of that write; the sweeper decides again, with `expired`, when
+it deletes, so an entry of the current second whose time is not yet past is left for later.
 
 Pure: the time is always passed in.
 """
@@ -64,6 +64,6 @@ def expired(item: Item | None, attribute: str, now: float) -> bool:
 
 
 def sweep_bound(now: float) -> int:
-    """The exclusive upper bound, in index seconds, of the entries a sweep at `now` may delete:
-    every entry below it holds an expired item."""
-    return max(math.floor(now), 0)
+    """The exclusive upper bound, in index seconds, of the entries a sweep at `now` reads: those
+    of every second up to the current one."""
+    return max(math.floor(now), 0) + 1

@@ -79,13 +79,14 @@ def test_t13_a_time_more_than_five_years_in_the_past_is_never_deleted() -> None:
     assert not ttl.expired(item({"N": "-5"}), "exp", NOW)
 
 
-def test_the_index_holds_the_floor_of_the_time_and_a_sweep_takes_only_expired_entries() -> None:
+def test_the_index_holds_the_floor_of_the_time_and_a_sweep_reads_up_to_this_second() -> None:
     assert ttl.index_seconds(item({"N": "1700000000.9"}), "exp", NOW) == 1_700_000_000
     assert ttl.index_seconds(item({"N": "1E+100"}), "exp", NOW) == ttl.INDEX_SECONDS_MAX
-    # Every entry below the bound holds a time below now; an entry at the bound may not.
-    bound = ttl.sweep_bound(NOW + 0.5)
-    assert bound == 1_700_000_000
+    # A sweep reads the entries up to the current second: those of earlier seconds are all
+    # expired, those of this second only once their time is past (the sweeper checks).
+    assert ttl.sweep_bound(NOW + 0.5) == 1_700_000_001
     assert ttl.expired(item({"N": "1699999999.99"}), "exp", NOW + 0.5)
+    assert ttl.expired(item({"N": "1700000000.4"}), "exp", NOW + 0.5)
     assert not ttl.expired(item({"N": "1700000000.9"}), "exp", NOW + 0.5)
 
 
