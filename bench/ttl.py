@@ -8,8 +8,9 @@ is not throttled), creates an on-demand table with TTL enabled, and:
 
 1. loads `--items` items that all expire at the same second X, chosen so the load finishes before
    it (the load rate is measured first on a thousand items);
-2. follows every partition's change feed from the end of the load, timing each TTL delete (a
-   REMOVE record marked by_service) as it arrives;
+2. follows every partition's change feed from the end of the load, in a process of its own so it
+   does not slow the measured clients, timing each TTL delete (a REMOVE record marked
+   by_service) as it arrives;
 3. runs a foreground load of `--concurrency` clients (half GetItem, half PutItem of items that
    never expire) from the end of the load until the last item is deleted, and splits its
    latencies into before X (no sweep) and after X (while the sweepers delete).
@@ -25,6 +26,7 @@ import argparse
 import asyncio
 import contextlib
 import math
+import multiprocessing
 import os
 import random
 import statistics
@@ -122,6 +124,34 @@ async def last_seqs(partitions: list[tuple[str, str, str]]) -> dict[str, int]:
     return seqs
 
 
+def watch_deletes(
+    partitions: list[tuple[str, str, str]],
+    seqs: dict[str, int],
+    items: int,
+    deadline: float,
+    results: Any,
+) -> None:
+    """In a process of its own: the arrival times of the first `items` TTL deletes on the
+    partitions' feeds after `seqs`, sent to `results` (before the wall-clock `deadline`)."""
+
+    async def watch() -> list[float]:
+        deleted_at: list[float] = []
+        followers = [
+            asyncio.create_task(follow_deletes(address, table_id, partition_id, seq, deleted_at))
+            for (address, table_id, partition_id), seq in zip(
+                partitions, [seqs[p] for _, _, p in partitions], strict=True
+            )
+        ]
+        while len(deleted_at) < items and time.time() < deadline:
+            await asyncio.sleep(0.05)
+        for follower in followers:
+            follower.cancel()
+        await asyncio.gather(*followers, return_exceptions=True)
+        return deleted_at
+
+    results.put(asyncio.run(watch()))
+
+
 async def follow_deletes(
     address: str, table_id: str, partition_id: str, after: int, deleted_at: list[float]
 ) -> None:
@@ -192,27 +222,26 @@ async def run(cluster: LocalCluster, args: argparse.Namespace) -> None:
 
         partitions = await table_partitions(cluster)
         seqs = await last_seqs(partitions)
-        deleted_at: list[float] = []
-        followers = [
-            asyncio.create_task(
-                follow_deletes(address, table_id, partition_id, seqs[partition_id], deleted_at)
-            )
-            for address, table_id, partition_id in partitions
-        ]
+        deadline = expires + SWEEP_DEADLINE_SECONDS
+        spawn = multiprocessing.get_context("spawn")
+        results = spawn.Queue()
+        watcher = spawn.Process(
+            target=watch_deletes, args=(partitions, seqs, args.items, deadline, results)
+        )
+        watcher.start()
         stop = asyncio.Event()
         samples: list[tuple[float, float]] = []
         clients = [
             asyncio.create_task(foreground(client, warm_keys, stop, samples))
             for _ in range(args.concurrency)
         ]
-        deadline = time.monotonic() + (expires - time.time()) + SWEEP_DEADLINE_SECONDS
-        while len(deleted_at) < args.items and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
+        loop = asyncio.get_running_loop()
+        deleted_at: list[float] = await loop.run_in_executor(
+            None, results.get, True, deadline - time.time() + CALL_SECONDS
+        )
         stop.set()
         await asyncio.gather(*clients)
-        for follower in followers:
-            follower.cancel()
-        await asyncio.gather(*followers, return_exceptions=True)
+        watcher.join(CALL_SECONDS)
 
     if len(deleted_at) < args.items:
         print(f"only {len(deleted_at):,} of {args.items:,} items were deleted in time")
