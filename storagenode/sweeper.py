@@ -10,8 +10,9 @@ through the ordinary write path (`expiry.expire`).
 
 It keeps foreground latency: index reads run on an executor thread, never on the event loop;
 every delete shares the writer thread with client writes in bounded groups; and while a backlog
-lasts the sweeper pauses after each write three times as long as the write took
-(`TTL_SWEEP_BUSY_FRACTION_MAX`), so client requests get the writer and the GIL most of the time. A
+lasts the sweeper pauses after each write as long as the write took
+(`TTL_SWEEP_BUSY_FRACTION_MAX`), so client requests get the writer and the GIL at least half of
+the time. A
 sweep is best-effort (T-04): a write that fails (the node is overloaded or stopping) is logged and
 retried at the next round, as the expired items are still in the index.
 
