@@ -1,0 +1,374 @@
+"""Checkers: pure functions from a history to a verdict, each with its counterexamples.
+
+Each checker answers one question about what the clients saw, and `check` runs them all:
+
+- `linearizable-registers`: could every register key's strongly consistent reads, writes and
+  conditional writes have taken effect one at a time, each at some instant between its invocation
+  and its completion? A search in the style of Wing & Gong and Lowe, as Porcupine does it: the
+  history is split by key (linearizability is compositional, so each key is checked alone),
+  operations become call and return entries in time order in a linked list, and the search
+  linearizes a pending call when the register model allows it, backtracks when it meets the
+  return of an operation it could not place, and prunes every (set of linearized operations,
+  register value) pair it has already explored. An operation whose outcome is unknown has no
+  return: it may take effect at any time after its call, or never. The search is bounded by
+  `STATES_MAX` explored pairs per key; a key past it is reported undecided, not valid.
+- `failed-writes-invisible`: no read shows a value that only a write the server refused wrote.
+- `acknowledged-writes-kept`: every acknowledged list append is in the list once faults healed.
+- `no-duplicate-writes`: no appended element is in the list twice.
+- `list-order`: two acknowledged appends that did not overlap in time are in the list in that order.
+- `counters`: after the faults, each counter is at least the sum of its acknowledged ADDs (none
+  lost) and at most that plus the unknown ones (none applied twice, none refused and applied).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dynalab.lab.history import ADD, APPEND, CAS, READ, WRITE, Operation, Outcome, final_reads
+
+STATES_MAX = 2_000_000  # Explored (linearized set, value) pairs per key before giving up.
+COUNTEREXAMPLES_MAX = 20  # Counterexamples kept per checker; the count says how many there were.
+PREFIX_SHOWN_MAX = 8  # Operations of the deepest linearization quoted in a counterexample.
+
+
+@dataclass
+class CheckResult:
+    valid: bool
+    counterexamples: list[dict[str, Any]] = field(default_factory=list)
+    violations: int = 0
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def add(self, counterexample: dict[str, Any]) -> None:
+        self.valid = False
+        self.violations += 1
+        if len(self.counterexamples) < COUNTEREXAMPLES_MAX:
+            self.counterexamples.append(counterexample)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "valid": self.valid,
+            "violations": self.violations,
+            "counterexamples": self.counterexamples,
+            **self.details,
+        }
+
+
+def _keys_with(history: Iterable[Operation], ops: set[str]) -> dict[str, list[Operation]]:
+    """Every operation on the keys that have at least one operation of `ops`."""
+    history = list(history)
+    keys = {o.key for o in history if o.op in ops}
+    grouped: dict[str, list[Operation]] = {key: [] for key in sorted(keys)}
+    for operation in history:
+        if operation.key in grouped:
+            grouped[operation.key].append(operation)
+    return grouped
+
+
+# --- linearizability of registers ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Call:
+    """An operation as the search sees it: `ret_s` None when its outcome is unknown."""
+
+    index: int
+    operation: Operation
+    call_s: float
+    ret_s: float | None
+
+
+Value = Any
+
+
+def _step(value: Value, operation: Operation) -> tuple[bool, Value]:
+    """The register model: may `operation` take effect on `value`, and what value follows."""
+    if operation.op == WRITE:
+        return True, operation.value
+    if operation.op == READ:
+        return operation.value == value, value
+    expected, new = operation.value
+    if operation.outcome is Outcome.OK:
+        return value == expected, new
+    if operation.condition_failed:
+        return value != expected, value
+    # Unknown: if it takes effect, the condition decides whether it writes.
+    return True, new if value == expected else value
+
+
+def _search_calls(operations: Sequence[Operation]) -> list[_Call]:
+    """The operations that constrain the search: acknowledged ones, conditional writes refused by
+    their condition (a definite read of the value), and writes whose outcome is unknown. Reads that
+    failed or timed out, and writes refused outright, took no effect and say nothing."""
+    calls: list[_Call] = []
+    for operation in operations:
+        if operation.op not in (WRITE, READ, CAS):
+            continue
+        if operation.ok or operation.condition_failed:
+            ret: float | None = operation.complete_s
+        elif operation.outcome is Outcome.UNKNOWN and operation.op != READ:
+            ret = None
+        else:
+            continue
+        calls.append(_Call(len(calls), operation, operation.invoke_s, ret))
+    return calls
+
+
+def linearize_register(
+    operations: Sequence[Operation], states_max: int = STATES_MAX
+) -> tuple[bool | None, dict[str, Any] | None]:
+    """Search for a linearization of one register key's operations (initially no item).
+
+    Returns (True, None) when one exists, (False, counterexample) when none does, and (None, None)
+    when the search explored `states_max` states without deciding."""
+    calls = _search_calls(operations)
+    # Entries 1..n in time order; at equal times a call sorts before a return, which lets the two
+    # operations overlap: the more permissive reading, so a reported violation is a real one.
+    entries: list[tuple[float, int, int]] = []
+    for call in calls:
+        entries.append((call.call_s, 0, call.index))
+        if call.ret_s is not None:
+            entries.append((call.ret_s, 1, call.index))
+    entries.sort()
+    size = len(entries)
+    head, tail = 0, size + 1
+    next_ = list(range(1, size + 3))
+    prev = list(range(-1, size + 1))
+    is_call = [False] * (size + 2)
+    call_of = [0] * (size + 2)
+    match = [-1] * (size + 2)  # A call entry's return entry, -1 for an unknown outcome.
+    call_entry = [0] * len(calls)
+    for position, (_, kind, index) in enumerate(entries, start=1):
+        call_of[position] = index
+        if kind == 0:
+            is_call[position] = True
+            call_entry[index] = position
+        else:
+            match[call_entry[index]] = position
+
+    def lift(entry: int) -> None:
+        next_[prev[entry]] = next_[entry]
+        prev[next_[entry]] = prev[entry]
+        ret = match[entry]
+        if ret >= 0:
+            next_[prev[ret]] = next_[ret]
+            prev[next_[ret]] = prev[ret]
+
+    def unlift(entry: int) -> None:
+        ret = match[entry]
+        if ret >= 0:
+            next_[prev[ret]] = ret
+            prev[next_[ret]] = ret
+        next_[prev[entry]] = entry
+        prev[next_[entry]] = entry
+
+    value: Value = None
+    linearized = 0
+    seen: set[tuple[int, Value]] = set()
+    stack: list[tuple[int, Value]] = []
+    deepest: tuple[list[int], int, Value] | None = None
+    entry = next_[head]
+    while entry != tail:
+        if is_call[entry]:
+            index = call_of[entry]
+            allowed, new_value = _step(value, calls[index].operation)
+            if allowed:
+                state = (linearized | (1 << index), _hashable(new_value))
+                if state not in seen:
+                    if len(seen) >= states_max:
+                        return None, None
+                    seen.add(state)
+                    stack.append((entry, value))
+                    value, linearized = new_value, state[0]
+                    lift(entry)
+                    entry = next_[head]
+                    continue
+            entry = next_[entry]
+            continue
+        # The return of an operation that could not be placed: undo the last choice.
+        if deepest is None or len(stack) > len(deepest[0]):
+            deepest = ([call_of[e] for e, _ in stack], call_of[entry], value)
+        if not stack:
+            break
+        popped, value = stack.pop()
+        linearized &= ~(1 << call_of[popped])
+        unlift(popped)
+        entry = next_[popped]
+    else:
+        return True, None
+    assert deepest is not None
+    order, blocked, stuck_value = deepest
+    return False, {
+        "linearized_prefix": [calls[i].operation.to_json() for i in order[-PREFIX_SHOWN_MAX:]],
+        "value_then": stuck_value,
+        "could_not_linearize": calls[blocked].operation.to_json(),
+    }
+
+
+def _hashable(value: Value) -> Value:
+    return tuple(value) if isinstance(value, list) else value
+
+
+def check_linearizable_registers(
+    history: Iterable[Operation], states_max: int = STATES_MAX
+) -> CheckResult:
+    result = CheckResult(valid=True)
+    undecided = []
+    keys = _keys_with(history, {WRITE, CAS})
+    for key, operations in keys.items():
+        linearizable, counterexample = linearize_register(operations, states_max)
+        if linearizable is None:
+            undecided.append(key)
+        elif not linearizable:
+            assert counterexample is not None
+            result.add({"key": key, **counterexample})
+    result.details = {"keys": len(keys), "undecided_keys": undecided}
+    return result
+
+
+# --- what reads and final states show -----------------------------------------------------------
+
+
+def _written_values(operations: Iterable[Operation]) -> dict[Any, list[Operation]]:
+    writers: dict[Any, list[Operation]] = {}
+    for operation in operations:
+        if operation.op == WRITE:
+            writers.setdefault(_hashable(operation.value), []).append(operation)
+        elif operation.op == CAS:
+            writers.setdefault(_hashable(operation.value[1]), []).append(operation)
+        elif operation.op == APPEND:
+            writers.setdefault(operation.value, []).append(operation)
+    return writers
+
+
+def _refused(operation: Operation) -> bool:
+    return operation.outcome is Outcome.FAILED
+
+
+def check_failed_writes_invisible(history: Iterable[Operation]) -> CheckResult:
+    """No read of a register, and no final list, shows what only refused writes wrote, nor a
+    value nobody wrote."""
+    history = list(history)
+    result = CheckResult(valid=True)
+    writers = _written_values(history)
+    for read in history:
+        if read.op != READ or not read.ok or read.value is None:
+            continue
+        if isinstance(read.value, list):
+            seen = read.value
+        elif isinstance(read.value, str):
+            seen = [read.value]
+        else:
+            continue  # A counter's number: the counters checker judges it.
+        for value in seen:
+            candidates = [w for w in writers.get(value, []) if w.key == read.key]
+            if not candidates:
+                result.add({"key": read.key, "read": read.to_json(), "never_written": value})
+            elif all(_refused(w) for w in candidates):
+                result.add(
+                    {
+                        "key": read.key,
+                        "read": read.to_json(),
+                        "refused_write": candidates[0].to_json(),
+                    }
+                )
+    return result
+
+
+def check_lists(history: Iterable[Operation]) -> dict[str, CheckResult]:
+    """The list checkers: acknowledged appends kept, none twice, acknowledged ones in order."""
+    kept, once, order = CheckResult(True), CheckResult(True), CheckResult(True)
+    history = list(history)
+    finals = final_reads(history)
+    for key, operations in _keys_with(history, {APPEND}).items():
+        appends = [o for o in operations if o.op == APPEND]
+        final = finals.get(key)
+        if final is None:
+            kept.add({"key": key, "problem": "no successful final read of the list"})
+            continue
+        elements: list[Any] = list(final.value or [])
+        position = {element: i for i, element in enumerate(elements)}
+        for element in sorted({e for e in elements if elements.count(e) > 1}):
+            once.add({"key": key, "element": element, "times": elements.count(element)})
+        for append in appends:
+            if append.ok and append.value not in position:
+                kept.add({"key": key, "lost": append.to_json(), "final": elements})
+        acknowledged = [a for a in appends if a.ok and a.value in position]
+        by_completion = sorted(acknowledged, key=lambda a: a.complete_s)
+        latest: Operation | None = None  # The furthest-placed append completed before this one.
+        cursor = 0
+        for append in sorted(acknowledged, key=lambda a: a.invoke_s):
+            while (
+                cursor < len(by_completion) and by_completion[cursor].complete_s < append.invoke_s
+            ):
+                done = by_completion[cursor]
+                if latest is None or position[done.value] > position[latest.value]:
+                    latest = done
+                cursor += 1
+            if latest is not None and position[latest.value] > position[append.value]:
+                order.add({"key": key, "earlier": latest.to_json(), "later": append.to_json()})
+    return {"acknowledged-writes-kept": kept, "no-duplicate-writes": once, "list-order": order}
+
+
+def check_counters(history: Iterable[Operation]) -> CheckResult:
+    """acknowledged ADDs <= final value <= acknowledged + unknown ADDs, for every counter."""
+    history = list(history)
+    result = CheckResult(valid=True)
+    finals = final_reads(history)
+    totals = {}
+    for key, operations in _keys_with(history, {ADD}).items():
+        adds = [o for o in operations if o.op == ADD]
+        acknowledged = sum(o.value for o in adds if o.ok)
+        unknown = sum(o.value for o in adds if o.outcome is Outcome.UNKNOWN)
+        final = finals.get(key)
+        if final is None:
+            result.add({"key": key, "problem": "no successful final read of the counter"})
+            continue
+        value = final.value or 0
+        totals[key] = {"acknowledged": acknowledged, "unknown": unknown, "final": value}
+        if value < acknowledged:
+            result.add(
+                {
+                    "key": key,
+                    "problem": "acknowledged ADDs lost",
+                    "final": value,
+                    "acknowledged": acknowledged,
+                    "missing": acknowledged - value,
+                }
+            )
+        elif value > acknowledged + unknown:
+            result.add(
+                {
+                    "key": key,
+                    "problem": "more than every acknowledged and unknown ADD: one applied twice, "
+                    "or a refused one applied",
+                    "final": value,
+                    "acknowledged": acknowledged,
+                    "unknown": unknown,
+                    "excess": value - acknowledged - unknown,
+                }
+            )
+    result.details = {"totals": totals}
+    return result
+
+
+CHECKERS: dict[str, Callable[[list[Operation]], CheckResult]] = {
+    "linearizable-registers": check_linearizable_registers,
+    "failed-writes-invisible": check_failed_writes_invisible,
+    "counters": check_counters,
+}
+
+
+def check(history: Iterable[Operation]) -> dict[str, Any]:
+    """Run every checker: `{"valid": bool, "checkers": {name: {"valid": bool, ...}}}`."""
+    operations = list(history)
+    results = {name: checker(operations) for name, checker in CHECKERS.items()}
+    results.update(check_lists(operations))
+    ops = [o for o in operations if not o.final]
+    summary = {outcome.value: sum(o.outcome is outcome for o in ops) for outcome in Outcome}
+    return {
+        "valid": all(r.valid for r in results.values()),
+        "operations": {"total": len(ops), **summary},
+        "checkers": {name: r.to_json() for name, r in sorted(results.items())},
+    }
