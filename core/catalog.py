@@ -460,8 +460,10 @@ def created(
     throughput: Throughput,
     now: float,
     owner: Callable[[str], str],
+    indexes: tuple[IndexDef, ...] = (),
 ) -> TableDef:
-    """A new table, CREATING, created at `now`, with as many partitions as its throughput needs.
+    """A new table, CREATING, created at `now`, with as many partitions as its throughput needs,
+    and the secondary indexes given at creation (`indexes`).
 
     The partitions split the hash space evenly, each at epoch 1 with an equal share of the
     throughput, on the node `owner` picks for its id.
@@ -484,6 +486,7 @@ def created(
         throughput=throughput,
         created=now,
         partitions=tuple(partitions),
+        indexes=indexes,
     )
 
 

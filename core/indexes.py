@@ -20,12 +20,13 @@ does IO.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from core import limits
-from core.catalog import IndexDef, ProjectionType
-from core.errors import INVALID_PARAMETERS, ValidationError
+from core.capacity import index_write_units
+from core.catalog import IndexDef, IndexStatus, ProjectionType
+from core.errors import INVALID_PARAMETERS, ItemCollectionSizeLimitExceeded, ValidationError
 from core.keys import KeyAttribute, KeyShape
 from core.size import item_size_bytes
 from core.values import Item, type_of
@@ -181,3 +182,145 @@ def size_estimate_range_gb(collection_bytes: int) -> list[float]:
     (DynamoDB answers `[0.0, 1.0]` for a collection under 1 GB)."""
     low = collection_bytes // limits.GIB
     return [float(low), float(low + 1)]
+
+
+# Local secondary indexes at CreateTable ---------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class IndexDefinition:
+    """One element of CreateTable's LocalSecondaryIndexes (or GlobalSecondaryIndexes), past its
+    constraints: its name, its KeySchema as (AttributeName, KeyType) pairs and its Projection."""
+
+    name: str
+    key_schema: tuple[tuple[str, str], ...]
+    projection: Projection
+
+
+def local_indexes(
+    table_shape: KeyShape,
+    definitions: Sequence[IndexDefinition],
+    attribute_types: Mapping[str, str],
+) -> tuple[IndexDef, ...]:
+    """The local secondary indexes of a CreateTable request, or DynamoDB's error for a bad one.
+
+    At most 5; the table must have a sort key; each index has a unique name, the table's
+    partition key and one sort key declared in AttributeDefinitions (whose enum makes it S, N or
+    B). Whether every AttributeDefinition is used, and the limit on projected attributes across
+    local and global indexes, are the caller's checks (`core.schema.check_definitions_used`,
+    `check_projected_attribute_count`).
+    """
+    if len(definitions) > limits.LSI_PER_TABLE_MAX:
+        raise ValidationError(
+            INVALID_PARAMETERS + "Number of LocalSecondaryIndexes exceeds per-table limit of "
+            f"{limits.LSI_PER_TABLE_MAX}"
+        )
+    if table_shape.sort_key is None:
+        raise ValidationError(
+            INVALID_PARAMETERS + "Table KeySchema does not have a range key, which is required "
+            "when specifying a LocalSecondaryIndex"
+        )
+    built: list[IndexDef] = []
+    for definition in definitions:
+        name = definition.name
+        if any(index.name == name for index in built):
+            raise ValidationError(INVALID_PARAMETERS + f"Duplicate index name: {name}")
+        names = [attribute for attribute, _ in definition.key_schema]
+        undefined = [attribute for attribute in names if attribute not in attribute_types]
+        if undefined:
+            raise ValidationError(
+                INVALID_PARAMETERS
+                + "Some index key attributes are not defined in AttributeDefinitions. "
+                f"Keys: [{', '.join(names)}], "
+                f"AttributeDefinitions: [{', '.join(attribute_types)}]"
+            )
+        key_types = [key_type for _, key_type in definition.key_schema]
+        if key_types[0] != "HASH":
+            raise ValidationError(
+                "Invalid KeySchema: The first KeySchemaElement is not a HASH key type"
+            )
+        partition = table_shape.partition_key.name
+        if names[0] != partition:
+            raise ValidationError(
+                INVALID_PARAMETERS + "Index KeySchema does not have the same leading hash key as "
+                f"table KeySchema for index: {name}. index hash key: {names[0]}, table hash "
+                f"key: {partition}"
+            )
+        if len(names) != 2 or key_types[1] != "RANGE":
+            raise ValidationError(
+                INVALID_PARAMETERS + f"Index KeySchema does not have a range key for index: {name}"
+            )
+        if names[1] == partition:
+            raise ValidationError(
+                "Both the Hash Key and the Range Key element in the KeySchema have the same name"
+            )
+        built.append(
+            IndexDef(
+                name=name,
+                key_shape=local_index_key(table_shape, (names[1], attribute_types[names[1]])),
+                projection=definition.projection.type,
+                status=IndexStatus.ACTIVE,
+                non_key_attributes=definition.projection.non_key_attributes,
+                local=True,
+            )
+        )
+    return tuple(built)
+
+
+# Maintaining entries on a write ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class EntryChange:
+    """What one write does to one index: its entry before and after (None: none), and the write
+    units that costs (`core.capacity.index_write_units`)."""
+
+    index: IndexDef
+    old: Item | None
+    new: Item | None
+    units: float
+
+    @property
+    def bytes_delta(self) -> int:
+        """How much the index grows (or shrinks), entry overhead included."""
+        before = 0 if self.old is None else entry_size_bytes(self.old)
+        after = 0 if self.new is None else entry_size_bytes(self.new)
+        return after - before
+
+
+def entry_changes(
+    old_item: Item | None,
+    new_item: Item | None,
+    indexes: Iterable[IndexDef],
+    table_shape: KeyShape,
+) -> tuple[EntryChange, ...]:
+    """Each index's entry before and after a write from `old_item` to `new_item`, with its units.
+
+    An index the write does not touch (no entry before or after, or the same entry) costs nothing
+    and is still listed, so callers see every index once.
+    """
+    changes = []
+    for index in indexes:
+        old = index_entry(old_item, index, table_shape)
+        new = index_entry(new_item, index, table_shape)
+        units = index_write_units(old, new, index.key_shape.names)
+        changes.append(EntryChange(index, old, new, units))
+    return tuple(changes)
+
+
+def collection_delta(old_bytes: int, new_bytes: int, changes: Iterable[EntryChange]) -> int:
+    """How much a write grows its item collection: the item's change in size plus every local
+    index entry's, overhead included (seed 000 L-12, L-36)."""
+    return new_bytes - old_bytes + sum(change.bytes_delta for change in changes)
+
+
+def check_collection_growth(
+    current_bytes: int, delta_bytes: int, collection_bytes_max: int
+) -> None:
+    """Refuse a write that would grow an item collection past its cap.
+
+    A write that shrinks the collection, or leaves it as it is, always goes ahead, so a client can
+    bring an oversized collection back under the cap (L-42, L-43).
+    """
+    if delta_bytes > 0 and current_bytes + delta_bytes > collection_bytes_max:
+        raise ItemCollectionSizeLimitExceeded("Collection size exceeded.")

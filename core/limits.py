@@ -54,6 +54,7 @@ TABLE_NAME_CHARS_MAX = 255
 GSI_PER_TABLE_MAX = 20
 LSI_PER_TABLE_MAX = 5
 INDEX_PROJECTED_NON_KEY_ATTRIBUTES_MAX = 100  # INCLUDE attributes across all indexes of a table.
+INDEX_NON_KEY_ATTRIBUTES_PER_INDEX_MAX = 20  # NonKeyAttributes of one index (API Reference).
 # "Index item size = base primary key + index key + projected attributes + 100 bytes of overhead".
 INDEX_ENTRY_OVERHEAD_BYTES = 100
 

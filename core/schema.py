@@ -57,14 +57,19 @@ def check_table_name(name: str | None) -> str:
 
 
 def build_key_schema(
-    attribute_definitions: Sequence[Mapping[str, str]], key_schema: Sequence[Mapping[str, str]]
+    attribute_definitions: Sequence[Mapping[str, str]],
+    key_schema: Sequence[Mapping[str, str]],
+    *,
+    indexed: bool = False,
 ) -> KeySchema:
     """The catalog key schema of a CreateTable request, or DynamoDB's error for a bad one.
 
     Both lists have passed their constraints (1 or 2 key elements, names and types present, types
     from the enums). The checks run in the order DynamoDB runs them; the last one rejects
     definitions that no key uses, since without secondary indexes only key attributes may be
-    declared ("Number of attributes in KeySchema does not exactly match ...").
+    declared ("Number of attributes in KeySchema does not exactly match ..."). A table with
+    secondary indexes (`indexed`) is checked by `check_definitions_used` instead, once the
+    indexes' keys are known.
     """
     definitions = {d["AttributeName"]: d["AttributeType"] for d in attribute_definitions}
     names = [element["AttributeName"] for element in key_schema]
@@ -89,7 +94,7 @@ def build_key_schema(
         raise ValidationError(
             "Invalid KeySchema: The second KeySchemaElement is not a RANGE key type"
         )
-    if len(attribute_definitions) != len(names):
+    if not indexed and len(attribute_definitions) != len(names):
         raise ValidationError(
             INVALID_PARAMETERS
             + "Number of attributes in KeySchema does not exactly match number of "
@@ -101,6 +106,20 @@ def build_key_schema(
         "hash": [hash_name, definitions[hash_name]],
         "range": None if range_name is None else [range_name, definitions[range_name]],
     }
+
+
+def check_definitions_used(
+    attribute_definitions: Sequence[Mapping[str, str]], keys_used: Sequence[str]
+) -> None:
+    """Refuse an AttributeDefinition that neither the table's key nor any secondary index's key
+    uses (for a table with indexes; local and global index keys alike are in `keys_used`)."""
+    declared = [d["AttributeName"] for d in attribute_definitions]
+    used = list(dict.fromkeys(keys_used))
+    if any(name not in used for name in declared):
+        raise ValidationError(
+            INVALID_PARAMETERS + "Some AttributeDefinitions are not used. "
+            f"AttributeDefinitions: [{', '.join(declared)}], keys used: [{', '.join(used)}]"
+        )
 
 
 def build_throughput(

@@ -27,7 +27,7 @@ import dataclasses
 import re
 from typing import Any
 
-from core import expressions, limits, schema, values
+from core import expressions, indexes, limits, schema, values
 from core.capacity import (
     ConsumedCapacity,
     ReturnConsumedCapacity,
@@ -178,13 +178,45 @@ def _read_write_members(reader: RequestReader) -> tuple[str | None, str | None]:
     return return_values, on_failure
 
 
-def _write_reply(reply: dict[str, Any], table_name: str, body: dict[str, Any]) -> dict[str, Any]:
-    """A single write's answer: the ReturnValues image, when there is one, and ConsumedCapacity."""
+def _write_reply(
+    reply: dict[str, Any], table_name: str, body: dict[str, Any], collection_key: Item
+) -> dict[str, Any]:
+    """A single write's answer: the ReturnValues image, when there is one, ConsumedCapacity
+    (with its local index writes), and ItemCollectionMetrics of `collection_key` (the item's
+    partition key) when asked for on a table with local indexes."""
     attributes = reply.get("attributes")
-    result = {"Attributes": attributes} if attributes else {}
-    return add_capacity(
-        result, table_name, capacity_mode(body), _write_units(reply), UnitKind.WRITE
-    )
+    result: dict[str, Any] = {"Attributes": attributes} if attributes else {}
+    mode = capacity_mode(body)
+    if mode is not ReturnConsumedCapacity.NONE:
+        capacity = ConsumedCapacity()
+        _add_write_units(capacity, table_name, reply)
+        result["ConsumedCapacity"] = capacity.render(table_name, mode)
+    metrics = _collection_metrics(reply, body, collection_key)
+    if metrics is not None:
+        result["ItemCollectionMetrics"] = metrics
+    return result
+
+
+def _add_write_units(capacity: ConsumedCapacity, table_name: str, reply: dict[str, Any]) -> None:
+    """A write's units on the table, and its local indexes' (which the table's throughput pays,
+    but ConsumedCapacity lists apart)."""
+    capacity.add_table(table_name, _write_units(reply), UnitKind.WRITE)
+    for index_name, units in reply.get("index_units", {}).items():
+        capacity.add_local_index(table_name, index_name, units, UnitKind.WRITE)
+
+
+def _collection_metrics(
+    reply: dict[str, Any], body: dict[str, Any], collection_key: Item
+) -> dict[str, Any] | None:
+    """ItemCollectionMetrics for ReturnItemCollectionMetrics SIZE, on a table with local indexes
+    (the node reports its collection's size only there); None otherwise."""
+    size_bytes = reply.get("collection_bytes")
+    if body.get("ReturnItemCollectionMetrics") != "SIZE" or size_bytes is None:
+        return None
+    return {
+        "ItemCollectionKey": collection_key,
+        "SizeEstimateRangeGB": indexes.size_estimate_range_gb(size_bytes),
+    }
 
 
 def _get_payload(key: Item, compiled: _Expressions) -> ops.GetPayload:
@@ -251,7 +283,7 @@ async def put_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
         on_failure == "ALL_OLD",
     )
     reply = await ctx.call_key(table, partition_key, sort_key, ops.PUT, payload.to_json())
-    return _write_reply(reply, table_name, body)
+    return _write_reply(reply, table_name, body, {schema.hash_key(table)[0]: partition_key})
 
 
 async def update_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
@@ -283,7 +315,7 @@ async def update_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any
         on_failure == "ALL_OLD",
     )
     reply = await ctx.call_key(table, partition_key, sort_key, ops.UPDATE, payload.to_json())
-    return _write_reply(reply, table_name, body)
+    return _write_reply(reply, table_name, body, {schema.hash_key(table)[0]: partition_key})
 
 
 async def delete_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
@@ -305,7 +337,7 @@ async def delete_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any
         key, compiled.condition, compiled.names, compiled.values, chosen, on_failure == "ALL_OLD"
     )
     reply = await ctx.call_key(table, partition_key, sort_key, ops.DELETE, payload.to_json())
-    return _write_reply(reply, table_name, body)
+    return _write_reply(reply, table_name, body, {schema.hash_key(table)[0]: partition_key})
 
 
 async def get_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
@@ -641,15 +673,22 @@ async def batch_write_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str
     capacity = ConsumedCapacity()
     for name in request_items:
         capacity.add_table(name, 0.0, UnitKind.WRITE)
-    for write, result in zip(writes, results, strict=True):
+    collection_metrics: dict[str, list[dict[str, Any]]] = {}
+    for write, call, result in zip(writes, calls, results, strict=True):
         if isinstance(result, dict):
-            capacity.add_table(write.table, _write_units(result), UnitKind.WRITE)
+            _add_write_units(capacity, write.table, result)
+            collection_key = {schema.hash_key(call.table)[0]: call.partition_key}
+            metrics = _collection_metrics(result, body, collection_key)
+            if metrics is not None:
+                collection_metrics.setdefault(write.table, []).append(metrics)
         else:
             unprocessed.setdefault(write.table, []).append(write.entry)
     reply: dict[str, Any] = {"UnprocessedItems": unprocessed}
     consumed = capacity.render_all(capacity_mode(body))
     if consumed is not None:
         reply["ConsumedCapacity"] = consumed
+    if collection_metrics:
+        reply["ItemCollectionMetrics"] = collection_metrics
     return reply
 
 

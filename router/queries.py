@@ -29,8 +29,15 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from core import expressions, keycodec, limits, schema, values
-from core.capacity import UnitKind, query_read_units, read_consistency
+from core import expressions, indexes, keycodec, limits, schema, values
+from core.capacity import (
+    ConsumedCapacity,
+    ReturnConsumedCapacity,
+    UnitKind,
+    query_read_units,
+    read_consistency,
+)
+from core.catalog import IndexDef
 from core.errors import (
     DynamoError,
     ResourceNotFound,
@@ -38,6 +45,7 @@ from core.errors import (
     ValidationError,
 )
 from core.expressions import legacy
+from core.keys import KeyShape
 from core.placement import segment_hash_range
 from core.size import check_key_value
 from router.context import TABLE_NOT_FOUND, RouterContext
@@ -72,6 +80,8 @@ class _Page:
     read_bytes: int = 0
     last_key: Item | None = None
     read_units: float = 0.0
+    # Of `read_units`, what reading items from the table for an index's entries cost (a fetch).
+    fetched_units: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,6 +100,8 @@ class _Walk:
     forward: bool
     limit: int | None
     consistent: bool = False
+    # The key shape of what the walk reads: a local index's entries, or (None) the table's items.
+    shape: KeyShape | None = None
 
 
 def _partition_below(partitions: list[Partition], bound: bytes | None) -> Partition:
@@ -102,10 +114,6 @@ def _partition_below(partitions: list[Partition], bound: bytes | None) -> Partit
             break
         chosen = partition
     return chosen
-
-
-def _storage_key(table: Mapping[str, Any], key: Item) -> bytes:
-    return schema.key_shape(table).storage_key(key)
 
 
 async def _current(ctx: RouterContext, table: dict[str, Any]) -> dict[str, Any]:
@@ -131,10 +139,9 @@ async def _walk(
     page = _Page()
     # The cursor: a storage key (forward: where to go on from; backward: an exclusive upper
     # bound) and the key item to read after, None to read from the partition's edge.
+    shape = schema.key_shape(table) if walk.shape is None else walk.shape
     position = (
-        _storage_key(table, start)
-        if start is not None
-        else (walk.low if walk.forward else walk.high)
+        shape.storage_key(start) if start is not None else (walk.low if walk.forward else walk.high)
     )
     after = start
     redirects = 0
@@ -172,7 +179,15 @@ async def _walk(
         page.count += reply["count"]
         page.scanned += reply["scanned"]
         page.read_bytes += reply["read_bytes"]
-        page.read_units += query_read_units(reply["read_bytes"], read_consistency(walk.consistent))
+        consistency = read_consistency(walk.consistent)
+        # A fetched item counts rounded up to 4 KB on its own (`rpc.ops`): what is left is the
+        # entries' bytes, rounded once.
+        fetched_bytes = reply.get("fetched_bytes", 0)
+        fetched_units = fetched_bytes // limits.READ_UNIT_BYTES * consistency.value
+        page.read_units += (
+            query_read_units(reply["read_bytes"] - fetched_bytes, consistency) + fetched_units
+        )
+        page.fetched_units += fetched_units
         if reply["last_key"] is not None:
             page.last_key = reply["last_key"]
             return page
@@ -199,13 +214,63 @@ def _reaches(partition: Partition, bound: bytes | None) -> bool:
     return bound is not None and bytes.fromhex(end) >= bound
 
 
-def _reply(page: _Page, select: str, table_name: str, body: dict[str, Any]) -> dict[str, Any]:
+def _reply(
+    page: _Page, select: str, table_name: str, body: dict[str, Any], index: IndexDef | None
+) -> dict[str, Any]:
     reply: dict[str, Any] = {"Count": page.count, "ScannedCount": page.scanned}
     if select != "COUNT":
         reply["Items"] = page.items
     if page.last_key is not None:
         reply["LastEvaluatedKey"] = page.last_key
-    return add_capacity(reply, table_name, capacity_mode(body), page.read_units, UnitKind.READ)
+    mode = capacity_mode(body)
+    if index is None or mode is ReturnConsumedCapacity.NONE:
+        return add_capacity(reply, table_name, mode, page.read_units, UnitKind.READ)
+    # A local index's reads come out of the table's throughput; ConsumedCapacity shows the
+    # index's entries under LocalSecondaryIndexes and the items fetched for them under Table.
+    capacity = ConsumedCapacity()
+    capacity.add_table(table_name, page.fetched_units, UnitKind.READ)
+    capacity.add_local_index(
+        table_name, index.name, page.read_units - page.fetched_units, UnitKind.READ
+    )
+    reply["ConsumedCapacity"] = capacity.render(table_name, mode)
+    return reply
+
+
+def _local_index(index: IndexDef | None) -> IndexDef | None:
+    """The index a Query or Scan reads, which must be a local one (global ones are not served
+    by this router yet)."""
+    if index is not None and not index.local:
+        raise ValidationError(f"Reading global secondary index {index.name} is not supported yet")
+    return index
+
+
+def _needs_fetch(
+    index: IndexDef, table: Mapping[str, Any], select: str, compiled: _Expressions
+) -> bool:
+    """Whether reading `index` must fetch each entry's item from the table: the request returns
+    all attributes or names one the index does not project, in its projection or its filter
+    (seed 000 L-16, L-17; a filter reads the item's attributes like a projection does)."""
+    if index.projection == "ALL":
+        return False
+    if select == "ALL_ATTRIBUTES":
+        return True
+    names: set[str] = set()
+    if compiled.projection is not None and select == "SPECIFIC_ATTRIBUTES":
+        names |= compiled.projection.top_level_attributes
+    if compiled.filter is not None:
+        names |= compiled.filter.top_level_attributes
+    return not indexes.projected(index, schema.key_shape(table), names)
+
+
+def _index_starting_key(key: Item, shape: KeyShape) -> tuple[Any, Any]:
+    """The (partition key, index sort key) of an ExclusiveStartKey of a local index, which must
+    hold the index's key and the table's key (what its LastEvaluatedKey holds)."""
+    try:
+        checked = shape.check_key(key)
+    except DynamoError as error:
+        raise ValidationError(f"{_STARTING_KEY_INVALID}: {error.message}") from None
+    sort = shape.sort_key
+    return checked[shape.partition_key.name], None if sort is None else checked[sort.name]
 
 
 # Reading requests ------------------------------------------------------------------------------
@@ -363,7 +428,8 @@ async def scan(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
     )
 
     table = await ctx.table(table_name)
-    check_index(index_name)
+    index = _local_index(check_index(index_name, table))
+    shape = None if index is None else indexes.entry_shape(index, schema.key_shape(table))
     low, high = b"", None
     hash_start: int | None = None
     hash_end: int | None = None
@@ -379,9 +445,15 @@ async def scan(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
         select=select,
         hash_start=hash_start,
         hash_end=hash_end,
+        index=None if index is None else index.name,
+        fetch=index is not None and _needs_fetch(index, table, select, compiled),
     )
     if exclusive_start is not None:
-        partition_key, _ = _check_starting_key(exclusive_start, table)
+        partition_key, _ = (
+            _check_starting_key(exclusive_start, table)
+            if shape is None
+            else _index_starting_key(exclusive_start, shape)
+        )
         if hash_range is not None and not _in_segment(partition_key, hash_range):
             raise ValidationError(
                 f"{_STARTING_KEY_INVALID}: Invalid ExclusiveStartKey. Please use "
@@ -396,9 +468,10 @@ async def scan(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
         forward=True,
         limit=limit,
         consistent=consistent,
+        shape=shape,
     )
     page = await _walk(ctx, table, walk, exclusive_start)
-    return _reply(page, select, table_name, body)
+    return _reply(page, select, table_name, body, index)
 
 
 def _in_segment(partition_key: Any, hash_range: tuple[int, int | None]) -> bool:
@@ -464,11 +537,17 @@ async def query(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
     )
 
     table = await ctx.table(table_name)
-    check_index(index_name)
+    index = _local_index(check_index(index_name, table))
+    shape = None if index is None else indexes.entry_shape(index, schema.key_shape(table))
     if key_conditions is not None and key_condition_text is None:
         legacy.check_key_operators(key_conditions)
     hash_name, hash_type = schema.hash_key(table)
     sort = schema.range_key(table)
+    if index is not None:
+        # A local index's key: the table's partition key and the index's sort key.
+        index_sort = index.key_shape.sort_key
+        assert index_sort is not None, "a local index has a sort key"
+        sort = (index_sort.name, index_sort.type)
     range_name, range_type = sort if sort is not None else (None, None)
     if key_translation is not None:
         key_condition = expressions.key_condition(
@@ -502,7 +581,11 @@ async def query(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
     hash_value = key_condition.hash_value
     check_key_value(hash_name, hash_value, "partition", expected_type=hash_type)
     if exclusive_start is not None:
-        start_hash, start_range = _check_starting_key(exclusive_start, table)
+        start_hash, start_range = (
+            _check_starting_key(exclusive_start, table)
+            if shape is None
+            else _index_starting_key(exclusive_start, shape)
+        )
         if not values.equal(start_hash, hash_value):
             raise ValidationError(
                 "The provided starting key is outside query boundaries based on provided conditions"
@@ -531,6 +614,8 @@ async def query(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
         names=compiled.names,
         values=compiled.values,
         select=select,
+        index=None if index is None else index.name,
+        fetch=index is not None and _needs_fetch(index, table, select, compiled),
     )
     walk = _Walk(
         op=ops.QUERY,
@@ -540,9 +625,10 @@ async def query(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
         forward=forward is not False,
         limit=limit,
         consistent=consistent,
+        shape=shape,
     )
     page = await _walk(ctx, table, walk, exclusive_start)
-    return _reply(page, select, table_name, body)
+    return _reply(page, select, table_name, body, index)
 
 
 OPERATIONS = {"Query": query, "Scan": scan}

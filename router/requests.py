@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from core import limits, values
+from core.catalog import IndexDef
 from core.errors import ValidationError
 
 # Enum members in the order DynamoDB lists them in "Member must satisfy enum value set" messages.
@@ -259,12 +260,17 @@ def select_mode(
 ) -> str:
     """The Select a Query or Scan runs with, enforcing DynamoDB's combination rules.
 
-    Without Select, a projection means SPECIFIC_ATTRIBUTES and otherwise ALL_ATTRIBUTES (on a
-    table). A projection contradicts ALL_ATTRIBUTES, ALL_PROJECTED_ATTRIBUTES and COUNT;
-    SPECIFIC_ATTRIBUTES needs a projection; ALL_PROJECTED_ATTRIBUTES needs an index.
+    Without Select, a projection means SPECIFIC_ATTRIBUTES and otherwise ALL_ATTRIBUTES on a
+    table, ALL_PROJECTED_ATTRIBUTES on an index. A projection contradicts ALL_ATTRIBUTES,
+    ALL_PROJECTED_ATTRIBUTES and COUNT; SPECIFIC_ATTRIBUTES needs a projection;
+    ALL_PROJECTED_ATTRIBUTES needs an index.
     """
     if select is None:
-        return "SPECIFIC_ATTRIBUTES" if projection or attributes_to_get else "ALL_ATTRIBUTES"
+        if projection or attributes_to_get:
+            return "SPECIFIC_ATTRIBUTES"
+        # "ALL_ATTRIBUTES when accessing a table, and ALL_PROJECTED_ATTRIBUTES when accessing
+        # an index" (API Reference, Query's Select).
+        return "ALL_ATTRIBUTES" if index_name is None else "ALL_PROJECTED_ATTRIBUTES"
     if select != "SPECIFIC_ATTRIBUTES":
         chosen = "only the Count" if select == "COUNT" else select
         if attributes_to_get:
@@ -318,11 +324,12 @@ def check_conditional_operator(
         )
 
 
-def check_index(index_name: str | None) -> None:
-    """An IndexName must name one of the table's secondary indexes.
-
-    Table descriptors (`rpc.ops`) hold no secondary indexes yet, since CreateTable refuses
-    them, so every IndexName gets DynamoDB's answer for a table without that index.
-    """
-    if index_name is not None:
-        raise ValidationError(f"The table does not have the specified index: {index_name}")
+def check_index(index_name: str | None, table: Mapping[str, Any]) -> IndexDef | None:
+    """The secondary index an IndexName names in the table descriptor `table` (None without an
+    IndexName), or DynamoDB's answer for a table without that index."""
+    if index_name is None:
+        return None
+    for index in table.get("indexes", ()):
+        if index["name"] == index_name:
+            return IndexDef.from_json(index)
+    raise ValidationError(f"The table does not have the specified index: {index_name}")

@@ -38,7 +38,7 @@ from bisect import bisect_right
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from core import catalog, limits, schema
+from core import catalog, indexes, limits, schema
 from core.catalog import TableDef, TableStatus, Throughput
 from core.errors import (
     INVALID_PARAMETERS,
@@ -144,6 +144,54 @@ def _read_elements(
     return parsed
 
 
+@dataclasses.dataclass
+class _IndexReading:
+    """One element of LocalSecondaryIndexes as read in the constraint pass."""
+
+    name: str | None
+    key_schema: list[dict[str, str]]
+    projection_type: str | None
+    non_key_attributes: list[str] | None
+
+    def definition(self) -> indexes.IndexDefinition:
+        """The element past its constraints, its projection checked (DynamoDB's third pass)."""
+        assert self.name is not None
+        return indexes.IndexDefinition(
+            self.name,
+            tuple((e["AttributeName"], e["KeyType"]) for e in self.key_schema),
+            indexes.check_projection(self.projection_type, self.non_key_attributes),
+        )
+
+
+def _read_index_definitions(reader: RequestReader, member: str) -> list[_IndexReading]:
+    """Each element of LocalSecondaryIndexes: IndexName, KeySchema and Projection, checked
+    against their constraints (none when the member is absent)."""
+    elements = reader.array(member)
+    read: list[_IndexReading] = []
+    for position, element in enumerate(elements or (), start=1):
+        nested = reader.nested(element, f"{reader.where(member)}.{position}.member")
+        name = nested.name("IndexName", required=True)
+        key_schema = _read_elements(
+            nested,
+            "KeySchema",
+            (("AttributeName", None), ("KeyType", schema.KEY_TYPES)),
+            min_length=1,
+            max_length=2,
+        )
+        projection = nested.mapping("Projection", required=True)
+        projection_type = non_key = None
+        if projection is not None:
+            inner = nested.nested(projection, nested.where("Projection"))
+            projection_type = inner.string("ProjectionType", enum=indexes.PROJECTION_TYPES)
+            non_key = inner.string_list(
+                "NonKeyAttributes",
+                min_length=1,
+                max_length=limits.INDEX_NON_KEY_ATTRIBUTES_PER_INDEX_MAX,
+            )
+        read.append(_IndexReading(name, key_schema, projection_type, non_key))
+    return read
+
+
 def _read_throughput(reader: RequestReader) -> dict[str, int | None] | None:
     """ProvisionedThroughput: both members, each required and at least 1 (None if absent)."""
     throughput_body = reader.mapping("ProvisionedThroughput")
@@ -178,6 +226,7 @@ def _read_create_table(body: dict[str, Any]) -> dict[str, Any]:
         min_length=1,
         max_length=2,
     )
+    local_readings = _read_index_definitions(reader, "LocalSecondaryIndexes")
     billing_mode = reader.string("BillingMode", enum=schema.BILLING_MODES)
     throughput = _read_throughput(reader)
     stream = reader.mapping("StreamSpecification")
@@ -185,22 +234,40 @@ def _read_create_table(body: dict[str, Any]) -> dict[str, Any]:
     name = schema.check_table_name(name)
     reader.check()
     # Refuse what dynalab does not have yet, rather than pretend to have it.
-    for member in ("LocalSecondaryIndexes", "GlobalSecondaryIndexes"):
-        if reader.present(member):
-            raise ValidationError(
-                INVALID_PARAMETERS + f"Secondary indexes are not supported yet ({member})"
-            )
+    if reader.present("GlobalSecondaryIndexes"):
+        raise ValidationError(
+            INVALID_PARAMETERS + "Secondary indexes are not supported yet (GlobalSecondaryIndexes)"
+        )
     if stream is not None and stream.get("StreamEnabled"):
         raise ValidationError(INVALID_PARAMETERS + "DynamoDB Streams are not supported yet")
     if deletion_protection:
         raise ValidationError(INVALID_PARAMETERS + "Deletion protection is not supported yet")
     # Past reader.check(), every element holds its fields and every unit is at least 1.
+    if reader.present("LocalSecondaryIndexes") and not local_readings:
+        raise ValidationError(INVALID_PARAMETERS + "List of LocalSecondaryIndexes is empty")
+    local_definitions = [reading.definition() for reading in local_readings]
+    key = schema.build_key_schema(definitions, key_schema, indexed=bool(local_definitions))
+    local = ()
+    if local_definitions:
+        attribute_types = {d["AttributeName"]: d["AttributeType"] for d in definitions}
+        local = indexes.local_indexes(
+            KeyShape.from_key_schema(key), local_definitions, attribute_types
+        )
+        schema.check_definitions_used(
+            definitions,
+            [
+                *schema.key_names({"key_schema": key}),
+                *(n for i in local for n in i.key_shape.names),
+            ],
+        )
+        indexes.check_projected_attribute_count(d.projection for d in local_definitions)
     units = None if throughput is None else {k: v for k, v in throughput.items() if v is not None}
     billing = schema.build_throughput(billing_mode, units)
     return {
         "name": name,
-        "key_schema": schema.build_key_schema(definitions, key_schema),
+        "key_schema": key,
         "attribute_definitions": definitions,
+        "indexes": local,
         **billing,
     }
 
@@ -208,8 +275,46 @@ def _read_create_table(body: dict[str, Any]) -> dict[str, Any]:
 # Describing tables -----------------------------------------------------------------------------
 
 
+@dataclasses.dataclass
+class _Stats:
+    """ItemCount and TableSizeBytes of a table, and ItemCount and IndexSizeBytes of each of its
+    local indexes by name, as its nodes report them."""
+
+    items: int = 0
+    size_bytes: int = 0
+    indexes: dict[str, list[int]] = dataclasses.field(default_factory=dict)
+
+
+def _local_index_descriptions(table: TableDef, stats: _Stats, arn: str) -> list[dict[str, Any]]:
+    """DescribeTable's LocalSecondaryIndexes."""
+    described = []
+    for index in table.indexes:
+        if not index.local:
+            continue
+        projection: dict[str, Any] = {"ProjectionType": index.projection}
+        if index.non_key_attributes:
+            projection["NonKeyAttributes"] = list(index.non_key_attributes)
+        count, size_bytes = stats.indexes.get(index.name, [0, 0])
+        described.append(
+            {
+                "IndexName": index.name,
+                "KeySchema": [
+                    {"AttributeName": attribute.name, "KeyType": kind}
+                    for attribute, kind in zip(
+                        index.key_shape.attributes, ("HASH", "RANGE"), strict=True
+                    )
+                ],
+                "Projection": projection,
+                "IndexSizeBytes": size_bytes,
+                "ItemCount": count,
+                "IndexArn": f"{arn}/index/{index.name}",
+            }
+        )
+    return described
+
+
 def _description(
-    table: TableDef, items: int, size_bytes: int, now: float, status: TableStatus | None = None
+    table: TableDef, stats: _Stats, now: float, status: TableStatus | None = None
 ) -> dict[str, Any]:
     """DynamoDB's TableDescription of a catalog record, as of wall-clock time `now` (with
     `status` instead of the record's own, when given)."""
@@ -229,7 +334,8 @@ def _description(
     if changes.last_decrease is not None:
         provisioned["LastDecreaseDateTime"] = changes.last_decrease
     descriptor = table.to_json()
-    return {
+    arn = f"arn:aws:dynamodb:{request_region()}:{ACCOUNT_ID}:table/{table.name}"
+    description = {
         "TableName": table.name,
         "TableStatus": (status or table.status).value,
         "KeySchema": schema.key_schema_elements(descriptor),
@@ -237,16 +343,21 @@ def _description(
         "CreationDateTime": table.created,
         "ProvisionedThroughput": provisioned,
         "BillingModeSummary": billing_summary,
-        "ItemCount": items,
-        "TableSizeBytes": size_bytes,
-        "TableArn": f"arn:aws:dynamodb:{request_region()}:{ACCOUNT_ID}:table/{table.name}",
+        "ItemCount": stats.items,
+        "TableSizeBytes": stats.size_bytes,
+        "TableArn": arn,
         "TableId": str(uuid.UUID(hex=table.id)),
         "DeletionProtectionEnabled": False,
     }
+    local = _local_index_descriptions(table, stats, arn)
+    if local:
+        description["LocalSecondaryIndexes"] = local
+    return description
 
 
-async def _table_stats(ctx: RouterContext, table: TableDef) -> tuple[int, int]:
-    """(ItemCount, TableSizeBytes): the sums over the table's partitions, as the nodes report them.
+async def _table_stats(ctx: RouterContext, table: TableDef) -> _Stats:
+    """ItemCount, TableSizeBytes and each local index's counts: the sums over the table's
+    partitions, as the nodes report them.
 
     DynamoDB refreshes these about every six hours; dynalab asks the nodes, within a bounded wait.
     A node that does not answer in time is left out of the sums (and logged), since a description
@@ -266,7 +377,7 @@ async def _table_stats(ctx: RouterContext, table: TableDef) -> tuple[int, int]:
         ),
         return_exceptions=True,
     )
-    items = size_bytes = 0
+    stats = _Stats()
     for node, reply in zip(nodes, replies, strict=True):
         if isinstance(reply, DynamoError):
             log.warning("no statistics of table %s from %s: %s", table.name, node, reply)
@@ -274,11 +385,15 @@ async def _table_stats(ctx: RouterContext, table: TableDef) -> tuple[int, int]:
         if isinstance(reply, BaseException):
             raise reply
         # Only partitions in the catalog count: a node may still report a parent it has split.
-        for partition_id, stats in reply["partitions"].items():
+        for partition_id, counts in reply["partitions"].items():
             if partition_id in partition_ids:
-                items += stats["items"]
-                size_bytes += stats["bytes"]
-    return items, size_bytes
+                stats.items += counts["items"]
+                stats.size_bytes += counts["bytes"]
+                for index_name, (count, size_bytes) in counts.get("indexes", {}).items():
+                    totals = stats.indexes.setdefault(index_name, [0, 0])
+                    totals[0] += count
+                    totals[1] += size_bytes
+    return stats
 
 
 async def _all(calls: list[Awaitable[dict[str, Any]]]) -> None:
@@ -351,6 +466,7 @@ def _new_table(
         throughput=Throughput(**definition["throughput"]),
         now=sources.clock(),
         owner=owner,
+        indexes=definition["indexes"],
     )
 
 
@@ -373,7 +489,17 @@ async def create_table(ctx: RouterContext, body: dict[str, Any]) -> dict[str, An
         return table
 
     table = await ctx.change_table(name, add) or table
-    schema_for_nodes = {"id": table.id, "name": name, "key_schema": table.key_shape.to_key_schema()}
+    schema_for_nodes = {
+        "id": table.id,
+        "name": name,
+        "key_schema": table.key_shape.to_key_schema(),
+        # Each index's key and projection: the nodes check every write's index key types, and
+        # maintain local indexes; a global index's partitions are the replicator's business.
+        "indexes": [
+            {k: v for k, v in index.to_json().items() if k not in ("partitions", "throughput")}
+            for index in table.indexes
+        ],
+    }
     throughput_for_nodes = catalog.throughput_document(table)
     try:
         await _all(
@@ -392,7 +518,7 @@ async def create_table(ctx: RouterContext, body: dict[str, Any]) -> dict[str, An
         await _abandon_creation(ctx, table)
         raise
     await ctx.change_table(name, _activate(table.id))
-    return {"TableDescription": _description(table, 0, 0, ctx.sources.clock())}
+    return {"TableDescription": _description(table, _Stats(), ctx.sources.clock())}
 
 
 async def _abandon_creation(ctx: RouterContext, table: TableDef) -> None:
@@ -414,8 +540,8 @@ async def describe_table(ctx: RouterContext, body: dict[str, Any]) -> dict[str, 
         raise _table_not_found(name)
     if table.status == TableStatus.UPDATING:
         table = await _finish_update(ctx, table, limits.TABLE_STATS_SECONDS_MAX)
-    items, size_bytes = await _table_stats(ctx, table)
-    return {"Table": _description(table, items, size_bytes, ctx.sources.clock())}
+    stats = await _table_stats(ctx, table)
+    return {"Table": _description(table, stats, ctx.sources.clock())}
 
 
 async def list_tables(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
@@ -449,10 +575,10 @@ async def delete_table(ctx: RouterContext, body: dict[str, Any]) -> dict[str, An
 
     table = await ctx.change_table(name, mark_deleting)
     assert table is not None, f"DeleteTable of {name} found no table after marking it"
-    items, size_bytes = await _table_stats(ctx, table)
+    stats = await _table_stats(ctx, table)
     await _drop_partitions(ctx, table)
     await ctx.change_table(name, _without(table.id))
-    return {"TableDescription": _description(table, items, size_bytes, ctx.sources.clock())}
+    return {"TableDescription": _description(table, stats, ctx.sources.clock())}
 
 
 # UpdateTable ------------------------------------------------------------------------------------
@@ -539,7 +665,7 @@ async def update_table(ctx: RouterContext, body: dict[str, Any]) -> dict[str, An
     else:
         assert table.status == TableStatus.UPDATING, f"UpdateTable of {name} left {table.status}"
         await _finish_update(ctx, table, limits.CONTROL_CALL_SECONDS_MAX)
-    items, size_bytes = await _table_stats(ctx, table)
+    stats = await _table_stats(ctx, table)
     shown = table
     if before and before[-1].billing_mode == table.billing_mode == BillingMode.PROVISIONED:
         # DynamoDB's reply describes the table as it starts UPDATING: still at its old capacity,
@@ -549,7 +675,7 @@ async def update_table(ctx: RouterContext, body: dict[str, Any]) -> dict[str, An
             throughput=before[-1].throughput,
             throughput_changes=before[-1].throughput_changes,
         )
-    return {"TableDescription": _description(shown, items, size_bytes, ctx.sources.clock(), status)}
+    return {"TableDescription": _description(shown, stats, ctx.sources.clock(), status)}
 
 
 async def describe_limits(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:

@@ -29,6 +29,14 @@ its partition's metadata commit in one atomic, synced write batch:
   `expiry.py`), so a sweep walks the expired entries in order and nothing else. It is keyed by
   table rather than partition so that a split, which leaves the items where they are, leaves
   their entries valid too; each entry belongs to the partition whose range holds its key.
+- `index_entries`: 16-byte table id ‖ 1-byte length ‖ index name ‖ entry storage key (the
+  index's `core.indexes.entry_shape`: partition key, index sort key, table sort key for a local
+  index) -> the entry's size ‖ orjson entry, as in `items`. An entry key starts with the same
+  hash and partition key as its item's, so a partition's entries are the same key range under
+  the index's prefix, and a Query on the index is one iterator range.
+- `item_collections`: 16-byte table id ‖ the storage key of a partition key value alone ->
+  8-byte big-endian size of that item collection (its items plus its local index entries,
+  `core.indexes.collection_delta`); kept for tables with local indexes only.
 
 The cluster catalog is no family of its own: it is a system table (`core.catalog`), stored in
 `items` like any other table, on the node that holds its partition.
@@ -46,6 +54,8 @@ SEQ_BYTES = 8
 ITEM_SIZE_PREFIX_BYTES = 4  # Items are at most 400 KB.
 PARTITION_ID_BYTES_MAX = 255  # The change-log key gives a partition id's length one byte.
 CONSUMER_NAME_BYTES_MAX = 255  # A change-feed consumer's name, as it ends a checkpoint key.
+INDEX_NAME_BYTES_MAX = 255  # Index names are ASCII, 3 to 255 characters.
+COLLECTION_SIZE_BYTES = 8
 FORMAT_KEY = b"format"
 # 1: LMDB, keys bounded at 511 bytes (the first stage). 2: RocksDB column families, this layout.
 FORMAT_VERSION = 2
@@ -61,6 +71,8 @@ class Family(StrEnum):
     RETIRED_LOGS = "retired_logs"
     INDEX_SOURCES = "index_sources"
     TTL_INDEX = "ttl_index"
+    INDEX_ENTRIES = "index_entries"
+    ITEM_COLLECTIONS = "item_collections"
 
 
 def table_prefix(table_id: str) -> bytes:
@@ -80,6 +92,21 @@ def change_log_prefix(table_id: str, partition_id: str) -> bytes:
     if not encoded or len(encoded) > PARTITION_ID_BYTES_MAX:
         raise ValidationError(f"A partition id is 1 to {PARTITION_ID_BYTES_MAX} bytes")
     return table_prefix(table_id) + bytes([len(encoded)]) + encoded
+
+
+def index_prefix(table_id: str, index_name: str) -> bytes:
+    """The bytes before the entry storage key in every `index_entries` key of one index."""
+    encoded = index_name.encode()
+    assert 0 < len(encoded) <= INDEX_NAME_BYTES_MAX, "index names are 3 to 255 characters"
+    return table_prefix(table_id) + bytes([len(encoded)]) + encoded
+
+
+def encode_collection_size(size_bytes: int) -> bytes:
+    return size_bytes.to_bytes(COLLECTION_SIZE_BYTES, "big")
+
+
+def collection_size_of(value: bytes | None) -> int:
+    return 0 if value is None else int.from_bytes(value, "big")
 
 
 def encode_item(item_json: bytes, size_bytes: int) -> bytes:

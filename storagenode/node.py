@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Any, TypeVar, assert_never
@@ -41,6 +42,7 @@ from core.errors import (
     UnknownOperation,
     ValidationError,
 )
+from core.indexes import check_index_keys, index_entry
 from core.keycodec import successor
 from core.keys import KeyShape
 from core.size import item_size_bytes
@@ -149,6 +151,21 @@ WRITE_PAYLOADS: dict[str, Callable[[dict[str, Any]], WritePayload]] = {
 assert WRITE_PAYLOADS.keys() == WRITE_OPS | INTERNAL_WRITE_OPS
 
 
+ITEM_COLLECTION_BYTES_MAX_ENV = "DYNALAB_ITEM_COLLECTION_BYTES_MAX"
+
+
+def collection_bytes_max_from_env() -> int:
+    """The item collection cap from DYNALAB_ITEM_COLLECTION_BYTES_MAX (bytes, at least 1), or
+    DynamoDB's 10 GB when it is not set; experiments set it low to reach the cap quickly."""
+    text = os.environ.get(ITEM_COLLECTION_BYTES_MAX_ENV)
+    if text is None or text.strip() == "":
+        return limits.ITEM_COLLECTION_BYTES_MAX
+    value = int(text)
+    if value < 1:
+        raise ValueError(f"{ITEM_COLLECTION_BYTES_MAX_ENV} must be at least 1 byte, not {value}")
+    return value
+
+
 def _decoding(
     decode: Callable[[dict[str, Any]], Payload],
     handler: Callable[[Target | None, Payload], dict[str, Any]],
@@ -194,6 +211,7 @@ class StorageNode:
         change_log_bytes_max: int = limits.CHANGE_LOG_BYTES_MAX,
         throughput: NodeThroughput | None = None,
         clock: Callable[[], float] = time.time,
+        item_collection_bytes_max: int | None = None,
     ) -> None:
         self.store = store
         # Unix time: TTL compares items' expiry times with it, and requests' deadlines are
@@ -201,6 +219,13 @@ class StorageNode:
         self.clock = clock
         self.change_log_records_max = change_log_records_max
         self.change_log_bytes_max = change_log_bytes_max
+        # The cap on an item collection of a table with local indexes; by default as the
+        # environment says (DYNALAB_ITEM_COLLECTION_BYTES_MAX), else DynamoDB's 10 GB.
+        self.item_collection_bytes_max = (
+            collection_bytes_max_from_env()
+            if item_collection_bytes_max is None
+            else item_collection_bytes_max
+        )
         # Token buckets per partition; by default as the environment says (DYNALAB_THROTTLING,
         # DYNALAB_BURST_SECONDS), on the monotonic clock. Tests pass one with a clock of their own.
         self.throughput = NodeThroughput.from_env() if throughput is None else throughput
@@ -322,7 +347,8 @@ class StorageNode:
 
     def _query(self, target: Target | None, payload: ops.QueryPayload) -> dict[str, Any]:
         partition = self._partition(target)
-        shape = partition.key_shape
+        source = _Source.of(self.store, partition, payload.index, payload.fetch)
+        shape = source.shape
         hash_value = payload.hash_value
         forward = payload.forward
         range_condition = payload.range
@@ -332,7 +358,9 @@ class StorageNode:
         start = payload.exclusive_start
         if start is not None and start.get(shape.partition_key.name) != hash_value:
             raise ValidationError("The provided starting key is invalid: it is not in the query")
-        lo, hi = query_bounds(partition, hash_value, range_condition, start, forward=forward)
+        lo, hi = query_bounds(
+            partition, hash_value, range_condition, start, forward=forward, shape=shape
+        )
         key_matches = None
         if range_condition is not None:
             assert sort is not None
@@ -340,33 +368,37 @@ class StorageNode:
                 expressions.RangeCondition(range_condition["op"], range_condition["values"]),
                 sort.name,
             )
-        rows = self.store.walk(Family.ITEMS, *_item_range(partition, lo, hi), forward=forward)
+        rows = self.store.walk(source.family, *source.range(lo, hi), forward=forward)
         page = PageRequest.of(payload, limits.QUERY_PAGE_BYTES_MAX)
-        return read_page(rows, page, partition, key_matches)
+        return read_page(rows, page, partition, key_matches, shape=shape, fetch=source.fetch)
 
     def _scan(self, target: Target | None, payload: ops.ScanPayload) -> dict[str, Any]:
         partition = self._partition(target)
+        source = _Source.of(self.store, partition, payload.index, payload.fetch)
         lo, hi = scan_bounds(
-            partition, payload.exclusive_start, payload.hash_start, payload.hash_end
+            partition, payload.exclusive_start, payload.hash_start, payload.hash_end, source.shape
         )
-        rows = self.store.walk(Family.ITEMS, *_item_range(partition, lo, hi), forward=True)
-        return read_page(rows, PageRequest.of(payload, limits.QUERY_PAGE_BYTES_MAX), partition)
+        rows = self.store.walk(source.family, *source.range(lo, hi), forward=True)
+        page = PageRequest.of(payload, limits.QUERY_PAGE_BYTES_MAX)
+        return read_page(rows, page, partition, shape=source.shape, fetch=source.fetch)
 
     def _table_stats(self, target: Target | None, payload: ops.TableStatsPayload) -> dict[str, Any]:
         table_id = payload.table_id
-        return {
-            "partitions": {
-                partition.partition_id: {
-                    "items": partition.item_count,
-                    "bytes": partition.size_bytes,
-                    "last_seq": partition.last_seq,
-                    "first_seq": partition.first_seq,
-                    "log_bytes": partition.log_bytes,
-                }
-                for partition in list(self.partitions.values())
-                if partition.table_id == table_id
+        partitions = {}
+        for partition in list(self.partitions.values()):
+            if partition.table_id != table_id:
+                continue
+            stats: dict[str, Any] = {
+                "items": partition.item_count,
+                "bytes": partition.size_bytes,
+                "last_seq": partition.last_seq,
+                "first_seq": partition.first_seq,
+                "log_bytes": partition.log_bytes,
             }
-        }
+            if partition.index_stats:
+                stats["indexes"] = partition.index_stats
+            partitions[partition.partition_id] = stats
+        return {"partitions": partitions}
 
     def _partition_throughput(
         self, target: Target | None, payload: ops.PartitionThroughputPayload
@@ -630,7 +662,7 @@ class _WriteGroup:
     ) -> tuple[WriteResult, float]:
         """Plan a put, update or delete against the item as this group sees it, then apply it."""
         partition = _addressed(self._lookup((target.table_id, target.partition_id)), target)
-        request = _write_request(payload, partition.key_shape)
+        request = _write_request(payload, partition)
         key = request.item if isinstance(request, PutRequest) else request.key
         items_key = partition.item_prefix + partition.storage_key(key)
         raw = self.batch.get(Family.ITEMS, items_key)
@@ -639,11 +671,22 @@ class _WriteGroup:
         effect = plan(request, old, partition.key_shape, old_bytes=old_bytes)
         if effect.condition_failed:
             return effect.failure(), effect.units
+        if isinstance(request, UpdateRequest) and effect.new is not None:
+            # An update may give an index key attribute a wrong type or an empty value.
+            check_index_keys(effect.new, partition.indexes)
         ref = (partition.table_id, partition.partition_id)
         staged = partition if ref in self.dirty else dataclasses.replace(partition)
-        self.apply(self.batch, staged, items_key, effect, now=self.now)
+        applied = self.apply(self.batch, staged, items_key, effect, now=self.now)
         self.dirty[ref] = staged
-        return effect.reply(), effect.units
+        reply = effect.reply()
+        # Local index writes are charged to the table's throughput (seed 000, L-29), and
+        # reported apart for ReturnConsumedCapacity INDEXES.
+        index_units = {c.index.name: c.units for c in applied.entries if c.units}
+        if index_units:
+            reply["index_units"] = index_units
+        if applied.collection_bytes is not None:
+            reply["collection_bytes"] = applied.collection_bytes
+        return reply, effect.units + sum(index_units.values())
 
     def index_apply(self, target: Target, payload: ops.IndexApplyPayload) -> dict[str, Any]:
         """Apply a base partition's projected changes to a global index partition (`rpc.ops`).
@@ -734,15 +777,22 @@ class _WriteGroup:
         *,
         by_service: bool = False,
         now: float,
-    ) -> None:
-        """`replica.apply`, noting the size of the change-log record it appended, which
-        `finish` needs to keep the log within its bytes bound."""
-        record_bytes = replica.apply(
-            batch, partition, items_key, effect, by_service=by_service, now=now
+    ) -> replica.Applied:
+        """`replica.apply` with the node's item collection cap, noting the size of the change-log
+        record it appended, which `finish` needs to keep the log within its bytes bound."""
+        applied = replica.apply(
+            batch,
+            partition,
+            items_key,
+            effect,
+            by_service=by_service,
+            now=now,
+            collection_bytes_max=self.node.item_collection_bytes_max,
         )
-        if record_bytes:
+        if applied.record_bytes:
             ref = (partition.table_id, partition.partition_id)
-            self.appended.setdefault(ref, []).append((partition.last_seq, record_bytes))
+            self.appended.setdefault(ref, []).append((partition.last_seq, applied.record_bytes))
+        return applied
 
     def create_partition(self, payload: ops.CreatePartitionPayload) -> dict[str, Any]:
         created = Partition.create(payload.table, payload.partition, payload.throughput)
@@ -800,6 +850,9 @@ class _WriteGroup:
         self.batch.delete_range(Family.ITEMS, prefix, _end_of(prefix))
         self.batch.delete_range(Family.INDEX_SOURCES, prefix, _end_of(prefix))
         self.batch.delete_range(Family.TTL_INDEX, prefix, _end_of(prefix))
+        # Index entry and item collection keys start with the table id too.
+        self.batch.delete_range(Family.INDEX_ENTRIES, prefix, _end_of(prefix))
+        self.batch.delete_range(Family.ITEM_COLLECTIONS, prefix, _end_of(prefix))
         return {"partitions_dropped": len(dropped)}
 
     def retire_partition(self, payload: ops.RetirePartitionPayload) -> dict[str, Any]:
@@ -927,15 +980,18 @@ class _WriteGroup:
             self.batch.put(Family.PARTITIONS, meta_key, partition.to_meta())
 
 
-def _write_request(payload: ops.ItemWritePayload, shape: KeyShape) -> WriteRequest:
-    """The `core.writes` request of a put, update or delete, its key checked against `shape` and
-    its expressions compiled."""
+def _write_request(payload: ops.ItemWritePayload, partition: Partition) -> WriteRequest:
+    """The `core.writes` request of a put, update or delete, its key checked against the
+    partition's key shape (and a put's item against its indexes' key types), its expressions
+    compiled."""
+    shape = partition.key_shape
     names, values = payload.names, payload.values
     text = payload.condition
     condition = None if text is None else expressions.condition(text, names, values)
     return_values, on_failure = payload.return_values, payload.return_on_failure
     if isinstance(payload, ops.PutPayload):
         shape.extract(payload.item)
+        check_index_keys(payload.item, partition.indexes)
         return PutRequest(payload.item, condition, return_values, on_failure)
     key = shape.check_key(payload.key)
     if isinstance(payload, ops.UpdatePayload):
@@ -945,10 +1001,45 @@ def _write_request(payload: ops.ItemWritePayload, shape: KeyShape) -> WriteReque
     return DeleteRequest(key, condition, return_values, on_failure)
 
 
-def _item_range(partition: Partition, lo: bytes, hi: bytes | None) -> tuple[bytes, bytes]:
-    """Storage-key bounds as `items` keys: prefixed by the table id, never past the table."""
-    prefix = partition.item_prefix
-    return prefix + lo, (_end_of(prefix) if hi is None else prefix + hi)
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Source:
+    """What a Query or Scan reads: the table's items, or a local index's entries (with, when
+    `fetch` is set, each entry's item read from the table)."""
+
+    family: Family
+    prefix: bytes
+    shape: KeyShape
+    fetch: Callable[[Item], tuple[Item | None, int]] | None = None
+
+    @classmethod
+    def of(
+        cls, store: NodeStore, partition: Partition, index_name: str | None, fetch: bool
+    ) -> _Source:
+        if index_name is None:
+            return cls(Family.ITEMS, partition.item_prefix, partition.key_shape)
+        layout = partition.index_layout.get(index_name)
+        if layout is None:
+            raise ValidationError(f"The table does not have the specified index: {index_name}")
+        prefix, shape = layout
+        index = next(index for index in partition.local_indexes if index.name == index_name)
+        table_shape = partition.key_shape
+
+        def fetched(entry: Item) -> tuple[Item | None, int]:
+            items_key = partition.item_prefix + table_shape.storage_key(table_shape.key_of(entry))
+            raw = store.get(Family.ITEMS, items_key)
+            if raw is None:
+                return None, 0
+            item = orjson.loads(item_json_of(raw))
+            current = index_entry(item, index, table_shape)
+            if current is None or shape.key_of(current) != shape.key_of(entry):
+                return None, 0
+            return item, item_size_of(raw)
+
+        return cls(Family.INDEX_ENTRIES, prefix, shape, fetched if fetch else None)
+
+    def range(self, lo: bytes, hi: bytes | None) -> tuple[bytes, bytes]:
+        """Storage-key bounds as keys of the source's family, never past the table or index."""
+        return self.prefix + lo, (_end_of(self.prefix) if hi is None else self.prefix + hi)
 
 
 def _end_of(prefix: bytes) -> bytes:

@@ -15,13 +15,21 @@ from typing import Any
 
 import orjson
 
-from core import expressions
+from core import expressions, limits
+from core.catalog import IndexDef
 from core.errors import StaleEpoch
+from core.indexes import entry_shape
 from core.keycodec import HASH_BYTES, HASH_SPACE, encode_key_prefix, successor
 from core.keys import KeyAttribute, KeyShape
 from core.values import AttributeValue, Item
 from rpc.ops import PagePayload
-from storagenode.layout import change_log_prefix, item_json_of, item_size_of, table_prefix
+from storagenode.layout import (
+    change_log_prefix,
+    index_prefix,
+    item_json_of,
+    item_size_of,
+    table_prefix,
+)
 
 # Range-condition operators whose first value is a lower bound on the sort key.
 _LOWER_BOUNDED = frozenset({"=", ">=", ">", "BETWEEN"})
@@ -52,12 +60,32 @@ class Partition:
     # None once every item is indexed (`expiry.py`).
     ttl_backfill: str | None = None
     ttl_deleted: int = 0  # Items the TTL sweeper deleted, committed with the deletes.
+    # The table's secondary indexes, local and global, as CreateTable defined them: every write
+    # is checked against their key types, and the local ones are maintained here.
+    indexes: tuple[IndexDef, ...] = ()
+    # Per local index: [entries, bytes] of this partition (bytes with each entry's overhead).
+    index_stats: dict[str, list[int]] = field(default_factory=dict)
     item_prefix: bytes = field(init=False, repr=False)
     log_prefix: bytes = field(init=False, repr=False)
+    local_indexes: tuple[IndexDef, ...] = field(init=False, repr=False)
+    # Per local index: its `index_entries` key prefix and the key shape of its entries.
+    index_layout: dict[str, tuple[bytes, KeyShape]] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.item_prefix = table_prefix(self.table_id)
         self.log_prefix = change_log_prefix(self.table_id, self.partition_id)
+        self.local_indexes = tuple(index for index in self.indexes if index.local)
+        self.index_layout = {
+            index.name: (
+                index_prefix(self.table_id, index.name),
+                entry_shape(index, self.key_shape),
+            )
+            for index in self.local_indexes
+        }
+
+    def collection_key(self, partition_value: AttributeValue) -> bytes:
+        """The `item_collections` key of one partition key value's collection."""
+        return self.item_prefix + self.key_shape.storage_key_of([partition_value])
 
     @classmethod
     def create(
@@ -77,6 +105,7 @@ class Partition:
             epoch=int(partition["epoch"]),
             key_shape=shape_from_document(table["key_schema"]),
             throughput=throughput,
+            indexes=tuple(IndexDef.from_json(index) for index in table.get("indexes", ())),
         )
 
     @classmethod
@@ -89,6 +118,8 @@ class Partition:
                 "start": bytes.fromhex(meta["start"]),
                 "end": None if meta["end"] is None else bytes.fromhex(meta["end"]),
                 "key_shape": shape_from_document(key_schema),
+                "indexes": tuple(IndexDef.from_json(index) for index in meta.get("indexes", ())),
+                "index_stats": dict(meta.get("index_stats", {})),
             }
         )
 
@@ -111,6 +142,8 @@ class Partition:
                 "ttl": self.ttl,
                 "ttl_backfill": self.ttl_backfill,
                 "ttl_deleted": self.ttl_deleted,
+                "indexes": [index.to_json() for index in self.indexes],
+                "index_stats": self.index_stats,
             }
         )
 
@@ -127,6 +160,7 @@ class Partition:
             and self.start == other.start
             and self.end == other.end
             and self.key_shape == other.key_shape
+            and self.indexes == other.indexes
         )
 
     def check_epoch(self, epoch: int) -> None:
@@ -183,6 +217,15 @@ def _just_after(key: bytes) -> bytes:
     return key + b"\x00"
 
 
+def _start_key(partition: Partition, shape: KeyShape, exclusive_start: Item) -> bytes:
+    """The storage key of an ExclusiveStartKey of the table's or an index's `shape`, which must
+    fall in this partition's range."""
+    encoded = shape.storage_key(shape.check_key(exclusive_start))
+    if not partition.holds(encoded):
+        raise StaleEpoch(f"The key is outside partition {partition.partition_id} at its epoch")
+    return encoded
+
+
 def query_bounds(
     partition: Partition,
     hash_value: AttributeValue,
@@ -190,14 +233,16 @@ def query_bounds(
     exclusive_start: Item | None,
     *,
     forward: bool,
+    shape: KeyShape | None = None,
 ) -> tuple[bytes, bytes | None]:
     """The tightest storage-key range [lo, hi) that holds a Query's items on this partition.
 
     The item collection of one partition key is a contiguous run of storage keys (the encoded
     partition key is a prefix of each), and a sort-key condition narrows it further because the sort
     key is encoded order-preservingly. The condition itself is still checked on every item read.
+    `shape` is a local index's entry shape when the Query reads that index.
     """
-    shape = partition.key_shape
+    shape = partition.key_shape if shape is None else shape
     collection = shape.storage_key_of([hash_value])
     lo: bytes = collection
     hi = successor(collection)
@@ -216,7 +261,7 @@ def query_bounds(
             # key goes on with the table key after them (the encoding is self-delimiting).
             hi = successor(shape.storage_key_of([hash_value, values[-1]]))
     if exclusive_start is not None:
-        start_key = partition.storage_key(shape.check_key(exclusive_start))
+        start_key = _start_key(partition, shape, exclusive_start)
         if forward:
             lo = max(lo, _just_after(start_key))
         else:
@@ -229,14 +274,19 @@ def scan_bounds(
     exclusive_start: Item | None,
     hash_start: int | None,
     hash_end: int | None,
+    shape: KeyShape | None = None,
 ) -> tuple[bytes, bytes | None]:
-    """The storage-key range [lo, hi) a Scan walks: the partition, cut to [hash_start, hash_end)."""
+    """The storage-key range [lo, hi) a Scan walks: the partition, cut to [hash_start, hash_end).
+
+    `shape` is a local index's entry shape when the Scan reads that index."""
     lo = b"" if hash_start is None else hash_start.to_bytes(HASH_BYTES, "big")
     hi = None
     if hash_end is not None and hash_end < HASH_SPACE:
         hi = hash_end.to_bytes(HASH_BYTES, "big")
     if exclusive_start is not None:
-        start_key = partition.storage_key(partition.key_shape.check_key(exclusive_start))
+        start_key = _start_key(
+            partition, partition.key_shape if shape is None else shape, exclusive_start
+        )
         lo = max(lo, _just_after(start_key))
     return partition.clamp(lo, hi)
 
@@ -275,6 +325,9 @@ def read_page(
     request: PageRequest,
     partition: Partition,
     key_matches: Callable[[Item], bool] | None = None,
+    *,
+    shape: KeyShape | None = None,
+    fetch: Callable[[Item], tuple[Item | None, int]] | None = None,
 ) -> dict[str, Any]:
     """A Query/Scan reply from rows in walk order, following DynamoDB's paging rules.
 
@@ -284,22 +337,43 @@ def read_page(
     the first failure after a match ends the walk. `last_key` is set whenever a bound stopped the
     page, without looking ahead: like DynamoDB, a page that ends on the last item at its limit
     still names it, and the next page is empty.
+
+    Rows of a local index are its entries, keyed by `shape`. `fetch` gives an entry's item from
+    the table and its size, or None when the item no longer has that entry (it changed after the
+    walk's view was taken; the entry is then skipped, as the index now lacks it too); each fetched
+    item counts rounded up to 4 KB on top of its entry (seed 000 L-34).
     """
+    shape = partition.key_shape if shape is None else shape
     items: list[Item] = []
-    count = scanned = read_bytes = 0
+    count = scanned = read_bytes = fetched_bytes = 0
     matched = False
     last_key = None
     # A page that only counts, with no condition to evaluate, never needs an item decoded.
-    decode = not request.count_only or request.filter is not None or key_matches is not None
+    decode = (
+        not request.count_only
+        or request.filter is not None
+        or key_matches is not None
+        or fetch is not None
+    )
     for _, value in rows:
-        item = orjson.loads(item_json_of(value)) if decode else None
-        if key_matches is not None and not key_matches(item):
+        row = orjson.loads(item_json_of(value)) if decode else None
+        if key_matches is not None and not key_matches(row):
             if matched:
                 break
             continue
         matched = True
+        item = row
+        row_bytes = item_size_of(value)
+        if fetch is not None:
+            assert row is not None
+            item, item_bytes = fetch(row)
+            if item is None:
+                continue
+            rounded = -(-item_bytes // limits.READ_UNIT_BYTES) * limits.READ_UNIT_BYTES
+            fetched_bytes += rounded
+            row_bytes += rounded
         scanned += 1
-        read_bytes += item_size_of(value)
+        read_bytes += row_bytes
         if request.filter is None or request.filter.evaluate(item):
             count += 1
             if not request.count_only:
@@ -307,13 +381,16 @@ def read_page(
         if (request.limit is not None and scanned >= request.limit) or (
             read_bytes >= request.page_bytes
         ):
-            stored = orjson.loads(item_json_of(value)) if item is None else item
-            last_key = partition.key_shape.key_of(stored)
+            stored = orjson.loads(item_json_of(value)) if row is None else row
+            last_key = shape.key_of(stored)
             break
-    return {
+    reply: dict[str, Any] = {
         "items": items,
         "count": count,
         "scanned": scanned,
         "last_key": last_key,
         "read_bytes": read_bytes,
     }
+    if fetch is not None:
+        reply["fetched_bytes"] = fetched_bytes
+    return reply

@@ -452,7 +452,8 @@ CREATE_TABLE_ERRORS = [
             ],
         ),
         "ValidationException",
-        INVALID + "Secondary indexes are not supported yet (LocalSecondaryIndexes)",
+        INVALID + "Table KeySchema does not have a range key, which is required when specifying "
+        "a LocalSecondaryIndex",
     ),
     (
         _set(

@@ -12,20 +12,26 @@ import pytest
 
 from core import limits
 from core.catalog import IndexDef, IndexStatus
-from core.errors import ValidationError
+from core.errors import ItemCollectionSizeLimitExceeded, ValidationError
 from core.indexes import (
+    IndexDefinition,
     Projection,
+    check_collection_growth,
     check_index_keys,
     check_projected_attribute_count,
     check_projection,
+    collection_delta,
+    entry_changes,
     entry_shape,
     entry_size_bytes,
     index_entry,
     local_index_key,
+    local_indexes,
     projected,
     size_estimate_range_gb,
 )
 from core.keys import KeyAttribute, KeyShape
+from core.schema import check_definitions_used
 from core.size import item_size_bytes
 
 INVALID = "One or more parameter values were invalid: "
@@ -242,3 +248,118 @@ class TestIndexKeyChecks:
 def test_size_estimate_range_gb() -> None:
     assert size_estimate_range_gb(0) == [0.0, 1.0]
     assert size_estimate_range_gb(limits.GIB + 1) == [1.0, 2.0]
+
+
+# CreateTable's local indexes ---------------------------------------------------------------------
+
+KEYS_ONLY = Projection("KEYS_ONLY")
+TYPES = {"ForumName": "S", "Subject": "S", "LastPostDateTime": "S", "Views": "N"}
+
+
+def definition(
+    name: str = "LastPostIndex",
+    key: tuple[tuple[str, str], ...] = (("ForumName", "HASH"), ("LastPostDateTime", "RANGE")),
+) -> IndexDefinition:
+    return IndexDefinition(name, key, KEYS_ONLY)
+
+
+class TestLocalIndexes:
+    def test_builds_the_index_with_its_own_key(self) -> None:
+        (index,) = local_indexes(THREAD, [definition()], TYPES)
+        assert index == lsi()
+
+    @pytest.mark.parametrize(
+        ("definitions", "message"),
+        [
+            (
+                [definition(f"i{n}") for n in range(6)],
+                INVALID + "Number of LocalSecondaryIndexes exceeds per-table limit of 5",
+            ),
+            ([definition(), definition()], INVALID + "Duplicate index name: LastPostIndex"),
+            (
+                [definition(key=(("ForumName", "HASH"), ("Nope", "RANGE")))],
+                INVALID + "Some index key attributes are not defined in AttributeDefinitions. "
+                "Keys: [ForumName, Nope], AttributeDefinitions: [ForumName, Subject, "
+                "LastPostDateTime, Views]",
+            ),
+            (
+                [definition(key=(("Subject", "HASH"), ("Views", "RANGE")))],
+                INVALID + "Index KeySchema does not have the same leading hash key as table "
+                "KeySchema for index: LastPostIndex. index hash key: Subject, table hash key: "
+                "ForumName",
+            ),
+            (
+                [definition(key=(("ForumName", "HASH"),))],
+                INVALID + "Index KeySchema does not have a range key for index: LastPostIndex",
+            ),
+            (
+                [definition(key=(("ForumName", "RANGE"), ("Views", "HASH")))],
+                "Invalid KeySchema: The first KeySchemaElement is not a HASH key type",
+            ),
+        ],
+    )
+    def test_refusals(self, definitions: list[IndexDefinition], message: str) -> None:
+        with pytest.raises(ValidationError) as raised:
+            local_indexes(THREAD, definitions, TYPES)
+        assert raised.value.message == message
+
+    def test_the_table_needs_a_sort_key(self) -> None:
+        with pytest.raises(ValidationError, match="Table KeySchema does not have a range key"):
+            local_indexes(KeyShape.table(("ForumName", "S")), [definition()], TYPES)
+
+    def test_unused_definitions_are_refused_when_indexes_exist(self) -> None:
+        declared = [{"AttributeName": n, "AttributeType": t} for n, t in TYPES.items()]
+        check_definitions_used(declared[:3], ["ForumName", "Subject", "LastPostDateTime"])
+        with pytest.raises(ValidationError) as raised:
+            check_definitions_used(declared, ["ForumName", "Subject", "LastPostDateTime"])
+        assert raised.value.message == (
+            INVALID + "Some AttributeDefinitions are not used. AttributeDefinitions: [ForumName, "
+            "Subject, LastPostDateTime, Views], keys used: [ForumName, Subject, LastPostDateTime]"
+        )
+
+
+# Entry changes and item collections ----------------------------------------------------------
+
+
+class TestEntryChanges:
+    def index(self) -> IndexDef:
+        return lsi("INCLUDE", ("Replies",))
+
+    def test_the_guides_cases(self) -> None:
+        """L-32 (and X-04's fifth case): units per write, per index."""
+        index = self.index()
+        without = {k: v for k, v in ITEM.items() if k != "LastPostDateTime"}
+        moved = {**ITEM, "LastPostDateTime": {"S": "2016"}}
+        replies = {**ITEM, "Replies": {"N": "4"}}
+        tags = {**ITEM, "Tags": {"SS": ["z"]}}
+        cases = [
+            (None, ITEM, 1.0),  # A new item in the index.
+            (without, ITEM, 1.0),  # An update that defines the index key.
+            (ITEM, moved, 2.0),  # A changed index key: delete and put.
+            (ITEM, without, 1.0),  # The index key removed.
+            (ITEM, None, 1.0),  # The item deleted.
+            (None, without, 0.0),  # Never in the index.
+            (ITEM, tags, 0.0),  # A non-projected attribute changed.
+            (ITEM, replies, 1.0),  # A projected attribute changed.
+        ]
+        for old, new, units in cases:
+            (change,) = entry_changes(old, new, [index], THREAD)
+            assert change.units == units, (old, new)
+
+    def test_collection_delta_counts_items_and_entries_with_overhead(self) -> None:
+        index = self.index()
+        changes = entry_changes(None, ITEM, [index], THREAD)
+        entry = index_entry(ITEM, index, THREAD)
+        assert entry is not None
+        item_bytes = item_size_bytes(ITEM)
+        assert collection_delta(0, item_bytes, changes) == item_bytes + item_size_bytes(entry) + 100
+        gone = entry_changes(ITEM, None, [index], THREAD)
+        assert collection_delta(item_bytes, 0, gone) == -(item_bytes + item_size_bytes(entry) + 100)
+
+    def test_growth_past_the_cap_is_refused_and_shrinking_is_not(self) -> None:
+        check_collection_growth(90, 10, 100)
+        check_collection_growth(150, -10, 100)  # Over the cap, but shrinking.
+        check_collection_growth(150, 0, 100)
+        with pytest.raises(ItemCollectionSizeLimitExceeded) as raised:
+            check_collection_growth(90, 11, 100)
+        assert raised.value.message == "Collection size exceeded."

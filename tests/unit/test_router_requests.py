@@ -228,10 +228,25 @@ def test_conditional_operator_needs_two_conditions() -> None:
 
 
 def test_index_names_are_refused_while_tables_have_no_indexes() -> None:
-    check_index(None)
+    table = {
+        "indexes": [
+            {
+                "name": "byDate",
+                "key": [["pk", "S", "partition"], ["date", "S", "sort"]],
+                "projection": "ALL",
+                "status": "ACTIVE",
+                "local": True,
+            }
+        ]
+    }
+    assert check_index(None, table) is None
+    found = check_index("byDate", table)
+    assert found is not None and found.local and found.key_shape.names == ("pk", "date")
     with pytest.raises(ValidationError) as raised:
-        check_index("byOwner")
+        check_index("byOwner", table)
     assert raised.value.message == "The table does not have the specified index: byOwner"
+    with pytest.raises(ValidationError):
+        check_index("byOwner", {})
 
 
 def test_key_identity_ignores_attribute_order() -> None:

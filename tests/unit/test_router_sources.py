@@ -55,7 +55,7 @@ def updated(
 
 
 def describe(table: dict[str, Any], items: int, size_bytes: int, now: float) -> dict[str, Any]:
-    return tables._description(TableDef.from_json(table), items, size_bytes, now)
+    return tables._description(TableDef.from_json(table), tables._Stats(items, size_bytes), now)
 
 
 def units(read: int, write: int) -> dict[str, int]:

@@ -50,6 +50,8 @@ FULL: list[tuple[Any, set[str]]] = [
             {":v": {"N": "0"}},
             "SPECIFIC_ATTRIBUTES",
             1000,
+            "LastPostIndex",
+            True,
         ),
         {
             "hash_value",
@@ -63,10 +65,14 @@ FULL: list[tuple[Any, set[str]]] = [
             "values",
             "select",
             "page_bytes",
+            "index",
+            "fetch",
         },
     ),
     (
-        ops.ScanPayload(KEY, 3, None, None, None, None, "COUNT", 500, 0, 1 << 63),
+        ops.ScanPayload(
+            KEY, 3, None, None, None, None, "COUNT", 500, 0, 1 << 63, "LastPostIndex", True
+        ),
         {
             "exclusive_start",
             "limit",
@@ -78,6 +84,8 @@ FULL: list[tuple[Any, set[str]]] = [
             "page_bytes",
             "hash_start",
             "hash_end",
+            "index",
+            "fetch",
         },
     ),
     (

@@ -640,10 +640,10 @@ def test_a_write_whose_apply_fails_fails_alone_and_its_neighbours_are_stored(
     acknowledged, stored and logged, with the partition's counters counting only them."""
     real_apply = replica.apply
 
-    def apply(batch: Any, partition: Any, items_key: bytes, effect: Any, **options: Any) -> None:
+    def apply(batch: Any, partition: Any, items_key: bytes, effect: Any, **options: Any) -> Any:
         if effect.key == song("bad", 1):
             raise RuntimeError("a bug in apply")
-        real_apply(batch, partition, items_key, effect, **options)
+        return real_apply(batch, partition, items_key, effect, **options)
 
     monkeypatch.setattr(replica, "apply", apply)
     writes = [(ops.PUT, h.data(item=song(pk, 1))) for pk in ("a", "bad", "b", "c")]
