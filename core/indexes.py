@@ -259,7 +259,8 @@ def local_indexes(
                 name=name,
                 key_shape=local_index_key(table_shape, (names[1], attribute_types[names[1]])),
                 projection=definition.projection.type,
-                status=IndexStatus.ACTIVE,
+                # ACTIVE with its table (`core.catalog.activated`): it has nothing to backfill.
+                status=IndexStatus.CREATING,
                 non_key_attributes=definition.projection.non_key_attributes,
                 local=True,
             )
