@@ -1,5 +1,6 @@
 """dynalab's command line: `dynalab up` runs a cluster on this machine, `dynalab bench` loads any
-DynamoDB endpoint with a workload and prints what it measured.
+DynamoDB endpoint with a workload and prints what it measured, `dynalab scrub` reads storage node
+data directories in full and reports damaged data.
 
 `dynalab up` stays in the foreground until Ctrl-C or SIGTERM and then stops every process it
 started, so an orchestrator (a terminal, systemd, a test) only ever has one process to manage.
@@ -11,6 +12,7 @@ import argparse
 import signal
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from types import FrameType
 
 import aiohttp
@@ -19,6 +21,7 @@ from rich.table import Table
 
 from dynalab import bench
 from dynalab.cluster import ClusterError, LocalCluster
+from storagenode.scrub import scrub
 
 WATCH_INTERVAL_S = 0.5  # How often `dynalab up` looks for processes of the cluster that died.
 
@@ -137,6 +140,22 @@ def run_bench(args: argparse.Namespace, console: Console) -> int:
     return 0 if result.ops > 0 else 1
 
 
+def run_scrub(args: argparse.Namespace, console: Console) -> int:
+    """Read every node data directory given and list what is damaged; 1 if anything is."""
+    damaged = False
+    for path in args.data_dirs:
+        report = scrub(Path(path))
+        counts = ", ".join(f"{family} {count}" for family, count in report.keys.items())
+        if report.ok:
+            console.print(f"[green]ok[/green] {path}: {counts}", highlight=False)
+            continue
+        damaged = True
+        console.print(f"[red]damaged[/red] {path}: {counts or 'not read'}", highlight=False)
+        for problem in report.problems:
+            console.print(f"  {problem}", highlight=False, soft_wrap=True)
+    return 1 if damaged else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dynalab", description="A multi-node, DynamoDB-compatible database cluster."
@@ -165,6 +184,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="how often each node deletes expired TTL items "
         "(default: DYNALAB_TTL_SWEEP_SECONDS, else 1 s)",
     )
+
+    check = commands.add_parser(
+        "scrub", help="read storage node data directories in full and report damaged data"
+    )
+    check.add_argument("data_dirs", nargs="+", metavar="DIR", help="a node's data directory")
 
     load = commands.add_parser("bench", help="load a DynamoDB endpoint and print what it did")
     load.add_argument("--endpoint", default="http://127.0.0.1:8000", help="DynamoDB endpoint URL")
@@ -197,4 +221,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     console = Console()
     if args.command == "up":
         return run_up(args, console)
+    if args.command == "scrub":
+        return run_scrub(args, console)
     return run_bench(args, console)

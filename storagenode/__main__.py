@@ -26,6 +26,7 @@ from core import limits
 from rpc import lifeline
 from storagenode import metrics
 from storagenode.server import NodeServer
+from storagenode.store import StoreCorruption, StoreFormatError
 from storagenode.sweeper import TTL_SWEEP_SECONDS_ENV, sweep_seconds
 
 logger = logging.getLogger("storagenode")
@@ -96,7 +97,12 @@ def main(argv: list[str] | None = None) -> None:
         level=logging.INFO,
         format=f"%(asctime)s {args.node_id} %(name)s %(levelname)s %(message)s",
     )
-    uvloop.run(run(args))
+    try:
+        uvloop.run(run(args))
+    except (StoreFormatError, StoreCorruption) as error:
+        # Not a bug but the state of the data directory: one clear line, no traceback.
+        logging.getLogger("storagenode").error("%s", error)
+        sys.exit(f"node {args.node_id} cannot start: {error}")
 
 
 if __name__ == "__main__":

@@ -69,7 +69,7 @@ from storagenode.layout import (
     table_prefix,
 )
 from storagenode.partition import PageRequest, Partition, query_bounds, read_page, scan_bounds
-from storagenode.store import NodeStore, WriteBatchView
+from storagenode.store import DataCorruption, NodeStore, WriteBatchView
 from storagenode.throughput import NodeThroughput, version_of
 
 logger = logging.getLogger(__name__)
@@ -300,13 +300,13 @@ class StorageNode:
             raise _expired(op, target, now)
         key = self._metered(op, target, METERED_READS)
         if key is None:
-            return reader(target, body)
+            return _located(reader, target, body)
         assert target is not None
         consistent = target.consistent
         charged = self.throughput.admit_read(key, consistent)
         read_bytes: int | None = None
         try:
-            reply = reader(target, body)
+            reply = _located(reader, target, body)
             read_bytes = reply["read_bytes"]
             return reply
         finally:
@@ -574,6 +574,18 @@ class StorageNode:
         self.partitions = partitions
 
 
+def _where(target: Target) -> str:
+    return f"partition {target.partition_id} of table {target.table_id}"
+
+
+def _located(reader: Reader, target: Target | None, body: dict[str, Any]) -> dict[str, Any]:
+    """`reader`'s reply; damaged data it meets is reported with the partition it was reading."""
+    try:
+        return reader(target, body)
+    except DataCorruption as error:
+        raise error.within("the node's metadata" if target is None else _where(target)) from None
+
+
 def _expired(op: str, target: Target, now: float) -> ServiceUnavailable:
     late = now - target.deadline
     return ServiceUnavailable(
@@ -665,7 +677,10 @@ class _WriteGroup:
         request = _write_request(payload, partition)
         key = request.item if isinstance(request, PutRequest) else request.key
         items_key = partition.item_prefix + partition.storage_key(key)
-        raw = self.batch.get(Family.ITEMS, items_key)
+        try:
+            raw = self.batch.get(Family.ITEMS, items_key)
+        except DataCorruption as error:
+            raise error.within(_where(target)) from None
         old = None if raw is None else orjson.loads(item_json_of(raw))
         old_bytes = 0 if raw is None else item_size_of(raw)
         effect = plan(request, old, partition.key_shape, old_bytes=old_bytes)

@@ -14,6 +14,15 @@ the database directly and never see a batch before it commits.
 
 A data directory records its format version; a directory of another version, including the first
 stage's LMDB one, is refused with a message naming both versions rather than misread.
+
+Corruption is detected, never read as missing data. RocksDB checksums every block of its files and
+every record of its write-ahead log. A damaged block fails the read that meets it, and an iterator
+that meets one stops, so every walk checks the iterator's status when it ends; both raise
+`DataCorruption` (a 500 naming the data directory, to which the node adds the partition). At open,
+the log is replayed in `tolerate_corrupted_tail_records` mode: an incomplete last record (a batch
+being written when the process was killed, never acknowledged) is dropped, but a checksum mismatch
+anywhere refuses to open (`StoreCorruption`) instead of RocksDB's default, which silently drops the
+log from the damage on, acknowledged writes included. `storagenode.scrub` reads a whole directory.
 """
 
 from __future__ import annotations
@@ -23,8 +32,9 @@ from pathlib import Path
 from typing import Protocol
 
 import orjson
-from rocksdict import Options, Rdict, WriteBatch, WriteOptions
+from rocksdict import DBRecoveryMode, Options, Rdict, RdictIter, WriteBatch, WriteOptions
 
+from core.errors import InternalServerError
 from storagenode.layout import FORMAT_KEY, FORMAT_VERSION, Family
 
 _LMDB_DATA_FILE = "data.mdb"  # The file that marks a data directory of format 1.
@@ -36,12 +46,33 @@ class StoreFormatError(Exception):
     """The data directory holds data of another format version than this node reads."""
 
 
-def _options() -> Options:
-    options = Options(raw_mode=True)
-    options.create_if_missing(True)
-    options.create_missing_column_families(True)
-    options.set_keep_log_file_num(_LOG_FILES_KEPT)
-    return options
+class StoreCorruption(Exception):
+    """The data directory is damaged: the database cannot be opened without losing data."""
+
+
+class DataCorruption(InternalServerError):
+    """A read met damaged data. Its message names the data directory and RocksDB's finding (the
+    file and offset); `within` adds where the node was reading."""
+
+    def within(self, where: str) -> DataCorruption:
+        return DataCorruption(f"{self.message} (reading {where})")
+
+
+def _corruption(path: Path, error: Exception) -> Exception:
+    """The error to raise for an exception from RocksDB: corruption typed, anything else as is."""
+    if "Corruption" in str(error):
+        return DataCorruption(f"The data in {path} is corrupt: {error}")
+    return error
+
+
+def options() -> Options:
+    """The database's options (also those of every column family)."""
+    settings = Options(raw_mode=True)
+    settings.create_if_missing(True)
+    settings.create_missing_column_families(True)
+    settings.set_keep_log_file_num(_LOG_FILES_KEPT)
+    settings.set_wal_recovery_mode(DBRecoveryMode.tolerate_corrupted_tail_records())
+    return settings
 
 
 class _Reader(Protocol):
@@ -122,14 +153,21 @@ class Store:
         path.mkdir(parents=True, exist_ok=True)
         _check_format(path)
         created = not (path / _ROCKSDB_CURRENT_FILE).exists()
-        families = {family.value: _options() for family in Family}
+        self.path = path
+        families = {family.value: options() for family in Family}
         try:
-            self._db = Rdict(str(path), _options(), column_families=families)
+            self._db = Rdict(str(path), options(), column_families=families)
         except Exception as error:
             # RocksDB holds a lock on its directory; a second node there would act on stale
             # partition metadata, so a held lock is refused with a clear message.
-            if "lock" in str(error).lower():
+            # RocksDB says "While lock file: <dir>/LOCK" (and "block" would match a bare "lock").
+            if "lock file" in str(error):
                 raise OSError(f"{path} is in use by another storage node") from None
+            if "Corruption" in str(error):
+                raise StoreCorruption(
+                    f"{path} is corrupt ({error}); the node does not start on damaged data. "
+                    f"`dynalab scrub {path}` reads all of it and lists what is damaged."
+                ) from None
             raise
         self._families = {family: self._db.get_column_family(family.value) for family in Family}
         self._handles = {
@@ -165,7 +203,10 @@ class Store:
         return self._handles[family]
 
     def get(self, family: Family, key: bytes) -> bytes | None:
-        value: bytes | None = self._families[family].get(key)
+        try:
+            value: bytes | None = self._families[family].get(key)
+        except Exception as error:
+            raise _corruption(self.path, error) from None
         return value
 
     def walk(
@@ -176,32 +217,46 @@ class Store:
         The walk reads one consistent view of the database: an iterator pins the state it was
         created in, whatever commits meanwhile.
         """
-        view = self._families[family]
+        iterator = self._families[family].iter()
         if forward:
-            for key, value in view.items(from_key=lo):
+            iterator.seek(lo)
+            while iterator.valid():
+                key = iterator.key()
                 if hi is not None and key >= hi:
                     return
-                yield key, value
-            return
-        iterator = view.iter()
-        if hi is None:
-            iterator.seek_to_last()
+                yield key, iterator.value()
+                iterator.next()
         else:
-            # The last key below hi: seek_for_prev lands on hi itself when it exists.
-            iterator.seek_for_prev(hi)
-            if iterator.valid() and iterator.key() >= hi:
+            if hi is None:
+                iterator.seek_to_last()
+            else:
+                # The last key below hi: seek_for_prev lands on hi itself when it exists.
+                iterator.seek_for_prev(hi)
+                if iterator.valid() and iterator.key() >= hi:
+                    iterator.prev()
+            while iterator.valid():
+                key = iterator.key()
+                if key < lo:
+                    return
+                yield key, iterator.value()
                 iterator.prev()
-        while iterator.valid():
-            key = iterator.key()
-            if key < lo:
-                return
-            yield key, iterator.value()
-            iterator.prev()
+        self._check(iterator)
 
     def values(self, family: Family) -> Iterator[bytes]:
         """Every value of a family, in key order."""
-        for _, value in self._families[family].items():
-            yield value
+        iterator = self._families[family].iter()
+        iterator.seek_to_first()
+        while iterator.valid():
+            yield iterator.value()
+            iterator.next()
+        self._check(iterator)
+
+    def _check(self, iterator: RdictIter) -> None:
+        """An iterator also stops at damaged data: only its status tells that from the end."""
+        try:
+            iterator.status()
+        except Exception as error:
+            raise _corruption(self.path, error) from None
 
     def batch(self) -> WriteBatchView:
         return WriteBatchView(self)

@@ -1,0 +1,66 @@
+"""Damaged data on a node's disk reaches a client as an error naming the node and the partition,
+never as items that silently went missing (a real cluster, real processes, boto3)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from botocore.exceptions import ClientError
+
+from dynalab.cluster import LocalCluster
+from tests.integration.conftest import create_active_table, dynamodb_client
+
+ITEMS = 3000
+
+
+def damage_data_blocks(data_dir: Path) -> list[Path]:
+    """Flip a byte a third into every large SST file (where data blocks lie, away from the index
+    and footer a node reads when it opens)."""
+    ssts = sorted(sst for sst in data_dir.glob("*.sst") if sst.stat().st_size > 64 * 1024)
+    for sst in ssts:
+        size = sst.stat().st_size
+        with sst.open("r+b") as file:
+            file.seek(size // 3)
+            byte = file.read(1)
+            file.seek(size // 3)
+            file.write(bytes([byte[0] ^ 0xFF]))
+    return ssts
+
+
+def test_a_scan_over_damaged_data_fails_naming_node_and_partition(tmp_path: Path) -> None:
+    with LocalCluster(tmp_path / "cluster", nodes=1, replicators=0) as cluster:
+        client = dynamodb_client(cluster.router_url)
+        name = "Damaged"
+        create_active_table(client, name)
+        for start in range(0, ITEMS, 25):
+            client.batch_write_item(
+                RequestItems={
+                    name: [
+                        {"PutRequest": {"Item": {"pk": {"S": f"k{i:05d}"}, "v": {"S": "x" * 100}}}}
+                        for i in range(start, start + 25)
+                    ]
+                }
+            )
+        node = cluster.nodes[0]
+        node.stop()  # A graceful stop flushes the node's memory tables into SST files.
+        assert damage_data_blocks(node.data_dir), "the node flushed no large SST file"
+        node.start()
+
+        seen = 0
+        start_key = None
+        with pytest.raises(ClientError) as failure:
+            while True:
+                page = client.scan(
+                    TableName=name, **({"ExclusiveStartKey": start_key} if start_key else {})
+                )
+                seen += page["Count"]
+                start_key = page.get("LastEvaluatedKey")
+                if start_key is None:
+                    break
+        error = failure.value.response["Error"]
+        assert error["Code"] == "InternalServerError"
+        assert failure.value.response["ResponseMetadata"]["HTTPStatusCode"] == 500
+        assert str(node.data_dir) in error["Message"] and "is corrupt" in error["Message"]
+        assert "reading partition" in error["Message"]
+        assert seen < ITEMS
