@@ -160,8 +160,8 @@ class Store:
         except Exception as error:
             # RocksDB holds a lock on its directory; a second node there would act on stale
             # partition metadata, so a held lock is refused with a clear message.
-            # RocksDB says "While lock file: <dir>/LOCK" (and "block" would match a bare "lock").
-            if "lock file" in str(error):
+            # RocksDB names the directory's LOCK file ("block" would match a bare "lock").
+            if f"{path}/LOCK" in str(error):
                 raise OSError(f"{path} is in use by another storage node") from None
             if "Corruption" in str(error):
                 raise StoreCorruption(
