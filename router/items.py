@@ -36,6 +36,7 @@ from core.capacity import (
     read_consistency,
     read_units,
 )
+from core.catalog import IndexDef
 from core.errors import (
     KEY_MISMATCH,
     ServiceUnavailable,
@@ -205,6 +206,15 @@ def _add_write_units(capacity: ConsumedCapacity, table_name: str, reply: dict[st
         capacity.add_local_index(table_name, index_name, units, UnitKind.WRITE)
 
 
+def _check_index_keys(item: Item, table: dict[str, Any]) -> None:
+    """Refuse a put whose item gives an index key attribute a wrong type or an empty value
+    before anything is sent, so that a BatchWriteItem holding one is refused whole, as DynamoDB
+    refuses it (the node checks every write again, an update's new image included)."""
+    described = table.get("indexes")
+    if described:
+        indexes.check_index_keys(item, [IndexDef.from_json(index) for index in described])
+
+
 def _collection_metrics(
     reply: dict[str, Any], body: dict[str, Any], collection_key: Item
 ) -> dict[str, Any] | None:
@@ -273,6 +283,7 @@ async def put_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
     compiled = _write_expressions(body)
     table = await ctx.table(table_name)
     _, partition_key, sort_key = schema.extract_key(item, table)
+    _check_index_keys(item, table)
     payload = ops.PutPayload(
         item,
         item_bytes,
@@ -649,6 +660,7 @@ async def batch_write_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str
         try:
             if write.item is not None:
                 key, partition_key, sort_key = schema.extract_key(write.item, table)
+                _check_index_keys(write.item, table)
                 payload: ops.PutPayload | ops.DeletePayload = ops.PutPayload(
                     write.item, write.item_bytes
                 )

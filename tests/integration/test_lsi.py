@@ -10,6 +10,7 @@ module's cluster (DYNALAB_ITEM_COLLECTION_BYTES_MAX) so that a test can reach it
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -23,6 +24,7 @@ from tests.integration.conftest import error_of, wait_active
 INVALID = "One or more parameter values were invalid: "
 # Small enough to reach with a few 300 KB items, large enough for every other test's collections.
 COLLECTION_BYTES_MAX = 1_000_000
+TTL_DELETION_SECONDS_MAX = 30.0  # The nodes sweep every second by default.
 
 
 @pytest.fixture(scope="module")
@@ -742,3 +744,80 @@ def test_a_full_item_collection_refuses_growth_only(
     dynamodb.put_item(TableName=name, Item=thread("S3", "c", "2015", Body={"S": blob}))
     assert query_index(dynamodb, name, "S3", Select="COUNT")["Count"] == 3
     assert limits.ITEM_COLLECTION_BYTES_MAX == 10 * limits.GIB  # The default the cap replaces.
+
+
+def test_a_batch_with_a_mistyped_index_key_is_refused_whole(
+    dynamodb: Any, table_name: Callable[[], str]
+) -> None:
+    name = thread_table(dynamodb, table_name())
+    refused = error_of(
+        lambda: dynamodb.batch_write_item(
+            RequestItems={
+                name: [
+                    {"PutRequest": {"Item": thread("S3", "good", "2015")}},
+                    {
+                        "PutRequest": {
+                            "Item": thread("S3", "bad", None, LastPostDateTime={"N": "1"})
+                        }
+                    },
+                ]
+            }
+        )
+    )
+    assert refused == (
+        400,
+        "ValidationException",
+        INVALID + "Type mismatch for Index Key LastPostDateTime Expected: S Actual: N "
+        "IndexName: LastPostIndex",
+    )
+    assert dynamodb.scan(TableName=name, ConsistentRead=True)["Count"] == 0
+
+
+def test_a_page_with_fetches_counts_each_item_as_4_kb(
+    dynamodb: Any, table_name: Callable[[], str]
+) -> None:
+    """L-34: the 1 MB page counts the entries' bytes plus each fetched item rounded up to 4 KB,
+    so a page of small items that all need a fetch holds about 256 of them."""
+    name = thread_table(dynamodb, table_name(), projection={"ProjectionType": "KEYS_ONLY"})
+    count = 300
+    for start in range(0, count, limits.BATCH_WRITE_ITEMS_MAX):
+        dynamodb.batch_write_item(
+            RequestItems={
+                name: [
+                    {"PutRequest": {"Item": thread("EC2", f"s{i:03d}", f"d{i:03d}")}}
+                    for i in range(start, min(count, start + limits.BATCH_WRITE_ITEMS_MAX))
+                ]
+            }
+        )
+    entry = thread("EC2", "s000", "d000")
+    per_item = item_size_bytes(entry) + limits.READ_UNIT_BYTES
+    expected = -(-limits.QUERY_PAGE_BYTES_MAX // per_item)
+    fetched = query_index(dynamodb, name, "EC2", Select="ALL_ATTRIBUTES")
+    assert (fetched["Count"], "LastEvaluatedKey" in fetched) == (expected, True)
+    rest = query_index(
+        dynamodb,
+        name,
+        "EC2",
+        Select="ALL_ATTRIBUTES",
+        ExclusiveStartKey=fetched["LastEvaluatedKey"],
+    )
+    assert fetched["Count"] + rest["Count"] == count
+    # Without a fetch the same entries fit in one page.
+    assert query_index(dynamodb, name, "EC2")["Count"] == count
+
+
+def test_ttl_deletes_reach_the_local_indexes(dynamodb: Any, table_name: Callable[[], str]) -> None:
+    name = thread_table(dynamodb, table_name())
+    dynamodb.update_time_to_live(
+        TableName=name, TimeToLiveSpecification={"Enabled": True, "AttributeName": "Expires"}
+    )
+    dynamodb.put_item(
+        TableName=name, Item=thread("S3", "old", "2015", Expires={"N": str(int(time.time()) - 5)})
+    )
+    dynamodb.put_item(TableName=name, Item=thread("S3", "kept", "2016"))
+    deadline = time.monotonic() + TTL_DELETION_SECONDS_MAX
+    while query_index(dynamodb, name, "S3", ConsistentRead=True)["Count"] != 1:
+        assert time.monotonic() < deadline, "the expired item's entry was not deleted"
+        time.sleep(0.2)
+    assert subjects(query_index(dynamodb, name, "S3", ConsistentRead=True)["Items"]) == ["kept"]
+    assert dynamodb.scan(TableName=name, ConsistentRead=True)["Count"] == 1
