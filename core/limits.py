@@ -71,6 +71,16 @@ PROVISIONED_UNITS_PER_ACCOUNT_MAX = 80_000  # Default per-account (Region) quota
 PARTITION_SPLIT_BYTES_DEFAULT = 10 * KIB * MIB  # A partition splits past 10 GB.
 ITEM_COLLECTION_BYTES_MAX = 10 * KIB * MIB  # An item collection of a table with an LSI: 10 GB.
 
+# Free disk space a node keeps: below it, writes that add data are refused (deletes, and what lets
+# the change log be trimmed, go on), so RocksDB never meets a full disk, after which its log writer
+# refuses every write until the database is reopened. A quarter of it bounds the node's memory
+# tables and live write-ahead log, so that a restart's recovery flush always has room. Settable
+# with DYNALAB_DISK_RESERVE_BYTES for experiments on small disks.
+DISK_RESERVE_BYTES = 256 * MIB
+# Below this share of the reserve, deletes too are refused: they also append to the log. Only
+# DropTable's partition drops go on.
+DISK_DELETE_RESERVE_FRACTION = 0.25
+
 # Placement (dynalab's own choice, not a DynamoDB quota): virtual nodes per storage node on the
 # consistent-hash ring. More points spread partitions more evenly; 128 keeps each node's share of
 # the ring within 20% of the mean for clusters of up to 20 nodes, and the ring stays small.

@@ -461,9 +461,12 @@ class LocalCluster:
             "nodes": [{"id": node.node_id, "port": node.port} for node in self.nodes],
         }
         path = self.data_dir / CLUSTER_FILE
+        text = json.dumps(record, indent=2) + "\n"
+        if path.exists() and path.read_text() == text:
+            return  # Unchanged: nothing to write, so a restart on a full disk needs no space here.
         # Write then rename, so a crash never leaves a half-written record behind.
         scratch = path.with_suffix(".tmp")
-        scratch.write_text(json.dumps(record, indent=2) + "\n")
+        scratch.write_text(text)
         scratch.replace(path)
 
     def _acquire_lock(self) -> None:

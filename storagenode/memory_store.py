@@ -13,6 +13,7 @@ walk does not show through it.
 from __future__ import annotations
 
 import bisect
+import sys
 from collections.abc import Iterator
 
 import orjson
@@ -95,3 +96,15 @@ class MemoryStore:
 
     def load_partition_metas(self) -> list[dict[str, object]]:
         return [orjson.loads(value) for value in self.values(Family.PARTITIONS)]
+
+    def free_bytes(self) -> int:
+        """Memory is not a disk that fills: always past any reserve."""
+        return sys.maxsize
+
+    @property
+    def disk_reserve_bytes(self) -> int:
+        return 0
+
+    @property
+    def read_only(self) -> bool:
+        return False

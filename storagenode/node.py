@@ -101,6 +101,16 @@ WRITE_OPS = frozenset(
 )
 # Writes the node makes itself, never sent over the wire: the TTL sweeper's (`expiry.py`).
 INTERNAL_WRITE_OPS = frozenset({expiry.TTL_EXPIRE, expiry.TTL_BACKFILL})
+# The writes a node still takes when its disk is down to its reserve (StorageNode
+# _keep_disk_reserve): those that free space or let the change log be trimmed; and, below a
+# quarter of the reserve, dropping tables alone.
+_ALWAYS_ALLOWED_OPS = frozenset({ops.DROP_TABLE})
+_SPACE_FREEING_OPS = _ALWAYS_ALLOWED_OPS | {
+    ops.DELETE,
+    ops.CHECKPOINT,
+    ops.UNREGISTER_CONSUMER,
+    expiry.TTL_EXPIRE,
+}
 assert READ_OPS | WRITE_OPS == ops.CONTROL_OPS | ops.DATA_OPS | ops.FEED_OPS
 # The operations that spend a partition's read or write units.
 METERED_READS = frozenset({ops.GET, ops.QUERY, ops.SCAN})
@@ -467,6 +477,7 @@ class StorageNode:
         """
         results: list[WriteResult | None] = [None] * len(writes)
         self._refuse_expired(writes, results)
+        self._keep_disk_reserve(writes, results)
         payloads = _decode_writes(writes, results)
         charged = self._admit_writes(writes, payloads, results)
         # Units each write consumed, known once it has been planned (0 for one not applied).
@@ -511,6 +522,37 @@ class StorageNode:
         for index, (op, target, _) in enumerate(writes):
             if target is not None and 0 < target.deadline < now:
                 results[index] = _expired(op, target, now)
+
+    def _keep_disk_reserve(
+        self, writes: Sequence[Write], results: list[WriteResult | None]
+    ) -> None:
+        """Refuse the writes the disk's free space cannot take, keeping its reserve.
+
+        Below `disk_reserve_bytes` of free space only what frees space goes on (deletes, TTL
+        expiry, change-feed checkpoints that let the log be trimmed, dropped tables); below a
+        quarter of it only dropped tables. Refused writes fail as ServiceUnavailable, not
+        applied, and SDKs retry them; reads are untouched. One free-space query per group.
+        """
+        if self.store.read_only:
+            for index in range(len(writes)):
+                results[index] = results[index] or ServiceUnavailable(
+                    "The storage node started read-only because its disk was full: it serves "
+                    "reads and refuses writes until it is restarted with free space"
+                )
+            return
+        reserve = self.store.disk_reserve_bytes
+        free = self.store.free_bytes()
+        if free >= reserve:
+            return
+        floor = reserve * limits.DISK_DELETE_RESERVE_FRACTION
+        allowed = _ALWAYS_ALLOWED_OPS if free < floor else _SPACE_FREEING_OPS
+        for index, (op, _, _) in enumerate(writes):
+            if results[index] is None and op not in allowed:
+                results[index] = ServiceUnavailable(
+                    f"The storage node's disk is full ({free // limits.MIB} MiB free, "
+                    f"{reserve // limits.MIB} MiB kept in reserve): writes that add data are "
+                    "refused until space is freed; deletes go on"
+                )
 
     def _admit_writes(
         self,

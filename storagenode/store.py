@@ -27,19 +27,34 @@ log from the damage on, acknowledged writes included. `storagenode.scrub` reads 
 
 from __future__ import annotations
 
+import logging
+import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
 
 import orjson
-from rocksdict import DBRecoveryMode, Options, Rdict, RdictIter, WriteBatch, WriteOptions
+from rocksdict import (
+    AccessType,
+    DBRecoveryMode,
+    Options,
+    Rdict,
+    RdictIter,
+    WriteBatch,
+    WriteOptions,
+)
 
+from core import limits
 from core.errors import InternalServerError
 from storagenode.layout import FORMAT_KEY, FORMAT_VERSION, Family
 
 _LMDB_DATA_FILE = "data.mdb"  # The file that marks a data directory of format 1.
 _ROCKSDB_CURRENT_FILE = "CURRENT"
 _LOG_FILES_KEPT = 3
+DISK_RESERVE_BYTES_ENV = "DYNALAB_DISK_RESERVE_BYTES"
+
+logger = logging.getLogger(__name__)
 
 
 class StoreFormatError(Exception):
@@ -65,14 +80,32 @@ def _corruption(path: Path, error: Exception) -> Exception:
     return error
 
 
-def options() -> Options:
-    """The database's options (also those of every column family)."""
+def options(memory_table_bytes: int | None = None) -> Options:
+    """The database's options (also those of every column family).
+
+    `memory_table_bytes` bounds the memory tables of all column families together and the live
+    write-ahead log: what a restart replays and flushes, and so the disk space it needs.
+    """
     settings = Options(raw_mode=True)
     settings.create_if_missing(True)
     settings.create_missing_column_families(True)
     settings.set_keep_log_file_num(_LOG_FILES_KEPT)
     settings.set_wal_recovery_mode(DBRecoveryMode.tolerate_corrupted_tail_records())
+    if memory_table_bytes is not None:
+        settings.set_db_write_buffer_size(memory_table_bytes)
+        settings.set_max_total_wal_size(memory_table_bytes)
     return settings
+
+
+def disk_reserve_bytes_from_env() -> int:
+    """The free space a node keeps (DYNALAB_DISK_RESERVE_BYTES, else `DISK_RESERVE_BYTES`)."""
+    text = os.environ.get(DISK_RESERVE_BYTES_ENV, "").strip()
+    if not text:
+        return limits.DISK_RESERVE_BYTES
+    value = int(text)
+    if value < 1:
+        raise ValueError(f"{DISK_RESERVE_BYTES_ENV} must be at least 1 byte, not {value}")
+    return value
 
 
 class _Reader(Protocol):
@@ -143,20 +176,38 @@ class NodeStore(Protocol):
 
     def load_partition_metas(self) -> list[dict[str, object]]: ...
 
+    def free_bytes(self) -> int: ...
+
+    @property
+    def disk_reserve_bytes(self) -> int: ...
+
+    @property
+    def read_only(self) -> bool: ...
+
     def close(self) -> None: ...
 
 
 class Store:
     """A node's RocksDB database with its column families."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, disk_reserve_bytes: int | None = None) -> None:
         path.mkdir(parents=True, exist_ok=True)
         _check_format(path)
         created = not (path / _ROCKSDB_CURRENT_FILE).exists()
         self.path = path
-        families = {family.value: options() for family in Family}
+        # Free space kept on the disk (see core.limits.DISK_RESERVE_BYTES); a quarter of it bounds
+        # the memory tables, so a restart's recovery flush fits in what is kept.
+        self.disk_reserve_bytes = (
+            disk_reserve_bytes_from_env() if disk_reserve_bytes is None else disk_reserve_bytes
+        )
+        memory_table_bytes = max(1 * limits.MIB, self.disk_reserve_bytes // 4)
+        families = {family.value: options(memory_table_bytes) for family in Family}
+        # A node that starts on a full disk serves reads: RocksDB cannot open for writing there
+        # (it writes a new manifest and flushes its log), so it opens read-only, replaying the
+        # log in memory, and the node refuses every write until it is restarted with space.
+        self.read_only = False
         try:
-            self._db = Rdict(str(path), options(), column_families=families)
+            self._db = Rdict(str(path), options(memory_table_bytes), column_families=families)
         except Exception as error:
             # RocksDB holds a lock on its directory; a second node there would act on stale
             # partition metadata, so a held lock is refused with a clear message.
@@ -168,7 +219,16 @@ class Store:
                     f"{path} is corrupt ({error}); the node does not start on damaged data. "
                     f"`dynalab scrub {path}` reads all of it and lists what is damaged."
                 ) from None
-            raise
+            if "No space left on device" not in str(error) or created:
+                raise
+            logger.warning("%s opens read-only: its disk is full (%s)", path, error)
+            self._db = Rdict(
+                str(path),
+                options(memory_table_bytes),
+                column_families=families,
+                access_type=AccessType.read_only(),
+            )
+            self.read_only = True
         self._families = {family: self._db.get_column_family(family.value) for family in Family}
         self._handles = {
             family: self._db.get_column_family_handle(family.value) for family in Family
@@ -279,6 +339,10 @@ class Store:
 
     def load_partition_metas(self) -> list[dict[str, object]]:
         return [orjson.loads(value) for value in self.values(Family.PARTITIONS)]
+
+    def free_bytes(self) -> int:
+        """Free space on the disk holding the database, for writes to keep the reserve."""
+        return shutil.disk_usage(self.path).free
 
 
 def _check_format(path: Path) -> None:

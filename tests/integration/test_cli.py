@@ -44,9 +44,10 @@ def is_alive(pid: int) -> bool:
 
 
 def wait_for_endpoint(port: int, process: subprocess.Popen[bytes], output: Path) -> None:
-    """Wait until the router on `port` answers GET /, failing early if `dynalab up` exits."""
+    """Wait until `dynalab up` says it is up (every process started, the GSI replicators after
+    the routers) and the router on `port` answers GET /, failing early if `dynalab up` exits."""
     deadline = time.monotonic() + UP_TIMEOUT_S
-    while not answers_http(port):
+    while not (answers_http(port) and "dynalab is up" in output.read_text()):
         if process.poll() is not None:
             pytest.fail(f"dynalab up exited with {process.returncode}:\n{output.read_text()}")
         if time.monotonic() >= deadline:
@@ -72,7 +73,8 @@ class UpProcess:
     def __init__(self, data_dir: Path, port: int, output: Path) -> None:
         self.url = f"http://127.0.0.1:{port}"
         self.output = output
-        with output.open("ab") as sink:
+        # Each run's output on its own: a restart's start-up is not read from the first run's.
+        with output.open("wb") as sink:
             self.process = subprocess.Popen(
                 dynalab("up", "--nodes", "3", "--port", str(port), "--data-dir", str(data_dir)),
                 cwd=PROJECT_ROOT,

@@ -698,3 +698,25 @@ def test_a_failed_commit_fails_the_group_and_changes_nothing(
     )
     h.put(song("b", 1))
     assert [record["seq"] for record in h.changes()] == [1, 2]
+
+
+def test_a_disk_down_to_its_reserve_refuses_growing_writes_and_takes_deletes(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    h.put(song("a", 1))
+    h.put(song("a", 2))
+    reserve = h.store.disk_reserve_bytes
+    monkeypatch.setattr(h.store, "free_bytes", lambda: reserve - 1)
+    with pytest.raises(ServiceUnavailable, match="disk is full"):
+        h.put(song("a", 3))
+    with pytest.raises(ServiceUnavailable, match="disk is full"):
+        h.write(ops.UPDATE, h.data(key=song("a", 1), update="SET v = :v", values={":v": n(1)}))
+    h.write(ops.DELETE, h.data(key=song("a", 1)))
+    assert h.get(song("a", 2)) == song("a", 2)  # Reads are untouched.
+    monkeypatch.setattr(h.store, "free_bytes", lambda: reserve // 8)
+    with pytest.raises(ServiceUnavailable, match="disk is full"):
+        h.write(ops.DELETE, h.data(key=song("a", 2)))
+    h.write(ops.DROP_TABLE, {"table_id": TABLE["id"]})
+    monkeypatch.setattr(h.store, "free_bytes", lambda: reserve)
+    h.create()
+    h.put(song("a", 3))
