@@ -1,6 +1,7 @@
 """dynalab's command line: `dynalab up` runs a cluster on this machine, `dynalab bench` loads any
 DynamoDB endpoint with a workload and prints what it measured, `dynalab scrub` reads storage node
-data directories in full and reports damaged data.
+data directories in full and reports damaged data, `dynalab lab` runs fault-injection experiments
+(`dynalab.lab`).
 
 `dynalab up` stays in the foreground until Ctrl-C or SIGTERM and then stops every process it
 started, so an orchestrator (a terminal, systemd, a test) only ever has one process to manage.
@@ -21,6 +22,7 @@ from rich.table import Table
 
 from dynalab import bench
 from dynalab.cluster import ClusterError, LocalCluster
+from dynalab.lab import command as lab_command
 from storagenode.scrub import scrub
 
 WATCH_INTERVAL_S = 0.5  # How often `dynalab up` looks for processes of the cluster that died.
@@ -213,6 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="create the table if it does not exist",
     )
     load.add_argument("--region", default="us-east-1", help="region to sign requests for")
+    lab_command.add_parser(commands)
     return parser
 
 
@@ -223,4 +226,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_up(args, console)
     if args.command == "scrub":
         return run_scrub(args, console)
+    if args.command == "lab":
+        return lab_command.main(args, console)
     return run_bench(args, console)

@@ -1,0 +1,79 @@
+"""`dynalab lab list | run SCENARIO --seed N --out DIR [--duration S] | replay DIR`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from dynalab.cluster import ClusterError
+from dynalab.lab import run as lab_run
+from dynalab.lab import scenarios
+
+
+def add_parser(commands: Any) -> None:
+    lab = commands.add_parser("lab", help="break a local cluster on purpose and check what it did")
+    actions = lab.add_subparsers(dest="lab_command", required=True)
+    actions.add_parser("list", help="the scenarios, with what each one does")
+    run = actions.add_parser("run", help="run a scenario against a cluster it starts itself")
+    run.add_argument("scenario", help="a scenario name from `dynalab lab list`")
+    run.add_argument("--seed", type=int, required=True, help="draws the fault schedule")
+    run.add_argument("--out", required=True, help="a new directory for the results")
+    run.add_argument("--duration", type=float, default=None, help="seconds of workload")
+    replay = actions.add_parser("replay", help="run an earlier run's scenario and seed again")
+    replay.add_argument("dir", help="the earlier run's --out directory")
+    replay.add_argument("--out", default=None, help="where to write (default: DIR/replay)")
+
+
+def main(args: argparse.Namespace, console: Console) -> int:
+    if args.lab_command == "list":
+        for name in scenarios.available():
+            scenario = scenarios.load(name)
+            console.print(f"[bold]{name}[/bold]: {scenario.description}", highlight=False)
+        return 0
+    if args.lab_command == "run":
+        return _run(args.scenario, args.seed, Path(args.out), args.duration, console)
+    earlier = Path(args.dir)
+    try:
+        meta = lab_run.recorded(earlier)
+    except FileNotFoundError:
+        console.print(f"[red]dynalab lab replay:[/red] {earlier} holds no run.json")
+        return 2
+    out = Path(args.out) if args.out else earlier / "replay"
+    code = _run(meta["scenario"], meta["seed"], out, meta["duration_s"], console)
+    same = json.loads((earlier / "faults.json").read_text()) == json.loads(
+        (out / "faults.json").read_text()
+    )
+    console.print("same fault schedule as the earlier run" if same else "[red]schedule differs")
+    return code
+
+
+def _run(name: str, seed: int, out: Path, duration: float | None, console: Console) -> int:
+    try:
+        scenario = scenarios.load(name)
+    except ValueError as exc:
+        console.print(f"[red]dynalab lab:[/red] {exc}")
+        return 2
+    if out.exists() and any(out.iterdir()):
+        console.print(f"[red]dynalab lab:[/red] {out} is not empty; give a new directory")
+        return 2
+    with console.status(f"running {name} with seed {seed}"):
+        try:
+            valid = lab_run.run(scenario, seed, out, duration)
+        except ClusterError as exc:
+            console.print(f"[red]dynalab lab: the cluster failed:[/red] {exc}")
+            return 1
+    verdict = json.loads((out / "verdict.json").read_text())
+    for checker, result in verdict["checkers"].items():
+        mark = "[green]valid[/green]" if result["valid"] else "[red]INVALID[/red]"
+        console.print(f"  {checker}: {mark}")
+    ops = verdict["operations"]
+    console.print(
+        f"{ops['total']} operations: {ops['ok']} ok, {ops['failed']} failed, "
+        f"{ops['unknown']} unknown; report: {out / 'report.html'}"
+    )
+    console.print("[bold green]VALID[/bold green]" if valid else "[bold red]INVALID[/bold red]")
+    return 0 if valid else 3

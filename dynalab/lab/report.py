@@ -1,0 +1,163 @@
+"""`report.html`: what a run did over time, with its fault windows shaded, and its verdict.
+
+Three plots over the run's clock, drawn with matplotlib as inline SVG so the page is one file
+that opens anywhere: operations completed per second by outcome, p50 and p99 latency of the
+acknowledged ones, and failures by error type. Each fault is a shaded band from when the nemesis
+struck to when it healed, labelled with the fault and its target. Below the plots: the verdict of
+every checker with its first counterexamples, and the fault events as executed.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import json
+import math
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+# A Figure made directly, not through pyplot, needs no display and keeps no global state.
+from matplotlib.figure import Figure
+
+from dynalab.bench import percentile
+from dynalab.lab.history import Operation, Outcome
+from dynalab.lab.scenarios import fault_windows
+
+BUCKET_S = 1.0  # Width of one point of the plots.
+COUNTEREXAMPLES_SHOWN = 3  # Per checker, in the page; verdict.json holds more.
+FAULT_COLOURS = {"kill-node": "#d62728", "pause-node": "#ff7f0e", "kill-router": "#9467bd"}
+
+
+def series(history: Sequence[Operation], bucket_s: float = BUCKET_S) -> dict[str, Any]:
+    """Per bucket of completion time: operations by outcome per second, p50/p99 latency of the
+    acknowledged ones in ms, and failures by error type per second."""
+    operations = [o for o in history if not o.final]
+    end = max((o.complete_s for o in operations), default=0.0)
+    buckets = max(1, math.ceil(end / bucket_s))
+    by_outcome = {outcome.value: [0.0] * buckets for outcome in Outcome}
+    latencies: list[list[float]] = [[] for _ in range(buckets)]
+    errors: dict[str, list[float]] = defaultdict(lambda: [0.0] * buckets)
+    for operation in operations:
+        index = min(buckets - 1, int(operation.complete_s / bucket_s))
+        by_outcome[operation.outcome.value][index] += 1 / bucket_s
+        if operation.ok:
+            latencies[index].append(1000 * (operation.complete_s - operation.invoke_s))
+        elif operation.error:
+            errors[operation.error][index] += 1 / bucket_s
+    p50 = [percentile(sorted(b), 0.5) if b else math.nan for b in latencies]
+    p99 = [percentile(sorted(b), 0.99) if b else math.nan for b in latencies]
+    return {
+        "t": [(i + 0.5) * bucket_s for i in range(buckets)],
+        "by_outcome": by_outcome,
+        "p50_ms": p50,
+        "p99_ms": p99,
+        "errors": dict(sorted(errors.items())),
+        "end_s": buckets * bucket_s,
+    }
+
+
+def _colour(label: str) -> str:
+    return FAULT_COLOURS.get(label.split()[0], "#7f7f7f")
+
+
+def plot(history: Sequence[Operation], executed: list[dict[str, Any]]) -> Figure:
+    """The three plots, one above the other on the run's clock."""
+    data = series(history)
+    windows = fault_windows(executed, data["end_s"])
+    figure = Figure(figsize=(11, 9), layout="constrained")
+    throughput, latency, failures = figure.subplots(3, 1, sharex=True)
+    t = data["t"]
+    for outcome, colour in (("ok", "#2ca02c"), ("unknown", "#ff7f0e"), ("failed", "#d62728")):
+        throughput.plot(t, data["by_outcome"][outcome], label=outcome, color=colour)
+    throughput.set_ylabel("operations/s")
+    throughput.set_title("throughput by outcome")
+    latency.plot(t, data["p50_ms"], label="p50", color="#1f77b4")
+    latency.plot(t, data["p99_ms"], label="p99", color="#9467bd")
+    latency.set_ylabel("latency, ms (acknowledged)")
+    latency.set_title("latency")
+    for error, rates in data["errors"].items():
+        failures.plot(t, rates, label=error)
+    failures.set_ylabel("failures/s")
+    failures.set_title("failures by error type")
+    failures.set_xlabel("seconds since the workload started")
+    for axes in (throughput, latency, failures):
+        for start, end, label in windows:
+            axes.axvspan(start, end, color=_colour(label), alpha=0.15, linewidth=0)
+        axes.grid(True, alpha=0.3)
+        if axes.get_legend_handles_labels()[0]:
+            axes.legend(loc="upper right", fontsize="small")
+    for start, _, label in windows:
+        throughput.annotate(
+            label,
+            (start, 1.0),
+            xycoords=("data", "axes fraction"),
+            rotation=90,
+            va="top",
+            fontsize="x-small",
+            color=_colour(label),
+        )
+    return figure
+
+
+def svg(figure: Figure) -> str:
+    """A figure as an SVG element to put inline in a page."""
+    buffer = io.StringIO()
+    figure.savefig(buffer, format="svg")
+    document = buffer.getvalue()
+    return document[document.index("<svg") :]
+
+
+def render(
+    run: dict[str, Any],
+    history: Sequence[Operation],
+    executed: list[dict[str, Any]],
+    verdict: dict[str, Any],
+    figure: Figure,
+) -> str:
+    """The whole page, around `figure` (from `plot`)."""
+    escape = html.escape
+    status = "VALID" if verdict["valid"] else "INVALID"
+    rows = []
+    for name, result in verdict["checkers"].items():
+        examples = "".join(
+            f"<pre>{escape(json.dumps(example, indent=1))}</pre>"
+            for example in result["counterexamples"][:COUNTEREXAMPLES_SHOWN]
+        )
+        rows.append(
+            f"<tr class='{'ok' if result['valid'] else 'bad'}'><td>{escape(name)}</td>"
+            f"<td>{'valid' if result['valid'] else 'INVALID'}</td>"
+            f"<td>{result['violations']}</td><td>{examples}</td></tr>"
+        )
+    faults = "".join(
+        f"<tr><td>{e['at_s']}</td><td>{e.get('done_s', '')}</td><td>{escape(e['fault'])}</td>"
+        f"<td>{escape(e['target'])}</td><td>{escape(e.get('error', ''))}</td></tr>"
+        for e in executed
+    )
+    counts = Counter(o.outcome.value for o in history if not o.final)
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<title>dynalab lab: {escape(run["scenario"])} seed {run["seed"]}</title>
+<style>
+body {{ font-family: sans-serif; margin: 2em; max-width: 1100px; }}
+table {{ border-collapse: collapse; margin: 1em 0; }}
+td, th {{ border: 1px solid #ccc; padding: 4px 8px; vertical-align: top; text-align: left; }}
+tr.bad td {{ background: #fdd; }} pre {{ margin: 0; font-size: 11px; }}
+.verdict {{ font-size: 1.4em; font-weight: bold; }}
+</style></head><body>
+<h1>{escape(run["scenario"])}, seed {run["seed"]}</h1>
+<p>{escape(run["description"])}</p>
+<p class="verdict" id="verdict">verdict: {status}</p>
+<p>{run["duration_s"]} s of workload, {counts["ok"]} operations acknowledged, {counts["failed"]}
+failed, {counts["unknown"]} with an unknown outcome. Replay the same faults with
+<code>dynalab lab run {escape(run["scenario"])} --seed {run["seed"]}
+--duration {run["duration_s"]}</code>.</p>
+<figure id="plots">{svg(figure)}</figure>
+<h2>Checkers</h2>
+<table><tr><th>checker</th><th>verdict</th><th>violations</th><th>counterexamples</th></tr>
+{"".join(rows)}</table>
+<h2>Faults as executed</h2>
+<table><tr><th>at s</th><th>done s</th><th>fault</th><th>target</th><th>error</th></tr>
+{faults}</table>
+</body></html>
+"""

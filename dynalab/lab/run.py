@@ -1,0 +1,99 @@
+"""`dynalab lab run` and `replay`: one experiment from start to verdict.
+
+A run starts its own `LocalCluster` under `<out>/cluster` (its logs stay there), creates the
+workload's tables, starts the clients and the nemesis on the same clock, stops the clients after
+the duration, heals every fault, reads every key back, stops the cluster and writes into `<out>`:
+
+- `run.json`: scenario, seed, duration, and what the nemesis did;
+- `faults.json`: the fault schedule drawn from scenario and seed (identical for the same pair);
+- `history.jsonl`: every operation, one JSON object a line;
+- `verdict.json`: `{"valid": bool, "checkers": {name: {"valid": bool, ...}}}`;
+- `report.html`: the plots with the fault windows shaded, and the verdict; `report.png`, the
+  same plots as a picture.
+
+`replay` runs the scenario, seed and duration recorded in an earlier run's `run.json` again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from dynalab.cluster import LocalCluster
+from dynalab.lab import checkers, report, workloads
+from dynalab.lab.history import Operation, parse_lines
+from dynalab.lab.nemesis import Nemesis
+from dynalab.lab.scenarios import Scenario, schedule
+
+NEMESIS_JOIN_S = 60.0  # How long the end of a run waits for a fault event under way to finish.
+
+
+def write_schedule(scenario: Scenario, seed: int, duration_s: float, out: Path) -> list[Any]:
+    events = [event.to_json() for event in schedule(scenario, seed, duration_s)]
+    (out / "faults.json").write_text(json.dumps(events, indent=1) + "\n")
+    return events
+
+
+async def _workload(
+    cluster: LocalCluster, scenario: Scenario, seed: int, duration_s: float
+) -> tuple[list[Operation], list[dict[str, Any]]]:
+    keys = workloads.Keys.make(scenario.registers, scenario.counters, scenario.lists)
+    http, api = workloads.session(cluster.router_url)
+    async with http:
+        await workloads.create_tables(api)
+        start = time.monotonic()
+        recorder = workloads.Recorder(start)
+        nemesis = Nemesis(cluster, schedule(scenario, seed, duration_s), start)
+        nemesis.begin()
+        try:
+            await workloads.run_clients(
+                api, recorder, keys, scenario.clients, duration_s, f"{scenario.name}/{seed}"
+            )
+        finally:
+            await asyncio.to_thread(nemesis.finish, NEMESIS_JOIN_S)
+        await workloads.final_reads(api, recorder, keys)
+    return recorder.history, nemesis.executed
+
+
+def run(scenario: Scenario, seed: int, out: Path, duration_s: float | None = None) -> bool:
+    """Run one experiment into `out`; return whether the verdict is valid."""
+    duration = scenario.duration_s if duration_s is None else duration_s
+    out.mkdir(parents=True, exist_ok=True)
+    write_schedule(scenario, seed, duration, out)
+    with LocalCluster(out / "cluster", nodes=scenario.nodes, replicators=0) as cluster:
+        history, executed = asyncio.run(_workload(cluster, scenario, seed, duration))
+    meta = {
+        "scenario": scenario.name,
+        "description": scenario.description,
+        "seed": seed,
+        "duration_s": duration,
+        "executed": executed,
+    }
+    (out / "run.json").write_text(json.dumps(meta, indent=1) + "\n")
+    with (out / "history.jsonl").open("w") as file:
+        for operation in history:
+            file.write(json.dumps(operation.to_json()) + "\n")
+    return write_verdict_and_report(out)
+
+
+def write_verdict_and_report(out: Path) -> bool:
+    """Check the recorded history of a run in `out` and (re)write its verdict and report."""
+    meta = json.loads((out / "run.json").read_text())
+    with (out / "history.jsonl").open() as file:
+        history = list(parse_lines(file))
+    verdict = checkers.check(history)
+    (out / "verdict.json").write_text(json.dumps(verdict, indent=1) + "\n")
+    figure = report.plot(history, meta["executed"])
+    page = report.render(meta, history, meta["executed"], verdict, figure)
+    (out / "report.html").write_text(page)
+    figure.savefig(out / "report.png", format="png", dpi=80)
+    return bool(verdict["valid"])
+
+
+def recorded(out: Path) -> dict[str, Any]:
+    """The scenario, seed and duration of an earlier run."""
+    meta: dict[str, Any] = json.loads((out / "run.json").read_text())
+    return meta

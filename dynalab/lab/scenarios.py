@@ -1,0 +1,142 @@
+"""Scenarios: the experiments in `scenarios/*.toml`, and the fault schedule each one draws from a
+seed.
+
+A scenario names a workload (how many clients, how many keys of each kind) and a nemesis (which
+faults, how long each lasts, how long the cluster is left alone in between). `schedule` turns a
+scenario, a seed and a duration into the list of fault events the nemesis will execute, each
+`{"at_s", "fault", "target"}`: a fault and the event that heals it, one fault at a time. It is a
+pure function of its arguments, so the same scenario and seed always give the same
+`faults.json`, which is what makes a run replayable.
+"""
+
+from __future__ import annotations
+
+import random
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SCENARIO_DIR = Path(__file__).resolve().parents[2] / "scenarios"
+ROUTER = "router-1"
+SETTLE_S = 2.0  # Quiet time left at the end of a run, after the last fault is healed.
+
+# Each fault and the event that undoes it.
+HEALS = {
+    "kill-node": "restart-node",  # SIGKILL a storage node; start it again on its data.
+    "pause-node": "resume-node",  # SIGSTOP a storage node; SIGCONT it.
+    "kill-router": "restart-router",  # SIGKILL the router; start it again.
+}
+
+
+@dataclass(frozen=True)
+class FaultEvent:
+    at_s: float
+    fault: str
+    target: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"at_s": self.at_s, "fault": self.fault, "target": self.target}
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    description: str
+    nodes: int
+    duration_s: float
+    clients: int
+    registers: int
+    counters: int
+    lists: int
+    faults: tuple[str, ...]
+    first_s: float
+    fault_s: tuple[float, float]
+    quiet_s: tuple[float, float]
+
+    @classmethod
+    def from_toml(cls, name: str, text: str) -> Scenario:
+        data = tomllib.loads(text)
+        workload, nemesis = data["workload"], data["nemesis"]
+        scenario = cls(
+            name=name,
+            description=str(data["description"]),
+            nodes=int(data.get("nodes", 3)),
+            duration_s=float(data["duration_s"]),
+            clients=int(workload["clients"]),
+            registers=int(workload.get("registers", 0)),
+            counters=int(workload.get("counters", 0)),
+            lists=int(workload.get("lists", 0)),
+            faults=tuple(nemesis["faults"]),
+            first_s=float(nemesis["first_s"]),
+            fault_s=_range(nemesis["fault_s"]),
+            quiet_s=_range(nemesis["quiet_s"]),
+        )
+        unknown = set(scenario.faults) - set(HEALS)
+        if unknown:
+            raise ValueError(f"scenario {name}: unknown faults {sorted(unknown)}")
+        if scenario.clients < 1 or scenario.registers + scenario.counters + scenario.lists < 1:
+            raise ValueError(f"scenario {name}: needs at least one client and one key")
+        return scenario
+
+    def targets(self, fault: str) -> list[str]:
+        if fault == "kill-router":
+            return [ROUTER]
+        return [f"node-{i}" for i in range(1, self.nodes + 1)]
+
+
+def _range(value: Any) -> tuple[float, float]:
+    low, high = (float(v) for v in value)
+    if not 0 <= low <= high:
+        raise ValueError(f"a range must be [low, high] with 0 <= low <= high, got {value}")
+    return low, high
+
+
+def available(directory: Path = SCENARIO_DIR) -> dict[str, Path]:
+    """Every scenario file by name (its file name without `.toml`)."""
+    return {path.stem: path for path in sorted(directory.glob("*.toml"))}
+
+
+def load(name: str, directory: Path = SCENARIO_DIR) -> Scenario:
+    paths = available(directory)
+    if name not in paths:
+        raise ValueError(f"no scenario {name!r}; there are: {', '.join(paths)}")
+    return Scenario.from_toml(name, paths[name].read_text())
+
+
+def schedule(scenario: Scenario, seed: int, duration_s: float) -> list[FaultEvent]:
+    """The fault events of a run: from `first_s`, a fault drawn from the scenario's list on a
+    target drawn from its candidates, lasting a time drawn from `fault_s`, healed, then a quiet
+    time drawn from `quiet_s`; until the next fault would not be healed `SETTLE_S` before the
+    end."""
+    rng = random.Random(f"{scenario.name}/{seed}")
+    events: list[FaultEvent] = []
+    at_s = scenario.first_s
+    while True:
+        lasting = round(rng.uniform(*scenario.fault_s), 3)
+        if at_s + lasting > duration_s - SETTLE_S:
+            return events
+        fault = rng.choice(scenario.faults)
+        target = rng.choice(scenario.targets(fault))
+        events.append(FaultEvent(round(at_s, 3), fault, target))
+        events.append(FaultEvent(round(at_s + lasting, 3), HEALS[fault], target))
+        at_s += lasting + rng.uniform(*scenario.quiet_s)
+
+
+def fault_windows(events: list[dict[str, Any]], end_s: float) -> list[tuple[float, float, str]]:
+    """(start, end, label) of every fault in a list of executed or scheduled events; a fault
+    never healed lasts until `end_s`."""
+    heal_of = {heal: fault for fault, heal in HEALS.items()}
+    open_faults: dict[tuple[str, str], float] = {}
+    windows = []
+    for event in events:
+        key = (event["fault"], event["target"])
+        if event["fault"] in HEALS:
+            open_faults[key] = float(event["at_s"])
+        elif event["fault"] in heal_of:
+            start = open_faults.pop((heal_of[event["fault"]], event["target"]), None)
+            if start is not None:
+                label = f"{heal_of[event['fault']]} {event['target']}"
+                windows.append((start, float(event["at_s"]), label))
+    windows.extend((start, end_s, f"{f} {t}") for (f, t), start in open_faults.items())
+    return sorted(windows)

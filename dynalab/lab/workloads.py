@@ -1,0 +1,320 @@
+"""The lab's workloads: clients that issue DynamoDB requests against a router one at a time and
+record each as an `Operation` of the history.
+
+Three kinds of keys, each in its own table, every written value unique so a read says which write
+it saw:
+- registers (`lab-registers`, attribute `v`): PutItem, GetItem with ConsistentRead, PutItem
+  conditional on the value the client last saw; a third of the writes go as one BatchWriteItem of
+  several keys, recorded as one write per key;
+- counters (`lab-counters`, attribute `n`): UpdateItem `ADD n :d`;
+- lists (`lab-lists`, attribute `l`): UpdateItem `SET l = list_append(if_not_exists(l, :empty),
+  :e)`.
+After the faults, `final_reads` reads every key back with strong reads, which the counter and list
+checkers compare against.
+
+Nothing is retried: a retried ADD that was applied once already would be applied twice, which is
+the very thing a checker looks for. What a failure means is decided by `outcome_of_exception` and
+`history.classify`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import orjson
+
+from dynalab.bench import DynamoDBClient, SigV4Signer, error_type, host_header
+from dynalab.lab.history import ADD, APPEND, CAS, READ, WRITE, Operation, Outcome, classify
+
+REGISTERS, COUNTERS, LISTS = "lab-registers", "lab-counters", "lab-lists"
+TABLES = (REGISTERS, COUNTERS, LISTS)
+CLIENT_TIMEOUT_S = 2.0  # A request unanswered this long is abandoned; a write's outcome is unknown.
+CONNECT_TIMEOUT_S = 1.0
+FAILURE_PAUSE_S = 0.05  # A client's pause after a failure, so a dead router is not spun against.
+BATCH_KEYS_MAX = 3  # Keys of one BatchWriteItem of the register workload.
+FINAL_READ_TIMEOUT_S = 60.0  # How long the final reads may keep retrying a key.
+FINAL_READ_PAUSE_S = 0.2
+TABLE_ACTIVE_TIMEOUT_S = 30.0
+
+
+def outcome_of_exception(exc: BaseException) -> tuple[Outcome, str]:
+    """What a request that got no HTTP reply means: refused before it was sent is failed; a
+    timeout or a connection broken after sending leaves it unknown."""
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return Outcome.FAILED, "ConnectionRefused"
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+        return Outcome.FAILED, "ConnectTimeout"
+    if isinstance(exc, TimeoutError):
+        return Outcome.UNKNOWN, "ClientTimeout"
+    return Outcome.UNKNOWN, type(exc).__name__
+
+
+@dataclass
+class Recorder:
+    """Appends operations to the history with times relative to `start`, on time.monotonic."""
+
+    start: float
+    history: list[Operation] = field(default_factory=list)
+
+    def now(self) -> float:
+        return time.monotonic() - self.start
+
+
+@dataclass(frozen=True)
+class Keys:
+    registers: list[str]
+    counters: list[str]
+    lists: list[str]
+
+    @classmethod
+    def make(cls, registers: int, counters: int, lists: int) -> Keys:
+        return cls(
+            [f"r{i}" for i in range(registers)],
+            [f"c{i}" for i in range(counters)],
+            [f"l{i}" for i in range(lists)],
+        )
+
+    def tables(self) -> list[tuple[str, list[str]]]:
+        return [(REGISTERS, self.registers), (COUNTERS, self.counters), (LISTS, self.lists)]
+
+
+class Client:
+    """One client: a process id, its own random source, and the values it has seen."""
+
+    def __init__(self, process: int, api: DynamoDBClient, recorder: Recorder, seed: str) -> None:
+        self.process = process
+        self.api = api
+        self.recorder = recorder
+        self.rng = random.Random(f"{seed}/client-{process}")
+        self.counter = 0
+        self.last_seen: dict[str, str] = {}
+
+    def unique(self) -> str:
+        self.counter += 1
+        return f"p{self.process}-{self.counter}"
+
+    async def _call(
+        self, operation: str, request: dict[str, Any]
+    ) -> tuple[Outcome, str | None, dict[str, Any]]:
+        try:
+            status, body = await self.api.call(operation, request)
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            outcome, error = outcome_of_exception(exc)
+            return outcome, error, {}
+        if status == 200:
+            reply: dict[str, Any] = orjson.loads(body)
+            return Outcome.OK, None, reply
+        return classify(status), error_type(status, body), {}
+
+    async def _record(
+        self,
+        op: str,
+        key: str,
+        value: Any,
+        operation: str,
+        request: dict[str, Any],
+        read: Callable[[dict[str, Any]], Any] | None = None,
+        final: bool = False,
+    ) -> Operation:
+        invoke = self.recorder.now()
+        outcome, error, reply = await self._call(operation, request)
+        if read is not None:
+            value = read(reply) if outcome is Outcome.OK else None
+        recorded = Operation(
+            self.process, op, key, value, invoke, self.recorder.now(), outcome, error, final
+        )
+        self.recorder.history.append(recorded)
+        return recorded
+
+    async def register_read(self, key: str, final: bool = False) -> Operation:
+        request = {"TableName": REGISTERS, "Key": {"k": {"S": key}}, "ConsistentRead": True}
+        done = await self._record(READ, key, None, "GetItem", request, _register_value, final)
+        if done.ok and done.value is not None:
+            self.last_seen[key] = done.value
+        return done
+
+    async def register_write(self, key: str) -> None:
+        value = self.unique()
+        item = {"k": {"S": key}, "v": {"S": value}}
+        done = await self._record(
+            WRITE, key, value, "PutItem", {"TableName": REGISTERS, "Item": item}
+        )
+        if done.ok:
+            self.last_seen[key] = value
+
+    async def register_batch_write(self, keys: list[str]) -> None:
+        """One BatchWriteItem of several keys, recorded as one write per key with the batch's
+        times: a key handed back in UnprocessedItems was not applied."""
+        values = {key: self.unique() for key in keys}
+        request = {
+            "RequestItems": {
+                REGISTERS: [
+                    {"PutRequest": {"Item": {"k": {"S": k}, "v": {"S": v}}}}
+                    for k, v in values.items()
+                ]
+            }
+        }
+        invoke = self.recorder.now()
+        outcome, error, reply = await self._call("BatchWriteItem", request)
+        complete = self.recorder.now()
+        unprocessed = {
+            entry["PutRequest"]["Item"]["k"]["S"]
+            for entry in reply.get("UnprocessedItems", {}).get(REGISTERS, [])
+        }
+        for key, value in values.items():
+            key_outcome, key_error = outcome, error
+            if key in unprocessed:
+                key_outcome, key_error = Outcome.FAILED, "UnprocessedItems"
+            self.recorder.history.append(
+                Operation(self.process, WRITE, key, value, invoke, complete, key_outcome, key_error)
+            )
+            if key_outcome is Outcome.OK:
+                self.last_seen[key] = value
+
+    async def register_cas(self, key: str) -> None:
+        expected = self.last_seen[key]
+        value = self.unique()
+        request = {
+            "TableName": REGISTERS,
+            "Item": {"k": {"S": key}, "v": {"S": value}},
+            "ConditionExpression": "v = :expected",
+            "ExpressionAttributeValues": {":expected": {"S": expected}},
+        }
+        done = await self._record(CAS, key, [expected, value], "PutItem", request)
+        if done.ok:
+            self.last_seen[key] = value
+
+    async def counter_add(self, key: str) -> None:
+        delta = self.rng.randint(1, 5)
+        request = {
+            "TableName": COUNTERS,
+            "Key": {"k": {"S": key}},
+            "UpdateExpression": "ADD n :d",
+            "ExpressionAttributeValues": {":d": {"N": str(delta)}},
+        }
+        await self._record(ADD, key, delta, "UpdateItem", request)
+
+    async def counter_read(self, key: str, final: bool = False) -> Operation:
+        request = {"TableName": COUNTERS, "Key": {"k": {"S": key}}, "ConsistentRead": True}
+        return await self._record(READ, key, None, "GetItem", request, _counter_value, final)
+
+    async def list_append(self, key: str) -> None:
+        element = self.unique()
+        request = {
+            "TableName": LISTS,
+            "Key": {"k": {"S": key}},
+            "UpdateExpression": "SET l = list_append(if_not_exists(l, :empty), :e)",
+            "ExpressionAttributeValues": {
+                ":empty": {"L": []},
+                ":e": {"L": [{"S": element}]},
+            },
+        }
+        await self._record(APPEND, key, element, "UpdateItem", request)
+
+    async def list_read(self, key: str, final: bool = False) -> Operation:
+        request = {"TableName": LISTS, "Key": {"k": {"S": key}}, "ConsistentRead": True}
+        return await self._record(READ, key, None, "GetItem", request, _list_value, final)
+
+    async def one_operation(self, keys: Keys) -> None:
+        """Issue one operation drawn from this client's random source."""
+        kinds = [
+            kind
+            for kind, present in (("r", keys.registers), ("c", keys.counters), ("l", keys.lists))
+            if present
+        ]
+        kind = self.rng.choice(kinds)
+        if kind == "c":
+            await self.counter_add(self.rng.choice(keys.counters))
+        elif kind == "l":
+            await self.list_append(self.rng.choice(keys.lists))
+        else:
+            key = self.rng.choice(keys.registers)
+            draw = self.rng.random()
+            if draw < 0.4:
+                await self.register_read(key)
+            elif draw < 0.6 and key in self.last_seen:
+                await self.register_cas(key)
+            elif draw < 0.75 and len(keys.registers) > 1:
+                count = self.rng.randint(2, min(BATCH_KEYS_MAX, len(keys.registers)))
+                await self.register_batch_write(self.rng.sample(keys.registers, count))
+            else:
+                await self.register_write(key)
+
+
+def _register_value(reply: dict[str, Any]) -> str | None:
+    item = reply.get("Item")
+    return None if item is None else str(item["v"]["S"])
+
+
+def _counter_value(reply: dict[str, Any]) -> int:
+    item = reply.get("Item")
+    return 0 if item is None else int(item["n"]["N"])
+
+
+def _list_value(reply: dict[str, Any]) -> list[str]:
+    item = reply.get("Item")
+    return [] if item is None else [element["S"] for element in item["l"]["L"]]
+
+
+def session(endpoint: str) -> tuple[aiohttp.ClientSession, DynamoDBClient]:
+    timeout = aiohttp.ClientTimeout(total=CLIENT_TIMEOUT_S, connect=CONNECT_TIMEOUT_S)
+    http = aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=0))
+    signer = SigV4Signer("lab", "lab", "us-east-1", host_header(endpoint))
+    return http, DynamoDBClient(http, endpoint, signer)
+
+
+async def create_tables(api: DynamoDBClient) -> None:
+    """Create the three tables and wait until each is ACTIVE."""
+    for table in TABLES:
+        await api.request(
+            "CreateTable",
+            {
+                "TableName": table,
+                "AttributeDefinitions": [{"AttributeName": "k", "AttributeType": "S"}],
+                "KeySchema": [{"AttributeName": "k", "KeyType": "HASH"}],
+                "BillingMode": "PAY_PER_REQUEST",
+            },
+        )
+    deadline = time.monotonic() + TABLE_ACTIVE_TIMEOUT_S
+    for table in TABLES:
+        while (await api.request("DescribeTable", {"TableName": table}))["Table"][
+            "TableStatus"
+        ] != "ACTIVE":
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"table {table} not ACTIVE after {TABLE_ACTIVE_TIMEOUT_S} s")
+            await asyncio.sleep(0.1)
+
+
+async def run_clients(
+    api: DynamoDBClient, recorder: Recorder, keys: Keys, clients: int, until_s: float, seed: str
+) -> None:
+    """Run `clients` clients back to back until `until_s` on the recorder's clock."""
+
+    async def loop(client: Client) -> None:
+        while recorder.now() < until_s:
+            before = len(recorder.history)
+            await client.one_operation(keys)
+            if any(not o.ok for o in recorder.history[before:]):
+                await asyncio.sleep(FAILURE_PAUSE_S)
+
+    await asyncio.gather(*(loop(Client(p, api, recorder, seed)) for p in range(1, clients + 1)))
+
+
+async def final_reads(api: DynamoDBClient, recorder: Recorder, keys: Keys) -> None:
+    """Read every key back with strong reads, retrying each until it answers or time is up."""
+    reader = Client(0, api, recorder, "final")
+    readers = [
+        *((reader.register_read, key) for key in keys.registers),
+        *((reader.counter_read, key) for key in keys.counters),
+        *((reader.list_read, key) for key in keys.lists),
+    ]
+    deadline = time.monotonic() + FINAL_READ_TIMEOUT_S
+    for read, key in readers:
+        while not (await read(key, True)).ok and time.monotonic() < deadline:
+            await asyncio.sleep(FINAL_READ_PAUSE_S)

@@ -1,0 +1,41 @@
+"""`dynalab lab run` for real: a short kill -9 scenario against a cluster the lab starts itself,
+whose verdict must be valid and whose files must all be written."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from dynalab.cluster import PROJECT_ROOT
+from dynalab.lab import scenarios
+
+RUN_TIMEOUT_S = 240.0  # Cluster start, 12 s of workload, restarts, final reads, the report.
+
+
+def test_kill_node_scenario_runs_end_to_end_with_a_valid_verdict(tmp_path):
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "dynalab", "lab", "run", "kill-node"]
+    command += ["--seed", "7", "--out", str(out), "--duration", "12"]
+    done = subprocess.run(
+        command, cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT_S
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    for name in ("history.jsonl", "faults.json", "verdict.json", "report.html", "run.json"):
+        assert (out / name).stat().st_size > 0, name
+
+    verdict = json.loads((out / "verdict.json").read_text())
+    assert verdict["valid"] is True, json.dumps(verdict, indent=1)
+    assert verdict["operations"]["ok"] > 0
+    assert verdict["checkers"]["linearizable-registers"]["undecided_keys"] == []
+
+    schedule = scenarios.schedule(scenarios.load("kill-node"), 7, 12.0)
+    assert json.loads((out / "faults.json").read_text()) == [e.to_json() for e in schedule]
+    executed = json.loads((out / "run.json").read_text())["executed"]
+    assert [(e["fault"], e["target"]) for e in executed] == [(e.fault, e.target) for e in schedule]
+    assert all("error" not in e for e in executed)
+
+    history = [json.loads(line) for line in (out / "history.jsonl").read_text().splitlines()]
+    finals = {o["key"] for o in history if o.get("final") and o["outcome"] == "ok"}
+    assert finals == {f"r{i}" for i in range(6)} | {"c0", "c1", "c2", "l0", "l1", "l2"}
+    assert "kill-node node-" in (out / "report.html").read_text()

@@ -1,0 +1,111 @@
+"""The lab's scenarios, their seeded fault schedules, and the report drawn from a history."""
+
+import json
+import re
+
+import pytest
+
+from dynalab.lab import checkers, report, scenarios
+from dynalab.lab.history import ADD, READ, WRITE, Operation, Outcome
+
+
+@pytest.mark.parametrize("name", sorted(scenarios.available()))
+def test_every_scenario_file_loads_and_draws_a_schedule(name):
+    scenario = scenarios.load(name)
+    assert scenario.description
+    events = scenarios.schedule(scenario, seed=1, duration_s=scenario.duration_s)
+    assert events, "a scenario that injects no fault teaches nothing"
+    # One fault at a time: each fault is followed by its own heal, on the same target.
+    for fault, heal in zip(events[::2], events[1::2], strict=True):
+        assert scenarios.HEALS[fault.fault] == heal.fault
+        assert fault.target == heal.target
+        assert fault.at_s < heal.at_s
+    times = [e.at_s for e in events]
+    assert times == sorted(times)
+    assert times[-1] <= scenario.duration_s - scenarios.SETTLE_S
+
+
+@pytest.mark.parametrize("name", sorted(scenarios.available()))
+def test_the_same_seed_gives_the_same_faults(name):
+    scenario = scenarios.load(name)
+    first = [e.to_json() for e in scenarios.schedule(scenario, 42, 60)]
+    again = [e.to_json() for e in scenarios.schedule(scenarios.load(name), 42, 60)]
+    assert json.dumps(first) == json.dumps(again)
+    others = {
+        json.dumps([e.to_json() for e in scenarios.schedule(scenario, seed, 60)])
+        for seed in range(10)
+    }
+    assert len(others) > 1, "the seed must change the schedule"
+
+
+def test_mixed_chaos_draws_every_kind_of_fault():
+    scenario = scenarios.load("mixed-chaos")
+    drawn = {e.fault for e in scenarios.schedule(scenario, 3, 600)}
+    assert set(scenario.faults) <= drawn
+
+
+def test_a_scenario_with_an_unknown_fault_is_refused():
+    text = """description = "x"
+duration_s = 10
+[workload]
+clients = 1
+registers = 1
+[nemesis]
+faults = ["unplug-the-moon"]
+first_s = 1
+fault_s = [1, 2]
+quiet_s = [1, 2]
+"""
+    with pytest.raises(ValueError, match="unplug-the-moon"):
+        scenarios.Scenario.from_toml("bad", text)
+
+
+def test_fault_windows_pair_each_fault_with_its_heal():
+    events = [
+        {"at_s": 1.0, "fault": "kill-node", "target": "node-2"},
+        {"at_s": 3.0, "fault": "restart-node", "target": "node-2"},
+        {"at_s": 5.0, "fault": "pause-node", "target": "node-1"},
+    ]
+    assert scenarios.fault_windows(events, 9.0) == [
+        (1.0, 3.0, "kill-node node-2"),
+        (5.0, 9.0, "pause-node node-1"),
+    ]
+
+
+def history():
+    ops = []
+    for i in range(100):
+        t = i * 0.1
+        outcome = Outcome.FAILED if 3 <= t < 5 else Outcome.OK
+        error = "ServiceUnavailable" if outcome is Outcome.FAILED else None
+        ops.append(Operation(1, WRITE, "r", f"v{i}", t, t + 0.01, outcome, error))
+        ops.append(Operation(2, ADD, "c", 1, t, t + 0.02, Outcome.OK))
+    ops.append(Operation(0, READ, "c", 100, 11, 11.1, Outcome.OK, final=True))
+    return ops
+
+
+def test_series_count_outcomes_latency_and_errors_per_second():
+    data = report.series(history())
+    assert data["t"][:2] == [0.5, 1.5]
+    assert data["by_outcome"]["ok"][0] == 20  # Two clients, ten operations a second each.
+    assert data["by_outcome"]["failed"][3] == 10
+    assert data["errors"]["ServiceUnavailable"][4] == 10
+    assert data["errors"]["ServiceUnavailable"][6] == 0
+    assert data["p99_ms"][0] == pytest.approx(20)
+
+
+def test_report_shows_the_plots_the_fault_windows_and_the_verdict():
+    ops = history()
+    executed = [
+        {"at_s": 3.0, "fault": "kill-node", "target": "node-2", "done_s": 3.01},
+        {"at_s": 5.0, "fault": "restart-node", "target": "node-2", "done_s": 5.5},
+    ]
+    verdict = checkers.check(ops)
+    run = {"scenario": "kill-node", "description": "d", "seed": 4, "duration_s": 10}
+    page = report.render(run, ops, executed, verdict, report.plot(ops, executed))
+    assert "<svg" in page
+    assert "kill-node node-2" in page  # The window's label, drawn on the plot.
+    # The shaded windows: one translucent band per plot, in the fault's colour.
+    bands = re.findall(r"fill: #d62728; opacity: 0\.15", page)
+    assert len(bands) == 3
+    assert "verdict: VALID" in page
