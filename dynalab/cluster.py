@@ -100,7 +100,9 @@ def answers_http(port: int) -> bool:
     try:
         connection.request("GET", "/")
         return connection.getresponse().status == 200
-    except OSError:
+    except (OSError, http.client.HTTPException):
+        # Nothing listening yet, or something that does not speak HTTP/1.1 (a gRPC server that
+        # took the port): either way not the server we wait for.
         return False
     finally:
         connection.close()
