@@ -56,6 +56,7 @@ from router.requests import (
     RETURN_VALUES_ON_FAILURE,
     RequestReader,
     check_conditional_operator,
+    check_key_paths,
     check_return_values,
     key_identity,
     read_common,
@@ -371,6 +372,10 @@ async def get_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
     compiled = _read_expressions(projection_text, attributes_to_get, names)
     table = await ctx.table(table_name)
     partition_key, sort_key = schema.validate_key(key, table)
+    if compiled.projection is not None:
+        check_key_paths(
+            schema.key_names(table), expressions.projection(compiled.projection, compiled.names)
+        )
     reply = await ctx.call_key(
         table,
         partition_key,

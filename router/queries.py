@@ -56,6 +56,7 @@ from router.requests import (
     RequestReader,
     check_conditional_operator,
     check_index,
+    check_key_paths,
     read_common,
     select_mode,
 )
@@ -430,6 +431,7 @@ async def scan(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
     table = await ctx.table(table_name)
     index = _local_index(check_index(index_name, table))
     shape = None if index is None else indexes.entry_shape(index, schema.key_shape(table))
+    check_key_paths(schema.key_names(table), compiled.filter, compiled.projection)
     low, high = b"", None
     hash_start: int | None = None
     hash_end: int | None = None
@@ -594,6 +596,7 @@ async def query(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
             raise ValidationError(
                 "The provided starting key does not match the range key predicate"
             )
+    check_key_paths(schema.key_names(table), compiled.filter, compiled.projection)
     if compiled.filter is not None:
         # DynamoDB serves key conditions from the key order; a filter on a key attribute would be
         # a key condition in disguise, and it refuses it.

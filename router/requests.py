@@ -24,7 +24,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from core import limits, values
+from core import expressions, limits, values
 from core.catalog import IndexDef
 from core.errors import ValidationError
 
@@ -333,3 +333,19 @@ def check_index(index_name: str | None, table: Mapping[str, Any]) -> IndexDef | 
         if index["name"] == index_name:
             return IndexDef.from_json(index)
     raise ValidationError(f"The table does not have the specified index: {index_name}")
+
+
+def check_key_paths(
+    key_names: tuple[str, ...], *compiled: expressions.Condition | expressions.Projection | None
+) -> None:
+    """Refuse a projection or filter that reaches into a key attribute (`pk.a`, `pk[0]`).
+
+    Key attributes are scalars, and DynamoDB says so once it knows the table's key schema, partition
+    key first.
+    """
+    for name in key_names:
+        if any(c is not None and name in c.nested_attributes for c in compiled):
+            raise ValidationError(
+                "Key attributes must be scalars; list random access '[]' and map lookup '.' are "
+                f"not allowed: Key: {name}"
+            )

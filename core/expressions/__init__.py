@@ -199,6 +199,11 @@ class Condition:
         """The top-level attributes the condition reads (a Query filter may not read a key)."""
         return frozenset(str(path[0]) for path in self._paths.values())
 
+    @property
+    def nested_attributes(self) -> frozenset[str]:
+        """The top-level attributes the condition reads through a document path (`a.b`, `a[0]`)."""
+        return frozenset(str(path[0]) for path in self._paths.values() if len(path) > 1)
+
     def evaluate(self, item: Item | None) -> bool:
         """Whether ``item`` satisfies the condition; None means there is no item."""
         return self._predicate(item if item is not None else _EMPTY_ITEM)
@@ -264,7 +269,15 @@ class Update:
 class Projection:
     """A checked ProjectionExpression."""
 
-    __slots__ = ("names_used", "paths", "text", "top_level_attributes", "tree", "values_used")
+    __slots__ = (
+        "names_used",
+        "nested_attributes",
+        "paths",
+        "text",
+        "top_level_attributes",
+        "tree",
+        "values_used",
+    )
 
     def __init__(self, text: str, parsed: Parsed, paths: list[ResolvedPath]) -> None:
         assert isinstance(parsed.tree, ast.ProjectionExpression)
@@ -274,6 +287,8 @@ class Projection:
         self.values_used: frozenset[str] = frozenset()
         self.paths: tuple[ResolvedPath, ...] = tuple(paths)
         self.top_level_attributes = frozenset(str(path[0]) for path in paths)
+        # Top-level attributes projected through a document path (`a.b`, `a[0]`).
+        self.nested_attributes = frozenset(str(path[0]) for path in paths if len(path) > 1)
 
     def apply(self, item: Item) -> Item:
         return project(item, self.paths)

@@ -405,3 +405,47 @@ def test_a_boolean_given_as_a_string_in_expression_values(
         400,
         {"__type": SERIALIZATION, "Message": "Unexpected token received from parser"},
     )
+
+
+V = {"S": "v"}
+NESTED_KEY = (
+    "Key attributes must be scalars; list random access '[]' and map lookup '.' are not "
+    "allowed: Key: pk"
+)
+
+
+@pytest.mark.parametrize(
+    ("operation", "body"),
+    [
+        (
+            "GetItem",
+            {
+                "Key": {"pk": {"S": "a"}},
+                "ProjectionExpression": "#a.b",
+                "ExpressionAttributeNames": {"#a": "pk"},
+            },
+        ),
+        ("Scan", {"FilterExpression": "pk[0] = :v", "ExpressionAttributeValues": {":v": V}}),
+        ("Scan", {"ProjectionExpression": "colour, pk.x"}),
+        (
+            "Query",
+            {
+                "KeyConditionExpression": "pk = :v",
+                "FilterExpression": "pk.x = :v",
+                "ExpressionAttributeValues": {":v": V},
+            },
+        ),
+    ],
+)
+def test_a_key_attribute_reached_through_a_document_path(
+    cluster: LocalCluster, table: str, operation: str, body: dict[str, Any]
+) -> None:
+    reply = call(cluster, operation, {"TableName": table, **body})
+    assert (reply.status, reply.json()) == (400, {"__type": VALIDATE, "message": NESTED_KEY})
+    missing = call(cluster, operation, {"TableName": "no-such-table", **body})
+    assert missing.json()["__type"] == DYNAMODB + "ResourceNotFoundException"
+
+
+def test_a_document_path_into_another_attribute_is_fine(cluster: LocalCluster, table: str) -> None:
+    reply = call(cluster, "Scan", {"TableName": table, "ProjectionExpression": "colour.x, pk"})
+    assert reply.status == 200

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from core import expressions
 from core.errors import ValidationError
 from router.requests import (
     RETURN_VALUES,
@@ -14,6 +15,7 @@ from router.requests import (
     RequestReader,
     check_conditional_operator,
     check_index,
+    check_key_paths,
     check_return_values,
     key_identity,
     select_mode,
@@ -254,3 +256,18 @@ def test_key_identity_ignores_attribute_order() -> None:
     other = key_identity({"sk": {"N": "1"}, "pk": {"S": "a"}})
     assert one == other
     assert one != key_identity({"pk": {"S": "a"}, "sk": {"S": "1"}})
+
+
+def test_key_paths_refuse_a_document_path_into_a_key_attribute() -> None:
+    nested = expressions.projection("a, pk.b")
+    flat = expressions.projection("pk, sk, a.b")
+    condition = expressions.condition("sk[1] = :v", None, {":v": {"S": "x"}})
+    check_key_paths(("pk", "sk"), flat, None)
+    with pytest.raises(ValidationError) as raised:
+        check_key_paths(("pk", "sk"), flat, nested, condition)
+    assert raised.value.message == (
+        "Key attributes must be scalars; list random access '[]' and map lookup '.' are not "
+        "allowed: Key: pk"
+    )
+    with pytest.raises(ValidationError, match=r"Key: sk$"):
+        check_key_paths(("pk", "sk"), condition)
