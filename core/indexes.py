@@ -28,7 +28,7 @@ from core.capacity import index_write_units
 from core.catalog import IndexDef, IndexStatus, ProjectionType
 from core.errors import INVALID_PARAMETERS, ItemCollectionSizeLimitExceeded, ValidationError
 from core.keys import KeyAttribute, KeyShape
-from core.size import item_size_bytes
+from core.size import check_key_value, item_size_bytes
 from core.values import Item, type_of
 
 PROJECTION_TYPES: tuple[ProjectionType, ...] = ("ALL", "KEYS_ONLY", "INCLUDE")
@@ -146,7 +146,8 @@ def projected(index: IndexDef, table_shape: KeyShape, names: Iterable[str]) -> b
 
 def check_index_keys(item: Item, indexes: Iterable[IndexDef]) -> None:
     """Refuse an item (a PutItem's, or an UpdateItem's new image) whose value for some index key
-    attribute has another type than the index declares, or is an empty string or binary.
+    attribute has another type than the index declares, is an empty string or binary, or is
+    larger than a key of its role may be.
 
     An absent index key attribute is no error: the item is just not in that index. DynamoDB
     refuses the write with a ValidationException and changes nothing, for local and global
@@ -172,6 +173,9 @@ def check_index_keys(item: Item, indexes: Iterable[IndexDef]) -> None:
                     f"AttributeValue for a key attribute cannot contain an empty {kind} value. "
                     f"IndexName: {index.name}, IndexKey: {attribute.name}"
                 )
+            # An index key is bounded like a table key: 2048 bytes for a partition key, 1024
+            # for a sort key (its entry is stored under it).
+            check_key_value(attribute.name, value, attribute.role)
 
 
 # Item collections -----------------------------------------------------------------------------

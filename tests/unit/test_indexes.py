@@ -242,6 +242,14 @@ class TestIndexKeyChecks:
             f"an empty {kind} value. IndexName: {index.name}, IndexKey: {name}"
         )
 
+    def test_an_index_sort_key_is_bounded_like_a_table_sort_key(self) -> None:
+        check_index_keys({**ITEM, "LastPostDateTime": {"S": "x" * 1024}}, [lsi()])
+        with pytest.raises(ValidationError) as raised:
+            check_index_keys({**ITEM, "LastPostDateTime": {"S": "x" * 1025}}, [lsi()])
+        assert raised.value.message == (
+            INVALID + "Aggregated size of all range keys has exceeded the size limit of 1024 bytes"
+        )
+
     def test_absent_or_well_typed_keys_pass(self) -> None:
         check_index_keys(ITEM, [lsi(), GAME_TITLE_INDEX])
         check_index_keys({"ForumName": {"S": "EC2"}, "Subject": {"S": "s"}}, [lsi()])
