@@ -20,6 +20,7 @@ from core import limits
 from core.size import item_size_bytes
 from dynalab.cluster import LocalCluster
 from tests.integration.conftest import error_of, wait_active
+from tests.integration.test_wire import call
 
 INVALID = "One or more parameter values were invalid: "
 # Small enough to reach with a few 300 KB items, large enough for every other test's collections.
@@ -821,3 +822,20 @@ def test_ttl_deletes_reach_the_local_indexes(dynamodb: Any, table_name: Callable
         time.sleep(0.2)
     assert subjects(query_index(dynamodb, name, "S3", ConsistentRead=True)["Items"]) == ["kept"]
     assert dynamodb.scan(TableName=name, ConsistentRead=True)["Count"] == 1
+
+
+def test_update_table_cannot_add_a_local_index(
+    cluster: LocalCluster, dynamodb: Any, table_name: Callable[[], str]
+) -> None:
+    """L-11: LSIs exist only from CreateTable. UpdateTable has no LocalSecondaryIndexes member
+    (boto3 will not even send one); sent raw, it is no change DynamoDB knows of."""
+    name = thread_table(dynamodb, table_name())
+    reply = call(
+        cluster,
+        "UpdateTable",
+        {"TableName": name, "LocalSecondaryIndexes": [lsi("byNumber", "Views")]},
+    )
+    assert reply.status == 400
+    assert reply.json()["message"].startswith("At least one of ProvisionedThroughput")
+    described = dynamodb.describe_table(TableName=name)["Table"]
+    assert [index["IndexName"] for index in described["LocalSecondaryIndexes"]] == ["LastPostIndex"]
