@@ -839,3 +839,26 @@ def test_update_table_cannot_add_a_local_index(
     assert reply.json()["message"].startswith("At least one of ProvisionedThroughput")
     described = dynamodb.describe_table(TableName=name)["Table"]
     assert [index["IndexName"] for index in described["LocalSecondaryIndexes"]] == ["LastPostIndex"]
+
+
+def test_batch_write_reports_local_index_units(
+    dynamodb: Any, table_name: Callable[[], str]
+) -> None:
+    name = thread_table(dynamodb, table_name())
+    reply = dynamodb.batch_write_item(
+        RequestItems={
+            name: [
+                {"PutRequest": {"Item": thread("S3", "a", "2015")}},
+                {"PutRequest": {"Item": thread("S3", "b", None)}},  # Not in the index.
+            ]
+        },
+        ReturnConsumedCapacity="INDEXES",
+    )
+    assert reply["ConsumedCapacity"] == [
+        {
+            "TableName": name,
+            "CapacityUnits": 3.0,
+            "Table": {"CapacityUnits": 2.0},
+            "LocalSecondaryIndexes": {"LastPostIndex": {"CapacityUnits": 1.0}},
+        }
+    ]
