@@ -79,7 +79,7 @@ ITEM_COLLECTION_BYTES_MAX = 10 * KIB * MIB  # An item collection of a table with
 DISK_RESERVE_BYTES = 256 * MIB
 # Below this share of the reserve, deletes too are refused: they also append to the log. Only
 # DropTable's partition drops go on.
-DISK_DELETE_RESERVE_FRACTION = 0.25
+DISK_DELETE_RESERVE_SHARE_MIN = 0.25
 
 # Placement (dynalab's own choice, not a DynamoDB quota): virtual nodes per storage node on the
 # consistent-hash ring. More points spread partitions more evenly; 128 keeps each node's share of

@@ -544,7 +544,7 @@ class StorageNode:
         free = self.store.free_bytes()
         if free >= reserve:
             return
-        floor = reserve * limits.DISK_DELETE_RESERVE_FRACTION
+        floor = reserve * limits.DISK_DELETE_RESERVE_SHARE_MIN
         allowed = _ALWAYS_ALLOWED_OPS if free < floor else _SPACE_FREEING_OPS
         for index, (op, _, _) in enumerate(writes):
             if results[index] is None and op not in allowed:
