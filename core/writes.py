@@ -13,8 +13,10 @@ DynamoDB's rules, as the Developer Guide and API Reference state them:
 
 - A failed condition changes nothing but still consumes write units, sized by the existing item;
   with ReturnValuesOnConditionCheckFailure=ALL_OLD the error carries that item.
-- UpdateItem on a missing item creates it from its key, then applies the update; an update may not
-  set or remove a key attribute.
+- UpdateItem on a missing item creates it from its key, then applies the update, unless every
+  action of the update only takes something away (REMOVE, DELETE from a set, or the legacy
+  AttributeUpdates DELETE): then there is nothing to remove, no item is created and nothing is
+  returned, whatever ReturnValues asks. An update may not set or remove a key attribute.
 - PutItem and DeleteItem return only ALL_OLD; UpdateItem also UPDATED_OLD, ALL_NEW, UPDATED_NEW.
 - A write consumes one unit per started KB of the larger of the old and the new item.
 - A write that leaves the item exactly as it was is no change: like DynamoDB Streams, it records
@@ -212,6 +214,18 @@ def _plan_update(
     failed = _failed_condition(request.condition, key, old, old_bytes, request.return_on_failure)
     if failed is not None:
         return failed
+    if old is None and update is not None and update.only_removes:
+        # Nothing to remove from an item that is not there, so nothing is created (nested paths
+        # included: "REMOVE a.b[2]" on a missing item is not an invalid path).
+        return WriteEffect(
+            key=key,
+            old=None,
+            new=None,
+            old_bytes=0,
+            new_bytes=0,
+            units=item_write_units(0, 0),
+            attributes=None,
+        )
     # UpdateItem on a missing item creates it from its key, then applies the update.
     base = dict(key) if old is None else old
     new = base if update is None else update.apply(base)

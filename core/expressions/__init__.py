@@ -58,6 +58,7 @@ from core.errors import SerializationError, ValidationError
 from core.expressions import ast
 from core.expressions.binding import (
     CONDITION_RANKS,
+    ORDER,
     PROJECTION_RANKS,
     UPDATE_RANKS,
     Binder,
@@ -215,6 +216,7 @@ class Update:
     __slots__ = (
         "_apply",
         "names_used",
+        "only_removes",
         "paths",
         "text",
         "top_level_attributes",
@@ -235,6 +237,11 @@ class Update:
         # Top-level attributes written; the node rejects an update touching a key attribute
         # ("Cannot update attribute pk. This attribute is part of the key").
         self.top_level_attributes = frozenset(str(path[0]) for path in paths)
+        # Whether every action takes something away (REMOVE, DELETE from a set): such an update
+        # leaves a missing item missing instead of creating it from its key.
+        self.only_removes = all(
+            clause.keyword in ("REMOVE", "DELETE") for clause in parsed.tree.clauses
+        )
         self._apply = compile_update(parsed.tree, binder)
 
     def apply(self, item: Item) -> Item:
@@ -396,6 +403,9 @@ def key_condition(
     _check_map_shapes(names, values)
     binder = Binder(kind, CONDITION_RANKS, names, values)
     plan.bind(binder)
+    # A key condition words an unordered operand its own way ("ComparisonOperator LT is not valid
+    # for BOOL AttributeValue type"), in `key_tests`.
+    binder.findings = [finding for finding in binder.findings if finding.category != ORDER]
     binder.raise_first(parsed.findings)
     hash_value, range_condition = key_tests(
         plan.tree, binder, hash_key, range_key, hash_type, range_type

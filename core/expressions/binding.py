@@ -30,6 +30,7 @@ UNDEFINED_VALUE = "undefined_value"
 ARITY = "arity"
 DISTINCT = "distinct"
 FUNCTION = "function"
+ORDER = "order"  # An unordered constant compared with <, <=, >, >= or BETWEEN.
 OVERLAP = "overlap"
 CONFLICT = "conflict"
 OPERAND = "operand"
@@ -50,7 +51,7 @@ CONDITION_RANKS = _ranks(
     [UNDEFINED_NAME, UNDEFINED_VALUE],
     [ARITY],
     [DISTINCT],
-    [FUNCTION],
+    [FUNCTION, ORDER],
 )
 UPDATE_RANKS = _ranks(
     [LIMIT],

@@ -10,7 +10,9 @@ are decoded once, at compile time, instead of once per item.
 
 Evaluation follows the Developer Guide's comparison rules: values of different types are never
 equal and never ordered, so ``<``, ``<=``, ``>``, ``>=`` and BETWEEN are false across types and
-for types without an order (only S, N and B are ordered), ``=`` is false and ``<>`` true. An absent
+for types without an order (only S, N and B are ordered), ``=`` is false and ``<>`` true. A
+constant operand of a type without an order is refused before any item is read ("Incorrect
+operand type for operator or function"), as DynamoDB does. An absent
 operand (a missing attribute, or ``size`` of one) makes every comparison false except ``<>``, which
 DynamoDB defines as the negation of ``=``.
 """
@@ -30,13 +32,14 @@ from core.expressions.binding import (
     DISTINCT,
     FUNCTION,
     MISUSED_FUNCTION,
+    ORDER,
     UNKNOWN_FUNCTION,
     Binder,
     describe_path,
     describe_value,
 )
 from core.expressions.document import Getter, make_getter
-from core.expressions.parser import Deferred, Parsed
+from core.expressions.parser import UPDATE_FUNCTIONS, Deferred, Parsed
 from core.values import SET_TYPES, AttributeValue, Item, compare, equal, type_of
 
 Predicate = Callable[[Item], bool]
@@ -54,6 +57,7 @@ FUNCTION_ARITY = {
 ATTRIBUTE_TYPES = ("B", "NULL", "SS", "BOOL", "L", "BS", "N", "NS", "S", "M")
 _ANY_TYPE = "{NS,SS,L,BS,N,M,B,BOOL,NULL,S}"
 _ORDERED = frozenset({"S", "N", "B"})
+_ORDERING = frozenset({"<", "<=", ">", ">="})
 _SCALARS = frozenset({"S", "N", "B", "BOOL", "NULL"})
 
 
@@ -84,9 +88,9 @@ def _has_static_type(operand: ast.Operand) -> bool:
     )
 
 
-def _incorrect_type(binder: Binder, name: str, operand_type: str) -> None:
+def _incorrect_type(binder: Binder, name: str, operand_type: str, category: str = FUNCTION) -> None:
     binder.note(
-        FUNCTION,
+        category,
         "Incorrect operand type for operator or function; "
         f"operator or function: {name}, operand type: {operand_type}",
     )
@@ -107,13 +111,16 @@ def _distinct_check(operator_name: str, first: ast.Path, second: ast.Path) -> Ch
 
 
 def _operand_types_check(
-    name: str, operands: tuple[ast.Operand, ...], allowed: frozenset[str]
+    name: str,
+    operands: tuple[ast.Operand, ...],
+    allowed: frozenset[str],
+    category: str = FUNCTION,
 ) -> Check:
     def check(binder: Binder) -> None:
         for operand in operands:
             operand_type = _static_type(operand, binder)
             if operand_type is not None and operand_type not in allowed:
-                _incorrect_type(binder, name, operand_type)
+                _incorrect_type(binder, name, operand_type, category)
                 return
 
     return check
@@ -198,6 +205,13 @@ class _Planner:
     def note(self, category: str, message: str) -> None:
         self.checks.append(Deferred(category, message))
 
+    def unknown(self, name: str) -> None:
+        if name in UPDATE_FUNCTIONS:
+            message = f"The function is not allowed in a condition expression; function: {name}"
+        else:
+            message = f"Invalid function name; function: {name}"
+        self.note(UNKNOWN_FUNCTION, message)
+
     def misused(self, name: str) -> None:
         self.note(
             MISUSED_FUNCTION,
@@ -215,7 +229,7 @@ class _Planner:
             self.resolutions[operand.name] = None
         elif isinstance(operand, ast.Call):
             if operand.name not in FUNCTION_ARITY:
-                self.note(UNKNOWN_FUNCTION, f"Invalid function name; function: {operand.name}")
+                self.unknown(operand.name)
             elif operand.name != "size":
                 self.misused(operand.name)
             self.function(operand)
@@ -263,9 +277,20 @@ class _Planner:
             self.operand(node.left)
             self.operand(node.right)
             self.distinct(node.op, node.left, node.right)
+            if node.op in _ORDERING and (
+                _has_static_type(node.left) or _has_static_type(node.right)
+            ):
+                # Only S, N and B have an order: a constant of another type cannot be compared
+                # with <, <=, > or >=, which DynamoDB refuses as a mistake rather than evaluating.
+                self.checks.append(
+                    _operand_types_check(node.op, (node.left, node.right), _ORDERED, ORDER)
+                )
         elif isinstance(node, ast.Between):
             for operand in (node.operand, node.low, node.high):
                 self.operand(operand)
+            operands = (node.operand, node.low, node.high)
+            if any(_has_static_type(operand) for operand in operands):
+                self.checks.append(_operand_types_check("BETWEEN", operands, _ORDERED, ORDER))
             if isinstance(node.low, ast.ValueOperand) and isinstance(node.high, ast.ValueOperand):
                 self.checks.append(_between_check(node.low.name, node.high.name))
         elif isinstance(node, ast.In):
@@ -275,7 +300,7 @@ class _Planner:
             if node.name == "size":
                 self.misused("size")
             elif node.name not in FUNCTION_ARITY:
-                self.note(UNKNOWN_FUNCTION, f"Invalid function name; function: {node.name}")
+                self.unknown(node.name)
             self.function(node)
 
 

@@ -53,6 +53,20 @@ from core.expressions.tokens import (
 )
 
 COMPARATORS = frozenset({"=", "<>", "<", "<=", ">", ">="})
+# DynamoDB's functions ("These function names are case-sensitive"): those of condition and filter
+# expressions, and those of update expressions. Each kind refuses the other's as "not allowed".
+CONDITION_FUNCTIONS = frozenset(
+    {
+        "attribute_exists",
+        "attribute_not_exists",
+        "attribute_type",
+        "begins_with",
+        "contains",
+        "size",
+    }
+)
+UPDATE_FUNCTIONS = frozenset({"if_not_exists", "list_append"})
+FUNCTIONS = CONDITION_FUNCTIONS | UPDATE_FUNCTIONS
 _CONDITION_KEYWORDS = frozenset({"AND", "OR", "NOT", "BETWEEN", "IN"})
 _UPDATE_KEYWORDS = frozenset({"SET", "REMOVE", "ADD", "DELETE"})
 
@@ -110,8 +124,13 @@ def _as_condition(node: ast.Condition | ast.Operand) -> ast.Condition | None:
 
 
 class _Parser:
-    def __init__(self, text: str, keywords: frozenset[str]) -> None:
+    def __init__(
+        self, text: str, keywords: frozenset[str], functions: frozenset[str] | None = None
+    ) -> None:
         self.text = text
+        # The names that may be called; None: any (a condition reports an unknown name after
+        # parsing, an update cannot parse "foo(" at all).
+        self.functions = functions
         self.tokens: list[Token] = tokenize(text)
         self.pos = 0
         self.keywords = keywords
@@ -208,6 +227,7 @@ class _Parser:
             token.kind == NAME
             and self.tokens[self.pos + 1].kind == "("
             and token.text.upper() not in self.keywords
+            and (self.functions is None or token.text in self.functions)
         ):
             self.pos += 2
             self.descend()
@@ -421,7 +441,9 @@ def parse_condition(text: str) -> Parsed:
 
 
 def parse_update(text: str) -> Parsed:
-    parser = _Parser(text, _UPDATE_KEYWORDS)
+    """Parse an UpdateExpression; a name that is not one of DynamoDB's functions followed by "("
+    is a syntax error at the "(", as in DynamoDB."""
+    parser = _Parser(text, _UPDATE_KEYWORDS, FUNCTIONS)
     return parser.result(parser.parse_update())
 
 

@@ -95,7 +95,11 @@ def _check_operand(operand: ast.Operand, binder: Binder) -> None:
             _check_operand(arg, binder)
         arity = FUNCTION_ARITY.get(operand.name)
         if arity is None:
-            binder.note(UNKNOWN_FUNCTION, f"Invalid function name; function: {operand.name}")
+            # The parser lets only DynamoDB's function names be called: this is a condition's.
+            binder.note(
+                UNKNOWN_FUNCTION,
+                f"The function is not allowed in an update expression; function: {operand.name}",
+            )
         elif len(operand.args) != arity:
             binder.note(
                 ARITY,

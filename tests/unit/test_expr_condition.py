@@ -108,10 +108,37 @@ def test_comparisons(text: str, expected: bool) -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ["n = :s", "n < :s", "n >= :s", "s > :n5", "b < :s", "ss = :a", "n = :one", "t < :t"],
+    ["n = :s", "n < :s", "n >= :s", "s > :n5", "b < :s", "ss = :a", "n = :one", "t < :n5"],
 )
 def test_comparing_different_or_unordered_types_is_false(text: str) -> None:
     assert holds(text) is False
+
+
+@pytest.mark.parametrize(
+    ("text", "operator", "operand_type"),
+    [
+        ("n < :t", "<", "BOOL"),
+        ("n <= :null", "<=", "NULL"),
+        (":ss > n", ">", "SS"),
+        ("n >= :l", ">=", "L"),
+        ("size(n) > :m", ">", "M"),
+        ("n BETWEEN :l AND :l", "BETWEEN", "L"),
+        ("n BETWEEN :n5 AND :t", "BETWEEN", "BOOL"),
+        (":m BETWEEN n AND s", "BETWEEN", "M"),
+    ],
+)
+def test_ordering_a_constant_without_an_order_is_refused(
+    text: str, operator: str, operand_type: str
+) -> None:
+    # An attribute's type is known only per item (false when unordered); a constant's is known
+    # before any item is read, and DynamoDB refuses it rather than failing the condition.
+    used = expressions.parse_cached("condition", text)
+    assert not isinstance(used, str)
+    values = {key: VALUES[key] for key in used.values_used}
+    assert error(text, values=values) == PREFIX + (
+        "Incorrect operand type for operator or function; "
+        f"operator or function: {operator}, operand type: {operand_type}"
+    )
 
 
 @pytest.mark.parametrize("text", ["n <> :s", "ss <> :a", "t <> :null"])
@@ -324,7 +351,11 @@ def test_unknown_function() -> None:
     )
     assert (
         error("if_not_exists(a, b) = c")
-        == PREFIX + "Invalid function name; function: if_not_exists"
+        == PREFIX + "The function is not allowed in a condition expression; function: if_not_exists"
+    )
+    assert (
+        error("list_append(a, b)")
+        == PREFIX + "The function is not allowed in a condition expression; function: list_append"
     )
 
 

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from core.expressions import ast
-from core.expressions.parser import parse_condition, parse_projection, parse_update
+from core.expressions.parser import FUNCTIONS, parse_condition, parse_projection, parse_update
 
 _KEYWORDS = {"and", "or", "not", "between", "in", "set", "remove", "add", "delete"}
 
@@ -51,7 +51,19 @@ conditions = st.recursive(
     max_leaves=8,
 )
 
-set_values = operands | st.builds(ast.Arithmetic, st.sampled_from(["+", "-"]), operands, operands)
+# An update calls only DynamoDB's functions: any other name followed by "(" does not parse.
+update_operands = st.recursive(
+    simple_operands,
+    lambda inner: st.builds(
+        ast.Call,
+        st.sampled_from(sorted(FUNCTIONS)),
+        st.lists(inner, min_size=1, max_size=3).map(tuple),
+    ),
+    max_leaves=4,
+)
+set_values = update_operands | st.builds(
+    ast.Arithmetic, st.sampled_from(["+", "-"]), update_operands, update_operands
+)
 actions = {
     "SET": st.builds(ast.SetAction, paths, set_values),
     "REMOVE": st.builds(ast.RemoveAction, paths),

@@ -324,7 +324,17 @@ def test_function_and_arithmetic_operand_types(
 
 
 def test_function_errors() -> None:
-    assert compile_error("SET a = size(b)") == PREFIX + "Invalid function name; function: size"
+    assert compile_error("SET a = size(b)") == PREFIX + (
+        "The function is not allowed in an update expression; function: size"
+    )
+    assert compile_error("SET a = attribute_exists(b)") == PREFIX + (
+        "The function is not allowed in an update expression; function: attribute_exists"
+    )
+    # A name that is not one of DynamoDB's functions cannot be called at all, whatever its case.
+    assert compile_error("SET a = foo(b)") == PREFIX + 'Syntax error; token: "(", near: "foo(b"'
+    assert compile_error("SET a = LIST_APPEND(b, c)") == PREFIX + (
+        'Syntax error; token: "(", near: "LIST_APPEND(b"'
+    )
     assert compile_error("SET a = list_append(b)") == PREFIX + (
         "Incorrect number of operands for operator or function; "
         "operator or function: list_append, number of operands: 1"
@@ -365,8 +375,8 @@ def test_disjoint_paths_are_fine() -> None:
 @pytest.mark.parametrize(
     ("text", "values", "expected"),
     [
-        ("SET a = foo(b) SET name = :x", {":x": N}, "reserved keyword: name"),
-        ("SET a = foo(b) SET c = :x", {":x": N}, "Invalid function name; function: foo"),
+        ("SET a = size(b) SET name = :x", {":x": N}, "reserved keyword: name"),
+        ("SET a = size(b) SET c = :x", {":x": N}, "not allowed in an update expression"),
         ("SET a = :x SET #c = :x", {":x": N}, 'The "SET" section can only be used once'),
         ("SET a = :u, #c = :x", {":x": N}, "attribute name: #c"),
         ("SET a = :u, b = :x REMOVE b", {":x": N}, "attribute value: :u"),

@@ -232,6 +232,35 @@ def test_update_to_same_value_is_no_change_but_is_charged() -> None:
     assert (effect.old_bytes, effect.new_bytes, effect.units) == (15, 15, 1.0)
 
 
+@pytest.mark.parametrize(
+    ("text", "values"),
+    [
+        ("REMOVE color", None),
+        ("REMOVE a.b[2].c, d[0]", None),  # A nested path of a missing item is no invalid path.
+        ("DELETE tags :t", {":t": {"SS": ["x"]}}),
+        ("REMOVE color DELETE tags :t", {":t": {"SS": ["x"]}}),
+    ],
+)
+@pytest.mark.parametrize(
+    "return_values", ["NONE", "ALL_OLD", "UPDATED_OLD", "ALL_NEW", "UPDATED_NEW"]
+)
+def test_an_update_that_only_removes_does_not_create_a_missing_item(
+    text: str, values: dict[str, Any] | None, return_values: str
+) -> None:
+    request = UpdateRequest(KEY, update(text, values), return_values=return_values)
+    effect = planned(request, None)
+    assert (effect.kind, effect.old, effect.new, effect.attributes) == (None, None, None, None)
+    assert (effect.old_bytes, effect.new_bytes, effect.units) == (0, 0, 1.0)
+    assert effect.reply() == {"attributes": None, "old_bytes": 0, "new_bytes": 0}
+
+
+def test_an_update_that_also_sets_creates_the_missing_item() -> None:
+    effect = planned(
+        UpdateRequest(KEY, update("SET color = :c REMOVE shade", {":c": s("red")})), None
+    )
+    assert (effect.kind, effect.new) == (ChangeKind.INSERT, RED)
+
+
 def test_update_removing_a_missing_attribute_is_no_change() -> None:
     effect = planned(UpdateRequest(KEY, update("REMOVE shade")), RED)
     assert effect.kind is None

@@ -1,0 +1,154 @@
+"""DynamoDB behaviours at the edges of the expression language, through boto3 on a real cluster.
+
+Each test is one behaviour issue #14 found missing: an update that only removes leaves a missing
+item missing; comparing with a constant that has no order is a ValidationException, not a failed
+condition; functions of the other expression kind are "not allowed"; an unknown function in an
+update expression is a syntax error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from tests.integration.conftest import error_of
+
+KEY = {"pk": {"S": "k"}}
+
+
+@pytest.fixture
+def table(dynamodb: Any, create_table: Callable[..., str], table_name: Callable[[], str]) -> str:
+    return create_table(dynamodb, table_name())
+
+
+@pytest.mark.parametrize(
+    ("arguments"),
+    [
+        {"UpdateExpression": "REMOVE a"},
+        {"UpdateExpression": "REMOVE a.b[2].c"},  # A nested path of a missing item: no error.
+        {
+            "UpdateExpression": "DELETE s :v",
+            "ExpressionAttributeValues": {":v": {"SS": ["x"]}},
+        },
+        {"AttributeUpdates": {"a": {"Action": "DELETE"}}},
+    ],
+)
+def test_an_update_that_only_removes_does_not_create_a_missing_item(
+    dynamodb: Any, table: str, arguments: dict[str, Any]
+) -> None:
+    reply = dynamodb.update_item(TableName=table, Key=KEY, ReturnValues="ALL_NEW", **arguments)
+    assert "Attributes" not in reply
+    assert "Item" not in dynamodb.get_item(TableName=table, Key=KEY, ConsistentRead=True)
+    # With a SET beside the REMOVE the item is created, as before.
+    reply = dynamodb.update_item(
+        TableName=table,
+        Key=KEY,
+        UpdateExpression="SET b = :b REMOVE a",
+        ExpressionAttributeValues={":b": {"N": "1"}},
+        ReturnValues="ALL_NEW",
+    )
+    assert reply["Attributes"] == {**KEY, "b": {"N": "1"}}
+
+
+@pytest.mark.parametrize(
+    ("expression", "values", "operator", "operand_type"),
+    [
+        ("a < :v", {":v": {"L": []}}, "<", "L"),
+        ("a <= :v", {":v": {"M": {}}}, "<=", "M"),
+        ("a > :v", {":v": {"SS": ["x"]}}, ">", "SS"),
+        ("a >= :v", {":v": {"BOOL": True}}, ">=", "BOOL"),
+        (":v < a", {":v": {"NULL": True}}, "<", "NULL"),
+        ("a BETWEEN :v AND :w", {":v": {"L": []}, ":w": {"L": []}}, "BETWEEN", "L"),
+        ("a BETWEEN :v AND :w", {":v": {"N": "1"}, ":w": {"BOOL": True}}, "BETWEEN", "BOOL"),
+    ],
+)
+def test_ordering_a_constant_without_an_order_is_a_validation_error(
+    dynamodb: Any,
+    table: str,
+    expression: str,
+    values: dict[str, Any],
+    operator: str,
+    operand_type: str,
+) -> None:
+    problem = (
+        "Incorrect operand type for operator or function; "
+        f"operator or function: {operator}, operand type: {operand_type}"
+    )
+    dynamodb.put_item(TableName=table, Item={**KEY, "a": {"N": "1"}})
+    assert error_of(
+        lambda: dynamodb.put_item(
+            TableName=table,
+            Item=KEY,
+            ConditionExpression=expression,
+            ExpressionAttributeValues=values,
+        )
+    ) == (400, "ValidationException", f"Invalid ConditionExpression: {problem}")
+    assert error_of(
+        lambda: dynamodb.scan(
+            TableName=table, FilterExpression=expression, ExpressionAttributeValues=values
+        )
+    ) == (400, "ValidationException", f"Invalid FilterExpression: {problem}")
+    # The item was not changed by the refused put.
+    item = dynamodb.get_item(TableName=table, Key=KEY, ConsistentRead=True)["Item"]
+    assert item == {**KEY, "a": {"N": "1"}}
+
+
+@pytest.mark.parametrize(
+    ("expression", "function"),
+    [
+        ("list_append(a, b) = c", "list_append"),
+        ("if_not_exists(a, b)", "if_not_exists"),
+    ],
+)
+def test_update_functions_are_not_allowed_in_a_condition(
+    dynamodb: Any, table: str, expression: str, function: str
+) -> None:
+    assert error_of(
+        lambda: dynamodb.put_item(TableName=table, Item=KEY, ConditionExpression=expression)
+    ) == (
+        400,
+        "ValidationException",
+        "Invalid ConditionExpression: The function is not allowed in a condition expression; "
+        f"function: {function}",
+    )
+
+
+@pytest.mark.parametrize("function", ["attribute_exists", "size", "contains"])
+def test_condition_functions_are_not_allowed_in_an_update(
+    dynamodb: Any, table: str, function: str
+) -> None:
+    arguments = "b" if function != "contains" else "b, c"
+    assert error_of(
+        lambda: dynamodb.update_item(
+            TableName=table, Key=KEY, UpdateExpression=f"SET a = {function}({arguments})"
+        )
+    ) == (
+        400,
+        "ValidationException",
+        "Invalid UpdateExpression: The function is not allowed in an update expression; "
+        f"function: {function}",
+    )
+
+
+@pytest.mark.parametrize(
+    ("expression", "token", "near"),
+    [
+        ("SET a = foo(b)", "(", "foo(b"),
+        ("SET a = List_Append(b, c)", "(", "List_Append(b"),  # Function names are case-sensitive.
+        ("SET a-b = c", "-", "a-b"),
+        ("SET a = b$c", "$", "b$c"),
+    ],
+)
+def test_unknown_functions_and_bad_names_in_an_update_are_syntax_errors(
+    dynamodb: Any, table: str, expression: str, token: str, near: str
+) -> None:
+    assert error_of(
+        lambda: dynamodb.update_item(TableName=table, Key=KEY, UpdateExpression=expression)
+    ) == (
+        400,
+        "ValidationException",
+        f'Invalid UpdateExpression: Syntax error; token: "{token}", near: "{near}"',
+    )
+    assert "Item" not in dynamodb.get_item(TableName=table, Key=KEY, ConsistentRead=True)
