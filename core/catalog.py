@@ -23,7 +23,7 @@ router's handlers read), which is also how a record is stored in the catalog's s
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from fractions import Fraction
@@ -346,6 +346,8 @@ class TableDef:
     retired: tuple[PartitionDef, ...] = ()
     indexes: tuple[IndexDef, ...] = ()
     ttl: TtlDef | None = None
+    # The user's tags (key, value), in the order their keys were first added.
+    tags: tuple[tuple[str, str], ...] = ()
     version: int = 0
     _json: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
@@ -395,6 +397,7 @@ class TableDef:
             "retired_partitions": [partition.to_json() for partition in self.retired],
             "indexes": [index.to_json() for index in self.indexes],
             "ttl": None if self.ttl is None else self.ttl.to_json(),
+            "tags": [[key, value] for key, value in self.tags],
             "version": self.version,
         }
         object.__setattr__(self, "_json", document)
@@ -433,6 +436,7 @@ class TableDef:
             ),
             indexes=tuple(IndexDef.from_json(i) for i in document.get("indexes", ())),
             ttl=None if ttl is None else TtlDef.from_json(ttl),
+            tags=tuple((key, value) for key, value in document.get("tags", ())),
             version=int(document.get("version", 0)),
         )
 
@@ -461,9 +465,11 @@ def created(
     now: float,
     owner: Callable[[str], str],
     indexes: tuple[IndexDef, ...] = (),
+    tags: Sequence[tuple[str, str]] = (),
 ) -> TableDef:
     """A new table, CREATING, created at `now`, with as many partitions as its throughput needs,
-    and the secondary indexes given at creation (`indexes`).
+    the secondary indexes given at creation (`indexes`) and CreateTable's `tags` (as `tagged`
+    adds them).
 
     The partitions split the hash space evenly, each at epoch 1 with an equal share of the
     throughput, on the node `owner` picks for its id.
@@ -487,6 +493,7 @@ def created(
         created=now,
         partitions=tuple(partitions),
         indexes=indexes,
+        tags=_with_tags(name, (), tags),
     )
 
 
@@ -539,6 +546,44 @@ def table_in_use(table: TableDef) -> ResourceInUse:
     return ResourceInUse(
         f"Attempt to change a resource which is still in use: Table is being {doing}: {table.name}"
     )
+
+
+# Tags (TagResource, UntagResource, CreateTable's Tags) -----------------------------------------
+
+
+def _with_tags(
+    name: str, tags: tuple[tuple[str, str], ...], added: Sequence[tuple[str, str]]
+) -> tuple[tuple[str, str], ...]:
+    """`tags` with `added`: a key already there takes its new value and keeps its place (a key
+    is unique per table), a new key goes last. Refuses more than TAGS_PER_TABLE_MAX tags."""
+    merged = dict(tags)
+    for key, value in added:
+        merged[key] = value
+    if len(merged) > limits.TAGS_PER_TABLE_MAX:
+        raise LimitExceeded(
+            f"The number of tags on table {name} would be {len(merged)}, "
+            f"more than the limit of {limits.TAGS_PER_TABLE_MAX}"
+        )
+    return tuple(merged.items())
+
+
+def _check_taggable(table: TableDef) -> None:
+    # Tags change with the table's record; a table being created or deleted is in use.
+    if table.status in (TableStatus.CREATING, TableStatus.DELETING):
+        raise table_in_use(table)
+
+
+def tagged(table: TableDef, added: Sequence[tuple[str, str]]) -> TableDef:
+    """TagResource: the table with `added` tags (see `_with_tags`)."""
+    _check_taggable(table)
+    return _changed(table, tags=_with_tags(table.name, table.tags, added))
+
+
+def untagged(table: TableDef, keys: Iterable[str]) -> TableDef:
+    """UntagResource: the table without the tags of `keys`; a key it does not have is ignored."""
+    _check_taggable(table)
+    removed = set(keys)
+    return _changed(table, tags=tuple(tag for tag in table.tags if tag[0] not in removed))
 
 
 # Throughput (UpdateTable) ----------------------------------------------------------------------

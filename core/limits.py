@@ -229,6 +229,12 @@ assert GSI_RETRY_BACKOFF_SECONDS_MIN < GSI_RETRY_BACKOFF_SECONDS_MAX
 # A stopping router finishes in-flight requests for at most this long before cutting them off.
 ROUTER_SHUTDOWN_GRACE_SECONDS = 5.0
 
+# Tags (API Reference, "Tag"; Developer Guide, "Tagging restrictions"): up to 50 user tags per
+# table, keys of 1 to 128 characters and values of up to 256, unique per table and case-sensitive.
+TAGS_PER_TABLE_MAX = 50
+TAG_KEY_CHARS_MAX = 128
+TAG_VALUE_CHARS_MAX = 256
+
 # A CreateTable still CREATING this long after it began can no longer finish (its router died
 # half-way), so DeleteTable may remove it; DynamoDB refuses to delete a table while it is created.
 TABLE_CREATION_SECONDS_MAX = 600.0

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from core import limits
-from router import admin, items, queries, tables, ttl
+from router import admin, items, queries, tables, tags, ttl
 from router.protocol import Handler, JsonProtocol
 
 if TYPE_CHECKING:
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 def load_operations() -> dict[str, Handler]:
     """The registry of every operation the router serves, by DynamoDB operation name."""
     operations: dict[str, Handler] = {}
-    for module in (tables, items, queries, ttl):
+    for module in (tables, items, queries, ttl, tags):
         clashes = operations.keys() & module.OPERATIONS.keys()
         if clashes:
             raise RuntimeError(f"{module.__name__} redefines operations {sorted(clashes)}")

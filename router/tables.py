@@ -52,6 +52,7 @@ from core.keys import KeyShape
 from core.token_bucket import BillingMode
 from router.protocol import request_region
 from router.requests import NAME_PATTERN, RequestReader
+from router.tags import check_reserved, read_tags, table_arn
 from rpc import ops
 
 if TYPE_CHECKING:
@@ -60,7 +61,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("router.tables")
 
-ACCOUNT_ID = "000000000000"  # dynalab has no accounts; ARNs name this one, as DynamoDB Local does.
 ENDPOINT_CACHE_MINUTES = 1440  # DescribeEndpoints: DynamoDB tells clients to cache it for a day.
 
 _THROUGHPUT_MEMBERS = ("ReadCapacityUnits", "WriteCapacityUnits")
@@ -231,8 +231,10 @@ def _read_create_table(body: dict[str, Any]) -> dict[str, Any]:
     throughput = _read_throughput(reader)
     stream = reader.mapping("StreamSpecification")
     deletion_protection = reader.boolean("DeletionProtectionEnabled")
+    tags = read_tags(reader, required=False)
     name = schema.check_table_name(name)
     reader.check()
+    check_reserved(tags)
     # Refuse what dynalab does not have yet, rather than pretend to have it.
     if reader.present("GlobalSecondaryIndexes"):
         raise ValidationError(
@@ -268,6 +270,7 @@ def _read_create_table(body: dict[str, Any]) -> dict[str, Any]:
         "key_schema": key,
         "attribute_definitions": definitions,
         "indexes": local,
+        "tags": tags,
         **billing,
     }
 
@@ -334,7 +337,7 @@ def _description(
     if changes.last_decrease is not None:
         provisioned["LastDecreaseDateTime"] = changes.last_decrease
     descriptor = table.to_json()
-    arn = f"arn:aws:dynamodb:{request_region()}:{ACCOUNT_ID}:table/{table.name}"
+    arn = table_arn(table.name)
     description = {
         "TableName": table.name,
         "TableStatus": (status or table.status).value,
@@ -467,6 +470,7 @@ def _new_table(
         now=sources.clock(),
         owner=owner,
         indexes=definition["indexes"],
+        tags=definition["tags"],
     )
 
 
@@ -562,6 +566,9 @@ async def list_tables(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any
     return reply
 
 
+_NOT_IN_DELETE_DESCRIPTION = ("KeySchema", "AttributeDefinitions", "CreationDateTime")
+
+
 async def delete_table(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
     name = _read_table_name(body)
 
@@ -578,7 +585,12 @@ async def delete_table(ctx: RouterContext, body: dict[str, Any]) -> dict[str, An
     stats = await _table_stats(ctx, table)
     await _drop_partitions(ctx, table)
     await ctx.change_table(name, _without(table.id))
-    return {"TableDescription": _description(table, stats, ctx.sources.clock())}
+    description = _description(table, stats, ctx.sources.clock())
+    # DeleteTable describes what is going, not how it was defined: DynamoDB's TableDescription
+    # here has no key schema, attribute definitions or creation time (API Reference, DeleteTable).
+    for member in _NOT_IN_DELETE_DESCRIPTION:
+        description.pop(member, None)
+    return {"TableDescription": description}
 
 
 # UpdateTable ------------------------------------------------------------------------------------

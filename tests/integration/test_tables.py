@@ -134,8 +134,13 @@ def test_create_describe_list_delete(dynamodb: Any, table_name: Callable[[], str
     assert name in all_table_names(dynamodb)
 
     deleted = dynamodb.delete_table(TableName=name)["TableDescription"]
-    assert deleted["TableStatus"] == "DELETING"
-    assert deleted["TableName"] == name
+    assert (deleted["TableStatus"], deleted["TableName"]) == ("DELETING", name)
+    # DeleteTable's description, as DynamoDB's: what is going, not how it was defined.
+    assert not {"KeySchema", "AttributeDefinitions", "CreationDateTime"} & deleted.keys()
+    assert (deleted["ItemCount"], deleted["TableSizeBytes"]) == (0, 0)
+    assert deleted["TableArn"] == described["TableArn"]
+    assert deleted["TableId"] == described["TableId"]
+    assert deleted["ProvisionedThroughput"] == described["ProvisionedThroughput"]
     assert error_of(lambda: dynamodb.describe_table(TableName=name)) == (
         400,
         "ResourceNotFoundException",

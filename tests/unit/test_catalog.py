@@ -432,3 +432,57 @@ def test_the_agreed_location_is_the_one_every_node_holding_a_record_holds() -> N
     assert catalog.agreed_location({"node-1": None, "node-2": two, "node-3": two}) == two
     with pytest.raises(catalog.CatalogDisagreement):
         catalog.agreed_location({"node-1": one, "node-2": two, "node-3": two})
+
+
+# Tags -------------------------------------------------------------------------------------------
+
+
+def test_tags_are_added_replaced_and_removed_in_the_record() -> None:
+    table = catalog.activated(new_table())
+    tagged = catalog.tagged(table, [("team", "a"), ("cost", "1")])
+    assert tagged.tags == (("team", "a"), ("cost", "1"))
+    assert table.tags == ()  # A change makes a new record.
+    # A key is unique per table: adding it again takes the new value and keeps its place.
+    again = catalog.tagged(tagged, [("team", "b"), ("env", "prod")])
+    assert again.tags == (("team", "b"), ("cost", "1"), ("env", "prod"))
+    # Removing keys the table does not have changes nothing else.
+    assert catalog.untagged(again, ["cost", "absent"]).tags == (("team", "b"), ("env", "prod"))
+    assert TableDef.from_json(again.to_json()) == again
+    # A descriptor written before tags were kept reads as a table without tags.
+    older = {k: v for k, v in again.to_json().items() if k != "tags"}
+    assert TableDef.from_json(older).tags == ()
+
+
+def test_create_table_keeps_its_tags() -> None:
+    table = catalog.created(
+        name="Music",
+        table_id=TABLE_ID,
+        key_shape=SHAPE,
+        attribute_definitions=[("pk", "S"), ("sk", "N")],
+        billing_mode=BillingMode.PAY_PER_REQUEST,
+        throughput=Throughput(),
+        now=NOW,
+        owner=owner,
+        tags=[("team", "a"), ("team", "b")],
+    )
+    assert table.tags == (("team", "b"),)
+
+
+def test_a_table_holds_at_most_50_tags() -> None:
+    table = catalog.activated(new_table())
+    full = catalog.tagged(table, [(f"k{n}", "v") for n in range(limits.TAGS_PER_TABLE_MAX)])
+    assert len(full.tags) == limits.TAGS_PER_TABLE_MAX
+    assert catalog.tagged(full, [("k0", "new")]).tags[0] == ("k0", "new")  # Replacing is no add.
+    with pytest.raises(LimitExceeded):
+        catalog.tagged(full, [("one-more", "v")])
+    with pytest.raises(LimitExceeded):
+        catalog.tagged(table, [(f"k{n}", "v") for n in range(limits.TAGS_PER_TABLE_MAX + 1)])
+
+
+@pytest.mark.parametrize("status", [TableStatus.CREATING, TableStatus.DELETING])
+def test_a_table_being_created_or_deleted_cannot_be_tagged(status: TableStatus) -> None:
+    table = with_status(new_table(), status)
+    with pytest.raises(ResourceInUse):
+        catalog.tagged(table, [("k", "v")])
+    with pytest.raises(ResourceInUse):
+        catalog.untagged(table, ["k"])
