@@ -12,6 +12,9 @@ global index eventually consistent (seed 001 G-16). Everything it decides is her
   `core.indexes.index_entry`, shared with local indexes.
 - `route` groups the writes of a run of changes by the index partition holding each entry key,
   as `index_apply` payload changes (`rpc.ops.IndexApplyPayload`), keeping seq order per target.
+- `check_global_indexes` checks CreateTable's GlobalSecondaryIndexes against DynamoDB's rules;
+  `GlobalIndexSpec.placed` builds each index's catalog record, stored in partitions of its own.
+- `compare` is the convergence check: an index's entries against the projection of its table.
 - `followable` says which of a table's partitions may be followed now: a split's children only once
   their parent's log has been drained to its END, so that the changes to one key, which moved
   from the parent to a child, reach the index in the order they were made.
@@ -19,14 +22,18 @@ global index eventually consistent (seed 001 G-16). Everything it decides is her
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+import json
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from core.catalog import IndexDef, PartitionDef, TableDef
-from core.indexes import entry_shape, index_entry
-from core.keys import KeyShape
+from core import catalog, limits
+from core.catalog import IndexDef, PartitionDef, TableDef, Throughput
+from core.errors import INVALID_PARAMETERS, ValidationError
+from core.indexes import Projection, entry_shape, index_entry
+from core.keys import KeyAttribute, KeyRole, KeyShape
 from core.placement import PartitionMap
+from core.token_bucket import BillingMode
 from core.values import Item
 
 # The change-feed consumer under which the GSI replicator follows a partition; CreateTable
@@ -136,3 +143,173 @@ def followable(table: TableDef, drained: Collection[str]) -> list[PartitionDef]:
             continue
         ready.append(partition)
     return ready
+
+
+# CreateTable ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class GlobalIndexDefinition:
+    """One element of CreateTable's GlobalSecondaryIndexes past its constraints: its name, its
+    KeySchema as (AttributeName, KeyType) pairs, its checked Projection and its
+    ProvisionedThroughput as {ReadCapacityUnits, WriteCapacityUnits} (None if absent)."""
+
+    name: str
+    key_schema: tuple[tuple[str, str], ...]
+    projection: Projection
+    throughput: Mapping[str, int] | None
+
+
+@dataclass(frozen=True, slots=True)
+class GlobalIndexSpec:
+    """A global index of a CreateTable request that passed every rule, before placement."""
+
+    name: str
+    key_shape: KeyShape
+    projection: Projection
+    throughput: Throughput
+
+    def placed(
+        self, index_id: str, billing_mode: BillingMode, owner: Callable[[str], str]
+    ) -> IndexDef:
+        """The index's catalog record, CREATING, stored under `index_id` in partitions of its
+        own, each on the node `owner` picks for its id (`core.catalog.global_index`)."""
+        return catalog.global_index(
+            name=self.name,
+            key_shape=self.key_shape,
+            projection=self.projection.type,
+            non_key_attributes=self.projection.non_key_attributes,
+            index_id=index_id,
+            billing_mode=billing_mode,
+            throughput=self.throughput,
+            owner=owner,
+        )
+
+
+def check_global_indexes(
+    definitions: Sequence[GlobalIndexDefinition],
+    attribute_types: Mapping[str, str],
+    billing_mode: BillingMode,
+    taken_names: Collection[str],
+) -> tuple[GlobalIndexSpec, ...]:
+    """The global secondary indexes of a CreateTable request, or DynamoDB's error for a bad one.
+
+    At most 20 (seed 004 O-01); each with a name unique among the table's indexes (`taken_names`
+    holds the local ones), a partition key and an optional sort key declared in
+    AttributeDefinitions (whose enum makes them S, N or B: O-03), neither needing to be a table
+    key attribute (G-04, O-02); ProvisionedThroughput required in PROVISIONED mode and refused on
+    demand (O-04, O-05). Whether every AttributeDefinition is used and the limit on projected
+    attributes across all indexes are the caller's checks, once the indexes passed these.
+    """
+    if not definitions:
+        raise ValidationError(INVALID_PARAMETERS + "List of GlobalSecondaryIndexes is empty")
+    if len(definitions) > limits.GSI_PER_TABLE_MAX:
+        raise ValidationError(
+            INVALID_PARAMETERS + "GlobalSecondaryIndex count exceeds the per-table limit of "
+            f"{limits.GSI_PER_TABLE_MAX}"
+        )
+    names = set(taken_names)
+    checked: list[GlobalIndexSpec] = []
+    for definition in definitions:
+        name = definition.name
+        if name in names:
+            raise ValidationError(INVALID_PARAMETERS + f"Duplicate index name: {name}")
+        names.add(name)
+        keys = [attribute for attribute, _ in definition.key_schema]
+        if any(attribute not in attribute_types for attribute in keys):
+            raise ValidationError(
+                INVALID_PARAMETERS
+                + "Some index key attributes are not defined in AttributeDefinitions. "
+                f"Keys: [{', '.join(keys)}], AttributeDefinitions: [{', '.join(attribute_types)}]"
+            )
+        key_types = [key_type for _, key_type in definition.key_schema]
+        if key_types[0] != "HASH":
+            raise ValidationError(
+                "Invalid KeySchema: The first KeySchemaElement is not a HASH key type"
+            )
+        if len(keys) == 2:
+            if keys[0] == keys[1]:
+                raise ValidationError(
+                    "Both the Hash Key and the Range Key element in the KeySchema have the "
+                    "same name"
+                )
+            if key_types[1] != "RANGE":
+                raise ValidationError(
+                    "Invalid KeySchema: The second KeySchemaElement is not a RANGE key type"
+                )
+        units = definition.throughput
+        if billing_mode == BillingMode.PAY_PER_REQUEST:
+            if units is not None:
+                raise ValidationError(
+                    INVALID_PARAMETERS + "ProvisionedThroughput should not be specified for "
+                    f"index: {name} when BillingMode is PAY_PER_REQUEST"
+                )
+            throughput = Throughput()
+        else:
+            if units is None:
+                raise ValidationError(
+                    INVALID_PARAMETERS + f"ProvisionedThroughput is not specified for index: {name}"
+                )
+            for member in ("ReadCapacityUnits", "WriteCapacityUnits"):
+                if units[member] > limits.PROVISIONED_UNITS_VALUE_MAX:
+                    raise ValidationError(
+                        f"Given value {units[member]} for {member} is out of bounds"
+                    )
+            throughput = Throughput(units["ReadCapacityUnits"], units["WriteCapacityUnits"])
+        roles: tuple[KeyRole, ...] = ("partition", "sort")
+        key_shape = KeyShape(
+            tuple(
+                KeyAttribute(attribute, attribute_types[attribute], role)
+                for attribute, role in zip(keys, roles, strict=False)
+            )
+        )
+        checked.append(GlobalIndexSpec(name, key_shape, definition.projection, throughput))
+    return tuple(checked)
+
+
+# Convergence ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Convergence:
+    """An index's entries compared with the projection of its table.
+
+    `missing`: expected entries the index lacks (or holds in another version); `extra`: entries
+    the index holds that are not expected. An extra entry that is not even `allowed` (no version
+    of any item ever projected it) is a `violation`: eventual consistency never explains it.
+    """
+
+    missing: tuple[Item, ...]
+    extra: tuple[Item, ...]
+    violations: tuple[Item, ...]
+
+    @property
+    def converged(self) -> bool:
+        return not (self.missing or self.extra)
+
+
+def _identity(entry: Item) -> str:
+    """A canonical text of an entry, for set membership (attribute order does not matter)."""
+    return json.dumps(entry, sort_keys=True)
+
+
+def expected_entries(items: Iterable[Item], index: IndexDef, table_shape: KeyShape) -> list[Item]:
+    """The entries `index` holds once it has caught up with a table holding `items`."""
+    entries = (index_entry(item, index, table_shape) for item in items)
+    return [entry for entry in entries if entry is not None]
+
+
+def compare(
+    actual: Iterable[Item], expected: Iterable[Item], allowed: Iterable[Item] = ()
+) -> Convergence:
+    """Compare an index's entries (`actual`) with the `expected` ones; entries in `allowed` (the
+    projections of earlier versions of the items, say) may linger while the index catches up."""
+    actual_by_id = {_identity(entry): entry for entry in actual}
+    expected_by_id = {_identity(entry): entry for entry in expected}
+    permitted = expected_by_id.keys() | {_identity(entry) for entry in allowed}
+    extra = [entry for key, entry in actual_by_id.items() if key not in expected_by_id]
+    return Convergence(
+        missing=tuple(e for key, e in expected_by_id.items() if key not in actual_by_id),
+        extra=tuple(extra),
+        violations=tuple(e for key, e in actual_by_id.items() if key not in permitted),
+    )

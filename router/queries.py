@@ -39,6 +39,7 @@ from core.capacity import (
 )
 from core.catalog import IndexDef
 from core.errors import (
+    INVALID_PARAMETERS,
     DynamoError,
     ResourceNotFound,
     ServiceUnavailable,
@@ -226,9 +227,14 @@ def _reply(
     mode = capacity_mode(body)
     if index is None or mode is ReturnConsumedCapacity.NONE:
         return add_capacity(reply, table_name, mode, page.read_units, UnitKind.READ)
+    capacity = ConsumedCapacity()
+    if not index.local:
+        # A global index's reads are its own, not the table's (seed 001 G-21).
+        capacity.add_global_index(table_name, index.name, page.read_units, UnitKind.READ)
+        reply["ConsumedCapacity"] = capacity.render(table_name, mode)
+        return reply
     # A local index's reads come out of the table's throughput; ConsumedCapacity shows the
     # index's entries under LocalSecondaryIndexes and the items fetched for them under Table.
-    capacity = ConsumedCapacity()
     capacity.add_table(table_name, page.fetched_units, UnitKind.READ)
     capacity.add_local_index(
         table_name, index.name, page.read_units - page.fetched_units, UnitKind.READ
@@ -237,12 +243,73 @@ def _reply(
     return reply
 
 
-def _local_index(index: IndexDef | None) -> IndexDef | None:
-    """The index a Query or Scan reads, which must be a local one (global ones are not served
-    by this router yet)."""
-    if index is not None and not index.local:
-        raise ValidationError(f"Reading global secondary index {index.name} is not supported yet")
-    return index
+@dataclasses.dataclass(frozen=True)
+class _Read:
+    """What a Query or Scan reads: the table, a local index in the table's partitions, or a
+    global index in partitions of its own.
+
+    `walked` is the descriptor the walk goes over (a global index's: its id and partitions, in a
+    table descriptor's shape), `shape` the key of what it reads (None: the table's items) and
+    `local` the local index the node reads entries of.
+    """
+
+    index: IndexDef | None
+    walked: dict[str, Any]
+    shape: KeyShape | None
+    local: IndexDef | None
+
+
+def _what_to_read(
+    table: dict[str, Any], index_name: str | None, select: str, consistent: bool
+) -> _Read:
+    """The table or index an IndexName names, refusing what a global index cannot answer."""
+    index = check_index(index_name, table)
+    if index is None:
+        return _Read(None, table, None, None)
+    shape = indexes.entry_shape(index, schema.key_shape(table))
+    if index.local:
+        return _Read(index, table, shape, index)
+    _check_global_read(index, select, consistent)
+    document = next(d for d in table["indexes"] if d["name"] == index.name)
+    walked = {
+        "name": table["name"],
+        "id": document["table_id"],
+        "status": table["status"],
+        # The entry key, which no table's key schema equals: a stale epoch on an index partition
+        # fails the request as on a missing table (index partitions never split or move yet;
+        # only a deleted table makes them stale).
+        "key_schema": [[a.name, a.type, a.role] for a in shape.attributes],
+        "partitions": document["partitions"],
+    }
+    return _Read(index, walked, shape, None)
+
+
+def _check_global_read(index: IndexDef, select: str, consistent: bool) -> None:
+    """A global index answers only eventually consistent reads (seed 001 G-26), and returns only
+    what it projects: it cannot fetch from the table (G-11)."""
+    if consistent:
+        raise ValidationError("Consistent reads are not supported on global secondary indexes")
+    if select == "ALL_ATTRIBUTES" and index.projection != "ALL":
+        raise ValidationError(
+            INVALID_PARAMETERS + "Select type ALL_ATTRIBUTES is not supported for global "
+            f"secondary index {index.name} because its projection type is not ALL"
+        )
+
+
+def _index_select(
+    table: Mapping[str, Any], index_name: str | None, select: str, body: dict[str, Any]
+) -> str:
+    """The Select of a read of a global index: without Select and without a projection,
+    DynamoDB returns what the index projects (ALL_PROJECTED_ATTRIBUTES), not ALL_ATTRIBUTES."""
+    index = check_index(index_name, table)
+    if index is None or index.local:
+        return select
+    implicit = all(body.get(member) is None for member in _SELECTING_MEMBERS)
+    return "ALL_PROJECTED_ATTRIBUTES" if implicit else select
+
+
+# The members that choose what a read returns; without any, an index read returns its projection.
+_SELECTING_MEMBERS = ("Select", "ProjectionExpression", "AttributesToGet")
 
 
 def _needs_fetch(
@@ -429,8 +496,9 @@ async def scan(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
     )
 
     table = await ctx.table(table_name)
-    index = _local_index(check_index(index_name, table))
-    shape = None if index is None else indexes.entry_shape(index, schema.key_shape(table))
+    select = _index_select(table, index_name, select, body)
+    read = _what_to_read(table, index_name, select, consistent)
+    index, shape, local = read.index, read.shape, read.local
     check_key_paths(schema.key_names(table), compiled.filter, compiled.projection)
     low, high = b"", None
     hash_start: int | None = None
@@ -447,8 +515,8 @@ async def scan(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
         select=select,
         hash_start=hash_start,
         hash_end=hash_end,
-        index=None if index is None else index.name,
-        fetch=index is not None and _needs_fetch(index, table, select, compiled),
+        index=None if local is None else local.name,
+        fetch=local is not None and _needs_fetch(local, table, select, compiled),
     )
     if exclusive_start is not None:
         partition_key, _ = (
@@ -472,7 +540,7 @@ async def scan(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
         consistent=consistent,
         shape=shape,
     )
-    page = await _walk(ctx, table, walk, exclusive_start)
+    page = await _walk(ctx, read.walked, walk, exclusive_start)
     return _reply(page, select, table_name, body, index)
 
 
@@ -539,17 +607,19 @@ async def query(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
     )
 
     table = await ctx.table(table_name)
-    index = _local_index(check_index(index_name, table))
-    shape = None if index is None else indexes.entry_shape(index, schema.key_shape(table))
+    select = _index_select(table, index_name, select, body)
+    read = _what_to_read(table, index_name, select, consistent)
+    index, shape, local = read.index, read.shape, read.local
     if key_conditions is not None and key_condition_text is None:
         legacy.check_key_operators(key_conditions)
     hash_name, hash_type = schema.hash_key(table)
     sort = schema.range_key(table)
     if index is not None:
-        # A local index's key: the table's partition key and the index's sort key.
-        index_sort = index.key_shape.sort_key
-        assert index_sort is not None, "a local index has a sort key"
-        sort = (index_sort.name, index_sort.type)
+        # The index's own key: a local index's is the table's partition key and its sort key, a
+        # global index's its partition key and its sort key, if any.
+        own = index.key_shape
+        hash_name, hash_type = own.partition_key.name, own.partition_key.type
+        sort = None if own.sort_key is None else (own.sort_key.name, own.sort_key.type)
     range_name, range_type = sort if sort is not None else (None, None)
     if key_translation is not None:
         key_condition = expressions.key_condition(
@@ -617,8 +687,8 @@ async def query(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
         names=compiled.names,
         values=compiled.values,
         select=select,
-        index=None if index is None else index.name,
-        fetch=index is not None and _needs_fetch(index, table, select, compiled),
+        index=None if local is None else local.name,
+        fetch=local is not None and _needs_fetch(local, table, select, compiled),
     )
     walk = _Walk(
         op=ops.QUERY,
@@ -630,7 +700,7 @@ async def query(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
         consistent=consistent,
         shape=shape,
     )
-    page = await _walk(ctx, table, walk, exclusive_start)
+    page = await _walk(ctx, read.walked, walk, exclusive_start)
     return _reply(page, select, table_name, body, index)
 
 

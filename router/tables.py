@@ -38,8 +38,8 @@ from bisect import bisect_right
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from core import catalog, indexes, limits, schema
-from core.catalog import TableDef, TableStatus, Throughput
+from core import catalog, gsi, indexes, limits, schema
+from core.catalog import IndexDef, TableDef, TableStatus, Throughput
 from core.errors import (
     INVALID_PARAMETERS,
     DynamoError,
@@ -146,12 +146,14 @@ def _read_elements(
 
 @dataclasses.dataclass
 class _IndexReading:
-    """One element of LocalSecondaryIndexes as read in the constraint pass."""
+    """One element of LocalSecondaryIndexes or GlobalSecondaryIndexes as read in the constraint
+    pass (`throughput`: a global index's ProvisionedThroughput, None if absent)."""
 
     name: str | None
     key_schema: list[dict[str, str]]
     projection_type: str | None
     non_key_attributes: list[str] | None
+    throughput: dict[str, int | None] | None = None
 
     def definition(self) -> indexes.IndexDefinition:
         """The element past its constraints, its projection checked (DynamoDB's third pass)."""
@@ -162,10 +164,22 @@ class _IndexReading:
             indexes.check_projection(self.projection_type, self.non_key_attributes),
         )
 
+    def global_definition(self) -> gsi.GlobalIndexDefinition:
+        """A GlobalSecondaryIndexes element past its constraints, its projection checked."""
+        definition = self.definition()
+        throughput = self.throughput
+        return gsi.GlobalIndexDefinition(
+            definition.name,
+            definition.key_schema,
+            definition.projection,
+            None if throughput is None else {k: v for k, v in throughput.items() if v is not None},
+        )
+
 
 def _read_index_definitions(reader: RequestReader, member: str) -> list[_IndexReading]:
-    """Each element of LocalSecondaryIndexes: IndexName, KeySchema and Projection, checked
-    against their constraints (none when the member is absent)."""
+    """Each element of LocalSecondaryIndexes or GlobalSecondaryIndexes: IndexName, KeySchema,
+    Projection and (global indexes only) ProvisionedThroughput, checked against their
+    constraints (none when the member is absent)."""
     elements = reader.array(member)
     read: list[_IndexReading] = []
     for position, element in enumerate(elements or (), start=1):
@@ -188,7 +202,8 @@ def _read_index_definitions(reader: RequestReader, member: str) -> list[_IndexRe
                 min_length=1,
                 max_length=limits.INDEX_NON_KEY_ATTRIBUTES_PER_INDEX_MAX,
             )
-        read.append(_IndexReading(name, key_schema, projection_type, non_key))
+        throughput = _read_throughput(nested) if member == "GlobalSecondaryIndexes" else None
+        read.append(_IndexReading(name, key_schema, projection_type, non_key, throughput))
     return read
 
 
@@ -229,6 +244,7 @@ def _read_create_table(body: dict[str, Any]) -> dict[str, Any]:
     local_readings = _read_index_definitions(reader, "LocalSecondaryIndexes")
     billing_mode = reader.string("BillingMode", enum=schema.BILLING_MODES)
     throughput = _read_throughput(reader)
+    global_readings = _read_index_definitions(reader, "GlobalSecondaryIndexes")
     stream = reader.mapping("StreamSpecification")
     deletion_protection = reader.boolean("DeletionProtectionEnabled")
     tags = read_tags(reader, required=False)
@@ -236,10 +252,6 @@ def _read_create_table(body: dict[str, Any]) -> dict[str, Any]:
     reader.check()
     check_reserved(tags)
     # Refuse what dynalab does not have yet, rather than pretend to have it.
-    if reader.present("GlobalSecondaryIndexes"):
-        raise ValidationError(
-            INVALID_PARAMETERS + "Secondary indexes are not supported yet (GlobalSecondaryIndexes)"
-        )
     if stream is not None and stream.get("StreamEnabled"):
         raise ValidationError(INVALID_PARAMETERS + "DynamoDB Streams are not supported yet")
     if deletion_protection:
@@ -248,29 +260,49 @@ def _read_create_table(body: dict[str, Any]) -> dict[str, Any]:
     if reader.present("LocalSecondaryIndexes") and not local_readings:
         raise ValidationError(INVALID_PARAMETERS + "List of LocalSecondaryIndexes is empty")
     local_definitions = [reading.definition() for reading in local_readings]
-    key = schema.build_key_schema(definitions, key_schema, indexed=bool(local_definitions))
+    global_present = reader.present("GlobalSecondaryIndexes")
+    global_definitions = [reading.global_definition() for reading in global_readings]
+    key = schema.build_key_schema(
+        definitions, key_schema, indexed=bool(local_definitions) or global_present
+    )
+    units = None if throughput is None else {k: v for k, v in throughput.items() if v is not None}
+    billing = schema.build_throughput(billing_mode, units)
+    attribute_types = {d["AttributeName"]: d["AttributeType"] for d in definitions}
     local = ()
     if local_definitions:
-        attribute_types = {d["AttributeName"]: d["AttributeType"] for d in definitions}
         local = indexes.local_indexes(
             KeyShape.from_key_schema(key), local_definitions, attribute_types
         )
+    global_specs: tuple[gsi.GlobalIndexSpec, ...] = ()
+    if global_present:
+        global_specs = gsi.check_global_indexes(
+            global_definitions,
+            attribute_types,
+            BillingMode(billing["billing_mode"]),
+            [index.name for index in local],
+        )
+    if local_definitions or global_present:
         schema.check_definitions_used(
             definitions,
             [
                 *schema.key_names({"key_schema": key}),
                 *(n for i in local for n in i.key_shape.names),
+                *(n for spec in global_specs for n in spec.key_shape.names),
             ],
         )
-        indexes.check_projected_attribute_count(d.projection for d in local_definitions)
-    units = None if throughput is None else {k: v for k, v in throughput.items() if v is not None}
-    billing = schema.build_throughput(billing_mode, units)
+        indexes.check_projected_attribute_count(
+            [
+                *(d.projection for d in local_definitions),
+                *(spec.projection for spec in global_specs),
+            ]
+        )
     return {
         "name": name,
         "key_schema": key,
         "attribute_definitions": definitions,
         "indexes": local,
         "tags": tags,
+        "global_indexes": global_specs,
         **billing,
     }
 
@@ -355,7 +387,44 @@ def _description(
     local = _local_index_descriptions(table, stats, arn)
     if local:
         description["LocalSecondaryIndexes"] = local
+    global_described = [
+        _global_index_description(index, stats.indexes.get(index.name, [0, 0]), arn)
+        for index in catalog.global_indexes(table)
+    ]
+    if global_described:
+        description["GlobalSecondaryIndexes"] = global_described
     return description
+
+
+def _global_index_description(index: IndexDef, counts: list[int], arn: str) -> dict[str, Any]:
+    """One element of DescribeTable's GlobalSecondaryIndexes (seed 001 G-25, 004 O-08).
+
+    `Backfilling` is left out: an index created with its table is never backfilled, and
+    DynamoDB leaves the member out for those (004 O-33). `counts` is the index's ItemCount and the
+    bytes of its entries; IndexSizeBytes adds each entry's 100 bytes of overhead, as DynamoDB
+    sizes index items (001 G-34), as local indexes do.
+    """
+    projection: dict[str, Any] = {"ProjectionType": index.projection}
+    if index.non_key_attributes:
+        projection["NonKeyAttributes"] = list(index.non_key_attributes)
+    items, size_bytes = counts
+    return {
+        "IndexName": index.name,
+        "KeySchema": [
+            {"AttributeName": attribute.name, "KeyType": kind}
+            for attribute, kind in zip(index.key_shape.attributes, ("HASH", "RANGE"), strict=False)
+        ],
+        "Projection": projection,
+        "IndexStatus": index.status.value,
+        "ProvisionedThroughput": {
+            "NumberOfDecreasesToday": 0,
+            "ReadCapacityUnits": index.throughput.read,
+            "WriteCapacityUnits": index.throughput.write,
+        },
+        "IndexSizeBytes": size_bytes + limits.INDEX_ENTRY_OVERHEAD_BYTES * items,
+        "ItemCount": items,
+        "IndexArn": f"{arn}/index/{index.name}",
+    }
 
 
 async def _table_stats(ctx: RouterContext, table: TableDef) -> _Stats:
@@ -396,7 +465,34 @@ async def _table_stats(ctx: RouterContext, table: TableDef) -> _Stats:
                     totals = stats.indexes.setdefault(index_name, [0, 0])
                     totals[0] += count
                     totals[1] += size_bytes
+    await _add_global_index_stats(ctx, table, stats)
     return stats
+
+
+async def _add_global_index_stats(ctx: RouterContext, table: TableDef, stats: _Stats) -> None:
+    """Each global index's ItemCount and entry bytes into `stats.indexes`, as the nodes holding
+    its partitions report them, within the same bounded wait and leniency as the table's."""
+    calls = []
+    for index in catalog.global_indexes(table):
+        assert index.table_id is not None
+        payload = ops.TableStatsPayload(index.table_id).to_json()
+        for node in sorted({partition.node for partition in index.partitions}):
+            calls.append(
+                (index, ctx.control(node, ops.TABLE_STATS, payload, limits.TABLE_STATS_SECONDS_MAX))
+            )
+    replies = await asyncio.gather(*(call for _, call in calls), return_exceptions=True)
+    for (index, _), reply in zip(calls, replies, strict=True):
+        if isinstance(reply, DynamoError):
+            log.warning("no statistics of index %s from a node: %s", index.name, reply)
+            continue
+        if isinstance(reply, BaseException):
+            raise reply
+        partition_ids = {partition.id for partition in index.partitions}
+        totals = stats.indexes.setdefault(index.name, [0, 0])
+        for partition_id, counts in reply["partitions"].items():
+            if partition_id in partition_ids:
+                totals[0] += counts["items"]
+                totals[1] += counts["bytes"]
 
 
 async def _all(calls: list[Awaitable[dict[str, Any]]]) -> None:
@@ -411,11 +507,17 @@ async def _all(calls: list[Awaitable[dict[str, Any]]]) -> None:
 
 
 async def _drop_partitions(ctx: RouterContext, table: TableDef) -> None:
-    """Drop the table's partitions, with their items and change logs, on every node holding one."""
+    """Drop the table's partitions, with their items and change logs, and its global indexes'
+    partitions, on every node holding one."""
+    stored = [(table.id, {p.node for p in table.partitions})]
+    for index in catalog.global_indexes(table):
+        assert index.table_id is not None
+        stored.append((index.table_id, {p.node for p in index.partitions}))
     await _all(
         [
-            ctx.control(node, ops.DROP_TABLE, ops.DropTablePayload(table.id).to_json())
-            for node in table.nodes()
+            ctx.control(node, ops.DROP_TABLE, ops.DropTablePayload(stored_id).to_json())
+            for stored_id, nodes in stored
+            for node in sorted(nodes)
         ]
     )
 
@@ -458,20 +560,24 @@ def _new_table(
     """The CREATING record of a new table, with its id and creation time from `sources`, its
     partitions each on the node `owner` picks for its id."""
     table_id = sources.new_id()
-    return catalog.created(
+    billing_mode = BillingMode(definition["billing_mode"])
+    table = catalog.created(
         name=definition["name"],
         table_id=table_id,
         key_shape=KeyShape.from_key_schema(definition["key_schema"]),
         attribute_definitions=[
             (d["AttributeName"], d["AttributeType"]) for d in definition["attribute_definitions"]
         ],
-        billing_mode=BillingMode(definition["billing_mode"]),
+        billing_mode=billing_mode,
         throughput=Throughput(**definition["throughput"]),
         now=sources.clock(),
         owner=owner,
         indexes=definition["indexes"],
         tags=definition["tags"],
     )
+    for spec in definition["global_indexes"]:
+        table = catalog.index_added(table, spec.placed(sources.new_id(), billing_mode, owner))
+    return table
 
 
 async def create_table(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
@@ -505,17 +611,22 @@ async def create_table(ctx: RouterContext, body: dict[str, Any]) -> dict[str, An
         ],
     }
     throughput_for_nodes = catalog.throughput_document(table)
+    # A table with global indexes holds its change logs for the GSI replicator from the start.
+    consumers = [gsi.REPLICATOR_CONSUMER] if catalog.global_indexes(table) else None
     try:
         await _all(
             [
-                ctx.control(
-                    partition.node,
-                    ops.CREATE_PARTITION,
-                    ops.CreatePartitionPayload(
-                        schema_for_nodes, partition.to_json(), throughput_for_nodes
-                    ).to_json(),
-                )
-                for partition in table.partitions
+                *(
+                    ctx.control(
+                        partition.node,
+                        ops.CREATE_PARTITION,
+                        ops.CreatePartitionPayload(
+                            schema_for_nodes, partition.to_json(), throughput_for_nodes, consumers
+                        ).to_json(),
+                    )
+                    for partition in table.partitions
+                ),
+                *_create_index_partitions(ctx, table),
             ]
         )
     except Exception:
@@ -523,6 +634,37 @@ async def create_table(ctx: RouterContext, body: dict[str, Any]) -> dict[str, An
         raise
     await ctx.change_table(name, _activate(table.id))
     return {"TableDescription": _description(table, _Stats(), ctx.sources.clock())}
+
+
+def _index_schema(table: TableDef, index: IndexDef) -> dict[str, Any]:
+    """What a node needs to hold a global index's partitions: its id, a name for metrics, and
+    its entry key (the index key, then the table key attributes not already in it)."""
+    assert index.table_id is not None
+    shape = indexes.entry_shape(index, table.key_shape)
+    return {
+        "id": index.table_id,
+        "name": f"{table.name}/index/{index.name}",
+        "key_schema": [[a.name, a.type, a.role] for a in shape.attributes],
+    }
+
+
+def _create_index_partitions(
+    ctx: RouterContext, table: TableDef
+) -> list[Awaitable[dict[str, Any]]]:
+    """The create_partition calls of every partition of the table's global indexes."""
+    calls: list[Awaitable[dict[str, Any]]] = []
+    for index in catalog.global_indexes(table):
+        index_schema = _index_schema(table, index)
+        throughput = catalog.index_throughput_document(table, index)
+        calls.extend(
+            ctx.control(
+                partition.node,
+                ops.CREATE_PARTITION,
+                ops.CreatePartitionPayload(index_schema, partition.to_json(), throughput).to_json(),
+            )
+            for partition in index.partitions
+        )
+    return calls
 
 
 async def _abandon_creation(ctx: RouterContext, table: TableDef) -> None:
