@@ -56,6 +56,7 @@ class FollowerStats:
     checkpoint: int = 0  # The last seq applied to every index and checkpointed.
     changes: int = 0  # Changes read from the feed (replays included).
     index_writes: int = 0  # Index writes sent (each delete and each put is one).
+    index_units: float = 0.0  # Write units the index partitions charged for them.
     last_applied_at: float = 0.0  # Wall-clock time of the last applied batch.
     failures: int = 0  # Times the follower started again from its checkpoint.
     lag_ms: float = 0.0  # Time from receiving the last batch to its checkpoint.
@@ -243,6 +244,7 @@ class Replicator:
         for result in results:
             if isinstance(result, BaseException):
                 raise result
+        stats.index_units += sum(result["units"] for result in results)  # type: ignore[index]
         return ended
 
     async def _apply(
@@ -283,6 +285,7 @@ class Replicator:
             ("checkpoint_seq", "gauge", "Last seq applied to every index and checkpointed."),
             ("changes_total", "counter", "Changes read from the feed, replays included."),
             ("index_writes_total", "counter", "Index writes (deletes and puts) sent."),
+            ("index_write_units_total", "counter", "Write units the indexes charged."),
             ("restarts_total", "counter", "Times a follower started again from its checkpoint."),
             ("batch_lag_milliseconds", "gauge", "From receiving the last batch to its checkpoint."),
         )
@@ -294,6 +297,7 @@ class Replicator:
                     "checkpoint_seq": follower.checkpoint,
                     "changes_total": follower.changes,
                     "index_writes_total": follower.index_writes,
+                    "index_write_units_total": follower.index_units,
                     "restarts_total": follower.failures,
                     "batch_lag_milliseconds": follower.lag_ms,
                 }[name]

@@ -453,7 +453,10 @@ class IndexApplyPayload:
     the last change it applied, in the same batch as the entries: a change at or below it is
     skipped, so a replay after a crash changes nothing (exactly-once effect over at-least-once
     delivery). Reply: {"applied": int (changes applied), "source_seq": int (the source's seq as
-    now applied), "new_bytes": [int, ...] (each applied put's entry size, for index capacity)}.
+    now applied), "new_bytes": [int, ...] (each applied put's entry size), "units": float (the
+    write units charged to the index partition: a put the larger of the entry it replaces and
+    the new one, a delete the entry it removes, in 1 KB units, as `core.capacity` prices index
+    writes)}. Metered like an item write: a throttled payload applies nothing.
     """
 
     source: str

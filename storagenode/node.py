@@ -31,6 +31,7 @@ from typing import Any, TypeVar, assert_never
 import orjson
 
 from core import expressions, limits
+from core.capacity import item_write_units, write_units
 from core.errors import (
     ConditionalCheckFailed,
     DynamoError,
@@ -114,7 +115,7 @@ _SPACE_FREEING_OPS = _ALWAYS_ALLOWED_OPS | {
 assert READ_OPS | WRITE_OPS == ops.CONTROL_OPS | ops.DATA_OPS | ops.FEED_OPS
 # The operations that spend a partition's read or write units.
 METERED_READS = frozenset({ops.GET, ops.QUERY, ops.SCAN})
-METERED_WRITES = frozenset({ops.PUT, ops.UPDATE, ops.DELETE})
+METERED_WRITES = frozenset({ops.PUT, ops.UPDATE, ops.DELETE, ops.INDEX_APPLY})
 
 PartitionRef = tuple[str, str]  # (table id, partition id)
 WriteResult = dict[str, Any] | DynamoError
@@ -697,7 +698,8 @@ class _WriteGroup:
             raise ValidationError(f"A {op} request names no partition")
         match payload:
             case ops.IndexApplyPayload():
-                return self.index_apply(target, payload), 0.0
+                reply = self.index_apply(target, payload)
+                return reply, reply["units"]
             case ops.RegisterConsumerPayload():
                 return self.register_consumer(target, payload), 0.0
             case ops.CheckpointPayload():
@@ -777,22 +779,32 @@ class _WriteGroup:
             applied_seq = seq
             applied += 1
         if not applied:
-            return {"applied": 0, "source_seq": applied_seq, "new_bytes": []}
+            return {"applied": 0, "source_seq": applied_seq, "new_bytes": [], "units": 0.0}
         staged = partition if ref in self.dirty else dataclasses.replace(partition)
+        units = 0.0
         for items_key, value in writes:
             old = self.batch.get(Family.ITEMS, items_key)
+            old_bytes = None if old is None else item_size_of(old)
             if old is not None:
                 staged.item_count -= 1
                 staged.size_bytes -= item_size_of(old)
             if value is None:
                 self.batch.delete(Family.ITEMS, items_key)
+                # Deleting an entry costs its size; deleting one that is not there, nothing.
+                units += 0.0 if old_bytes is None else write_units(old_bytes)
             else:
                 self.batch.put(Family.ITEMS, items_key, value)
                 staged.item_count += 1
                 staged.size_bytes += item_size_of(value)
+                units += item_write_units(old_bytes, item_size_of(value))
         self.batch.put(Family.INDEX_SOURCES, source_key, seq_bytes(applied_seq))
         self.dirty[ref] = staged
-        return {"applied": applied, "source_seq": applied_seq, "new_bytes": new_bytes}
+        return {
+            "applied": applied,
+            "source_seq": applied_seq,
+            "new_bytes": new_bytes,
+            "units": units,
+        }
 
     def _staged(self, ref: PartitionRef) -> Partition | None:
         """The group's private copy of a partition's metadata, made on first use."""

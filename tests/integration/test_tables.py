@@ -461,20 +461,6 @@ CREATE_TABLE_ERRORS = [
         "a LocalSecondaryIndex",
     ),
     (
-        _set(
-            "GlobalSecondaryIndexes",
-            [
-                {
-                    "IndexName": "gsi",
-                    "KeySchema": [{"AttributeName": "pk", "KeyType": "HASH"}],
-                    "Projection": {"ProjectionType": "ALL"},
-                }
-            ],
-        ),
-        "ValidationException",
-        INVALID + "Secondary indexes are not supported yet (GlobalSecondaryIndexes)",
-    ),
-    (
         _set("StreamSpecification", {"StreamEnabled": True, "StreamViewType": "NEW_IMAGE"}),
         "ValidationException",
         INVALID + "DynamoDB Streams are not supported yet",

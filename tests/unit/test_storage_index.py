@@ -134,6 +134,7 @@ def test_a_replayed_change_is_skipped_and_only_newer_ones_apply(index: IndexNode
         "applied": 2,
         "source_seq": 2,
         "new_bytes": [item_size_bytes(entry("1", "Comet Quest", 10))] * 2,
+        "units": 2.0,
     }
     # A replay from an earlier checkpoint, with one newer change: the old ones are skipped, even
     # the delete of seq 1 that would remove what seq 1 put... were it not already applied.
@@ -209,3 +210,17 @@ def test_a_partition_created_with_consumers_holds_its_log_for_them_from_seq_0(
     node.reopen()
     assert node.node.consumer_checkpoint(table["id"], SOURCE, "gsi_replicator") == 0
     node.store.close()
+
+
+def test_index_writes_are_charged_as_the_guide_prices_them(index: IndexNode) -> None:
+    big = {**entry("1", "Comet Quest", 10), "Note": s("x" * 1500)}  # Over 1 KB: 2 units.
+    assert index.apply([{"seq": 1, "put": big}])["units"] == 2.0
+    # The same key with a smaller projection: an update in place, the larger of the two.
+    assert index.apply([{"seq": 2, "put": entry("1", "Comet Quest", 10)}])["units"] == 2.0
+    # A changed key: a delete and a put.
+    moved = index.apply(
+        [{"seq": 3, "delete": entry("1", "Comet Quest", 10), "put": entry("1", "Comet Quest", 11)}]
+    )
+    assert moved["units"] == 2.0
+    # Deleting an entry that is not there costs nothing.
+    assert index.apply([{"seq": 4, "delete": entry("9", "Comet Quest", 1)}])["units"] == 0.0

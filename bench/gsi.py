@@ -1,0 +1,183 @@
+"""Benchmark global secondary indexes on a local cluster: propagation lag and the cost to base puts.
+
+    python bench/gsi.py [--rate 1000] [--seconds 5] [--concurrency 32]
+
+It starts its own cluster (3 nodes, 1 router, 1 GSI replicator, throttling off, in a temporary
+directory) and prints:
+
+1. Propagation lag at a fixed write rate: puts are issued on a schedule of `--rate` per second for
+   `--seconds`; one put in `--probe-every` writes a probe item whose index partition key is unique,
+   and a reader polls the index for it every `--poll-ms` from the moment the put was acknowledged.
+   The lag is the time from the acknowledgement to the first Query that returns the entry: p50,
+   p99 and max (resolution: the poll interval).
+2. Base put throughput with 0, 1 and 3 GSIs, same run: `--concurrency` workers put as fast as
+   they can for `--seconds` into a table with that many indexes.
+
+The client is `dynalab.bench`'s (aiohttp, its own SigV4 signer) and shares the machine with the
+cluster, so the numbers describe this machine as loaded at the time; it prints its own CPU time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import tempfile
+import time
+from typing import Any
+
+import aiohttp
+
+from dynalab.bench import DynamoDBClient, SigV4Signer, host_header, percentile
+from dynalab.cluster import LocalCluster
+
+TABLE_ACTIVE_TIMEOUT_S = 60.0
+LAG_WAIT_S_MAX = 10.0  # A probe not visible after this long counts as lost (reported).
+
+
+def index(name: str, attribute: str) -> dict[str, Any]:
+    return {
+        "IndexName": name,
+        "KeySchema": [{"AttributeName": attribute, "KeyType": "HASH"}],
+        "Projection": {"ProjectionType": "KEYS_ONLY"},
+    }
+
+
+async def create_table(client: DynamoDBClient, name: str, indexes: int) -> None:
+    attributes = ["pk", "g1", "g2", "g3"][: indexes + 1]
+    request: dict[str, Any] = {
+        "TableName": name,
+        "KeySchema": [{"AttributeName": "pk", "KeyType": "HASH"}],
+        "AttributeDefinitions": [{"AttributeName": a, "AttributeType": "S"} for a in attributes],
+        "BillingMode": "PAY_PER_REQUEST",
+    }
+    if indexes:
+        request["GlobalSecondaryIndexes"] = [
+            index(f"by_{attribute}", attribute) for attribute in attributes[1:]
+        ]
+    await client.request("CreateTable", request)
+    deadline = time.monotonic() + TABLE_ACTIVE_TIMEOUT_S
+    while True:
+        table = await client.request("DescribeTable", {"TableName": name})
+        if table["Table"]["TableStatus"] == "ACTIVE":
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{name} not ACTIVE in {TABLE_ACTIVE_TIMEOUT_S} s")
+        await asyncio.sleep(0.1)
+
+
+def item(number: int, probe: bool) -> dict[str, Any]:
+    # Ordinary items share a few index keys; a probe's index key is its own.
+    g1 = f"probe-{number}" if probe else f"g-{number % 64}"
+    return {
+        "pk": {"S": f"item-{number}"},
+        "g1": {"S": g1},
+        "g2": {"S": f"h-{number % 16}"},
+        "g3": {"S": f"k-{number % 256}"},
+        "data": {"S": "x" * 100},
+    }
+
+
+async def wait_visible(client: DynamoDBClient, table: str, number: int, poll_s: float) -> float:
+    """Seconds from now until the probe's entry is in the index (inf if never, within bounds)."""
+    start = time.monotonic()
+    request = {
+        "TableName": table,
+        "IndexName": "by_g1",
+        "KeyConditionExpression": "g1 = :g",
+        "ExpressionAttributeValues": {":g": {"S": f"probe-{number}"}},
+    }
+    while time.monotonic() - start < LAG_WAIT_S_MAX:
+        reply = await client.request("Query", request)
+        if reply["Count"]:
+            return time.monotonic() - start
+        await asyncio.sleep(poll_s)
+    return float("inf")
+
+
+async def measure_lag(
+    client: DynamoDBClient, rate: float, seconds: float, probe_every: int, poll_s: float
+) -> list[float]:
+    await create_table(client, "lag", 1)
+    lags: list[float] = []
+    tasks: list[asyncio.Task[None]] = []
+
+    async def write(number: int) -> None:
+        probe = number % probe_every == 0
+        await client.request("PutItem", {"TableName": "lag", "Item": item(number, probe)})
+        if probe:
+            lags.append(await wait_visible(client, "lag", number, poll_s))
+
+    start = time.monotonic()
+    total = int(rate * seconds)
+    for number in range(total):
+        delay = start + number / rate - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(write(number)))
+    await asyncio.gather(*tasks)
+    achieved = total / (time.monotonic() - start)
+    print(f"  issued {total} puts at {rate:.0f}/s (achieved {achieved:.0f}/s incl. the tail)")
+    return lags
+
+
+async def put_throughput(
+    client: DynamoDBClient, table: str, concurrency: int, seconds: float
+) -> float:
+    deadline = time.monotonic() + seconds
+    counts = [0] * concurrency
+
+    async def worker(slot: int) -> None:
+        number = slot
+        while time.monotonic() < deadline:
+            await client.request("PutItem", {"TableName": table, "Item": item(number, False)})
+            counts[slot] += 1
+            number += concurrency
+
+    started = time.monotonic()
+    await asyncio.gather(*(worker(slot) for slot in range(concurrency)))
+    return sum(counts) / (time.monotonic() - started)
+
+
+async def run(args: argparse.Namespace, endpoint: str) -> None:
+    connector = aiohttp.TCPConnector(limit=max(args.concurrency, 64))
+    async with aiohttp.ClientSession(connector=connector) as session:
+        signer = SigV4Signer("dynalab", "dynalab", "us-east-1", host_header(endpoint))
+        client = DynamoDBClient(session, endpoint, signer)
+        print(f"propagation lag, {args.rate:.0f} puts/s for {args.seconds:.0f} s, one GSI:")
+        lags = sorted(
+            await measure_lag(client, args.rate, args.seconds, args.probe_every, args.poll_ms / 1e3)
+        )
+        seen = [lag for lag in lags if lag != float("inf")]
+        if seen:
+            print(
+                f"  {len(seen)} probes: p50 {1e3 * percentile(seen, 0.5):.1f} ms, "
+                f"p99 {1e3 * percentile(seen, 0.99):.1f} ms, max {1e3 * seen[-1]:.1f} ms "
+                f"(poll every {args.poll_ms:.0f} ms); {len(lags) - len(seen)} not seen in "
+                f"{LAG_WAIT_S_MAX:.0f} s"
+            )
+        print(f"base put throughput, {args.concurrency} workers, {args.seconds:.0f} s each:")
+        for indexes in (0, 1, 3):
+            name = f"puts{indexes}"
+            await create_table(client, name, indexes)
+            rate = await put_throughput(client, name, args.concurrency, args.seconds)
+            print(f"  {indexes} GSI(s): {rate:.0f} puts/s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rate", type=float, default=1000.0, help="puts/s for the lag run")
+    parser.add_argument("--seconds", type=float, default=5.0, help="length of each run")
+    parser.add_argument("--concurrency", type=int, default=32, help="workers for throughput")
+    parser.add_argument("--probe-every", type=int, default=50, help="one probe per N puts")
+    parser.add_argument("--poll-ms", type=float, default=2.0, help="probe poll interval")
+    args = parser.parse_args()
+    cpu = time.process_time()
+    os.environ["DYNALAB_THROTTLING"] = "off"
+    with tempfile.TemporaryDirectory() as data, LocalCluster(data, nodes=3, routers=1) as cluster:
+        asyncio.run(run(args, cluster.router_url))
+    print(f"bench client CPU: {time.process_time() - cpu:.1f} s")
+
+
+if __name__ == "__main__":
+    main()
