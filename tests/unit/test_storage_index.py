@@ -10,11 +10,12 @@ from typing import Any
 
 import pytest
 
-from core.errors import DynamoError, StaleEpoch, ValidationError
+from core.errors import DynamoError, StaleEpoch, ThroughputExceeded, ValidationError
 from core.size import item_size_bytes
 from rpc import ops
 from storagenode.node import StorageNode
 from storagenode.store import Store
+from storagenode.throughput import NodeThroughput
 from tests import envelope
 
 # GameTitleIndex of GameScores (seed 001 G-02): index key (GameTitle S, TopScore N), then the
@@ -224,3 +225,34 @@ def test_index_writes_are_charged_as_the_guide_prices_them(index: IndexNode) -> 
     assert moved["units"] == 2.0
     # Deleting an entry that is not there costs nothing.
     assert index.apply([{"seq": 4, "delete": entry("9", "Comet Quest", 1)}])["units"] == 0.0
+
+
+def test_index_writes_spend_the_index_partitions_own_write_units(tmp_path: Path) -> None:
+    now = [1000.0]
+    store = Store(tmp_path / "metered")
+    meter = NodeThroughput(enforced=True, clock=lambda: now[0], burst_seconds=1.0)
+    node = StorageNode(store, throughput=meter)
+    partition = {"id": "g0", "start": "", "end": None, "epoch": 1, "node": "n1"}
+    throughput = {
+        "billing_mode": "PROVISIONED",
+        "read": 5,
+        "write": 2,
+        "partition_count": 1,
+        "version": 1,
+    }
+    body = {"table": INDEX, "partition": partition, "throughput": throughput}
+    (created,) = envelope.apply(node, [(ops.CREATE_PARTITION, body)])
+    assert created == {}
+    target = {"table_id": INDEX["id"], "partition_id": "g0", "epoch": 1, "source": SOURCE}
+
+    def apply(seq: int) -> Any:
+        change = {"seq": seq, "put": entry(str(seq), "Comet Quest", seq)}
+        (result,) = envelope.apply(node, [(ops.INDEX_APPLY, {**target, "changes": [change]})])
+        return result
+
+    assert apply(1)["units"] == 1.0
+    assert apply(2)["units"] == 1.0  # The 2 units the index partition banks are spent.
+    assert isinstance(apply(3), ThroughputExceeded)
+    now[0] += 1.0
+    assert apply(3)["applied"] == 1  # The throttled change was not applied: it applies now.
+    store.close()
