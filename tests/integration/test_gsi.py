@@ -485,3 +485,24 @@ def test_updates_and_deletes_reach_the_index(dynamodb: Any, table_name: Callable
     assert entries["2"]["Wins"] == n(7) and "Losses" not in entries["2"]
     assert "3" not in entries and "4" not in entries
     assert len(entries) == 8
+
+
+def test_a_write_with_a_mistyped_index_key_is_refused_at_once(
+    dynamodb: Any, table_name: Callable[[], str]
+) -> None:
+    # Seed 001 G-18: GameTitleIndex declares TopScore a Number; the base write itself fails.
+    name = table_name()
+    create_game_scores(dynamodb, name)
+    bad = score("101", "Comet Quest", None, TopScore=s("lots"))
+    assert error_of(lambda: dynamodb.put_item(TableName=name, Item=bad)) == (
+        400,
+        "ValidationException",
+        INVALID + "Type mismatch for Index Key TopScore Expected: N Actual: S "
+        "IndexName: GameTitleIndex",
+    )
+    assert (
+        dynamodb.get_item(
+            TableName=name, Key={"UserId": s("101"), "GameTitle": s("Comet Quest")}
+        ).get("Item")
+        is None
+    )
