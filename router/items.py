@@ -200,11 +200,14 @@ def _write_reply(
 
 
 def _add_write_units(capacity: ConsumedCapacity, table_name: str, reply: dict[str, Any]) -> None:
-    """A write's units on the table, and its local indexes' (which the table's throughput pays,
-    but ConsumedCapacity lists apart)."""
+    """A write's units on the table, its local indexes' (which the table's throughput pays, but
+    ConsumedCapacity lists apart) and its global indexes' (which each index's own throughput
+    pays when the replicator writes them; seed 001 G-30)."""
     capacity.add_table(table_name, _write_units(reply), UnitKind.WRITE)
     for index_name, units in reply.get("index_units", {}).items():
         capacity.add_local_index(table_name, index_name, units, UnitKind.WRITE)
+    for index_name, units in reply.get("global_index_units", {}).items():
+        capacity.add_global_index(table_name, index_name, units, UnitKind.WRITE)
 
 
 def _check_index_keys(item: Item, table: dict[str, Any]) -> None:

@@ -172,7 +172,10 @@ AttributeValue = dict[str, Any]
 Names = dict[str, str] | None
 Values = dict[str, AttributeValue] | None
 # The reply of put, update and delete: {"attributes": ITEM | null (the ReturnValues image),
-# "old_bytes": int, "new_bytes": int} (the item's size before and after, 0 where there is none).
+# "old_bytes": int, "new_bytes": int} (the item's size before and after, 0 where there is none),
+# and, where the write touches secondary indexes, "index_units" (local indexes, charged to the
+# partition) and "global_index_units" (global indexes: what the replicator's writes will be
+# charged to each index), each {index name: write units}, for ReturnConsumedCapacity INDEXES.
 # A failed condition raises ConditionalCheckFailedException whose body carries {"Item": old item}
 # when return_on_failure is true and the item exists.
 

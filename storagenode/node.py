@@ -43,7 +43,7 @@ from core.errors import (
     UnknownOperation,
     ValidationError,
 )
-from core.indexes import check_index_keys, index_entry
+from core.indexes import check_index_keys, entry_changes, index_entry
 from core.keycodec import successor
 from core.keys import KeyShape
 from core.size import item_size_bytes
@@ -743,6 +743,17 @@ class _WriteGroup:
         index_units = {c.index.name: c.units for c in applied.entries if c.units}
         if index_units:
             reply["index_units"] = index_units
+        # Global index writes are made later by the GSI replicator and charged to each index's
+        # own throughput (`index_apply`); the write reports what they cost, for ConsumedCapacity.
+        global_units = {
+            c.index.name: c.units
+            for c in entry_changes(
+                effect.old, effect.new, partition.global_indexes, partition.key_shape
+            )
+            if c.units
+        }
+        if global_units:
+            reply["global_index_units"] = global_units
         if applied.collection_bytes is not None:
             reply["collection_bytes"] = applied.collection_bytes
         return reply, effect.units + sum(index_units.values())

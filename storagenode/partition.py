@@ -68,6 +68,7 @@ class Partition:
     item_prefix: bytes = field(init=False, repr=False)
     log_prefix: bytes = field(init=False, repr=False)
     local_indexes: tuple[IndexDef, ...] = field(init=False, repr=False)
+    global_indexes: tuple[IndexDef, ...] = field(init=False, repr=False)
     # Per local index: its `index_entries` key prefix and the key shape of its entries.
     index_layout: dict[str, tuple[bytes, KeyShape]] = field(init=False, repr=False)
 
@@ -75,6 +76,7 @@ class Partition:
         self.item_prefix = table_prefix(self.table_id)
         self.log_prefix = change_log_prefix(self.table_id, self.partition_id)
         self.local_indexes = tuple(index for index in self.indexes if index.local)
+        self.global_indexes = tuple(index for index in self.indexes if not index.local)
         self.index_layout = {
             index.name: (
                 index_prefix(self.table_id, index.name),

@@ -506,3 +506,44 @@ def test_a_write_with_a_mistyped_index_key_is_refused_at_once(
         ).get("Item")
         is None
     )
+
+
+def test_consumed_capacity_reports_each_global_index(
+    dynamodb: Any, table_name: Callable[[], str]
+) -> None:
+    # Seed 001 G-30..G-32: a new item in the index is one write, a changed index key two, a
+    # change to an unprojected attribute none; INDEXES lists them under GlobalSecondaryIndexes.
+    name = table_name()
+    create_game_scores(dynamodb, name)
+
+    def put(item: dict[str, Any]) -> dict[str, Any]:
+        reply = dynamodb.put_item(TableName=name, Item=item, ReturnConsumedCapacity="INDEXES")
+        return dict(reply["ConsumedCapacity"])
+
+    first = put(score("1", "Comet Quest", 5, Wins=n(1)))
+    assert first["Table"] == {"CapacityUnits": 1.0}
+    assert first["GlobalSecondaryIndexes"] == {"GameTitleIndex": {"CapacityUnits": 1.0}}
+    assert first["CapacityUnits"] == 2.0
+    moved = put(score("1", "Comet Quest", 6, Wins=n(1)))
+    assert moved["GlobalSecondaryIndexes"] == {"GameTitleIndex": {"CapacityUnits": 2.0}}
+    unprojected = put(score("1", "Comet Quest", 6, Wins=n(1), Losses=n(3)))
+    assert "GlobalSecondaryIndexes" not in unprojected
+    assert unprojected["CapacityUnits"] == 1.0
+    total = dynamodb.put_item(
+        TableName=name, Item=score("2", "Comet Quest", 1), ReturnConsumedCapacity="TOTAL"
+    )["ConsumedCapacity"]
+    assert total == {"TableName": name, "CapacityUnits": 2.0}
+    # An index read is charged to the index.
+    eventually(
+        comet(dynamodb, name),
+        [score("1", "Comet Quest", 6, Wins=n(1)), score("2", "Comet Quest", 1)],
+    )
+    read = dynamodb.query(
+        TableName=name,
+        IndexName="GameTitleIndex",
+        KeyConditionExpression="GameTitle = :t",
+        ExpressionAttributeValues={":t": s("Comet Quest")},
+        ReturnConsumedCapacity="INDEXES",
+    )["ConsumedCapacity"]
+    assert read["GlobalSecondaryIndexes"] == {"GameTitleIndex": {"CapacityUnits": 0.5}}
+    assert read["Table"] == {"CapacityUnits": 0.0}
