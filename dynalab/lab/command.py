@@ -1,4 +1,4 @@
-"""`dynalab lab list | run SCENARIO --seed N --out DIR [--duration S] | replay DIR`."""
+"""`dynalab lab list | run SCENARIO --seed N --out DIR [--duration S] | replay DIR | check DIR`."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 
 from rich.console import Console
 
+from dynalab.bench import DynamoDBError
 from dynalab.cluster import ClusterError
 from dynalab.lab import run as lab_run
 from dynalab.lab import scenarios
@@ -26,6 +27,8 @@ def add_parser(commands: Any) -> None:
     replay = actions.add_parser("replay", help="run an earlier run's scenario and seed again")
     replay.add_argument("dir", help="the earlier run's --out directory")
     replay.add_argument("--out", default=None, help="where to write (default: DIR/replay)")
+    check = actions.add_parser("check", help="check an earlier run's history again")
+    check.add_argument("dir", help="the earlier run's --out directory")
 
 
 def main(args: argparse.Namespace, console: Console) -> int:
@@ -40,8 +43,10 @@ def main(args: argparse.Namespace, console: Console) -> int:
     try:
         meta = lab_run.recorded(earlier)
     except FileNotFoundError:
-        console.print(f"[red]dynalab lab replay:[/red] {earlier} holds no run.json")
+        console.print(f"[red]dynalab lab {args.lab_command}:[/red] {earlier} holds no run.json")
         return 2
+    if args.lab_command == "check":
+        return _summarise(lab_run.write_verdict_and_report(earlier), earlier, console)
     out = Path(args.out) if args.out else earlier / "replay"
     code = _run(meta["scenario"], meta["seed"], out, meta["duration_s"], console)
     same = json.loads((earlier / "faults.json").read_text()) == json.loads(
@@ -63,9 +68,14 @@ def _run(name: str, seed: int, out: Path, duration: float | None, console: Conso
     with console.status(f"running {name} with seed {seed}"):
         try:
             valid = lab_run.run(scenario, seed, out, duration)
-        except ClusterError as exc:
+        except (ClusterError, DynamoDBError, TimeoutError) as exc:
             console.print(f"[red]dynalab lab: the cluster failed:[/red] {exc}")
             return 1
+    return _summarise(valid, out, console)
+
+
+def _summarise(valid: bool, out: Path, console: Console) -> int:
+    """Print a run's verdict; the exit code: 0 valid, 3 invalid."""
     verdict = json.loads((out / "verdict.json").read_text())
     for checker, result in verdict["checkers"].items():
         mark = "[green]valid[/green]" if result["valid"] else "[red]INVALID[/red]"

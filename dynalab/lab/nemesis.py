@@ -1,11 +1,14 @@
-"""The nemesis: executes a fault schedule against a `LocalCluster`, on its own thread, while the
-workloads run.
+"""The nemesis: executes a fault schedule against a `LocalCluster` while the workloads run.
 
-Each event runs at its `at_s` on the run's clock (time.monotonic() less the run's start), or as
-soon as the previous event is done if that took longer (restarting a node waits until it is
-ready). What actually happened is kept as `executed`: the time each event started and finished,
-and the error if it failed, which is what the report shades. `heal_all` leaves the cluster whole
-whatever happened: every paused process continued, every dead one started again.
+It runs on the thread that started the cluster (the main thread), and the clients on another:
+a child asks the kernel for SIGTERM when its parent dies (`rpc.lifeline`, PR_SET_PDEATHSIG), and
+the kernel means the parent *thread*, so a node restarted from a thread that then ends would be
+stopped with it. Each event runs at its `at_s` on the run's clock (time.monotonic() less the
+run's start), or as soon as the previous event is done if that took longer (restarting a node
+waits until it is ready). What actually happened is kept as `executed`: the time each event
+started and finished, and the error if it failed, which is what the report shades. `heal_all`
+leaves the cluster whole whatever happened: every paused process continued, every dead one
+started again.
 """
 
 from __future__ import annotations
@@ -26,29 +29,20 @@ class Nemesis:
         self.events = events
         self.start = start
         self.executed: list[dict[str, Any]] = []
-        self._stop = threading.Event()
         self._paused: set[str] = set()
-        self._thread = threading.Thread(target=self._run, name="nemesis", daemon=True)
-
-    def begin(self) -> None:
-        self._thread.start()
-
-    def finish(self, timeout_s: float) -> None:
-        """Stop executing events, wait for the one under way, then heal everything."""
-        self._stop.set()
-        self._thread.join(timeout_s)
-        self.heal_all()
 
     def _service(self, target: str) -> ServiceProcess:
         if target.startswith("router"):
             return next(r for r in self.cluster.routers if r.name == target)
         return self.cluster.node(target)
 
-    def _run(self) -> None:
+    def run(self, stop: threading.Event) -> None:
+        """Execute the events in order, each at its time, until they are done or `stop` is set;
+        then heal everything."""
         for event in self.events:
             delay = self.start + event.at_s - time.monotonic()
-            if self._stop.wait(max(0.0, delay)):
-                return
+            if stop.wait(max(0.0, delay)):
+                break
             began = time.monotonic() - self.start
             record: dict[str, Any] = {**event.to_json(), "at_s": round(began, 3)}
             try:
@@ -57,6 +51,7 @@ class Nemesis:
                 record["error"] = str(exc).splitlines()[0]
             record["done_s"] = round(time.monotonic() - self.start, 3)
             self.executed.append(record)
+        self.heal_all()
 
     def execute(self, event: FaultEvent) -> None:
         service = self._service(event.target)

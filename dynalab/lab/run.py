@@ -18,17 +18,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from dynalab.bench import DynamoDBClient
 from dynalab.cluster import LocalCluster
 from dynalab.lab import checkers, report, workloads
 from dynalab.lab.history import Operation, parse_lines
 from dynalab.lab.nemesis import Nemesis
 from dynalab.lab.scenarios import Scenario, schedule
-
-NEMESIS_JOIN_S = 60.0  # How long the end of a run waits for a fault event under way to finish.
 
 
 def write_schedule(scenario: Scenario, seed: int, duration_s: float, out: Path) -> list[Any]:
@@ -37,25 +38,47 @@ def write_schedule(scenario: Scenario, seed: int, duration_s: float, out: Path) 
     return events
 
 
-async def _workload(
+def _experiment(
     cluster: LocalCluster, scenario: Scenario, seed: int, duration_s: float
 ) -> tuple[list[Operation], list[dict[str, Any]]]:
+    """Clients on a thread of their own, the nemesis on this one (see `nemesis`), then the final
+    reads once every fault is healed."""
     keys = workloads.Keys.make(scenario.registers, scenario.counters, scenario.lists)
-    http, api = workloads.session(cluster.router_url)
-    async with http:
-        await workloads.create_tables(api)
-        start = time.monotonic()
-        recorder = workloads.Recorder(start)
-        nemesis = Nemesis(cluster, schedule(scenario, seed, duration_s), start)
-        nemesis.begin()
+    asyncio.run(_with_api(cluster.router_url, workloads.create_tables))
+    start = time.monotonic()
+    recorder = workloads.Recorder(start)
+    done = threading.Event()
+
+    def clients() -> None:
         try:
-            await workloads.run_clients(
-                api, recorder, keys, scenario.clients, duration_s, f"{scenario.name}/{seed}"
+            asyncio.run(
+                _with_api(
+                    cluster.router_url,
+                    lambda api: workloads.run_clients(
+                        api, recorder, keys, scenario.clients, duration_s, f"{scenario.name}/{seed}"
+                    ),
+                )
             )
         finally:
-            await asyncio.to_thread(nemesis.finish, NEMESIS_JOIN_S)
-        await workloads.final_reads(api, recorder, keys)
+            done.set()
+
+    worker = threading.Thread(target=clients, name="lab-clients")
+    worker.start()
+    nemesis = Nemesis(cluster, schedule(scenario, seed, duration_s), start)
+    try:
+        nemesis.run(done)
+    finally:
+        worker.join()
+    asyncio.run(
+        _with_api(cluster.router_url, lambda api: workloads.final_reads(api, recorder, keys))
+    )
     return recorder.history, nemesis.executed
+
+
+async def _with_api(endpoint: str, action: Callable[[DynamoDBClient], Awaitable[None]]) -> None:
+    http, api = workloads.session(endpoint)
+    async with http:
+        await action(api)
 
 
 def run(scenario: Scenario, seed: int, out: Path, duration_s: float | None = None) -> bool:
@@ -64,7 +87,7 @@ def run(scenario: Scenario, seed: int, out: Path, duration_s: float | None = Non
     out.mkdir(parents=True, exist_ok=True)
     write_schedule(scenario, seed, duration, out)
     with LocalCluster(out / "cluster", nodes=scenario.nodes, replicators=0) as cluster:
-        history, executed = asyncio.run(_workload(cluster, scenario, seed, duration))
+        history, executed = _experiment(cluster, scenario, seed, duration)
     meta = {
         "scenario": scenario.name,
         "description": scenario.description,

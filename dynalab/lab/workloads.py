@@ -29,7 +29,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from dynalab.bench import DynamoDBClient, SigV4Signer, error_type, host_header
+from dynalab.bench import DynamoDBClient, DynamoDBError, SigV4Signer, error_type, host_header
 from dynalab.lab.history import ADD, APPEND, CAS, READ, WRITE, Operation, Outcome, classify
 
 REGISTERS, COUNTERS, LISTS = "lab-registers", "lab-counters", "lab-lists"
@@ -40,7 +40,12 @@ FAILURE_PAUSE_S = 0.05  # A client's pause after a failure, so a dead router is 
 BATCH_KEYS_MAX = 3  # Keys of one BatchWriteItem of the register workload.
 FINAL_READ_TIMEOUT_S = 60.0  # How long the final reads may keep retrying a key.
 FINAL_READ_PAUSE_S = 0.2
-TABLE_ACTIVE_TIMEOUT_S = 30.0
+TABLE_ACTIVE_TIMEOUT_S = 60.0  # Creating the tables, retries included, before a run gives up.
+SETUP_PAUSE_S = 0.2
+# What a cluster under load or still starting may answer to table setup, to be asked again.
+SETUP_RETRYABLE = frozenset(
+    {"ServiceUnavailable", "InternalServerError", "ThrottlingException", "LimitExceededException"}
+)
 
 
 def outcome_of_exception(exc: BaseException) -> tuple[Outcome, str]:
@@ -270,25 +275,43 @@ def session(endpoint: str) -> tuple[aiohttp.ClientSession, DynamoDBClient]:
 
 
 async def create_tables(api: DynamoDBClient) -> None:
-    """Create the three tables and wait until each is ACTIVE."""
-    for table in TABLES:
-        await api.request(
-            "CreateTable",
-            {
-                "TableName": table,
-                "AttributeDefinitions": [{"AttributeName": "k", "AttributeType": "S"}],
-                "KeySchema": [{"AttributeName": "k", "KeyType": "HASH"}],
-                "BillingMode": "PAY_PER_REQUEST",
-            },
-        )
+    """Create the three tables and wait until each is ACTIVE, retrying what a busy cluster refuses
+    (a CreateTable that was applied before its answer was lost is then "in use": done)."""
     deadline = time.monotonic() + TABLE_ACTIVE_TIMEOUT_S
     for table in TABLES:
-        while (await api.request("DescribeTable", {"TableName": table}))["Table"][
-            "TableStatus"
-        ] != "ACTIVE":
+        request = {
+            "TableName": table,
+            "AttributeDefinitions": [{"AttributeName": "k", "AttributeType": "S"}],
+            "KeySchema": [{"AttributeName": "k", "KeyType": "HASH"}],
+            "BillingMode": "PAY_PER_REQUEST",
+        }
+        while True:
+            try:
+                await api.request("CreateTable", request)
+                break
+            except DynamoDBError as exc:
+                if exc.type_name == "ResourceInUseException":
+                    break
+                if exc.type_name not in SETUP_RETRYABLE or time.monotonic() > deadline:
+                    raise
+            except (TimeoutError, aiohttp.ClientError):
+                if time.monotonic() > deadline:
+                    raise
+            await asyncio.sleep(SETUP_PAUSE_S)
+    for table in TABLES:
+        while True:
+            try:
+                reply = await api.request("DescribeTable", {"TableName": table})
+                if reply["Table"]["TableStatus"] == "ACTIVE":
+                    break
+            except DynamoDBError as exc:
+                if exc.type_name not in SETUP_RETRYABLE:
+                    raise
+            except (TimeoutError, aiohttp.ClientError):
+                pass
             if time.monotonic() > deadline:
                 raise TimeoutError(f"table {table} not ACTIVE after {TABLE_ACTIVE_TIMEOUT_S} s")
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(SETUP_PAUSE_S)
 
 
 async def run_clients(

@@ -1,5 +1,6 @@
-"""`dynalab lab run` for real: a short kill -9 scenario against a cluster the lab starts itself,
-whose verdict must be valid and whose files must all be written."""
+"""`dynalab lab run` for real: short kill -9 scenarios (a storage node; the router, which the
+nemesis restarts while the clients run) against a cluster the lab starts itself, whose verdict
+must be valid and whose files must all be written."""
 
 from __future__ import annotations
 
@@ -7,15 +8,18 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from dynalab.cluster import PROJECT_ROOT
 from dynalab.lab import scenarios
 
 RUN_TIMEOUT_S = 240.0  # Cluster start, 12 s of workload, restarts, final reads, the report.
 
 
-def test_kill_node_scenario_runs_end_to_end_with_a_valid_verdict(tmp_path):
+@pytest.mark.parametrize("scenario", ["kill-node", "kill-router"])
+def test_scenario_runs_end_to_end_with_a_valid_verdict(tmp_path, scenario):
     out = tmp_path / "run"
-    command = [sys.executable, "-m", "dynalab", "lab", "run", "kill-node"]
+    command = [sys.executable, "-m", "dynalab", "lab", "run", scenario]
     command += ["--seed", "7", "--out", str(out), "--duration", "12"]
     done = subprocess.run(
         command, cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT_S
@@ -29,7 +33,7 @@ def test_kill_node_scenario_runs_end_to_end_with_a_valid_verdict(tmp_path):
     assert verdict["operations"]["ok"] > 0
     assert verdict["checkers"]["linearizable-registers"]["undecided_keys"] == []
 
-    schedule = scenarios.schedule(scenarios.load("kill-node"), 7, 12.0)
+    schedule = scenarios.schedule(scenarios.load(scenario), 7, 12.0)
     assert json.loads((out / "faults.json").read_text()) == [e.to_json() for e in schedule]
     executed = json.loads((out / "run.json").read_text())["executed"]
     assert [(e["fault"], e["target"]) for e in executed] == [(e.fault, e.target) for e in schedule]
@@ -38,4 +42,4 @@ def test_kill_node_scenario_runs_end_to_end_with_a_valid_verdict(tmp_path):
     history = [json.loads(line) for line in (out / "history.jsonl").read_text().splitlines()]
     finals = {o["key"] for o in history if o.get("final") and o["outcome"] == "ok"}
     assert finals == {f"r{i}" for i in range(6)} | {"c0", "c1", "c2", "l0", "l1", "l2"}
-    assert "kill-node node-" in (out / "report.html").read_text()
+    assert f"{scenario} " in (out / "report.html").read_text()

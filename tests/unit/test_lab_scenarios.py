@@ -5,6 +5,7 @@ import re
 
 import pytest
 
+from dynalab import cli
 from dynalab.lab import checkers, report, scenarios
 from dynalab.lab.history import ADD, READ, WRITE, Operation, Outcome
 
@@ -109,3 +110,37 @@ def test_report_shows_the_plots_the_fault_windows_and_the_verdict():
     bands = re.findall(r"fill: #d62728; opacity: 0\.15", page)
     assert len(bands) == 3
     assert "verdict: VALID" in page
+
+
+def recorded_run(tmp_path, final_counter):
+    (tmp_path / "run.json").write_text(
+        json.dumps(
+            {
+                "scenario": "kill-node",
+                "description": "d",
+                "seed": 1,
+                "duration_s": 10.0,
+                "executed": [],
+            }
+        )
+    )
+    ops = [
+        Operation(1, ADD, "c", 3, 0.0, 0.1, Outcome.OK),
+        Operation(0, READ, "c", final_counter, 1.0, 1.1, Outcome.OK, final=True),
+    ]
+    (tmp_path / "history.jsonl").write_text("".join(json.dumps(o.to_json()) + "\n" for o in ops))
+
+
+@pytest.mark.parametrize(("final_counter", "code"), [(3, 0), (2, 3)])
+def test_lab_check_judges_a_recorded_history_again(tmp_path, final_counter, code):
+    recorded_run(tmp_path, final_counter)
+    assert cli.main(["lab", "check", str(tmp_path)]) == code
+    verdict = json.loads((tmp_path / "verdict.json").read_text())
+    assert verdict["valid"] is (code == 0)
+    assert (tmp_path / "report.html").read_text().startswith("<!doctype html>")
+
+
+def test_lab_run_refuses_a_directory_that_holds_something(tmp_path):
+    (tmp_path / "x").write_text("")
+    assert cli.main(["lab", "run", "kill-node", "--seed", "1", "--out", str(tmp_path)]) == 2
+    assert cli.main(["lab", "run", "no-such", "--seed", "1", "--out", str(tmp_path / "n")]) == 2
