@@ -124,8 +124,8 @@ def schedule(scenario: Scenario, seed: int, duration_s: float) -> list[FaultEven
 
 
 def fault_windows(events: list[dict[str, Any]], end_s: float) -> list[tuple[float, float, str]]:
-    """(start, end, label) of every fault in a list of executed or scheduled events; a fault
-    never healed lasts until `end_s`."""
+    """(start, end, label) of every fault in a list of executed or scheduled events, from the
+    fault to the end of its heal; a fault never healed lasts until `end_s`."""
     heal_of = {heal: fault for fault, heal in HEALS.items()}
     open_faults: dict[tuple[str, str], float] = {}
     windows = []
@@ -136,7 +136,9 @@ def fault_windows(events: list[dict[str, Any]], end_s: float) -> list[tuple[floa
         elif event["fault"] in heal_of:
             start = open_faults.pop((heal_of[event["fault"]], event["target"]), None)
             if start is not None:
+                # An executed heal ends when it is done (a restarted process answers again).
+                end = float(event.get("done_s", event["at_s"]))
                 label = f"{heal_of[event['fault']]} {event['target']}"
-                windows.append((start, float(event["at_s"]), label))
+                windows.append((start, end, label))
     windows.extend((start, end_s, f"{f} {t}") for (f, t), start in open_faults.items())
     return sorted(windows)

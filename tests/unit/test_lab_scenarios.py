@@ -64,11 +64,11 @@ quiet_s = [1, 2]
 def test_fault_windows_pair_each_fault_with_its_heal():
     events = [
         {"at_s": 1.0, "fault": "kill-node", "target": "node-2"},
-        {"at_s": 3.0, "fault": "restart-node", "target": "node-2"},
+        {"at_s": 3.0, "fault": "restart-node", "target": "node-2", "done_s": 4.5},
         {"at_s": 5.0, "fault": "pause-node", "target": "node-1"},
     ]
     assert scenarios.fault_windows(events, 9.0) == [
-        (1.0, 3.0, "kill-node node-2"),
+        (1.0, 4.5, "kill-node node-2"),
         (5.0, 9.0, "pause-node node-1"),
     ]
 
