@@ -328,6 +328,7 @@ async def update_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any
         compiled.values,
         chosen,
         on_failure == "ALL_OLD",
+        legacy=attribute_updates is not None,
     )
     reply = await ctx.call_key(table, partition_key, sort_key, ops.UPDATE, payload.to_json())
     return _write_reply(reply, table_name, body, {schema.hash_key(table)[0]: partition_key})

@@ -256,6 +256,8 @@ class UpdatePayload:
     values: Values = None
     return_values: str = "NONE"
     return_on_failure: bool = False
+    # The update came as legacy AttributeUpdates, whose type mismatches DynamoDB words its own way.
+    legacy: bool = False
 
     @classmethod
     def from_json(cls, body: dict[str, Any]) -> Self:
@@ -267,10 +269,11 @@ class UpdatePayload:
             body.get("values"),
             body.get("return_values") or "NONE",
             body.get("return_on_failure") is True,
+            body.get("legacy") is True,
         )
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        body = {
             "key": self.key,
             "update": self.update,
             "condition": self.condition,
@@ -279,6 +282,9 @@ class UpdatePayload:
             "return_values": self.return_values,
             "return_on_failure": self.return_on_failure,
         }
+        if self.legacy:
+            body["legacy"] = True
+        return body
 
 
 @dataclasses.dataclass(slots=True)

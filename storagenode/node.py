@@ -1076,7 +1076,11 @@ def _write_request(payload: ops.ItemWritePayload, partition: Partition) -> Write
     key = shape.check_key(payload.key)
     if isinstance(payload, ops.UpdatePayload):
         update_text = payload.update
-        update = None if update_text is None else expressions.update(update_text, names, values)
+        update = (
+            None
+            if update_text is None
+            else expressions.update(update_text, names, values, legacy=payload.legacy)
+        )
         return UpdateRequest(key, update, condition, return_values, on_failure)
     return DeleteRequest(key, condition, return_values, on_failure)
 

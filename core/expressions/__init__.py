@@ -82,7 +82,12 @@ from core.expressions.parser import (
     parse_update,
 )
 from core.expressions.projection import check_projection
-from core.expressions.update import check_update, compile_update
+from core.expressions.update import (
+    INCORRECT_TYPE,
+    LEGACY_MISMATCH,
+    check_update,
+    compile_update,
+)
 from core.values import AttributeValue, Item
 
 __all__ = [
@@ -225,7 +230,12 @@ class Update:
     )
 
     def __init__(
-        self, text: str, parsed: Parsed, binder: Binder, paths: list[ResolvedPath]
+        self,
+        text: str,
+        parsed: Parsed,
+        binder: Binder,
+        paths: list[ResolvedPath],
+        mismatch: str = INCORRECT_TYPE,
     ) -> None:
         assert isinstance(parsed.tree, ast.UpdateExpression)
         self.text = text
@@ -242,7 +252,7 @@ class Update:
         self.only_removes = all(
             clause.keyword in ("REMOVE", "DELETE") for clause in parsed.tree.clauses
         )
-        self._apply = compile_update(parsed.tree, binder)
+        self._apply = compile_update(parsed.tree, binder, mismatch)
 
     def apply(self, item: Item) -> Item:
         """The item after the update; ``item`` is not modified. Raises DynamoDB's runtime errors."""
@@ -352,15 +362,18 @@ def update(
     text: str,
     names: Mapping[str, Any] | None = None,
     values: Mapping[str, Any] | None = None,
+    *,
+    legacy: bool = False,
 ) -> Update:
-    """Check and compile an UpdateExpression."""
+    """Check and compile an UpdateExpression; `legacy` when it translates AttributeUpdates, whose
+    ADD and DELETE of another type than the attribute's DynamoDB calls a "Type mismatch"."""
     parsed = _parsed("update", text, "UpdateExpression")
     _check_map_shapes(names, values)
     binder = Binder("UpdateExpression", UPDATE_RANKS, names, values)
     assert isinstance(parsed.tree, ast.UpdateExpression)
     paths = check_update(parsed.tree, binder)
     binder.raise_first(parsed.findings)
-    return Update(text, parsed, binder, paths)
+    return Update(text, parsed, binder, paths, LEGACY_MISMATCH if legacy else INCORRECT_TYPE)
 
 
 def projection(text: str, names: Mapping[str, Any] | None = None) -> Projection:

@@ -14,9 +14,10 @@ AttributeUpdates, ``p`` for AttributesToGet, ``k`` for KeyConditions, ``f`` for 
 translations of one request can be merged. ``check_parameter_mix`` rejects a request that mixes
 legacy and expression parameters, as DynamoDB does.
 
-Runtime errors of a translated update are those of the expression ("An operand in the update
-expression has an incorrect data type" where DynamoDB's legacy path says "Type mismatch for
-attribute to update").
+Runtime errors of a translated update are those of the expression, except that an ADD or DELETE
+of another type than the attribute's is "Type mismatch for attribute to update", as DynamoDB's
+legacy path says, where an expression's is "An operand in the update expression has an incorrect
+data type" (`expressions.update(..., legacy=True)`).
 """
 
 from __future__ import annotations

@@ -42,6 +42,8 @@ FUNCTION_ARITY = {"if_not_exists": 2, "list_append": 2}
 INVALID_PATH = "The document path provided in the update expression is invalid for update"
 TOO_DEEP = "Nesting Levels have exceeded supported limits"
 INCORRECT_TYPE = "An operand in the update expression has an incorrect data type"
+# The same mistake (ADD or DELETE of a value whose type is not the attribute's) in AttributeUpdates.
+LEGACY_MISMATCH = "Type mismatch for attribute to update"
 MISSING_ATTRIBUTE = "The provided expression refers to an attribute that does not exist in the item"
 # ADD takes numbers and sets, DELETE only sets; DynamoDB names the other types in full.
 _ADD_TYPES = frozenset({"N", "SS", "NS", "BS"})
@@ -300,13 +302,13 @@ class _Edit:
         return self.item
 
 
-def _added(existing: AttributeValue | None, value: AttributeValue) -> AttributeValue:
+def _added(existing: AttributeValue | None, value: AttributeValue, mismatch: str) -> AttributeValue:
     if existing is None:
         result: AttributeValue = clone(value)
         return result
     tag = type_of(value)
     if type_of(existing) != tag:
-        raise ValidationError(INCORRECT_TYPE)
+        raise ValidationError(mismatch)
     if tag == "N":
         return {"N": add_numbers(existing["N"], value["N"])}
     members = existing[tag]
@@ -314,10 +316,12 @@ def _added(existing: AttributeValue | None, value: AttributeValue) -> AttributeV
     return {tag: [*members, *(member for member in value[tag] if member not in present)]}
 
 
-def _deleted(existing: AttributeValue, value: AttributeValue) -> AttributeValue | None:
+def _deleted(
+    existing: AttributeValue, value: AttributeValue, mismatch: str
+) -> AttributeValue | None:
     tag = type_of(value)
     if type_of(existing) != tag:
-        raise ValidationError(INCORRECT_TYPE)
+        raise ValidationError(mismatch)
     removed = set(value[tag])
     remaining = [member for member in existing[tag] if member not in removed]
     # Deleting every element of a set removes the attribute: DynamoDB has no empty sets.
@@ -358,15 +362,15 @@ def _remove_step(path: ResolvedPath) -> Step:
     return step
 
 
-def _add_step(path: ResolvedPath, value: AttributeValue) -> Step:
+def _add_step(path: ResolvedPath, value: AttributeValue, mismatch: str) -> Step:
     def step(edit: _Edit, old: Item) -> None:
         container = edit.container(path)
-        edit.write(container, path[-1], _added(edit.read(container, path[-1]), value))
+        edit.write(container, path[-1], _added(edit.read(container, path[-1]), value, mismatch))
 
     return step
 
 
-def _delete_step(path: ResolvedPath, value: AttributeValue) -> Step:
+def _delete_step(path: ResolvedPath, value: AttributeValue, mismatch: str) -> Step:
     assert type_of(value) in SET_TYPES
 
     def step(edit: _Edit, old: Item) -> None:
@@ -374,7 +378,7 @@ def _delete_step(path: ResolvedPath, value: AttributeValue) -> Step:
         existing = edit.read(container, path[-1])
         if existing is None:
             return
-        remaining = _deleted(existing, value)
+        remaining = _deleted(existing, value, mismatch)
         if remaining is None:
             edit.remove(container, path[-1])
         else:
@@ -383,8 +387,11 @@ def _delete_step(path: ResolvedPath, value: AttributeValue) -> Step:
     return step
 
 
-def compile_update(tree: ast.UpdateExpression, binder: Binder) -> Callable[[Item], Item]:
-    """A function applying a checked update to an item and returning the new item."""
+def compile_update(
+    tree: ast.UpdateExpression, binder: Binder, mismatch: str = INCORRECT_TYPE
+) -> Callable[[Item], Item]:
+    """A function applying a checked update to an item and returning the new item; an ADD or
+    DELETE of a value whose type is not the attribute's raises `mismatch`."""
     steps: list[Step] = []
     for clause in tree.clauses:
         for action in clause.actions:
@@ -394,9 +401,9 @@ def compile_update(tree: ast.UpdateExpression, binder: Binder) -> Callable[[Item
             elif isinstance(action, ast.RemoveAction):
                 steps.append(_remove_step(path))
             elif isinstance(action, ast.AddAction):
-                steps.append(_add_step(path, binder.values[action.value.name]))
+                steps.append(_add_step(path, binder.values[action.value.name], mismatch))
             else:
-                steps.append(_delete_step(path, binder.values[action.value.name]))
+                steps.append(_delete_step(path, binder.values[action.value.name], mismatch))
 
     def apply(item: Item) -> Item:
         edit = _Edit(item)

@@ -3,7 +3,7 @@
 Each test is one behaviour issue #14 found missing: an update that only removes leaves a missing
 item missing; comparing with a constant that has no order is a ValidationException, not a failed
 condition; functions of the other expression kind are "not allowed"; an unknown function in an
-update expression is a syntax error.
+update expression is a syntax error; AttributeUpdates' type mismatches say "mismatch".
 """
 
 from __future__ import annotations
@@ -152,3 +152,31 @@ def test_unknown_functions_and_bad_names_in_an_update_are_syntax_errors(
         f'Invalid UpdateExpression: Syntax error; token: "{token}", near: "{near}"',
     )
     assert "Item" not in dynamodb.get_item(TableName=table, Key=KEY, ConsistentRead=True)
+
+
+@pytest.mark.parametrize(
+    ("action", "value"),
+    [("ADD", {"NS": ["1"]}), ("DELETE", {"NS": ["1"]}), ("ADD", {"N": "1"})],
+)
+def test_legacy_add_and_delete_of_another_type_is_a_type_mismatch(
+    dynamodb: Any, table: str, action: str, value: dict[str, Any]
+) -> None:
+    dynamodb.put_item(TableName=table, Item={**KEY, "s": {"SS": ["a"]}})
+    assert error_of(
+        lambda: dynamodb.update_item(
+            TableName=table, Key=KEY, AttributeUpdates={"s": {"Action": action, "Value": value}}
+        )
+    ) == (400, "ValidationException", "Type mismatch for attribute to update")
+    # The expression form of the same mistake keeps its own words.
+    assert error_of(
+        lambda: dynamodb.update_item(
+            TableName=table,
+            Key=KEY,
+            UpdateExpression=f"{action} s :v",
+            ExpressionAttributeValues={":v": value},
+        )
+    ) == (
+        400,
+        "ValidationException",
+        "An operand in the update expression has an incorrect data type",
+    )

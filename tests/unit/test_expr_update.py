@@ -199,6 +199,24 @@ def test_operands_of_the_wrong_type_at_runtime(
 
 
 @pytest.mark.parametrize(
+    ("text", "item", "value"),
+    [
+        ("ADD s :v", {"s": {"SS": ["a"]}}, {"NS": ["1"]}),
+        ("ADD n :v", {"n": {"S": "x"}}, {"N": "1"}),
+        ("DELETE s :v", {"s": {"SS": ["a"]}}, {"NS": ["1"]}),
+    ],
+)
+def test_a_legacy_update_calls_a_type_mismatch_so(
+    text: str, item: Item, value: dict[str, Any]
+) -> None:
+    # AttributeUpdates' ADD and DELETE, translated into these expressions, keep DynamoDB's words.
+    compiled = expressions.update(text, None, {":v": value}, legacy=True)
+    with pytest.raises(ValidationError) as raised:
+        compiled.apply(item)
+    assert raised.value.message == "Type mismatch for attribute to update"
+
+
+@pytest.mark.parametrize(
     "text",
     ["SET a = b", "SET a = b.c + :v", "SET a = list_append(b, :l)", "SET a = if_not_exists(c, b)"],
 )
