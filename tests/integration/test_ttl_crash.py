@@ -119,3 +119,34 @@ def test_kill_9_during_ttl_sweeps_leaves_table_index_and_counters_consistent(
         finally:
             store.close()
     assert deleted == EXPIRING
+
+
+def test_ttl_stays_enabling_while_a_node_is_down_and_settles_when_it_returns(
+    tmp_path: Path,
+) -> None:
+    """The setting is recorded at once; ENABLED means every node holding a partition took it."""
+    with LocalCluster(tmp_path / "cluster", nodes=3, routers=1) as cluster:
+        ddb = dynamodb_client(cluster.router_url)
+        name = create_active_table(ddb, "ttl-node-down")
+        table = TableDef.from_json(stored_catalog(cluster.nodes)["tables"][name])
+        catalog_node = stored_catalog(cluster.nodes)["catalog_node"]
+        victim = next(cluster.node(node) for node in table.nodes() if node != catalog_node)
+        victim.kill()
+        reply = ddb.update_time_to_live(
+            TableName=name, TimeToLiveSpecification={"Enabled": True, "AttributeName": "exp"}
+        )
+        assert reply["TimeToLiveSpecification"] == {"Enabled": True, "AttributeName": "exp"}
+        description = ddb.describe_time_to_live(TableName=name)["TimeToLiveDescription"]
+        assert description == {"TimeToLiveStatus": "ENABLING", "AttributeName": "exp"}
+        victim.start()
+        deadline = time.monotonic() + DEADLINE_SECONDS
+        while True:
+            try:
+                description = ddb.describe_time_to_live(TableName=name)["TimeToLiveDescription"]
+            except ClientError:
+                description = {}
+            if description.get("TimeToLiveStatus") == "ENABLED":
+                break
+            assert time.monotonic() < deadline, f"TTL not settled: {description}"
+            time.sleep(0.2)
+        assert description == {"TimeToLiveStatus": "ENABLED", "AttributeName": "exp"}
