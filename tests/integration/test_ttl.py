@@ -363,3 +363,66 @@ def test_a_client_delete_is_not_made_by_the_service(
         asyncio.wait_for(_first_remove(address, table.id, partition.id), FEED_SECONDS)
     )
     assert change.by_service is False
+
+
+def test_a_ttl_delete_removes_the_items_local_index_entries_in_its_transaction(
+    ddb: Any, table_name: Any
+) -> None:
+    """T-07: the sweeper deletes through the write path, so the item's LSI entries go with it (a
+    strongly consistent Query on the index sees the delete at once)."""
+    name = table_name()
+    ddb.create_table(
+        TableName=name,
+        KeySchema=[
+            {"AttributeName": "pk", "KeyType": "HASH"},
+            {"AttributeName": "sk", "KeyType": "RANGE"},
+        ],
+        AttributeDefinitions=[
+            {"AttributeName": "pk", "AttributeType": "S"},
+            {"AttributeName": "sk", "AttributeType": "S"},
+            {"AttributeName": "rank", "AttributeType": "N"},
+        ],
+        LocalSecondaryIndexes=[
+            {
+                "IndexName": "by-rank",
+                "KeySchema": [
+                    {"AttributeName": "pk", "KeyType": "HASH"},
+                    {"AttributeName": "rank", "KeyType": "RANGE"},
+                ],
+                "Projection": {"ProjectionType": "ALL"},
+            }
+        ],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    ddb.get_waiter("table_exists").wait(TableName=name)
+    enable(ddb, name)
+    now = int(time.time())
+    for sk, rank, expires in (("gone", 1, now - 5), ("kept", 2, now + 3600)):
+        ddb.put_item(
+            TableName=name,
+            Item={
+                "pk": {"S": "p"},
+                "sk": {"S": sk},
+                "rank": {"N": str(rank)},
+                "exp": {"N": str(expires)},
+            },
+        )
+    deadline = time.monotonic() + DELETED_WITHIN_SECONDS
+    while True:
+        on_index = ddb.query(
+            TableName=name,
+            IndexName="by-rank",
+            KeyConditionExpression="pk = :p",
+            ExpressionAttributeValues={":p": {"S": "p"}},
+            ConsistentRead=True,
+        )["Items"]
+        if [item["sk"]["S"] for item in on_index] == ["kept"]:
+            break
+        assert time.monotonic() < deadline, on_index
+        time.sleep(SWEEP_SECONDS)
+    assert keys_left_sorted(ddb, name) == ["kept"]
+
+
+def keys_left_sorted(ddb: Any, name: str) -> list[str]:
+    items = ddb.scan(TableName=name, ConsistentRead=True)["Items"]
+    return sorted(item["sk"]["S"] for item in items)

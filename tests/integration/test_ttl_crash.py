@@ -5,9 +5,9 @@ Thousands of items expire together on a table whose TTL was enabled half-way thr
 (so the first half is indexed by the background backfill and the second by the write path). Once
 the sweepers are deleting, one node is killed with SIGKILL and restarted on its data. The test
 waits until every expired item is gone and the others are all there, stops the cluster, and runs
-the reusable checker (`tests.checkers.expiry_index`) on every node's store: no index entry without
-its item or at the wrong second, no indexable item without its entry, item counts equal to the
-items, and TTL counters equal to the change log's service deletes. The counters summed over the
+the reusable checker (`dynalab.checkers.check_expiry_index`) on every node's store: no index entry
+without its item or at the wrong second, no indexable item without its entry, item counts equal to
+the items, and TTL counters equal to the change log's service deletes. The counters summed over the
 nodes equal the number of expired items: none was counted twice or lost across the crash.
 """
 
@@ -20,10 +20,10 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from core.catalog import TableDef
+from dynalab.checkers import check_expiry_index
 from dynalab.cluster import LocalCluster
 from storagenode.partition import Partition
 from storagenode.store import Store
-from tests.checkers import expiry_index
 from tests.integration.conftest import create_active_table, dynamodb_client, stored_catalog
 
 EXPIRING = 3000  # Half put before TTL is enabled, half after.
@@ -110,7 +110,7 @@ def test_kill_9_during_ttl_sweeps_leaves_table_index_and_counters_consistent(
     for node in cluster.nodes:
         store = Store(node.data_dir)
         try:
-            problems = expiry_index.problems(store, now)
+            problems = check_expiry_index(store, now)
             assert problems == [], f"{node.node_id}: " + "\n".join(problems[:20])
             for meta in store.load_partition_metas():
                 partition = Partition.from_meta(meta)

@@ -3,7 +3,8 @@ that held items when TTL was enabled, the sweeper's deletes and the metrics.
 
 Writes go through `apply_writes`, as the group committer makes them, on a real RocksDB store in a
 temporary directory and a clock the test steps. After each scenario the reusable checker
-(`tests.checkers.expiry_index`) compares the index with the table and the counters with the log.
+(`dynalab.checkers.check_expiry_index`) compares the index with the table and the counters with
+the log.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from core import limits
 from core.errors import DynamoError
+from dynalab.checkers import check_expiry_index
 from rpc import ops
 from storagenode import expiry, metrics
 from storagenode.layout import Family
@@ -26,7 +28,6 @@ from storagenode.store import Store
 from storagenode.sweeper import TtlSweeper, report, sweep_seconds
 from storagenode.throughput import NodeThroughput
 from tests import envelope
-from tests.checkers import expiry_index
 
 TABLE = {"id": "d5" * 16, "name": "Sessions", "key_schema": {"hash": ["pk", "S"], "range": None}}
 T0 = 1_700_000_000.0
@@ -156,7 +157,7 @@ class Node:
         )
 
     def problems(self) -> list[str]:
-        return expiry_index.problems(self.store, self.clock())
+        return check_expiry_index(self.store, self.clock())
 
 
 @pytest.fixture
