@@ -1,5 +1,5 @@
-"""Scenarios: the experiments in `scenarios/*.toml`, and the fault schedule each one draws from a
-seed.
+"""Scenarios: the experiments in `dynalab/scenarios/*.toml`, and the fault schedule each one draws
+from a seed.
 
 A scenario names a workload (how many clients, how many keys of each kind) and a nemesis (which
 faults, how long each lasts, how long the cluster is left alone in between). `schedule` turns a
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-SCENARIO_DIR = Path(__file__).resolve().parents[2] / "scenarios"
+SCENARIO_DIR = Path(__file__).resolve().parents[1] / "scenarios"  # Shipped in the package.
 ROUTER = "router-1"
 SETTLE_S = 2.0  # Quiet time left at the end of a run, after the last fault is healed.
 

@@ -167,8 +167,10 @@ def test_local_indexes_match_their_table_after_kill_9(tmp_path: Path) -> None:
             create_table(client, name)
             catalog = stored_catalog(cluster.nodes)
             holders = {p["node"] for p in catalog["tables"][name]["partitions"]}
-            victims = sorted(holders - {catalog["catalog_node"]})
-            assert victims, "no node other than the catalog's holds a partition"
+            # A node holding partitions, not the catalog's where there is one: placement is by
+            # the hash of random table ids, so all four partitions may share the catalog's node
+            # (the routers then serve items from their cached catalog while it is down).
+            victims = sorted(holders - {catalog["catalog_node"]}) or sorted(holders)
             victim = cluster.node(victims[0])
 
             stop = threading.Event()
