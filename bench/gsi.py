@@ -5,11 +5,12 @@
 It starts its own cluster (3 nodes, 1 router, 1 GSI replicator, throttling off, in a temporary
 directory) and prints:
 
-1. Propagation lag at a fixed write rate: puts are issued on a schedule of `--rate` per second for
-   `--seconds`; one put in `--probe-every` writes a probe item whose index partition key is unique,
-   and a reader polls the index for it every `--poll-ms` from the moment the put was acknowledged.
-   The lag is the time from the acknowledgement to the first Query that returns the entry: p50,
-   p99 and max (resolution: the poll interval).
+1. Propagation lag at a fixed write rate: once the replicator follows the new table (a warm-up
+   probe is visible), puts are issued on a schedule of `--rate` per second for `--seconds`; one
+   put in `--probe-every` writes a probe item whose index partition key is unique, and a reader
+   polls the index for it every `--poll-ms` from the moment the put was acknowledged. The lag is
+   the time from the acknowledgement to the first Query that returns the entry: p50, p99 and max
+   (resolution: the poll interval).
 2. Base put throughput with 0, 1 and 3 GSIs, same run: `--concurrency` workers put as fast as
    they can for `--seconds` into a table with that many indexes.
 
@@ -99,6 +100,11 @@ async def measure_lag(
     client: DynamoDBClient, rate: float, seconds: float, probe_every: int, poll_s: float
 ) -> list[float]:
     await create_table(client, "lag", 1)
+    # The replicator finds a new table on its next catalog poll: wait until it follows this one,
+    # so the run measures propagation, not discovery.
+    warm_up = -1
+    await client.request("PutItem", {"TableName": "lag", "Item": item(warm_up, True)})
+    await wait_visible(client, "lag", warm_up, poll_s)
     lags: list[float] = []
     tasks: list[asyncio.Task[None]] = []
 
