@@ -37,6 +37,10 @@ def main(args: argparse.Namespace, console: Console) -> int:
             scenario = scenarios.load(name)
             console.print(f"[bold]{name}[/bold]: {scenario.description}", highlight=False)
         return 0
+    missing = lab_run.plots_missing()
+    if missing is not None:
+        console.print(f"[red]dynalab lab:[/red] {missing}")
+        return 2
     if args.lab_command == "run":
         return _run(args.scenario, args.seed, Path(args.out), args.duration, console)
     earlier = Path(args.dir)

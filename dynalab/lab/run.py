@@ -17,6 +17,7 @@ the duration, heals every fault, reads every key back, stops the cluster and wri
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import threading
 import time
@@ -26,7 +27,7 @@ from typing import Any
 
 from dynalab.bench import DynamoDBClient
 from dynalab.cluster import LocalCluster
-from dynalab.lab import checkers, report, workloads
+from dynalab.lab import checkers, workloads
 from dynalab.lab.history import Operation, parse_lines
 from dynalab.lab.nemesis import Nemesis
 from dynalab.lab.scenarios import Scenario, schedule
@@ -102,8 +103,21 @@ def run(scenario: Scenario, seed: int, out: Path, duration_s: float | None = Non
     return write_verdict_and_report(out)
 
 
+def plots_missing() -> str | None:
+    """Why this installation cannot draw a run's report (None: it can)."""
+    if importlib.util.find_spec("matplotlib") is None:
+        return (
+            "the lab's report needs matplotlib: pip install 'dynalab[lab]' "
+            "(from a checkout: pip install '.[lab]')"
+        )
+    return None
+
+
 def write_verdict_and_report(out: Path) -> bool:
     """Check the recorded history of a run in `out` and (re)write its verdict and report."""
+    # Imported here: the plots need the `lab` extra (matplotlib), which the cluster does not.
+    from dynalab.lab import report
+
     meta = json.loads((out / "run.json").read_text())
     with (out / "history.jsonl").open() as file:
         history = list(parse_lines(file))
