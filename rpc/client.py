@@ -19,6 +19,8 @@ grace period (RPC_DEADLINE_GRACE_SECONDS) past the deadline for the answer; then
 
 A broken stream fails all of its calls at once; the next call opens a new one, no sooner than a
 backoff that doubles with each consecutive failure (bounded by RPC_RECONNECT_BACKOFF_SECONDS_MAX).
+A call that finds the backoff running waits for it only when it ends within
+RPC_RECONNECT_WAIT_SECONDS_MAX; otherwise the node is down and the call fails at once, not sent.
 Errors the node reports come back as the same `core.errors` instances, through `rpc.codec`.
 """
 
@@ -142,9 +144,12 @@ class NodeClient:
             if wait <= 0:
                 self._stream = _Stream(self._ensure_stub(), self)
                 return self._stream
-            if self._reconnect_at > deadline:
+            # A stream that just broke is retried after a short wait; a node that keeps failing
+            # fails its calls at once until the next attempt, so a dead node costs its callers
+            # nothing and clients' own retries (503 is retried) do the waiting.
+            if wait > limits.RPC_RECONNECT_WAIT_SECONDS_MAX or self._reconnect_at > deadline:
                 raise ServiceUnavailable(
-                    f"Node {self.address} is unreachable (reconnecting in {wait:.2f} s); {op} "
+                    f"Node {self.address} is unreachable (next attempt in {wait:.2f} s); {op} "
                     "not sent"
                 )
             await asyncio.sleep(wait)
@@ -220,6 +225,11 @@ class _Stream:
             raise
         except TimeoutError:
             self.fail(ServiceUnavailable(f"Node {self.client.address} stopped reading its stream"))
+        except grpc.aio.AioRpcError as error:
+            # Expected while a node is down or restarting: one line, no traceback.
+            reason = _describe(error)
+            logger.warning("stream to node %s broke while sending: %s", self.client.address, reason)
+            self.fail(ServiceUnavailable(f"Stream to node {self.client.address} broke: {reason}"))
         except Exception as error:
             address = self.client.address
             logger.warning("stream to node %s broke while sending", address, exc_info=True)

@@ -127,6 +127,23 @@ async def test_a_dead_node_fails_fast(tmp_path: Path) -> None:
     await client.close()
 
 
+async def test_calls_to_a_node_that_stays_down_fail_at_once_until_the_next_attempt() -> None:
+    """Past the first quick retries a dead node's calls do not wait out the reconnect backoff."""
+    client = NodeClient(f"127.0.0.1:{free_port()}")
+    try:
+        failures: list[str] = []
+        for _ in range(6):
+            with pytest.raises(ServiceUnavailable) as caught:
+                await envelope.call(client, ops.GET, data(key={"pk": {"S": "a"}}), TIMEOUT_SECONDS)
+            failures.append(caught.value.message)
+        # The first attempts wait out their short backoffs and really try; then the backoff is
+        # longer than a call may wait, so the next calls fail without a connection attempt.
+        assert any("next attempt in" in message for message in failures), failures
+        assert "next attempt in" not in failures[0]
+    finally:
+        await client.close()
+
+
 async def test_the_client_reconnects_to_a_restarted_node(tmp_path: Path) -> None:
     first = NodeServer("n", "127.0.0.1:0", tmp_path / "node")
     address = await first.start()
