@@ -2,13 +2,14 @@
 
 A table is a `TableDef`: its name and id, its status, key shape, billing and throughput settings
 with their change bookkeeping, its partitions (`PartitionDef`: key range, epoch, state, parent,
-node and share of the table's throughput), its secondary indexes (`IndexDef`) and its TTL
-setting (`TtlDef`). The records are frozen; a change is a function that takes a record and
-returns a new one, or raises. The statuses each kind of record may move between are written out
-once, as tables (`TABLE_TRANSITIONS`, `PARTITION_TRANSITIONS`, `INDEX_TRANSITIONS`), and every
-transition function checks its move against them, raising `IllegalTransition` for a move the
-table does not list; DynamoDB's own refusals (deleting a table that is still being created,
-changing one that is being updated) are raised as the DynamoDB errors they are.
+node and share of the table's throughput), its secondary indexes (`IndexDef`), its TTL setting
+(`TtlDef`) and its DynamoDB stream (`StreamDef`). The records are frozen; a change is a function
+that takes a record and returns a new one, or raises. The statuses each kind of record may move
+between are written out once, as tables (`TABLE_TRANSITIONS`, `PARTITION_TRANSITIONS`,
+`INDEX_TRANSITIONS`, ...), and every transition function checks its move against them, raising
+`IllegalTransition` for a move the table does not list; DynamoDB's own refusals (deleting a table
+that is still being created, changing one that is being updated) are raised as the DynamoDB
+errors they are.
 
 Nothing here does IO or reads a clock: the time of a change (`now`, epoch seconds) is passed in,
 as are new ids, so the rules are tested in microseconds and replay exactly. The router performs
@@ -140,6 +141,15 @@ TTL_TRANSITIONS: frozenset[tuple[TtlStatus | None, TtlStatus]] = frozenset(
         (TtlStatus.ENABLED, TtlStatus.DISABLING),  # UpdateTimeToLive Enabled=false.
         (TtlStatus.DISABLING, TtlStatus.DISABLED),  # Every node stopped sweeping.
         (TtlStatus.DISABLING, TtlStatus.ENABLING),  # A node had not taken it an hour later.
+    }
+)
+# None: the table never had a stream. A disabled stream is kept (DescribeTable still names it as
+# LatestStreamArn, as DynamoDB does); enabling again makes a new stream with a new label.
+STREAM_TRANSITIONS: frozenset[tuple[bool | None, bool]] = frozenset(
+    {
+        (None, True),  # CreateTable or UpdateTable with StreamEnabled true.
+        (True, False),  # UpdateTable with StreamEnabled false.
+        (False, True),  # Enabled again: a new stream.
     }
 )
 # Statuses in which a table serves reads and writes (an UPDATING table still does in DynamoDB),
@@ -326,6 +336,49 @@ class TtlDef:
         )
 
 
+class StreamViewType(enum.StrEnum):
+    """What a stream record carries of the item (StreamSpecification's StreamViewType)."""
+
+    KEYS_ONLY = "KEYS_ONLY"
+    NEW_IMAGE = "NEW_IMAGE"
+    OLD_IMAGE = "OLD_IMAGE"
+    NEW_AND_OLD_IMAGES = "NEW_AND_OLD_IMAGES"
+
+
+@dataclass(frozen=True, slots=True)
+class StreamDef:
+    """A table's latest DynamoDB stream: its label (a UTC time to the millisecond, unique per table:
+    the last part of its ARN), its view type, when it was enabled (epoch seconds) and whether it is
+    still enabled. The change-feed consumer that holds each partition's log for it is named by
+    `consumer` (`stream/<label>`), so a new stream never inherits an old one's position."""
+
+    label: str
+    view_type: StreamViewType
+    created: float
+    enabled: bool = True
+
+    @property
+    def consumer(self) -> str:
+        return f"stream/{self.label}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "label": self.label,
+            "view_type": self.view_type.value,
+            "created": self.created,
+            "enabled": self.enabled,
+        }
+
+    @classmethod
+    def from_json(cls, document: Mapping[str, Any]) -> StreamDef:
+        return cls(
+            label=document["label"],
+            view_type=StreamViewType(document["view_type"]),
+            created=float(document["created"]),
+            enabled=bool(document["enabled"]),
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class TableDef:
     """One table's catalog record; `version` counts the writes of its row (1 once created)."""
@@ -348,6 +401,7 @@ class TableDef:
     ttl: TtlDef | None = None
     # The user's tags (key, value), in the order their keys were first added.
     tags: tuple[tuple[str, str], ...] = ()
+    stream: StreamDef | None = None
     version: int = 0
     _json: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
@@ -398,6 +452,7 @@ class TableDef:
             "indexes": [index.to_json() for index in self.indexes],
             "ttl": None if self.ttl is None else self.ttl.to_json(),
             "tags": [[key, value] for key, value in self.tags],
+            "stream": None if self.stream is None else self.stream.to_json(),
             "version": self.version,
         }
         object.__setattr__(self, "_json", document)
@@ -411,6 +466,7 @@ class TableDef:
         even = Fraction(1, max(1, len(partitions)))
         changes = document.get("throughput_changes") or {}
         ttl = document.get("ttl")
+        stream = document.get("stream")
         return cls(
             name=document["name"],
             id=document["id"],
@@ -437,6 +493,7 @@ class TableDef:
             indexes=tuple(IndexDef.from_json(i) for i in document.get("indexes", ())),
             ttl=None if ttl is None else TtlDef.from_json(ttl),
             tags=tuple((key, value) for key, value in document.get("tags", ())),
+            stream=None if stream is None else StreamDef.from_json(stream),
             version=int(document.get("version", 0)),
         )
 
@@ -466,10 +523,11 @@ def created(
     owner: Callable[[str], str],
     indexes: tuple[IndexDef, ...] = (),
     tags: Sequence[tuple[str, str]] = (),
+    stream_view_type: StreamViewType | None = None,
 ) -> TableDef:
     """A new table, CREATING, created at `now`, with as many partitions as its throughput needs,
-    the secondary indexes given at creation (`indexes`) and CreateTable's `tags` (as `tagged`
-    adds them).
+    the secondary indexes given at creation (`indexes`), CreateTable's `tags` (as `tagged`
+    adds them) and, with `stream_view_type`, an enabled stream.
 
     The partitions split the hash space evenly, each at epoch 1 with an equal share of the
     throughput, on the node `owner` picks for its id.
@@ -494,6 +552,9 @@ def created(
         partitions=tuple(partitions),
         indexes=indexes,
         tags=_with_tags(name, (), tags),
+        stream=None
+        if stream_view_type is None
+        else StreamDef(stream_label(now, None), stream_view_type, now),
     )
 
 
@@ -880,6 +941,56 @@ def ttl_document(table: TableDef) -> dict[str, Any] | None:
 
 def _ttl_status(ttl: TtlDef | None) -> TtlStatus | None:
     return None if ttl is None else ttl.status
+
+
+# DynamoDB Streams (StreamSpecification) ---------------------------------------------------------
+
+
+def stream_label(now: float, previous: StreamDef | None) -> str:
+    """The label of a stream enabled at `now`: its UTC time to the millisecond, as DynamoDB's
+    StreamLabel, one millisecond past the previous stream's when they would fall on the same one
+    (a label names one stream of the table for good)."""
+    millis = int(now * 1000)
+    if previous is not None:
+        millis = max(millis, _label_millis(previous.label) + 1)
+    at = datetime.fromtimestamp(millis / 1000, UTC)
+    return at.strftime("%Y-%m-%dT%H:%M:%S.") + f"{millis % 1000:03d}"
+
+
+def _label_millis(label: str) -> int:
+    at = datetime.strptime(label, "%Y-%m-%dT%H:%M:%S.%f").replace(tzinfo=UTC)
+    return round(at.timestamp() * 1000)
+
+
+def stream_enabled(table: TableDef, view_type: StreamViewType, label: str, now: float) -> TableDef:
+    """UpdateTable with StreamEnabled true: the table with a new stream `label` (see
+    `stream_label`), enabled at `now`. Refuses a table whose stream is already enabled, whatever
+    the view type asked (DynamoDB changes a view type only by disabling and enabling again)."""
+    _check_stream_change(table)
+    current = table.stream
+    if current is not None and current.enabled:
+        raise ValidationError(f"Table already has an enabled stream: TableName: {table.name}")
+    _check(STREAM_TRANSITIONS, f"Stream of {table.name}", _stream_state(current), True)
+    return _changed(table, stream=StreamDef(label, view_type, now))
+
+
+def stream_disabled(table: TableDef) -> TableDef:
+    """UpdateTable with StreamEnabled false: the table's stream disabled (kept as the latest)."""
+    _check_stream_change(table)
+    current = table.stream
+    if current is None or not current.enabled:
+        raise ValidationError(f"Table does not have an enabled stream: TableName: {table.name}")
+    _check(STREAM_TRANSITIONS, f"Stream of {table.name}", True, False)
+    return _changed(table, stream=replace(current, enabled=False))
+
+
+def _check_stream_change(table: TableDef) -> None:
+    if table.status != TableStatus.ACTIVE:
+        raise table_in_use(table)
+
+
+def _stream_state(stream: StreamDef | None) -> bool | None:
+    return None if stream is None else stream.enabled
 
 
 # The bootstrap record --------------------------------------------------------------------------

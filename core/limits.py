@@ -270,3 +270,14 @@ EXPRESSION_NESTING_DEPTH_MAX = 100
 # sign, point and exponent) are remembered, so the memo stays under a megabyte.
 EXPRESSION_NUMBER_CACHE_ENTRIES = 4096
 EXPRESSION_NUMBER_CACHE_TEXT_CHARS_MAX = 64
+
+# DynamoDB Streams (API Reference, DynamoDB Streams; Developer Guide, "Change data capture for
+# DynamoDB Streams").
+STREAM_RETENTION_SECONDS = 24 * 3600  # "Stream records ... are removed after 24 hours."
+SHARD_ITERATOR_SECONDS_MAX = 15 * 60  # "A shard iterator expires 15 minutes after it is retrieved."
+GET_RECORDS_LIMIT_MAX = 1000  # GetRecords Limit: 1 to 1000 records.
+GET_RECORDS_BYTES_MAX = 1 * MIB  # "...or up to 1 MB of data, whichever comes first."
+LIST_STREAMS_LIMIT_MAX = 100  # ListStreams Limit: 1 to 100.
+DESCRIBE_STREAM_LIMIT_MAX = 100  # DescribeStream Limit: 1 to 100 shards.
+SHARD_ITERATOR_CHARS_MAX = 2048  # ShardIterator: 1 to 2048 characters (service model).
+assert GET_RECORDS_LIMIT_MAX <= CHANGE_FEED_BATCH_RECORDS_MAX

@@ -571,6 +571,20 @@ class RouterContext:
         """A control-plane call (`rpc.ops.CONTROL_OPS`) to one node, with a deadline."""
         return await self._client(node_id).control(op, body, timeout)
 
+    async def feed_call(
+        self,
+        node_id: str,
+        op: str,
+        table_id: str,
+        partition_id: str,
+        body: dict[str, Any],
+        timeout: float = limits.CONTROL_CALL_SECONDS_MAX,
+    ) -> dict[str, Any]:
+        """A change-feed consumer call (`rpc.ops.FEED_OPS`) about one partition, live or retired,
+        on one node (the envelope carries no epoch)."""
+        target = ops.Target(table_id, partition_id)
+        return await self._client(node_id).call(op, target, body, timeout)
+
     def _client(self, node_id: str) -> NodeTransport:
         client = self.clients.get(node_id)
         if client is None:

@@ -39,7 +39,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from core import catalog, gsi, indexes, limits, schema
-from core.catalog import IndexDef, TableDef, TableStatus, Throughput
+from core.catalog import IndexDef, StreamViewType, TableDef, TableStatus, Throughput
 from core.errors import (
     INVALID_PARAMETERS,
     DynamoError,
@@ -52,7 +52,7 @@ from core.keys import KeyShape
 from core.token_bucket import BillingMode
 from router.protocol import request_region
 from router.requests import NAME_PATTERN, RequestReader
-from router.tags import check_reserved, read_tags, table_arn
+from router.tags import check_reserved, read_tags, stream_arn, table_arn
 from rpc import ops
 
 if TYPE_CHECKING:
@@ -74,7 +74,6 @@ _NOTHING_TO_UPDATE = (
 # The members of UpdateTable dynalab does not act on yet; each is refused rather than ignored.
 _UPDATE_MEMBERS_UNSUPPORTED = (
     "GlobalSecondaryIndexUpdates",
-    "StreamSpecification",
     "SSESpecification",
     "ReplicaUpdates",
     "TableClass",
@@ -216,6 +215,37 @@ def _read_throughput(reader: RequestReader) -> dict[str, int | None] | None:
     return {member: _read_units(nested, member) for member in _THROUGHPUT_MEMBERS}
 
 
+# In the service model's order, which DynamoDB's enum messages follow.
+STREAM_VIEW_TYPES = ("NEW_IMAGE", "OLD_IMAGE", "NEW_AND_OLD_IMAGES", "KEYS_ONLY")
+_STREAM_VIEW_TYPE_REQUIRED = (
+    INVALID_PARAMETERS + "StreamViewType is required when StreamEnabled is true"
+)
+
+
+def _read_stream_specification(reader: RequestReader) -> tuple[bool, str | None] | None:
+    """StreamSpecification as (StreamEnabled, StreamViewType); None when absent. Its constraint
+    violations are recorded in `reader`; a StreamEnabled true without a view type is checked by
+    `_stream_view_type` after them."""
+    specification = reader.mapping("StreamSpecification")
+    if specification is None:
+        return None
+    nested = reader.nested(specification, reader.where("StreamSpecification"))
+    enabled = nested.boolean("StreamEnabled")
+    if enabled is None:
+        nested.violation("StreamEnabled", None, "Member must not be null")
+    view_type = nested.string("StreamViewType", enum=STREAM_VIEW_TYPES)
+    return bool(enabled), view_type
+
+
+def _stream_view_type(specification: tuple[bool, str | None] | None) -> StreamViewType | None:
+    """The view type of a stream the specification enables; None when it enables none."""
+    if specification is None or not specification[0]:
+        return None
+    if specification[1] is None:
+        raise ValidationError(_STREAM_VIEW_TYPE_REQUIRED)
+    return StreamViewType(specification[1])
+
+
 def _read_table_name(body: dict[str, Any]) -> str:
     """The TableName of DescribeTable or DeleteTable, checked in DynamoDB's order."""
     reader = RequestReader(body)
@@ -245,15 +275,14 @@ def _read_create_table(body: dict[str, Any]) -> dict[str, Any]:
     billing_mode = reader.string("BillingMode", enum=schema.BILLING_MODES)
     throughput = _read_throughput(reader)
     global_readings = _read_index_definitions(reader, "GlobalSecondaryIndexes")
-    stream = reader.mapping("StreamSpecification")
+    stream = _read_stream_specification(reader)
     deletion_protection = reader.boolean("DeletionProtectionEnabled")
     tags = read_tags(reader, required=False)
     name = schema.check_table_name(name)
     reader.check()
     check_reserved(tags)
+    stream_view_type = _stream_view_type(stream)
     # Refuse what dynalab does not have yet, rather than pretend to have it.
-    if stream is not None and stream.get("StreamEnabled"):
-        raise ValidationError(INVALID_PARAMETERS + "DynamoDB Streams are not supported yet")
     if deletion_protection:
         raise ValidationError(INVALID_PARAMETERS + "Deletion protection is not supported yet")
     # Past reader.check(), every element holds its fields and every unit is at least 1.
@@ -303,6 +332,7 @@ def _read_create_table(body: dict[str, Any]) -> dict[str, Any]:
         "indexes": local,
         "tags": tags,
         "global_indexes": global_specs,
+        "stream_view_type": stream_view_type,
         **billing,
     }
 
@@ -387,6 +417,15 @@ def _description(
     local = _local_index_descriptions(table, stats, arn)
     if local:
         description["LocalSecondaryIndexes"] = local
+    stream = table.stream
+    if stream is not None:
+        if stream.enabled:
+            description["StreamSpecification"] = {
+                "StreamEnabled": True,
+                "StreamViewType": stream.view_type.value,
+            }
+        description["LatestStreamLabel"] = stream.label
+        description["LatestStreamArn"] = stream_arn(table.name, stream.label)
     global_described = [
         _global_index_description(index, stats.indexes.get(index.name, [0, 0]), arn)
         for index in catalog.global_indexes(table)
@@ -574,6 +613,7 @@ def _new_table(
         owner=owner,
         indexes=definition["indexes"],
         tags=definition["tags"],
+        stream_view_type=definition["stream_view_type"],
     )
     for spec in definition["global_indexes"]:
         table = catalog.index_added(table, spec.placed(sources.new_id(), billing_mode, owner))
@@ -611,8 +651,11 @@ async def create_table(ctx: RouterContext, body: dict[str, Any]) -> dict[str, An
         ],
     }
     throughput_for_nodes = catalog.throughput_document(table)
-    # A table with global indexes holds its change logs for the GSI replicator from the start.
-    consumers = [gsi.REPLICATOR_CONSUMER] if catalog.global_indexes(table) else None
+    # A table with global indexes holds its change logs for the GSI replicator from the start,
+    # and one with a stream for the stream.
+    consumers = [gsi.REPLICATOR_CONSUMER] if catalog.global_indexes(table) else []
+    if table.stream is not None:
+        consumers.append(table.stream.consumer)
     try:
         await _all(
             [
@@ -621,7 +664,10 @@ async def create_table(ctx: RouterContext, body: dict[str, Any]) -> dict[str, An
                         partition.node,
                         ops.CREATE_PARTITION,
                         ops.CreatePartitionPayload(
-                            schema_for_nodes, partition.to_json(), throughput_for_nodes, consumers
+                            schema_for_nodes,
+                            partition.to_json(),
+                            throughput_for_nodes,
+                            consumers or None,
                         ).to_json(),
                     )
                     for partition in table.partitions
@@ -738,22 +784,36 @@ async def delete_table(ctx: RouterContext, body: dict[str, Any]) -> dict[str, An
 # UpdateTable ------------------------------------------------------------------------------------
 
 
-def _read_update_table(body: dict[str, Any]) -> tuple[str, str | None, dict[str, int] | None]:
-    """(TableName, BillingMode, ProvisionedThroughput units) of an UpdateTable request."""
+@dataclasses.dataclass(frozen=True, slots=True)
+class _UpdateTableRequest:
+    name: str
+    billing_mode: str | None
+    units: dict[str, int] | None
+    stream: tuple[bool, str | None] | None  # StreamSpecification (StreamEnabled, StreamViewType)
+
+    @property
+    def changes_throughput(self) -> bool:
+        return self.billing_mode is not None or self.units is not None
+
+
+def _read_update_table(body: dict[str, Any]) -> _UpdateTableRequest:
+    """An UpdateTable request, checked in DynamoDB's order."""
     reader = RequestReader(body)
     name = reader.string("TableName", pattern=NAME_PATTERN)
     reader.array("AttributeDefinitions")
     billing_mode = reader.string("BillingMode", enum=schema.BILLING_MODES)
     throughput = _read_throughput(reader)
+    stream = _read_stream_specification(reader)
     name = schema.check_table_name(name)
     reader.check()
     present = [member for member in _UPDATE_MEMBERS_UNSUPPORTED if reader.present(member)]
-    if billing_mode is None and throughput is None and not present:
+    if billing_mode is None and throughput is None and stream is None and not present:
         raise ValidationError(_NOTHING_TO_UPDATE)
     if present:
         raise ValidationError(
             INVALID_PARAMETERS + f"{present[0]} is not supported by UpdateTable yet"
         )
+    _stream_view_type(stream)
     # Past reader.check(), both units are there and at least 1.
     units = None if throughput is None else {k: v for k, v in throughput.items() if v is not None}
     if units is not None:
@@ -766,7 +826,7 @@ def _read_update_table(body: dict[str, Any]) -> tuple[str, str | None, dict[str,
             + "Neither ReadCapacityUnits nor WriteCapacityUnits can be specified when "
             "BillingMode is PAY_PER_REQUEST"
         )
-    return name, billing_mode, units
+    return _UpdateTableRequest(name, billing_mode, units, stream)
 
 
 async def _push_throughput(ctx: RouterContext, table: TableDef, timeout: float) -> None:
@@ -793,10 +853,18 @@ async def _finish_update(ctx: RouterContext, table: TableDef, timeout: float) ->
 
 
 async def update_table(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
-    name, billing_mode, units = _read_update_table(body)
+    request = _read_update_table(body)
+    if request.stream is not None and not request.changes_throughput:
+        return await _update_stream(ctx, request.name, _stream_view_type(request.stream))
+    if request.stream is not None:
+        raise ValidationError(
+            INVALID_PARAMETERS + "StreamSpecification cannot be updated together with the "
+            "table's throughput by dynalab yet"
+        )
+    name, units = request.name, request.units
     now = ctx.sources.clock()
     region = request_region()
-    mode = None if billing_mode is None else BillingMode(billing_mode)
+    mode = None if request.billing_mode is None else BillingMode(request.billing_mode)
     unchanged: list[TableDef] = []
     before: list[TableDef] = []
 
@@ -830,6 +898,97 @@ async def update_table(ctx: RouterContext, body: dict[str, Any]) -> dict[str, An
             throughput_changes=before[-1].throughput_changes,
         )
     return {"TableDescription": _description(shown, stats, ctx.sources.clock(), status)}
+
+
+async def _update_stream(
+    ctx: RouterContext, name: str, view_type: StreamViewType | None
+) -> dict[str, Any]:
+    """UpdateTable's StreamSpecification: enable a new stream (`view_type`) or disable the table's.
+
+    Enabling registers the new stream's change-feed consumer on every partition first, at the
+    partition's last seq (the stream holds the changes after it), and then records the stream; so
+    once the catalog names the stream, every log holds what the stream owes. A partition that
+    could not register fails the request (the consumers registered so far are let go again).
+    Disabling records the stream disabled, then lets the consumers go.
+    """
+    now = ctx.sources.clock()
+    await ctx.refresh()
+    current = ctx.records.get(name)
+    if current is None:
+        raise _table_not_found(name)
+    if view_type is None:
+        table = await ctx.change_table(name, _disable_stream(name))
+        assert table is not None and table.stream is not None
+        await _unregister_stream(ctx, current, table.stream.consumer, quiet=True)
+    else:
+        # Refuse before registering anything: the change below checks again on the row it writes.
+        label = catalog.stream_label(now, current.stream)
+        catalog.stream_enabled(current, view_type, label, now)
+        consumer = catalog.StreamDef(label, view_type, now).consumer
+        try:
+            await _all(
+                [
+                    ctx.feed_call(
+                        partition.node,
+                        ops.REGISTER_CONSUMER,
+                        current.id,
+                        partition.id,
+                        ops.RegisterConsumerPayload(consumer).to_json(),
+                    )
+                    for partition in current.partitions
+                ]
+            )
+            table = await ctx.change_table(name, _enable_stream(current.id, view_type, label, now))
+        except Exception:
+            await _unregister_stream(ctx, current, consumer, quiet=True)
+            raise
+        assert table is not None
+    stats = await _table_stats(ctx, table)
+    return {"TableDescription": _description(table, stats, ctx.sources.clock())}
+
+
+def _enable_stream(table_id: str, view_type: StreamViewType, label: str, now: float) -> TableChange:
+    def change(current: TableDef | None) -> TableDef:
+        if current is None or current.id != table_id:
+            raise ResourceInUse(
+                "Attempt to change a resource which is still in use: the table was replaced"
+            )
+        return catalog.stream_enabled(current, view_type, label, now)
+
+    return change
+
+
+def _disable_stream(name: str) -> TableChange:
+    def change(current: TableDef | None) -> TableDef:
+        if current is None:
+            raise _table_not_found(name)
+        return catalog.stream_disabled(current)
+
+    return change
+
+
+async def _unregister_stream(
+    ctx: RouterContext, table: TableDef, consumer: str, *, quiet: bool
+) -> None:
+    """Let a stream's consumer go on every partition of `table`; failures are logged when
+    `quiet` (a consumer left behind holds a log only up to its hard bounds)."""
+    try:
+        await _all(
+            [
+                ctx.feed_call(
+                    partition.node,
+                    ops.UNREGISTER_CONSUMER,
+                    table.id,
+                    partition.id,
+                    ops.UnregisterConsumerPayload(consumer).to_json(),
+                )
+                for partition in table.partitions
+            ]
+        )
+    except DynamoError as error:
+        if not quiet:
+            raise
+        log.warning("stream consumer %s of %s not let go: %s", consumer, table.name, error)
 
 
 async def describe_limits(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:

@@ -43,6 +43,11 @@ def table_arn(name: str) -> str:
     return f"arn:aws:dynamodb:{request_region()}:{ACCOUNT_ID}:table/{name}"
 
 
+def stream_arn(name: str, label: str) -> str:
+    """The ARN of table `name`'s stream `label` (LatestStreamArn, StreamArn)."""
+    return f"{table_arn(name)}/stream/{label}"
+
+
 def read_tags(reader: RequestReader, *, required: bool) -> list[tuple[str, str]]:
     """The Tags member (a list of {Key, Value}) as (key, value) pairs, its constraint violations
     recorded in `reader`."""

@@ -461,9 +461,9 @@ CREATE_TABLE_ERRORS = [
         "a LocalSecondaryIndex",
     ),
     (
-        _set("StreamSpecification", {"StreamEnabled": True, "StreamViewType": "NEW_IMAGE"}),
+        _set("StreamSpecification", {"StreamEnabled": True}),
         "ValidationException",
-        INVALID + "DynamoDB Streams are not supported yet",
+        INVALID + "StreamViewType is required when StreamEnabled is true",
     ),
     (
         _set("DeletionProtectionEnabled", True),
