@@ -235,6 +235,21 @@ assert GSI_RETRY_BACKOFF_SECONDS_MIN < GSI_RETRY_BACKOFF_SECONDS_MAX
 
 # A stopping router finishes in-flight requests for at most this long before cutting them off.
 ROUTER_SHUTDOWN_GRACE_SECONDS = 5.0
+# A router's own resources (dynalab's bounds; see router/limits.py). Request bodies being read or
+# handled hold at most this many bytes at once: four maximal requests; a request that does not fit
+# waits up to the admission bound, its body unread in the socket, then gets 503 ServiceUnavailable.
+ROUTER_BODY_BYTES_IN_FLIGHT_MAX = 4 * HTTP_REQUEST_BYTES_MAX
+ROUTER_BODY_ADMISSION_SECONDS_MAX = 5.0
+# A body must arrive within this long of its headers (16 MB at 280 KB/s) or its connection closes.
+ROUTER_BODY_READ_SECONDS_MAX = 60.0
+# A connection with no request in progress is closed after this long: an idle keep-alive, a silent
+# new connection, or headers still incomplete (slowloris). SDKs reconnect for the next request.
+ROUTER_IDLE_SECONDS_MAX = 60.0
+# Open client connections at most, and never more than the descriptor limit less a reserve for the
+# node channels, the event loop and logs (a router holds about 30 with three nodes). At the cap a
+# new connection displaces the longest-idle one; with none idle it is answered 503 and closed.
+ROUTER_CONNECTIONS_MAX = 10_000
+ROUTER_RESERVED_DESCRIPTORS_MIN = 128
 
 # Tags (API Reference, "Tag"; Developer Guide, "Tagging restrictions"): up to 50 user tags per
 # table, keys of 1 to 128 characters and values of up to 256, unique per table and case-sensitive.
@@ -247,6 +262,8 @@ TAG_VALUE_CHARS_MAX = 256
 TABLE_CREATION_SECONDS_MAX = 600.0
 
 assert BATCH_WRITE_BYTES_MAX <= HTTP_REQUEST_BYTES_MAX
+# One maximal request always fits in the router's in-flight bound.
+assert HTTP_REQUEST_BYTES_MAX <= ROUTER_BODY_BYTES_IN_FLIGHT_MAX
 # Creation is bounded by one round of create_partition calls and one catalog change after it.
 assert TABLE_CREATION_SECONDS_MAX > CONTROL_CALL_SECONDS_MAX + CATALOG_CAS_ATTEMPTS_MAX * (
     2 * CONTROL_CALL_SECONDS_MAX + CATALOG_CAS_BACKOFF_SECONDS_MAX

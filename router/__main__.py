@@ -23,8 +23,9 @@ import uvloop
 from aiohttp import web
 
 from core import limits
-from router.app import create_app, load_operations
+from router.app import GUARD, create_app, load_operations
 from router.context import RouterContext
+from router.limits import GuardedSite, limits_for_process
 from router.sources import Sources
 from rpc import lifeline
 from rpc.addresses import parse_address, parse_nodes
@@ -65,14 +66,20 @@ async def serve(args: argparse.Namespace) -> None:
     host, port = args.listen
     # Production sources of time, randomness and ids: the system's (see router.sources).
     ctx = RouterContext(args.nodes, advertise=f"{host}:{port}", sources=Sources.system())
-    app = create_app(ctx, load_operations())
+    router_limits = limits_for_process()
+    app = create_app(ctx, load_operations(), router_limits)
     # No access log: formatting a line per request would cost more than serving many of them.
+    # aiohttp's keep-alive timer closes a connection with no request in progress (see
+    # router/limits.py).
     runner = web.AppRunner(
-        app, access_log=None, shutdown_timeout=limits.ROUTER_SHUTDOWN_GRACE_SECONDS
+        app,
+        access_log=None,
+        shutdown_timeout=limits.ROUTER_SHUTDOWN_GRACE_SECONDS,
+        keepalive_timeout=router_limits.idle_seconds,
     )
     await runner.setup()
     try:
-        site = web.TCPSite(runner, host, port)
+        site = GuardedSite(runner, host, port, app[GUARD])
         await site.start()
         bound_host, bound_port = runner.addresses[0][:2]
         listening = f"{bound_host}:{bound_port}"

@@ -14,6 +14,7 @@ from aiohttp import web
 
 from core import limits
 from router import admin, items, queries, tables, tags, ttl
+from router.limits import ConnectionGuard, RouterLimits
 from router.protocol import Handler, JsonProtocol
 
 if TYPE_CHECKING:
@@ -31,11 +32,23 @@ def load_operations() -> dict[str, Handler]:
     return operations
 
 
-def create_app(ctx: RouterContext, operations: Mapping[str, Handler]) -> web.Application:
+# The application's connection guard (router/limits.py), which the listening site needs too.
+GUARD = web.AppKey("guard", ConnectionGuard)
+
+
+def create_app(
+    ctx: RouterContext,
+    operations: Mapping[str, Handler],
+    router_limits: RouterLimits | None = None,
+) -> web.Application:
     """The aiohttp application serving `operations` with `ctx`, which it starts and closes."""
-    # DynamoDB takes request bodies up to 16 MB; aiohttp's default would refuse those over 1 MB.
-    app = web.Application(client_max_size=limits.HTTP_REQUEST_BYTES_MAX)
     protocol = JsonProtocol(ctx, operations)
+    guard = ConnectionGuard(router_limits or RouterLimits(), protocol)
+    # DynamoDB takes request bodies up to 16 MB; aiohttp's default would refuse those over 1 MB.
+    app = web.Application(
+        client_max_size=limits.HTTP_REQUEST_BYTES_MAX, middlewares=[guard.middleware]
+    )
+    app[GUARD] = guard
     app.router.add_get("/", protocol.health)
     admin.add_routes(app, ctx)
     # DynamoDB serves every path and answers every other method itself (with a 404), so the

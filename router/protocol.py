@@ -196,11 +196,8 @@ class JsonProtocol:
     async def handle(self, request: web.Request) -> web.Response:
         request_id = self.new_request_id()
         headers = request.headers
-        try:
-            raw = await request.read() if request.method == "POST" else b""
-        except web.HTTPRequestEntityTooLarge:
-            # DynamoDB answers an oversized request with a bare 413.
-            return _reply(413, b"", request_id, None)
+        # The body was admitted and read within the router's limits (router/limits.py).
+        raw = await request.read() if request.method == "POST" else b""
         accepted = _content_type(headers.get("Content-Type", ""))
         if request.method != "POST" or (raw and accepted is None):
             return _reply(404, NOT_FOUND_BODY, request_id, None)
@@ -226,6 +223,16 @@ class JsonProtocol:
             error = InternalServerError("Internal server error")
             return _reply(error.http_status, error_body(error), request_id, content_type)
         return _reply(200, payload, request_id, content_type)
+
+    def error_response(self, request: web.Request, error: DynamoError) -> web.Response:
+        """DynamoDB's reply for `error`, for a request refused before its body was read."""
+        accepted = _content_type(request.headers.get("Content-Type", ""))
+        content_type = CONTENT_TYPE_JSON if accepted is None else accepted
+        return _reply(error.http_status, error_body(error), self.new_request_id(), content_type)
+
+    def bare_response(self, status: int) -> web.Response:
+        """A reply of `status` with no body, as DynamoDB answers a request too large (413)."""
+        return _reply(status, b"", self.new_request_id(), None)
 
     async def health(self, request: web.Request) -> web.Response:
         """`GET /`: DynamoDB's health check answer, `healthy: <host>`."""
