@@ -7,8 +7,13 @@ stopped with it. Each event runs at its `at_s` on the run's clock (time.monotoni
 run's start), or as soon as the previous event is done if that took longer (restarting a node
 waits until it is ready). What actually happened is kept as `executed`: the time each event
 started and finished, and the error if it failed, which is what the report shades. `heal_all`
-leaves the cluster whole whatever happened: every paused process continued, every dead one
-started again.
+leaves the cluster whole whatever happened: every network fault lifted, every slowed or paused
+process continued, every dead one started again.
+
+A slow node is a duty cycle: a thread of the nemesis stops the node with SIGSTOP for
+`SLOW_STOPPED_S` of every `SLOW_PERIOD_S` and continues it for the rest, so the node serves at a
+fraction of its speed with every request delayed by up to the stopped time: a node starved of CPU
+or stalled on a slow disk, as its clients see it. Network faults are `dynalab.lab.network`'s.
 """
 
 from __future__ import annotations
@@ -20,7 +25,11 @@ import time
 from typing import Any
 
 from dynalab.cluster import ClusterError, LocalCluster, ServiceProcess
+from dynalab.lab import network
 from dynalab.lab.scenarios import FaultEvent
+
+SLOW_PERIOD_S = 0.1
+SLOW_STOPPED_S = 0.07
 
 
 class Nemesis:
@@ -30,6 +39,10 @@ class Nemesis:
         self.start = start
         self.executed: list[dict[str, Any]] = []
         self._paused: set[str] = set()
+        self._slowed: dict[str, tuple[threading.Event, threading.Thread]] = {}
+        self._partitioned: set[int] = set()
+        self._dropping: set[int] = set()
+        self._slow_link = False
 
     def _service(self, target: str) -> ServiceProcess:
         if target.startswith("router"):
@@ -67,10 +80,66 @@ class Nemesis:
             assert service.pid is not None
             os.kill(service.pid, signal.SIGCONT)
             self._paused.discard(event.target)
+        elif event.fault == "slow-node":
+            assert service.pid is not None
+            self._slow(event.target, service.pid)
+        elif event.fault == "restore-node":
+            self._restore(event.target)
+        elif event.fault == "partition-node":
+            network.partition(service.port)
+            self._partitioned.add(service.port)
+        elif event.fault == "heal-partition":
+            self._partitioned.discard(service.port)
+            network.heal_partition(service.port)
+        elif event.fault == "drop-packets":
+            network.drop_packets(service.port)
+            self._dropping.add(service.port)
+        elif event.fault == "stop-dropping":
+            self._dropping.discard(service.port)
+            network.stop_dropping(service.port)
+        elif event.fault == "slow-link":
+            network.slow_link(service.port)
+            self._slow_link = True
+        elif event.fault == "restore-link":
+            self._slow_link = False
+            network.restore_link()
         else:
             raise ValueError(f"unknown fault {event.fault!r}")
 
+    def _slow(self, target: str, pid: int) -> None:
+        done = threading.Event()
+
+        def duty_cycle() -> None:
+            try:
+                while not done.is_set():
+                    os.kill(pid, signal.SIGSTOP)
+                    done.wait(SLOW_STOPPED_S)
+                    os.kill(pid, signal.SIGCONT)
+                    done.wait(SLOW_PERIOD_S - SLOW_STOPPED_S)
+            except ProcessLookupError:
+                return  # The node died meanwhile; the restart heals it.
+
+        thread = threading.Thread(target=duty_cycle, name=f"slow-{target}", daemon=True)
+        self._slowed[target] = (done, thread)
+        thread.start()
+
+    def _restore(self, target: str) -> None:
+        done, thread = self._slowed.pop(target)
+        done.set()
+        thread.join()
+
     def heal_all(self) -> None:
+        for port in sorted(self._partitioned):
+            network.heal_partition(port)
+        for port in sorted(self._dropping):
+            network.stop_dropping(port)
+        self._partitioned.clear()
+        self._dropping.clear()
+        if self._slow_link:
+            network.restore_link()
+            self._slow_link = False
+        for target in sorted(self._slowed):
+            self._restore(target)
         for target in sorted(self._paused):
             pid = self._service(target).pid
             if pid is not None:

@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from dynalab.bench import DynamoDBClient
-from dynalab.cluster import LocalCluster
-from dynalab.lab import checkers, workloads
+from dynalab.cluster import ClusterError, LocalCluster
+from dynalab.lab import checkers, network, workloads
 from dynalab.lab.history import Operation, parse_lines
 from dynalab.lab.nemesis import Nemesis
 from dynalab.lab.scenarios import Scenario, schedule
@@ -87,6 +87,12 @@ def run(scenario: Scenario, seed: int, out: Path, duration_s: float | None = Non
     duration = scenario.duration_s if duration_s is None else duration_s
     out.mkdir(parents=True, exist_ok=True)
     write_schedule(scenario, seed, duration, out)
+    if scenario.needs_private_network:
+        why_not = network.unavailable()
+        if why_not is not None:
+            raise ClusterError(f"scenario {scenario.name}: {why_not}")
+        # Everything the experiment starts from here on lives in the namespace (see `network`).
+        network.enter_private_namespace()
     with LocalCluster(out / "cluster", nodes=scenario.nodes, replicators=0) as cluster:
         history, executed = _experiment(cluster, scenario, seed, duration)
     meta = {

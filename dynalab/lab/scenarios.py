@@ -26,7 +26,14 @@ HEALS = {
     "kill-node": "restart-node",  # SIGKILL a storage node; start it again on its data.
     "pause-node": "resume-node",  # SIGSTOP a storage node; SIGCONT it.
     "kill-router": "restart-router",  # SIGKILL the router; start it again.
+    "slow-node": "restore-node",  # Stop a storage node for most of every tenth of a second.
+    # Kernel faults on a storage node's traffic (`dynalab.lab.network`), in both directions.
+    "partition-node": "heal-partition",  # Drop every packet.
+    "drop-packets": "stop-dropping",  # Drop a share of the packets at random.
+    "slow-link": "restore-link",  # Limit the bandwidth.
 }
+# The faults that need the experiment in a private network namespace.
+NETWORK_FAULTS = frozenset({"partition-node", "drop-packets", "slow-link"})
 
 
 @dataclass(frozen=True)
@@ -78,6 +85,10 @@ class Scenario:
         if scenario.clients < 1 or scenario.registers + scenario.counters + scenario.lists < 1:
             raise ValueError(f"scenario {name}: needs at least one client and one key")
         return scenario
+
+    @property
+    def needs_private_network(self) -> bool:
+        return not NETWORK_FAULTS.isdisjoint(self.faults)
 
     def targets(self, fault: str) -> list[str]:
         if fault == "kill-router":
