@@ -233,6 +233,14 @@ GSI_RETRY_BACKOFF_SECONDS_MAX = 2.0
 GSI_APPLY_ATTEMPTS_MAX = 5
 assert GSI_RETRY_BACKOFF_SECONDS_MIN < GSI_RETRY_BACKOFF_SECONDS_MAX
 
+# The dashboard (`/admin/cluster`, `/dashboard`, `dynalab status`; dynalab's own bounds). The router
+# samples every node's token-bucket counters this often and keeps the samples of the last window:
+# "the last few minutes" of consumed and allowed units, in a ring of a fixed number of samples.
+DASHBOARD_SAMPLE_SECONDS = 2.0
+DASHBOARD_WINDOW_SECONDS = 300.0
+DASHBOARD_SAMPLES_MAX = int(DASHBOARD_WINDOW_SECONDS / DASHBOARD_SAMPLE_SECONDS) + 1
+assert TABLE_STATS_SECONDS_MAX <= DASHBOARD_SAMPLE_SECONDS
+
 # A stopping router finishes in-flight requests for at most this long before cutting them off.
 ROUTER_SHUTDOWN_GRACE_SECONDS = 5.0
 # A router's own resources (dynalab's bounds; see router/limits.py). Request bodies being read or

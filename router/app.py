@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from core import limits
-from router import admin, items, queries, tables, tags, ttl
+from router import admin, dashboard, items, queries, tables, tags, ttl
 from router.limits import ConnectionGuard, RouterLimits
 from router.protocol import Handler, JsonProtocol
 
@@ -51,6 +51,7 @@ def create_app(
     app[GUARD] = guard
     app.router.add_get("/", protocol.health)
     admin.add_routes(app, ctx)
+    dashboard.add_routes(app, ctx)
     # DynamoDB serves every path and answers every other method itself (with a 404), so the
     # protocol takes whatever the routes above do not.
     app.router.add_route("*", "/{path:.*}", protocol.handle)

@@ -109,6 +109,7 @@ class RouterContext:
         self.advertise = advertise
         self.sources = Sources.system() if sources is None else sources
         self._connect = connect
+        self.addresses: dict[str, str] = dict(nodes)  # Node id -> host:port, as configured.
         self.clients: dict[str, NodeTransport] = {
             node_id: connect(address) for node_id, address in nodes.items()
         }

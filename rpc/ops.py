@@ -580,8 +580,10 @@ class TableStatsPayload:
     """table_stats: the sizes of a table's partitions on this node.
 
     Reply: {"partitions": {partition id: {"items": int, "bytes": int, "last_seq": int,
-    "first_seq": int, "log_bytes": int}}}: item count and bytes, the change log's seqs and the
-    bytes of the records it retains.
+    "first_seq": int, "log_bytes": int, "ttl_deleted": int, "consumers": {name: seq}}}}: item
+    count and bytes, the change log's seqs and the bytes of the records it retains, the items the
+    TTL sweeper deleted, and each change-feed consumer's checkpoint (a consumer is behind by
+    last_seq - its checkpoint).
     """
 
     table_id: str

@@ -396,6 +396,7 @@ class StorageNode:
     def _table_stats(self, target: Target | None, payload: ops.TableStatsPayload) -> dict[str, Any]:
         table_id = payload.table_id
         partitions = {}
+        feeds = self.feeds
         for partition in list(self.partitions.values()):
             if partition.table_id != table_id:
                 continue
@@ -405,6 +406,8 @@ class StorageNode:
                 "last_seq": partition.last_seq,
                 "first_seq": partition.first_seq,
                 "log_bytes": partition.log_bytes,
+                "ttl_deleted": partition.ttl_deleted,
+                "consumers": dict(feeds.consumers((table_id, partition.partition_id))),
             }
             if partition.index_stats:
                 stats["indexes"] = partition.index_stats

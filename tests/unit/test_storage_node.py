@@ -122,8 +122,16 @@ def test_create_partition_is_idempotent_and_refuses_conflicts(h: Harness) -> Non
     stats = envelope.read(h.node, ops.TABLE_STATS, {"table_id": TABLE["id"]})
     assert stats == {
         "partitions": {
-            "p0": {"items": 0, "bytes": 0, "last_seq": 0, "first_seq": 1, "log_bytes": 0},
-            "p9": {"items": 0, "bytes": 0, "last_seq": 0, "first_seq": 1, "log_bytes": 0},
+            partition: {
+                "items": 0,
+                "bytes": 0,
+                "last_seq": 0,
+                "first_seq": 1,
+                "log_bytes": 0,
+                "ttl_deleted": 0,
+                "consumers": {},
+            }
+            for partition in ("p0", "p9")
         }
     }
 
@@ -212,6 +220,8 @@ def test_metadata_and_items_survive_reopening(h: Harness) -> None:
         "last_seq": 1,
         "first_seq": 1,
         "log_bytes": len(orjson.dumps(h.changes()[0])),
+        "ttl_deleted": 0,
+        "consumers": {},
     }
     h.put(song("a", 2))
     assert [record["seq"] for record in h.changes()] == [1, 2]
@@ -384,7 +394,15 @@ def test_every_change_is_logged_with_its_images(h: Harness) -> None:
     assert [record["seq"] for record in h.changes(after_seq=2)] == [3]
     stats = envelope.read(h.node, ops.TABLE_STATS, {"table_id": TABLE["id"]})["partitions"]["p0"]
     log_bytes = sum(len(orjson.dumps(record)) for record in h.changes())
-    assert stats == {"items": 0, "bytes": 0, "last_seq": 3, "first_seq": 1, "log_bytes": log_bytes}
+    assert stats == {
+        "items": 0,
+        "bytes": 0,
+        "last_seq": 3,
+        "first_seq": 1,
+        "log_bytes": log_bytes,
+        "ttl_deleted": 0,
+        "consumers": {},
+    }
 
 
 def test_the_change_log_is_trimmed_to_its_bound(tmp_path: Path) -> None:
@@ -660,6 +678,8 @@ def test_a_write_whose_apply_fails_fails_alone_and_its_neighbours_are_stored(
         "last_seq": 3,
         "first_seq": 1,
         "log_bytes": sum(len(orjson.dumps(record)) for record in h.changes()),
+        "ttl_deleted": 0,
+        "consumers": {},
     }
 
 

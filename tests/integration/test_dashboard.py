@@ -1,0 +1,204 @@
+"""The router's cluster snapshot (`GET /admin/cluster`) on a real 3-node cluster with throughput
+enforced: nodes and their state, every table's partitions covering the hash space with their sizes
+and item counts, consumed against allowed units and throttling over time, global indexes and the
+replicator's progress, TTL, and a node killed (the last test of the module, since it breaks the
+cluster)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+
+from dynalab.cluster import LocalCluster
+from tests.integration.conftest import create_active_table, dynamodb_client, wait_active
+
+BURST_SECONDS = 1.0  # Banked capacity is spent in a second, so a hot key throttles at once.
+SNAPSHOT_WAIT_S = 30.0  # How long a test waits for the snapshot to show what it expects.
+POLL_S = 0.5
+HTTP_TIMEOUT_S = 10.0
+HAMMER_S = 5.0  # How long a hot key is written: longer than a sample interval.
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    with pytest.MonkeyPatch.context() as environment:
+        environment.setenv("DYNALAB_THROTTLING", "on")
+        environment.setenv("DYNALAB_BURST_SECONDS", str(BURST_SECONDS))
+        with LocalCluster(tmp_path_factory.mktemp("dashboard"), nodes=3, routers=1) as running:
+            yield running
+
+
+@pytest.fixture(scope="module")
+def dynamodb(cluster: LocalCluster) -> Any:
+    return dynamodb_client(cluster.router_url)
+
+
+def snapshot(cluster: LocalCluster) -> dict[str, Any]:
+    with urllib.request.urlopen(f"{cluster.router_url}/admin/cluster", timeout=HTTP_TIMEOUT_S) as r:
+        assert r.headers["Content-Type"].startswith("application/json")
+        return dict(json.loads(r.read()))
+
+
+def wait_for(cluster: LocalCluster, check: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+    """The first snapshot for which `check` holds, within SNAPSHOT_WAIT_S."""
+    deadline = time.monotonic() + SNAPSHOT_WAIT_S
+    while True:
+        document = snapshot(cluster)
+        if check(document):
+            return document
+        assert time.monotonic() < deadline, f"snapshot never matched: {json.dumps(document)[:3000]}"
+        time.sleep(POLL_S)
+
+
+def table_of(document: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(t for t in document["tables"] if t["name"] == name)
+
+
+def hammer(dynamodb: Any, table: str, key: str, seconds: float) -> int:
+    """PutItems on one key for `seconds`, as fast as one client goes; how many were throttled."""
+    throttled = 0
+    deadline = time.monotonic() + seconds
+    for i in itertools.count():
+        if time.monotonic() >= deadline:
+            return throttled
+        try:
+            dynamodb.put_item(TableName=table, Item={"pk": {"S": key}, "n": {"N": str(i)}})
+        except ClientError as error:
+            assert error.response["Error"]["Code"] == "ProvisionedThroughputExceededException"
+            throttled += 1
+    raise AssertionError("unreachable")
+
+
+def test_nodes_and_partitions_with_sizes_cover_the_hash_space(cluster, dynamodb, table_name):
+    name = create_active_table(dynamodb, table_name(), throughput=(1000, 1000))
+    for i in range(30):
+        dynamodb.put_item(TableName=name, Item={"pk": {"S": f"k{i}"}, "v": {"S": "x" * 100}})
+
+    def counted_and_sampled(d: dict[str, Any]) -> bool:
+        table = table_of(d, name)
+        return table["item_count"] == 30 and all(p["throughput"] for p in table["partitions"])
+
+    document = wait_for(cluster, counted_and_sampled)
+    assert document["version"] == 1
+    assert [(n["id"], n["address"], n["state"]) for n in document["nodes"]] == [
+        (node.node_id, node.address, "up") for node in cluster.nodes
+    ]
+    assert sum(n["holds_catalog"] for n in document["nodes"]) == 1
+    assert document["catalog"]["readable"] is True
+    table = table_of(document, name)
+    assert (table["status"], table["billing_mode"]) == ("ACTIVE", "PROVISIONED")
+    assert table["provisioned"] == {"read": 1000, "write": 1000}
+    partitions = table["partitions"]
+    # The ranges tile the hash space, in order.
+    assert partitions[0]["range"][0] == 0.0 and partitions[-1]["range"][1] == 1.0
+    for left, right in itertools.pairwise(partitions):
+        assert left["range"][1] == right["range"][0]
+    assert {p["node"] for p in partitions} <= {node.node_id for node in cluster.nodes}
+    assert all(p["node_state"] == "up" and p["state"] == "SERVING" for p in partitions)
+    assert sum(p["item_count"] for p in partitions) == 30
+    assert table["size_bytes"] == sum(p["size_bytes"] for p in partitions) > 30 * 100
+    # Allowed units: each partition's share of the table's 1,000 write units.
+    writes = [p["throughput"]["write"]["allowed_per_second"] for p in partitions]
+    assert sum(writes) == pytest.approx(1000)
+
+
+def test_a_hot_key_shows_consumed_against_allowed_units_and_throttling(
+    cluster, dynamodb, table_name
+):
+    name = create_active_table(dynamodb, table_name(), throughput=(5, 5))
+    # Counters count from a partition's first sample: wait for it, so every request is seen.
+    wait_for(cluster, lambda d: all(p["throughput"] for p in table_of(d, name)["partitions"]))
+    throttled = hammer(dynamodb, name, "hot", HAMMER_S)
+    assert throttled > 0
+
+    def all_throttles_counted(d: dict[str, Any]) -> bool:
+        partitions = table_of(d, name)["partitions"]
+        return sum(p["window"]["write_throttled_requests"] for p in partitions) == throttled
+
+    document = wait_for(cluster, all_throttles_counted)
+    partitions = table_of(document, name)["partitions"]
+    hot = next(p for p in partitions if p["window"]["write_throttled_requests"] > 0)
+    # The throttled requests were counted once, all by the hot key's partition.
+    assert hot["window"]["write_throttled_requests"] == throttled
+    assert hot["window"]["write_consumed_units"] >= 1
+    history = hot["history"]
+    assert len(history["at"]) == len(history["write_consumed"]) == len(history["write_allowed"])
+    assert max(history["write_throttled"]) > 0
+    assert hot["throughput"]["write"]["allowed_per_second"] == pytest.approx(
+        5 / len(partitions), rel=0.01
+    )
+
+
+def test_global_indexes_and_ttl_are_shown(cluster, dynamodb, table_name):
+    name = table_name()
+    dynamodb.create_table(
+        TableName=name,
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        AttributeDefinitions=[
+            {"AttributeName": "pk", "AttributeType": "S"},
+            {"AttributeName": "g", "AttributeType": "S"},
+        ],
+        BillingMode="PAY_PER_REQUEST",
+        GlobalSecondaryIndexes=[
+            {
+                "IndexName": "by-g",
+                "KeySchema": [{"AttributeName": "g", "KeyType": "HASH"}],
+                "Projection": {"ProjectionType": "ALL"},
+            }
+        ],
+    )
+    wait_active(dynamodb, name)
+    dynamodb.update_time_to_live(
+        TableName=name, TimeToLiveSpecification={"Enabled": True, "AttributeName": "expires"}
+    )
+    expired = int(time.time()) - 60
+    for i in range(5):
+        dynamodb.put_item(
+            TableName=name,
+            Item={"pk": {"S": f"k{i}"}, "g": {"S": "a"}, "expires": {"N": str(expired)}},
+        )
+
+    def settled(d: dict[str, Any]) -> bool:
+        table = table_of(d, name)
+        return (
+            table["ttl"] is not None
+            and table["ttl"]["deleted_items"] == 5
+            and all(c["records_behind"] == 0 for c in table["change_feed_consumers"])
+            and table["indexes"][0]["item_count"] == 0
+        )
+
+    table = table_of(wait_for(cluster, settled), name)
+    assert table["ttl"]["attribute"] == "expires" and table["ttl"]["enabled"] is True
+    assert len(table["change_feed_consumers"]) >= 1
+    (index,) = table["indexes"]
+    assert (index["name"], index["kind"], index["status"]) == ("by-g", "global", "ACTIVE")
+    assert index["partitions"] and index["partitions"][0]["range"][0] == 0.0
+
+
+def test_a_killed_node_is_unreachable_with_its_partitions(cluster, dynamodb, table_name):
+    name = create_active_table(dynamodb, table_name(), throughput=(100, 100))
+    victim = cluster.nodes[-1]
+    victim.kill()
+    document = wait_for(
+        cluster,
+        lambda d: any(
+            n["id"] == victim.node_id and n["state"] == "unreachable" for n in d["nodes"]
+        ),
+    )
+    dead = next(n for n in document["nodes"] if n["id"] == victim.node_id)
+    assert dead["error"] and dead["last_seen"] is not None
+    assert all(n["state"] == "up" for n in document["nodes"] if n["id"] != victim.node_id)
+    for partition in table_of(document, name)["partitions"]:
+        if partition["node"] == victim.node_id:
+            assert partition["node_state"] == "unreachable"
+            assert partition["size_bytes"] is None
+        else:
+            assert partition["node_state"] == "up"
+            assert partition["size_bytes"] is not None
