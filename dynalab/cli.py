@@ -1,7 +1,7 @@
 """dynalab's command line: `dynalab up` runs a cluster on this machine, `dynalab bench` loads any
-DynamoDB endpoint with a workload and prints what it measured, `dynalab scrub` reads storage node
-data directories in full and reports damaged data, `dynalab lab` runs fault-injection experiments
-(`dynalab.lab`).
+DynamoDB endpoint with a workload and prints what it measured, `dynalab status` prints the state of
+a running cluster (`dynalab.status`), `dynalab scrub` reads storage node data directories in full
+and reports damaged data, `dynalab lab` runs fault-injection experiments (`dynalab.lab`).
 
 `dynalab up` stays in the foreground until Ctrl-C or SIGTERM and then stops every process it
 started, so an orchestrator (a terminal, systemd, a test) only ever has one process to manage.
@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import signal
 import time
+import webbrowser
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
@@ -20,7 +21,7 @@ import aiohttp
 from rich.console import Console
 from rich.table import Table
 
-from dynalab import bench
+from dynalab import bench, status
 from dynalab.cluster import ClusterError, LocalCluster
 from dynalab.lab import command as lab_command
 from storagenode.scrub import scrub
@@ -45,6 +46,7 @@ def _summary(cluster: LocalCluster) -> Table:
     table.add_column(style="bold")
     table.add_column()
     table.add_row("endpoint", f"[green]{cluster.router_url}[/green]")
+    table.add_row("dashboard", dashboard_url(cluster))
     for router in cluster.routers[1:]:
         table.add_row("", router.url)
     for node in cluster.nodes:
@@ -53,6 +55,10 @@ def _summary(cluster: LocalCluster) -> Table:
         table.add_row(replicator.name, f"{replicator.url}/metrics")
     table.add_row("logs", str(cluster.log_dir))
     return table
+
+
+def dashboard_url(cluster: LocalCluster) -> str:
+    return f"{cluster.router_url}/dashboard"
 
 
 def _example(cluster: LocalCluster) -> str:
@@ -89,6 +95,8 @@ def run_up(args: argparse.Namespace, console: Console) -> int:
         # soft_wrap keeps the command on one line, so it can be copied from any terminal width.
         console.print(f"try: {_example(cluster)}", soft_wrap=True, highlight=False)
         console.print("Press Ctrl-C to stop.")
+        if args.open and not webbrowser.open(dashboard_url(cluster)):
+            console.print("no web browser to open the dashboard in; open the URL above")
         reported: set[str] = set()
         while True:
             # A process that dies is reported, not replaced: in a lab, a crash is worth seeing.
@@ -187,6 +195,19 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: DYNALAB_TTL_SWEEP_SECONDS, else 1 s)",
     )
 
+    up.add_argument(
+        "--open", action="store_true", help="open the dashboard in a web browser once up"
+    )
+
+    watch = commands.add_parser(
+        "status", help="print nodes, tables, partitions, throttling and lag of a running cluster"
+    )
+    watch.add_argument(
+        "--endpoint",
+        default="http://127.0.0.1:8000",
+        help="URL of any router of the cluster (default: that of `dynalab up`)",
+    )
+
     check = commands.add_parser(
         "scrub", help="read storage node data directories in full and report damaged data"
     )
@@ -224,6 +245,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     console = Console()
     if args.command == "up":
         return run_up(args, console)
+    if args.command == "status":
+        return status.run(args.endpoint, console)
     if args.command == "scrub":
         return run_scrub(args, console)
     if args.command == "lab":

@@ -1,13 +1,18 @@
-"""The router's cluster snapshot (`GET /admin/cluster`) on a real 3-node cluster with throughput
-enforced: nodes and their state, every table's partitions covering the hash space with their sizes
-and item counts, consumed against allowed units and throttling over time, global indexes and the
-replicator's progress, TTL, and a node killed (the last test of the module, since it breaks the
-cluster)."""
+"""The router's cluster snapshot (`GET /admin/cluster`) and `dynalab status` on a real 3-node
+cluster with throughput enforced: nodes and their state, every table's partitions covering the hash
+space with their sizes and item counts, consumed against allowed units and throttling over time,
+global indexes and the replicator's progress, TTL, and a node killed (the module's cluster stays
+broken after that test, so the tests after it expect the dead node); `dynalab status` against a
+`dynalab up` too."""
 
 from __future__ import annotations
 
 import itertools
 import json
+import os
+import re
+import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -16,14 +21,16 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from dynalab.cluster import LocalCluster
+from dynalab.cluster import PROJECT_ROOT, LocalCluster, free_ports
 from tests.integration.conftest import create_active_table, dynamodb_client, wait_active
+from tests.integration.test_cli import UpProcess
 
 BURST_SECONDS = 1.0  # Banked capacity is spent in a second, so a hot key throttles at once.
 SNAPSHOT_WAIT_S = 30.0  # How long a test waits for the snapshot to show what it expects.
 POLL_S = 0.5
 HTTP_TIMEOUT_S = 10.0
 HAMMER_S = 5.0  # How long a hot key is written: longer than a sample interval.
+STATUS_TIMEOUT_S = 60.0
 
 
 @pytest.fixture(scope="module")
@@ -55,6 +62,34 @@ def wait_for(cluster: LocalCluster, check: Callable[[dict[str, Any]], bool]) -> 
             return document
         assert time.monotonic() < deadline, f"snapshot never matched: {json.dumps(document)[:3000]}"
         time.sleep(POLL_S)
+
+
+def status(endpoint: str) -> subprocess.CompletedProcess[str]:
+    """`dynalab status --endpoint endpoint`, on a terminal wide enough for every column."""
+    return subprocess.run(
+        [sys.executable, "-m", "dynalab", "status", "--endpoint", endpoint],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=STATUS_TIMEOUT_S,
+        env={**os.environ, "COLUMNS": "250"},
+    )
+
+
+def rows(output: str, first_cell: str) -> list[list[str]]:
+    """The cells of each table row of `output` whose first cell is `first_cell`."""
+    found = []
+    for line in output.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("│┃").split("│")]
+        if cells[0] == first_cell:
+            found.append(cells)
+    assert found, f"no row {first_cell!r} in:\n{output}"
+    return found
+
+
+def row(output: str, first_cell: str) -> list[str]:
+    """The cells of the first table row of `output` whose first cell is `first_cell`."""
+    return rows(output, first_cell)[0]
 
 
 def table_of(document: dict[str, Any], name: str) -> dict[str, Any]:
@@ -135,6 +170,18 @@ def test_a_hot_key_shows_consumed_against_allowed_units_and_throttling(
         5 / len(partitions), rel=0.01
     )
 
+    # `dynalab status` shows the same: the table's throttled requests, the partition's too.
+    shown = status(cluster.router_url)
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    for node in cluster.nodes:
+        assert row(shown.stdout, node.node_id)[1:3] == [node.address, "up"]
+    # The table's row in Tables, then one row per partition in Partitions.
+    table_row, *partition_rows = rows(shown.stdout, name)
+    assert table_row[1:3] == ["ACTIVE", "5 RCU / 5 WCU"]
+    assert table_row[6] == str(throttled)
+    assert len(partition_rows) == len(partitions)
+    assert sum(int(cells[-1]) for cells in partition_rows) == throttled
+
 
 def test_global_indexes_and_ttl_are_shown(cluster, dynamodb, table_name):
     name = table_name()
@@ -202,3 +249,46 @@ def test_a_killed_node_is_unreachable_with_its_partitions(cluster, dynamodb, tab
         else:
             assert partition["node_state"] == "up"
             assert partition["size_bytes"] is not None
+
+
+def test_status_shows_the_dead_node(cluster):
+    victim = cluster.nodes[-1]
+    assert not victim.is_running()  # killed by the test before
+    shown = status(cluster.router_url)
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    assert row(shown.stdout, victim.node_id)[2] == "unreachable"
+    assert "(unreachable)" in shown.stdout  # its partitions
+
+
+def test_status_of_a_router_that_is_not_there():
+    (port,) = free_ports(1)
+    shown = status(f"http://127.0.0.1:{port}")
+    assert shown.returncode == 1
+    assert f"cannot reach http://127.0.0.1:{port}/admin/cluster" in shown.stdout
+
+
+def test_status_of_dynalab_up_and_its_dashboard_url(tmp_path):
+    (port,) = free_ports(1)
+    up = UpProcess(tmp_path / "data", port, tmp_path / "up.out")
+    try:
+        check_status_of_up(up, port, tmp_path)
+    finally:
+        up.ensure_stopped()
+
+
+def check_status_of_up(up: UpProcess, port: int, tmp_path) -> None:
+    assert f"http://127.0.0.1:{port}/dashboard" in (tmp_path / "up.out").read_text()
+    shown = status(up.url)
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    for node in ("node-1", "node-2", "node-3"):
+        assert row(shown.stdout, node)[2] == "up"
+    assert "no tables" in shown.stdout
+    # The page and everything it loads come from the router (package data, no CDN).
+    with urllib.request.urlopen(f"{up.url}/dashboard", timeout=HTTP_TIMEOUT_S) as page:
+        html = page.read().decode()
+    assert "<title>dynalab dashboard</title>" in html
+    for asset in re.findall(r'(?:src|href)="([^"]+)"', html):
+        assert asset.startswith("/dashboard/static/"), asset
+        with urllib.request.urlopen(f"{up.url}{asset}", timeout=HTTP_TIMEOUT_S) as loaded:
+            assert loaded.status == 200 and len(loaded.read()) > 0
+    assert up.terminate() == 0
