@@ -11,6 +11,7 @@ import itertools
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -23,7 +24,7 @@ from botocore.exceptions import ClientError
 
 from dynalab.cluster import PROJECT_ROOT, LocalCluster, free_ports
 from tests.integration.conftest import create_active_table, dynamodb_client, wait_active
-from tests.integration.test_cli import UpProcess
+from tests.integration.test_cli import EXIT_TIMEOUT_S, wait_for_endpoint
 
 BURST_SECONDS = 1.0  # Banked capacity is spent in a second, so a hot key throttles at once.
 SNAPSHOT_WAIT_S = 30.0  # How long a test waits for the snapshot to show what it expects.
@@ -267,28 +268,52 @@ def test_status_of_a_router_that_is_not_there():
     assert f"cannot reach http://127.0.0.1:{port}/admin/cluster" in shown.stdout
 
 
-def test_status_of_dynalab_up_and_its_dashboard_url(tmp_path):
+def test_dynalab_up_opens_its_dashboard_and_status_reads_it(tmp_path):
+    # webbrowser runs $BROWSER with the URL for %s: a script that writes down what it was given.
+    opener = tmp_path / "browser.sh"
+    opener.write_text('#!/bin/sh\necho "$1" > "$(dirname "$0")/opened"\n')
+    opener.chmod(0o755)
     (port,) = free_ports(1)
-    up = UpProcess(tmp_path / "data", port, tmp_path / "up.out")
+    output = tmp_path / "up.out"
+    command = ["up", "--port", str(port), "--data-dir", str(tmp_path / "data"), "--open"]
+    with output.open("wb") as sink:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "dynalab", *command],
+            cwd=PROJECT_ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "BROWSER": f"{opener} %s"},
+        )
     try:
-        check_status_of_up(up, port, tmp_path)
+        wait_for_endpoint(port, process, output)
+        check_status_of_up(f"http://127.0.0.1:{port}", tmp_path)
     finally:
-        up.ensure_stopped()
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            process.wait(EXIT_TIMEOUT_S)
+    assert process.returncode == 0
 
 
-def check_status_of_up(up: UpProcess, port: int, tmp_path) -> None:
-    assert f"http://127.0.0.1:{port}/dashboard" in (tmp_path / "up.out").read_text()
-    shown = status(up.url)
+def check_status_of_up(url: str, tmp_path) -> None:
+    dashboard = f"{url}/dashboard"
+    assert dashboard in (tmp_path / "up.out").read_text()  # the banner
+    opened = tmp_path / "opened"
+    deadline = time.monotonic() + SNAPSHOT_WAIT_S
+    while not (opened.exists() and opened.read_text().strip()):
+        assert time.monotonic() < deadline, "dynalab up --open did not open the dashboard"
+        time.sleep(POLL_S)
+    assert opened.read_text().strip() == dashboard
+    shown = status(url)
     assert shown.returncode == 0, shown.stdout + shown.stderr
     for node in ("node-1", "node-2", "node-3"):
         assert row(shown.stdout, node)[2] == "up"
     assert "no tables" in shown.stdout
     # The page and everything it loads come from the router (package data, no CDN).
-    with urllib.request.urlopen(f"{up.url}/dashboard", timeout=HTTP_TIMEOUT_S) as page:
+    with urllib.request.urlopen(dashboard, timeout=HTTP_TIMEOUT_S) as page:
         html = page.read().decode()
     assert "<title>dynalab dashboard</title>" in html
     for asset in re.findall(r'(?:src|href)="([^"]+)"', html):
         assert asset.startswith("/dashboard/static/"), asset
-        with urllib.request.urlopen(f"{up.url}{asset}", timeout=HTTP_TIMEOUT_S) as loaded:
+        with urllib.request.urlopen(f"{url}{asset}", timeout=HTTP_TIMEOUT_S) as loaded:
             assert loaded.status == 200 and len(loaded.read()) > 0
-    assert up.terminate() == 0
