@@ -26,7 +26,19 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dynalab.lab.history import ADD, APPEND, CAS, READ, WRITE, Operation, Outcome, final_reads
+from dynalab.lab.history import (
+    ADD,
+    APPEND,
+    CAS,
+    INDEX_READ,
+    INDEX_SCAN,
+    INDEX_WRITE,
+    READ,
+    WRITE,
+    Operation,
+    Outcome,
+    final_reads,
+)
 
 STATES_MAX = 2_000_000  # Explored (linearized set, value) pairs per key before giving up.
 COUNTEREXAMPLES_MAX = 20  # Counterexamples kept per checker; the count says how many there were.
@@ -353,10 +365,60 @@ def check_counters(history: Iterable[Operation]) -> CheckResult:
     return result
 
 
+# --- the indexed workload (`indexed`) -----------------------------------------------------------
+
+
+def check_index_reads_real(history: list[Operation]) -> CheckResult:
+    """Every entry an index read returned was put by a write with that key, group and value,
+    invoked before the read returned and not refused: stale reads are allowed, phantoms not."""
+    result = CheckResult(valid=True)
+    writes: dict[tuple[str, str], list[Operation]] = {}
+    for operation in history:
+        if operation.op == INDEX_WRITE:
+            writes.setdefault((operation.key, operation.value[1]), []).append(operation)
+    for read in history:
+        if read.op != INDEX_READ or not read.ok:
+            continue
+        for key, value in read.value:
+            candidates = [
+                w
+                for w in writes.get((key, value), [])
+                if w.value[0] == read.key and w.invoke_s < read.complete_s
+            ]
+            if not candidates:
+                result.add({"read": read.to_json(), "never_written": [key, read.key, value]})
+            elif all(w.outcome is Outcome.FAILED for w in candidates):
+                result.add({"read": read.to_json(), "refused_write": candidates[0].to_json()})
+    return result
+
+
+def check_index_converged(history: list[Operation]) -> CheckResult:
+    """The final scans: the index holds exactly the projection of the table."""
+    result = CheckResult(valid=True)
+    finals = [o for o in history if o.op == INDEX_SCAN and o.final]
+    if not any(o.op == INDEX_WRITE for o in history):
+        return result
+    if not finals or not finals[-1].ok:
+        result.add({"problem": "no successful final scan of the table and its index"})
+        return result
+    scanned = finals[-1].value
+    expected = [row for row in scanned["items"] if row[1] is not None]
+    missing = [row for row in expected if row not in scanned["entries"]]
+    extra = [row for row in scanned["entries"] if row not in expected]
+    for row in missing:
+        result.add({"problem": "an item's entry is missing from the index", "entry": row})
+    for row in extra:
+        result.add({"problem": "the index holds an entry no item projects", "entry": row})
+    result.details = {"items": len(scanned["items"]), "entries": len(scanned["entries"])}
+    return result
+
+
 CHECKERS: dict[str, Callable[[list[Operation]], CheckResult]] = {
     "linearizable-registers": check_linearizable_registers,
     "failed-writes-invisible": check_failed_writes_invisible,
     "counters": check_counters,
+    "index-reads-real": check_index_reads_real,
+    "index-converged": check_index_converged,
 }
 
 

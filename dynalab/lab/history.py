@@ -25,7 +25,11 @@ READ = "read"  # GetItem with ConsistentRead; value is what it read (None: no it
 CAS = "cas"  # PutItem conditional on the current value; value is [expected, new].
 ADD = "add"  # UpdateItem ADD of a positive number; value is the number.
 APPEND = "append"  # UpdateItem SET list_append; value is the unique element appended.
-OPERATIONS = frozenset({WRITE, READ, CAS, ADD, APPEND})
+# The indexed workload's (`indexed`): a table with a global secondary index.
+INDEX_WRITE = "index-write"  # PutItem of a unique value; value is [group or None, value].
+INDEX_READ = "index-read"  # Query of the index; key is the group, value its [key, value] pairs.
+INDEX_SCAN = "index-scan"  # The final scans; value is {"items", "entries"}: [key, group, value].
+OPERATIONS = frozenset({WRITE, READ, CAS, ADD, APPEND, INDEX_WRITE, INDEX_READ, INDEX_SCAN})
 
 CONDITION_FAILED = "ConditionalCheckFailedException"
 UNKNOWN_OUTCOME_TEXT = "may or may not have been applied"

@@ -47,6 +47,8 @@ class Nemesis:
     def _service(self, target: str) -> ServiceProcess:
         if target.startswith("router"):
             return next(r for r in self.cluster.routers if r.name == target)
+        if target.startswith("replicator"):
+            return next(r for r in self.cluster.replicators if r.name == target)
         return self.cluster.node(target)
 
     def run(self, stop: threading.Event) -> None:
@@ -68,9 +70,9 @@ class Nemesis:
 
     def execute(self, event: FaultEvent) -> None:
         service = self._service(event.target)
-        if event.fault in ("kill-node", "kill-router"):
+        if event.fault in ("kill-node", "kill-router", "kill-replicator"):
             service.kill()
-        elif event.fault in ("restart-node", "restart-router"):
+        elif event.fault in ("restart-node", "restart-router", "restart-replicator"):
             service.start()
         elif event.fault == "pause-node":
             assert service.pid is not None
@@ -145,6 +147,6 @@ class Nemesis:
             if pid is not None:
                 os.kill(pid, signal.SIGCONT)
         self._paused.clear()
-        for service in [*self.cluster.nodes, *self.cluster.routers]:
+        for service in [*self.cluster.nodes, *self.cluster.routers, *self.cluster.replicators]:
             if not service.is_running():
                 service.start()

@@ -44,8 +44,10 @@ def _experiment(
 ) -> tuple[list[Operation], list[dict[str, Any]]]:
     """Clients on a thread of their own, the nemesis on this one (see `nemesis`), then the final
     reads once every fault is healed."""
-    keys = workloads.Keys.make(scenario.registers, scenario.counters, scenario.lists)
-    asyncio.run(_with_api(cluster.router_url, workloads.create_tables))
+    keys = workloads.Keys.make(
+        scenario.registers, scenario.counters, scenario.lists, scenario.indexed
+    )
+    asyncio.run(_with_api(cluster.router_url, lambda api: workloads.create_tables(api, keys)))
     start = time.monotonic()
     recorder = workloads.Recorder(start)
     done = threading.Event()
@@ -93,7 +95,9 @@ def run(scenario: Scenario, seed: int, out: Path, duration_s: float | None = Non
             raise ClusterError(f"scenario {scenario.name}: {why_not}")
         # Everything the experiment starts from here on lives in the namespace (see `network`).
         network.enter_private_namespace()
-    with LocalCluster(out / "cluster", nodes=scenario.nodes, replicators=0) as cluster:
+    # The GSI replicator runs when the workload has an indexed table to keep.
+    replicators = 1 if scenario.indexed else 0
+    with LocalCluster(out / "cluster", nodes=scenario.nodes, replicators=replicators) as cluster:
         history, executed = _experiment(cluster, scenario, seed, duration)
     meta = {
         "scenario": scenario.name,

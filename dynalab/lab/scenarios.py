@@ -19,6 +19,7 @@ from typing import Any
 
 SCENARIO_DIR = Path(__file__).resolve().parents[1] / "scenarios"  # Shipped in the package.
 ROUTER = "router-1"
+REPLICATOR = "replicator-1"
 SETTLE_S = 2.0  # Quiet time left at the end of a run, after the last fault is healed.
 
 # Each fault and the event that undoes it.
@@ -26,6 +27,7 @@ HEALS = {
     "kill-node": "restart-node",  # SIGKILL a storage node; start it again on its data.
     "pause-node": "resume-node",  # SIGSTOP a storage node; SIGCONT it.
     "kill-router": "restart-router",  # SIGKILL the router; start it again.
+    "kill-replicator": "restart-replicator",  # SIGKILL the GSI replicator; start it again.
     "slow-node": "restore-node",  # Stop a storage node for most of every tenth of a second.
     # Kernel faults on a storage node's traffic (`dynalab.lab.network`), in both directions.
     "partition-node": "heal-partition",  # Drop every packet.
@@ -56,6 +58,7 @@ class Scenario:
     registers: int
     counters: int
     lists: int
+    indexed: int
     faults: tuple[str, ...]
     first_s: float
     fault_s: tuple[float, float]
@@ -74,6 +77,7 @@ class Scenario:
             registers=int(workload.get("registers", 0)),
             counters=int(workload.get("counters", 0)),
             lists=int(workload.get("lists", 0)),
+            indexed=int(workload.get("indexed", 0)),
             faults=tuple(nemesis["faults"]),
             first_s=float(nemesis["first_s"]),
             fault_s=_range(nemesis["fault_s"]),
@@ -82,7 +86,8 @@ class Scenario:
         unknown = set(scenario.faults) - set(HEALS)
         if unknown:
             raise ValueError(f"scenario {name}: unknown faults {sorted(unknown)}")
-        if scenario.clients < 1 or scenario.registers + scenario.counters + scenario.lists < 1:
+        keys = scenario.registers + scenario.counters + scenario.lists + scenario.indexed
+        if scenario.clients < 1 or keys < 1:
             raise ValueError(f"scenario {name}: needs at least one client and one key")
         return scenario
 
@@ -93,6 +98,8 @@ class Scenario:
     def targets(self, fault: str) -> list[str]:
         if fault == "kill-router":
             return [ROUTER]
+        if fault == "kill-replicator":
+            return [REPLICATOR]
         return [f"node-{i}" for i in range(1, self.nodes + 1)]
 
 

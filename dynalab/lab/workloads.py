@@ -8,9 +8,11 @@ it saw:
   several keys, recorded as one write per key;
 - counters (`lab-counters`, attribute `n`): UpdateItem `ADD n :d`;
 - lists (`lab-lists`, attribute `l`): UpdateItem `SET l = list_append(if_not_exists(l, :empty),
-  :e)`.
+  :e)`;
+- indexed items (`lab-indexed`, with a global secondary index; see `indexed`): PutItem, and
+  Query of the index.
 After the faults, `final_reads` reads every key back with strong reads, which the counter and list
-checkers compare against.
+checkers compare against, and scans the indexed table and its index until they agree.
 
 Nothing is retried: a retried ADD that was applied once already would be applied twice, which is
 the very thing a checker looks for. What a failure means is decided by `outcome_of_exception` and
@@ -30,7 +32,19 @@ import aiohttp
 import orjson
 
 from dynalab.bench import DynamoDBClient, DynamoDBError, SigV4Signer, error_type, host_header
-from dynalab.lab.history import ADD, APPEND, CAS, READ, WRITE, Operation, Outcome, classify
+from dynalab.lab import indexed
+from dynalab.lab.history import (
+    ADD,
+    APPEND,
+    CAS,
+    INDEX_READ,
+    INDEX_WRITE,
+    READ,
+    WRITE,
+    Operation,
+    Outcome,
+    classify,
+)
 
 REGISTERS, COUNTERS, LISTS = "lab-registers", "lab-counters", "lab-lists"
 TABLES = (REGISTERS, COUNTERS, LISTS)
@@ -76,13 +90,15 @@ class Keys:
     registers: list[str]
     counters: list[str]
     lists: list[str]
+    indexed: list[str] = field(default_factory=list)
 
     @classmethod
-    def make(cls, registers: int, counters: int, lists: int) -> Keys:
+    def make(cls, registers: int, counters: int, lists: int, indexed: int = 0) -> Keys:
         return cls(
             [f"r{i}" for i in range(registers)],
             [f"c{i}" for i in range(counters)],
             [f"l{i}" for i in range(lists)],
+            [f"i{i}" for i in range(indexed)],
         )
 
     def tables(self) -> list[tuple[str, list[str]]]:
@@ -226,15 +242,38 @@ class Client:
         request = {"TableName": LISTS, "Key": {"k": {"S": key}}, "ConsistentRead": True}
         return await self._record(READ, key, None, "GetItem", request, _list_value, final)
 
+    async def index_write(self, key: str) -> None:
+        value = self.unique()
+        group = (
+            None if self.rng.random() < indexed.UNGROUPED_SHARE else self.rng.choice(indexed.GROUPS)
+        )
+        request = indexed.write_request(key, group, value)
+        await self._record(INDEX_WRITE, key, [group, value], "PutItem", request)
+
+    async def index_read(self) -> None:
+        group = self.rng.choice(indexed.GROUPS)
+        request = indexed.read_request(group)
+        await self._record(INDEX_READ, group, None, "Query", request, indexed.entries_of)
+
     async def one_operation(self, keys: Keys) -> None:
         """Issue one operation drawn from this client's random source."""
         kinds = [
             kind
-            for kind, present in (("r", keys.registers), ("c", keys.counters), ("l", keys.lists))
+            for kind, present in (
+                ("r", keys.registers),
+                ("c", keys.counters),
+                ("l", keys.lists),
+                ("i", keys.indexed),
+            )
             if present
         ]
         kind = self.rng.choice(kinds)
-        if kind == "c":
+        if kind == "i":
+            if self.rng.random() < 0.5:
+                await self.index_read()
+            else:
+                await self.index_write(self.rng.choice(keys.indexed))
+        elif kind == "c":
             await self.counter_add(self.rng.choice(keys.counters))
         elif kind == "l":
             await self.list_append(self.rng.choice(keys.lists))
@@ -274,17 +313,22 @@ def session(endpoint: str) -> tuple[aiohttp.ClientSession, DynamoDBClient]:
     return http, DynamoDBClient(http, endpoint, signer)
 
 
-async def create_tables(api: DynamoDBClient) -> None:
-    """Create the three tables and wait until each is ACTIVE, retrying what a busy cluster refuses
+async def create_tables(api: DynamoDBClient, keys: Keys) -> None:
+    """Create the tables and wait until each is ACTIVE, retrying what a busy cluster refuses
     (a CreateTable that was applied before its answer was lost is then "in use": done)."""
     deadline = time.monotonic() + TABLE_ACTIVE_TIMEOUT_S
-    for table in TABLES:
-        request = {
+    requests: list[dict[str, Any]] = [
+        {
             "TableName": table,
             "AttributeDefinitions": [{"AttributeName": "k", "AttributeType": "S"}],
             "KeySchema": [{"AttributeName": "k", "KeyType": "HASH"}],
             "BillingMode": "PAY_PER_REQUEST",
         }
+        for table in TABLES
+    ]
+    if keys.indexed:
+        requests.append(indexed.CREATE_TABLE)
+    for request in requests:
         while True:
             try:
                 await api.request("CreateTable", request)
@@ -298,7 +342,7 @@ async def create_tables(api: DynamoDBClient) -> None:
                 if time.monotonic() > deadline:
                     raise
             await asyncio.sleep(SETUP_PAUSE_S)
-    for table in TABLES:
+    for table in (request["TableName"] for request in requests):
         while True:
             try:
                 reply = await api.request("DescribeTable", {"TableName": table})
@@ -341,3 +385,5 @@ async def final_reads(api: DynamoDBClient, recorder: Recorder, keys: Keys) -> No
     for read, key in readers:
         while not (await read(key, True)).ok and time.monotonic() < deadline:
             await asyncio.sleep(FINAL_READ_PAUSE_S)
+    if keys.indexed:
+        recorder.history.append(await indexed.final_scan(api, recorder.start))

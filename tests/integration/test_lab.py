@@ -43,3 +43,22 @@ def test_scenario_runs_end_to_end_with_a_valid_verdict(tmp_path, scenario):
     finals = {o["key"] for o in history if o.get("final") and o["outcome"] == "ok"}
     assert finals == {f"r{i}" for i in range(6)} | {"c0", "c1", "c2", "l0", "l1", "l2"}
     assert f"{scenario} " in (out / "report.html").read_text()
+
+
+def test_killing_the_gsi_replicator_leaves_an_index_that_converges(tmp_path):
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "dynalab", "lab", "run", "kill-replicator"]
+    command += ["--seed", "2", "--out", str(out), "--duration", "14"]
+    done = subprocess.run(
+        command, cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT_S
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    verdict = json.loads((out / "verdict.json").read_text())
+    assert verdict["valid"] is True, json.dumps(verdict, indent=1)
+    assert verdict["checkers"]["index-converged"]["entries"] > 0
+    executed = json.loads((out / "run.json").read_text())["executed"]
+    assert ("kill-replicator", "replicator-1") in {(e["fault"], e["target"]) for e in executed}
+    assert all("error" not in e for e in executed)
+    history = [json.loads(line) for line in (out / "history.jsonl").read_text().splitlines()]
+    reads = [o for o in history if o["op"] == "index-read" and o["outcome"] == "ok"]
+    assert any(o["value"] for o in reads), "index queries must have returned entries"

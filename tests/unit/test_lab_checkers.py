@@ -12,6 +12,9 @@ from dynalab.lab.history import (
     APPEND,
     CAS,
     CONDITION_FAILED,
+    INDEX_READ,
+    INDEX_SCAN,
+    INDEX_WRITE,
     READ,
     WRITE,
     Operation,
@@ -298,3 +301,71 @@ def test_counter_totals(final, valid, problem):
 def test_a_counter_never_read_back_is_not_called_valid():
     result = checkers.check_counters([op(1, ADD, "c", 2, 0, 1)])
     assert not result.valid
+
+
+# The indexed workload ----------------------------------------------------------------------------
+
+INDEX_WRITES = [
+    op(1, INDEX_WRITE, "i0", ["g0", "p1-1"], 0.0, 0.1),
+    op(2, INDEX_WRITE, "i1", ["g1", "p2-1"], 0.0, 0.1),
+    op(1, INDEX_WRITE, "i0", [None, "p1-2"], 0.2, 0.3),  # i0 leaves the index.
+    op(2, INDEX_WRITE, "i1", ["g0", "p2-2"], 0.2, 0.3, FAILED, "ServiceUnavailable"),
+    op(3, INDEX_WRITE, "i2", ["g0", "p3-1"], 0.2, 0.5, UNKNOWN, "InternalServerError"),
+]
+
+
+def scan(items, entries):
+    value = {"items": sorted(items), "entries": sorted(entries)}
+    return op(0, INDEX_SCAN, "lab-indexed", value, 1.0, 1.1, final=True)
+
+
+def index_verdict(*extra):
+    verdict = checkers.check([*INDEX_WRITES, *extra])["checkers"]
+    return verdict["index-reads-real"], verdict["index-converged"]
+
+
+FINAL_ITEMS = [["i0", None, "p1-2"], ["i1", "g1", "p2-1"], ["i2", "g0", "p3-1"]]
+
+
+def test_index_reads_may_be_stale_but_converge():
+    stale = op(4, INDEX_READ, "g0", [["i0", "p1-1"]], 0.35, 0.4)  # i0 has left g0 by now.
+    unknown_seen = op(4, INDEX_READ, "g0", [["i2", "p3-1"]], 0.4, 0.45)
+    final = scan(FINAL_ITEMS, [["i1", "g1", "p2-1"], ["i2", "g0", "p3-1"]])
+    reads, converged = index_verdict(stale, unknown_seen, final)
+    assert reads["valid"] and converged["valid"]
+    assert converged["items"] == 3 and converged["entries"] == 2
+
+
+@pytest.mark.parametrize(
+    ("read", "problem"),
+    [
+        (op(4, INDEX_READ, "g0", [["i9", "p9-9"]], 0.4, 0.45), "never_written"),
+        (op(4, INDEX_READ, "g1", [["i0", "p1-1"]], 0.4, 0.45), "never_written"),  # Wrong group.
+        (op(4, INDEX_READ, "g0", [["i2", "p3-1"]], 0.0, 0.1), "never_written"),  # Before its write.
+        (op(4, INDEX_READ, "g0", [["i1", "p2-2"]], 0.4, 0.45), "refused_write"),
+    ],
+)
+def test_an_index_read_of_what_was_never_written_is_caught(read, problem):
+    reads, _ = index_verdict(read, scan(FINAL_ITEMS, [["i1", "g1", "p2-1"], ["i2", "g0", "p3-1"]]))
+    assert not reads["valid"]
+    assert problem in reads["counterexamples"][0]
+
+
+@pytest.mark.parametrize(
+    ("entries", "problem"),
+    [
+        ([["i1", "g1", "p2-1"]], "missing"),
+        ([["i0", "g0", "p1-1"], ["i1", "g1", "p2-1"], ["i2", "g0", "p3-1"]], "no item projects"),
+        ([["i1", "g1", "p2-1"], ["i2", "g0", "p3-0"]], "missing"),  # An old version lingers.
+    ],
+)
+def test_an_index_that_did_not_converge_is_caught(entries, problem):
+    _, converged = index_verdict(scan(FINAL_ITEMS, entries))
+    assert not converged["valid"]
+    assert problem in converged["counterexamples"][0]["problem"]
+
+
+def test_an_index_never_scanned_at_the_end_is_not_called_converged():
+    _, converged = index_verdict()
+    assert not converged["valid"]
+    assert "no successful final scan" in converged["counterexamples"][0]["problem"]

@@ -1,0 +1,112 @@
+"""The indexed workload: a table with a global secondary index, kept by the GSI replicator, and
+how its final state is recorded (the checks are `checkers.check_index_reads_real` and
+`checkers.check_index_converged`).
+
+Table `lab-indexed` (key `k`) has the GSI `by-group` on attribute `g` (projection ALL). A write
+puts an item with a unique `v` and either a group `g` drawn from a few, or no `g` at all, which
+takes the item out of the index (a sparse index: the replicator must delete its entry). A read
+queries the index for one group. The index is eventually consistent, so a read may be stale, but
+never wrong:
+
+- `index-reads-real`: every entry a read returns is an item some write put with that key, group
+  and value, invoked before the read returned and not refused (no phantom, no refused write);
+- `index-converged`: after the faults are healed, the index holds exactly the projection of the
+  table. The final step scans both until they agree (or time is up) and records the last pair of
+  scans as one `final` operation, so the check is a pure function of the history like every
+  other, and `dynalab lab check` can judge it again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from dynalab.bench import DynamoDBClient, DynamoDBError
+from dynalab.lab.history import INDEX_SCAN, Operation, Outcome
+
+TABLE = "lab-indexed"
+INDEX = "by-group"
+GROUPS = ("g0", "g1", "g2")
+UNGROUPED_SHARE = 0.2  # Writes that leave the item out of the index.
+CONVERGE_TIMEOUT_S = 60.0
+CONVERGE_PAUSE_S = 0.2
+
+CREATE_TABLE = {
+    "TableName": TABLE,
+    "AttributeDefinitions": [
+        {"AttributeName": "k", "AttributeType": "S"},
+        {"AttributeName": "g", "AttributeType": "S"},
+    ],
+    "KeySchema": [{"AttributeName": "k", "KeyType": "HASH"}],
+    "GlobalSecondaryIndexes": [
+        {
+            "IndexName": INDEX,
+            "KeySchema": [{"AttributeName": "g", "KeyType": "HASH"}],
+            "Projection": {"ProjectionType": "ALL"},
+        }
+    ],
+    "BillingMode": "PAY_PER_REQUEST",
+}
+
+
+def write_request(key: str, group: str | None, value: str) -> dict[str, Any]:
+    item = {"k": {"S": key}, "v": {"S": value}}
+    if group is not None:
+        item["g"] = {"S": group}
+    return {"TableName": TABLE, "Item": item}
+
+
+def read_request(group: str) -> dict[str, Any]:
+    return {
+        "TableName": TABLE,
+        "IndexName": INDEX,
+        "KeyConditionExpression": "g = :g",
+        "ExpressionAttributeValues": {":g": {"S": group}},
+    }
+
+
+def entries_of(reply: dict[str, Any]) -> list[list[str]]:
+    """[key, value] of every item a Query of the index returned."""
+    return sorted([item["k"]["S"], item["v"]["S"]] for item in reply.get("Items", []))
+
+
+def _rows(items: list[dict[str, Any]]) -> list[list[str | None]]:
+    """[key, group, value] of each item (group None: not in the index)."""
+    return sorted(
+        [item["k"]["S"], item["g"]["S"] if "g" in item else None, item["v"]["S"]] for item in items
+    )
+
+
+async def _scan(api: DynamoDBClient, request: dict[str, Any]) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    while True:
+        reply = await api.request("Scan", request)
+        items.extend(reply.get("Items", []))
+        last = reply.get("LastEvaluatedKey")
+        if last is None:
+            return items
+        request = {**request, "ExclusiveStartKey": last}
+
+
+async def final_scan(api: DynamoDBClient, start: float) -> Operation:
+    """Scan the table (strongly) and the index until the index is the table's projection, or until
+    CONVERGE_TIMEOUT_S; the last pair of scans as one final operation."""
+    deadline = time.monotonic() + CONVERGE_TIMEOUT_S
+    invoke = time.monotonic() - start
+    scanned: dict[str, Any] = {}
+    while True:
+        try:
+            table = _rows(await _scan(api, {"TableName": TABLE, "ConsistentRead": True}))
+            index = _rows(await _scan(api, {"TableName": TABLE, "IndexName": INDEX}))
+            scanned = {"items": table, "entries": index}
+            if index == [row for row in table if row[1] is not None]:
+                break
+        except (DynamoDBError, TimeoutError, OSError):
+            pass  # A cluster still recovering; scan again.
+        if time.monotonic() > deadline:
+            break
+        await asyncio.sleep(CONVERGE_PAUSE_S)
+    outcome = Outcome.OK if scanned else Outcome.FAILED
+    complete = time.monotonic() - start
+    return Operation(0, INDEX_SCAN, TABLE, scanned or None, invoke, complete, outcome, None, True)
