@@ -36,6 +36,7 @@ from core.errors import (
     InternalServerError,
     LimitExceeded,
     ResourceInUse,
+    ResourceNotFound,
     ServiceUnavailable,
     ValidationError,
 )
@@ -121,6 +122,8 @@ PARTITION_TRANSITIONS: frozenset[tuple[PartitionState, PartitionState]] = frozen
 INDEX_TRANSITIONS: frozenset[tuple[IndexStatus | None, IndexStatus | None]] = frozenset(
     {
         (None, IndexStatus.CREATING),
+        # An online index whose partitions could not all be created is taken out again.
+        (IndexStatus.CREATING, None),
         # An index created with its table has nothing to backfill: ACTIVE with the table.
         (IndexStatus.CREATING, IndexStatus.ACTIVE),
         (IndexStatus.CREATING, IndexStatus.BACKFILLING),
@@ -256,6 +259,11 @@ class IndexDef:
     table_id: str | None = None  # A global index's storage id (32 hex characters).
     partitions: tuple[PartitionDef, ...] = ()  # A global index's partitions, sorted by start.
     throughput: Throughput = Throughput()  # A global index's ProvisionedThroughput.
+    # Added to a live table by UpdateTable (then backfilled, and followed under a change-feed
+    # consumer of its own), rather than created with the table.
+    online: bool = False
+    # An online index's source partitions whose copy is done (it is ACTIVE once all are).
+    backfilled: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         document: dict[str, Any] = {
@@ -270,6 +278,9 @@ class IndexDef:
             document["table_id"] = self.table_id
             document["partitions"] = [partition.to_json() for partition in self.partitions]
             document["throughput"] = {"read": self.throughput.read, "write": self.throughput.write}
+        if self.online:
+            document["online"] = True
+            document["backfilled"] = list(self.backfilled)
         return document
 
     @classmethod
@@ -289,11 +300,18 @@ class IndexDef:
             table_id=document.get("table_id"),
             partitions=tuple(PartitionDef.from_json(p, even) for p in partitions),
             throughput=Throughput(throughput["read"], throughput["write"]),
+            online=bool(document.get("online", False)),
+            backfilled=tuple(document.get("backfilled", ())),
         )
 
     @property
     def is_global(self) -> bool:
         return self.table_id is not None
+
+    @property
+    def backfilling(self) -> bool:
+        """DescribeTable's Backfilling: an online index copying the table's items."""
+        return self.status == IndexStatus.BACKFILLING
 
 
 @dataclass(frozen=True, slots=True)
@@ -869,6 +887,117 @@ def index_added(table: TableDef, index: IndexDef) -> TableDef:
         raise IllegalTransition(f"Table {table.name} already has an index {index.name}")
     _check(INDEX_TRANSITIONS, f"Index {index.name}", None, index.status)
     return _changed(table, indexes=(*table.indexes, index))
+
+
+# Online index management (UpdateTable GlobalSecondaryIndexUpdates) ------------------------------
+
+ONLINE_INDEX_LIMIT = (
+    "Subscriber limit exceeded: Only 1 online index can be created or deleted simultaneously "
+    "per table"
+)
+INDEX_EXISTS = "Attempting to create an index which already exists"
+
+
+def _index_in_progress(table: TableDef) -> bool:
+    """Whether an index of the table is being created or deleted."""
+    return any(
+        index.status in (IndexStatus.CREATING, IndexStatus.BACKFILLING, IndexStatus.DELETING)
+        for index in table.indexes
+    )
+
+
+def online_index_added(
+    table: TableDef, index: IndexDef, attribute_definitions: Iterable[tuple[str, str]]
+) -> TableDef:
+    """The table with `index` added online (UpdateTable Create), CREATING until the replicator
+    starts its backfill.
+
+    DynamoDB's refusals: a table being created, updated or deleted is in use; a name any index of
+    the table has is taken; only one index may be created or deleted at a time (seed 004 O-13,
+    O-16, O-18), and at most 20 global indexes (O-01). The index's key attributes not yet in
+    the table's AttributeDefinitions (`attribute_definitions`: name and type) join them.
+    """
+    if table.status != TableStatus.ACTIVE:
+        raise table_in_use(table)
+    if any(existing.name == index.name for existing in table.indexes):
+        raise ValidationError(INDEX_EXISTS)
+    if _index_in_progress(table):
+        raise LimitExceeded(ONLINE_INDEX_LIMIT)
+    if len(global_indexes(table)) >= limits.GSI_PER_TABLE_MAX:
+        raise LimitExceeded(
+            INVALID_PARAMETERS + "GlobalSecondaryIndex count exceeds the per-table limit of "
+            f"{limits.GSI_PER_TABLE_MAX}"
+        )
+    defined = {name for name, _ in table.attribute_definitions}
+    added = tuple(pair for pair in attribute_definitions if pair[0] not in defined)
+    with_definitions = _changed(table, attribute_definitions=(*table.attribute_definitions, *added))
+    return index_added(with_definitions, replace(index, online=True, status=IndexStatus.CREATING))
+
+
+def index_deleting(table: TableDef, index_name: str) -> TableDef:
+    """The table with its global index `index_name` DELETING (UpdateTable Delete).
+
+    DynamoDB's refusals: the table must be ACTIVE; the name must be a global index's; another
+    index being created or deleted, or this one before its backfill began, is a limit (seed 004
+    O-16, O-18, O-32: an index can be deleted while it backfills).
+    """
+    if table.status != TableStatus.ACTIVE:
+        raise table_in_use(table)
+    index = next((i for i in table.indexes if i.name == index_name), None)
+    if index is not None and not index.is_global:
+        raise ValidationError(
+            f"Cannot delete an index that is not a GlobalSecondaryIndex: {index_name}"
+        )
+    if index is not None and index.status == IndexStatus.DELETING:
+        return table  # A deletion that stopped half-way (a node was down): finish it.
+    if index is None:
+        raise ResourceNotFound(
+            f"Requested resource not found: Table: {table.name} index: {index_name} not found"
+        )
+    others = replace(table, indexes=tuple(i for i in table.indexes if i.name != index_name))
+    if _index_in_progress(others) or index.status in (IndexStatus.CREATING, IndexStatus.DELETING):
+        raise LimitExceeded(ONLINE_INDEX_LIMIT)
+    return index_moved(table, index_name, IndexStatus.DELETING)
+
+
+def index_backfill_started(table: TableDef, index_id: str) -> TableDef:
+    """The table with its online index `index_id` BACKFILLING (the replicator began copying);
+    unchanged if that index is not CREATING."""
+    index = _online_index(table, index_id)
+    if index is None or index.status != IndexStatus.CREATING:
+        return table
+    return index_moved(table, index.name, IndexStatus.BACKFILLING)
+
+
+def partition_backfilled(table: TableDef, index_id: str, partition_id: str) -> TableDef:
+    """The table with source partition `partition_id` copied into online index `index_id`; the
+    index ACTIVE once every serving partition of the table is. Unchanged if the index is not
+    backfilling (deleted meanwhile) or already has it."""
+    index = _online_index(table, index_id)
+    if index is None or index.status != IndexStatus.BACKFILLING:
+        return table
+    done = (
+        index.backfilled
+        if partition_id in index.backfilled
+        else (
+            *index.backfilled,
+            partition_id,
+        )
+    )
+    status: IndexStatus = index.status
+    if {partition.id for partition in table.partitions} <= set(done):
+        _check(INDEX_TRANSITIONS, f"Index {index.name}", status, IndexStatus.ACTIVE)
+        status = IndexStatus.ACTIVE
+    if done == index.backfilled and status == index.status:
+        return table
+    changed = replace(index, backfilled=done, status=status)
+    return _changed(
+        table, indexes=tuple(changed if i.name == index.name else i for i in table.indexes)
+    )
+
+
+def _online_index(table: TableDef, index_id: str) -> IndexDef | None:
+    return next((i for i in table.indexes if i.online and i.table_id == index_id), None)
 
 
 # Time To Live (UpdateTimeToLive) ---------------------------------------------------------------

@@ -30,15 +30,46 @@ from typing import Any
 from core import catalog, limits
 from core.catalog import IndexDef, PartitionDef, TableDef, Throughput
 from core.errors import INVALID_PARAMETERS, ValidationError
-from core.indexes import Projection, entry_shape, index_entry
+from core.indexes import Projection, check_index_keys, entry_shape, index_entry
 from core.keys import KeyAttribute, KeyRole, KeyShape
 from core.placement import PartitionMap
 from core.token_bucket import BillingMode
 from core.values import Item
 
-# The change-feed consumer under which the GSI replicator follows a partition; CreateTable
-# registers it with every partition of a table that has global indexes.
+# The change-feed consumer under which the GSI replicator follows a partition for the indexes
+# created with its table; CreateTable registers it with every partition of such a table. An index
+# added online is followed under a consumer of its own (`consumer_of`), registered when its
+# backfill begins, so that its copy and its catch-up never wait for, or hold back, the others.
 REPLICATOR_CONSUMER = "gsi_replicator"
+
+
+def consumer_of(index: IndexDef) -> str:
+    """The change-feed consumer under which the replicator follows the table for `index`."""
+    if not index.online:
+        return REPLICATOR_CONSUMER
+    return f"{REPLICATOR_CONSUMER}/{index.table_id}"
+
+
+def followed_groups(table: TableDef) -> dict[str, tuple[IndexDef, ...]]:
+    """The indexes each change-feed consumer of the table keeps, by consumer: the indexes created
+    with the table under `REPLICATOR_CONSUMER`, each online index under its own. An index being
+    deleted is kept by none."""
+    groups: dict[str, list[IndexDef]] = {}
+    for index in table.indexes:
+        if index.is_global and index.status != catalog.IndexStatus.DELETING:
+            groups.setdefault(consumer_of(index), []).append(index)
+    return {consumer: tuple(indexes) for consumer, indexes in groups.items()}
+
+
+def key_violation(item: Item, index: IndexDef) -> str | None:
+    """Why `item` cannot be in `index` (its key attribute has another type than the index
+    declares, is empty or too large: seed 004 O-22), or None. An item written before an online
+    index existed, or while it backfilled, may violate it; it is left out of the index (O-23)."""
+    try:
+        check_index_keys(item, (index,))
+    except ValidationError as error:
+        return error.message
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,13 +96,14 @@ def project_change(
     table_shape: KeyShape,
 ) -> list[IndexWrite]:
     """The index writes of one change of a base item (`old`/`new`: None where there is none),
-    one per global index it affects."""
+    one per global index it affects. An image whose index key violates the index's key schema
+    has no entry in it (`key_violation`)."""
     writes: list[IndexWrite] = []
     for index in indexes:
         if not index.is_global:
             continue
-        before = index_entry(old, index, table_shape)
-        after = index_entry(new, index, table_shape)
+        before = _entry(old, index, table_shape)
+        after = _entry(new, index, table_shape)
         if before is None and after is None:
             continue
         shape = entry_shape(index, table_shape)
@@ -83,6 +115,23 @@ def project_change(
             writes.append(IndexWrite(index.name, seq, shape.key_of(before), after))
         elif before != after:
             writes.append(IndexWrite(index.name, seq, None, after))
+    return writes
+
+
+def _entry(item: Item | None, index: IndexDef, table_shape: KeyShape) -> Item | None:
+    entry = index_entry(item, index, table_shape)
+    if entry is None or key_violation(entry, index) is not None:
+        return None
+    return entry
+
+
+def backfill_writes(
+    items: Iterable[Item], index: IndexDef, table_shape: KeyShape
+) -> list[IndexWrite]:
+    """The index puts that copy `items` (a page of a base partition's scan) into `index`."""
+    writes: list[IndexWrite] = []
+    for item in items:
+        writes.extend(project_change(0, None, item, (index,), table_shape))
     return writes
 
 
@@ -294,8 +343,9 @@ def _identity(entry: Item) -> str:
 
 
 def expected_entries(items: Iterable[Item], index: IndexDef, table_shape: KeyShape) -> list[Item]:
-    """The entries `index` holds once it has caught up with a table holding `items`."""
-    entries = (index_entry(item, index, table_shape) for item in items)
+    """The entries `index` holds once it has caught up with a table holding `items` (an item
+    violating the index's key schema has none)."""
+    entries = (_entry(item, index, table_shape) for item in items)
     return [entry for entry in entries if entry is not None]
 
 

@@ -231,6 +231,9 @@ GSI_RETRY_BACKOFF_SECONDS_MAX = 2.0
 # One run of index_apply calls for one feed batch tries each call at most this many times before
 # the follower starts again from its checkpoint (a replay applies nothing twice).
 GSI_APPLY_ATTEMPTS_MAX = 5
+# The bytes of one page of a base partition an online index's backfill reads (the 1 MB page of a
+# Scan): each page's entries go to the index partitions as one index_apply each.
+GSI_BACKFILL_PAGE_BYTES = 1024 * 1024
 assert GSI_RETRY_BACKOFF_SECONDS_MIN < GSI_RETRY_BACKOFF_SECONDS_MAX
 
 # The dashboard (`/admin/cluster`, `/dashboard`, `dynalab status`; dynalab's own bounds). The router

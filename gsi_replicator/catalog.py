@@ -1,22 +1,26 @@
-"""Reading the cluster catalog, as the replicator needs it: every table's record, read-only.
+"""The cluster catalog, as the replicator needs it: every table's record, and one change.
 
 The catalog is the system table `__dynalab_catalog` on one storage node, found through the
 bootstrap record every node holds (`core.catalog`, ARCHITECTURE.md "Catalog, placement and
-epochs"). The replicator never creates or changes either: it asks the nodes it knows for the
-bootstrap record, and scans the catalog partition it names, page after page. A cluster whose
-catalog does not exist yet (no router has started) has no tables to replicate.
+epochs"). The replicator never creates either: it asks the nodes it knows for the bootstrap
+record, and scans the catalog partition it names, page after page. A cluster whose catalog does
+not exist yet (no router has started) has no tables to replicate. The one change it makes is an
+online index's progress (BACKFILLING, each source partition copied, ACTIVE), by the same
+compare-and-set on the row's version as the routers' changes.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+import random
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import orjson
 
 from core import catalog, limits
 from core.catalog import CatalogLocation, TableDef
-from core.errors import ServiceUnavailable, StaleEpoch
+from core.errors import ConditionalCheckFailed, ServiceUnavailable, StaleEpoch
 from rpc import ops
 from rpc.transport import NodeTransport
 
@@ -77,3 +81,57 @@ async def read_tables(
             return tables
         payload.exclusive_start = reply["last_key"]
     raise ServiceUnavailable("The table catalog did not end within its page bound")
+
+
+# Changing a table's record: the replicator moves an online index through its backfill. ----------
+
+TableChange = Callable[[TableDef], TableDef]
+
+
+def _row(table: TableDef) -> dict[str, Any]:
+    """The catalog system table's item for a table record (as the routers write it)."""
+    return {
+        "name": {"S": table.name},
+        "version": {"N": str(table.version)},
+        "table": {"S": orjson.dumps(table.to_json()).decode()},
+    }
+
+
+async def change_table(
+    clients: Mapping[str, NodeTransport],
+    location: CatalogLocation,
+    name: str,
+    change: TableChange,
+) -> TableDef | None:
+    """Apply `change` to table `name`'s newest record by compare-and-set, as a router changes a
+    table (the row written only at the version read; on a conflict, read again and recompute);
+    return the record after it, None if the table is gone. A change that returns the record it
+    was given writes nothing."""
+    client = clients.get(location.node)
+    if client is None:
+        raise ServiceUnavailable(f"The catalog's node {location.node} is not known here")
+    target = ops.Target(catalog.CATALOG_TABLE_ID, location.partition, _SYSTEM_EPOCH, True)
+    for _ in range(limits.CATALOG_CAS_ATTEMPTS_MAX):
+        reply = await client.call(
+            ops.GET,
+            target,
+            ops.GetPayload({"name": {"S": name}}).to_json(),
+            limits.NODE_CALL_SECONDS_MAX,
+        )
+        if reply["item"] is None:
+            return None
+        current = TableDef.from_json(orjson.loads(reply["item"]["table"]["S"]))
+        changed = change(current)
+        if changed is current:
+            return current
+        changed = catalog.versioned(changed, current.version + 1)
+        put = ops.PutPayload(
+            _row(changed), None, "#v = :v", {"#v": "version"}, {":v": {"N": str(current.version)}}
+        )
+        try:
+            await client.call(ops.PUT, target, put.to_json(), limits.NODE_CALL_SECONDS_MAX)
+        except ConditionalCheckFailed:
+            await asyncio.sleep(random.uniform(0, limits.CATALOG_CAS_BACKOFF_SECONDS_MAX))
+            continue
+        return changed
+    raise ServiceUnavailable("The table catalog is changing too often; try again later")

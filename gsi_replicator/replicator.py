@@ -33,8 +33,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from core import catalog as catalog_core
 from core import gsi, limits
-from core.catalog import PartitionDef, TableDef, global_indexes
+from core.catalog import IndexDef, IndexStatus, PartitionDef, TableDef, global_indexes
 from core.errors import DynamoError, ServiceUnavailable, StaleEpoch, ThroughputExceeded
 from gsi_replicator import catalog
 from rpc import ops
@@ -44,7 +45,7 @@ from rpc.transport import NodeTransport
 
 log = logging.getLogger("gsi_replicator")
 
-FollowerKey = tuple[str, str]  # (table id, partition id)
+FollowerKey = tuple[str, str, str]  # (table id, partition id, change-feed consumer)
 
 
 @dataclass(slots=True)
@@ -53,6 +54,7 @@ class FollowerStats:
 
     table: str
     partition: str
+    consumer: str = gsi.REPLICATOR_CONSUMER
     checkpoint: int = 0  # The last seq applied to every index and checkpointed.
     changes: int = 0  # Changes read from the feed (replays included).
     index_writes: int = 0  # Index writes sent (each delete and each put is one).
@@ -60,6 +62,8 @@ class FollowerStats:
     last_applied_at: float = 0.0  # Wall-clock time of the last applied batch.
     failures: int = 0  # Times the follower started again from its checkpoint.
     lag_ms: float = 0.0  # Time from receiving the last batch to its checkpoint.
+    backfilled_items: int = 0  # Items of the partition an online index's backfill has read.
+    backfill_done: bool = False  # The partition's copy into its online index is done.
 
 
 @dataclass(slots=True)
@@ -87,7 +91,9 @@ class Replicator:
         self.clock = clock
         self.tables: dict[str, TableDef] = {}  # By table id: the tables with global indexes.
         self.followers: dict[FollowerKey, asyncio.Task[None]] = {}
-        self.drained: dict[str, set[str]] = {}  # Table id -> partitions read to their END.
+        # (Table id, consumer) -> partitions read to their END under that consumer.
+        self.drained: dict[tuple[str, str], set[str]] = {}
+        self.location: catalog.CatalogLocation | None = None
         self.stats = ReplicatorStats()
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -116,6 +122,7 @@ class Replicator:
         try:
             location = await catalog.locate(self.clients)
             tables = {} if location is None else await catalog.read_tables(self.clients, location)
+            self.location = location
         except DynamoError as error:
             self.stats.catalog_failures += 1
             log.warning("could not read the catalog: %s", error)
@@ -125,45 +132,59 @@ class Replicator:
 
     def reconcile(self, tables: Mapping[str, TableDef]) -> None:
         """Start a follower for every followable partition of every serving table with global
-        indexes; cancel the followers of tables that are gone."""
+        indexes, under each consumer of the table (`core.gsi.followed_groups`); cancel the
+        followers of tables, or of indexes, that are gone."""
         self.tables = {
             table.id: table for table in tables.values() if table.serving and global_indexes(table)
         }
+        groups = {table.id: gsi.followed_groups(table) for table in self.tables.values()}
         for key, task in list(self.followers.items()):
-            if key[0] not in self.tables:
+            if key[2] not in groups.get(key[0], {}):
                 task.cancel()
                 del self.followers[key]
                 self.stats.followers.pop(key, None)
             elif task.done():
                 del self.followers[key]
-        for table_id in list(self.drained):
-            if table_id not in self.tables:
-                del self.drained[table_id]
+        for drained_key in list(self.drained):
+            if drained_key[1] not in groups.get(drained_key[0], {}):
+                del self.drained[drained_key]
         for table in self.tables.values():
-            drained = self.drained.setdefault(table.id, set())
-            for partition in gsi.followable(table, drained):
-                key = (table.id, partition.id)
-                if key not in self.followers:
-                    stats = self.stats.followers.setdefault(
-                        key, FollowerStats(table.name, partition.id)
-                    )
-                    self.followers[key] = asyncio.create_task(
-                        self._follow(table.id, partition, stats), name=f"follow-{partition.id}"
-                    )
+            for consumer in groups[table.id]:
+                drained = self.drained.setdefault((table.id, consumer), set())
+                for partition in gsi.followable(table, drained):
+                    key = (table.id, partition.id, consumer)
+                    if key not in self.followers:
+                        stats = self.stats.followers.setdefault(
+                            key, FollowerStats(table.name, partition.id, consumer)
+                        )
+                        self.followers[key] = asyncio.create_task(
+                            self._follow(table.id, partition, consumer, stats),
+                            name=f"follow-{partition.id}-{consumer}",
+                        )
 
-    async def _follow(self, table_id: str, partition: PartitionDef, stats: FollowerStats) -> None:
-        """Follow one partition until its log ends (a retired parent) or the follower is
-        cancelled, starting again from the checkpoint after any failure."""
+    def _indexes(self, table_id: str, consumer: str) -> tuple[IndexDef, ...] | None:
+        """The indexes `consumer` keeps on table `table_id` now; None when it keeps none."""
+        table = self.tables.get(table_id)
+        return None if table is None else gsi.followed_groups(table).get(consumer)
+
+    async def _follow(
+        self, table_id: str, partition: PartitionDef, consumer: str, stats: FollowerStats
+    ) -> None:
+        """Follow one partition for one consumer's indexes until its log ends (a retired parent)
+        or the follower is cancelled, starting again from the checkpoint after any failure. An
+        online index's partition is first copied (`_backfill`), once."""
         backoff = limits.GSI_RETRY_BACKOFF_SECONDS_MIN
+        drained = self.drained.setdefault((table_id, consumer), set())
         while True:
             try:
-                await self._follow_from_checkpoint(table_id, partition, stats)
+                await self._backfill(table_id, partition, consumer, stats)
+                await self._follow_from_checkpoint(table_id, partition, consumer, stats)
             except StaleEpoch as error:
                 table = self.tables.get(table_id)
                 if table is not None and any(p.id == partition.id for p in table.retired):
                     # A retired parent whose log is gone: every consumer, this one included,
                     # has read it to its END.
-                    self.drained.setdefault(table_id, set()).add(partition.id)
+                    drained.add(partition.id)
                     return
                 # The partition is not (or no longer) on its node: the catalog will say where
                 # it went, or that its table is gone; the next poll starts a new follower.
@@ -178,36 +199,105 @@ class Replicator:
                     backoff,
                 )
             else:
-                self.drained.setdefault(table_id, set()).add(partition.id)
+                drained.add(partition.id)
                 log.info("partition %s drained to its END", partition.id)
                 return
             await asyncio.sleep(backoff)
             backoff = min(2 * backoff, limits.GSI_RETRY_BACKOFF_SECONDS_MAX)
 
-    async def _follow_from_checkpoint(
-        self, table_id: str, partition: PartitionDef, stats: FollowerStats
-    ) -> None:
-        """One pass over the feed from the consumer's checkpoint; returns after the END record."""
+    def _feed(self, partition: PartitionDef) -> ChangeFeedClient:
         feed = self.feeds.get(partition.node)
         if feed is None:
             raise ServiceUnavailable(f"Storage node {partition.node} is not known here")
+        return feed
+
+    async def _backfill(
+        self, table_id: str, partition: PartitionDef, consumer: str, stats: FollowerStats
+    ) -> None:
+        """Copy the partition into the online index `consumer` keeps, unless it is copied.
+
+        The consumer is registered first at the log's last seq S (registering again changes
+        nothing: its checkpoint stays at S until the copy is done), so the log keeps every change
+        after S. Then the partition is scanned page by page, each page's items projected and put
+        into the index (`index_apply` with `backfill`: applied whatever the source's seq). Every
+        item is read as it is at S or later; the follower then applies the changes after S in
+        order, which ends at each item's latest version whatever version the copy read (a
+        change replayed over a newer entry is overwritten or deleted by the changes after it).
+        The catalog records the partition as copied before the follower passes S, so a crash
+        before that copies it again (idempotent puts), and one after it does not.
+        """
+        indexes = self._indexes(table_id, consumer)
+        table = self.tables.get(table_id)
+        if table is None or indexes is None or len(indexes) != 1 or not indexes[0].online:
+            return
+        index = indexes[0]
+        if partition.id in index.backfilled or index.status == IndexStatus.ACTIVE:
+            stats.backfill_done = True
+            return
+        assert index.table_id is not None
+        index_id = index.table_id
+        await self._feed(partition).register(
+            table_id, partition.id, consumer, None, limits.NODE_CALL_SECONDS_MAX
+        )
+        await self._change_table(
+            table.name, lambda t: catalog_core.index_backfill_started(t, index_id)
+        )
+        client = self.clients.get(partition.node)
+        if client is None:
+            raise ServiceUnavailable(f"Storage node {partition.node} is not known here")
+        target = ops.Target(table_id, partition.id, partition.epoch)
+        payload = ops.ScanPayload(page_bytes=limits.GSI_BACKFILL_PAGE_BYTES)
+        stats.backfilled_items = 0
+        while True:
+            reply = await client.call(
+                ops.SCAN, target, payload.to_json(), limits.NODE_CALL_SECONDS_MAX
+            )
+            items = reply["items"]
+            writes = gsi.backfill_writes(items, index, table.key_shape)
+            routed = gsi.route(writes, table)
+            await self._apply_all(routed, partition.id, backfill=True)
+            stats.backfilled_items += len(items)
+            stats.index_writes += sum(write.writes for write in writes)
+            if reply["last_key"] is None:
+                break
+            payload.exclusive_start = reply["last_key"]
+        await self._change_table(
+            table.name, lambda t: catalog_core.partition_backfilled(t, index_id, partition.id)
+        )
+        stats.backfill_done = True
+        log.info("partition %s copied into index %s", partition.id, index.name)
+
+    async def _change_table(self, name: str, change: Callable[[TableDef], TableDef]) -> None:
+        location = self.location
+        if location is None:
+            raise ServiceUnavailable("The catalog's location is not known yet")
+        changed = await catalog.change_table(self.clients, location, name, change)
+        if changed is not None and changed.id in self.tables:
+            self.tables[changed.id] = changed
+
+    async def _follow_from_checkpoint(
+        self, table_id: str, partition: PartitionDef, consumer: str, stats: FollowerStats
+    ) -> None:
+        """One pass over the feed from the consumer's checkpoint; returns after the END record."""
+        feed = self._feed(partition)
         position = await feed.register(
-            table_id, partition.id, gsi.REPLICATOR_CONSUMER, 0, limits.NODE_CALL_SECONDS_MAX
+            table_id, partition.id, consumer, 0, limits.NODE_CALL_SECONDS_MAX
         )
         stats.checkpoint = position.seq
-        batches = feed.follow_batches(table_id, partition.id, consumer=gsi.REPLICATOR_CONSUMER)
+        batches = feed.follow_batches(table_id, partition.id, consumer=consumer)
         try:
             async for batch in batches:
                 received = self.clock()
                 table = self.tables.get(table_id)
-                if table is None:
-                    return  # The table is gone: reconcile cancels this follower.
-                ended = await self._apply_batch(table, partition.id, batch, stats)
+                indexes = self._indexes(table_id, consumer)
+                if table is None or indexes is None:
+                    return  # The table or index is gone: reconcile cancels this follower.
+                ended = await self._apply_batch(table, indexes, partition.id, batch, stats)
                 last = batch[-1].seq
                 await feed.checkpoint(
                     table_id,
                     partition.id,
-                    gsi.REPLICATOR_CONSUMER,
+                    consumer,
                     last,
                     limits.NODE_CALL_SECONDS_MAX,
                 )
@@ -220,7 +310,12 @@ class Replicator:
             await batches.aclose()
 
     async def _apply_batch(
-        self, table: TableDef, source: str, batch: list[Change], stats: FollowerStats
+        self,
+        table: TableDef,
+        indexes: tuple[IndexDef, ...],
+        source: str,
+        batch: list[Change],
+        stats: FollowerStats,
     ) -> bool:
         """Apply one feed batch to every index partition it touches; whether it held END."""
         writes: list[gsi.IndexWrite] = []
@@ -230,25 +325,37 @@ class Replicator:
                 ended = True
                 break
             writes.extend(
-                gsi.project_change(
-                    change.seq, change.old, change.new, table.indexes, table.key_shape
-                )
+                gsi.project_change(change.seq, change.old, change.new, indexes, table.key_shape)
             )
         stats.changes += len(batch)
         stats.index_writes += sum(write.writes for write in writes)
         routed = gsi.route(writes, table)
+        stats.index_units += await self._apply_all(routed, source)
+        return ended
+
+    async def _apply_all(
+        self,
+        routed: Mapping[gsi.IndexTarget, list[dict[str, Any]]],
+        source: str,
+        *,
+        backfill: bool = False,
+    ) -> float:
+        """Send every index partition its changes at once; the write units they charged."""
         results = await asyncio.gather(
-            *(self._apply(target, source, changes) for target, changes in routed.items()),
+            *(self._apply(target, source, changes, backfill) for target, changes in routed.items()),
             return_exceptions=True,
         )
         for result in results:
             if isinstance(result, BaseException):
                 raise result
-        stats.index_units += sum(result["units"] for result in results)  # type: ignore[index]
-        return ended
+        return float(sum(result["units"] for result in results))  # type: ignore[index]
 
     async def _apply(
-        self, target: gsi.IndexTarget, source: str, changes: list[dict[str, Any]]
+        self,
+        target: gsi.IndexTarget,
+        source: str,
+        changes: list[dict[str, Any]],
+        backfill: bool = False,
     ) -> dict[str, Any]:
         """One index_apply, retried a bounded number of times on a node that does not answer or
         throttles (a retry of an applied payload applies nothing)."""
@@ -256,7 +363,7 @@ class Replicator:
         client = self.clients.get(node)
         if client is None:
             raise ServiceUnavailable(f"Storage node {node} is not known here")
-        payload = ops.IndexApplyPayload(source, changes).to_json()
+        payload = ops.IndexApplyPayload(source, changes, backfill).to_json()
         address = ops.Target(index_id, partition_id, epoch)
         backoff = limits.GSI_RETRY_BACKOFF_SECONDS_MIN
         for attempt in range(1, limits.GSI_APPLY_ATTEMPTS_MAX + 1):
@@ -288,6 +395,8 @@ class Replicator:
             ("index_write_units_total", "counter", "Write units the indexes charged."),
             ("restarts_total", "counter", "Times a follower started again from its checkpoint."),
             ("batch_lag_milliseconds", "gauge", "From receiving the last batch to its checkpoint."),
+            ("backfill_items_total", "counter", "Items an online index's backfill has copied."),
+            ("backfill_done", "gauge", "1 once the partition is copied into its online index."),
         )
         for name, kind, help_text in families:
             lines.append(f"# HELP dynalab_gsi_{name} {help_text}")
@@ -300,7 +409,12 @@ class Replicator:
                     "index_write_units_total": follower.index_units,
                     "restarts_total": follower.failures,
                     "batch_lag_milliseconds": follower.lag_ms,
+                    "backfill_items_total": follower.backfilled_items,
+                    "backfill_done": int(follower.backfill_done),
                 }[name]
-                labels = f'table="{follower.table}",partition="{follower.partition}"'
+                labels = (
+                    f'table="{follower.table}",partition="{follower.partition}",'
+                    f'consumer="{follower.consumer}"'
+                )
                 lines.append(f"dynalab_gsi_{name}{{{labels}}} {value}")
         return "\n".join(lines) + "\n"

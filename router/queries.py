@@ -37,7 +37,7 @@ from core.capacity import (
     query_read_units,
     read_consistency,
 )
-from core.catalog import IndexDef
+from core.catalog import IndexDef, IndexStatus
 from core.errors import (
     INVALID_PARAMETERS,
     DynamoError,
@@ -286,7 +286,12 @@ def _what_to_read(
 
 def _check_global_read(index: IndexDef, select: str, consistent: bool) -> None:
     """A global index answers only eventually consistent reads (seed 001 G-26), and returns only
-    what it projects: it cannot fetch from the table (G-11)."""
+    what it projects: it cannot fetch from the table (G-11). An index is read only once ACTIVE
+    (seed 004 O-20); one being deleted is no longer the table's (O-09)."""
+    if index.status == IndexStatus.DELETING:
+        raise ValidationError(f"The table does not have the specified index: {index.name}")
+    if index.status != IndexStatus.ACTIVE:
+        raise ValidationError("Cannot read from backfilling global secondary index")
     if consistent:
         raise ValidationError("Consistent reads are not supported on global secondary indexes")
     if select == "ALL_ATTRIBUTES" and index.projection != "ALL":

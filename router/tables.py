@@ -39,13 +39,14 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from core import catalog, gsi, indexes, limits, schema
-from core.catalog import IndexDef, StreamViewType, TableDef, TableStatus, Throughput
+from core.catalog import IndexDef, IndexStatus, StreamViewType, TableDef, TableStatus, Throughput
 from core.errors import (
     INVALID_PARAMETERS,
     DynamoError,
     LimitExceeded,
     ResourceInUse,
     ResourceNotFound,
+    ServiceUnavailable,
     ValidationError,
 )
 from core.keys import KeyShape
@@ -73,7 +74,6 @@ _NOTHING_TO_UPDATE = (
 )
 # The members of UpdateTable dynalab does not act on yet; each is refused rather than ignored.
 _UPDATE_MEMBERS_UNSUPPORTED = (
-    "GlobalSecondaryIndexUpdates",
     "SSESpecification",
     "ReplicaUpdates",
     "TableClass",
@@ -180,30 +180,38 @@ def _read_index_definitions(reader: RequestReader, member: str) -> list[_IndexRe
     Projection and (global indexes only) ProvisionedThroughput, checked against their
     constraints (none when the member is absent)."""
     elements = reader.array(member)
-    read: list[_IndexReading] = []
-    for position, element in enumerate(elements or (), start=1):
-        nested = reader.nested(element, f"{reader.where(member)}.{position}.member")
-        name = nested.name("IndexName", required=True)
-        key_schema = _read_elements(
-            nested,
-            "KeySchema",
-            (("AttributeName", None), ("KeyType", schema.KEY_TYPES)),
-            min_length=1,
-            max_length=2,
+    return [
+        _read_index_definition(
+            reader.nested(element, f"{reader.where(member)}.{position}.member"),
+            member == "GlobalSecondaryIndexes",
         )
-        projection = nested.mapping("Projection", required=True)
-        projection_type = non_key = None
-        if projection is not None:
-            inner = nested.nested(projection, nested.where("Projection"))
-            projection_type = inner.string("ProjectionType", enum=indexes.PROJECTION_TYPES)
-            non_key = inner.string_list(
-                "NonKeyAttributes",
-                min_length=1,
-                max_length=limits.INDEX_NON_KEY_ATTRIBUTES_PER_INDEX_MAX,
-            )
-        throughput = _read_throughput(nested) if member == "GlobalSecondaryIndexes" else None
-        read.append(_IndexReading(name, key_schema, projection_type, non_key, throughput))
-    return read
+        for position, element in enumerate(elements or (), start=1)
+    ]
+
+
+def _read_index_definition(nested: RequestReader, global_index: bool) -> _IndexReading:
+    """One index definition: IndexName, KeySchema, Projection and (a global index's)
+    ProvisionedThroughput, checked against their constraints."""
+    name = nested.name("IndexName", required=True)
+    key_schema = _read_elements(
+        nested,
+        "KeySchema",
+        (("AttributeName", None), ("KeyType", schema.KEY_TYPES)),
+        min_length=1,
+        max_length=2,
+    )
+    projection = nested.mapping("Projection", required=True)
+    projection_type = non_key = None
+    if projection is not None:
+        inner = nested.nested(projection, nested.where("Projection"))
+        projection_type = inner.string("ProjectionType", enum=indexes.PROJECTION_TYPES)
+        non_key = inner.string_list(
+            "NonKeyAttributes",
+            min_length=1,
+            max_length=limits.INDEX_NON_KEY_ATTRIBUTES_PER_INDEX_MAX,
+        )
+    throughput = _read_throughput(nested) if global_index else None
+    return _IndexReading(name, key_schema, projection_type, non_key, throughput)
 
 
 def _read_throughput(reader: RequestReader) -> dict[str, int | None] | None:
@@ -438,23 +446,24 @@ def _description(
 def _global_index_description(index: IndexDef, counts: list[int], arn: str) -> dict[str, Any]:
     """One element of DescribeTable's GlobalSecondaryIndexes (seed 001 G-25, 004 O-08).
 
-    `Backfilling` is left out: an index created with its table is never backfilled, and
-    DynamoDB leaves the member out for those (004 O-33). `counts` is the index's ItemCount and the
-    bytes of its entries; IndexSizeBytes adds each entry's 100 bytes of overhead, as DynamoDB
-    sizes index items (001 G-34), as local indexes do.
+    `Backfilling` is there only for an index added by UpdateTable (004 O-33): true while it
+    copies the table (IndexStatus CREATING, O-17), false before and after (O-15). `counts` is
+    the index's ItemCount and the bytes of its entries; IndexSizeBytes adds each entry's 100
+    bytes of overhead, as DynamoDB sizes index items (001 G-34), as local indexes do.
     """
     projection: dict[str, Any] = {"ProjectionType": index.projection}
     if index.non_key_attributes:
         projection["NonKeyAttributes"] = list(index.non_key_attributes)
     items, size_bytes = counts
-    return {
+    status = IndexStatus.CREATING if index.status == IndexStatus.BACKFILLING else index.status
+    described: dict[str, Any] = {
         "IndexName": index.name,
         "KeySchema": [
             {"AttributeName": attribute.name, "KeyType": kind}
             for attribute, kind in zip(index.key_shape.attributes, ("HASH", "RANGE"), strict=False)
         ],
         "Projection": projection,
-        "IndexStatus": index.status.value,
+        "IndexStatus": status.value,
         "ProvisionedThroughput": {
             "NumberOfDecreasesToday": 0,
             "ReadCapacityUnits": index.throughput.read,
@@ -464,6 +473,9 @@ def _global_index_description(index: IndexDef, counts: list[int], arn: str) -> d
         "ItemCount": items,
         "IndexArn": f"{arn}/index/{index.name}",
     }
+    if index.online:
+        described["Backfilling"] = index.backfilling
+    return described
 
 
 async def _table_stats(ctx: RouterContext, table: TableDef) -> _Stats:
@@ -695,11 +707,12 @@ def _index_schema(table: TableDef, index: IndexDef) -> dict[str, Any]:
 
 
 def _create_index_partitions(
-    ctx: RouterContext, table: TableDef
+    ctx: RouterContext, table: TableDef, only: IndexDef | None = None
 ) -> list[Awaitable[dict[str, Any]]]:
-    """The create_partition calls of every partition of the table's global indexes."""
+    """The create_partition calls of every partition of the table's global indexes (or of the
+    index `only`)."""
     calls: list[Awaitable[dict[str, Any]]] = []
-    for index in catalog.global_indexes(table):
+    for index in catalog.global_indexes(table) if only is None else (only,):
         index_schema = _index_schema(table, index)
         throughput = catalog.index_throughput_document(table, index)
         calls.extend(
@@ -784,12 +797,92 @@ async def delete_table(ctx: RouterContext, body: dict[str, Any]) -> dict[str, An
 # UpdateTable ------------------------------------------------------------------------------------
 
 
+@dataclasses.dataclass(frozen=True)
+class _IndexUpdate:
+    """UpdateTable's one GlobalSecondaryIndexUpdates action: Create (with the index as read and
+    the request's AttributeDefinitions, None if absent) or Delete of index `name`."""
+
+    action: str  # "Create" or "Delete"
+    name: str
+    create: _IndexReading | None = None
+
+
+_INDEX_ACTIONS = ("Update", "Create", "Delete")
+
+
+def _read_index_updates(reader: RequestReader) -> list[_IndexUpdate] | None:
+    """GlobalSecondaryIndexUpdates, each element's action checked against its constraints (None
+    when absent); DynamoDB's rules on the actions themselves once every constraint passed."""
+    elements = reader.array("GlobalSecondaryIndexUpdates")
+    if elements is None:
+        return None
+    where = reader.where("GlobalSecondaryIndexUpdates")
+    read: list[tuple[list[str], str | None, _IndexReading | None]] = []
+    for position, element in enumerate(elements, start=1):
+        nested = reader.nested(element, f"{where}.{position}.member")
+        actions = [action for action in _INDEX_ACTIONS if nested.present(action)]
+        name: str | None = None
+        creating: _IndexReading | None = None
+        for action in actions:
+            inner = nested.nested(nested.mapping(action) or {}, nested.where(action))
+            if action == "Create":
+                creating = _read_index_definition(inner, True)
+                name = creating.name
+            else:
+                name = inner.name("IndexName", required=True)
+                if action == "Update":
+                    _read_throughput(inner)
+        read.append((actions, name, creating))
+    reader.check()
+    return _index_updates(read)
+
+
+def _index_updates(
+    read: list[tuple[list[str], str | None, _IndexReading | None]],
+) -> list[_IndexUpdate]:
+    """The actions of GlobalSecondaryIndexUpdates past their constraints, or DynamoDB's refusal."""
+    if not read:
+        raise ValidationError(INVALID_PARAMETERS + "List of GlobalSecondaryIndexUpdates is empty")
+    updates: list[_IndexUpdate] = []
+    seen: set[str] = set()
+    for actions, name, creating in read:
+        if not actions:
+            raise ValidationError(
+                INVALID_PARAMETERS + "One of GlobalSecondaryIndexUpdate.Update, "
+                "GlobalSecondaryIndexUpdate.Create, GlobalSecondaryIndexUpdate.Delete must not "
+                "be null"
+            )
+        if len(actions) > 1:
+            raise ValidationError(
+                INVALID_PARAMETERS + "Only one global secondary index action is allowed per "
+                "GlobalSecondaryIndexUpdate object"
+            )
+        assert name is not None
+        if name in seen:
+            raise ValidationError(
+                INVALID_PARAMETERS + "Only one global secondary index update per index is "
+                f"allowed simultaneously. Index: {name}"
+            )
+        seen.add(name)
+        if actions[0] == "Update":
+            raise ValidationError(
+                INVALID_PARAMETERS
+                + "GlobalSecondaryIndexUpdate.Update is not supported by UpdateTable yet"
+            )
+        updates.append(_IndexUpdate(actions[0], name, creating))
+    if len(updates) > 1:
+        raise LimitExceeded(catalog.ONLINE_INDEX_LIMIT)
+    return updates
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class _UpdateTableRequest:
     name: str
     billing_mode: str | None
     units: dict[str, int] | None
     stream: tuple[bool, str | None] | None  # StreamSpecification (StreamEnabled, StreamViewType)
+    index_update: _IndexUpdate | None = None  # GlobalSecondaryIndexUpdates' one action.
+    definitions: list[dict[str, str]] | None = None  # AttributeDefinitions, if given.
 
     @property
     def changes_throughput(self) -> bool:
@@ -800,20 +893,41 @@ def _read_update_table(body: dict[str, Any]) -> _UpdateTableRequest:
     """An UpdateTable request, checked in DynamoDB's order."""
     reader = RequestReader(body)
     name = reader.string("TableName", pattern=NAME_PATTERN)
-    reader.array("AttributeDefinitions")
+    definitions = None
+    if reader.present("AttributeDefinitions"):
+        definitions = _read_elements(
+            reader,
+            "AttributeDefinitions",
+            (("AttributeName", None), ("AttributeType", schema.KEY_ATTRIBUTE_TYPES)),
+        )
     billing_mode = reader.string("BillingMode", enum=schema.BILLING_MODES)
     throughput = _read_throughput(reader)
     stream = _read_stream_specification(reader)
     name = schema.check_table_name(name)
     reader.check()
+    index_updates = _read_index_updates(reader)
     present = [member for member in _UPDATE_MEMBERS_UNSUPPORTED if reader.present(member)]
-    if billing_mode is None and throughput is None and stream is None and not present:
+    if (
+        billing_mode is None
+        and throughput is None
+        and stream is None
+        and index_updates is None
+        and not present
+    ):
         raise ValidationError(_NOTHING_TO_UPDATE)
     if present:
         raise ValidationError(
             INVALID_PARAMETERS + f"{present[0]} is not supported by UpdateTable yet"
         )
     _stream_view_type(stream)
+    index_update = None
+    if index_updates is not None:
+        if billing_mode is not None or throughput is not None or stream is not None:
+            raise ValidationError(
+                INVALID_PARAMETERS + "GlobalSecondaryIndexUpdates together with another change "
+                "of the table is not supported by UpdateTable yet"
+            )
+        index_update = index_updates[0]
     # Past reader.check(), both units are there and at least 1.
     units = None if throughput is None else {k: v for k, v in throughput.items() if v is not None}
     if units is not None:
@@ -826,7 +940,7 @@ def _read_update_table(body: dict[str, Any]) -> _UpdateTableRequest:
             + "Neither ReadCapacityUnits nor WriteCapacityUnits can be specified when "
             "BillingMode is PAY_PER_REQUEST"
         )
-    return _UpdateTableRequest(name, billing_mode, units, stream)
+    return _UpdateTableRequest(name, billing_mode, units, stream, index_update, definitions)
 
 
 async def _push_throughput(ctx: RouterContext, table: TableDef, timeout: float) -> None:
@@ -854,6 +968,10 @@ async def _finish_update(ctx: RouterContext, table: TableDef, timeout: float) ->
 
 async def update_table(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
     request = _read_update_table(body)
+    if request.index_update is not None:
+        if request.index_update.action == "Create":
+            return await _create_index(ctx, request.name, request.index_update, request.definitions)
+        return await _delete_index(ctx, request.name, request.index_update.name)
     if request.stream is not None and not request.changes_throughput:
         return await _update_stream(ctx, request.name, _stream_view_type(request.stream))
     if request.stream is not None:
@@ -989,6 +1107,123 @@ async def _unregister_stream(
         if not quiet:
             raise
         log.warning("stream consumer %s of %s not let go: %s", consumer, table.name, error)
+
+
+async def _create_index(
+    ctx: RouterContext,
+    name: str,
+    update: _IndexUpdate,
+    definitions: list[dict[str, str]] | None,
+) -> dict[str, Any]:
+    """UpdateTable's GlobalSecondaryIndexUpdates Create: the index joins the catalog CREATING
+    (with its partitions placed), its partitions are created on their nodes, and the GSI
+    replicator, seeing it, backfills it and makes it ACTIVE (ARCHITECTURE.md, "Global secondary
+    indexes and the replicator")."""
+    reading = update.create
+    assert reading is not None
+    index_id = ctx.sources.new_id()
+
+    def add(current: TableDef | None) -> TableDef:
+        if current is None:
+            raise _table_not_found(name)
+        # DynamoDB checks an existing name before the index's schema.
+        if any(index.name == update.name for index in current.indexes):
+            raise ValidationError(catalog.INDEX_EXISTS)
+        if definitions is None:
+            raise ValidationError(
+                INVALID_PARAMETERS
+                + f"AttributeDefinitions is not specified for index: {update.name}"
+            )
+        types = {d["AttributeName"]: d["AttributeType"] for d in definitions}
+        types.update(dict(current.attribute_definitions))
+        (spec,) = gsi.check_global_indexes(
+            [reading.global_definition()], types, current.billing_mode, ()
+        )
+        index = spec.placed(index_id, current.billing_mode, ctx.ring.owner)
+        return catalog.online_index_added(
+            current, index, [(key, types[key]) for key in spec.key_shape.names]
+        )
+
+    table = await ctx.change_table(name, add)
+    assert table is not None, f"UpdateTable of {name} found no table after adding an index"
+    index = next(index for index in table.indexes if index.table_id == index_id)
+    try:
+        await _all(_create_index_partitions(ctx, table, index))
+    except Exception:
+        await _abandon_index(ctx, table, index)
+        raise
+    stats = await _table_stats(ctx, table)
+    return {"TableDescription": _description(table, stats, ctx.sources.clock())}
+
+
+def _index_removed(table_id: str, index_name: str, status: IndexStatus) -> TableChange:
+    """A change taking index `index_name` out of table `table_id`, if it is still `status`."""
+
+    def change(current: TableDef | None) -> TableDef | None:
+        if current is None or current.id != table_id:
+            return current
+        index = next((i for i in current.indexes if i.name == index_name), None)
+        if index is None or index.status != status:
+            return current
+        return catalog.index_moved(current, index_name, None)
+
+    return change
+
+
+async def _drop_index(ctx: RouterContext, table: TableDef, index: IndexDef) -> None:
+    """Drop a global index's partitions and let go of the change-feed consumer of its own (an
+    online index's), which would otherwise hold the table's change logs."""
+    assert index.table_id is not None
+    drop = ops.DropTablePayload(index.table_id).to_json()
+    calls = [
+        ctx.control(node, ops.DROP_TABLE, drop)
+        for node in sorted({partition.node for partition in index.partitions})
+    ]
+    if index.online:
+        unregister = ops.UnregisterConsumerPayload(gsi.consumer_of(index)).to_json()
+        for partition in table.partitions:
+            client = ctx.clients.get(partition.node)
+            if client is None:
+                raise ServiceUnavailable(f"Storage node {partition.node} is not known here")
+            calls.append(
+                client.call(
+                    ops.UNREGISTER_CONSUMER,
+                    ops.Target(table.id, partition.id),
+                    unregister,
+                    limits.CONTROL_CALL_SECONDS_MAX,
+                )
+            )
+    await _all(calls)
+
+
+async def _abandon_index(ctx: RouterContext, table: TableDef, index: IndexDef) -> None:
+    """Take an online index whose partitions could not all be created out of the catalog."""
+    try:
+        await ctx.change_table(
+            table.name, _index_removed(table.id, index.name, IndexStatus.CREATING)
+        )
+        await _drop_index(ctx, table, index)
+    except DynamoError as error:
+        log.warning("could not undo the creation of index %s: %s", index.name, error)
+
+
+async def _delete_index(ctx: RouterContext, name: str, index_name: str) -> dict[str, Any]:
+    """UpdateTable's GlobalSecondaryIndexUpdates Delete: the index DELETING in the catalog (the
+    replicator stops keeping it), its partitions dropped, then out of the catalog. The reply
+    describes it DELETING, as DynamoDB's does."""
+
+    def mark(current: TableDef | None) -> TableDef:
+        if current is None:
+            raise _table_not_found(name)
+        return catalog.index_deleting(current, index_name)
+
+    table = await ctx.change_table(name, mark)
+    assert table is not None, f"UpdateTable of {name} found no table after deleting an index"
+    index = next(index for index in table.indexes if index.name == index_name)
+    stats = await _table_stats(ctx, table)
+    await _drop_index(ctx, table, index)
+    await ctx.change_table(name, _index_removed(table.id, index_name, IndexStatus.DELETING))
+    return {"TableDescription": _description(table, stats, ctx.sources.clock())}
 
 
 async def describe_limits(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:

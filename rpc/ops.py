@@ -466,17 +466,26 @@ class IndexApplyPayload:
     write units charged to the index partition: a put the larger of the entry it replaces and
     the new one, a delete the entry it removes, in 1 KB units, as `core.capacity` prices index
     writes)}. Metered like an item write: a throttled payload applies nothing.
+
+    `backfill` marks the puts of an online index's copy of the source partition (each change's
+    seq is then 0): they are applied whatever the source's stored seq, which they leave as it
+    is. A copy is idempotent (a put of an item as it is at least as new as the feed position the
+    copy started from; the feed's changes since then are applied after the copy, in order).
     """
 
     source: str
     changes: list[dict[str, Any]]
+    backfill: bool = False
 
     @classmethod
     def from_json(cls, body: dict[str, Any]) -> Self:
-        return cls(body["source"], body["changes"])
+        return cls(body["source"], body["changes"], bool(body.get("backfill", False)))
 
     def to_json(self) -> dict[str, Any]:
-        return {"source": self.source, "changes": self.changes}
+        body: dict[str, Any] = {"source": self.source, "changes": self.changes}
+        if self.backfill:
+            body["backfill"] = True
+        return body
 
 
 ItemWritePayload = PutPayload | UpdatePayload | DeletePayload

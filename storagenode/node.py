@@ -779,7 +779,9 @@ class _WriteGroup:
         applied = 0
         for change in payload.changes:
             seq = int(change["seq"])
-            if seq <= applied_seq:
+            if payload.backfill:
+                seq = applied_seq  # A copy's puts leave the source's seq where it is.
+            elif seq <= applied_seq:
                 continue
             deleted, entry = change.get("delete"), change.get("put")
             if deleted is not None:
@@ -811,7 +813,8 @@ class _WriteGroup:
                 staged.item_count += 1
                 staged.size_bytes += item_size_of(value)
                 units += item_write_units(old_bytes, item_size_of(value))
-        self.batch.put(Family.INDEX_SOURCES, source_key, seq_bytes(applied_seq))
+        if not payload.backfill:
+            self.batch.put(Family.INDEX_SOURCES, source_key, seq_bytes(applied_seq))
         self.dirty[ref] = staged
         return {
             "applied": applied,

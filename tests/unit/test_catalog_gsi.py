@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+import pytest
+
 from core import catalog
 from core.catalog import IndexDef, IndexStatus, TableDef, TableStatus, Throughput
+from core.errors import LimitExceeded, ResourceNotFound, ValidationError
 from core.keys import KeyAttribute, KeyShape
 from core.token_bucket import BillingMode
 
@@ -86,3 +89,62 @@ def test_a_global_index_round_trips_through_the_catalog_json() -> None:
         "partition_count": 3,
         "version": 0,
     }
+
+
+def online(table: TableDef, name: str = "Online") -> TableDef:
+    index = catalog.global_index(
+        name=name,
+        key_shape=KeyShape((KeyAttribute("Wins", "N", "partition"),)),
+        projection="KEYS_ONLY",
+        non_key_attributes=[],
+        index_id="ef" * 16,
+        billing_mode=BillingMode.PROVISIONED,
+        throughput=Throughput(5, 5),
+        owner=owner,
+    )
+    return catalog.online_index_added(table, index, [("Wins", "N")])
+
+
+def active_table() -> TableDef:
+    return catalog.activated(table_with(gsi(BillingMode.PROVISIONED, Throughput(5, 5))))
+
+
+def test_an_online_index_is_created_backfilled_per_partition_then_active() -> None:
+    table = online(active_table())
+    index = table.indexes[-1]
+    assert (index.status, index.online, index.backfilling) == (IndexStatus.CREATING, True, False)
+    assert ("Wins", "N") in table.attribute_definitions
+    assert IndexDef.from_json(index.to_json()) == index
+    started = catalog.index_backfill_started(table, "ef" * 16)
+    assert started.indexes[-1].backfilling
+    assert catalog.index_backfill_started(started, "ef" * 16) is started
+    done = started
+    partitions = [partition.id for partition in table.partitions]
+    for number, partition_id in enumerate(partitions, start=1):
+        done = catalog.partition_backfilled(done, "ef" * 16, partition_id)
+        finished = number == len(partitions)
+        assert done.indexes[-1].status == (
+            IndexStatus.ACTIVE if finished else IndexStatus.BACKFILLING
+        )
+    assert catalog.partition_backfilled(done, "ef" * 16, partitions[0]) is done
+
+
+def test_one_index_at_a_time_is_created_or_deleted_as_dynamodb_allows() -> None:
+    table = online(active_table())
+    with pytest.raises(ValidationError, match="Attempting to create an index which already"):
+        online(table)
+    with pytest.raises(LimitExceeded, match="Only 1 online index"):
+        online(table, "Another")
+    # Before its backfill began, the index cannot be deleted (seed 004 O-16); during it, it can.
+    with pytest.raises(LimitExceeded):
+        catalog.index_deleting(table, "Online")
+    backfilling = catalog.index_backfill_started(table, "ef" * 16)
+    deleting = catalog.index_deleting(backfilling, "Online")
+    assert deleting.indexes[-1].status == IndexStatus.DELETING
+    assert catalog.index_deleting(deleting, "Online") is deleting  # Finishing a deletion.
+    with pytest.raises(LimitExceeded):
+        catalog.index_deleting(deleting, "GameTitleIndex")
+    with pytest.raises(ResourceNotFound):
+        catalog.index_deleting(active_table(), "Missing")
+    gone = catalog.index_moved(deleting, "Online", None)
+    assert [index.name for index in gone.indexes] == ["GameTitleIndex"]

@@ -161,6 +161,22 @@ def test_a_replayed_change_is_skipped_and_only_newer_ones_apply(index: IndexNode
     assert index.stats()["items"] == 3
 
 
+def test_a_backfill_put_applies_whatever_the_seq_and_leaves_the_seq_as_it_is(
+    index: IndexNode,
+) -> None:
+    index.apply([{"seq": 5, "put": entry("1", "Comet Quest", 10)}])
+    body = {"table_id": INDEX["id"], "partition_id": "g0", "epoch": 1, "source": SOURCE}
+    copy = [{"seq": 0, "put": entry("1", "Comet Quest", 10)}, {"seq": 0, "put": entry("2", "X", 1)}]
+    reply = index.write(ops.INDEX_APPLY, {**body, "changes": copy, "backfill": True})
+    assert (reply["applied"], reply["source_seq"]) == (2, 5)
+    # The same page again (a resumed copy) changes nothing; the feed's next seq still applies.
+    index.write(ops.INDEX_APPLY, {**body, "changes": copy, "backfill": True})
+    assert index.stats()["items"] == 2
+    assert index.apply([{"seq": 5, "delete": entry("1", "Comet Quest", 10)}])["applied"] == 0
+    assert index.apply([{"seq": 6, "delete": entry("1", "Comet Quest", 10)}])["applied"] == 1
+    assert index.stats()["items"] == 1
+
+
 def test_the_applied_seq_survives_a_restart(index: IndexNode) -> None:
     index.apply([{"seq": 7, "put": entry("1", "Comet Quest", 10)}])
     index.reopen()
