@@ -19,11 +19,13 @@ never wrong:
 from __future__ import annotations
 
 import asyncio
-import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dynalab.bench import DynamoDBClient, DynamoDBError
 from dynalab.lab.history import INDEX_SCAN, Operation, Outcome
+
+if TYPE_CHECKING:
+    from dynalab.lab.workloads import Recorder
 
 TABLE = "lab-indexed"
 INDEX = "by-group"
@@ -89,11 +91,11 @@ async def _scan(api: DynamoDBClient, request: dict[str, Any]) -> list[dict[str, 
         request = {**request, "ExclusiveStartKey": last}
 
 
-async def final_scan(api: DynamoDBClient, start: float) -> Operation:
+async def final_scan(api: DynamoDBClient, recorder: Recorder) -> Operation:
     """Scan the table (strongly) and the index until the index is the table's projection, or until
     CONVERGE_TIMEOUT_S; the last pair of scans as one final operation."""
-    deadline = time.monotonic() + CONVERGE_TIMEOUT_S
-    invoke = time.monotonic() - start
+    invoke = recorder.now()
+    deadline = invoke + CONVERGE_TIMEOUT_S
     scanned: dict[str, Any] = {}
     while True:
         try:
@@ -104,9 +106,9 @@ async def final_scan(api: DynamoDBClient, start: float) -> Operation:
                 break
         except (DynamoDBError, TimeoutError, OSError):
             pass  # A cluster still recovering; scan again.
-        if time.monotonic() > deadline:
+        if recorder.now() > deadline:
             break
         await asyncio.sleep(CONVERGE_PAUSE_S)
     outcome = Outcome.OK if scanned else Outcome.FAILED
-    complete = time.monotonic() - start
+    complete = recorder.now()
     return Operation(0, INDEX_SCAN, TABLE, scanned or None, invoke, complete, outcome, None, True)

@@ -65,7 +65,7 @@ SETUP_RETRYABLE = frozenset(
 def outcome_of_exception(exc: BaseException) -> tuple[Outcome, str]:
     """What a request that got no HTTP reply means: refused before it was sent is failed; a
     timeout or a connection broken after sending leaves it unknown."""
-    if isinstance(exc, aiohttp.ClientConnectorError):
+    if isinstance(exc, aiohttp.ClientConnectorError | ConnectionRefusedError):
         return Outcome.FAILED, "ConnectionRefused"
     if isinstance(exc, aiohttp.ConnectionTimeoutError):
         return Outcome.FAILED, "ConnectTimeout"
@@ -76,13 +76,15 @@ def outcome_of_exception(exc: BaseException) -> tuple[Outcome, str]:
 
 @dataclass
 class Recorder:
-    """Appends operations to the history with times relative to `start`, on time.monotonic."""
+    """Appends operations to the history with times relative to `start`, on `clock`
+    (time.monotonic; the simulation's virtual clock in `tests/sim/lab.py`)."""
 
     start: float
     history: list[Operation] = field(default_factory=list)
+    clock: Callable[[], float] = time.monotonic
 
     def now(self) -> float:
-        return time.monotonic() - self.start
+        return self.clock() - self.start
 
 
 @dataclass(frozen=True)
@@ -125,7 +127,7 @@ class Client:
     ) -> tuple[Outcome, str | None, dict[str, Any]]:
         try:
             status, body = await self.api.call(operation, request)
-        except (TimeoutError, aiohttp.ClientError) as exc:
+        except (TimeoutError, aiohttp.ClientError, ConnectionError) as exc:
             outcome, error = outcome_of_exception(exc)
             return outcome, error, {}
         if status == 200:
@@ -381,9 +383,9 @@ async def final_reads(api: DynamoDBClient, recorder: Recorder, keys: Keys) -> No
         *((reader.counter_read, key) for key in keys.counters),
         *((reader.list_read, key) for key in keys.lists),
     ]
-    deadline = time.monotonic() + FINAL_READ_TIMEOUT_S
+    deadline = recorder.now() + FINAL_READ_TIMEOUT_S
     for read, key in readers:
-        while not (await read(key, True)).ok and time.monotonic() < deadline:
+        while not (await read(key, True)).ok and recorder.now() < deadline:
             await asyncio.sleep(FINAL_READ_PAUSE_S)
     if keys.indexed:
-        recorder.history.append(await indexed.final_scan(api, recorder.start))
+        recorder.history.append(await indexed.final_scan(api, recorder))

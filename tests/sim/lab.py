@@ -1,0 +1,284 @@
+"""The fault lab's scenarios on the in-process cluster: deterministic, on virtual time, many seeds.
+
+`simulate(scenario, seed)` runs a scenario of `dynalab/scenarios/` the way `dynalab lab run` does
+(the same workload clients, the same fault schedule drawn from the same seed, the same checkers),
+but against `SimCluster`: the real router and node code in one process, joined by the seeded
+in-process network, on the virtual-time loop. Nothing waits for real time, and every interleaving
+follows from the seed, so a seed that fails replays exactly:
+
+    python -m tests.sim.lab SCENARIO --seeds 1-200     # prints every failing seed
+    python -m tests.sim.lab SCENARIO --seeds 17 --out DIR   # one seed, with its history files
+
+How each fault is played in one process (the real lab's faults are processes and kernels):
+
+- `kill-node`: the node's process is gone (`LocalNetwork.cut`: calls fail at once as unreachable);
+  its restart is a new `StorageNode` over the same store, which is what a restarted process reads
+  back from disk: everything committed, nothing in memory.
+- `pause-node` and `partition-node`: the node is unreachable until the heal, and keeps its state.
+- `drop-packets` and `slow-link`: the network loses (30%) or delays calls while the fault lasts.
+  The in-process network's faults are per call, not per node, so they hit every node's calls.
+- `slow-node`: every call is delayed up to 70 ms while it lasts (per call too).
+- `kill-router`: the router's requests in flight are cancelled (their clients see a broken
+  connection: unknown outcome) and new ones are refused (failed) until a new router, knowing only
+  what it reads from the catalog, takes its place.
+- Scenarios with the indexed workload need the GSI replicator, which the in-process cluster does
+  not run; `simulate` refuses them.
+
+Each client request takes a seeded 20-100 ms of virtual time (the network and the client's own
+work), so clients interleave, the virtual clock moves, and a scenario's own duration and fault
+schedule (those of `dynalab lab run`) cost a couple of thousand operations.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import copy
+import json
+import random
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from core.errors import DynamoError, InternalServerError
+from dynalab.bench import DynamoDBClient
+from dynalab.lab import checkers, scenarios, workloads
+from dynalab.lab.history import Operation
+from dynalab.lab.scenarios import FaultEvent, Scenario, schedule
+from router.app import load_operations
+from router.context import RouterContext
+from router.protocol import error_body
+from rpc.local import Faults
+from storagenode.memory_store import MemoryStore
+from storagenode.node import WRITE_OPS, StorageNode
+from storagenode.throughput import NodeThroughput
+from tests.sim.cluster import SimCluster, run, virtual_unix_time
+
+# The virtual time a client request takes, drawn per request: long enough that a scenario's own
+# duration (tens of virtual seconds) stays a couple of thousand operations of real CPU.
+REQUEST_SECONDS = (0.02, 0.1)
+LOSSY = Faults(drop_request=0.15, drop_reply=0.15, timeout_seconds=0.2)
+SLOW = Faults(delay=1.0, delay_seconds_max=0.07, timeout_seconds=0.2)
+
+
+class SimRouterClient(DynamoDBClient):
+    """The lab's client, calling the router's handlers in-process instead of over HTTP."""
+
+    def __init__(self, cluster: SimCluster, rng: random.Random) -> None:
+        self.cluster = cluster
+        self.rng = rng
+        self.router: RouterContext | None = cluster.routers[0]
+        self.in_flight: set[asyncio.Task[Any]] = set()
+        self.handlers = load_operations()
+
+    async def call(self, operation: str, request: dict[str, Any]) -> tuple[int, bytes]:
+        await asyncio.sleep(self.rng.uniform(*REQUEST_SECONDS))
+        router = self.router
+        if router is None:
+            raise ConnectionRefusedError("the router is down")
+        # A copy, as the bytes of an HTTP body would be: handlers may keep or change what they get.
+        task = asyncio.ensure_future(
+            self.handlers[operation](router, orjson.loads(orjson.dumps(request)))
+        )
+        self.in_flight.add(task)
+        try:
+            reply = await asyncio.wait_for(asyncio.shield(task), workloads.CLIENT_TIMEOUT_S)
+        except asyncio.CancelledError:
+            if router is not self.router:  # The router was killed with this request in it.
+                raise ConnectionResetError("the router died with the request in flight") from None
+            raise
+        except DynamoError as error:
+            return error.http_status, error_body(error)
+        except (TimeoutError, ConnectionError):
+            raise
+        except Exception:
+            error = InternalServerError("Internal server error")
+            return error.http_status, error_body(error)
+        finally:
+            self.in_flight.discard(task)
+        return 200, orjson.dumps(reply)
+
+    async def kill_router(self) -> None:
+        router, self.router = self.router, None
+        for task in list(self.in_flight):
+            task.cancel()
+        if router is not None:
+            await router.close()
+
+    def restart_router(self) -> None:
+        self.router = self.cluster.add_router()
+
+
+class SimNemesis:
+    """Executes the fault schedule on the in-process cluster, each event at its virtual time."""
+
+    def __init__(
+        self,
+        cluster: SimCluster,
+        api: SimRouterClient,
+        recorder: workloads.Recorder,
+        forget_recent_writes: bool = False,
+    ) -> None:
+        self.cluster = cluster
+        self.api = api
+        self.recorder = recorder
+        self.executed: list[dict[str, Any]] = []
+        # A deliberate bug, for the tests that the checkers catch it: a restarted node comes back
+        # with its store as it was after the previous heal (or at the start), losing the
+        # acknowledged writes made since.
+        self.forget_recent_writes = forget_recent_writes
+        self._snapshots: dict[str, MemoryStore] = {}
+
+    async def run(self, events: list[FaultEvent]) -> None:
+        self._snapshot()
+        for event in events:
+            await asyncio.sleep(max(0.0, event.at_s - self.recorder.now()))
+            record: dict[str, Any] = {**event.to_json(), "at_s": round(self.recorder.now(), 6)}
+            await self.execute(event)
+            record["done_s"] = round(self.recorder.now(), 6)
+            self.executed.append(record)
+            if event.fault not in scenarios.HEALS:
+                self._snapshot()
+
+    def _snapshot(self) -> None:
+        """With the deliberate bug: remember the stores as they are now (after a heal)."""
+        if self.forget_recent_writes:
+            self._snapshots = {n: copy.deepcopy(s) for n, s in self.cluster.stores.items()}
+
+    async def execute(self, event: FaultEvent) -> None:
+        cluster, fault = self.cluster, event.fault
+        node_id = event.target.replace("-", "")
+        address = cluster.addresses.get(node_id, "")
+        if fault == "restart-node" and self.forget_recent_writes:
+            cluster.stores[node_id] = self._snapshots[node_id]
+        if fault in ("kill-node", "pause-node", "partition-node"):
+            cluster.network.cut(address)
+        elif fault == "restart-node":
+            node = StorageNode(
+                cluster.stores[node_id],
+                throughput=NodeThroughput(enforced=False),
+                clock=virtual_unix_time,
+            )
+            cluster.nodes[node_id] = node
+            cluster.network.register(address, node, WRITE_OPS)
+            cluster.network.heal(address)
+        elif fault in ("resume-node", "heal-partition"):
+            cluster.network.heal(address)
+        elif fault == "drop-packets":
+            cluster.faults(LOSSY)
+        elif fault in ("slow-link", "slow-node"):
+            cluster.faults(SLOW)
+        elif fault in ("stop-dropping", "restore-link", "restore-node"):
+            cluster.faults(None)
+        elif fault == "kill-router":
+            await self.api.kill_router()
+        elif fault == "restart-router":
+            self.api.restart_router()
+        else:
+            raise ValueError(f"the simulation cannot play {fault!r}")
+
+
+def simulate(
+    scenario: Scenario,
+    seed: int,
+    duration_s: float | None = None,
+    *,
+    forget_recent_writes: bool = False,
+) -> tuple[dict[str, Any], list[Operation], list[dict[str, Any]]]:
+    """Run one scenario and seed on the in-process cluster: (verdict, history, executed); the
+    scenario's own duration unless `duration_s` is given, in virtual seconds."""
+    duration_s = scenario.duration_s if duration_s is None else duration_s
+    if scenario.indexed:
+        raise ValueError(f"scenario {scenario.name}: the in-process cluster has no GSI replicator")
+
+    async def experiment(cluster: SimCluster) -> tuple[list[Operation], list[dict[str, Any]]]:
+        rng = random.Random(f"{scenario.name}/{seed}/requests")
+        api = SimRouterClient(cluster, rng)
+        keys = workloads.Keys.make(scenario.registers, scenario.counters, scenario.lists)
+        await workloads.create_tables(api, keys)
+        recorder = workloads.Recorder(asyncio.get_running_loop().time(), clock=_loop_time)
+        nemesis = SimNemesis(cluster, api, recorder, forget_recent_writes)
+        faults = asyncio.ensure_future(nemesis.run(schedule(scenario, seed, duration_s)))
+        await workloads.run_clients(
+            api, recorder, keys, scenario.clients, duration_s, f"{scenario.name}/{seed}"
+        )
+        await faults
+        # As `dynalab lab run` heals everything before the final reads.
+        for event in _heals(nemesis.executed):
+            await nemesis.execute(event)
+        await workloads.final_reads(api, recorder, keys)
+        # Requests their clients gave up on may still be running: let them end in the run.
+        await asyncio.gather(*api.in_flight, return_exceptions=True)
+        return recorder.history, nemesis.executed
+
+    history, executed = run(seed, experiment, routers=1)
+    return checkers.check(history), history, executed
+
+
+def _loop_time() -> float:
+    return asyncio.get_running_loop().time()
+
+
+def _heals(executed: list[dict[str, Any]]) -> list[FaultEvent]:
+    """The heal of a fault still open at the end (a schedule always heals; this is for safety)."""
+    open_faults: dict[tuple[str, str], str] = {}
+    heal_of = {heal: fault for fault, heal in scenarios.HEALS.items()}
+    for event in executed:
+        key = (event["fault"], event["target"])
+        if event["fault"] in scenarios.HEALS:
+            open_faults[key] = scenarios.HEALS[event["fault"]]
+        elif event["fault"] in heal_of:
+            open_faults.pop((heal_of[event["fault"]], event["target"]), None)
+    return [FaultEvent(0.0, heal, target) for (_, target), heal in open_faults.items()]
+
+
+def _seeds(text: str) -> list[int]:
+    seeds: list[int] = []
+    for part in text.split(","):
+        low, _, high = part.partition("-")
+        seeds.extend(range(int(low), int(high or low) + 1))
+    return seeds
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.sim.lab", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("scenario", help="a scenario name from `dynalab lab list`")
+    parser.add_argument("--seeds", default="1", help="seeds, e.g. 1-200 or 3,17")
+    parser.add_argument("--duration", type=float, help="virtual seconds (default: the scenario's)")
+    parser.add_argument(
+        "--out", help="write each seed's history, run.json and verdict under DIR/SEED"
+    )
+    args = parser.parse_args(argv)
+    scenario = scenarios.load(args.scenario)
+    failing = []
+    for seed in _seeds(args.seeds):
+        verdict, history, executed = simulate(scenario, seed, args.duration)
+        if args.out:
+            out = Path(args.out) / str(seed)
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "verdict.json").write_text(json.dumps(verdict, indent=1) + "\n")
+            meta = {
+                "scenario": scenario.name,
+                "description": f"{scenario.description} (simulated)",
+                "seed": seed,
+                "duration_s": args.duration or scenario.duration_s,
+                "executed": executed,
+            }
+            (out / "run.json").write_text(json.dumps(meta, indent=1) + "\n")
+            with (out / "history.jsonl").open("w") as file:
+                file.writelines(json.dumps(o.to_json()) + "\n" for o in history)
+        status = "valid" if verdict["valid"] else "INVALID"
+        print(f"{args.scenario} seed {seed}: {status}, {verdict['operations']}")
+        if not verdict["valid"]:
+            failing.append(seed)
+    if failing:
+        print(f"failing seeds: {failing}; replay one with --seeds N --out DIR")
+    return 1 if failing else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
