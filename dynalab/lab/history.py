@@ -29,7 +29,10 @@ APPEND = "append"  # UpdateItem SET list_append; value is the unique element app
 INDEX_WRITE = "index-write"  # PutItem of a unique value; value is [group or None, value].
 INDEX_READ = "index-read"  # Query of the index; key is the group, value its [key, value] pairs.
 INDEX_SCAN = "index-scan"  # The final scans; value is {"items", "entries"}: [key, group, value].
-OPERATIONS = frozenset({WRITE, READ, CAS, ADD, APPEND, INDEX_WRITE, INDEX_READ, INDEX_SCAN})
+INDEX_CREATE = "index-create"  # UpdateTable adding the index while the clients run.
+OPERATIONS = frozenset(
+    {WRITE, READ, CAS, ADD, APPEND, INDEX_WRITE, INDEX_READ, INDEX_SCAN, INDEX_CREATE}
+)
 
 CONDITION_FAILED = "ConditionalCheckFailedException"
 UNKNOWN_OUTCOME_TEXT = "may or may not have been applied"

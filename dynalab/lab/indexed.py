@@ -14,15 +14,23 @@ never wrong:
   table. The final step scans both until they agree (or time is up) and records the last pair of
   scans as one `final` operation, so the check is a pure function of the history like every
   other, and `dynalab lab check` can judge it again.
+
+With an `IndexPlan` whose `online_at_s` is set, the table is created without the index, filled
+with `preload` items (in groups of their own, which the clients never query, so their reads stay
+small), and the index is added by UpdateTable at that time of the run, while the clients write:
+the replicator then backfills it (index CREATING, Backfilling true) and follows the writes made
+meanwhile. Index queries are refused until it is ACTIVE; the final scans check the backfilled
+items and the followed writes alike.
 """
 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dynalab.bench import DynamoDBClient, DynamoDBError
-from dynalab.lab.history import INDEX_SCAN, Operation, Outcome
+from dynalab.lab.history import INDEX_CREATE, INDEX_SCAN, Operation, Outcome
 
 if TYPE_CHECKING:
     from dynalab.lab.workloads import Recorder
@@ -34,22 +42,79 @@ UNGROUPED_SHARE = 0.2  # Writes that leave the item out of the index.
 CONVERGE_TIMEOUT_S = 60.0
 CONVERGE_PAUSE_S = 0.2
 
-CREATE_TABLE = {
-    "TableName": TABLE,
-    "AttributeDefinitions": [
-        {"AttributeName": "k", "AttributeType": "S"},
-        {"AttributeName": "g", "AttributeType": "S"},
-    ],
-    "KeySchema": [{"AttributeName": "k", "KeyType": "HASH"}],
-    "GlobalSecondaryIndexes": [
-        {
-            "IndexName": INDEX,
-            "KeySchema": [{"AttributeName": "g", "KeyType": "HASH"}],
-            "Projection": {"ProjectionType": "ALL"},
-        }
-    ],
-    "BillingMode": "PAY_PER_REQUEST",
+CREATE_PAUSE_S = 0.5  # Between attempts of the online UpdateTable.
+BATCH_ITEMS = 25  # BatchWriteItem's limit, for the preload.
+ATTRIBUTES = [
+    {"AttributeName": "k", "AttributeType": "S"},
+    {"AttributeName": "g", "AttributeType": "S"},
+]
+INDEX_DEFINITION = {
+    "IndexName": INDEX,
+    "KeySchema": [{"AttributeName": "g", "KeyType": "HASH"}],
+    "Projection": {"ProjectionType": "ALL"},
 }
+
+
+@dataclass(frozen=True)
+class IndexPlan:
+    online_at_s: float | None = None  # None: the index comes with the table.
+    preload: int = 0  # Items put before the run, for a backfill to copy.
+
+
+def create_table_request(plan: IndexPlan) -> dict[str, Any]:
+    # DynamoDB refuses an attribute definition that no key uses: `g` comes with the index.
+    request: dict[str, Any] = {
+        "TableName": TABLE,
+        "AttributeDefinitions": ATTRIBUTES[:1],
+        "KeySchema": [{"AttributeName": "k", "KeyType": "HASH"}],
+        "BillingMode": "PAY_PER_REQUEST",
+    }
+    if plan.online_at_s is None:
+        request["AttributeDefinitions"] = ATTRIBUTES
+        request["GlobalSecondaryIndexes"] = [INDEX_DEFINITION]
+    return request
+
+
+async def preload(api: DynamoDBClient, plan: IndexPlan) -> None:
+    """Put the plan's preloaded items, in groups the clients never query."""
+    items = [
+        {"k": {"S": f"pre{n}"}, "g": {"S": f"pre-g{n % 3}"}, "v": {"S": f"pre-{n}"}}
+        for n in range(plan.preload)
+    ]
+    for start in range(0, len(items), BATCH_ITEMS):
+        pending = [{"PutRequest": {"Item": item}} for item in items[start : start + BATCH_ITEMS]]
+        while pending:
+            reply = await api.request("BatchWriteItem", {"RequestItems": {TABLE: pending}})
+            pending = reply.get("UnprocessedItems", {}).get(TABLE, [])
+
+
+async def create_online(api: DynamoDBClient, recorder: Recorder, plan: IndexPlan) -> None:
+    """At `plan.online_at_s`, add the index by UpdateTable, again until it is accepted (or the
+    run ends); each attempt is an operation of the history."""
+    if plan.online_at_s is None:
+        return
+    await asyncio.sleep(max(0.0, plan.online_at_s - recorder.now()))
+    request = {
+        "TableName": TABLE,
+        "AttributeDefinitions": ATTRIBUTES,
+        "GlobalSecondaryIndexUpdates": [{"Create": INDEX_DEFINITION}],
+    }
+    while True:
+        invoke = recorder.now()
+        status, error = Outcome.OK, None
+        try:
+            await api.request("UpdateTable", request)
+        except DynamoDBError as exc:
+            status, error = Outcome.FAILED, exc.type_name
+        except (TimeoutError, OSError) as exc:
+            status, error = Outcome.UNKNOWN, type(exc).__name__
+        recorder.history.append(
+            Operation(0, INDEX_CREATE, TABLE, INDEX, invoke, recorder.now(), status, error)
+        )
+        # An UpdateTable whose answer was lost may have been applied: then the index exists.
+        if status is Outcome.OK or error == "ValidationException":
+            return
+        await asyncio.sleep(CREATE_PAUSE_S)
 
 
 def write_request(key: str, group: str | None, value: str) -> dict[str, Any]:

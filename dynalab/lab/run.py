@@ -47,7 +47,8 @@ def _experiment(
     keys = workloads.Keys.make(
         scenario.registers, scenario.counters, scenario.lists, scenario.indexed
     )
-    asyncio.run(_with_api(cluster.router_url, lambda api: workloads.create_tables(api, keys)))
+    plan = scenario.index_plan
+    asyncio.run(_with_api(cluster.router_url, lambda api: workloads.create_tables(api, keys, plan)))
     start = time.monotonic()
     recorder = workloads.Recorder(start)
     done = threading.Event()
@@ -58,7 +59,13 @@ def _experiment(
                 _with_api(
                     cluster.router_url,
                     lambda api: workloads.run_clients(
-                        api, recorder, keys, scenario.clients, duration_s, f"{scenario.name}/{seed}"
+                        api,
+                        recorder,
+                        keys,
+                        scenario.clients,
+                        duration_s,
+                        f"{scenario.name}/{seed}",
+                        plan,
                     ),
                 )
             )

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dynalab.lab.indexed import IndexPlan
+
 SCENARIO_DIR = Path(__file__).resolve().parents[1] / "scenarios"  # Shipped in the package.
 ROUTER = "router-1"
 REPLICATOR = "replicator-1"
@@ -59,6 +61,7 @@ class Scenario:
     counters: int
     lists: int
     indexed: int
+    index_plan: IndexPlan
     faults: tuple[str, ...]
     first_s: float
     fault_s: tuple[float, float]
@@ -78,6 +81,14 @@ class Scenario:
             counters=int(workload.get("counters", 0)),
             lists=int(workload.get("lists", 0)),
             indexed=int(workload.get("indexed", 0)),
+            index_plan=IndexPlan(
+                online_at_s=(
+                    None
+                    if "index_online_at_s" not in workload
+                    else float(workload["index_online_at_s"])
+                ),
+                preload=int(workload.get("index_preload", 0)),
+            ),
             faults=tuple(nemesis["faults"]),
             first_s=float(nemesis["first_s"]),
             fault_s=_range(nemesis["fault_s"]),

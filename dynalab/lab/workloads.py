@@ -315,7 +315,9 @@ def session(endpoint: str) -> tuple[aiohttp.ClientSession, DynamoDBClient]:
     return http, DynamoDBClient(http, endpoint, signer)
 
 
-async def create_tables(api: DynamoDBClient, keys: Keys) -> None:
+async def create_tables(
+    api: DynamoDBClient, keys: Keys, plan: indexed.IndexPlan | None = None
+) -> None:
     """Create the tables and wait until each is ACTIVE, retrying what a busy cluster refuses
     (a CreateTable that was applied before its answer was lost is then "in use": done)."""
     deadline = time.monotonic() + TABLE_ACTIVE_TIMEOUT_S
@@ -328,8 +330,9 @@ async def create_tables(api: DynamoDBClient, keys: Keys) -> None:
         }
         for table in TABLES
     ]
+    plan = indexed.IndexPlan() if plan is None else plan
     if keys.indexed:
-        requests.append(indexed.CREATE_TABLE)
+        requests.append(indexed.create_table_request(plan))
     for request in requests:
         while True:
             try:
@@ -358,12 +361,21 @@ async def create_tables(api: DynamoDBClient, keys: Keys) -> None:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"table {table} not ACTIVE after {TABLE_ACTIVE_TIMEOUT_S} s")
             await asyncio.sleep(SETUP_PAUSE_S)
+    if keys.indexed and plan.preload:
+        await indexed.preload(api, plan)
 
 
 async def run_clients(
-    api: DynamoDBClient, recorder: Recorder, keys: Keys, clients: int, until_s: float, seed: str
+    api: DynamoDBClient,
+    recorder: Recorder,
+    keys: Keys,
+    clients: int,
+    until_s: float,
+    seed: str,
+    plan: indexed.IndexPlan | None = None,
 ) -> None:
-    """Run `clients` clients back to back until `until_s` on the recorder's clock."""
+    """Run `clients` clients back to back until `until_s` on the recorder's clock (and add the
+    index online when the plan says so)."""
 
     async def loop(client: Client) -> None:
         while recorder.now() < until_s:
@@ -372,7 +384,13 @@ async def run_clients(
             if any(not o.ok for o in recorder.history[before:]):
                 await asyncio.sleep(FAILURE_PAUSE_S)
 
-    await asyncio.gather(*(loop(Client(p, api, recorder, seed)) for p in range(1, clients + 1)))
+    online = (
+        indexed.create_online(api, recorder, plan) if plan is not None and keys.indexed else None
+    )
+    await asyncio.gather(
+        *(loop(Client(p, api, recorder, seed)) for p in range(1, clients + 1)),
+        *([online] if online is not None else []),
+    )
 
 
 async def final_reads(api: DynamoDBClient, recorder: Recorder, keys: Keys) -> None:
