@@ -2,9 +2,11 @@
 
 Three plots over the run's clock, drawn with matplotlib as inline SVG so the page is one file
 that opens anywhere: operations completed per second by outcome, p50 and p99 latency of the
-acknowledged ones, and failures by error type. Each fault is a shaded band from when the nemesis
-struck to when it healed, labelled with the fault and its target. Below the plots: the verdict of
-every checker with its first counterexamples, and the fault events as executed.
+acknowledged ones, and failures by error type; a fourth when the run has the indexed workload: the
+GSI's visibility lag, from a write's acknowledgement to the first index query that showed it.
+Each fault is a shaded band from when the nemesis struck to when it healed, labelled with the
+fault and its target. Below the plots: the verdict of every checker with its first
+counterexamples, and the fault events as executed.
 """
 
 from __future__ import annotations
@@ -21,12 +23,18 @@ from typing import Any
 from matplotlib.figure import Figure
 
 from dynalab.bench import percentile
-from dynalab.lab.history import Operation, Outcome
+from dynalab.lab.history import INDEX_READ, INDEX_WRITE, Operation, Outcome
 from dynalab.lab.scenarios import fault_windows
 
 BUCKET_S = 1.0  # Width of one point of the plots.
 COUNTEREXAMPLES_SHOWN = 3  # Per checker, in the page; verdict.json holds more.
-FAULT_COLOURS = {"kill-node": "#d62728", "pause-node": "#ff7f0e", "kill-router": "#9467bd"}
+FAULT_COLOURS = {
+    "kill-node": "#d62728",
+    "pause-node": "#ff7f0e",
+    "kill-router": "#9467bd",
+    "kill-replicator": "#8c564b",
+    "partition-node": "#e377c2",
+}
 
 
 def series(history: Sequence[Operation], bucket_s: float = BUCKET_S) -> dict[str, Any]:
@@ -47,14 +55,45 @@ def series(history: Sequence[Operation], bucket_s: float = BUCKET_S) -> dict[str
             errors[operation.error][index] += 1 / bucket_s
     p50 = [percentile(sorted(b), 0.5) if b else math.nan for b in latencies]
     p99 = [percentile(sorted(b), 0.99) if b else math.nan for b in latencies]
+    lags: list[list[float]] = [[] for _ in range(buckets)]
+    for written_s, lag_s in index_visibility_lags(operations):
+        lags[min(buckets - 1, int(written_s / bucket_s))].append(1000 * lag_s)
     return {
         "t": [(i + 0.5) * bucket_s for i in range(buckets)],
         "by_outcome": by_outcome,
         "p50_ms": p50,
         "p99_ms": p99,
         "errors": dict(sorted(errors.items())),
+        "index_lag_p50_ms": [percentile(sorted(b), 0.5) if b else math.nan for b in lags],
+        "index_lag_max_ms": [max(b) if b else math.nan for b in lags],
+        "has_index": any(o.op == INDEX_READ for o in operations),
         "end_s": buckets * bucket_s,
     }
+
+
+def index_visibility_lags(history: Sequence[Operation]) -> list[tuple[float, float]]:
+    """(acknowledged at, seconds until seen) of every acknowledged index write that some later
+    index query showed: from the write's completion to the completion of the first query invoked
+    after it that returned it. An upper bound of the replicator's lag, as fine as the queries are
+    frequent; a write overwritten before any query saw it has none."""
+    reads: dict[str, list[Operation]] = defaultdict(list)
+    for operation in history:
+        if operation.op == INDEX_READ and operation.ok:
+            reads[operation.key].append(operation)
+    lags = []
+    for write in history:
+        if write.op != INDEX_WRITE or not write.ok or write.value[0] is None:
+            continue
+        entry = [write.key, write.value[1]]
+        seen = (
+            read.complete_s
+            for read in reads[write.value[0]]
+            if read.invoke_s >= write.complete_s and entry in read.value
+        )
+        first = min(seen, default=None)
+        if first is not None:
+            lags.append((write.complete_s, first - write.complete_s))
+    return lags
 
 
 def _colour(label: str) -> str:
@@ -65,8 +104,10 @@ def plot(history: Sequence[Operation], executed: list[dict[str, Any]]) -> Figure
     """The three plots, one above the other on the run's clock."""
     data = series(history)
     windows = fault_windows(executed, data["end_s"])
-    figure = Figure(figsize=(11, 9), layout="constrained")
-    throughput, latency, failures = figure.subplots(3, 1, sharex=True)
+    rows = 4 if data["has_index"] else 3
+    figure = Figure(figsize=(11, 3 * rows), layout="constrained")
+    plots = figure.subplots(rows, 1, sharex=True)
+    throughput, latency, failures = plots[:3]
     t = data["t"]
     for outcome, colour in (("ok", "#2ca02c"), ("unknown", "#ff7f0e"), ("failed", "#d62728")):
         throughput.plot(t, data["by_outcome"][outcome], label=outcome, color=colour)
@@ -80,8 +121,14 @@ def plot(history: Sequence[Operation], executed: list[dict[str, Any]]) -> Figure
         failures.plot(t, rates, label=error)
     failures.set_ylabel("failures/s")
     failures.set_title("failures by error type")
-    failures.set_xlabel("seconds since the workload started")
-    for axes in (throughput, latency, failures):
+    if data["has_index"]:
+        lag = plots[3]
+        lag.plot(t, data["index_lag_p50_ms"], label="p50", color="#1f77b4")
+        lag.plot(t, data["index_lag_max_ms"], label="max", color="#8c564b")
+        lag.set_ylabel("ms, by time of the write")
+        lag.set_title("GSI visibility lag: write acknowledged to first index query showing it")
+    plots[-1].set_xlabel("seconds since the workload started")
+    for axes in plots:
         for start, end, label in windows:
             axes.axvspan(start, end, color=_colour(label), alpha=0.15, linewidth=0)
         axes.grid(True, alpha=0.3)

@@ -7,7 +7,7 @@ import pytest
 
 from dynalab import cli
 from dynalab.lab import checkers, report, scenarios
-from dynalab.lab.history import ADD, READ, WRITE, Operation, Outcome
+from dynalab.lab.history import ADD, INDEX_READ, INDEX_WRITE, READ, WRITE, Operation, Outcome
 
 
 @pytest.mark.parametrize("name", sorted(scenarios.available()))
@@ -93,6 +93,24 @@ def test_series_count_outcomes_latency_and_errors_per_second():
     assert data["errors"]["ServiceUnavailable"][4] == 10
     assert data["errors"]["ServiceUnavailable"][6] == 0
     assert data["p99_ms"][0] == pytest.approx(20)
+
+
+def test_index_visibility_lag_runs_from_the_write_to_the_first_query_showing_it():
+    ops = [
+        Operation(1, INDEX_WRITE, "i0", ["g0", "a"], 1.0, 1.1, Outcome.OK),
+        Operation(2, INDEX_READ, "g0", [], 1.2, 1.3, Outcome.OK),  # Not yet.
+        Operation(2, INDEX_READ, "g1", [["i0", "a"]], 1.4, 1.5, Outcome.OK),  # Another group.
+        Operation(2, INDEX_READ, "g0", [["i0", "a"]], 1.6, 1.7, Outcome.OK),  # Seen.
+        Operation(2, INDEX_READ, "g0", [["i0", "a"]], 1.8, 1.9, Outcome.OK),
+        Operation(1, INDEX_WRITE, "i0", [None, "b"], 2.0, 2.1, Outcome.OK),  # Leaves the index.
+        Operation(1, INDEX_WRITE, "i1", ["g0", "c"], 2.0, 2.1, Outcome.FAILED, "X"),
+    ]
+    [(written, lag)] = report.index_visibility_lags(ops)
+    assert (written, lag) == (1.1, pytest.approx(0.6))
+    data = report.series(ops)
+    assert data["has_index"] and data["index_lag_max_ms"][1] == pytest.approx(600)
+    assert len(report.plot(ops, []).axes) == 4
+    assert len(report.plot(history(), []).axes) == 3
 
 
 def test_report_shows_the_plots_the_fault_windows_and_the_verdict():
