@@ -117,9 +117,11 @@ WIRE_ERRORS: dict[str, WireError] = {
     "TableNotFoundException": _dynamodb(),
     "TransactionCanceledException": _dynamodb(_UPPER),
     "TransactionConflictException": _dynamodb(),
-    # Between dynalab's processes only (see StaleEpoch and ChangeLogTrimmed).
+    # DynamoDB Streams' own (botocore's dynamodbstreams/2012-08-10 model), in the same namespace.
+    "ExpiredIteratorException": _dynamodb(),
+    "TrimmedDataAccessException": _dynamodb(),
+    # Between dynalab's processes only (see StaleEpoch).
     "StaleEpoch": WireError(Namespace.INTERNAL, 503, MessageKey.LOWER, True),
-    "TrimmedDataAccessException": WireError(Namespace.INTERNAL, 400, MessageKey.LOWER, False),
 }
 
 
@@ -255,13 +257,20 @@ class StaleEpoch(DynamoError):
     type_name = "StaleEpoch"
 
 
+class ExpiredIterator(DynamoError):
+    """DynamoDB Streams: a shard iterator used more than 15 minutes after it was handed out."""
+
+    type_name = "ExpiredIteratorException"
+
+
 class ChangeLogTrimmed(DynamoError):
     """A change-feed reader asked for records the partition's log no longer holds.
 
     The log keeps a record until every registered consumer has checkpointed past it, but never more
     than its hard bound of records; a consumer that fell further behind must re-snapshot the
-    partition and follow from `first_retained_seq - 1`. Named after DynamoDB Streams' answer to
-    a read before the oldest record of a shard.
+    partition and follow from `first_retained_seq - 1`. It is DynamoDB Streams' answer to a read
+    before the oldest record of a shard, which the Streams API sends to clients without
+    `first_retained_seq` (a node's refusal carries it only between dynalab's processes).
     """
 
     type_name = "TrimmedDataAccessException"
@@ -294,6 +303,7 @@ ERROR_TYPES: dict[str, type[DynamoError]] = {
         ServiceUnavailable,
         InternalServerError,
         StaleEpoch,
+        ExpiredIterator,
         ChangeLogTrimmed,
     )
 }

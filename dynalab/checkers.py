@@ -18,6 +18,11 @@ years before `now`) without its entry, in a partition whose TTL is enabled and w
 passed it (the sweeper would never delete it); a partition whose item count is not the number of
 its items; and a partition whose committed `ttl_deleted` is not the number of REMOVE records
 marked `by_service` in its change log (checked while the log holds every record since seq 1).
+
+`check_stream` compares what a DynamoDB Streams reader saw (every record of every shard, read
+parent first) with what a writer was told: every acknowledged change must appear exactly once, in
+the order the writer made it, per item; a change whose outcome the writer does not know may
+appear once or not at all, and nothing else may appear.
 """
 
 from __future__ import annotations
@@ -224,3 +229,38 @@ def check_data_dir(path: Path) -> list[str]:
         return check_local_indexes(store)
     finally:
         store.close()
+
+
+def check_stream(
+    acknowledged: Mapping[str, list[Any]],
+    seen: Mapping[str, list[Any]],
+    unknown: Mapping[str, set[Any]] | None = None,
+) -> list[str]:
+    """What is wrong with a stream's records, per item key (empty: nothing).
+
+    `acknowledged[key]` is the changes the writer was told succeeded, in the order it made them
+    (one writer per key: its changes are ordered), each named by a value its stream record shows
+    (a version in the new image, or a marker for a delete); `seen[key]` is those values in the
+    order the reader met the key's records, shards read parent first; `unknown[key]` the values
+    of the changes whose outcome the writer does not know.
+    """
+    unknown = unknown or {}
+    problems: list[str] = []
+    for key in sorted(set(acknowledged) | set(seen)):
+        wanted = acknowledged.get(key, [])
+        maybe = unknown.get(key, set())
+        got = seen.get(key, [])
+        counts = Counter(got)
+        for value, count in counts.items():
+            if count > 1:
+                problems.append(f"{key}: change {value!r} appeared {count} times")
+            if value not in wanted and value not in maybe:
+                problems.append(f"{key}: change {value!r} was never made")
+        missing = [value for value in wanted if value not in counts]
+        if missing:
+            problems.append(f"{key}: acknowledged changes {missing!r} never appeared")
+        order = [value for value in got if value in wanted]
+        expected = [value for value in wanted if value in counts]
+        if len(order) == len(expected) and order != expected:
+            problems.append(f"{key}: changes appeared as {order!r}, made as {expected!r}")
+    return problems

@@ -2,7 +2,8 @@
 
 Every DynamoDB operation the router serves is a handler `async def handler(ctx, body) -> reply`
 exported by one module in that module's `OPERATIONS` mapping; `load_operations` assembles them into
-the one registry that `router.protocol` dispatches on.
+the one registry that `router.protocol` dispatches on. The DynamoDB Streams API's operations are
+`router.streams.OPERATIONS`, served under their own target prefix.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from core import limits
-from router import admin, dashboard, items, queries, tables, tags, ttl
+from router import admin, dashboard, items, queries, streams, tables, tags, ttl
 from router.limits import ConnectionGuard, RouterLimits
 from router.protocol import Handler, JsonProtocol
 
@@ -42,7 +43,7 @@ def create_app(
     router_limits: RouterLimits | None = None,
 ) -> web.Application:
     """The aiohttp application serving `operations` with `ctx`, which it starts and closes."""
-    protocol = JsonProtocol(ctx, operations)
+    protocol = JsonProtocol(ctx, operations, streams.OPERATIONS)
     guard = ConnectionGuard(router_limits or RouterLimits(), protocol)
     # DynamoDB takes request bodies up to 16 MB; aiohttp's default would refuse those over 1 MB.
     app = web.Application(

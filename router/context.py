@@ -45,6 +45,7 @@ from core.placement import HashRing, PartitionMap
 from core.values import AttributeValue
 from router.sources import Sources
 from rpc import ops
+from rpc.changefeed import ChangeFeedClient
 from rpc.client import NodeClient
 from rpc.transport import NodeTransport
 
@@ -114,6 +115,7 @@ class RouterContext:
             node_id: connect(address) for node_id, address in nodes.items()
         }
         self.ring = HashRing(self.clients)
+        self._feed_clients: dict[str, ChangeFeedClient] = {}
         # Where the catalog lives, once read from (or, on a new cluster, written to) the nodes.
         self.location: CatalogLocation | None = None
         self._locating: asyncio.Lock | None = None
@@ -159,6 +161,8 @@ class RouterContext:
                 await self._refresher
             self._refresher = None
         await asyncio.gather(*(client.close() for client in self.clients.values()))
+        await asyncio.gather(*(client.close() for client in self._feed_clients.values()))
+        self._feed_clients.clear()
 
     async def _refresh_forever(self) -> None:
         while True:
@@ -585,6 +589,15 @@ class RouterContext:
         on one node (the envelope carries no epoch)."""
         target = ops.Target(table_id, partition_id)
         return await self._client(node_id).call(op, target, body, timeout)
+
+    def feed_client(self, node_id: str) -> ChangeFeedClient:
+        """The ChangeFeed client of one node (made on first use, closed with the context): the
+        Streams API reads shards with it."""
+        client = self._feed_clients.get(node_id)
+        if client is None:
+            client = ChangeFeedClient(self._client(node_id).address)
+            self._feed_clients[node_id] = client
+        return client
 
     def _client(self, node_id: str) -> NodeTransport:
         client = self.clients.get(node_id)

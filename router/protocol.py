@@ -1,9 +1,10 @@
 """DynamoDB's JSON 1.0 protocol over HTTP: the one place where requests and errors meet the wire.
 
 A request is `POST` (to any path, which DynamoDB ignores) with `X-Amz-Target:
-DynamoDB_20120810.<Operation>`, a JSON object as body, Content-Type `application/x-amz-json-1.0`
-(or `application/json`, which DynamoDB accepts too and answers in kind) and a SigV4 `Authorization`
-header. `JsonProtocol.handle` checks it in the order DynamoDB does:
+DynamoDB_20120810.<Operation>` (or `DynamoDBStreams_20120810.<Operation>` for the Streams API), a
+JSON object as body, Content-Type `application/x-amz-json-1.0` (or `application/json`, which
+DynamoDB accepts too and answers in kind) and a SigV4 `Authorization` header.
+`JsonProtocol.handle` checks it in the order DynamoDB does:
 
 1. the HTTP request itself: any other method, or a body under another content type, gets
    DynamoDB's bare 404 `<UnknownOperationException/>`;
@@ -58,6 +59,7 @@ log = logging.getLogger("router.protocol")
 Handler = Callable[["RouterContext", dict[str, Any]], Awaitable[dict[str, Any]]]
 
 TARGET_PREFIX = "DynamoDB_20120810."
+STREAMS_TARGET_PREFIX = "DynamoDBStreams_20120810."
 CONTENT_TYPE_AMZ_JSON = "application/x-amz-json-1.0"
 CONTENT_TYPE_JSON = "application/json"
 CONTENT_TYPES = frozenset({CONTENT_TYPE_AMZ_JSON, CONTENT_TYPE_JSON})
@@ -186,12 +188,21 @@ def check_authorization(header: str, has_date: bool) -> None:
 class JsonProtocol:
     """Serves DynamoDB JSON 1.0 requests by dispatching them to operation handlers."""
 
-    def __init__(self, ctx: RouterContext, operations: Mapping[str, Handler]) -> None:
+    def __init__(
+        self,
+        ctx: RouterContext,
+        operations: Mapping[str, Handler],
+        streams_operations: Mapping[str, Handler] | None = None,
+    ) -> None:
         self.ctx = ctx
         self.new_request_id = RequestIds(ctx.sources.new_id())
-        # Keyed by the whole header value, so dispatch is one dictionary lookup.
-        self._handlers = {TARGET_PREFIX + name: handler for name, handler in operations.items()}
-        self._operations = {TARGET_PREFIX + name: name for name in operations}
+        # Keyed by the whole header value, so dispatch is one dictionary lookup. The two services'
+        # operation names differ, so each names its input shape in `router.shapes` alone.
+        served = [(TARGET_PREFIX, operations), (STREAMS_TARGET_PREFIX, streams_operations or {})]
+        self._handlers = {
+            prefix + name: handler for prefix, ops in served for name, handler in ops.items()
+        }
+        self._operations = {prefix + name: name for prefix, ops in served for name in ops}
 
     async def handle(self, request: web.Request) -> web.Response:
         request_id = self.new_request_id()

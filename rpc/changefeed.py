@@ -59,6 +59,18 @@ class Change:
     new: dict[str, Any] | None
     by_service: bool = False
     children: tuple[str, ...] = ()
+    at: float = 0.0  # When the change was committed (epoch seconds); 0 for END.
+
+
+@dataclass(frozen=True, slots=True)
+class FeedPage:
+    """One batch of a partition's log read at once: its records (END included), whether they end
+    the log, and the log's retained bounds when it was read."""
+
+    records: tuple[Change, ...]
+    end_of_log: bool
+    first_seq: int
+    last_seq: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +96,7 @@ def record_to_proto(record: dict[str, Any]) -> changefeed_pb2.ChangeRecord:
         new=_json(record.get("new")),
         by_service=bool(record.get("by_service", False)),
         children=record.get("children") or (),
+        at=record.get("at") or 0.0,
     )
 
 
@@ -96,6 +109,7 @@ def record_from_proto(record: changefeed_pb2.ChangeRecord) -> Change:
         new=_object(record.new),
         by_service=record.by_service,
         children=tuple(record.children),
+        at=record.at,
     )
 
 
@@ -253,6 +267,56 @@ class ChangeFeedClient:
                     return
         finally:
             call.cancel()
+
+    async def read(
+        self,
+        table_id: str,
+        partition_id: str,
+        after_seq: int,
+        *,
+        max_records: int,
+        timeout: float,
+    ) -> FeedPage:
+        """The first batch of the records after `after_seq`, without waiting for new ones.
+
+        A node answers a follow at once, with the records there are (possibly none) and the log's
+        bounds, so one read of a follow is a poll: how the Streams API's GetRecords reads a shard.
+        Raises the node's refusal (`ChangeLogTrimmed`, `StaleEpoch`, a `ValidationError` for a seq
+        past the log's end) or `ServiceUnavailable`.
+        """
+        request = changefeed_pb2.FollowRequest(
+            table_id=table_id,
+            partition_id=partition_id,
+            after_seq=after_seq,
+            max_records_per_batch=max_records,
+        )
+        call = self._stub.Follow(request)
+        try:
+            batch = await asyncio.wait_for(call.read(), timeout)
+        except TimeoutError:
+            raise ServiceUnavailable(
+                f"Node {self.address} did not answer a read of the change feed of {partition_id} "
+                f"in {timeout:.3g} s"
+            ) from None
+        except grpc.aio.AioRpcError as error:
+            raise ServiceUnavailable(
+                f"The change feed of {partition_id} on node {self.address} broke: "
+                f"{error.code().name} {error.details()}"
+            ) from None
+        finally:
+            call.cancel()
+        if batch is grpc.aio.EOF:
+            raise ServiceUnavailable(
+                f"Node {self.address} ended the change feed of {partition_id} (it is stopping)"
+            )
+        if batch.HasField("error"):
+            raise error_from_proto(batch.error)
+        return FeedPage(
+            tuple(record_from_proto(record) for record in batch.records),
+            batch.end_of_log,
+            batch.first_seq,
+            batch.last_seq,
+        )
 
     async def close(self) -> None:
         await self._channel.close()

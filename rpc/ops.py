@@ -675,7 +675,8 @@ class PartitionThroughputPayload:
 #
 #     CHANGE = {"seq": int, "kind": "INSERT" | "MODIFY" | "REMOVE" | "END",
 #               "keys": ITEM_KEY | null, "old": ITEM | null, "new": ITEM | null,
-#               "by_service": bool, "children": [partition id, ...]}   # "children": END only
+#               "by_service": bool, "children": [partition id, ...],  # "children": END only
+#               "at": float}   # commit time, epoch seconds (not in END)
 #
 # by_service: the service itself made the change (TTL deletions, later), not a client. END: the
 # last record of a retired partition's log (retire_partition).

@@ -2,7 +2,7 @@
 
 Everything a write does to storage happens here, in the group's write batch: the item itself, its
 local secondary index entries, its item collection's size, its change-log record (`{seq, kind,
-keys, old, new, by_service}`), the item's entry in the TTL expiry index (`expiry.index_changes`)
+keys, old, new, by_service, at}`), the item's entry in the TTL expiry index (`expiry.index_changes`)
 and the partition's counters (items, bytes, index entries and bytes, last seq, log bytes). So an
 index entry can never disagree with its item, whatever process dies when: the batch commits whole
 or not at all. The effect was decided by `core.writes.plan`, and what it does to each local index
@@ -97,6 +97,7 @@ def apply(
             "old": effect.old,
             "new": effect.new,
             "by_service": by_service,
+            "at": now,
         }
     )
     ttl_changes = expiry.index_changes(

@@ -3,14 +3,25 @@ UpdateTable, and what DescribeTable says of a table's stream."""
 
 from __future__ import annotations
 
+import base64
+import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
+import boto3
+import orjson
 import pytest
 
-from tests.integration.conftest import error_of, wait_active
+from dynalab.checkers import check_stream
+from dynalab.cluster import LocalCluster
+from tests.integration.conftest import DUMMY_CREDENTIALS, REGION, error_of, wait_active
 
 INVALID = "One or more parameter values were invalid: "
+PAGES_MAX = 100
+TTL_WAIT_S = 30.0
+READER_WAIT_S = 60.0
+WRITES = 120
 
 
 def create_streamed(client: Any, name: str, view_type: str | None) -> dict[str, Any]:
@@ -108,3 +119,369 @@ def test_stream_specification_errors(dynamodb: Any, table_name: Callable[[], str
         "ResourceNotFoundException",
         "Requested resource not found: Table: missing-table not found",
     )
+
+
+# The Streams API ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def streams(cluster: LocalCluster) -> Any:
+    """A boto3 DynamoDB Streams client for the cluster's first router (`endpoint_url` only)."""
+    session = boto3.session.Session(region_name=REGION, **DUMMY_CREDENTIALS)
+    return session.client("dynamodbstreams", endpoint_url=cluster.router_url)
+
+
+def read_shard(streams: Any, arn: str, shard_id: str, **position: Any) -> list[dict[str, Any]]:
+    """Every record of one shard from `position` (TRIM_HORIZON by default) until the reader is
+    caught up (an empty page) or the shard is closed (no NextShardIterator)."""
+    iterator = streams.get_shard_iterator(
+        StreamArn=arn, ShardId=shard_id, **({"ShardIteratorType": "TRIM_HORIZON"} | position)
+    )["ShardIterator"]
+    records: list[dict[str, Any]] = []
+    for _ in range(PAGES_MAX):
+        page = streams.get_records(ShardIterator=iterator)
+        records.extend(page["Records"])
+        iterator = page.get("NextShardIterator")
+        if iterator is None or not page["Records"]:
+            return records
+    raise AssertionError(f"shard {shard_id} still had records after {PAGES_MAX} pages")
+
+
+def read_stream(streams: Any, arn: str) -> list[dict[str, Any]]:
+    """Every record of every shard of the stream, shards parent first (DescribeStream's order,
+    checked), pages of DescribeStream followed."""
+    shards: list[dict[str, Any]] = []
+    request: dict[str, Any] = {"StreamArn": arn, "Limit": 1}
+    for _ in range(PAGES_MAX):
+        description = streams.describe_stream(**request)["StreamDescription"]
+        shards.extend(description["Shards"])
+        if "LastEvaluatedShardId" not in description:
+            break
+        request["ExclusiveStartShardId"] = description["LastEvaluatedShardId"]
+    listed: set[str] = set()
+    for shard in shards:
+        parent = shard.get("ParentShardId")
+        assert (
+            parent is None
+            or parent in listed
+            or not any(other["ShardId"] == parent for other in shards)
+        ), f"shard {shard['ShardId']} listed before its parent {parent}"
+        listed.add(shard["ShardId"])
+    return [record for shard in shards for record in read_shard(streams, arn, shard["ShardId"])]
+
+
+def stream_arn_of(dynamodb: Any, name: str) -> str:
+    return str(dynamodb.describe_table(TableName=name)["Table"]["LatestStreamArn"])
+
+
+def changes(records: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """(eventName, dynamodb minus the members that vary by run) of each record."""
+    out = []
+    for record in records:
+        body = dict(record["dynamodb"])
+        for member in ("ApproximateCreationDateTime", "SequenceNumber", "SizeBytes"):
+            body.pop(member)
+        out.append((record["eventName"], body))
+    return out
+
+
+def write_everything(dynamodb: Any, name: str) -> None:
+    """One of each kind of change, and one write that changes nothing."""
+    dynamodb.put_item(TableName=name, Item={"pk": {"S": "a"}, "v": {"N": "1"}})
+    dynamodb.update_item(
+        TableName=name,
+        Key={"pk": {"S": "a"}},
+        UpdateExpression="SET v = :v",
+        ExpressionAttributeValues={":v": {"N": "2"}},
+    )
+    # Changes nothing: DynamoDB writes no stream record for it.
+    dynamodb.put_item(TableName=name, Item={"pk": {"S": "a"}, "v": {"N": "2"}})
+    dynamodb.batch_write_item(
+        RequestItems={
+            name: [
+                {"PutRequest": {"Item": {"pk": {"S": "b"}, "v": {"N": "1"}}}},
+                {"DeleteRequest": {"Key": {"pk": {"S": "a"}}}},
+            ]
+        }
+    )
+    dynamodb.delete_item(TableName=name, Key={"pk": {"S": "b"}})
+    dynamodb.delete_item(TableName=name, Key={"pk": {"S": "never-written"}})
+
+
+def _images(view_type: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> Any:
+    images: dict[str, Any] = {}
+    if new is not None and view_type in ("NEW_IMAGE", "NEW_AND_OLD_IMAGES"):
+        images["NewImage"] = new
+    if old is not None and view_type in ("OLD_IMAGE", "NEW_AND_OLD_IMAGES"):
+        images["OldImage"] = old
+    return images
+
+
+@pytest.mark.parametrize("view_type", ["KEYS_ONLY", "NEW_IMAGE", "OLD_IMAGE", "NEW_AND_OLD_IMAGES"])
+def test_every_operation_kind_in_every_view_type(
+    dynamodb: Any, streams: Any, table_name: Callable[[], str], view_type: str
+) -> None:
+    name = table_name()
+    create_streamed(dynamodb, name, view_type)
+    write_everything(dynamodb, name)
+    records = read_stream(streams, stream_arn_of(dynamodb, name))
+    a1 = {"pk": {"S": "a"}, "v": {"N": "1"}}
+    a2 = {"pk": {"S": "a"}, "v": {"N": "2"}}
+    b1 = {"pk": {"S": "b"}, "v": {"N": "1"}}
+    expected = [
+        ("INSERT", {"pk": {"S": "a"}}, None, a1),
+        ("MODIFY", {"pk": {"S": "a"}}, a1, a2),
+        ("REMOVE", {"pk": {"S": "a"}}, a2, None),
+        ("INSERT", {"pk": {"S": "b"}}, None, b1),
+        ("REMOVE", {"pk": {"S": "b"}}, b1, None),
+    ]
+    # One item's records are in order; the batch's two items may land on different shards.
+    for key in ("a", "b"):
+        assert [c for c in changes(records) if c[1]["Keys"]["pk"]["S"] == key] == [
+            (event, {"Keys": keys, **_images(view_type, old, new), "StreamViewType": view_type})
+            for event, keys, old, new in expected
+            if keys["pk"]["S"] == key
+        ]
+    for record in records:
+        assert record["eventSource"] == "aws:dynamodb"
+        assert record["eventVersion"] == "1.1"
+        assert record["awsRegion"] == REGION
+        assert len(record["eventID"]) == 32
+        assert "userIdentity" not in record
+        body = record["dynamodb"]
+        assert body["SequenceNumber"].isdigit() and len(body["SequenceNumber"]) >= 21
+        assert body["SizeBytes"] > 0
+        assert abs(body["ApproximateCreationDateTime"].timestamp() - time.time()) < 600
+
+
+def test_a_ttl_deletion_is_a_service_removal(
+    dynamodb: Any, streams: Any, table_name: Callable[[], str]
+) -> None:
+    name = table_name()
+    create_streamed(dynamodb, name, "NEW_AND_OLD_IMAGES")
+    dynamodb.update_time_to_live(
+        TableName=name, TimeToLiveSpecification={"Enabled": True, "AttributeName": "expires"}
+    )
+    expired = {"pk": {"S": "gone"}, "expires": {"N": str(int(time.time()) - 60)}}
+    dynamodb.put_item(TableName=name, Item=expired)
+    arn = stream_arn_of(dynamodb, name)
+    deadline = time.monotonic() + TTL_WAIT_S
+    while True:
+        records = read_stream(streams, arn)
+        if len(records) == 2:
+            break
+        assert time.monotonic() < deadline, f"no TTL deletion in {TTL_WAIT_S} s: {records}"
+        time.sleep(0.2)
+    insert, removal = records
+    assert "userIdentity" not in insert
+    assert removal["eventName"] == "REMOVE"
+    assert removal["userIdentity"] == {"PrincipalId": "dynamodb.amazonaws.com", "Type": "Service"}
+    assert removal["dynamodb"]["OldImage"] == expired
+
+
+def test_iterator_types(dynamodb: Any, streams: Any, table_name: Callable[[], str]) -> None:
+    name = table_name()
+    create_streamed(dynamodb, name, "KEYS_ONLY")
+    arn = stream_arn_of(dynamodb, name)
+    for number in range(3):
+        dynamodb.put_item(TableName=name, Item={"pk": {"S": "k"}, "v": {"N": str(number)}})
+    (shard,) = [
+        s
+        for s in streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"]
+        if read_shard(streams, arn, s["ShardId"])
+    ]
+    shard_id = shard["ShardId"]
+    everything = read_shard(streams, arn, shard_id)
+    numbers = [record["dynamodb"]["SequenceNumber"] for record in everything]
+    assert len(numbers) == 3 and numbers == sorted(numbers, key=int)
+    assert shard["SequenceNumberRange"]["StartingSequenceNumber"] <= numbers[0]
+    assert "EndingSequenceNumber" not in shard["SequenceNumberRange"]
+    at = read_shard(
+        streams, arn, shard_id, ShardIteratorType="AT_SEQUENCE_NUMBER", SequenceNumber=numbers[1]
+    )
+    assert [r["dynamodb"]["SequenceNumber"] for r in at] == numbers[1:]
+    after = read_shard(
+        streams,
+        arn,
+        shard_id,
+        ShardIteratorType="AFTER_SEQUENCE_NUMBER",
+        SequenceNumber=numbers[1],
+    )
+    assert [r["dynamodb"]["SequenceNumber"] for r in after] == numbers[2:]
+    latest = streams.get_shard_iterator(
+        StreamArn=arn, ShardId=shard_id, ShardIteratorType="LATEST"
+    )["ShardIterator"]
+    page = streams.get_records(ShardIterator=latest)
+    assert page["Records"] == []
+    dynamodb.put_item(TableName=name, Item={"pk": {"S": "k"}, "v": {"N": "9"}})
+    page = streams.get_records(ShardIterator=page["NextShardIterator"])
+    assert [r["eventName"] for r in page["Records"]] == ["MODIFY"]
+    limited = streams.get_records(
+        ShardIterator=streams.get_shard_iterator(
+            StreamArn=arn, ShardId=shard_id, ShardIteratorType="TRIM_HORIZON"
+        )["ShardIterator"],
+        Limit=2,
+    )
+    assert [r["dynamodb"]["SequenceNumber"] for r in limited["Records"]] == numbers[:2]
+
+
+def test_list_streams(dynamodb: Any, streams: Any, table_name: Callable[[], str]) -> None:
+    first, second = table_name(), table_name()
+    create_streamed(dynamodb, first, "KEYS_ONLY")
+    create_streamed(dynamodb, second, "NEW_IMAGE")
+    plain = table_name()
+    create_streamed(dynamodb, plain, None)
+    listed = streams.list_streams(TableName=first)["Streams"]
+    assert listed == [
+        {
+            "StreamArn": stream_arn_of(dynamodb, first),
+            "TableName": first,
+            "StreamLabel": dynamodb.describe_table(TableName=first)["Table"]["LatestStreamLabel"],
+        }
+    ]
+    assert streams.list_streams(TableName=plain)["Streams"] == []
+    page = streams.list_streams(Limit=1)
+    assert len(page["Streams"]) == 1
+    following = streams.list_streams(ExclusiveStartStreamArn=page["LastEvaluatedStreamArn"])
+    assert page["Streams"][0] not in following["Streams"]
+    everything = [s["TableName"] for s in streams.list_streams()["Streams"]]
+    assert first in everything and second in everything and plain not in everything
+
+
+def test_streams_errors(dynamodb: Any, streams: Any, table_name: Callable[[], str]) -> None:
+    name = table_name()
+    create_streamed(dynamodb, name, "KEYS_ONLY")
+    arn = stream_arn_of(dynamodb, name)
+    missing = arn.rsplit("/", 1)[0] + "/2000-01-01T00:00:00.000"
+    assert error_of(lambda: streams.describe_stream(StreamArn=missing)) == (
+        400,
+        "ResourceNotFoundException",
+        f"Requested resource not found: Stream: {missing} not found",
+    )
+    assert error_of(
+        lambda: streams.get_shard_iterator(
+            StreamArn=arn,
+            ShardId="shardId-00000000000000000000-00000000",
+            ShardIteratorType="LATEST",
+        )
+    ) == (400, "ResourceNotFoundException", "Requested resource not found: Shard does not exist")
+    assert error_of(lambda: streams.list_streams(TableName="no-such-table")) == (
+        400,
+        "ResourceNotFoundException",
+        "Requested resource not found: Table: no-such-table not found",
+    )
+    assert error_of(lambda: streams.get_records(ShardIterator="not-an-iterator")) == (
+        400,
+        "ValidationException",
+        "Invalid ShardIterator",
+    )
+    shard_id = streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"][0]["ShardId"]
+    assert (
+        error_of(
+            lambda: streams.get_shard_iterator(
+                StreamArn=arn, ShardId=shard_id, ShardIteratorType="SOMEWHERE"
+            )
+        )[1]
+        == "ValidationException"
+    )
+    # An iterator handed out 15 minutes and a second ago has expired.
+    iterator = streams.get_shard_iterator(
+        StreamArn=arn, ShardId=shard_id, ShardIteratorType="TRIM_HORIZON"
+    )["ShardIterator"]
+    fields = orjson.loads(base64.urlsafe_b64decode(iterator))
+    fields["i"] -= 15 * 60 + 1
+    old = base64.urlsafe_b64encode(orjson.dumps(fields)).decode()
+    status, code, message = error_of(lambda: streams.get_records(ShardIterator=old))
+    assert (status, code) == (400, "ExpiredIteratorException")
+    assert message.startswith("Iterator expired. The iterator was created at time ")
+
+
+def test_disabled_stream_is_described_but_not_read(
+    dynamodb: Any, streams: Any, table_name: Callable[[], str]
+) -> None:
+    name = table_name()
+    create_streamed(dynamodb, name, "KEYS_ONLY")
+    arn = stream_arn_of(dynamodb, name)
+    dynamodb.put_item(TableName=name, Item={"pk": {"S": "x"}})
+    dynamodb.update_table(TableName=name, StreamSpecification={"StreamEnabled": False})
+    description = streams.describe_stream(StreamArn=arn)["StreamDescription"]
+    assert description["StreamStatus"] == "DISABLED" and description["Shards"] == []
+    dynamodb.update_table(
+        TableName=name, StreamSpecification={"StreamEnabled": True, "StreamViewType": "KEYS_ONLY"}
+    )
+    assert error_of(lambda: streams.describe_stream(StreamArn=arn))[1] == (
+        "ResourceNotFoundException"
+    )
+    # The new stream starts after the changes made before it.
+    dynamodb.put_item(TableName=name, Item={"pk": {"S": "y"}})
+    records = read_stream(streams, stream_arn_of(dynamodb, name))
+    assert [r["dynamodb"]["Keys"] for r in records] == [{"pk": {"S": "y"}}]
+
+
+def test_a_reader_sees_every_acknowledged_change_once_in_order(
+    dynamodb: Any, streams: Any, table_name: Callable[[], str]
+) -> None:
+    """A writer thread changes items while a reader follows every shard; `check_stream`."""
+    name = table_name()
+    create_streamed(dynamodb, name, "NEW_IMAGE")
+    arn = stream_arn_of(dynamodb, name)
+    acknowledged: dict[str, list[Any]] = {}
+
+    def write() -> None:
+        for number in range(WRITES):
+            key = f"k{number % 7}"
+            if number % 5 == 4:
+                dynamodb.delete_item(TableName=name, Key={"pk": {"S": key}})
+                value: Any = ("deleted", number)
+            else:
+                dynamodb.put_item(TableName=name, Item={"pk": {"S": key}, "n": {"N": str(number)}})
+                value = number
+            acknowledged.setdefault(key, []).append(value)
+
+    writer = threading.Thread(target=write)
+    shards = streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"]
+    iterators = {
+        shard["ShardId"]: streams.get_shard_iterator(
+            StreamArn=arn, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
+        )["ShardIterator"]
+        for shard in shards
+    }
+    writer.start()
+    seen: dict[str, list[Any]] = {}
+    deadline = time.monotonic() + READER_WAIT_S
+
+    def poll_all() -> None:
+        for shard_id, iterator in iterators.items():
+            page = streams.get_records(ShardIterator=iterator)
+            iterators[shard_id] = page["NextShardIterator"]
+            for record in page["Records"]:
+                body = record["dynamodb"]
+                key = body["Keys"]["pk"]["S"]
+                if record["eventName"] == "REMOVE":
+                    # A REMOVE shows no write number: name it by its place among the key's.
+                    removes = sum(1 for v in seen.get(key, []) if isinstance(v, tuple))
+                    value: Any = ("deleted", removes)
+                else:
+                    value = int(body["NewImage"]["n"]["N"])
+                seen.setdefault(key, []).append(value)
+
+    while writer.is_alive():
+        poll_all()
+        assert time.monotonic() < deadline
+    writer.join(timeout=READER_WAIT_S)
+    poll_all()
+    # Deletes are named by their place among the key's, as the reader names them; a delete of a
+    # missing item changes nothing and writes no record.
+    for key, values in acknowledged.items():
+        missing = True
+        named: list[Any] = []
+        for value in values:
+            if isinstance(value, tuple):
+                if not missing:
+                    named.append(("deleted", sum(1 for v in named if isinstance(v, tuple))))
+                missing = True
+            else:
+                named.append(value)
+                missing = False
+        acknowledged[key] = named
+    assert check_stream(acknowledged, seen) == []

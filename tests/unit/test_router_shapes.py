@@ -16,7 +16,8 @@ ATTRIBUTE_VALUE = "com.amazonaws.dynamodb.v20120810.AttributeValue"
 def test_committed_shapes_are_fresh() -> None:
     generate = pytest.importorskip("router.generate_shapes", reason="botocore is a dev dependency")
     committed = Path(generate.OUTPUT).read_text()
-    assert committed == generate.render(generate.service_model()), (
+    expected = generate.render(generate.service_model(), generate.streams_service_model())
+    assert committed == expected, (
         "router/dynamodb_shapes.json is stale: run `make shapes` and commit the result"
     )
 

@@ -22,8 +22,13 @@ awsrequest = pytest.importorskip("botocore.awsrequest")
 
 
 def exception_shapes() -> dict[str, dict[str, Any]]:
-    model = generate_shapes.service_model()
-    return {name: shape for name, shape in model["shapes"].items() if shape.get("exception")}
+    """The exception shapes of DynamoDB's model and DynamoDB Streams' (the router serves both)."""
+    shapes: dict[str, dict[str, Any]] = {}
+    for model in (generate_shapes.service_model(), generate_shapes.streams_service_model()):
+        shapes.update(
+            (name, shape) for name, shape in model["shapes"].items() if shape.get("exception")
+        )
+    return shapes
 
 
 def test_every_modelled_exception_is_in_the_table_in_dynamodb_namespace() -> None:

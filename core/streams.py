@@ -1,0 +1,204 @@
+"""DynamoDB Streams over the change feed: shards, sequence numbers, iterators and stream records.
+
+A table's stream (`core.catalog.StreamDef`) is read through its partitions' change logs: one shard
+per partition, live or retired by a split. Everything the Streams API says is derived here, with no
+IO and the time passed in:
+
+- **Shards.** A shard's id is derived from the stream's label and the partition's id, so every
+  router names it alike and a new stream (a new label) has new shard ids; `ParentShardId` is the
+  shard of the partition it was split from (`PartitionDef.parent`). `lineage` orders a table's
+  partitions parent first, the order in which a reader must drain them (a parent's log ends with an
+  END record naming its children).
+- **Sequence numbers.** A change's seq, numbered per partition from 1, written as a 21-digit
+  decimal string: DynamoDB's sequence numbers are numeric strings of 21 to 40 digits that order the
+  records of a shard, and so do these.
+- **Iterators.** A shard iterator carries the table id, stream label, partition id, the seq it
+  reads after and when it was handed out, as URL-safe base64 of JSON. Routers are stateless: any
+  router reads any iterator. One used 15 minutes after it was handed out is refused with
+  ExpiredIteratorException, as DynamoDB's are.
+- **Records.** `stream_record` shapes a change as DynamoDB shapes a stream record: eventID,
+  eventName INSERT/MODIFY/REMOVE, eventVersion, eventSource `aws:dynamodb`, awsRegion, and
+  `dynamodb` with ApproximateCreationDateTime, Keys, NewImage/OldImage as the view type says,
+  SequenceNumber, SizeBytes and StreamViewType; a TTL deletion (a change the service made) carries
+  `userIdentity` {PrincipalId `dynamodb.amazonaws.com`, Type `Service`}.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from core import limits
+from core.catalog import PartitionDef, StreamDef, StreamViewType, TableDef
+from core.errors import ExpiredIterator, ValidationError
+from core.size import item_size_bytes
+
+SEQUENCE_NUMBER_DIGITS = 21  # The fewest digits the service model allows a SequenceNumber.
+SEQUENCE_NUMBER_DIGITS_MAX = 40
+EVENT_VERSION = "1.1"
+EVENT_SOURCE = "aws:dynamodb"
+SERVICE_PRINCIPAL = "dynamodb.amazonaws.com"
+_ITERATOR_VERSION = 1
+INVALID_ITERATOR = "Invalid ShardIterator"
+_NEW_IMAGE_TYPES = frozenset({StreamViewType.NEW_IMAGE, StreamViewType.NEW_AND_OLD_IMAGES})
+_OLD_IMAGE_TYPES = frozenset({StreamViewType.OLD_IMAGE, StreamViewType.NEW_AND_OLD_IMAGES})
+
+
+def shard_id(stream: StreamDef, partition_id: str) -> str:
+    """The shard of `partition_id` in `stream`: `shardId-` then 20 digits and 8 hex digits, the
+    form (and the 28-65 characters) of DynamoDB's shard ids."""
+    digest = hashlib.sha256(f"{stream.label}/{partition_id}".encode()).digest()
+    number = int.from_bytes(digest[:8], "big") % 10**20
+    return f"shardId-{number:020d}-{digest[8:12].hex()}"
+
+
+def lineage(table: TableDef) -> list[PartitionDef]:
+    """The table's partitions, retired and serving, parent first (then by key range)."""
+    partitions = {partition.id: partition for partition in (*table.retired, *table.partitions)}
+
+    def depth(partition: PartitionDef) -> int:
+        count = 0
+        while partition.parent is not None and partition.parent in partitions:
+            partition = partitions[partition.parent]
+            count += 1
+        return count
+
+    return sorted(partitions.values(), key=lambda p: (depth(p), bytes.fromhex(p.start), p.id))
+
+
+def sequence_number(seq: int) -> str:
+    return f"{seq:0{SEQUENCE_NUMBER_DIGITS}d}"
+
+
+def parse_sequence_number(text: str) -> int:
+    """The seq a SequenceNumber names; ValidationException for one that names none."""
+    if not text.isdigit() or not SEQUENCE_NUMBER_DIGITS <= len(text) <= SEQUENCE_NUMBER_DIGITS_MAX:
+        raise ValidationError(f"Invalid SequenceNumber: {text}")
+    return int(text)
+
+
+@dataclass(frozen=True, slots=True)
+class ShardIterator:
+    """Where a reader of one shard stands: after `after_seq` of partition `partition_id`."""
+
+    table_id: str
+    label: str
+    partition_id: str
+    after_seq: int
+    issued: float  # Epoch seconds when a router handed it out.
+
+    def encode(self) -> str:
+        document = {
+            "v": _ITERATOR_VERSION,
+            "t": self.table_id,
+            "l": self.label,
+            "p": self.partition_id,
+            "a": self.after_seq,
+            "i": self.issued,
+        }
+        raw = json.dumps(document, separators=(",", ":")).encode()
+        return base64.urlsafe_b64encode(raw).decode()
+
+    @classmethod
+    def decode(cls, text: str, now: float) -> ShardIterator:
+        """The iterator `text` encodes, refused when malformed (ValidationException) or handed
+        out more than `limits.SHARD_ITERATOR_SECONDS_MAX` before `now` (ExpiredIterator)."""
+        try:
+            document = json.loads(base64.urlsafe_b64decode(text.encode()))
+            if not isinstance(document, dict) or document.get("v") != _ITERATOR_VERSION:
+                raise ValueError(text)
+            iterator = cls(
+                table_id=str(document["t"]),
+                label=str(document["l"]),
+                partition_id=str(document["p"]),
+                after_seq=int(document["a"]),
+                issued=float(document["i"]),
+            )
+        except (ValueError, KeyError, TypeError, binascii.Error, UnicodeDecodeError):
+            raise ValidationError(INVALID_ITERATOR) from None
+        if iterator.after_seq < 0:
+            raise ValidationError(INVALID_ITERATOR)
+        if now - iterator.issued > limits.SHARD_ITERATOR_SECONDS_MAX:
+            raise ExpiredIterator(
+                f"Iterator expired. The iterator was created at time {_java_date(iterator.issued)} "
+                f"while right now it's {_java_date(now)}"
+            )
+        return iterator
+
+    def after(self, seq: int, now: float) -> ShardIterator:
+        """The iterator that continues after `seq`, handed out at `now`."""
+        return ShardIterator(self.table_id, self.label, self.partition_id, seq, now)
+
+
+def _java_date(at: float) -> str:
+    """A time as Java's Date.toString writes it in UTC, as DynamoDB's expiry message does."""
+    return datetime.fromtimestamp(at, UTC).strftime("%a %b %d %H:%M:%S UTC %Y")
+
+
+def event_id(stream: StreamDef, partition_id: str, seq: int) -> str:
+    """A record's eventID: 32 hex digits, the same every time the record is read."""
+    return hashlib.sha256(f"{stream.label}/{partition_id}/{seq}".encode()).hexdigest()[:32]
+
+
+def stream_record(
+    stream: StreamDef,
+    partition_id: str,
+    change: Mapping[str, Any],
+    region: str,
+) -> dict[str, Any]:
+    """One change (`rpc.ops` CHANGE: seq, kind, keys, old, new, by_service, at) as DynamoDB
+    Streams' Record, with the images the stream's view type carries."""
+    view_type = stream.view_type
+    keys = change["keys"]
+    body: dict[str, Any] = {
+        "ApproximateCreationDateTime": int(change["at"]),
+        "Keys": keys,
+    }
+    size = item_size_bytes(keys)
+    new, old = change.get("new"), change.get("old")
+    if new is not None and view_type in (
+        StreamViewType.NEW_IMAGE,
+        StreamViewType.NEW_AND_OLD_IMAGES,
+    ):
+        body["NewImage"] = new
+        size += item_size_bytes(new)
+    if old is not None and view_type in (
+        StreamViewType.OLD_IMAGE,
+        StreamViewType.NEW_AND_OLD_IMAGES,
+    ):
+        body["OldImage"] = old
+        size += item_size_bytes(old)
+    body["SequenceNumber"] = sequence_number(change["seq"])
+    body["SizeBytes"] = size
+    body["StreamViewType"] = view_type.value
+    record: dict[str, Any] = {
+        "eventID": event_id(stream, partition_id, change["seq"]),
+        "eventName": change["kind"],
+        "eventVersion": EVENT_VERSION,
+        "eventSource": EVENT_SOURCE,
+        "awsRegion": region,
+        "dynamodb": body,
+    }
+    if change.get("by_service"):
+        record["userIdentity"] = {"PrincipalId": SERVICE_PRINCIPAL, "Type": "Service"}
+    return record
+
+
+def expired_through(
+    changes: Iterable[Mapping[str, Any]], now: float, retention: float
+) -> int | None:
+    """The seq of the last of `changes` (oldest first, up to an END) committed more than
+    `retention` seconds before `now`: what a stream no longer owes its readers. None when the
+    first is still owed."""
+    passed = None
+    for change in changes:
+        if change["kind"] == "END" or now - change["at"] <= retention:
+            break
+        passed = change["seq"]
+    return passed

@@ -1,0 +1,361 @@
+"""The DynamoDB Streams API (`DynamoDBStreams_20120810.*`): ListStreams, DescribeStream,
+GetShardIterator and GetRecords, served by the router over the partitions' change feeds.
+
+A table's stream is in its catalog record (`core.catalog.StreamDef`); its shards are the table's
+partitions, retired and serving (`core.streams`: shard ids, lineage, sequence numbers, iterators
+and record shaping are pure). Each partition's log is held for the stream by a change-feed
+consumer named after the stream's label, registered when the stream is enabled (or the
+partition created); this module reads the logs with `rpc.changefeed.ChangeFeedClient.read`, one
+batch per GetRecords, and moves that consumer's checkpoint past what the stream no longer owes
+(records older than the retention, 24 hours) whenever it positions a reader at a shard's
+TRIM_HORIZON or describes the stream. So a log keeps what the stream owes, within the log's own
+bounds in records and bytes (`limits.CHANGE_LOG_RECORDS_MAX`, `CHANGE_LOG_BYTES_MAX`); a reader
+past either bound, or past the retention, is told TrimmedDataAccessException.
+
+Only the latest stream of a table is served, while it is enabled: a disabled stream is described
+(StreamStatus DISABLED, no shards) but not read. `DYNALAB_STREAM_RETENTION_SECONDS` (read at
+start) shortens the retention, for tests.
+"""
+
+from __future__ import annotations
+
+import os
+from bisect import bisect_right
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from core import limits, streams
+from core.catalog import PartitionDef, PartitionState, StreamDef, TableDef
+from core.errors import ChangeLogTrimmed, ResourceNotFound, StaleEpoch, ValidationError
+from core.streams import ShardIterator
+from router.protocol import request_region
+from router.requests import NAME_PATTERN, RequestReader
+from router.tags import stream_arn
+from rpc import ops
+
+if TYPE_CHECKING:
+    from router.context import RouterContext
+
+RETENTION_SECONDS = float(
+    os.environ.get("DYNALAB_STREAM_RETENTION_SECONDS", limits.STREAM_RETENTION_SECONDS)
+)
+TRIMMED = "The operation attempted to read past the oldest stream record in a shard."
+SHARD_NOT_FOUND = "Requested resource not found: Shard does not exist"
+ITERATOR_TYPES = ("TRIM_HORIZON", "LATEST", "AT_SEQUENCE_NUMBER", "AFTER_SEQUENCE_NUMBER")
+STREAM_ARN_CHARS = (37, 1024)
+SHARD_ID_CHARS = (28, 65)
+SEQUENCE_NUMBER_CHARS = (streams.SEQUENCE_NUMBER_DIGITS, streams.SEQUENCE_NUMBER_DIGITS_MAX)
+# Expired records a TRIM_HORIZON skips per call, in pages of GET_RECORDS_LIMIT_MAX: a reader
+# further behind than this is told TrimmedDataAccessException and the next call skips more.
+_EXPIRY_PAGES_MAX = 10
+
+
+def _stream_not_found(arn: str) -> ResourceNotFound:
+    return ResourceNotFound(f"Requested resource not found: Stream: {arn} not found")
+
+
+def _trimmed() -> ChangeLogTrimmed:
+    # The client's error carries no first_retained_seq: that is between dynalab's processes.
+    return ChangeLogTrimmed(TRIMMED)
+
+
+async def _stream_of(ctx: RouterContext, arn: str) -> tuple[TableDef, StreamDef]:
+    """The table and stream an ARN names (`<table ARN>/stream/<label>`), the table's latest."""
+    table_part, _, label = arn.rpartition("/stream/")
+    name = table_part.rpartition(":table/")[2]
+    await ctx.refresh()
+    table = ctx.records.get(name)
+    if table is None or table.stream is None or table.stream.label != label:
+        raise _stream_not_found(arn)
+    if arn != stream_arn(name, label):
+        raise _stream_not_found(arn)
+    return table, table.stream
+
+
+def _shard_partition(table: TableDef, stream: StreamDef, shard_id: str) -> PartitionDef:
+    for partition in streams.lineage(table):
+        if streams.shard_id(stream, partition.id) == shard_id:
+            return partition
+    raise ResourceNotFound(SHARD_NOT_FOUND)
+
+
+async def _register(
+    ctx: RouterContext, table: TableDef, stream: StreamDef, partition: PartitionDef
+) -> dict[str, Any]:
+    """The stream's consumer on `partition` ({seq, first_seq, last_seq}), registered if it was
+    not (a split's child, whose log the stream owes from its first record)."""
+    body = ops.RegisterConsumerPayload(stream.consumer, 0).to_json()
+    try:
+        return await ctx.feed_call(
+            partition.node, ops.REGISTER_CONSUMER, table.id, partition.id, body
+        )
+    except StaleEpoch:
+        # A retired partition whose log is gone: its records are all past the retention.
+        raise ResourceNotFound(SHARD_NOT_FOUND) from None
+
+
+async def _position(
+    ctx: RouterContext, table: TableDef, stream: StreamDef, partition: PartitionDef, now: float
+) -> dict[str, Any]:
+    """The stream's consumer on `partition` once moved past the records older than the
+    retention: {seq (what the stream no longer owes), first_seq, last_seq}."""
+    position = await _register(ctx, table, stream, partition)
+    client = ctx.feed_client(partition.node)
+    for _ in range(_EXPIRY_PAGES_MAX):
+        if position["seq"] >= position["last_seq"]:
+            break
+        try:
+            page = await client.read(
+                table.id,
+                partition.id,
+                position["seq"],
+                max_records=limits.GET_RECORDS_LIMIT_MAX,
+                timeout=limits.CONTROL_CALL_SECONDS_MAX,
+            )
+        except ChangeLogTrimmed:
+            break
+        changes = [{"seq": c.seq, "kind": c.kind, "at": c.at} for c in page.records]
+        passed = streams.expired_through(changes, now, RETENTION_SECONDS)
+        if passed is None:
+            break
+        if page.end_of_log and len(page.records) > 1 and passed == page.records[-2].seq:
+            # Every record of a retired log has expired: pass its END too, so the node drops it.
+            passed = page.records[-1].seq
+        position = await ctx.feed_call(
+            partition.node,
+            ops.CHECKPOINT,
+            table.id,
+            partition.id,
+            ops.CheckpointPayload(stream.consumer, passed).to_json(),
+        )
+    return position
+
+
+# ListStreams ------------------------------------------------------------------------------------
+
+
+async def list_streams(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
+    reader = RequestReader(body)
+    table_name = reader.string(
+        "TableName",
+        pattern=NAME_PATTERN,
+        min_length=limits.TABLE_NAME_CHARS_MIN,
+        max_length=limits.TABLE_NAME_CHARS_MAX,
+    )
+    limit = reader.integer("Limit", minimum=1)
+    start = reader.string("ExclusiveStartStreamArn", min_length=STREAM_ARN_CHARS[0])
+    reader.check()
+    limit = min(limit or limits.LIST_STREAMS_LIMIT_MAX, limits.LIST_STREAMS_LIMIT_MAX)
+    await ctx.refresh()
+    if table_name is not None and table_name not in ctx.records:
+        raise ResourceNotFound(f"Requested resource not found: Table: {table_name} not found")
+    listed = []
+    for name in sorted(ctx.records):
+        stream = ctx.records[name].stream
+        if stream is None or (table_name is not None and name != table_name):
+            continue
+        arn = stream_arn(name, stream.label)
+        listed.append({"StreamArn": arn, "TableName": name, "StreamLabel": stream.label})
+    arns = [entry["StreamArn"] for entry in listed]
+    if start is not None:
+        listed = listed[bisect_right(arns, start) :]
+    reply: dict[str, Any] = {"Streams": listed[:limit]}
+    if len(listed) > limit:
+        reply["LastEvaluatedStreamArn"] = listed[limit - 1]["StreamArn"]
+    return reply
+
+
+# DescribeStream ---------------------------------------------------------------------------------
+
+
+async def describe_stream(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
+    reader = RequestReader(body)
+    arn = reader.string(
+        "StreamArn", required=True, min_length=STREAM_ARN_CHARS[0], max_length=STREAM_ARN_CHARS[1]
+    )
+    limit = reader.integer("Limit", minimum=1)
+    start = reader.string(
+        "ExclusiveStartShardId", min_length=SHARD_ID_CHARS[0], max_length=SHARD_ID_CHARS[1]
+    )
+    reader.check()
+    assert arn is not None
+    limit = min(limit or limits.DESCRIBE_STREAM_LIMIT_MAX, limits.DESCRIBE_STREAM_LIMIT_MAX)
+    table, stream = await _stream_of(ctx, arn)
+    now = ctx.sources.clock()
+    partitions = streams.lineage(table) if stream.enabled else []
+    if start is not None:
+        ids = [streams.shard_id(stream, partition.id) for partition in partitions]
+        if start in ids:
+            partitions = partitions[ids.index(start) + 1 :]
+    shards = []
+    for partition in partitions:
+        if len(shards) == limit:
+            break
+        try:
+            position = await _position(ctx, table, stream, partition, now)
+        except ResourceNotFound:
+            continue  # A retired shard whose records have all gone.
+        shard: dict[str, Any] = {
+            "ShardId": streams.shard_id(stream, partition.id),
+            "SequenceNumberRange": {
+                "StartingSequenceNumber": streams.sequence_number(position["seq"] + 1)
+            },
+        }
+        if partition.state == PartitionState.RETIRED:
+            # The last record before END.
+            ending = streams.sequence_number(max(position["last_seq"] - 1, position["seq"]))
+            shard["SequenceNumberRange"]["EndingSequenceNumber"] = ending
+        if partition.parent is not None:
+            shard["ParentShardId"] = streams.shard_id(stream, partition.parent)
+        shards.append(shard)
+    description: dict[str, Any] = {
+        "StreamArn": arn,
+        "StreamLabel": stream.label,
+        "StreamStatus": "ENABLED" if stream.enabled else "DISABLED",
+        "StreamViewType": stream.view_type.value,
+        "CreationRequestDateTime": stream.created,
+        "TableName": table.name,
+        "KeySchema": [
+            {"AttributeName": attribute.name, "KeyType": kind}
+            for attribute, kind in zip(table.key_shape.attributes, ("HASH", "RANGE"), strict=False)
+        ],
+        "Shards": shards,
+    }
+    if (
+        shards
+        and partitions
+        and shards[-1]["ShardId"] != streams.shard_id(stream, partitions[-1].id)
+    ):
+        description["LastEvaluatedShardId"] = shards[-1]["ShardId"]
+    return {"StreamDescription": description}
+
+
+# GetShardIterator -------------------------------------------------------------------------------
+
+
+async def get_shard_iterator(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
+    reader = RequestReader(body)
+    arn = reader.string(
+        "StreamArn", required=True, min_length=STREAM_ARN_CHARS[0], max_length=STREAM_ARN_CHARS[1]
+    )
+    shard_id = reader.string(
+        "ShardId", required=True, min_length=SHARD_ID_CHARS[0], max_length=SHARD_ID_CHARS[1]
+    )
+    iterator_type = reader.string("ShardIteratorType", required=True, enum=ITERATOR_TYPES)
+    number = reader.string(
+        "SequenceNumber", min_length=SEQUENCE_NUMBER_CHARS[0], max_length=SEQUENCE_NUMBER_CHARS[1]
+    )
+    reader.check()
+    assert arn is not None and shard_id is not None and iterator_type is not None
+    by_number = iterator_type in ("AT_SEQUENCE_NUMBER", "AFTER_SEQUENCE_NUMBER")
+    if by_number and number is None:
+        raise ValidationError(f"SequenceNumber is required for ShardIteratorType {iterator_type}")
+    seq = None if number is None or not by_number else streams.parse_sequence_number(number)
+    table, stream = await _stream_of(ctx, arn)
+    if not stream.enabled:
+        raise ResourceNotFound(SHARD_NOT_FOUND)
+    partition = _shard_partition(table, stream, shard_id)
+    now = ctx.sources.clock()
+    position = await _position(ctx, table, stream, partition, now)
+    if iterator_type == "TRIM_HORIZON":
+        after = position["seq"]
+    elif iterator_type == "LATEST":
+        after = position["last_seq"]
+    else:
+        assert seq is not None and number is not None
+        after = seq - 1 if iterator_type == "AT_SEQUENCE_NUMBER" else seq
+        if after < position["seq"]:
+            raise _trimmed()
+        if after > position["last_seq"]:
+            raise ValidationError(f"Invalid SequenceNumber: {number}")
+    iterator = ShardIterator(table.id, stream.label, partition.id, after, now)
+    return {"ShardIterator": iterator.encode()}
+
+
+# GetRecords -------------------------------------------------------------------------------------
+
+
+def _table_by_id(ctx: RouterContext, table_id: str) -> TableDef | None:
+    for table in ctx.records.values():
+        if table.id == table_id:
+            return table
+    return None
+
+
+async def get_records(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
+    reader = RequestReader(body)
+    text = reader.string(
+        "ShardIterator", required=True, min_length=1, max_length=limits.SHARD_ITERATOR_CHARS_MAX
+    )
+    limit = reader.integer("Limit", minimum=1)
+    reader.check()
+    assert text is not None
+    limit = min(limit or limits.GET_RECORDS_LIMIT_MAX, limits.GET_RECORDS_LIMIT_MAX)
+    now = ctx.sources.clock()
+    iterator = ShardIterator.decode(text, now)
+    await ctx.refresh()
+    table = _table_by_id(ctx, iterator.table_id)
+    stream = None if table is None else table.stream
+    if table is None or stream is None or stream.label != iterator.label or not stream.enabled:
+        raise ResourceNotFound(SHARD_NOT_FOUND)
+    partition = next(
+        (p for p in streams.lineage(table) if p.id == iterator.partition_id),
+        None,
+    )
+    if partition is None:
+        raise ResourceNotFound(SHARD_NOT_FOUND)
+    try:
+        page = await ctx.feed_client(partition.node).read(
+            table.id,
+            partition.id,
+            iterator.after_seq,
+            max_records=limit,
+            timeout=limits.NODE_CALL_SECONDS_MAX,
+        )
+    except ChangeLogTrimmed:
+        raise _trimmed() from None
+    except StaleEpoch:
+        raise ResourceNotFound(SHARD_NOT_FOUND) from None
+    region = request_region()
+    records: list[dict[str, Any]] = []
+    size = 0
+    last = iterator.after_seq
+    closed = page.end_of_log and not page.records
+    for change in page.records:
+        if change.kind == "END":
+            closed = True
+            break
+        if now - change.at > RETENTION_SECONDS:
+            raise _trimmed()
+        record = streams.stream_record(
+            stream,
+            partition.id,
+            {
+                "seq": change.seq,
+                "kind": change.kind,
+                "keys": change.keys,
+                "old": change.old,
+                "new": change.new,
+                "by_service": change.by_service,
+                "at": change.at,
+            },
+            region,
+        )
+        size += len(orjson.dumps(record))
+        if records and size > limits.GET_RECORDS_BYTES_MAX:
+            break
+        records.append(record)
+        last = change.seq
+    reply: dict[str, Any] = {"Records": records}
+    if not closed:
+        reply["NextShardIterator"] = iterator.after(last, now).encode()
+    return reply
+
+
+OPERATIONS = {
+    "ListStreams": list_streams,
+    "DescribeStream": describe_stream,
+    "GetShardIterator": get_shard_iterator,
+    "GetRecords": get_records,
+}

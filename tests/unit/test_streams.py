@@ -1,0 +1,144 @@
+"""core.streams (shards, sequence numbers, iterators, records) and dynalab.checkers.check_stream."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from core import catalog, streams
+from core.catalog import StreamDef, StreamViewType, TableDef, Throughput
+from core.errors import ExpiredIterator, ValidationError
+from core.keys import KeyShape
+from core.streams import ShardIterator
+from core.token_bucket import BillingMode
+from dynalab.checkers import check_stream
+
+NOW = 1_700_000_000.0
+STREAM = StreamDef("2023-11-14T22:13:20.000", StreamViewType.NEW_AND_OLD_IMAGES, NOW)
+
+
+def table() -> TableDef:
+    created = catalog.created(
+        name="T",
+        table_id="ab" * 16,
+        key_shape=KeyShape.table(("pk", "S"), None),
+        attribute_definitions=[("pk", "S")],
+        billing_mode=BillingMode.PROVISIONED,
+        throughput=Throughput(1, 1),
+        now=NOW,
+        owner=lambda _: "node-1",
+    )
+    return catalog.activated(created)
+
+
+def test_shard_ids_have_dynamodb_form_and_differ_per_stream() -> None:
+    shard = streams.shard_id(STREAM, "p-0")
+    assert shard.startswith("shardId-") and 28 <= len(shard) <= 65
+    assert shard == streams.shard_id(STREAM, "p-0")
+    assert shard != streams.shard_id(STREAM, "p-1")
+    assert shard != streams.shard_id(replace(STREAM, label="2023-11-14T22:13:20.001"), "p-0")
+
+
+def test_lineage_puts_parents_first() -> None:
+    start = table()
+    (only,) = start.partitions
+    split, low, _ = catalog.split(start, only.id, bytes.fromhex("80"), "low", "high")
+    split, _, _ = catalog.split(split, low.id, bytes.fromhex("40"), "lower", "upper")
+    order = [partition.id for partition in streams.lineage(split)]
+    assert order.index(only.id) < order.index("low") < order.index("lower")
+    assert order.index(only.id) < order.index("high")
+    assert set(order) == {only.id, "low", "high", "lower", "upper"}
+
+
+def test_sequence_numbers_order_as_numbers_and_round_trip() -> None:
+    numbers = [streams.sequence_number(seq) for seq in (1, 9, 10, 12345)]
+    assert numbers == sorted(numbers) and all(len(n) == 21 for n in numbers)
+    assert streams.parse_sequence_number(numbers[-1]) == 12345
+    with pytest.raises(ValidationError):
+        streams.parse_sequence_number("12x" + "0" * 20)
+
+
+def test_iterators_round_trip_and_expire_after_15_minutes() -> None:
+    iterator = ShardIterator("t", STREAM.label, "p-0", 7, NOW)
+    assert ShardIterator.decode(iterator.encode(), NOW + 900) == iterator
+    with pytest.raises(ExpiredIterator) as raised:
+        ShardIterator.decode(iterator.encode(), NOW + 901)
+    assert raised.value.message == (
+        "Iterator expired. The iterator was created at time Tue Nov 14 22:13:20 UTC 2023 "
+        "while right now it's Tue Nov 14 22:28:21 UTC 2023"
+    )
+    for text in ("", "!!", "eyJ2IjoyfQ==", iterator.encode()[:-4]):
+        with pytest.raises(ValidationError):
+            ShardIterator.decode(text, NOW)
+
+
+def change(kind: str, old: Any, new: Any, by_service: bool = False) -> dict[str, Any]:
+    return {
+        "seq": 3,
+        "kind": kind,
+        "keys": {"pk": {"S": "a"}},
+        "old": old,
+        "new": new,
+        "by_service": by_service,
+        "at": NOW + 0.5,
+    }
+
+
+@pytest.mark.parametrize(
+    ("view_type", "images"),
+    [
+        (StreamViewType.KEYS_ONLY, set()),
+        (StreamViewType.NEW_IMAGE, {"NewImage"}),
+        (StreamViewType.OLD_IMAGE, {"OldImage"}),
+        (StreamViewType.NEW_AND_OLD_IMAGES, {"NewImage", "OldImage"}),
+    ],
+)
+def test_records_carry_the_images_of_their_view_type(
+    view_type: StreamViewType, images: set[str]
+) -> None:
+    stream = replace(STREAM, view_type=view_type)
+    old = {"pk": {"S": "a"}, "v": {"N": "1"}}
+    new = {"pk": {"S": "a"}, "v": {"N": "2"}}
+    record = streams.stream_record(stream, "p-0", change("MODIFY", old, new), "eu-west-1")
+    body = record["dynamodb"]
+    assert set(body) - {"ApproximateCreationDateTime", "Keys", "SequenceNumber", "SizeBytes"} == {
+        "StreamViewType",
+        *images,
+    }
+    assert body["SequenceNumber"] == "000000000000000000003"
+    assert body["ApproximateCreationDateTime"] == int(NOW)
+    assert record["awsRegion"] == "eu-west-1" and record["eventName"] == "MODIFY"
+    assert "userIdentity" not in record
+
+
+def test_a_service_removal_names_dynamodb_as_its_user() -> None:
+    removal = change("REMOVE", {"pk": {"S": "a"}}, None, by_service=True)
+    record = streams.stream_record(STREAM, "p-0", removal, "r")
+    assert record["userIdentity"] == {"PrincipalId": "dynamodb.amazonaws.com", "Type": "Service"}
+    assert "NewImage" not in record["dynamodb"]
+
+
+def test_expired_through_stops_at_the_first_record_still_owed() -> None:
+    changes = [{"seq": s, "kind": "INSERT", "at": at} for s, at in ((1, 0.0), (2, 5.0), (3, 9.0))]
+    assert streams.expired_through(changes, now=10.0, retention=4.0) == 2
+    assert streams.expired_through(changes, now=10.0, retention=20.0) is None
+
+
+def test_check_stream_finds_lost_doubled_reordered_and_invented_changes() -> None:
+    acknowledged = {"a": [1, 2, 3], "b": [1]}
+    assert check_stream(acknowledged, {"a": [1, 2, 3], "b": [1]}) == []
+    assert check_stream(acknowledged, {"a": [1, 3], "b": [1]}) == [
+        "a: acknowledged changes [2] never appeared"
+    ]
+    assert check_stream(acknowledged, {"a": [1, 2, 2, 3], "b": [1]}) == [
+        "a: change 2 appeared 2 times"
+    ]
+    assert check_stream(acknowledged, {"a": [2, 1, 3], "b": [1]}) == [
+        "a: changes appeared as [2, 1, 3], made as [1, 2, 3]"
+    ]
+    assert check_stream(acknowledged, {"a": [1, 2, 3], "b": [1, 7]}) == [
+        "b: change 7 was never made"
+    ]
+    assert check_stream(acknowledged, {"a": [1, 2, 3], "b": [1, 7]}, {"b": {7}}) == []
