@@ -359,7 +359,13 @@ def test_conditional_update_and_delete(h: Harness) -> None:
 # Change log ------------------------------------------------------------------------------------
 
 
-def test_every_change_is_logged_with_its_images(h: Harness) -> None:
+COMMITTED_AT = 1_700_000_000.25
+
+
+def test_every_change_is_logged_with_its_images(tmp_path: Path) -> None:
+    # Each record carries its commit time from the node's clock (DynamoDB Streams' time).
+    h = Harness(tmp_path / "node", clock=lambda: COMMITTED_AT)
+    h.create()
     h.put(song("a", 1, v=n(1)))
     h.put(song("a", 1, v=n(1)))  # Unchanged: like DynamoDB Streams, no record.
     h.write(ops.UPDATE, h.data(key=song("a", 1), update="SET v = :v", values={":v": n(2)}))
@@ -373,6 +379,7 @@ def test_every_change_is_logged_with_its_images(h: Harness) -> None:
             "old": None,
             "new": song("a", 1, v=n(1)),
             "by_service": False,
+            "at": COMMITTED_AT,
         },
         {
             "seq": 2,
@@ -381,6 +388,7 @@ def test_every_change_is_logged_with_its_images(h: Harness) -> None:
             "old": song("a", 1, v=n(1)),
             "new": song("a", 1, v=n(2)),
             "by_service": False,
+            "at": COMMITTED_AT,
         },
         {
             "seq": 3,
@@ -389,6 +397,7 @@ def test_every_change_is_logged_with_its_images(h: Harness) -> None:
             "old": song("a", 1, v=n(2)),
             "new": None,
             "by_service": False,
+            "at": COMMITTED_AT,
         },
     ]
     assert [record["seq"] for record in h.changes(after_seq=2)] == [3]
