@@ -3,6 +3,7 @@ UpdateTable, and what DescribeTable says of a table's stream."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import threading
 import time
@@ -13,8 +14,11 @@ import boto3
 import orjson
 import pytest
 
+from core import catalog, keycodec
 from dynalab.checkers import check_stream
 from dynalab.cluster import LocalCluster
+from router.context import RouterContext
+from rpc import ops
 from tests.integration.conftest import DUMMY_CREDENTIALS, REGION, error_of, wait_active
 
 INVALID = "One or more parameter values were invalid: "
@@ -485,3 +489,105 @@ def test_a_reader_sees_every_acknowledged_change_once_in_order(
                 missing = False
         acknowledged[key] = named
     assert check_stream(acknowledged, seen) == []
+
+
+def split_partition(cluster: LocalCluster, name: str, at: bytes) -> None:
+    """Split the partition of table `name` holding storage key `at`, as a node-side split will
+    (and as tests/sim/cluster.py does): both children on the parent's node at epoch + 1, the
+    catalog switched to them by compare-and-set, the parent retired with an END naming them."""
+
+    async def run() -> None:
+        ctx = RouterContext({node.node_id: node.address for node in cluster.nodes}, "test")
+        try:
+            table = await ctx.read_table(name)
+            assert table is not None
+            parent = next(p for p in table.partitions if p.holds(at))
+            epoch = parent.epoch + 1
+            low_id, high_id = f"{parent.id}.{epoch}a", f"{parent.id}.{epoch}b"
+            after, low, high = catalog.split(table, parent.id, at, low_id, high_id)
+            schema = {"id": table.id, "name": name, "key_schema": table.key_shape.to_key_schema()}
+            for child in (low, high):
+                await ctx.control(
+                    parent.node,
+                    ops.CREATE_PARTITION,
+                    ops.CreatePartitionPayload(
+                        schema, child.to_json(), catalog.throughput_document(after)
+                    ).to_json(),
+                )
+
+            def commit(current: catalog.TableDef | None) -> catalog.TableDef | None:
+                assert current is not None and current.id == table.id
+                return catalog.split(current, parent.id, at, low_id, high_id)[0]
+
+            await ctx.change_table(name, commit)
+            await ctx.control(
+                parent.node,
+                ops.RETIRE_PARTITION,
+                ops.RetirePartitionPayload(
+                    table.id, parent.id, parent.epoch, [low_id, high_id]
+                ).to_json(),
+            )
+        finally:
+            await ctx.close()
+
+    asyncio.run(run())
+
+
+def test_shard_lineage_across_a_split_is_read_parent_first(
+    cluster: LocalCluster, dynamodb: Any, streams: Any, table_name: Callable[[], str]
+) -> None:
+    name = table_name()
+    create_streamed(dynamodb, name, "NEW_IMAGE")
+    keys = [f"k{number}" for number in range(24)]
+    for key in keys:
+        dynamodb.put_item(TableName=name, Item={"pk": {"S": key}, "v": {"N": "1"}})
+    # Split the partition holding the most of these keys, between two of them.
+    table = asyncio.run(_read_table(cluster, name))
+    placed: dict[str, list[bytes]] = {}
+    for key in keys:
+        storage = keycodec.encode_storage_key({"S": key}, None)
+        holder = next(p for p in table.partitions if p.holds(storage))
+        placed.setdefault(holder.id, []).append(storage)
+    crowded = sorted(max(placed.values(), key=len))
+    assert len(crowded) >= 2
+    split_partition(cluster, name, crowded[len(crowded) // 2])
+    for key in keys:
+        dynamodb.put_item(TableName=name, Item={"pk": {"S": key}, "v": {"N": "2"}})
+
+    arn = stream_arn_of(dynamodb, name)
+    shards = streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"]
+    by_id = {shard["ShardId"]: shard for shard in shards}
+    children = [shard for shard in shards if "ParentShardId" in shard]
+    assert len(children) == 2
+    (parent_id,) = {shard["ParentShardId"] for shard in children}
+    parent = by_id[parent_id]
+    assert "EndingSequenceNumber" in parent["SequenceNumberRange"]
+    assert [s["ShardId"] for s in shards].index(parent_id) < min(
+        [s["ShardId"] for s in shards].index(child["ShardId"]) for child in children
+    )
+    # The closed parent is drained: its last page has no NextShardIterator.
+    iterator = streams.get_shard_iterator(
+        StreamArn=arn, ShardId=parent_id, ShardIteratorType="TRIM_HORIZON"
+    )["ShardIterator"]
+    for _ in range(PAGES_MAX):
+        page = streams.get_records(ShardIterator=iterator)
+        if "NextShardIterator" not in page:
+            break
+        iterator = page["NextShardIterator"]
+    else:
+        raise AssertionError("the split parent's shard never closed")
+    seen: dict[str, list[Any]] = {}
+    for record in read_stream(streams, arn):
+        body = record["dynamodb"]
+        seen.setdefault(body["Keys"]["pk"]["S"], []).append(int(body["NewImage"]["v"]["N"]))
+    assert check_stream({key: [1, 2] for key in keys}, seen) == []
+
+
+async def _read_table(cluster: LocalCluster, name: str) -> catalog.TableDef:
+    ctx = RouterContext({node.node_id: node.address for node in cluster.nodes}, "test")
+    try:
+        table = await ctx.read_table(name)
+        assert table is not None
+        return table
+    finally:
+        await ctx.close()
