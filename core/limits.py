@@ -262,6 +262,12 @@ ROUTER_IDLE_SECONDS_MAX = 60.0
 ROUTER_CONNECTIONS_MAX = 10_000
 ROUTER_RESERVED_DESCRIPTORS_MIN = 128
 
+# Expected failures (a node down) are logged once per key per this interval (`rpc.ratelog`): a
+# router with a node down for 90 s writes a few dozen lines, not a traceback per request. Keys are
+# node addresses; the bound only guards against a caller that keys by something unbounded.
+LOG_REPEAT_SECONDS_MIN = 10.0
+LOG_REPEAT_KEYS_MAX = 1024
+
 # Tags (API Reference, "Tag"; Developer Guide, "Tagging restrictions"): up to 50 user tags per
 # table, keys of 1 to 128 characters and values of up to 256, unique per table and case-sensitive.
 TAGS_PER_TABLE_MAX = 50

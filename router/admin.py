@@ -1,8 +1,11 @@
-"""The router's operator endpoints: per-partition throughput as JSON, and Prometheus metrics.
+"""The router's operator endpoints: per-partition throughput as JSON, Prometheus metrics, health.
 
     GET /admin/partitions                  every metered partition of every table, from every node
     GET /admin/tables/{name}/partitions    one table: its settings and each partition's buckets
-    GET /metrics                           the same counters in Prometheus' text format
+    GET /metrics                           the same counters in Prometheus' text format, and the
+                                           router's own request metrics (`router.metrics`)
+    GET /health                            which storage nodes this router can reach: 200 when it
+                                           reaches all of them, 503 naming those it cannot
 
 Nothing here is on the data path: each request asks every storage node for its partitions' bucket
 counters (the partition_throughput control op, bounded by TABLE_STATS_SECONDS_MAX) and answers with
@@ -145,8 +148,24 @@ class _Snapshot:
 async def _metrics(ctx: RouterContext, request: web.Request) -> web.Response:
     registry = CollectorRegistry()
     registry.register(_Snapshot(await gather(ctx), sorted(ctx.clients)))  # type: ignore[arg-type]
-    return web.Response(
-        body=generate_latest(registry), headers={"Content-Type": PROMETHEUS_CONTENT_TYPE}
+    body = generate_latest(registry) + ctx.metrics.exposition()
+    return web.Response(body=body, headers={"Content-Type": PROMETHEUS_CONTENT_TYPE})
+
+
+async def _health(ctx: RouterContext, request: web.Request) -> web.Response:
+    """Every node this router knows, `up` or `unreachable` (with why), asked now.
+
+    DynamoDB's own health check, `GET /`, answers for the router alone and stays as DynamoDB has
+    it; this one is for people and monitors that want to know whether the cluster behind it is
+    whole.
+    """
+    gathered = await gather(ctx)
+    unreachable = gathered["unreachable"]
+    nodes = {node: "unreachable" if node in unreachable else "up" for node in sorted(ctx.clients)}
+    status = "degraded" if unreachable else "ok"
+    return _json(
+        {"status": status, "nodes": nodes, "unreachable": unreachable},
+        503 if unreachable else 200,
     )
 
 
@@ -164,4 +183,9 @@ def add_routes(app: web.Application, ctx: RouterContext) -> None:
 
     app.router.add_get("/admin/partitions", all_partitions)
     app.router.add_get("/admin/tables/{name}/partitions", table_partitions)
+
+    async def health(request: web.Request) -> web.Response:
+        return await _health(ctx, request)
+
     app.router.add_get("/metrics", metrics)
+    app.router.add_get("/health", health)

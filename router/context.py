@@ -39,10 +39,12 @@ from core.errors import (
     ResourceNotFound,
     ServiceUnavailable,
     StaleEpoch,
+    ThroughputExceeded,
 )
 from core.keycodec import encode_storage_key
 from core.placement import HashRing, PartitionMap
 from core.values import AttributeValue
+from router.metrics import RouterMetrics
 from router.sources import Sources
 from rpc import ops
 from rpc.changefeed import ChangeFeedClient
@@ -136,6 +138,7 @@ class RouterContext:
         self._refresh: asyncio.Future[None] | None = None
         self._refresher: asyncio.Task[None] | None = None
         self._catalog_readable = True
+        self.metrics = RouterMetrics()
 
     @property
     def catalog_node(self) -> str | None:
@@ -613,7 +616,11 @@ class RouterContext:
         """Send `body` to one partition of a user table, as its map says it is now."""
         target = ops.Target(table["id"], partition["id"], partition["epoch"], consistent)
         client = self._client(partition["node"])
-        return await client.call(op, target, body, limits.NODE_CALL_SECONDS_MAX)
+        try:
+            return await client.call(op, target, body, limits.NODE_CALL_SECONDS_MAX)
+        except ThroughputExceeded:
+            self.metrics.throttled(table["name"], partition["id"])
+            raise
 
     async def _after_stale(self, table: Table, backoff: float) -> tuple[Table, float]:
         """The table's descriptor after a stale-epoch refusal, and the next backoff.

@@ -31,8 +31,10 @@ operation, orjson in both directions, and no per-request objects beyond the repl
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
+import time
 import zlib
 from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
@@ -50,6 +52,7 @@ from core.errors import (
     UnknownOperation,
 )
 from router import shapes
+from router.metrics import UNKNOWN_OPERATION
 
 if TYPE_CHECKING:
     from router.context import RouterContext
@@ -185,6 +188,17 @@ def check_authorization(header: str, has_date: bool) -> None:
         raise IncompleteSignature(f"{missing}Authorization={header}")
 
 
+@dataclasses.dataclass(slots=True)
+class _Served:
+    """A reply and what the request metrics count of it."""
+
+    response: web.Response
+    body: bytes
+    bytes_in: int
+    operation: str = UNKNOWN_OPERATION
+    error_type: str | None = None
+
+
 class JsonProtocol:
     """Serves DynamoDB JSON 1.0 requests by dispatching them to operation handlers."""
 
@@ -205,16 +219,30 @@ class JsonProtocol:
         self._operations = {prefix + name: name for prefix, ops in served for name in ops}
 
     async def handle(self, request: web.Request) -> web.Response:
+        started = time.perf_counter()
+        served = await self._serve(request)
+        self.ctx.metrics.observe(
+            served.operation,
+            served.response.status,
+            served.error_type,
+            time.perf_counter() - started,
+            served.bytes_in,
+            len(served.body),
+        )
+        return served.response
+
+    async def _serve(self, request: web.Request) -> _Served:
         request_id = self.new_request_id()
         headers = request.headers
         # The body was admitted and read within the router's limits (router/limits.py).
         raw = await request.read() if request.method == "POST" else b""
         accepted = _content_type(headers.get("Content-Type", ""))
         if request.method != "POST" or (raw and accepted is None):
-            return _reply(404, NOT_FOUND_BODY, request_id, None)
+            return _Served(_reply(404, NOT_FOUND_BODY, request_id, None), NOT_FOUND_BODY, len(raw))
         # DynamoDB answers in the JSON dialect it was asked in.
         content_type = CONTENT_TYPE_JSON if accepted is None else accepted
         target = headers.get("X-Amz-Target", "")
+        operation = self._operations.get(target, UNKNOWN_OPERATION)
         try:
             body = _parse_body(raw) if raw else None
             handler = self._handlers.get(target)
@@ -224,16 +252,20 @@ class JsonProtocol:
             check_authorization(authorization, "X-Amz-Date" in headers or "Date" in headers)
             if body is None:
                 raise SerializationError(None)
-            shapes.deserialize(self._operations[target], body)
+            shapes.deserialize(operation, body)
             request_authorization.set(authorization)
             payload = orjson.dumps(await handler(self.ctx, body))
         except DynamoError as error:
-            return _reply(error.http_status, error_body(error), request_id, content_type)
+            payload = error_body(error)
+            response = _reply(error.http_status, payload, request_id, content_type)
+            return _Served(response, payload, len(raw), operation, error.type_name)
         except Exception:
             log.exception("request %s (%s) failed", request_id, target)
             error = InternalServerError("Internal server error")
-            return _reply(error.http_status, error_body(error), request_id, content_type)
-        return _reply(200, payload, request_id, content_type)
+            payload = error_body(error)
+            response = _reply(error.http_status, payload, request_id, content_type)
+            return _Served(response, payload, len(raw), operation, error.type_name)
+        return _Served(_reply(200, payload, request_id, content_type), payload, len(raw), operation)
 
     def error_response(self, request: web.Request, error: DynamoError) -> web.Response:
         """DynamoDB's reply for `error`, for a request refused before its body was read."""

@@ -38,9 +38,13 @@ import grpc
 from core import limits
 from core.errors import ServiceUnavailable
 from rpc import codec, node_pb2, node_pb2_grpc, ops
+from rpc.ratelog import RateLimitedLog
 from rpc.transport import unanswered
 
 logger = logging.getLogger(__name__)
+# A node that is down or restarting fails every stream opened to it: one line per node now and
+# then says so (`rpc.ratelog`); anything other than a gRPC error is logged with its traceback.
+unreachable_log = RateLimitedLog(logger)
 
 CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", limits.RPC_MESSAGE_BYTES_MAX),
@@ -226,10 +230,14 @@ class _Stream:
         except TimeoutError:
             self.fail(ServiceUnavailable(f"Node {self.client.address} stopped reading its stream"))
         except grpc.aio.AioRpcError as error:
-            # Expected while a node is down or restarting: one line, no traceback.
+            # Expected while a node is down or restarting: one line, no traceback, and at most
+            # one per LOG_REPEAT_SECONDS_MIN for each node (`rpc.ratelog`).
+            address = self.client.address
             reason = _describe(error)
-            logger.warning("stream to node %s broke while sending: %s", self.client.address, reason)
-            self.fail(ServiceUnavailable(f"Stream to node {self.client.address} broke: {reason}"))
+            unreachable_log.warning(
+                address, f"stream to node {address} broke while sending: {reason}"
+            )
+            self.fail(ServiceUnavailable(f"Stream to node {address} broke: {reason}"))
         except Exception as error:
             address = self.client.address
             logger.warning("stream to node %s broke while sending", address, exc_info=True)

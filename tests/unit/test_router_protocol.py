@@ -26,6 +26,7 @@ from core.errors import (
     ValidationError,
 )
 from router.app import create_app
+from router.metrics import RouterMetrics
 from router.protocol import request_region
 from router.sources import Sources
 
@@ -40,6 +41,7 @@ class FakeContext:
 
     def __init__(self) -> None:
         self.sources = Sources.seeded(0, 0.0)
+        self.metrics = RouterMetrics()
         self.started = False
         self.closed = False
 
