@@ -1,6 +1,7 @@
-"""dynalab's command line: `dynalab up` runs a cluster on this machine, `dynalab bench` loads any
-DynamoDB endpoint with a workload and prints what it measured, `dynalab status` prints the state of
-a running cluster (`dynalab.status`), `dynalab scrub` reads storage node data directories in full
+"""dynalab's command line: `dynalab up` runs a cluster on this machine, `dynalab node` stops and
+starts its processes (`dynalab.nodes`), `dynalab bench` loads any DynamoDB endpoint with a
+workload and prints what it measured, `dynalab status` prints the state of a running cluster
+(`dynalab.status`), `dynalab scrub` reads storage node data directories in full
 and reports damaged data, `dynalab lab` runs fault-injection experiments (`dynalab.lab`).
 
 `dynalab up` stays in the foreground until Ctrl-C or SIGTERM and then stops every process it
@@ -10,8 +11,8 @@ started, so an orchestrator (a terminal, systemd, a test) only ever has one proc
 from __future__ import annotations
 
 import argparse
+import os
 import signal
-import time
 import webbrowser
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,10 +22,11 @@ import aiohttp
 from rich.console import Console
 from rich.table import Table
 
-from dynalab import bench, status
+from dynalab import bench, nodes, status
 from dynalab.cluster import ClusterError, LocalCluster
 from dynalab.lab import command as lab_command
 from storagenode.scrub import scrub
+from storagenode.throughput import THROTTLING_ENV, NodeThroughput
 
 WATCH_INTERVAL_S = 0.5  # How often `dynalab up` looks for processes of the cluster that died.
 
@@ -61,18 +63,62 @@ def dashboard_url(cluster: LocalCluster) -> str:
     return f"{cluster.router_url}/dashboard"
 
 
+CREDENTIALS = (
+    "export AWS_ACCESS_KEY_ID=dynalab AWS_SECRET_ACCESS_KEY=dynalab AWS_DEFAULT_REGION=us-east-1"
+)
+
+
 def _example(cluster: LocalCluster) -> str:
-    # Any credentials do, but the AWS CLI refuses to send a request without some and a region.
-    return (
-        "AWS_ACCESS_KEY_ID=x AWS_SECRET_ACCESS_KEY=x aws dynamodb list-tables "
-        f"--region us-east-1 --endpoint-url {cluster.router_url}"
-    )
+    return f"aws dynamodb list-tables --endpoint-url {cluster.router_url}"
+
+
+def _throughput_line(enforced: bool) -> str:
+    if enforced:
+        return (
+            "[yellow]enforced[/yellow]: provisioned tables throttle at their read/write units "
+            "(a 5/5 table takes ~20 s for 100 puts); turn it off with --throttling off"
+        )
+    return "not enforced (--throttling off): tables take any load, none is throttled"
+
+
+def _report_exits(
+    cluster: LocalCluster,
+    controls: nodes.Controls,
+    reported: dict[str, object],
+    console: Console,
+) -> bool:
+    """Say once for each process that went down how to start it again; whether any did."""
+    changed = False
+    for service in cluster.services():
+        if service.is_running() or reported.get(service.name) is service.process:
+            continue
+        reported[service.name] = service.process
+        changed = True
+        again = f"dynalab node start {service.name} --data-dir {cluster.data_dir}"
+        if controls.was_stopped(service.name):
+            console.print(
+                f"{service.name} is down on request; start it with: {again}", soft_wrap=True
+            )
+            continue
+        code = service.process.returncode if service.process else None
+        console.print(
+            f"[red]{service.name} exited (code {code})[/red]; see {service.log_path}; "
+            f"start it again with: {again}",
+            soft_wrap=True,
+            highlight=False,
+        )
+    return changed
 
 
 def run_up(args: argparse.Namespace, console: Console) -> int:
-    """Start a LocalCluster, print where it is, and run until SIGINT or SIGTERM."""
+    """Start a LocalCluster, print where it is, and run until SIGINT or SIGTERM, serving node
+    controls (`dynalab.nodes`) meanwhile."""
     signal.signal(signal.SIGINT, _request_stop)
     signal.signal(signal.SIGTERM, _request_stop)
+    if args.throttling is not None:
+        # The nodes read it from their environment, which they inherit from this process.
+        os.environ[THROTTLING_ENV] = args.throttling
+    enforced = NodeThroughput.from_env().enforced
     try:
         cluster = LocalCluster(
             args.data_dir,
@@ -85,29 +131,40 @@ def run_up(args: argparse.Namespace, console: Console) -> int:
     except ValueError as exc:
         console.print(f"[red]dynalab up:[/red] {exc}")
         return 2
+    server: nodes.ControlServer | None = None
     try:
         with console.status(f"starting {args.nodes} nodes and {args.routers} router(s)"):
             cluster.start()
+        controls = nodes.Controls(cluster)
+        server = nodes.ControlServer(controls).start()
         console.print(
             f"[bold]dynalab is up[/bold]: {args.nodes} storage nodes, {args.routers} router(s)"
         )
         console.print(_summary(cluster))
-        # soft_wrap keeps the command on one line, so it can be copied from any terminal width.
+        console.print(f"throughput: {_throughput_line(enforced)}", soft_wrap=True, highlight=False)
+        # soft_wrap keeps each command on one line, so it can be copied from any terminal width.
+        console.print(
+            "credentials: any will do (signatures are not checked), but SDKs and the AWS CLI "
+            f"want some:\n  {CREDENTIALS}",
+            soft_wrap=True,
+            highlight=False,
+        )
         console.print(f"try: {_example(cluster)}", soft_wrap=True, highlight=False)
+        console.print(
+            "nodes: dynalab node list|stop|start|kill|pause|resume NAME "
+            f"--data-dir {cluster.data_dir}",
+            soft_wrap=True,
+            highlight=False,
+        )
         console.print("Press Ctrl-C to stop.")
         if args.open and not webbrowser.open(dashboard_url(cluster)):
             console.print("no web browser to open the dashboard in; open the URL above")
-        reported: set[str] = set()
+        reported: dict[str, object] = {}
         while True:
             # A process that dies is reported, not replaced: in a lab, a crash is worth seeing.
-            for service in cluster.services():
-                if service.name not in reported and not service.is_running():
-                    reported.add(service.name)
-                    code = service.process.returncode if service.process else None
-                    console.print(
-                        f"[red]{service.name} exited (code {code})[/red]; see {service.log_path}"
-                    )
-            time.sleep(WATCH_INTERVAL_S)
+            if _report_exits(cluster, controls, reported, console):
+                server.record()
+            server.serve_pending(WATCH_INTERVAL_S)
     except StopRequested as stop:
         console.print(f"{stop} received, stopping the cluster")
         return 0
@@ -116,8 +173,41 @@ def run_up(args: argparse.Namespace, console: Console) -> int:
         return 1
     finally:
         # Whatever ended the loop, no process of the cluster may outlive `dynalab up`.
+        if server is not None:
+            server.close()
         cluster.stop()
         console.print("stopped")
+
+
+def run_node(args: argparse.Namespace, console: Console) -> int:
+    """`dynalab node COMMAND [NAME]`: ask the running `dynalab up` to act on a process."""
+    if args.node_command != "list" and args.name is None:
+        console.print(f"[red]dynalab node {args.node_command}:[/red] name a process (e.g. node-1)")
+        return 2
+    try:
+        reply = nodes.request(args.data_dir, args.node_command, args.name)
+    except nodes.ControlError as exc:
+        console.print(f"[red]dynalab node:[/red] {exc}", highlight=False)
+        return 1
+    if args.node_command == "list":
+        table = Table("name", "state", "pid", "address", "exit code")
+        for service in reply["services"]:
+            state = service["state"]
+            style = {"running": "green", "paused": "yellow"}.get(state, "red")
+            table.add_row(
+                service["name"],
+                f"[{style}]{state}[/{style}]",
+                str(service["pid"] or ""),
+                service["address"],
+                "" if service["exit_code"] is None else str(service["exit_code"]),
+            )
+        console.print(table)
+    if not reply["ok"]:
+        console.print(f"[red]dynalab node {args.node_command}:[/red] {reply['message']}")
+        return 1
+    if reply["message"]:
+        console.print(reply["message"], highlight=False)
+    return 0
 
 
 def run_bench(args: argparse.Namespace, console: Console) -> int:
@@ -188,6 +278,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--data-dir", default="./dynalab-data", help="where nodes keep data and logs go"
     )
     up.add_argument(
+        "--throttling",
+        choices=("on", "off"),
+        default=None,
+        help="enforce tables' provisioned and on-demand throughput "
+        "(default: DYNALAB_THROTTLING, else on)",
+    )
+    up.add_argument(
         "--ttl-sweep-seconds",
         type=float,
         default=None,
@@ -206,6 +303,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--endpoint",
         default="http://127.0.0.1:8000",
         help="URL of any router of the cluster (default: that of `dynalab up`)",
+    )
+
+    node = commands.add_parser(
+        "node",
+        help="list, stop, start, kill, pause or resume a process of a running dynalab up",
+    )
+    node.add_argument(
+        "node_command", metavar="COMMAND", choices=nodes.COMMANDS, help=", ".join(nodes.COMMANDS)
+    )
+    node.add_argument("name", metavar="NAME", nargs="?", help="a process: node-1, router-1, ...")
+    node.add_argument(
+        "--data-dir", default="./dynalab-data", help="the data directory of that dynalab up"
     )
 
     check = commands.add_parser(
@@ -247,6 +356,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_up(args, console)
     if args.command == "status":
         return status.run(args.endpoint, console)
+    if args.command == "node":
+        return run_node(args, console)
     if args.command == "scrub":
         return run_scrub(args, console)
     if args.command == "lab":

@@ -25,6 +25,7 @@ import fcntl
 import http.client
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -308,6 +309,8 @@ def stop_all(services: Iterable[ServiceProcess], grace: float = STOP_GRACE_S) ->
         assert service.process is not None
         with contextlib.suppress(ProcessLookupError):
             service.process.terminate()
+            # A paused process (SIGSTOP, `dynalab node pause`) acts on SIGTERM only once continued.
+            service.process.send_signal(signal.SIGCONT)
     deadline = time.monotonic() + grace
     for service in running:
         assert service.process is not None

@@ -6,9 +6,11 @@ the kernel means the parent *thread*, so a node restarted from a thread that the
 stopped with it. Each event runs at its `at_s` on the run's clock (time.monotonic() less the
 run's start), or as soon as the previous event is done if that took longer (restarting a node
 waits until it is ready). What actually happened is kept as `executed`: the time each event
-started and finished, and the error if it failed, which is what the report shades. `heal_all`
-leaves the cluster whole whatever happened: every network fault lifted, every slowed or paused
-process continued, every dead one started again.
+started and finished, and the error if it failed, which is what the report shades. Kills,
+restarts, pauses and resumes are carried out by `dynalab.nodes.Controls`, as `dynalab node ...`
+does them for a person at a terminal. `heal_all` leaves the cluster whole whatever happened:
+every network fault lifted, every slowed or paused process continued, every dead one started
+again.
 
 A slow node is a duty cycle: a thread of the nemesis stops the node with SIGSTOP for
 `SLOW_STOPPED_S` of every `SLOW_PERIOD_S` and continues it for the rest, so the node serves at a
@@ -27,6 +29,7 @@ from typing import Any
 from dynalab.cluster import ClusterError, LocalCluster, ServiceProcess
 from dynalab.lab import network
 from dynalab.lab.scenarios import FaultEvent
+from dynalab.nodes import ControlError, Controls
 
 SLOW_PERIOD_S = 0.1
 SLOW_STOPPED_S = 0.07
@@ -38,7 +41,7 @@ class Nemesis:
         self.events = events
         self.start = start
         self.executed: list[dict[str, Any]] = []
-        self._paused: set[str] = set()
+        self.controls = Controls(cluster)
         self._slowed: dict[str, tuple[threading.Event, threading.Thread]] = {}
         self._partitioned: set[int] = set()
         self._dropping: set[int] = set()
@@ -62,27 +65,19 @@ class Nemesis:
             record: dict[str, Any] = {**event.to_json(), "at_s": round(began, 3)}
             try:
                 self.execute(event)
-            except (ClusterError, OSError) as exc:
+            except (ClusterError, ControlError, OSError) as exc:
                 record["error"] = str(exc).splitlines()[0]
             record["done_s"] = round(time.monotonic() - self.start, 3)
             self.executed.append(record)
         self.heal_all()
 
     def execute(self, event: FaultEvent) -> None:
+        command = _CONTROLS.get(event.fault)
+        if command is not None:
+            self.controls.run(command, event.target)
+            return
         service = self._service(event.target)
-        if event.fault in ("kill-node", "kill-router", "kill-replicator"):
-            service.kill()
-        elif event.fault in ("restart-node", "restart-router", "restart-replicator"):
-            service.start()
-        elif event.fault == "pause-node":
-            assert service.pid is not None
-            os.kill(service.pid, signal.SIGSTOP)
-            self._paused.add(event.target)
-        elif event.fault == "resume-node":
-            assert service.pid is not None
-            os.kill(service.pid, signal.SIGCONT)
-            self._paused.discard(event.target)
-        elif event.fault == "slow-node":
+        if event.fault == "slow-node":
             assert service.pid is not None
             self._slow(event.target, service.pid)
         elif event.fault == "restore-node":
@@ -142,11 +137,17 @@ class Nemesis:
             self._slow_link = False
         for target in sorted(self._slowed):
             self._restore(target)
-        for target in sorted(self._paused):
-            pid = self._service(target).pid
-            if pid is not None:
-                os.kill(pid, signal.SIGCONT)
-        self._paused.clear()
-        for service in [*self.cluster.nodes, *self.cluster.routers, *self.cluster.replicators]:
-            if not service.is_running():
-                service.start()
+        self.controls.heal()
+
+
+# The faults that are node controls (`dynalab.nodes`), and the command each one is.
+_CONTROLS = {
+    "kill-node": "kill",
+    "kill-router": "kill",
+    "kill-replicator": "kill",
+    "restart-node": "start",
+    "restart-router": "start",
+    "restart-replicator": "start",
+    "pause-node": "pause",
+    "resume-node": "resume",
+}

@@ -70,13 +70,15 @@ def dynalab(*args: str) -> list[str]:
 class UpProcess:
     """`dynalab up` running as a subprocess, its output captured in a file."""
 
-    def __init__(self, data_dir: Path, port: int, output: Path) -> None:
+    def __init__(self, data_dir: Path, port: int, output: Path, *options: str) -> None:
         self.url = f"http://127.0.0.1:{port}"
         self.output = output
         # Each run's output on its own: a restart's start-up is not read from the first run's.
         with output.open("wb") as sink:
             self.process = subprocess.Popen(
-                dynalab("up", "--nodes", "3", "--port", str(port), "--data-dir", str(data_dir)),
+                dynalab(
+                    "up", "--nodes", "3", "--port", str(port), "--data-dir", str(data_dir), *options
+                ),
                 cwd=PROJECT_ROOT,
                 stdin=subprocess.DEVNULL,
                 stdout=sink,
