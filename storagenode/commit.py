@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -20,6 +21,7 @@ from typing import Any
 from core import limits
 from core.errors import DynamoError, InternalServerError, ServiceUnavailable
 from rpc.ops import Target
+from storagenode import metrics
 
 logger = logging.getLogger(__name__)
 
@@ -88,7 +90,7 @@ class GroupCommitter:
             writes = [(op, target, payload) for op, target, payload, _ in batch]
             try:
                 results = await asyncio.wait_for(
-                    loop.run_in_executor(self._thread, self._apply_batch, writes),
+                    loop.run_in_executor(self._thread, self._timed_apply, writes),
                     self._commit_seconds_max,
                 )
             except TimeoutError:
@@ -110,6 +112,7 @@ class GroupCommitter:
             else:
                 self.batches_committed += 1
                 self.writes_committed += size
+                metrics.group_commit_writes.observe(size)
             for (*_, future), result in zip(batch, results, strict=True):
                 if future.done():  # The caller gave up waiting; the write still applied.
                     continue
@@ -118,6 +121,13 @@ class GroupCommitter:
                 else:
                     future.set_result(result)
             self._committing = []
+
+    def _timed_apply(self, writes: Sequence[Write]) -> Sequence[dict[str, Any] | DynamoError]:
+        started = time.perf_counter()
+        try:
+            return self._apply_batch(writes)
+        finally:
+            metrics.group_commit_seconds.observe(time.perf_counter() - started)
 
     async def close(self, timeout: float) -> None:
         """Stop accepting writes, commit the queued ones, and stop the writer thread."""

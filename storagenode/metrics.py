@@ -18,6 +18,16 @@ write):
 The series are defined with the reply they render, in `rpc.partition_metrics`, which the router's
 `GET /metrics` (`router.admin`) uses too, adding a `node` label.
 
+How the node writes (observed by `storagenode.commit` and `storagenode.store` as they work, and
+read at scrape time like the rest):
+
+    dynalab_node_group_commit_writes          histogram: writes per group commit
+    dynalab_node_group_commit_seconds         histogram: a group commit from its start on the
+                                              writer thread to its results (plan, apply, sync)
+    dynalab_node_wal_sync_seconds             histogram: one synced RocksDB write (the WAL append
+                                              and its fsync), which every group commit ends with
+    dynalab_node_store_bytes                  bytes the node's database directory takes on disk
+
 The TTL sweeper's series are labelled with the table's name (`storagenode.sweeper.report`):
 
     dynalab_ttl_deleted_items_total   items the sweeper deleted on this node (committed with the
@@ -28,12 +38,15 @@ The TTL sweeper's series are labelled with the table's name (`storagenode.sweepe
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import weakref
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any, Protocol
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, Histogram, start_http_server
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -55,6 +68,30 @@ class TtlReporter(Protocol):
 
 
 _sweepers: weakref.WeakSet[TtlReporter] = weakref.WeakSet()
+_store_paths: set[Path] = set()
+
+# Batch sizes go up to WRITE_BATCH_OPS_MAX; times from a fast disk's sub-millisecond fsync to a
+# commit near WRITE_COMMIT_SECONDS_MAX.
+_WRITES_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+_SECONDS_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10, 30)
+group_commit_writes = Histogram(
+    "dynalab_node_group_commit_writes",
+    "Writes per group commit",
+    buckets=_WRITES_BUCKETS,
+    registry=None,
+)
+group_commit_seconds = Histogram(
+    "dynalab_node_group_commit_seconds",
+    "Time of one group commit on the writer thread (plan, apply, sync)",
+    buckets=_SECONDS_BUCKETS,
+    registry=None,
+)
+wal_sync_seconds = Histogram(
+    "dynalab_node_wal_sync_seconds",
+    "Time of one synced RocksDB write (the WAL append and its fsync)",
+    buckets=_SECONDS_BUCKETS,
+    registry=None,
+)
 
 
 def watch(throughput: NodeThroughput) -> None:
@@ -65,6 +102,21 @@ def watch(throughput: NodeThroughput) -> None:
 def watch_ttl(sweeper: TtlReporter) -> None:
     """Report a TTL sweeper's tables (`storagenode.sweeper.TtlSweeper`) on the metrics server."""
     _sweepers.add(sweeper)
+
+
+def watch_store(path: Path) -> None:
+    """Report the size on disk of the database directory at `path`."""
+    _store_paths.add(path)
+
+
+def directory_bytes(path: Path) -> int:
+    """Bytes the files under `path` take (their sizes; a file deleted meanwhile counts nothing)."""
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(FileNotFoundError):
+                total += os.stat(os.path.join(root, name)).st_size
+    return total
 
 
 def ttl_families(tables: list[Mapping[str, Any]]) -> list[Metric]:
@@ -101,6 +153,13 @@ class _NodeCollector:
         for sweeper in list(_sweepers):
             tables.extend(sweeper.report())
         yield from ttl_families(tables)
+        for histogram in (group_commit_writes, group_commit_seconds, wal_sync_seconds):
+            yield from histogram.collect()
+        size = GaugeMetricFamily(
+            "dynalab_node_store_bytes", "Bytes the node's database directory takes on disk"
+        )
+        size.add_metric([], float(sum(directory_bytes(path) for path in _store_paths)))
+        yield size
 
 
 def parse_listen(text: str | None) -> tuple[str, int] | None:

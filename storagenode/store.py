@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
@@ -47,6 +48,7 @@ from rocksdict import (
 
 from core import limits
 from core.errors import InternalServerError
+from storagenode import metrics
 from storagenode.layout import FORMAT_KEY, FORMAT_VERSION, Family
 
 _LMDB_DATA_FILE = "data.mdb"  # The file that marks a data directory of format 1.
@@ -235,6 +237,7 @@ class Store:
         }
         self._sync = WriteOptions()
         self._sync.sync = True
+        metrics.watch_store(path)
         if created:
             self._db.put(FORMAT_KEY, str(FORMAT_VERSION).encode(), self._sync)
         else:
@@ -335,7 +338,9 @@ class Store:
             else:
                 assert value is not None  # A range delete's upper bound.
                 write_batch.delete_range(key, value, handles[family])
+        started = time.perf_counter()
         self._db.write(write_batch, self._sync)
+        metrics.wal_sync_seconds.observe(time.perf_counter() - started)
 
     def load_partition_metas(self) -> list[dict[str, object]]:
         return [orjson.loads(value) for value in self.values(Family.PARTITIONS)]
