@@ -48,6 +48,7 @@ TABLE_POLL_INTERVAL_S = 0.2
 PRELOAD_ATTEMPTS_MAX = 5  # Tries per preloaded item when the server throttles.
 PRELOAD_BACKOFF_S = 0.05  # First pause after a throttled preload write; doubles each try.
 PROGRESS_REFRESH_S = 0.5
+PROGRESS_LINE_S = 2.0  # Progress when output is not a terminal: a line every this many seconds.
 # Throttling is the one error worth retrying while preloading: the data must all be there.
 THROTTLING_TYPES = frozenset({"ProvisionedThroughputExceededException", "ThrottlingException"})
 DUMMY_ACCESS_KEY = "dynalab"
@@ -186,6 +187,7 @@ class BenchConfig:
     query_items: int = 10  # Items under each partition key for query; page size for scan.
     create_table: bool = True
     region: str = "us-east-1"
+    keep: bool = False  # Keep a table the bench created; by default it is deleted afterwards.
 
     def __post_init__(self) -> None:
         if self.workload not in WORKLOADS:
@@ -446,12 +448,14 @@ class DynamoDBClient:
 # --- the run --------------------------------------------------------------------------------------
 
 
-async def prepare_table(client: DynamoDBClient, config: BenchConfig) -> None:
+async def prepare_table(client: DynamoDBClient, config: BenchConfig) -> bool:
     """Create the table unless told not to (an existing one is reused) and wait until it is
-    ACTIVE."""
+    ACTIVE; whether this call created it."""
+    created = False
     if config.create_table:
         try:
             await client.request("CreateTable", create_table_request(config))
+            created = True
         except DynamoDBError as exc:
             if exc.type_name != "ResourceInUseException":
                 raise
@@ -459,7 +463,7 @@ async def prepare_table(client: DynamoDBClient, config: BenchConfig) -> None:
     while True:
         reply = await client.request("DescribeTable", {"TableName": config.table_name})
         if reply["Table"]["TableStatus"] == "ACTIVE":
-            return
+            return created
         if time.monotonic() >= deadline:
             raise TimeoutError(
                 f"table {config.table_name} was not ACTIVE after {TABLE_ACTIVE_TIMEOUT_S} s"
@@ -521,6 +525,24 @@ async def worker(
             recorder.empty_reads += 1
 
 
+async def report_lines(
+    console: Console, recorder: Recorder, duration_s: float, started: float
+) -> None:
+    """Where no live display can be drawn (a pipe, a log), print a line of progress now and then
+    until cancelled, so a long run shows it is alive."""
+    last_ops, last_time = 0, started
+    while True:
+        await asyncio.sleep(PROGRESS_LINE_S)
+        now = time.monotonic()
+        rate = (recorder.ops - last_ops) / (now - last_time)
+        last_ops, last_time = recorder.ops, now
+        errors = sum(recorder.errors.values())
+        elapsed = min(duration_s, now - started)
+        console.print(
+            f"{elapsed:5.1f}/{duration_s:g} s  {rate:,.0f} ops/s  {errors} errors", highlight=False
+        )
+
+
 async def report_progress(
     progress: Progress, recorder: Recorder, duration_s: float, started: float
 ) -> None:
@@ -571,7 +593,7 @@ async def run_async(config: BenchConfig, console: Console) -> BenchResult:
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         client = DynamoDBClient(session, config.endpoint, signer)
         with progress if progress is not None else contextlib.nullcontext():
-            await prepare_table(client, config)
+            created = await prepare_table(client, config)
             if config.preloads:
                 count = await preload(client, config, progress)
                 console.print(f"preloaded {count} items into {config.table_name}")
@@ -581,18 +603,20 @@ async def run_async(config: BenchConfig, console: Console) -> BenchResult:
             cpu_started = time.process_time()
             started = time.monotonic()
             deadline = started + config.duration_s
-            reporter = (
-                asyncio.create_task(report_progress(progress, recorder, config.duration_s, started))
+            reporter = asyncio.create_task(
+                report_progress(progress, recorder, config.duration_s, started)
                 if progress is not None
-                else None
+                else report_lines(console, recorder, config.duration_s, started)
             )
             try:
                 await asyncio.gather(*(worker(client, plan, recorder, deadline) for plan in plans))
             finally:
-                if reporter is not None:
-                    reporter.cancel()
+                reporter.cancel()
             elapsed = time.monotonic() - started
             cpu = time.process_time() - cpu_started
+        if created and not config.keep:
+            await client.request("DeleteTable", {"TableName": config.table_name})
+            console.print(f"deleted table {config.table_name} (keep it with --keep)")
     return BenchResult.from_recorder(recorder, config.workload, config.concurrency, elapsed, cpu)
 
 

@@ -224,6 +224,7 @@ def run_bench(args: argparse.Namespace, console: Console) -> int:
             query_items=args.query_items,
             create_table=args.create_table,
             region=args.region,
+            keep=args.keep,
         )
     except ValueError as exc:
         console.print(f"[red]dynalab bench:[/red] {exc}")
@@ -254,6 +255,15 @@ def run_scrub(args: argparse.Namespace, console: Console) -> int:
         for problem in report.problems:
             console.print(f"  {problem}", highlight=False, soft_wrap=True)
     return 1 if damaged else 0
+
+
+class _DefaultsShown(argparse.ArgumentDefaultsHelpFormatter):
+    """Help that names each option's default, except where there is none to name (None, off)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None or action.default is False:
+            return action.help
+        return super()._get_help_string(action)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -322,9 +332,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.add_argument("data_dirs", nargs="+", metavar="DIR", help="a node's data directory")
 
-    load = commands.add_parser("bench", help="load a DynamoDB endpoint and print what it did")
+    load = commands.add_parser(
+        "bench",
+        help="load a DynamoDB endpoint and print what it did",
+        formatter_class=_DefaultsShown,
+    )
     load.add_argument("--endpoint", default="http://127.0.0.1:8000", help="DynamoDB endpoint URL")
-    load.add_argument("--workload", choices=bench.WORKLOADS, default="put")
+    load.add_argument(
+        "--workload", choices=bench.WORKLOADS, default="put", help="the requests to send"
+    )
     load.add_argument("--concurrency", type=int, default=32, help="requests in flight")
     load.add_argument("--duration", type=float, default=10.0, help="seconds of load")
     load.add_argument("--item-size", type=int, default=200, help="bytes per item")
@@ -345,6 +361,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="create the table if it does not exist",
     )
     load.add_argument("--region", default="us-east-1", help="region to sign requests for")
+    load.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep the table afterwards (a table the bench created is deleted by default)",
+    )
     lab_command.add_parser(commands)
     return parser
 

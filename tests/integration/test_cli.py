@@ -170,7 +170,7 @@ def test_up_stops_everything_and_finds_its_data_again(
     assert [pid for pid in children if is_alive(pid)] == [], "orphaned cluster processes"
 
 
-def test_bench_reports_throughput(cluster: LocalCluster) -> None:
+def test_bench_reports_throughput(cluster: LocalCluster, dynamodb: Any) -> None:
     run = subprocess.run(
         dynalab(
             "bench",
@@ -195,6 +195,25 @@ def test_bench_reports_throughput(cluster: LocalCluster) -> None:
     assert run.returncode == 0, run.stdout + run.stderr
     assert number_after("ops/s", run.stdout) > 0
     assert number_after("errors", run.stdout) == 0, run.stdout
+    # Piped, the bench has no live display but still prints its progress now and then.
+    assert re.search(r"^\s*\d+\.\d/2 s .* ops/s .* errors$", run.stdout, re.MULTILINE), run.stdout
+    # The table it created is gone again.
+    assert "deleted table dynalab-bench (keep it with --keep)" in run.stdout
+    assert "dynalab-bench" not in dynamodb.list_tables()["TableNames"]
+
+
+def test_bench_help_names_the_defaults() -> None:
+    run = subprocess.run(
+        dynalab("bench", "--help"),
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=BENCH_TIMEOUT_S,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert run.returncode == 0
+    for default in ("(default: 32)", "(default: 10.0)", "(default: put)", "(default: 1000)"):
+        assert default in run.stdout, run.stdout
 
 
 def test_a_killed_node_comes_back_with_its_data(

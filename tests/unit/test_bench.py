@@ -239,6 +239,7 @@ class FakeDynamoDB:
 
     def __init__(self, throttle_every: int = 0) -> None:
         self.tables: dict[str, dict[str, Any]] = {}
+        self.deleted: list[str] = []
         self.throttle_every = throttle_every
         self.puts = 0
         self.unsigned = 0
@@ -262,6 +263,10 @@ class FakeDynamoDB:
         table = self.tables.get(body["TableName"])
         if table is None:
             return self.error("ResourceNotFoundException", "Requested resource not found")
+        if operation == "DeleteTable":
+            del self.tables[body["TableName"]]
+            self.deleted.append(body["TableName"])
+            return web.json_response({"TableDescription": {"TableStatus": "DELETING"}})
         if operation == "DescribeTable":
             table["describes"] += 1
             status = "ACTIVE" if table["describes"] > 1 else "CREATING"
@@ -327,7 +332,13 @@ def quiet_console() -> Console:
 async def test_each_workload_runs_cleanly(fake_dynamodb: ServerFactory, workload: str) -> None:
     fake, endpoint = await fake_dynamodb()
     config = bench.BenchConfig(
-        endpoint=endpoint, workload=workload, concurrency=4, duration_s=0.3, keys=40, query_items=5
+        endpoint=endpoint,
+        workload=workload,
+        concurrency=4,
+        duration_s=0.3,
+        keys=40,
+        query_items=5,
+        keep=True,
     )
     result = await bench.run_async(config, quiet_console())
     assert result.ops > 0 and result.ops_per_s > 0
@@ -362,11 +373,43 @@ async def test_a_missing_table_fails_early_without_create(fake_dynamodb: ServerF
 
 async def test_an_existing_table_is_reused(fake_dynamodb: ServerFactory) -> None:
     fake, endpoint = await fake_dynamodb()
-    config = bench.BenchConfig(endpoint=endpoint, workload="get", duration_s=0.1, keys=10)
+    config = bench.BenchConfig(
+        endpoint=endpoint, workload="get", duration_s=0.1, keys=10, keep=True
+    )
     for _ in range(2):
         result = await bench.run_async(config, quiet_console())
         assert result.ops > 0 and result.errors == {}
     assert list(fake.tables) == [config.table_name]
+    assert fake.deleted == []
+
+
+async def test_a_table_the_bench_created_is_deleted_unless_kept(
+    fake_dynamodb: ServerFactory,
+) -> None:
+    fake, endpoint = await fake_dynamodb()
+    kept = bench.BenchConfig(endpoint=endpoint, workload="put", duration_s=0.1, keep=True)
+    await bench.run_async(kept, quiet_console())
+    assert list(fake.tables) == [kept.table_name]
+    # The table exists now, so this run did not create it and leaves it alone.
+    reused = bench.BenchConfig(endpoint=endpoint, workload="put", duration_s=0.1)
+    await bench.run_async(reused, quiet_console())
+    assert fake.deleted == []
+    console = Console(file=io.StringIO(), force_terminal=False)
+    fresh = bench.BenchConfig(endpoint=endpoint, workload="query", duration_s=0.1, keys=10)
+    await bench.run_async(fresh, console)
+    assert fake.deleted == [fresh.table_name]
+    assert list(fake.tables) == [kept.table_name]
+    assert isinstance(console.file, io.StringIO)
+    assert f"deleted table {fresh.table_name}" in console.file.getvalue()
+
+
+async def test_progress_lines_when_output_is_not_a_terminal(fake_dynamodb: ServerFactory) -> None:
+    _, endpoint = await fake_dynamodb()
+    console = Console(file=io.StringIO(), force_terminal=False)
+    config = bench.BenchConfig(endpoint=endpoint, workload="put", duration_s=2.5)
+    await bench.run_async(config, console)
+    assert isinstance(console.file, io.StringIO)
+    assert "/2.5 s" in console.file.getvalue()
 
 
 def test_render_result_lists_throughput_latency_and_errors() -> None:
