@@ -1,4 +1,4 @@
-# One command each: make install | proto | shapes | lint | typecheck | test | bench | up
+# One command each: make install | proto | shapes | operations | lint | typecheck | test | bench | up
 PY ?= python3
 
 install:
@@ -10,6 +10,9 @@ proto:
 
 shapes:
 	$(PY) -m router.generate_shapes
+
+operations:
+	$(PY) -m router.operations_table
 
 lint:
 	ruff check . && ruff format --check .
@@ -26,4 +29,4 @@ bench:
 up:
 	dynalab up
 
-.PHONY: install proto shapes lint typecheck test bench up
+.PHONY: install proto shapes operations lint typecheck test bench up
