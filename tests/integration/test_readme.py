@@ -4,7 +4,8 @@ Every fenced `python` and `bash` block of README.md runs, in the order they appe
 directory where `dynalab up` runs (so `./dynalab-data` is its data directory), the python blocks
 in one namespace as a reader would paste them into one session. Two things differ from a
 reader's terminal, both mechanical: the router listens on a free port rather than 8000
-(the blocks' `127.0.0.1:8000` is rewritten to it), and `dynalab` runs this checkout's code
+(the blocks' `127.0.0.1:8000` is rewritten to it, and `dynalab status` and `dynalab bench`, whose
+endpoint defaults to that address, are given this one), and `dynalab` runs this checkout's code
 (`python -m dynalab`, like every other test here). The bash lines that `SKIPPED` names do not run
 here, each for the reason given beside it; any other line does, so a new example cannot be left
 out by accident. Every block must succeed (a bash block exit 0 within BLOCK_TIMEOUT_S).
@@ -84,11 +85,20 @@ def runnable(command: str) -> str:
 def workdir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, int, dict[str, str]]]:
     """A scratch directory with `dynalab up` running in it, and the environment for the blocks."""
     directory = tmp_path_factory.mktemp("readme")
+    (port,) = free_ports(1)
     bin_dir = directory / "bin"
     bin_dir.mkdir()
-    # `dynalab` on PATH runs this checkout, as `python -m dynalab` does.
+    # `dynalab` on PATH runs this checkout, as `python -m dynalab` does; the commands whose
+    # endpoint defaults to the README's 127.0.0.1:8000 get this cluster's instead.
     shim = bin_dir / "dynalab"
-    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m dynalab "$@"\n')
+    shim.write_text(
+        "#!/bin/sh\n"
+        'case "$1 $*" in\n'
+        "  status*--endpoint*|bench*--endpoint*) ;;\n"
+        f'  status*|bench*) set -- "$@" --endpoint http://127.0.0.1:{port} ;;\n'
+        "esac\n"
+        f'exec "{sys.executable}" -m dynalab "$@"\n'
+    )
     shim.chmod(0o755)
     environment = {
         **os.environ,
@@ -105,7 +115,6 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, in
         "AWS_PROFILE",
     ):
         environment.pop(variable, None)  # What the README says to export is all there is.
-    (port,) = free_ports(1)
     output = directory / "up.out"
     with output.open("wb") as sink:
         up = subprocess.Popen(
