@@ -1,8 +1,9 @@
 """The README's table of supported and not-yet-supported DynamoDB operations, from the code.
 
-Supported is what the router's registry serves (`router.app.load_operations`); not yet supported
-is every other operation of DynamoDB's service model (`router/dynamodb_shapes.json`, from the
-pinned botocore), which the router answers with `UnknownOperationException`. The README holds the
+Supported is what the router's registries serve (`router.app.load_operations`, and the DynamoDB
+Streams API's `router.streams.OPERATIONS`); not yet supported is every other operation of the two
+service models (`router/dynamodb_shapes.json`, from the pinned botocore), which the router answers
+with `UnknownOperationException`. The README holds the
 rendered table between two markers; `python -m router.operations_table` (or `make operations`)
 rewrites it there, and a unit test fails when the README's copy differs from what the code says,
 so an operation added to the router cannot be forgotten in the table.
@@ -13,6 +14,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from router import streams
 from router.app import load_operations
 from router.shapes import OPERATION_INPUTS
 
@@ -28,12 +30,15 @@ def _names(names: list[str]) -> str:
 def render() -> str:
     """The table, as Markdown."""
     supported = sorted(load_operations())
-    missing = sorted(set(OPERATION_INPUTS) - set(supported))
+    streams_supported = sorted(streams.OPERATIONS)
+    missing = sorted(set(OPERATION_INPUTS) - set(supported) - set(streams_supported))
     return "\n".join(
         [
             "| status | operations |",
             "| --- | --- |",
             f"| supported ({len(supported)}) | {_names(supported)} |",
+            f"| supported, DynamoDB Streams ({len(streams_supported)}) | "
+            f"{_names(streams_supported)} |",
             f"| not yet supported ({len(missing)}) | {_names(missing)} |",
         ]
     )

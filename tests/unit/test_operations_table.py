@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from router import operations_table
+from router import operations_table, streams
 from router.app import load_operations
 
 
@@ -15,12 +15,16 @@ def test_the_readme_table_is_current() -> None:
 
 def test_every_served_operation_is_listed_as_supported_and_no_other() -> None:
     rows = operations_table.render().splitlines()
-    supported = next(row for row in rows if row.startswith("| supported"))
+    supported = next(row for row in rows if row.startswith("| supported ("))
     missing = next(row for row in rows if row.startswith("| not yet supported"))
     for name in load_operations():
         assert f"`{name}`" in supported
         assert f"`{name}`" not in missing
     assert "`TransactWriteItems`" in supported + missing
+    streams_row = next(row for row in rows if row.startswith("| supported, DynamoDB Streams"))
+    for name in streams.OPERATIONS:
+        assert f"`{name}`" in streams_row
+        assert f"`{name}`" not in missing
 
 
 def test_rewrite_replaces_only_the_table() -> None:
