@@ -206,6 +206,15 @@ class LimitExceeded(DynamoError):
     type_name = "LimitExceededException"
 
 
+# ProvisionedThroughputExceededException's message when a global index cannot keep up (as the
+# service writes it, without a final period).
+GSI_THROTTLED = (
+    "The level of configured provisioned throughput for one or more global secondary indexes of "
+    "the table was exceeded. Consider increasing your provisioning level for the under-provisioned "
+    "global secondary indexes with the UpdateTable API"
+)
+
+
 class ThroughputExceeded(DynamoError):
     type_name = "ProvisionedThroughputExceededException"
 

@@ -231,6 +231,13 @@ GSI_RETRY_BACKOFF_SECONDS_MAX = 2.0
 # One run of index_apply calls for one feed batch tries each call at most this many times before
 # the follower starts again from its checkpoint (a replay applies nothing twice).
 GSI_APPLY_ATTEMPTS_MAX = 5
+# Back-pressure: a base partition whose GSI replicator consumer is more than this many change
+# records behind refuses the writes that would change one of its global indexes
+# (ProvisionedThroughputExceededException, as DynamoDB throttles base writes for an index that
+# cannot keep up) until the replicator catches up; writes that touch no index go on. Well below
+# CHANGE_LOG_RECORDS_MAX, so a replicator held back never loses the log it must read. dynalab's
+# own bound (DynamoDB publishes none); DYNALAB_GSI_LAG_RECORDS_MAX on a node for experiments.
+GSI_LAG_RECORDS_MAX = 100_000
 # The bytes of one page of a base partition an online index's backfill reads (the 1 MB page of a
 # Scan): each page's entries go to the index partitions as one index_apply each.
 GSI_BACKFILL_PAGE_BYTES = 1024 * 1024

@@ -64,6 +64,21 @@ class FollowerStats:
     lag_ms: float = 0.0  # Time from receiving the last batch to its checkpoint.
     backfilled_items: int = 0  # Items of the partition an online index's backfill has read.
     backfill_done: bool = False  # The partition's copy into its online index is done.
+    table_id: str = ""
+    last_seq: int = 0  # The log's last seq, as the last register or checkpoint answered.
+    behind_since: float | None = None  # Since when the checkpoint trails the log; None: not.
+
+    def observe(self, checkpoint: int, last_seq: int, now: float) -> None:
+        """Record a checkpoint and the log's last seq as the node answered them at `now`."""
+        self.checkpoint, self.last_seq = checkpoint, last_seq
+        if last_seq <= checkpoint:
+            self.behind_since = None
+        elif self.behind_since is None:
+            self.behind_since = now
+
+    @property
+    def lag_records(self) -> int:
+        return max(0, self.last_seq - self.checkpoint)
 
 
 @dataclass(slots=True)
@@ -155,7 +170,8 @@ class Replicator:
                     key = (table.id, partition.id, consumer)
                     if key not in self.followers:
                         stats = self.stats.followers.setdefault(
-                            key, FollowerStats(table.name, partition.id, consumer)
+                            key,
+                            FollowerStats(table.name, partition.id, consumer, table_id=table.id),
                         )
                         self.followers[key] = asyncio.create_task(
                             self._follow(table.id, partition, consumer, stats),
@@ -283,7 +299,7 @@ class Replicator:
         position = await feed.register(
             table_id, partition.id, consumer, 0, limits.NODE_CALL_SECONDS_MAX
         )
-        stats.checkpoint = position.seq
+        stats.observe(position.seq, position.last_seq, self.clock())
         batches = feed.follow_batches(table_id, partition.id, consumer=consumer)
         try:
             async for batch in batches:
@@ -294,15 +310,15 @@ class Replicator:
                     return  # The table or index is gone: reconcile cancels this follower.
                 ended = await self._apply_batch(table, indexes, partition.id, batch, stats)
                 last = batch[-1].seq
-                await feed.checkpoint(
+                position = await feed.checkpoint(
                     table_id,
                     partition.id,
                     consumer,
                     last,
                     limits.NODE_CALL_SECONDS_MAX,
                 )
-                stats.checkpoint = last
                 stats.last_applied_at = self.clock()
+                stats.observe(last, position.last_seq, stats.last_applied_at)
                 stats.lag_ms = 1000.0 * (stats.last_applied_at - received)
                 if ended:
                     return
@@ -417,4 +433,35 @@ class Replicator:
                     f'consumer="{follower.consumer}"'
                 )
                 lines.append(f"dynalab_gsi_{name}{{{labels}}} {value}")
+        lines.extend(self._index_lag_lines())
         return "\n".join(lines) + "\n"
+
+    def _index_lag_lines(self) -> list[str]:
+        """Each global index's lag: the change records its followers have not applied yet
+        (summed over the table's partitions) and for how long the furthest-behind one has
+        trailed its log, as of the last checkpoint each made."""
+        now = self.clock()
+        records: dict[tuple[str, str], int] = {}
+        seconds: dict[tuple[str, str], float] = {}
+        for follower in self.stats.followers.values():
+            indexes = self._indexes(follower.table_id, follower.consumer) or ()
+            behind = 0.0 if follower.behind_since is None else now - follower.behind_since
+            for index in indexes:
+                key = (follower.table, index.name)
+                records[key] = records.get(key, 0) + follower.lag_records
+                seconds[key] = max(seconds.get(key, 0.0), behind)
+        lines = [
+            "# HELP dynalab_gsi_index_lag_records Change records not yet applied to the index.",
+            "# TYPE dynalab_gsi_index_lag_records gauge",
+            *(
+                f'dynalab_gsi_index_lag_records{{table="{t}",index="{i}"}} {n}'
+                for (t, i), n in sorted(records.items())
+            ),
+            "# HELP dynalab_gsi_index_lag_seconds How long the index has trailed its table.",
+            "# TYPE dynalab_gsi_index_lag_seconds gauge",
+            *(
+                f'dynalab_gsi_index_lag_seconds{{table="{t}",index="{i}"}} {s:.3f}'
+                for (t, i), s in sorted(seconds.items())
+            ),
+        ]
+        return lines

@@ -33,6 +33,7 @@ import orjson
 from core import expressions, limits
 from core.capacity import item_write_units, write_units
 from core.errors import (
+    GSI_THROTTLED,
     ConditionalCheckFailed,
     DynamoError,
     InternalServerError,
@@ -43,6 +44,7 @@ from core.errors import (
     UnknownOperation,
     ValidationError,
 )
+from core.gsi import REPLICATOR_CONSUMER
 from core.indexes import check_index_keys, entry_changes, index_entry
 from core.keycodec import successor
 from core.keys import KeyShape
@@ -163,6 +165,19 @@ assert WRITE_PAYLOADS.keys() == WRITE_OPS | INTERNAL_WRITE_OPS
 
 
 ITEM_COLLECTION_BYTES_MAX_ENV = "DYNALAB_ITEM_COLLECTION_BYTES_MAX"
+GSI_LAG_RECORDS_MAX_ENV = "DYNALAB_GSI_LAG_RECORDS_MAX"
+
+
+def gsi_lag_records_max_from_env() -> int:
+    """The back-pressure bound from DYNALAB_GSI_LAG_RECORDS_MAX (change records, at least 1), or
+    `limits.GSI_LAG_RECORDS_MAX`; experiments set it low to reach it quickly."""
+    text = os.environ.get(GSI_LAG_RECORDS_MAX_ENV)
+    if text is None or text.strip() == "":
+        return limits.GSI_LAG_RECORDS_MAX
+    value = int(text)
+    if value < 1:
+        raise ValueError(f"{GSI_LAG_RECORDS_MAX_ENV} must be at least 1 record, not {value}")
+    return value
 
 
 def collection_bytes_max_from_env() -> int:
@@ -223,8 +238,13 @@ class StorageNode:
         throughput: NodeThroughput | None = None,
         clock: Callable[[], float] = time.time,
         item_collection_bytes_max: int | None = None,
+        gsi_lag_records_max: int | None = None,
     ) -> None:
         self.store = store
+        # Back-pressure of global indexes on base writes (`limits.GSI_LAG_RECORDS_MAX`).
+        self.gsi_lag_records_max = (
+            gsi_lag_records_max_from_env() if gsi_lag_records_max is None else gsi_lag_records_max
+        )
         # Unix time: TTL compares items' expiry times with it, and requests' deadlines are
         # checked against it.
         self.clock = clock
@@ -737,15 +757,6 @@ class _WriteGroup:
             # An update may give an index key attribute a wrong type or an empty value.
             check_index_keys(effect.new, partition.indexes)
         ref = (partition.table_id, partition.partition_id)
-        staged = partition if ref in self.dirty else dataclasses.replace(partition)
-        applied = self.apply(self.batch, staged, items_key, effect, now=self.now)
-        self.dirty[ref] = staged
-        reply = effect.reply()
-        # Local index writes are charged to the table's throughput (seed 000, L-29), and
-        # reported apart for ReturnConsumedCapacity INDEXES.
-        index_units = {c.index.name: c.units for c in applied.entries if c.units}
-        if index_units:
-            reply["index_units"] = index_units
         # Global index writes are made later by the GSI replicator and charged to each index's
         # own throughput (`index_apply`); the write reports what they cost, for ConsumedCapacity.
         global_units = {
@@ -756,10 +767,33 @@ class _WriteGroup:
             if c.units
         }
         if global_units:
+            self._hold_back_for_indexes(partition)
+        staged = partition if ref in self.dirty else dataclasses.replace(partition)
+        applied = self.apply(self.batch, staged, items_key, effect, now=self.now)
+        self.dirty[ref] = staged
+        reply = effect.reply()
+        # Local index writes are charged to the table's throughput (seed 000, L-29), and
+        # reported apart for ReturnConsumedCapacity INDEXES.
+        index_units = {c.index.name: c.units for c in applied.entries if c.units}
+        if index_units:
+            reply["index_units"] = index_units
+        if global_units:
             reply["global_index_units"] = global_units
         if applied.collection_bytes is not None:
             reply["collection_bytes"] = applied.collection_bytes
         return reply, effect.units + sum(index_units.values())
+
+    def _hold_back_for_indexes(self, partition: Partition) -> None:
+        """Refuse a write that would change a global index of a partition whose replicator
+        consumer is more than `gsi_lag_records_max` change records behind (back-pressure:
+        DynamoDB throttles base writes for an index that cannot keep up, seed 001/004)."""
+        checkpoint = self.node.consumer_checkpoint(
+            partition.table_id, partition.partition_id, REPLICATOR_CONSUMER
+        )
+        if checkpoint is None:
+            return
+        if partition.last_seq - checkpoint > self.node.gsi_lag_records_max:
+            raise ThroughputExceeded(GSI_THROTTLED)
 
     def index_apply(self, target: Target, payload: ops.IndexApplyPayload) -> dict[str, Any]:
         """Apply a base partition's projected changes to a global index partition (`rpc.ops`).

@@ -1,0 +1,122 @@
+"""Back-pressure of a global index on its table, on a real cluster whose nodes hold back writes
+once the replicator is 20 change records behind (DYNALAB_GSI_LAG_RECORDS_MAX): with the replicator
+stopped, writes that would change the index are refused with DynamoDB's
+ProvisionedThroughputExceededException for global indexes, writes that touch no index go on, and
+once the replicator is back and caught up the index converges and writes are taken again. The
+replicator's `/metrics` reports each index's lag in records and seconds.
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+
+from core.errors import GSI_THROTTLED
+from dynalab import convergence
+from dynalab.cluster import LocalCluster
+from tests.integration.conftest import dynamodb_client, error_summary, wait_active
+
+LAG_RECORDS_MAX = 20
+RECOVERY_TIMEOUT_S = 60.0
+POLL_S = 0.1
+METRICS_TIMEOUT_S = 5.0
+
+
+@pytest.fixture(scope="module")
+def held_back(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    with pytest.MonkeyPatch.context() as environment:
+        environment.setenv("DYNALAB_THROTTLING", "off")
+        environment.setenv("DYNALAB_GSI_LAG_RECORDS_MAX", str(LAG_RECORDS_MAX))
+        path: Path = tmp_path_factory.mktemp("held-back")
+        with LocalCluster(path, nodes=2, routers=1) as running:
+            yield running
+
+
+def item(user: int, game: str | None, level: int = 0) -> dict[str, Any]:
+    made: dict[str, Any] = {"UserId": {"S": f"user-{user}"}, "Level": {"N": str(level)}}
+    if game is not None:
+        made["Game"] = {"S": game}
+    return made
+
+
+def attempt(call: Callable[[], Any]) -> tuple[int, str, str] | None:
+    """None if the call succeeded, else its (HTTP status, error code, message)."""
+    try:
+        call()
+    except ClientError as error:
+        return error_summary(error.response)
+    return None
+
+
+def metrics(url: str) -> str:
+    with urllib.request.urlopen(f"{url}/metrics", timeout=METRICS_TIMEOUT_S) as reply:
+        return str(reply.read().decode())
+
+
+def test_a_lagging_index_holds_back_the_writes_that_would_change_it(
+    held_back: LocalCluster, table_name: Callable[[], str]
+) -> None:
+    client = dynamodb_client(held_back.router_url)
+    name = table_name()
+    # One base partition (5 WCU) and one index partition, so the lag bound is reached quickly.
+    client.create_table(
+        TableName=name,
+        KeySchema=[{"AttributeName": "UserId", "KeyType": "HASH"}],
+        AttributeDefinitions=[
+            {"AttributeName": "UserId", "AttributeType": "S"},
+            {"AttributeName": "Game", "AttributeType": "S"},
+        ],
+        ProvisionedThroughput={"ReadCapacityUnits": 5, "WriteCapacityUnits": 5},
+        GlobalSecondaryIndexes=[
+            {
+                "IndexName": "ByGame",
+                "KeySchema": [{"AttributeName": "Game", "KeyType": "HASH"}],
+                "Projection": {"ProjectionType": "KEYS_ONLY"},
+                "ProvisionedThroughput": {"ReadCapacityUnits": 5, "WriteCapacityUnits": 5},
+            }
+        ],
+    )
+    wait_active(client, name)
+    (replicator,) = held_back.replicators
+    history: list[dict[str, Any]] = []
+    replicator.kill()
+    try:
+        refused = []
+        for user in range(LAG_RECORDS_MAX + 5):
+            written = item(user, "chess")
+            outcome = attempt(lambda: client.put_item(TableName=name, Item=written))  # noqa: B023
+            if outcome is None:
+                history.append(written)
+            else:
+                refused.append(outcome)
+        assert len(history) == LAG_RECORDS_MAX + 1
+        assert set(refused) == {(400, "ProvisionedThroughputExceededException", GSI_THROTTLED)}
+        # Writes that change no index go on: an item without the index key, and a change of an
+        # attribute the index does not project.
+        client.put_item(TableName=name, Item=item(1000, None))
+        client.update_item(
+            TableName=name,
+            Key={"UserId": {"S": "user-0"}},
+            UpdateExpression="SET #l = :l",
+            ExpressionAttributeNames={"#l": "Level"},
+            ExpressionAttributeValues={":l": {"N": "7"}},
+        )
+    finally:
+        replicator.start()
+    deadline = time.monotonic() + RECOVERY_TIMEOUT_S
+    late = item(LAG_RECORDS_MAX + 100, "go")
+    while attempt(lambda: client.put_item(TableName=name, Item=late)) is not None:
+        assert time.monotonic() < deadline, "writes stayed held back after the replicator returned"
+        time.sleep(POLL_S)
+    history.append(late)
+    result = convergence.wait_converged(client, name, "ByGame", RECOVERY_TIMEOUT_S, history)
+    assert result.converged
+    text = metrics(replicator.url)
+    assert f'dynalab_gsi_index_lag_records{{table="{name}",index="ByGame"}}' in text
+    assert f'dynalab_gsi_index_lag_seconds{{table="{name}",index="ByGame"}}' in text
