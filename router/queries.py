@@ -588,13 +588,16 @@ async def query(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
             "the request."
         )
     values_normalised = expressions.check_attribute_maps(reading.names, reading.values)
+    form = None
     if key_condition_text is not None:
         # The key condition is checked against the key schema once the table is known, but its
         # syntax comes first, before the filter's and before the table is looked up.
         parsed = expressions.parse_cached("condition", key_condition_text)
         if isinstance(parsed, str):
             raise ValidationError(f"Invalid KeyConditionExpression: {parsed}")
-        expressions.check_key_condition_form(key_condition_text, reading.names, values_normalised)
+        form = expressions.check_key_condition_form(
+            key_condition_text, reading.names, values_normalised
+        )
     compiled = _filter_and_projection("Query", reading, query_filter, values_normalised)
     # KeyConditions may come with a FilterExpression or ProjectionExpression; its translation has
     # placeholders of its own, so it is compiled apart from the request's.
@@ -638,15 +641,9 @@ async def query(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
         )
         used: tuple[Any, ...] = ()
     else:
-        assert key_condition_text is not None
-        key_condition = expressions.key_condition(
-            key_condition_text,
-            reading.names,
-            values_normalised or None,
-            hash_name,
-            range_name,
-            hash_type=hash_type,
-            range_type=range_type,
+        assert form is not None
+        key_condition = expressions.key_condition_of(
+            form, hash_name, range_name, hash_type=hash_type, range_type=range_type
         )
         used = (key_condition,)
     expressions.check_unused(

@@ -50,6 +50,7 @@ into expressions).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Protocol, cast
 
@@ -73,7 +74,7 @@ from core.expressions.condition import (
     plan_condition,
 )
 from core.expressions.document import project
-from core.expressions.keycondition import RangeCondition, check_key_form, key_tests
+from core.expressions.keycondition import KeyTests, RangeCondition, check_key_form, key_tests
 from core.expressions.parser import (
     ExpressionSyntaxError,
     Parsed,
@@ -387,9 +388,19 @@ def projection(text: str, names: Mapping[str, Any] | None = None) -> Projection:
     return Projection(text, parsed, paths)
 
 
+@dataclass(frozen=True)
+class KeyConditionForm:
+    """A KeyConditionExpression checked as far as no key schema is needed: its placeholders bound
+    and its form allowed. `key_condition_of` finishes the check once the table is known."""
+
+    text: str
+    parsed: Parsed
+    tests: KeyTests
+
+
 def check_key_condition_form(
     text: str, names: Mapping[str, Any] | None, values: Mapping[str, Any] | None
-) -> None:
+) -> KeyConditionForm:
     """Check the part of a KeyConditionExpression that needs no key schema (see check_key_form)."""
     kind = "KeyConditionExpression"
     parsed, plan = _planned(text, kind)
@@ -397,7 +408,20 @@ def check_key_condition_form(
     binder = Binder(kind, CONDITION_RANKS, names, values)
     plan.bind(binder)
     binder.raise_first(parsed.findings)
-    check_key_form(plan.tree, binder)
+    return KeyConditionForm(text, parsed, check_key_form(plan.tree, binder))
+
+
+def key_condition_of(
+    form: KeyConditionForm,
+    hash_key: str,
+    range_key: str | None,
+    *,
+    hash_type: str | None = None,
+    range_type: str | None = None,
+) -> KeyCondition:
+    """A checked form held against a key schema (types: "S", "N" or "B", if known)."""
+    hash_value, range_condition = key_tests(form.tests, hash_key, range_key, hash_type, range_type)
+    return KeyCondition(form.text, form.parsed, hash_key, range_key, hash_value, range_condition)
 
 
 def key_condition(
@@ -420,10 +444,8 @@ def key_condition(
     # for BOOL AttributeValue type"), in `key_tests`.
     binder.findings = [finding for finding in binder.findings if finding.category != ORDER]
     binder.raise_first(parsed.findings)
-    hash_value, range_condition = key_tests(
-        plan.tree, binder, hash_key, range_key, hash_type, range_type
-    )
-    return KeyCondition(text, parsed, hash_key, range_key, hash_value, range_condition)
+    form = KeyConditionForm(text, parsed, check_key_form(plan.tree, binder))
+    return key_condition_of(form, hash_key, range_key, hash_type=hash_type, range_type=range_type)
 
 
 def check_unused(

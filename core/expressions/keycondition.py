@@ -182,27 +182,31 @@ def _convert(node: ast.Condition, binder: Binder, tests: dict[str, _KeyTest]) ->
     tests[attribute] = _KeyTest(attribute, op, values)
 
 
-def check_key_form(tree: ast.Condition, binder: Binder) -> None:
-    """Refuse what no key schema could make valid: OR, NOT, IN, <>, other functions, nesting.
+# A key condition's tests by attribute name, once its form is checked.
+KeyTests = dict[str, _KeyTest]
+
+
+def check_key_form(tree: ast.Condition, binder: Binder) -> KeyTests:
+    """Refuse what no key schema could make valid: OR, NOT, IN, <>, other functions, nesting;
+    return the condition's tests for `key_tests` to hold against the key schema.
 
     DynamoDB checks these while it validates the request, before it looks the table up, so a
     query of a missing table with such a condition is a ValidationException, not a
     ResourceNotFoundException.
     """
-    _convert(tree, binder, {})
+    tests: KeyTests = {}
+    _convert(tree, binder, tests)
+    return tests
 
 
 def key_tests(
-    tree: ast.Condition,
-    binder: Binder,
+    tests: KeyTests,
     hash_key: str,
     range_key: str | None,
     hash_type: str | None,
     range_type: str | None,
 ) -> tuple[AttributeValue, RangeCondition | None]:
-    """The partition key value and sort key condition of a checked key condition tree."""
-    tests: dict[str, _KeyTest] = {}
-    _convert(tree, binder, tests)
+    """The partition key value and sort key condition of a key condition's tests."""
     for test in tests.values():
         for value in test.values:
             if type_of(value) not in _ALLOWED_TYPES[test.op]:
