@@ -151,12 +151,14 @@ async def list_streams(ctx: RouterContext, body: dict[str, Any]) -> dict[str, An
     if table_name is not None and table_name not in ctx.records:
         raise ResourceNotFound(f"Requested resource not found: Table: {table_name} not found")
     listed = []
-    for name in sorted(ctx.records):
+    for name in ctx.records:
         stream = ctx.records[name].stream
         if stream is None or (table_name is not None and name != table_name):
             continue
         arn = stream_arn(name, stream.label)
         listed.append({"StreamArn": arn, "TableName": name, "StreamLabel": stream.label})
+    # Pages follow ARN order (a table's name sorts otherwise inside its ARN: "a-b" < "a/").
+    listed.sort(key=lambda entry: entry["StreamArn"])
     arns = [entry["StreamArn"] for entry in listed]
     if start is not None:
         listed = listed[bisect_right(arns, start) :]

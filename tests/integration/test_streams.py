@@ -350,6 +350,19 @@ def test_list_streams(dynamodb: Any, streams: Any, table_name: Callable[[], str]
     assert page["Streams"][0] not in following["Streams"]
     everything = [s["TableName"] for s in streams.list_streams()["Streams"]]
     assert first in everything and second in everything and plain not in everything
+    # A name that extends another sorts before it inside their ARNs ("a-b/stream" < "a/stream"):
+    # paging one stream at a time still meets every stream exactly once.
+    create_streamed(dynamodb, f"{first}-b", "KEYS_ONLY")
+    paged: list[str] = []
+    request: dict[str, Any] = {"Limit": 1}
+    for _ in range(PAGES_MAX):
+        page = streams.list_streams(**request)
+        paged.extend(s["TableName"] for s in page["Streams"])
+        if "LastEvaluatedStreamArn" not in page:
+            break
+        request["ExclusiveStartStreamArn"] = page["LastEvaluatedStreamArn"]
+    assert sorted(paged) == sorted(s["TableName"] for s in streams.list_streams()["Streams"])
+    assert len(paged) == len(set(paged)) and {first, f"{first}-b", second} <= set(paged)
 
 
 def test_streams_errors(dynamodb: Any, streams: Any, table_name: Callable[[], str]) -> None:
