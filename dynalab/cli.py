@@ -137,26 +137,31 @@ def run_up(args: argparse.Namespace, console: Console) -> int:
             cluster.start()
         controls = nodes.Controls(cluster)
         server = nodes.ControlServer(controls).start()
-        console.print(
-            f"[bold]dynalab is up[/bold]: {args.nodes} storage nodes, {args.routers} router(s)"
-        )
-        console.print(_summary(cluster))
-        console.print(f"throughput: {_throughput_line(enforced)}", soft_wrap=True, highlight=False)
-        # soft_wrap keeps each command on one line, so it can be copied from any terminal width.
-        console.print(
-            "credentials: any will do (signatures are not checked), but SDKs and the AWS CLI "
-            f"want some:\n  {CREDENTIALS}",
-            soft_wrap=True,
-            highlight=False,
-        )
-        console.print(f"try: {_example(cluster)}", soft_wrap=True, highlight=False)
-        console.print(
-            "nodes: dynalab node list|stop|start|kill|pause|resume NAME "
-            f"--data-dir {cluster.data_dir}",
-            soft_wrap=True,
-            highlight=False,
-        )
-        console.print("Press Ctrl-C to stop.")
+        # One write for the whole banner (the console buffers inside `with`), so whoever reads
+        # the output once "dynalab is up" appears finds all of it.
+        with console:
+            console.print(
+                f"[bold]dynalab is up[/bold]: {args.nodes} storage nodes, {args.routers} router(s)"
+            )
+            console.print(_summary(cluster))
+            console.print(
+                f"throughput: {_throughput_line(enforced)}", soft_wrap=True, highlight=False
+            )
+            # soft_wrap keeps each command on one line, so it can be copied from any terminal width.
+            console.print(
+                "credentials: any will do (signatures are not checked), but SDKs and the AWS CLI "
+                f"want some:\n  {CREDENTIALS}",
+                soft_wrap=True,
+                highlight=False,
+            )
+            console.print(f"try: {_example(cluster)}", soft_wrap=True, highlight=False)
+            console.print(
+                "nodes: dynalab node list|stop|start|kill|pause|resume NAME "
+                f"--data-dir {cluster.data_dir}",
+                soft_wrap=True,
+                highlight=False,
+            )
+            console.print("Press Ctrl-C to stop.")
         if args.open and not webbrowser.open(dashboard_url(cluster)):
             console.print("no web browser to open the dashboard in; open the URL above")
         reported: dict[str, object] = {}
