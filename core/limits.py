@@ -69,6 +69,16 @@ PROVISIONED_UNITS_MIN = 1  # ReadCapacityUnits and WriteCapacityUnits are at lea
 PROVISIONED_UNITS_PER_TABLE_MAX = 40_000  # Default per-table quota for RCU and for WCU.
 PROVISIONED_UNITS_PER_ACCOUNT_MAX = 80_000  # Default per-account (Region) quota for RCU and WCU.
 PARTITION_SPLIT_BYTES_DEFAULT = 10 * KIB * MIB  # A partition splits past 10 GB.
+# How often a node looks for partitions past their split size (dynalab's choice: a split is a
+# background job, and a second of lag on a 10 GB bound is nothing).
+SPLIT_CHECK_SECONDS = 1.0
+# A split's install is refused while a write to the parent is in the same commit group; it is
+# retried this many times, this long apart (dynalab's choice: groups are milliseconds long).
+SPLIT_INSTALL_ATTEMPTS_MAX = 50
+SPLIT_INSTALL_BACKOFF_SECONDS = 0.01
+# How long the admin endpoint waits for a node to split a partition: planning reads the partition's
+# keys, so a large one takes a while (dynalab's choice).
+SPLIT_CALL_SECONDS_MAX = 120.0
 ITEM_COLLECTION_BYTES_MAX = 10 * KIB * MIB  # An item collection of a table with an LSI: 10 GB.
 
 # Free disk space a node keeps: below it, writes that add data are refused (deletes, and what lets

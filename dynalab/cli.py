@@ -127,6 +127,7 @@ def run_up(args: argparse.Namespace, console: Console) -> int:
             router_port=args.port,
             replicators=args.replicators,
             ttl_sweep_seconds=args.ttl_sweep_seconds,
+            split_bytes=args.split_bytes,
         )
     except ValueError as exc:
         console.print(f"[red]dynalab up:[/red] {exc}")
@@ -305,6 +306,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="how often each node deletes expired TTL items "
         "(default: DYNALAB_TTL_SWEEP_SECONDS, else 1 s)",
+    )
+    up.add_argument(
+        "--split-bytes",
+        type=int,
+        default=None,
+        help="split a partition once its items pass this many bytes "
+        "(default: DYNALAB_SPLIT_BYTES, else 10 GB; kilobytes make splits easy to watch)",
     )
 
     up.add_argument(

@@ -220,11 +220,13 @@ class StorageNode(ServiceProcess):
         data_dir: Path,
         log_path: Path,
         ttl_sweep_seconds: float | None = None,
+        split_bytes: int | None = None,
     ) -> None:
         super().__init__(node_id, port, log_path)
         self.node_id = node_id
         self.data_dir = data_dir
         self.ttl_sweep_seconds = ttl_sweep_seconds
+        self.split_bytes = split_bytes
 
     def argv(self) -> list[str]:
         sweep = (
@@ -232,6 +234,7 @@ class StorageNode(ServiceProcess):
             if self.ttl_sweep_seconds is None
             else ["--ttl-sweep-seconds", str(self.ttl_sweep_seconds)]
         )
+        sweep += [] if self.split_bytes is None else ["--split-bytes", str(self.split_bytes)]
         return [
             sys.executable,
             "-m",
@@ -338,6 +341,7 @@ class LocalCluster:
         startup_timeout: float = STARTUP_TIMEOUT_S,
         replicators: int = 1,
         ttl_sweep_seconds: float | None = None,
+        split_bytes: int | None = None,
     ) -> None:
         if nodes < 1 or routers < 1:
             raise ValueError("a cluster needs at least one node and one router")
@@ -355,6 +359,9 @@ class LocalCluster:
         self.startup_timeout = startup_timeout
         # The nodes' TTL sweep interval; None: theirs (DYNALAB_TTL_SWEEP_SECONDS or 1 s).
         self.ttl_sweep_seconds = ttl_sweep_seconds
+        # The size past which the nodes split a partition; None: theirs (DYNALAB_SPLIT_BYTES or
+        # 10 GB).
+        self.split_bytes = split_bytes
         self.nodes: list[StorageNode] = []
         self.routers: list[Router] = []
         self.replicators: list[Replicator] = []
@@ -403,6 +410,7 @@ class LocalCluster:
                 data_dir=self.data_dir / f"node-{i}",
                 log_path=self.log_dir / f"node-{i}.log",
                 ttl_sweep_seconds=self.ttl_sweep_seconds,
+                split_bytes=self.split_bytes,
             )
             for i, port in enumerate(node_ports, start=1)
         ]

@@ -1,7 +1,14 @@
 """The router's operator endpoints: per-partition throughput as JSON, Prometheus metrics, health.
 
     GET /admin/partitions                  every metered partition of every table, from every node
-    GET /admin/tables/{name}/partitions    one table: its settings and each partition's buckets
+    GET /admin/tables/{name}/partitions    one table: its settings and each partition's buckets,
+                                           size, range, epoch, state and parent (retired split
+                                           parents too, for lineage)
+    POST /admin/tables/{name}/partitions/{id}/split
+                                           the partition's node splits it in place: at the key
+                                           of the body's optional {"Key": {...}} (DynamoDB
+                                           JSON; a partition key alone is the collection's
+                                           start), else where it halves its bytes
     GET /metrics                           the same counters in Prometheus' text format, and the
                                            router's own request metrics (`router.metrics`)
     GET /health                            which storage nodes this router can reach: 200 when it
@@ -27,10 +34,10 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from core import limits
+from core import keycodec, limits
 from core.errors import DynamoError
 from rpc import ops
-from rpc.partition_metrics import partition_families
+from rpc.partition_metrics import partition_families, split_families
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -68,7 +75,11 @@ async def gather(ctx: RouterContext, table_id: str | None = None) -> dict[str, A
             continue
         if isinstance(reply, BaseException):
             raise reply
-        answered[node] = {"enforced": reply["enforced"], "burst_seconds": reply["burst_seconds"]}
+        answered[node] = {
+            "enforced": reply["enforced"],
+            "burst_seconds": reply["burst_seconds"],
+            "splits": reply["splits"],
+        }
         partitions.extend({**partition, "node": node} for partition in reply["partitions"])
     partitions.sort(key=lambda p: (p["table_name"], p["partition_id"]))
     return {"nodes": answered, "unreachable": unreachable, "partitions": partitions}
@@ -86,8 +97,31 @@ async def _all_partitions(ctx: RouterContext, request: web.Request) -> web.Respo
     return _json(await gather(ctx))
 
 
+async def _sizes(ctx: RouterContext, table: dict[str, Any]) -> dict[str, int]:
+    """Each partition's bytes of items, from the nodes holding the table (table_stats); a node
+    that does not answer leaves its partitions out."""
+    nodes = sorted({partition["node"] for partition in table["partitions"]})
+    payload = ops.TableStatsPayload(table["id"]).to_json()
+    replies = await asyncio.gather(
+        *(
+            ctx.control(node, ops.TABLE_STATS, payload, limits.TABLE_STATS_SECONDS_MAX)
+            for node in nodes
+        ),
+        return_exceptions=True,
+    )
+    sizes: dict[str, int] = {}
+    for reply in replies:
+        if isinstance(reply, DynamoError):
+            continue
+        if isinstance(reply, BaseException):
+            raise reply
+        sizes.update({pid: stats["bytes"] for pid, stats in reply["partitions"].items()})
+    return sizes
+
+
 async def _table_partitions(ctx: RouterContext, request: web.Request) -> web.Response:
-    """One table: its catalog settings and partitions, each with its buckets (null: unmetered)."""
+    """One table: its catalog settings and partitions, each with its buckets (null: unmetered),
+    its size (null: its node did not answer) and its lineage."""
     name = request.match_info["name"]
     try:
         await ctx.refresh()
@@ -98,14 +132,19 @@ async def _table_partitions(ctx: RouterContext, request: web.Request) -> web.Res
         return _json({"error": f"no table named {name}"}, 404)
     gathered = await gather(ctx, table["id"])
     meters = {p["partition_id"]: p for p in gathered["partitions"]}
+    sizes = await _sizes(ctx, table)
     partitions = []
-    for partition in table["partitions"]:
+    for partition in (*table["partitions"], *table.get("retired_partitions", ())):
         meter = meters.get(partition["id"])
         partitions.append(
             {
                 "id": partition["id"],
                 "node": partition["node"],
+                "size_bytes": sizes.get(partition["id"]),
+                "range": {"start": partition["start"], "end": partition["end"]},
                 "epoch": partition["epoch"],
+                "state": partition.get("state", "SERVING"),
+                "parent": partition.get("parent"),
                 "start": partition["start"],
                 "end": partition["end"],
                 "read": None if meter is None else meter["read"],
@@ -128,6 +167,61 @@ async def _table_partitions(ctx: RouterContext, request: web.Request) -> web.Res
     )
 
 
+async def _split(ctx: RouterContext, request: web.Request) -> web.Response:
+    """Ask a partition's node to split it (`rpc.ops.SplitPartitionPayload`); answer what the
+    node answered: the parent and its two children as the catalog now records them."""
+    name, partition_id = request.match_info["name"], request.match_info["id"]
+    try:
+        body = orjson.loads(await request.read() or b"{}")
+    except orjson.JSONDecodeError:
+        return _json({"error": "the body is not JSON"}, 400)
+    try:
+        await ctx.refresh()
+    except DynamoError as error:
+        return _json({"error": f"the catalog cannot be read: {error.message}"}, 503)
+    table = ctx.tables.get(name)
+    if table is None:
+        return _json({"error": f"no table named {name}"}, 404)
+    partition = next((p for p in table["partitions"] if p["id"] == partition_id), None)
+    if partition is None:
+        return _json({"error": f"table {name} has no serving partition {partition_id}"}, 404)
+    try:
+        split_key = _split_key(table, body)
+    except ValueError as error:
+        return _json({"error": str(error)}, 400)
+    payload = ops.SplitPartitionPayload(table["id"], partition_id, split_key)
+    try:
+        reply = await ctx.control(
+            partition["node"], ops.SPLIT_PARTITION, payload.to_json(), limits.SPLIT_CALL_SECONDS_MAX
+        )
+    except DynamoError as error:
+        status = 400 if error.type_name == "ValidationException" else 503
+        return _json({"error": error.message, "__type": error.type_name}, status)
+    await ctx.refresh()
+    return _json(reply)
+
+
+def _split_key(table: dict[str, Any], body: Any) -> str | None:
+    """The storage key (hex) a split request's {"Key": ...} names; None without one."""
+    if not isinstance(body, dict) or not set(body) <= {"Key"}:
+        raise ValueError('the body is {} or {"Key": {attribute: value, ...}}')
+    key = body.get("Key")
+    if key is None:
+        return None
+    declared = {name: kind for name, kind in filter(None, table["key_schema"].values())}
+    hash_name = table["key_schema"]["hash"][0]
+    if not isinstance(key, dict) or hash_name not in key or not set(key) <= set(declared):
+        raise ValueError(f"Key names the partition key {hash_name} and at most the sort key")
+    for name, value in key.items():
+        if not isinstance(value, dict) or list(value) != [declared[name]]:
+            raise ValueError(f"Key's {name} is not a value of type {declared[name]}")
+    range_value = None if len(key) == 1 else next(v for n, v in key.items() if n != hash_name)
+    try:
+        return keycodec.encode_storage_key(key[hash_name], range_value).hex()
+    except DynamoError as error:
+        raise ValueError(f"Key is not a key of this table: {error.message}") from None
+
+
 class _Snapshot:
     """A prometheus-client collector over one gathered answer."""
 
@@ -137,6 +231,10 @@ class _Snapshot:
 
     def collect(self) -> Iterator[Metric]:
         yield from partition_families(self.gathered["partitions"], extra_labels=("node",))
+        answered = self.gathered["nodes"]
+        yield from split_families(
+            (((node,), answered[node]["splits"]) for node in sorted(answered)), ("node",)
+        )
         up = GaugeMetricFamily(
             "dynalab_node_up", "Whether the node answered this scrape", labels=["node"]
         )
@@ -182,7 +280,12 @@ def add_routes(app: web.Application, ctx: RouterContext) -> None:
         return await _metrics(ctx, request)
 
     app.router.add_get("/admin/partitions", all_partitions)
+
+    async def split(request: web.Request) -> web.Response:
+        return await _split(ctx, request)
+
     app.router.add_get("/admin/tables/{name}/partitions", table_partitions)
+    app.router.add_post("/admin/tables/{name}/partitions/{id}/split", split)
 
     async def health(request: web.Request) -> web.Response:
         return await _health(ctx, request)

@@ -129,6 +129,7 @@ TABLE_STATS = "table_stats"
 UPDATE_THROUGHPUT = "update_throughput"
 UPDATE_TTL = "update_ttl"
 PARTITION_THROUGHPUT = "partition_throughput"
+SPLIT_PARTITION = "split_partition"
 
 # Change-feed consumers (the ChangeFeed service, or unary Call).
 REGISTER_CONSUMER = "register_consumer"
@@ -153,6 +154,7 @@ CONTROL_OPS = frozenset(
         UPDATE_THROUGHPUT,
         UPDATE_TTL,
         PARTITION_THROUGHPUT,
+        SPLIT_PARTITION,
     }
 )
 DATA_OPS = frozenset({GET, PUT, UPDATE, DELETE, QUERY, SCAN, INDEX_APPLY})
@@ -667,6 +669,33 @@ class PartitionThroughputPayload:
 
     def to_json(self) -> dict[str, Any]:
         return {"table_id": self.table_id}
+
+
+@dataclasses.dataclass(slots=True)
+class SplitPartitionPayload:
+    """split_partition: the owner splits one of its partitions in place (`storagenode.split`).
+
+    At `split_key` (a storage key, hex) if given, else at the key that halves its bytes. The
+    node records the split in the catalog and installs the children before it answers.
+    Reply: {"parent": PARTITION, "children": [PARTITION, PARTITION], "seconds": float}.
+    StaleEpoch if the partition is not on the node; ValidationException if it cannot split
+    there (outside it, too few items, inside an item collection of a table with a local index).
+    """
+
+    table_id: str
+    partition_id: str
+    split_key: str | None = None
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> Self:
+        return cls(body["table_id"], body["partition_id"], body.get("split_key"))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "table_id": self.table_id,
+            "partition_id": self.partition_id,
+            "split_key": self.split_key,
+        }
 
 
 # Change-feed consumers (the ChangeFeed service in proto/rpc/changefeed.proto; also unary Call,

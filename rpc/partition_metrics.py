@@ -11,7 +11,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 
 KINDS = ("read", "write")
 # (metric name, help, the BUCKET field it reports, whether it is a counter)
@@ -68,3 +73,29 @@ def partition_families(
             for family, field in families:
                 family.add_metric([*base, kind], float(bucket[field]))
     return [family for family, _ in families]
+
+
+# The upper bounds (seconds) of the split-duration histogram's buckets.
+SPLIT_SECONDS_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+def split_families(
+    reports: Iterable[tuple[Sequence[str], Mapping[str, Any]]], extra_labels: Sequence[str] = ()
+) -> list[Metric]:
+    """Metric families of the `splits` of partition_throughput replies: how many partitions a
+    node split and how long each took, from (label values for `extra_labels`, splits) pairs.
+
+    A `splits` report is {"count", "seconds_sum", "buckets": [[upper bound, count at or
+    below it], ...]} over SPLIT_SECONDS_BUCKETS.
+    """
+    labels = list(extra_labels)
+    count = CounterMetricFamily("dynalab_splits", "Partitions split in place", labels=labels)
+    seconds = HistogramMetricFamily(
+        "dynalab_split_seconds", "How long a split took, from plan to install", labels=labels
+    )
+    for values, report in reports:
+        count.add_metric(list(values), float(report["count"]))
+        buckets = [(str(bound), float(number)) for bound, number in report["buckets"]]
+        buckets.append(("+Inf", float(report["count"])))
+        seconds.add_metric(list(values), buckets, float(report["seconds_sum"]))
+    return [count, seconds]

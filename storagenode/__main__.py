@@ -7,7 +7,8 @@ so containers can be configured without a command line. The node logs to stderr,
 with its node id, and prints "listening on <addr>" once it serves, which is what scripts and tests
 wait for. SIGTERM or SIGINT stops it gracefully. With --metrics-listen HOST:PORT (or
 DYNALAB_METRICS_LISTEN) it also serves Prometheus metrics (`storagenode.metrics`). Its TTL sweeper
-runs every --ttl-sweep-seconds (DYNALAB_TTL_SWEEP_SECONDS; default 1 s).
+runs every --ttl-sweep-seconds (DYNALAB_TTL_SWEEP_SECONDS; default 1 s). A partition past
+--split-bytes (DYNALAB_SPLIT_BYTES; default 10 GB) of items splits in place.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from core import limits
 from rpc import lifeline
 from storagenode import metrics
 from storagenode.server import NodeServer
+from storagenode.split import SPLIT_BYTES_ENV
 from storagenode.store import StoreCorruption, StoreFormatError
 from storagenode.sweeper import TTL_SWEEP_SECONDS_ENV, sweep_seconds
 
@@ -54,7 +56,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help=f"how often the TTL sweeper looks for expired items (default "
         f"{limits.TTL_SWEEP_SECONDS_DEFAULT} s; {TTL_SWEEP_SECONDS_ENV})",
     )
+    parser.add_argument(
+        "--split-bytes",
+        type=int,
+        default=None,
+        help=f"split a partition past this many bytes of items (default: {SPLIT_BYTES_ENV}, "
+        "else 10 GB)",
+    )
     args = parser.parse_args(argv)
+    if args.split_bytes is not None and args.split_bytes < 1:
+        parser.error(f"--split-bytes must be at least 1, not {args.split_bytes}")
     for flag, value in (
         ("--node-id/DYNALAB_NODE_ID", args.node_id),
         ("--listen/DYNALAB_LISTEN", args.listen),
@@ -71,7 +82,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 async def run(args: argparse.Namespace) -> None:
     server = NodeServer(
-        args.node_id, args.listen, Path(args.data_dir), ttl_sweep_seconds=args.ttl_sweep_seconds
+        args.node_id,
+        args.listen,
+        Path(args.data_dir),
+        ttl_sweep_seconds=args.ttl_sweep_seconds,
+        split_bytes=args.split_bytes,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -34,6 +34,11 @@ The TTL sweeper's series are labelled with the table's name (`storagenode.sweepe
                                       deletes, so it survives restarts)
     TimeToLiveDeletedItemCount        the same count under DynamoDB's CloudWatch metric name
     dynalab_ttl_sweep_lag_seconds     age of the oldest expired item not yet deleted (0: none)
+
+The splitter's (`storagenode.split`), unlabelled here and labelled with the node by the router:
+
+    dynalab_splits_total              partitions this node split in place
+    dynalab_split_seconds             a histogram of how long each split took, plan to install
 """
 
 from __future__ import annotations
@@ -54,7 +59,7 @@ from prometheus_client.core import (
     UnknownMetricFamily,
 )
 
-from rpc.partition_metrics import partition_families
+from rpc.partition_metrics import partition_families, split_families
 from storagenode.throughput import NodeThroughput
 
 logger = logging.getLogger(__name__)
@@ -97,6 +102,18 @@ wal_sync_seconds = Histogram(
 def watch(throughput: NodeThroughput) -> None:
     """Report `throughput`'s partitions on this process's metrics server."""
     _watched.add(throughput)
+
+
+class SplitReporter(Protocol):
+    def to_json(self) -> dict[str, Any]: ...
+
+
+_splits: weakref.WeakSet[SplitReporter] = weakref.WeakSet()
+
+
+def watch_splits(stats: SplitReporter) -> None:
+    """Report a node's split counts and durations (`storagenode.split.SplitStats`)."""
+    _splits.add(stats)
 
 
 def watch_ttl(sweeper: TtlReporter) -> None:
@@ -149,6 +166,7 @@ class _NodeCollector:
         for throughput in list(_watched):
             partitions.extend(throughput.report()["partitions"])
         yield from partition_families(partitions)
+        yield from split_families(((), stats.to_json()) for stats in list(_splits))
         tables: list[Mapping[str, Any]] = []
         for sweeper in list(_sweepers):
             tables.extend(sweeper.report())

@@ -60,7 +60,7 @@ from core.writes import (
 )
 from rpc import ops
 from rpc.ops import Target
-from storagenode import changefeed, expiry, metrics, replica
+from storagenode import changefeed, expiry, metrics, replica, split
 from storagenode.layout import (
     Family,
     encode_item,
@@ -102,8 +102,9 @@ WRITE_OPS = frozenset(
         ops.UNREGISTER_CONSUMER,
     }
 )
-# Writes the node makes itself, never sent over the wire: the TTL sweeper's (`expiry.py`).
-INTERNAL_WRITE_OPS = frozenset({expiry.TTL_EXPIRE, expiry.TTL_BACKFILL})
+# Writes the node makes itself, never sent over the wire: the TTL sweeper's (`expiry.py`) and
+# the splitter's (`split.py`).
+INTERNAL_WRITE_OPS = frozenset({expiry.TTL_EXPIRE, expiry.TTL_BACKFILL, split.SPLIT_INSTALL})
 # The writes a node still takes when its disk is down to its reserve (StorageNode
 # _keep_disk_reserve): those that free space or let the change log be trimmed; and, below a
 # quarter of the reserve, dropping tables alone.
@@ -114,7 +115,9 @@ _SPACE_FREEING_OPS = _ALWAYS_ALLOWED_OPS | {
     ops.UNREGISTER_CONSUMER,
     expiry.TTL_EXPIRE,
 }
-assert READ_OPS | WRITE_OPS == ops.CONTROL_OPS | ops.DATA_OPS | ops.FEED_OPS
+# Operations that take more than one step on the event loop: the splitter's (`split.py`).
+SPLITTER_OPS = frozenset({ops.SPLIT_PARTITION})
+assert READ_OPS | WRITE_OPS | SPLITTER_OPS == ops.CONTROL_OPS | ops.DATA_OPS | ops.FEED_OPS
 # The operations that spend a partition's read or write units.
 METERED_READS = frozenset({ops.GET, ops.QUERY, ops.SCAN})
 METERED_WRITES = frozenset({ops.PUT, ops.UPDATE, ops.DELETE, ops.INDEX_APPLY})
@@ -143,6 +146,7 @@ WritePayload = (
     | FeedWritePayload
     | expiry.ExpirePayload
     | expiry.BackfillPayload
+    | split.InstallPayload
 )
 # How each write's JSON body decodes into its payload (`rpc.ops`), once, before its group runs.
 WRITE_PAYLOADS: dict[str, Callable[[dict[str, Any]], WritePayload]] = {
@@ -160,6 +164,7 @@ WRITE_PAYLOADS: dict[str, Callable[[dict[str, Any]], WritePayload]] = {
     ops.UNREGISTER_CONSUMER: ops.UnregisterConsumerPayload.from_json,
     expiry.TTL_EXPIRE: expiry.ExpirePayload.from_json,
     expiry.TTL_BACKFILL: expiry.BackfillPayload.from_json,
+    split.SPLIT_INSTALL: split.InstallPayload.from_json,
 }
 assert WRITE_PAYLOADS.keys() == WRITE_OPS | INTERNAL_WRITE_OPS
 
@@ -261,6 +266,9 @@ class StorageNode:
         # DYNALAB_BURST_SECONDS), on the monotonic clock. Tests pass one with a clock of their own.
         self.throughput = NodeThroughput.from_env() if throughput is None else throughput
         metrics.watch(self.throughput)
+        # The splits this node made (`split.Splitter`), reported with its throughput.
+        self.split_stats = split.SplitStats()
+        metrics.watch_splits(self.split_stats)
         # Replaced or updated only by the writer after each commit, so a reader on another thread
         # always sees the metadata of committed data.
         self.partitions: dict[PartitionRef, Partition] = {}
@@ -437,7 +445,7 @@ class StorageNode:
     def _partition_throughput(
         self, target: Target | None, payload: ops.PartitionThroughputPayload
     ) -> dict[str, Any]:
-        return self.throughput.report(payload.table_id)
+        return {**self.throughput.report(payload.table_id), "splits": self.split_stats.to_json()}
 
     def changes(
         self, table_id: str, partition_id: str, after_seq: int, limit: int
@@ -717,6 +725,8 @@ class _WriteGroup:
                 return self.ttl_expire(payload), 0.0
             case expiry.BackfillPayload():
                 return self.ttl_backfill(payload), 0.0
+            case split.InstallPayload():
+                return split.install(self, payload), 0.0
         if target is None:
             raise ValidationError(f"A {op} request names no partition")
         match payload:
@@ -735,6 +745,10 @@ class _WriteGroup:
         if key in self.dirty:
             return self.dirty[key]
         return self.node.partitions.get(key)
+
+    def lookup(self, key: PartitionRef) -> Partition | None:
+        """A partition's metadata as this group sees it (None: not on this node)."""
+        return self._lookup(key)
 
     def item_write(
         self, target: Target, payload: ops.ItemWritePayload

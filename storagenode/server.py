@@ -39,9 +39,11 @@ from core.errors import (
 )
 from rpc import changefeed_pb2, changefeed_pb2_grpc, codec, node_pb2, node_pb2_grpc, ops
 from rpc.changefeed import error_to_proto, record_to_proto
+from rpc.client import NodeClient
 from storagenode import metrics
 from storagenode.commit import GroupCommitter
-from storagenode.node import READ_OPS, PartitionRef, StorageNode
+from storagenode.node import READ_OPS, SPLITTER_OPS, PartitionRef, StorageNode
+from storagenode.split import Splitter
 from storagenode.store import Store
 from storagenode.sweeper import TtlSweeper
 
@@ -68,9 +70,10 @@ SERVER_OPTIONS = [
 class NodeServicer(node_pb2_grpc.StorageNodeServicer):  # type: ignore[misc]
     """The StorageNode gRPC service over one StorageNode and its group committer."""
 
-    def __init__(self, node: StorageNode, committer: GroupCommitter) -> None:
+    def __init__(self, node: StorageNode, committer: GroupCommitter, splitter: Splitter) -> None:
         self.node = node
         self.committer = committer
+        self.splitter = splitter
         self.draining = False
         self._streams: set[_ResponseStream] = set()
 
@@ -98,6 +101,13 @@ class NodeServicer(node_pb2_grpc.StorageNodeServicer):  # type: ignore[misc]
             body = codec.decode_body(request.body)
             if op in READ_OPS:
                 deliver(codec.ok_response(request.id, self.node.read(op, target, body)))
+            elif op in SPLITTER_OPS:
+                split = ops.SplitPartitionPayload.from_json(body)
+                key = None if split.split_key is None else bytes.fromhex(split.split_key)
+                task = asyncio.ensure_future(
+                    self.splitter.split(split.table_id, split.partition_id, key)
+                )
+                task.add_done_callback(partial(_deliver_write, request.id, deliver))
             else:
                 future = self.committer.submit(op, target, body)
                 future.add_done_callback(partial(_deliver_write, request.id, deliver))
@@ -415,8 +425,10 @@ class NodeServer:
         listen: str,
         data_dir: Path,
         ttl_sweep_seconds: float = limits.TTL_SWEEP_SECONDS_DEFAULT,
+        split_bytes: int | None = None,
     ) -> None:
         self.node_id = node_id
+        self.split_bytes = split_bytes
         self.ttl_sweep_seconds = ttl_sweep_seconds
         self.listen = listen
         self.data_dir = data_dir
@@ -428,6 +440,7 @@ class NodeServer:
         self._committer: GroupCommitter | None = None
         self._store: Store | None = None
         self._sweeper: TtlSweeper | None = None
+        self._splitter: Splitter | None = None
 
     async def start(self) -> str:
         """Open the store and serve; return the address actually bound (listen may say port 0)."""
@@ -456,7 +469,9 @@ class NodeServer:
         self._sweeper = TtlSweeper(node, submit, self.ttl_sweep_seconds)
         self._sweeper.start()
         metrics.watch_ttl(self._sweeper)
-        self._servicer = NodeServicer(node, self._committer)
+        self._splitter = Splitter(node, submit, NodeClient, split_bytes=self.split_bytes)
+        self._splitter.start()
+        self._servicer = NodeServicer(node, self._committer, self._splitter)
         node_pb2_grpc.add_StorageNodeServicer_to_server(self._servicer, server)
         self._feed = ChangeFeedServicer(node, self._committer)
         changefeed_pb2_grpc.add_ChangeFeedServicer_to_server(self._feed, server)
@@ -486,6 +501,8 @@ class NodeServer:
             self._feed.drain()
         if self._sweeper is not None:
             await self._sweeper.close()
+        if self._splitter is not None:
+            await self._splitter.close()
         if self._server is not None:
             await self._server.stop(grace)
         if self._committer is not None:

@@ -20,14 +20,15 @@ import selectors
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
-from core import catalog, keycodec
+from core import keycodec
+from core.errors import DynamoError
 from router import items, queries, tables
 from router.context import RouterContext
 from router.sources import Sources
-from rpc import ops
 from rpc.local import Faults, LocalNetwork
 from storagenode.memory_store import MemoryStore
 from storagenode.node import WRITE_OPS, StorageNode
+from storagenode.split import Splitter
 from storagenode.throughput import NodeThroughput
 
 T = TypeVar("T")
@@ -93,6 +94,7 @@ class SimCluster:
         self.network = LocalNetwork(random.Random(rng.getrandbits(64)), clock=virtual_unix_time)
         self.stores: dict[str, MemoryStore] = {}
         self.nodes: dict[str, StorageNode] = {}
+        self.splitters: dict[str, Splitter] = {}
         self.addresses: dict[str, str] = {}
         for number in range(1, nodes + 1):
             self.add_node(f"node{number}")
@@ -109,6 +111,7 @@ class SimCluster:
         )
         self.network.register(address, node, WRITE_OPS)
         self.stores[node_id], self.nodes[node_id] = store, node
+        self.splitters[node_id] = self.splitter(node)
         self.addresses[node_id] = address
 
     def add_router(self, node_ids: Iterable[str] | None = None) -> RouterContext:
@@ -123,9 +126,26 @@ class SimCluster:
         self.routers.append(router)
         return router
 
+    def splitter(self, node: StorageNode) -> Splitter:
+        """A node's splitter, its internal writes applied in place, its catalog calls on the
+        network (under its faults), its size trigger off unless a test calls it."""
+
+        async def submit(op: str, body: dict[str, Any]) -> dict[str, Any]:
+            [result] = node.apply_writes([(op, None, body)])
+            if isinstance(result, DynamoError):
+                raise result
+            return result
+
+        async def inline(work: Callable[[], bytes]) -> bytes:
+            return work()
+
+        return Splitter(node, submit, self.network.connect, split_bytes=1 << 62, offload=inline)
+
     async def close(self) -> None:
         for router in self.routers:
             await router.close()
+        for splitter in self.splitters.values():
+            await splitter.close()
 
     def faults(self, faults: Faults | None = None) -> None:
         """Put `faults` in force on the network (None: none)."""
@@ -172,44 +192,23 @@ class SimCluster:
     async def scan_all(self, name: str, router: int = 0, **request: Any) -> list[dict[str, Any]]:
         return await self.read_all(queries.scan, {"TableName": name, **request}, router)
 
-    # Splitting a partition, as a node-side split will ---------------------------------------
+    # Splitting a partition on its node ------------------------------------------------------
 
-    async def split(self, name: str, at: bytes, router: int = 0) -> tuple[dict[str, Any], ...]:
-        """Split the partition of table `name` holding storage key `at` into two at `at`.
+    async def split(
+        self, name: str, at: bytes | None = None, router: int = 0
+    ) -> tuple[dict[str, Any], ...]:
+        """Have the owner of the partition of table `name` holding storage key `at` split it
+        there (`storagenode.split.Splitter`; `at` None: the first partition, where it halves).
 
-        Creates both children (epoch + 1) on the parent's node, switches the table's catalog row
-        to them by compare-and-set (`core.catalog.split`), and retires the parent there, so a
-        request still naming the parent is refused with StaleEpoch. Items are keyed by table on a
-        node, so the children see the parent's items without a copy. Returns the (parent, low
-        child, high child) partitions as descriptors.
+        Router `router` only finds the partition. Returns the (parent, low child, high child)
+        partitions as the catalog describes them.
         """
-        ctx = self.routers[router]
-        table = await ctx.read_table(name)
+        table = await self.routers[router].read_table(name)
         assert table is not None, f"seed {self.seed}: no table {name} to split"
-        parent = next(p for p in table.partitions if p.holds(at))
-        epoch = parent.epoch + 1
-        low_id, high_id = f"{parent.id}.{epoch}a", f"{parent.id}.{epoch}b"
-        after, low, high = catalog.split(table, parent.id, at, low_id, high_id)
-        schema = {"id": table.id, "name": name, "key_schema": table.key_shape.to_key_schema()}
-        throughput = catalog.throughput_document(after)
-        for child in (low, high):
-            await ctx.control(
-                parent.node,
-                ops.CREATE_PARTITION,
-                {"table": schema, "partition": child.to_json(), "throughput": throughput},
-            )
-
-        def commit(current: catalog.TableDef | None) -> catalog.TableDef | None:
-            assert current is not None and current.id == table.id, f"seed {self.seed}"
-            return catalog.split(current, parent.id, at, low_id, high_id)[0]
-
-        await ctx.change_table(name, commit)
-        await ctx.control(
-            parent.node,
-            ops.RETIRE_PARTITION,
-            {"table_id": table.id, "partition_id": parent.id, "epoch": parent.epoch},
-        )
-        return parent.to_json(), low.to_json(), high.to_json()
+        parent = next(p for p in table.partitions if at is None or p.holds(at))
+        reply = await self.splitters[parent.node].split(table.id, parent.id, at)
+        low, high = reply["children"]
+        return reply["parent"], low, high
 
 
 def storage_key(item: dict[str, Any]) -> bytes:

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
 
 from core.errors import InternalServerError, StaleEpoch
 from rpc import codec, node_pb2, ops
+from rpc.client import NodeClient
 from storagenode.commit import GroupCommitter
 from storagenode.node import StorageNode
 from storagenode.server import NodeServicer
+from storagenode.split import Splitter
 from storagenode.store import Store
 from tests import envelope
 
@@ -26,8 +29,14 @@ def servicer(tmp_path: Path) -> Iterator[NodeServicer]:
     store = Store(tmp_path)
     node = StorageNode(store)
     envelope.apply(node, [(ops.CREATE_PARTITION, {"table": TABLE, "partition": PARTITION})])
-    # Never started: a request refused before it reaches the committer needs none.
-    yield NodeServicer(node, GroupCommitter(node.apply_writes))
+    # Never started: a request refused before it reaches the committer (or the splitter) needs
+    # none.
+    committer = GroupCommitter(node.apply_writes)
+
+    async def submit(op: str, body: dict[str, Any]) -> dict[str, Any]:
+        return await committer.submit(op, None, body)
+
+    yield NodeServicer(node, committer, Splitter(node, submit, NodeClient))
     store.close()
 
 

@@ -1,0 +1,207 @@
+"""Splitting a partition in place: where it splits, and how the catalog and a node agree on it.
+
+Pure, no IO; the node's `storagenode/split.py` does the reading and the calls. A split has three
+durable states, each recorded in one place, and every step from one to the next is idempotent:
+
+| state | recorded in | a restarted owner |
+| --- | --- | --- |
+| PLANNED: a split key chosen | the owner's memory only | does nothing: it never happened |
+| RECORDED: children named | the table's catalog row (compare-and-set) | installs the children |
+| INSTALLED: children served | the node's metadata, the parent's END | does nothing |
+
+The catalog row is the decision: once it names the children, the split has happened, and the
+owner's only way forward is to install them (`recovery`). Before it, nothing was changed anywhere,
+so a crash rolls back by forgetting the plan. The node installs the children and retires the
+parent in one write batch, so no request is ever served by both, and one naming the parent's
+epoch is refused with StaleEpoch, upon which the router refreshes its map and retries.
+
+Where (`halving_key`): at the key that halves the partition's bytes, measured as DynamoDB item
+sizes. The key is a collection boundary (the first key of a partition key value) when the
+partition holds more than one item collection, so no collection is cut in two; when one
+collection fills the partition, the split falls between two sort keys of it, unless the table has
+a local secondary index, whose collections never split (DynamoDB caps them at 10 GB instead).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable
+from fractions import Fraction
+from typing import Any
+
+from core import catalog
+from core.catalog import PartitionDef, PartitionState, TableDef
+from core.errors import ValidationError
+
+
+class SplitState(enum.StrEnum):
+    PLANNED = "PLANNED"
+    RECORDED = "RECORDED"
+    INSTALLED = "INSTALLED"
+
+
+# Every step a split takes, and the only ones: a plan is recorded, a record installed.
+SPLIT_TRANSITIONS: dict[SplitState, frozenset[SplitState]] = {
+    SplitState.PLANNED: frozenset({SplitState.RECORDED}),
+    SplitState.RECORDED: frozenset({SplitState.INSTALLED}),
+    SplitState.INSTALLED: frozenset(),
+}
+
+
+class SplitRefused(ValidationError):
+    """A split that cannot be made: no key halves the partition, or the key asked for is not
+    one the partition can split at."""
+
+
+class SplitConflict(ValidationError):
+    """The catalog no longer has the partition as the owner planned it (dropped, or changed)."""
+
+
+def child_ids(parent_id: str, parent_epoch: int) -> tuple[str, str]:
+    """The ids of the low and the high child of `parent_id` split at `parent_epoch`.
+
+    Derived from the parent alone, so a split retried after a crash records the same children.
+    """
+    epoch = parent_epoch + 1
+    return f"{parent_id}.{epoch}a", f"{parent_id}.{epoch}b"
+
+
+def halving_key(
+    rows: Iterable[tuple[bytes, int]],
+    total_bytes: int,
+    collection_of: Callable[[bytes], bytes],
+    *,
+    inside_collection: bool,
+) -> bytes:
+    """The storage key at which a partition's bytes split in two halves as nearly as it can.
+
+    `rows` are the partition's (storage key, item bytes) in key order; `collection_of` gives the
+    key prefix of a storage key's item collection. The answer is the collection boundary nearest
+    to half of `total_bytes`; with a single collection, the key of the item at which half is
+    reached if `inside_collection` allows it. Reads `rows` only until no later key can do
+    better. Raises SplitRefused when there is no such key.
+    """
+    half = total_bytes / 2
+    below = 0  # Bytes of the rows before the current one.
+    current: bytes | None = None
+    best: tuple[float, bytes] | None = None  # (distance from half, boundary key)
+    inside: bytes | None = None  # The first item key at or past half, after at least one item.
+    for key, size in rows:
+        collection = collection_of(key)
+        if current is not None and collection != current:
+            distance = abs(below - half)
+            if best is None or distance < best[0]:
+                best = (distance, collection)
+        if current is not None and inside is None and below >= half:
+            inside = key
+        if best is not None and below - half >= best[0]:
+            break  # Every later boundary has at least this many bytes below it: none is nearer.
+        current = collection
+        below += size
+    if best is not None:
+        return best[1]
+    if inside is not None and inside_collection:
+        return inside
+    if inside is not None:
+        raise SplitRefused(
+            "The partition is one item collection and the table has a local secondary index: "
+            "its item collections never split"
+        )
+    raise SplitRefused("The partition has too few items to split")
+
+
+def check_split_key(
+    split_key: bytes,
+    start: bytes,
+    end: bytes | None,
+    collection_of: Callable[[bytes], bytes],
+    *,
+    inside_collection: bool,
+) -> None:
+    """Refuse a split key asked for by an operator that the partition [start, end) cannot take:
+    outside it or at its start, or inside an item collection of a table with a local index.
+
+    Without a local index any key inside the range will do, a prefix of an item's key too.
+    """
+    if split_key <= start or (end is not None and split_key >= end):
+        raise SplitRefused(
+            f"Split key {split_key.hex()} is not inside the partition "
+            f"[{start.hex()}, {'end' if end is None else end.hex()})"
+        )
+    if not inside_collection and collection_of(split_key) != split_key:
+        raise SplitRefused(
+            "The table has a local secondary index, so a split key must be the first key of an "
+            "item collection (a partition key value with no sort key)"
+        )
+
+
+def recorded(
+    table: TableDef | None, table_id: str, parent: PartitionDef, split_key: bytes
+) -> TableDef:
+    """The catalog change that records the split of `parent` of table `table_id` at `split_key`
+    (for a compare-and-set): the table with the children, or the table unchanged if they are
+    there already.
+
+    Raises SplitConflict when the table is gone (or dropped and created again: another id) or its
+    partition is no longer `parent` as the owner holds it (another epoch, node or range), so
+    nothing is recorded.
+    """
+    low_id, high_id = child_ids(parent.id, parent.epoch)
+    if (
+        table is None
+        or table.id != table_id
+        or not any(p.id == parent.id for p in (*table.partitions, *table.retired))
+    ):
+        raise SplitConflict(f"Partition {parent.id} is no longer in the catalog")
+    children = children_of(table, parent.id)
+    if children is not None:
+        if (children[0].id, children[1].id) == (low_id, high_id):
+            return table  # Recorded already: a retry after a lost reply or a restart.
+        raise SplitConflict(f"Partition {parent.id} was split otherwise meanwhile")
+    current = table.partition(parent.id)
+    if (current.epoch, current.start, current.end, current.node) != (
+        parent.epoch,
+        parent.start,
+        parent.end,
+        parent.node,
+    ):
+        raise SplitConflict(
+            f"Partition {parent.id} is at epoch {current.epoch} in the catalog, "
+            f"not {parent.epoch} as on its node"
+        )
+    return catalog.split(table, parent.id, split_key, low_id, high_id)[0]
+
+
+def children_of(table: TableDef, parent_id: str) -> tuple[PartitionDef, PartitionDef] | None:
+    """The (low, high) children the catalog records for `parent_id`; None if it has none."""
+    children = sorted(
+        (p for p in (*table.partitions, *table.retired) if p.parent == parent_id),
+        key=lambda p: p.start,
+    )
+    if len(children) != 2:
+        return None
+    return children[0], children[1]
+
+
+def recovery(
+    table: TableDef | None, table_id: str, partition_id: str, epoch: int
+) -> tuple[PartitionDef, ...]:
+    """What the owner of partition `partition_id` at `epoch` must install after a restart: the
+    children the catalog recorded for it (the split is RECORDED), or nothing (not split, or the
+    table is gone: the catalog decides, and a plan it never recorded is forgotten)."""
+    if table is None or table.id != table_id:
+        return ()
+    parent = next((p for p in table.retired if p.id == partition_id), None)
+    if parent is None or parent.state is not PartitionState.RETIRED or parent.epoch != epoch:
+        return ()
+    children = children_of(table, partition_id)
+    return () if children is None else children
+
+
+def child_throughput(document: dict[str, Any] | None, share: Fraction) -> dict[str, Any] | None:
+    """A child's throughput settings from its parent's: the same table settings, its rate the
+    table's divided by the partition count its share stands for (a half of the parent's), so the
+    per-partition ceilings still apply to each child."""
+    if document is None:
+        return None
+    return {**document, "partition_count": max(1, round(1 / share))}

@@ -1,0 +1,520 @@
+"""Splitting a partition on its owner node: the decision, the catalog record and the install.
+
+The states and the rules are `core.splits`; this module does their IO. `Splitter` (one per node,
+on the event loop) splits a partition when asked (the `split_partition` control op, which the
+router's admin endpoint sends) or when its size passes `split_bytes` (checked every
+`SPLIT_CHECK_SECONDS`), one split at a time:
+
+1. **plan**: read the partition's keys and item sizes on an executor thread and choose the key
+   that halves its bytes (`core.splits.halving_key`), or check the key asked for;
+2. **record**: change the table's catalog row by compare-and-set on its version
+   (`core.splits.recorded`), reading the catalog's location from this node's own bootstrap
+   record and calling the catalog's node through the `rpc` transport, as a router does;
+3. **install**: one internal write through the group commit (`split_install`, `install` below)
+   creates both children with their counters and retires the parent with an END record, in one
+   batch; a write naming the parent's epoch that reaches the node after it gets StaleEpoch.
+
+At start the splitter reconciles: every partition the catalog records as split but the node still
+holds is installed (`core.splits.recovery`), so a crash between the record and the install
+completes on restart, and a crash before the record leaves nothing to undo.
+
+The install runs on the writer thread, so it counts the low child's items and index entries by a
+walk of the committed store (the high child gets the rest): exact, since no write commits
+meanwhile, at the cost of pausing writes for a walk of half the partition's keys.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
+
+import orjson
+
+from core import catalog, limits, splits
+from core.catalog import CatalogLocation, PartitionDef, TableDef
+from core.errors import (
+    ConditionalCheckFailed,
+    DynamoError,
+    OutcomeUnknown,
+    ServiceUnavailable,
+    StaleEpoch,
+)
+from core.keycodec import HASH_BYTES, decode_key_value, successor
+from rpc import ops
+from rpc.partition_metrics import SPLIT_SECONDS_BUCKETS
+from rpc.transport import NodeTransport
+from storagenode import changefeed
+from storagenode.layout import Family, item_size_of, seq_bytes
+from storagenode.partition import Partition
+
+if TYPE_CHECKING:
+    from storagenode.node import PartitionRef, StorageNode
+    from storagenode.store import WriteBatchView
+
+logger = logging.getLogger(__name__)
+
+SPLIT_INSTALL = "split_install"  # The internal write that installs a split (never on the wire).
+SPLIT_BYTES_ENV = "DYNALAB_SPLIT_BYTES"
+_SYSTEM_TABLES = frozenset({catalog.CATALOG_TABLE_ID, catalog.BOOTSTRAP_TABLE_ID})
+_SYSTEM_EPOCH = 1  # The system tables' one partition never splits.
+
+
+def split_bytes_from_env() -> int:
+    """The size past which a partition splits, from DYNALAB_SPLIT_BYTES (bytes, at least 1), or
+    DynamoDB's 10 GB when it is not set; tests and experiments set kilobytes."""
+    text = os.environ.get(SPLIT_BYTES_ENV)
+    if text is None or text.strip() == "":
+        return limits.PARTITION_SPLIT_BYTES_DEFAULT
+    value = int(text)
+    if value < 1:
+        raise ValueError(f"{SPLIT_BYTES_ENV} must be at least 1 byte, not {value}")
+    return value
+
+
+@dataclasses.dataclass(slots=True)
+class InstallPayload:
+    """split_install: create the recorded children of a partition and retire it, in one batch.
+
+    Reply: {"installed": bool} (false: the children were there already, or the parent is gone).
+    """
+
+    table_id: str
+    parent_id: str
+    parent_epoch: int
+    children: list[dict[str, Any]]  # The low and the high child, as the catalog records them.
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> InstallPayload:
+        return cls(body["table_id"], body["parent_id"], body["parent_epoch"], body["children"])
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+class SplitStats:
+    """How many splits this node made and how long each took (the partition_throughput
+    reply's `splits`, rendered by `rpc.partition_metrics.split_families`)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.seconds_sum = 0.0
+        self.buckets = [0] * len(SPLIT_SECONDS_BUCKETS)
+
+    def record(self, seconds: float) -> None:
+        self.count += 1
+        self.seconds_sum += seconds
+        for index, bound in enumerate(SPLIT_SECONDS_BUCKETS):
+            if seconds <= bound:
+                self.buckets[index] += 1
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "count": self.count,
+            "seconds_sum": self.seconds_sum,
+            "buckets": [
+                [bound, count]
+                for bound, count in zip(SPLIT_SECONDS_BUCKETS, self.buckets, strict=True)
+            ],
+        }
+
+
+class _Group(Protocol):
+    """What `install` needs of the node's write group (`storagenode.node._WriteGroup`)."""
+
+    node: StorageNode
+    batch: WriteBatchView
+    dirty: dict[PartitionRef, Partition | None]
+    feed: changefeed.FeedChanges
+
+    def lookup(self, key: PartitionRef) -> Partition | None: ...
+
+
+def install(group: _Group, payload: InstallPayload) -> dict[str, Any]:
+    """Create the children and retire the parent with an END naming them, in the group's batch.
+
+    Idempotent: children already here (a retried install) change nothing. The parent must not
+    have been written earlier in the same group, since the children's counters are read from the
+    committed store; such an install is refused as ServiceUnavailable and the splitter retries.
+    """
+    low_def, high_def = (PartitionDef.from_json(child) for child in payload.children)
+    ref = (payload.table_id, payload.parent_id)
+    if all(group.lookup((payload.table_id, c.id)) is not None for c in (low_def, high_def)):
+        return {"installed": False}
+    parent = group.lookup(ref)
+    if parent is None:
+        return {"installed": False}
+    if parent.epoch != payload.parent_epoch:
+        raise StaleEpoch(
+            f"Partition {parent.partition_id} is at epoch {parent.epoch}, "
+            f"the split at {payload.parent_epoch}"
+        )
+    if ref in group.dirty:
+        raise ServiceUnavailable(f"Partition {parent.partition_id} was written in this group")
+    split_key = bytes.fromhex(high_def.start)
+    low = _child(parent, low_def)
+    high = _child(parent, high_def)
+    _count(group.node, parent, low)
+    high.item_count = parent.item_count - low.item_count
+    high.size_bytes = parent.size_bytes - low.size_bytes
+    high.index_stats = {
+        name: [counts[0] - low.index_stats[name][0], counts[1] - low.index_stats[name][1]]
+        for name, counts in parent.index_stats.items()
+    }
+    low.ttl_deleted = parent.ttl_deleted  # The table's count is the sum: it stays whole.
+    cursor = None if parent.ttl_backfill is None else bytes.fromhex(parent.ttl_backfill)
+    low.ttl_backfill = None if cursor is None or cursor >= split_key else cursor.hex()
+    high.ttl_backfill = None if cursor is None else max(cursor, split_key).hex()
+    consumers = dict(group.feed.consumers(ref))
+    for child in (low, high):
+        child_ref = (child.table_id, child.partition_id)
+        group.dirty[child_ref] = child
+        for consumer in consumers:
+            group.feed.register(child_ref, consumer, 0, changefeed.LogBounds(1, 0))
+    group.dirty[ref] = None
+    children = [low.partition_id, high.partition_id]
+    if not consumers:
+        group.feed.forget(ref)
+        return {"installed": True}
+    end_seq = parent.last_seq + 1
+    record = orjson.dumps(changefeed.end_record(end_seq, children))
+    group.batch.put(Family.CHANGE_LOG, parent.log_prefix + seq_bytes(end_seq), record)
+    group.feed.retire(changefeed.RetiredLog(*ref, parent.first_seq, end_seq, tuple(children)))
+    group.feed.trim_retired(ref, group.node.change_log_records_max)
+    return {"installed": True}
+
+
+def _child(parent: Partition, child: PartitionDef) -> Partition:
+    """A child's metadata: the parent's table, settings and indexes, the child's range and
+    epoch, a log of its own, and its share of the parent's throughput."""
+    return Partition(
+        table_id=parent.table_id,
+        table_name=parent.table_name,
+        partition_id=child.id,
+        start=bytes.fromhex(child.start),
+        end=None if child.end is None else bytes.fromhex(child.end),
+        epoch=child.epoch,
+        key_shape=parent.key_shape,
+        throughput=splits.child_throughput(parent.throughput, child.share),
+        ttl=parent.ttl,
+        indexes=parent.indexes,
+    )
+
+
+def _count(node: StorageNode, parent: Partition, child: Partition) -> None:
+    """Count a child's items, bytes and local index entries from the committed store."""
+    lo, hi = _bounds(parent.item_prefix, child)
+    for _, value in node.store.walk(Family.ITEMS, lo, hi, forward=True):
+        child.item_count += 1
+        child.size_bytes += item_size_of(value)
+    stats: dict[str, list[int]] = {}
+    for name, (prefix, _) in parent.index_layout.items():
+        counts = stats.setdefault(name, [0, 0])
+        lo, hi = _bounds(prefix, child)
+        for _, value in node.store.walk(Family.INDEX_ENTRIES, lo, hi, forward=True):
+            counts[0] += 1
+            counts[1] += item_size_of(value) + limits.INDEX_ENTRY_OVERHEAD_BYTES
+    child.index_stats = stats
+
+
+def _bounds(prefix: bytes, child: Partition) -> tuple[bytes, bytes]:
+    """The keys under `prefix` of the child's range (its end, or the prefix's end)."""
+    if child.end is not None:
+        return prefix + child.start, prefix + child.end
+    end = successor(prefix)
+    assert end is not None, "table ids and index prefixes are never all 0xff"
+    return prefix + child.start, end
+
+
+def collection_finder(partition: Partition) -> Callable[[bytes], bytes]:
+    """The function giving a storage key's item collection prefix (hash and partition key)."""
+    kind = partition.key_shape.partition_key.type
+
+    def collection_of(storage_key: bytes) -> bytes:
+        if len(storage_key) <= HASH_BYTES:
+            return storage_key
+        try:
+            _, end = decode_key_value(storage_key, HASH_BYTES, kind)
+        except DynamoError:
+            return storage_key  # Not a whole partition key: a key between collections.
+        return storage_key[:end]
+
+    return collection_of
+
+
+def plan(node: StorageNode, partition: Partition, split_key: bytes | None) -> bytes:
+    """The key to split `partition` at: `split_key` checked, or the one halving its bytes.
+
+    Reads the store (an executor's job).
+    """
+    collection_of = collection_finder(partition)
+    inside = not partition.local_indexes
+    if split_key is not None:
+        splits.check_split_key(
+            split_key, partition.start, partition.end, collection_of, inside_collection=inside
+        )
+        return split_key
+    lo, hi = _bounds(partition.item_prefix, partition)
+    skip = len(partition.item_prefix)
+
+    def rows() -> Iterator[tuple[bytes, int]]:
+        for key, value in node.store.walk(Family.ITEMS, lo, hi, forward=True):
+            yield key[skip:], item_size_of(value)
+
+    return splits.halving_key(rows(), partition.size_bytes, collection_of, inside_collection=inside)
+
+
+Submit = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
+Offload = Callable[[Callable[[], bytes]], Awaitable[bytes]]
+
+
+async def _in_thread(work: Callable[[], bytes]) -> bytes:
+    return await asyncio.get_running_loop().run_in_executor(None, work)
+
+
+class Splitter:
+    """Splits the partitions of one node: on request, past the size bound, and after a crash."""
+
+    def __init__(
+        self,
+        node: StorageNode,
+        submit: Submit,
+        connect: Callable[[str], NodeTransport],
+        *,
+        split_bytes: int | None = None,
+        offload: Offload = _in_thread,
+        check_seconds: float = limits.SPLIT_CHECK_SECONDS,
+    ) -> None:
+        """`submit` queues an internal write on the node's group commit; `connect` makes a
+        transport to a node from its address (the catalog's); `offload` runs a store walk off
+        the event loop (a simulation runs it in place)."""
+        self.node = node
+        self.submit = submit
+        self.connect = connect
+        self.split_bytes = split_bytes_from_env() if split_bytes is None else split_bytes
+        self.offload = offload
+        self.check_seconds = check_seconds
+        self._clients: dict[str, NodeTransport] = {}
+        self._lock = asyncio.Lock()
+        self._task: asyncio.Task[None] | None = None
+        self._refused: set[tuple[str, str, int]] = set()  # Size splits that found no key.
+        self._recovered = False
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="splitter")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        await asyncio.gather(*(client.close() for client in self._clients.values()))
+        self._clients.clear()
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                if not self._recovered:
+                    await self.recover()
+                    self._recovered = True
+                await self.split_oversized()
+            except DynamoError as error:
+                logger.warning("split check failed, retrying: %s", error.message)
+            await asyncio.sleep(self.check_seconds)
+
+    # The triggers -------------------------------------------------------------------------------
+
+    async def split_oversized(self) -> None:
+        """Split every partition past `split_bytes`, one at a time."""
+        for ref, partition in list(self.node.partitions.items()):
+            if ref[0] in _SYSTEM_TABLES or partition.size_bytes <= self.split_bytes:
+                continue
+            marker = (*ref, partition.size_bytes)
+            if marker in self._refused:
+                continue
+            current = self.node.partitions.get(ref)
+            if current is None or current.epoch != partition.epoch:
+                continue
+            try:
+                await self.split(*ref)
+            except splits.SplitRefused as refusal:
+                # A single item, or one collection of a table with a local index: it stays
+                # whole (the collection cap stops its growth) until its size changes.
+                self._refused.add(marker)
+                logger.warning(
+                    "partition %s is %d bytes but cannot split: %s",
+                    ref[1],
+                    partition.size_bytes,
+                    refusal.message,
+                )
+
+    async def recover(self) -> None:
+        """Install the splits the catalog recorded for partitions this node still holds."""
+        names = {
+            partition.table_name
+            for ref, partition in self.node.partitions.items()
+            if ref[0] not in _SYSTEM_TABLES
+        }
+        for name in sorted(names):
+            table = await self.read_table(name)
+            for ref, partition in list(self.node.partitions.items()):
+                if partition.table_name != name:
+                    continue
+                children = splits.recovery(table, ref[0], ref[1], partition.epoch)
+                if children:
+                    logger.info("split of %s was recorded before a restart: installing", ref[1])
+                    await self._install(partition, children)
+
+    # One split ----------------------------------------------------------------------------------
+
+    async def split(
+        self, table_id: str, partition_id: str, split_key: bytes | None = None
+    ) -> dict[str, Any]:
+        """Split one partition of this node (at `split_key`, or where it halves its bytes);
+        return the parent and both children as the catalog records them."""
+        async with self._lock:
+            started = time.monotonic()
+            partition = self.node.partitions.get((table_id, partition_id))
+            if partition is None:
+                raise StaleEpoch(
+                    f"Partition {partition_id} of table {table_id} is not on this node"
+                )
+            logger.info("split of %s (%d bytes): planning", partition_id, partition.size_bytes)
+            key = await self.offload(lambda: plan(self.node, partition, split_key))
+            logger.info("split of %s: at key %s, recording in the catalog", partition_id, key.hex())
+            table = await self.read_table(partition.table_name)
+            parent = self._parent_def(table, partition)
+            after = await self.change_table(
+                partition.table_name,
+                lambda current: splits.recorded(current, table_id, parent, key),
+            )
+            children = splits.children_of(after, partition_id)
+            assert children is not None, "a recorded split names two children"
+            logger.info(
+                "split of %s: recorded as %s, installing", partition_id, [c.id for c in children]
+            )
+            await self._install(partition, children)
+            seconds = time.monotonic() - started
+            self.node.split_stats.record(seconds)
+            logger.info("split of %s: installed in %.3f s", partition_id, seconds)
+            return {
+                "parent": parent.to_json(),
+                "children": [child.to_json() for child in children],
+                "seconds": seconds,
+            }
+
+    def _parent_def(self, table: TableDef | None, partition: Partition) -> PartitionDef:
+        """The parent as the catalog records it, which must be the partition this node holds."""
+        if table is None or table.id != partition.table_id:
+            raise splits.SplitConflict(f"Table {partition.table_name} is no longer in the catalog")
+        serving = {p.id: p for p in table.partitions}
+        parent = serving.get(partition.partition_id)
+        if parent is None or parent.epoch != partition.epoch:
+            raise splits.SplitConflict(
+                f"Partition {partition.partition_id} at epoch {partition.epoch} is not serving "
+                "in the catalog"
+            )
+        return parent
+
+    async def _install(self, partition: Partition, children: tuple[PartitionDef, ...]) -> None:
+        payload = InstallPayload(
+            partition.table_id,
+            partition.partition_id,
+            partition.epoch,
+            [child.to_json() for child in children],
+        )
+        for attempt in range(limits.SPLIT_INSTALL_ATTEMPTS_MAX):
+            try:
+                await self.submit(SPLIT_INSTALL, payload.to_json())
+                return
+            except ServiceUnavailable:
+                if attempt + 1 == limits.SPLIT_INSTALL_ATTEMPTS_MAX:
+                    raise
+                await asyncio.sleep(limits.SPLIT_INSTALL_BACKOFF_SECONDS)
+
+    # The catalog, as this node reaches it -------------------------------------------------------
+
+    def _location(self) -> CatalogLocation:
+        """Where the catalog is, from this node's own bootstrap record."""
+        target = ops.Target(
+            catalog.BOOTSTRAP_TABLE_ID, catalog.BOOTSTRAP_PARTITION_ID, _SYSTEM_EPOCH, True
+        )
+        payload = {"key": {"name": {"S": catalog.BOOTSTRAP_RECORD_NAME}}}
+        try:
+            item = self.node.read(ops.GET, target, payload)["item"]
+        except StaleEpoch:
+            item = None
+        if item is None:
+            raise ServiceUnavailable("This node holds no bootstrap record: no catalog yet")
+        return CatalogLocation.from_item(item)
+
+    def _catalog(self) -> tuple[NodeTransport, ops.Target]:
+        location = self._location()
+        client = self._clients.get(location.address)
+        if client is None:
+            client = self._clients[location.address] = self.connect(location.address)
+        return client, ops.Target(catalog.CATALOG_TABLE_ID, location.partition, _SYSTEM_EPOCH, True)
+
+    async def read_table(self, name: str) -> TableDef | None:
+        client, target = self._catalog()
+        payload = ops.GetPayload({"name": {"S": name}})
+        reply = await client.call(ops.GET, target, payload.to_json(), limits.NODE_CALL_SECONDS_MAX)
+        item = reply["item"]
+        return None if item is None else _from_row(item)
+
+    async def change_table(
+        self, name: str, change: Callable[[TableDef | None], TableDef]
+    ) -> TableDef:
+        """`change` applied to table `name`'s row by compare-and-set on its version, as a router
+        changes a table (`router.context.RouterContext.change_table`)."""
+        for _ in range(limits.CATALOG_CAS_ATTEMPTS_MAX):
+            current = await self.read_table(name)
+            changed = change(current)
+            if changed is current:
+                return changed
+            assert current is not None
+            changed = catalog.versioned(changed, current.version + 1)
+            client, target = self._catalog()
+            put = ops.PutPayload(
+                _catalog_row(changed),
+                None,
+                "#v = :v",
+                {"#v": "version"},
+                {":v": {"N": str(current.version)}},
+            )
+            try:
+                await client.call(
+                    ops.PUT,
+                    dataclasses.replace(target, consistent=False),
+                    put.to_json(),
+                    limits.NODE_CALL_SECONDS_MAX,
+                )
+            except ConditionalCheckFailed:
+                await asyncio.sleep(limits.CATALOG_CAS_BACKOFF_SECONDS_MAX / 2)
+                continue
+            except OutcomeUnknown:
+                # Past its deadline the catalog's node will not apply it: the row tells.
+                if await self.read_table(name) != changed:
+                    continue
+            return changed
+        raise ServiceUnavailable("The table catalog is changing too often; try again later")
+
+
+def _catalog_row(table: TableDef) -> dict[str, Any]:
+    """The catalog system table's item for a table record (as `router.context` writes it)."""
+    return {
+        "name": {"S": table.name},
+        "version": {"N": str(table.version)},
+        "table": {"S": orjson.dumps(table.to_json()).decode()},
+    }
+
+
+def _from_row(item: Mapping[str, Any]) -> TableDef:
+    return TableDef.from_json(orjson.loads(item["table"]["S"]))

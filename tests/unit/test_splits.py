@@ -1,0 +1,172 @@
+"""The pure rules of a split (`core.splits`): where a partition splits, and the catalog record."""
+
+from __future__ import annotations
+
+import dataclasses
+from fractions import Fraction
+
+import pytest
+
+from core import catalog, splits
+from core.catalog import BillingMode, PartitionState, TableDef, Throughput
+from core.keycodec import encode_storage_key
+from core.keys import KeyShape
+
+TABLE_ID = "ab" * 16
+
+
+def collection(pk: str) -> bytes:
+    return encode_storage_key({"S": pk}, None)
+
+
+def key(pk: str, sk: int) -> bytes:
+    return encode_storage_key({"S": pk}, {"N": str(sk)})
+
+
+def collection_of(storage_key: bytes) -> bytes:
+    """The collection prefix of the keys these tests make (their partition keys are 'c...')."""
+    for pk in ("a", "b", "c", "d", "e", "f", "g"):
+        prefix = collection(pk)
+        if storage_key.startswith(prefix):
+            return prefix
+    return storage_key
+
+
+def rows(*entries: tuple[str, int, int]) -> list[tuple[bytes, int]]:
+    return sorted((key(pk, sk), size) for pk, sk, size in entries)
+
+
+def table() -> TableDef:
+    created = catalog.created(
+        name="T",
+        table_id=TABLE_ID,
+        key_shape=KeyShape.table(("pk", "S"), ("sk", "N")),
+        attribute_definitions=[("pk", "S"), ("sk", "N")],
+        billing_mode=BillingMode.PROVISIONED,
+        throughput=Throughput(10, 10),
+        now=0.0,
+        owner=lambda _: "node-1",
+    )
+    return catalog.activated(created)
+
+
+def test_the_split_falls_on_the_collection_boundary_nearest_half_the_bytes() -> None:
+    found = rows(("a", 1, 100), ("b", 1, 100), ("c", 1, 100), ("d", 1, 100))
+    ordered = [collection_of(k) for k, _ in found]
+    total = sum(size for _, size in found)
+    at = splits.halving_key(found, total, collection_of, inside_collection=True)
+    assert at == ordered[2], "two collections on each side"
+
+
+def test_a_boundary_past_half_wins_when_it_is_nearer() -> None:
+    # Collections in key order of 10, 45 and 45 bytes: the boundary after 55 bytes is nearer
+    # to half (50) than the one after 10.
+    ordered = sorted(["a", "b", "c"], key=collection)
+    sizes = dict(zip(ordered, [10, 45, 45], strict=True))
+    found = rows(*((pk, 1, sizes[pk]) for pk in ordered))
+    at = splits.halving_key(found, 100, collection_of, inside_collection=True)
+    assert at == collection(ordered[2])
+
+
+def test_one_collection_splits_between_sort_keys_without_a_local_index() -> None:
+    found = rows(*(("a", sk, 10) for sk in range(10)))
+    at = splits.halving_key(found, 100, collection_of, inside_collection=True)
+    assert at == key("a", 5)
+
+
+def test_one_collection_of_a_table_with_a_local_index_refuses_to_split() -> None:
+    found = rows(*(("a", sk, 10) for sk in range(10)))
+    with pytest.raises(splits.SplitRefused, match="local secondary index"):
+        splits.halving_key(found, 100, collection_of, inside_collection=False)
+
+
+def test_a_single_item_cannot_split() -> None:
+    with pytest.raises(splits.SplitRefused, match="too few items"):
+        splits.halving_key(rows(("a", 1, 500)), 500, collection_of, inside_collection=True)
+
+
+def test_the_walk_stops_once_no_later_key_can_do_better() -> None:
+    read: list[bytes] = []
+
+    def counted() -> object:
+        for entry in rows(*((pk, 1, 10) for pk in "abcdefg")):
+            read.append(entry[0])
+            yield entry
+
+    splits.halving_key(counted(), 70, collection_of, inside_collection=True)  # type: ignore[arg-type]
+    assert len(read) < 7
+
+
+def test_an_operator_split_key_must_be_inside_the_partition() -> None:
+    start, inside, end, after = sorted(key(pk, 1) for pk in "abcd")
+    for outside in (start, end, after, b""):
+        with pytest.raises(splits.SplitRefused, match="not inside"):
+            splits.check_split_key(outside, start, end, collection_of, inside_collection=True)
+    splits.check_split_key(inside, start, end, collection_of, inside_collection=True)
+
+
+def test_a_table_with_a_local_index_splits_only_at_a_collection_start() -> None:
+    with pytest.raises(splits.SplitRefused, match="first key of an item collection"):
+        splits.check_split_key(key("b", 3), b"", None, collection_of, inside_collection=False)
+    splits.check_split_key(collection("b"), b"", None, collection_of, inside_collection=False)
+
+
+def test_the_record_names_both_children_and_is_idempotent() -> None:
+    before = table()
+    parent = before.partitions[0]
+    after = splits.recorded(before, TABLE_ID, parent, key("b", 1))
+    low, high = splits.children_of(after, parent.id) or pytest.fail("no children")
+    assert (low.id, high.id) == splits.child_ids(parent.id, parent.epoch)
+    assert low.epoch == high.epoch == parent.epoch + 1
+    assert low.share == high.share == parent.share / 2
+    assert (low.end, high.start) == (key("b", 1).hex(), key("b", 1).hex())
+    assert [p.state for p in after.retired] == [PartitionState.RETIRED]
+    # A retry after the record (the reply was lost) finds it there and changes nothing.
+    assert splits.recorded(after, TABLE_ID, parent, key("b", 1)) is after
+
+
+def test_the_record_refuses_a_partition_the_catalog_no_longer_has_as_planned() -> None:
+    before = table()
+    parent = before.partitions[0]
+    with pytest.raises(splits.SplitConflict):
+        splits.recorded(None, TABLE_ID, parent, key("b", 1))
+    with pytest.raises(splits.SplitConflict):
+        splits.recorded(before, "cd" * 16, parent, key("b", 1))  # Dropped and created again.
+    at = bytes.fromhex("8000")
+    older = splits.recorded(before, TABLE_ID, parent, at)
+    children = splits.children_of(older, parent.id)
+    assert children is not None
+    low = children[0]
+    # The catalog has split the low child again while its owner plans with the old epoch.
+    newer = catalog.split(older, low.id, bytes.fromhex("40"), "x", "y")[0]
+    with pytest.raises(splits.SplitConflict):
+        splits.recorded(newer, TABLE_ID, low, bytes.fromhex("20"))
+    moved = dataclasses.replace(low, epoch=low.epoch + 1)
+    with pytest.raises(splits.SplitConflict, match="epoch"):
+        splits.recorded(older, TABLE_ID, moved, bytes.fromhex("20"))
+
+
+def test_recovery_installs_what_the_catalog_recorded_and_nothing_else() -> None:
+    before = table()
+    parent = before.partitions[0]
+    assert splits.recovery(before, TABLE_ID, parent.id, parent.epoch) == ()
+    after = splits.recorded(before, TABLE_ID, parent, key("b", 1))
+    children = splits.recovery(after, TABLE_ID, parent.id, parent.epoch)
+    assert [c.id for c in children] == list(splits.child_ids(parent.id, parent.epoch))
+    assert splits.recovery(after, TABLE_ID, parent.id, parent.epoch + 1) == ()
+    assert splits.recovery(after, "cd" * 16, parent.id, parent.epoch) == ()
+    assert splits.recovery(None, TABLE_ID, parent.id, parent.epoch) == ()
+
+
+def test_a_child_gets_the_rate_of_its_share() -> None:
+    document = {"billing_mode": "PROVISIONED", "read": 100, "write": 40, "partition_count": 1}
+    child = splits.child_throughput(document, Fraction(1, 2))
+    assert child == {**document, "partition_count": 2}
+    assert splits.child_throughput(None, Fraction(1, 2)) is None
+
+
+def test_a_split_moves_only_forward() -> None:
+    states = list(splits.SplitState)
+    for state in states:
+        later = set(states[states.index(state) + 1 : states.index(state) + 2])
+        assert splits.SPLIT_TRANSITIONS[state] == later
