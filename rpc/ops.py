@@ -654,7 +654,8 @@ class PartitionThroughputPayload:
 
     Reply: {"enforced": bool, "burst_seconds": float,
             "partitions": [{"table_id", "table_name", "partition_id", "billing_mode",
-                            "partition_count", "version", "read": BUCKET, "write": BUCKET}, ...]}
+                            "partition_count", "version", "read": BUCKET, "write": BUCKET}, ...],
+            "splits": {"count", "seconds_sum", "buckets"}}  # `rpc.partition_metrics.split_families`
     with BUCKET = {"rate_per_second": float, "balance": float, "consumed_units": float,
     "throttled_units": float, "admitted_requests": int, "throttled_requests": int}. Counters start
     at zero when the node starts. With enforcement off (DYNALAB_THROTTLING=off) nothing is metered

@@ -24,8 +24,9 @@ from dynalab.cluster import LocalCluster
 from tests.integration.conftest import dynamodb_client, wait_active
 
 SPLIT_BYTES = 4096
-LOAD_SECONDS = 8.0
+ITEMS_PER_WRITER = 800  # Two writers of ~100-byte items: about 160 KB, so dozens of splits.
 SPLIT_WAIT_SECONDS = 30.0  # How long the nodes may take to bring every partition under the bound.
+WRITERS_SECONDS_MAX = 300.0  # A loaded machine puts a few dozen items a second per client.
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +87,8 @@ def key_of(entry: dict[str, Any]) -> tuple[str, str]:
 
 
 class Load:
-    """Client threads running for `seconds`, recording what was acknowledged."""
+    """Client threads: writers putting ITEMS_PER_WRITER items each, and a counter and a reader
+    running until the writers are done, recording what was acknowledged."""
 
     def __init__(self, cluster: LocalCluster, name: str) -> None:
         self.cluster = cluster
@@ -99,7 +101,7 @@ class Load:
         self.lock = threading.Lock()
         self.stop = threading.Event()
 
-    def run(self, seconds: float) -> None:
+    def run(self) -> None:
         workers: list[Callable[[int], None]] = [self.writer, self.writer, self.counter, self.reader]
         threads = [
             threading.Thread(target=work, args=(number,), daemon=True)
@@ -107,9 +109,11 @@ class Load:
         ]
         for thread in threads:
             thread.start()
-        time.sleep(seconds)
+        for writer in threads[:2]:
+            writer.join(timeout=WRITERS_SECONDS_MAX)
+            assert not writer.is_alive(), "a writer did not finish"
         self.stop.set()
-        for thread in threads:
+        for thread in threads[2:]:
             thread.join(timeout=60)
             assert not thread.is_alive(), "a client thread did not stop"
 
@@ -118,14 +122,12 @@ class Load:
 
     def writer(self, number: int) -> None:
         client = self.client(number)
-        count = 0
-        while not self.stop.is_set():
+        for count in range(ITEMS_PER_WRITER):
             entry = {
                 "pk": {"S": f"w{number}-{count % 97}"},
                 "sk": {"N": str(count)},
                 "pad": {"S": "p" * 60},
             }
-            count += 1
             try:
                 client.put_item(TableName=self.name, Item=entry)
             except ClientError as error:
@@ -186,7 +188,7 @@ def test_sustained_load_runs_through_dozens_of_splits(cluster: LocalCluster) -> 
     client = dynamodb_client(cluster.router_url)
     create(client, "Splitting")
     load = Load(cluster, "Splitting")
-    load.run(LOAD_SECONDS)
+    load.run()
     deadline = time.monotonic() + SPLIT_WAIT_SECONDS
     while True:
         status, listing = admin(cluster, "/admin/tables/Splitting/partitions")

@@ -1,0 +1,231 @@
+"""Benchmark a partition split under a mixed load: how long it takes, and what clients see.
+
+    python bench/split.py [--partition-mb 1024] [--phase-seconds 10] [--concurrency 16]
+
+It starts its own cluster (3 nodes, 1 router, throttling off, the size trigger out of the way,
+in a temporary directory), fills one partition of an on-demand table with `--partition-mb` of
+items (keys chosen so that they all hash into the table's first partition), then runs a mixed
+load on that partition's keys (60% GetItem, 30% PutItem overwriting an item, 10% Query of one
+item collection) and prints, for the `--phase-seconds` before the split, while the split runs
+(`POST /admin/tables/{name}/partitions/{id}/split`, where the partition halves its bytes) and
+the `--phase-seconds` after it: the operations per second and the p50 / p99 latency.
+
+Moving a child to another node is not built yet, so the split is all there is to time. The client
+shares the machine with the cluster, so the numbers describe this machine as loaded at the time.
+Use `--partition-mb 20` for a quick run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import tempfile
+import time
+from typing import Any
+
+import aiohttp
+import orjson
+
+from core.keycodec import encode_storage_key
+from dynalab.bench import DynamoDBClient, SigV4Signer, host_header, percentile
+from dynalab.cluster import LocalCluster
+
+TABLE = "splitbench"
+TABLE_ACTIVE_TIMEOUT_S = 60.0
+COLLECTION_ITEMS = 64  # Items per partition key value: Query reads one collection.
+BATCH_ITEMS = 25
+
+
+def first_partition_keys(count: int) -> list[str]:
+    """Partition key values whose hash falls in the first quarter of the hash space: the first of
+    an on-demand table's four partitions."""
+    found: list[str] = []
+    number = 0
+    while len(found) < count:
+        value = f"k{number}"
+        if encode_storage_key({"S": value}, None)[0] < 0x40:
+            found.append(value)
+        number += 1
+    return found
+
+
+def item(pk: str, sk: int, pad: str) -> dict[str, Any]:
+    return {"pk": {"S": pk}, "sk": {"N": str(sk)}, "pad": {"S": pad}}
+
+
+async def create_table(client: DynamoDBClient) -> None:
+    await client.request(
+        "CreateTable",
+        {
+            "TableName": TABLE,
+            "KeySchema": [
+                {"AttributeName": "pk", "KeyType": "HASH"},
+                {"AttributeName": "sk", "KeyType": "RANGE"},
+            ],
+            "AttributeDefinitions": [
+                {"AttributeName": "pk", "AttributeType": "S"},
+                {"AttributeName": "sk", "AttributeType": "N"},
+            ],
+            "BillingMode": "PAY_PER_REQUEST",
+        },
+    )
+    deadline = time.monotonic() + TABLE_ACTIVE_TIMEOUT_S
+    while (await client.request("DescribeTable", {"TableName": TABLE}))["Table"][
+        "TableStatus"
+    ] != "ACTIVE":
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{TABLE} not ACTIVE in {TABLE_ACTIVE_TIMEOUT_S} s")
+        await asyncio.sleep(0.1)
+
+
+async def fill(client: DynamoDBClient, keys: list[str], pad: str, concurrency: int) -> None:
+    batches = [
+        [item(pk, sk, pad) for sk in range(start, start + BATCH_ITEMS)]
+        for pk in keys
+        for start in range(0, COLLECTION_ITEMS, BATCH_ITEMS)
+    ]
+    queue = list(reversed(batches))
+
+    async def worker() -> None:
+        while queue:
+            pending = [{"PutRequest": {"Item": entry}} for entry in queue.pop()]
+            while pending:
+                reply = await client.request("BatchWriteItem", {"RequestItems": {TABLE: pending}})
+                pending = reply.get("UnprocessedItems", {}).get(TABLE, [])
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+
+async def admin(session: aiohttp.ClientSession, url: str, body: Any = None) -> Any:
+    if body is None:
+        async with session.get(url) as reply:
+            return orjson.loads(await reply.read())
+    async with session.post(url, data=orjson.dumps(body)) as reply:
+        if reply.status != 200:
+            raise RuntimeError(f"split refused: {reply.status} {await reply.text()}")
+        return orjson.loads(await reply.read())
+
+
+class Recorder:
+    """(completion time, latency, ok) of every operation of the mixed load."""
+
+    def __init__(self) -> None:
+        self.samples: list[tuple[float, float, bool]] = []
+
+    def report(self, label: str, start: float, end: float) -> None:
+        window = [s for s in self.samples if start <= s[0] < end]
+        latencies = sorted(latency for _, latency, ok in window if ok)
+        failed = sum(1 for _, _, ok in window if not ok)
+        seconds = max(end - start, 1e-9)
+        if not latencies:
+            print(f"  {label:7} {seconds:6.2f} s: no operations completed ({failed} failed)")
+            return
+        print(
+            f"  {label:7} {seconds:6.2f} s: {len(latencies) / seconds:7.0f} ops/s, "
+            f"p50 {1e3 * percentile(latencies, 0.5):6.2f} ms, "
+            f"p99 {1e3 * percentile(latencies, 0.99):6.2f} ms, {failed} failed"
+        )
+
+
+async def mixed_load(
+    client: DynamoDBClient, keys: list[str], pad: str, stop: asyncio.Event, recorder: Recorder
+) -> None:
+    rng = random.Random(len(recorder.samples))
+    while not stop.is_set():
+        pk = rng.choice(keys)
+        sk = rng.randrange(COLLECTION_ITEMS)
+        roll = rng.random()
+        started = time.monotonic()
+        ok = True
+        try:
+            if roll < 0.6:
+                await client.request(
+                    "GetItem",
+                    {"TableName": TABLE, "Key": {"pk": {"S": pk}, "sk": {"N": str(sk)}}},
+                )
+            elif roll < 0.9:
+                await client.request("PutItem", {"TableName": TABLE, "Item": item(pk, sk, pad)})
+            else:
+                await client.request(
+                    "Query",
+                    {
+                        "TableName": TABLE,
+                        "KeyConditionExpression": "pk = :p",
+                        "ExpressionAttributeValues": {":p": {"S": pk}},
+                        "Limit": 10,
+                    },
+                )
+        except Exception:  # A failed operation is counted, not retried.
+            ok = False
+        finished = time.monotonic()
+        recorder.samples.append((finished, finished - started, ok))
+
+
+async def run(args: argparse.Namespace, endpoint: str) -> None:
+    connector = aiohttp.TCPConnector(limit=max(args.concurrency, 64))
+    async with aiohttp.ClientSession(connector=connector) as session:
+        signer = SigV4Signer("dynalab", "dynalab", "us-east-1", host_header(endpoint))
+        client = DynamoDBClient(session, endpoint, signer)
+        await create_table(client)
+        pad = "x" * args.item_bytes
+        collections = max(2, int(args.partition_mb * 2**20 / args.item_bytes / COLLECTION_ITEMS))
+        keys = first_partition_keys(collections)
+        started = time.monotonic()
+        await fill(client, keys, pad, args.concurrency)
+        listing_url = f"{endpoint}/admin/tables/{TABLE}/partitions"
+        listing = await admin(session, listing_url)
+        partition = max(listing["partitions"], key=lambda p: p["size_bytes"] or 0)
+        print(
+            f"filled partition {partition['id']} with {partition['size_bytes'] / 2**20:.1f} MiB "
+            f"({collections * COLLECTION_ITEMS} items) in {time.monotonic() - started:.1f} s"
+        )
+        recorder = Recorder()
+        stop = asyncio.Event()
+        workers = [
+            asyncio.create_task(mixed_load(client, keys, pad, stop, recorder))
+            for _ in range(args.concurrency)
+        ]
+        before = time.monotonic()
+        await asyncio.sleep(args.phase_seconds)
+        split_started = time.monotonic()
+        reply = await admin(session, f"{listing_url}/{partition['id']}/split", {})
+        split_ended = time.monotonic()
+        await asyncio.sleep(args.phase_seconds)
+        stop.set()
+        await asyncio.gather(*workers)
+        after = time.monotonic()
+        sizes = {
+            p["id"]: p["size_bytes"] for p in (await admin(session, listing_url))["partitions"]
+        }
+        children = [
+            f"{child['id'].split('-')[1]} {sizes.get(child['id'], 0) / 2**20:.1f} MiB"
+            for child in reply["children"]
+        ]
+        print(
+            f"split in {split_ended - split_started:.3f} s as the admin call saw it "
+            f"({reply['seconds']:.3f} s on the node): {', '.join(children)}"
+        )
+        print(f"mixed load, {args.concurrency} clients (60% get, 30% put, 10% query):")
+        recorder.report("before", before, split_started)
+        recorder.report("during", split_started, split_ended)
+        recorder.report("after", split_ended, after)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--partition-mb", type=float, default=1024.0, help="size to fill, MiB")
+    parser.add_argument("--item-bytes", type=int, default=4000, help="padding per item")
+    parser.add_argument("--phase-seconds", type=float, default=10.0, help="before and after")
+    parser.add_argument("--concurrency", type=int, default=16, help="clients")
+    args = parser.parse_args()
+    cpu = time.process_time()
+    os.environ["DYNALAB_THROTTLING"] = "off"
+    with tempfile.TemporaryDirectory() as data, LocalCluster(data, nodes=3, routers=1) as cluster:
+        asyncio.run(run(args, cluster.router_url))
+    print(f"bench client CPU: {time.process_time() - cpu:.1f} s")
+
+
+if __name__ == "__main__":
+    main()
