@@ -289,3 +289,83 @@ def test_a_table_with_a_local_index_refuses_to_split_inside_a_collection(
     time.sleep(2.5)  # Two of the nodes' size checks.
     status, after = admin(cluster, "/admin/tables/WithLocal/partitions")
     assert [p["id"] for p in after["partitions"]] == [p["id"] for p in listing["partitions"]]
+
+
+def test_nodes_killed_while_partitions_split_lose_nothing(cluster: LocalCluster) -> None:
+    """Each node in turn is killed with SIGKILL and restarted while writes drive splits: a split
+    recorded in the catalog but not installed completes when its node restarts, every
+    acknowledged write is there once, and every counter is within its acknowledged and unknown
+    increments."""
+    client = dynamodb_client(cluster.router_url)
+    create(client, "Killed")
+    acknowledged: dict[tuple[str, str], dict[str, Any]] = {}
+    added = {"acknowledged": 0, "unknown": 0}
+    stop = threading.Event()
+
+    def writer() -> None:
+        writes = dynamodb_client(cluster.router_urls[1])
+        number = 0
+        while not stop.is_set():
+            entry = {
+                "pk": {"S": f"k{number % 151}"},
+                "sk": {"N": str(number)},
+                "pad": {"S": "q" * 60},
+            }
+            number += 1
+            try:
+                writes.put_item(TableName="Killed", Item=entry)
+            except ClientError:
+                continue  # Not acknowledged: it may or may not be there.
+            acknowledged[key_of(entry)] = entry
+            try:
+                writes.update_item(
+                    TableName="Killed",
+                    Key={"pk": {"S": "counter"}, "sk": {"N": "0"}},
+                    UpdateExpression="ADD hits :one",
+                    ExpressionAttributeValues={":one": {"N": "1"}},
+                )
+            except ClientError as error:
+                if error.response["ResponseMetadata"]["HTTPStatusCode"] == 500:
+                    added["unknown"] += 1  # Maybe applied: the outcome is unknown.
+                continue
+            added["acknowledged"] += 1
+
+    thread = threading.Thread(target=writer, daemon=True)
+    thread.start()
+
+    def written(count: int) -> None:
+        deadline = time.monotonic() + WRITERS_SECONDS_MAX
+        while len(acknowledged) < count:
+            assert time.monotonic() < deadline, f"only {len(acknowledged)} writes acknowledged"
+            time.sleep(0.1)
+
+    try:
+        for number, node in enumerate(cluster.nodes, start=1):
+            written(150 * number)  # Each kill lands while the table keeps splitting.
+            node.kill()
+            time.sleep(0.5)
+            node.start()
+        written(600)
+    finally:
+        stop.set()
+        thread.join(timeout=60)
+    assert not thread.is_alive(), "the writer did not stop"
+    deadline = time.monotonic() + SPLIT_WAIT_SECONDS
+    while True:
+        status, listing = admin(cluster, "/admin/tables/Killed/partitions")
+        serving = [p for p in listing["partitions"] if p["state"] == "SERVING"]
+        # A serving partition without a size is one its node does not hold (yet).
+        if status == 200 and all(
+            p["size_bytes"] is not None and p["size_bytes"] <= SPLIT_BYTES for p in serving
+        ):
+            break
+        assert time.monotonic() < deadline, listing
+        time.sleep(0.5)
+    assert len(serving) >= 12, "the writes should have split the table many times"
+    found = scan_all(client, "Killed")
+    stored = {key_of(entry): entry for entry in found}
+    assert len(stored) == len(found), "an item was scanned twice"
+    for key, entry in acknowledged.items():
+        assert stored.get(key) == entry, f"acknowledged write {key} lost"
+    hits = int(stored["counter", "0"]["hits"]["N"])
+    assert added["acknowledged"] <= hits <= added["acknowledged"] + added["unknown"]
