@@ -1,6 +1,7 @@
 """Benchmark a partition split under a mixed load: how long it takes, and what clients see.
 
     python bench/split.py [--partition-mb 1024] [--phase-seconds 10] [--concurrency 16]
+    python bench/split.py --heat [--heat-seconds 40]
 
 It starts its own cluster (3 nodes, 1 router, throttling off, the size trigger out of the way,
 in a temporary directory), fills one partition of an on-demand table with `--partition-mb` of
@@ -13,6 +14,12 @@ the `--phase-seconds` after it: the operations per second and the p50 / p99 late
 Moving a child to another node is not built yet, so the split is all there is to time. The client
 shares the machine with the cluster, so the numbers describe this machine as loaded at the time.
 Use `--partition-mb 20` for a quick run.
+
+With `--heat` it measures split for heat instead, on a cluster that enforces throughput (1 s of
+burst): `--concurrency` clients put 20 KB items (20 write units each) on many keys of one
+partition for `--heat-seconds`, printing the write units per second the table served each
+5 seconds and when its node split the partition; then the same clients put 100 KB items on one
+key of another partition, which stays throttled at 1,000 units and does not split.
 """
 
 from __future__ import annotations
@@ -213,17 +220,92 @@ async def run(args: argparse.Namespace, endpoint: str) -> None:
         recorder.report("after", split_ended, after)
 
 
+async def heat_phase(
+    client: DynamoDBClient,
+    session: aiohttp.ClientSession,
+    endpoint: str,
+    keys: list[str],
+    pad: str,
+    seconds: float,
+    concurrency: int,
+) -> None:
+    """Put `pad` items on `keys` for `seconds`; print units served per 5 s and the splits."""
+    units = (len(pad) + 1023) // 1024
+    served: list[float] = []  # Completion times of acknowledged puts.
+    throttled = 0
+    stop = asyncio.Event()
+
+    async def writer(number: int) -> None:
+        nonlocal throttled
+        count = number
+        while not stop.is_set():
+            request = {"TableName": TABLE, "Item": item(keys[count % len(keys)], 0, pad)}
+            count += concurrency
+            try:
+                await client.request("PutItem", request)
+            except Exception:  # Throttled (ProvisionedThroughputExceeded): counted.
+                throttled += 1
+                continue
+            served.append(time.monotonic())
+
+    started = time.monotonic()
+    tasks = [asyncio.create_task(writer(n)) for n in range(concurrency)]
+    listing_url = f"{endpoint}/admin/tables/{TABLE}/partitions"
+    step = 5.0
+    for window in range(int(seconds / step)):
+        await asyncio.sleep(step)
+        low, high = started + window * step, started + (window + 1) * step
+        count = sum(1 for at in served if low <= at < high)
+        serving = [
+            p for p in (await admin(session, listing_url))["partitions"] if p["state"] == "SERVING"
+        ]
+        print(
+            f"  {high - started:5.1f} s: {count * units / step:7.0f} write units/s served, "
+            f"{len(serving)} serving partitions"
+        )
+    stop.set()
+    await asyncio.gather(*tasks)
+    print(f"  {throttled} puts throttled in {seconds:.0f} s")
+
+
+async def run_heat(args: argparse.Namespace, endpoint: str) -> None:
+    async with aiohttp.ClientSession() as session:
+        signer = SigV4Signer("dynalab", "dynalab", "us-east-1", host_header(endpoint))
+        client = DynamoDBClient(session, endpoint, signer)
+        await create_table(client)
+        keys = first_partition_keys(400)
+        print(
+            f"20 KB puts spread over {len(keys)} keys of one partition, {args.concurrency} clients:"
+        )
+        await heat_phase(
+            client, session, endpoint, keys, "x" * 20_000, args.heat_seconds, args.concurrency
+        )
+        hot = next(
+            k
+            for k in (f"hot{n}" for n in range(1000))
+            if k not in keys and encode_storage_key({"S": k}, None)[0] >= 0x80
+        )
+        print(f"100 KB puts on one key ({hot}), {args.concurrency} clients:")
+        await heat_phase(
+            client, session, endpoint, [hot], "x" * 100_000, args.heat_seconds, args.concurrency
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--partition-mb", type=float, default=1024.0, help="size to fill, MiB")
     parser.add_argument("--item-bytes", type=int, default=4000, help="padding per item")
     parser.add_argument("--phase-seconds", type=float, default=10.0, help="before and after")
     parser.add_argument("--concurrency", type=int, default=16, help="clients")
+    parser.add_argument("--heat", action="store_true", help="measure split for heat instead")
+    parser.add_argument("--heat-seconds", type=float, default=40.0, help="each heat phase")
     args = parser.parse_args()
     cpu = time.process_time()
-    os.environ["DYNALAB_THROTTLING"] = "off"
+    os.environ["DYNALAB_THROTTLING"] = "on" if args.heat else "off"
+    if args.heat:
+        os.environ["DYNALAB_BURST_SECONDS"] = "1"
     with tempfile.TemporaryDirectory() as data, LocalCluster(data, nodes=3, routers=1) as cluster:
-        asyncio.run(run(args, cluster.router_url))
+        asyncio.run((run_heat if args.heat else run)(args, cluster.router_url))
     print(f"bench client CPU: {time.process_time() - cpu:.1f} s")
 
 

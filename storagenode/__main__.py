@@ -8,7 +8,8 @@ with its node id, and prints "listening on <addr>" once it serves, which is what
 wait for. SIGTERM or SIGINT stops it gracefully. With --metrics-listen HOST:PORT (or
 DYNALAB_METRICS_LISTEN) it also serves Prometheus metrics (`storagenode.metrics`). Its TTL sweeper
 runs every --ttl-sweep-seconds (DYNALAB_TTL_SWEEP_SECONDS; default 1 s). A partition past
---split-bytes (DYNALAB_SPLIT_BYTES; default 10 GB) of items splits in place.
+--split-bytes (DYNALAB_SPLIT_BYTES; default 10 GB) of items splits in place, and so does one whose
+writes are throttled at its ceiling (DYNALAB_SPLIT_FOR_HEAT=off turns that off).
 """
 
 from __future__ import annotations

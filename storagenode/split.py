@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
-from core import catalog, limits, splits
+from core import catalog, heat, limits, splits
 from core.catalog import CatalogLocation, PartitionDef, TableDef
 from core.errors import (
     ConditionalCheckFailed,
@@ -61,6 +61,7 @@ logger = logging.getLogger(__name__)
 
 SPLIT_INSTALL = "split_install"  # The internal write that installs a split (never on the wire).
 SPLIT_BYTES_ENV = "DYNALAB_SPLIT_BYTES"
+SPLIT_FOR_HEAT_ENV = "DYNALAB_SPLIT_FOR_HEAT"
 _SYSTEM_TABLES = frozenset({catalog.CATALOG_TABLE_ID, catalog.BOOTSTRAP_TABLE_ID})
 _SYSTEM_EPOCH = 1  # The system tables' one partition never splits.
 
@@ -75,6 +76,13 @@ def split_bytes_from_env() -> int:
     if value < 1:
         raise ValueError(f"{SPLIT_BYTES_ENV} must be at least 1 byte, not {value}")
     return value
+
+
+def split_for_heat_from_env() -> bool:
+    """Whether partitions split for heat: DYNALAB_SPLIT_FOR_HEAT, on unless "off", "0" or
+    "false"."""
+    text = os.environ.get(SPLIT_FOR_HEAT_ENV, "on").strip().lower()
+    return text not in ("off", "0", "false")
 
 
 @dataclasses.dataclass(slots=True)
@@ -289,6 +297,8 @@ class Splitter:
         split_bytes: int | None = None,
         offload: Offload = _in_thread,
         check_seconds: float = limits.SPLIT_CHECK_SECONDS,
+        split_for_heat: bool | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """`submit` queues an internal write on the node's group commit; `connect` makes a
         transport to a node from its address (the catalog's); `offload` runs a store walk off
@@ -299,6 +309,11 @@ class Splitter:
         self.split_bytes = split_bytes_from_env() if split_bytes is None else split_bytes
         self.offload = offload
         self.check_seconds = check_seconds
+        self.split_for_heat = (
+            split_for_heat_from_env() if split_for_heat is None else split_for_heat
+        )
+        self.clock = clock
+        self._heat: dict[PartitionRef, heat.HeatWindow] = {}
         self._clients: dict[str, NodeTransport] = {}
         self._lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
@@ -325,6 +340,7 @@ class Splitter:
                     await self.recover()
                     self._recovered = True
                 await self.split_oversized()
+                await self.split_hot()
             except DynamoError as error:
                 logger.warning("split check failed, retrying: %s", error.message)
             await asyncio.sleep(self.check_seconds)
@@ -354,6 +370,58 @@ class Splitter:
                     partition.size_bytes,
                     refusal.message,
                 )
+
+    async def split_hot(self) -> None:
+        """Split every partition whose writes were throttled at its ceiling through a whole
+        window while its table has capacity to give, where its recent writes balance
+        (`core.heat`); never one whose writes go nearly all to one key.
+
+        Only write heat is seen: the samples are the keys of the partition's newest change-log
+        records, which reads do not leave.
+        """
+        if not self.split_for_heat:
+            return
+        now = self.clock()
+        seen: set[PartitionRef] = set()
+        for entry in self.node.throughput.report()["partitions"]:
+            ref = (entry["table_id"], entry["partition_id"])
+            partition = self.node.partitions.get(ref)
+            if partition is None or ref[0] in _SYSTEM_TABLES:
+                continue
+            seen.add(ref)
+            window = self._heat.setdefault(ref, heat.HeatWindow())
+            window.observe(now, int(entry["write"]["throttled_requests"]))
+            if not window.sustained(now) or not heat.capacity_to_give(
+                partition.throughput, "write"
+            ):
+                continue
+            self._heat[ref] = heat.HeatWindow()  # A new window either way.
+            key = heat.balancing_key(
+                self._written_keys(partition),
+                partition.start,
+                collection_finder(partition),
+                inside_collection=not partition.local_indexes,
+            )
+            if key is None:
+                logger.warning(
+                    "partition %s is throttled at its ceiling, but one key carries its load: "
+                    "a split would not help",
+                    ref[1],
+                )
+                continue
+            logger.info("partition %s is throttled at its ceiling: splitting for heat", ref[1])
+            await self.split(*ref, key)
+        for ref in self._heat.keys() - seen:
+            del self._heat[ref]
+
+    def _written_keys(self, partition: Partition) -> list[bytes]:
+        """The storage keys of the partition's newest writes (at most HEAT_SAMPLE_RECORDS_MAX)."""
+        after = max(0, partition.last_seq - limits.HEAT_SAMPLE_RECORDS_MAX)
+        records = self.node.changes(
+            partition.table_id, partition.partition_id, after, limits.HEAT_SAMPLE_RECORDS_MAX
+        )
+        shape = partition.key_shape
+        return [shape.storage_key(r["keys"]) for r in records if r.get("keys") is not None]
 
     async def recover(self) -> None:
         """Install the splits the catalog recorded for partitions this node still holds."""
