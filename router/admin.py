@@ -27,6 +27,7 @@ partitions are not metered and do not appear.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -197,7 +198,8 @@ async def _split(ctx: RouterContext, request: web.Request) -> web.Response:
     except DynamoError as error:
         status = 400 if error.type_name == "ValidationException" else 503
         return _json({"error": error.message, "__type": error.type_name}, status)
-    await ctx.refresh()
+    with contextlib.suppress(DynamoError):
+        await ctx.refresh()  # The split is done; a router that cannot re-read it now will later.
     return _json(reply)
 
 

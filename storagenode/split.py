@@ -343,6 +343,10 @@ class Splitter:
                 await self.split_hot()
             except DynamoError as error:
                 logger.warning("split check failed, retrying: %s", error.message)
+            except Exception:
+                # A bug: logged with its traceback, and the next check goes on, so one bad
+                # partition does not stop every later split of the node.
+                logger.exception("split check failed on a bug")
             await asyncio.sleep(self.check_seconds)
 
     # The triggers -------------------------------------------------------------------------------
