@@ -233,7 +233,36 @@ class ItemCollectionSizeLimitExceeded(DynamoError):
 
 
 class TransactionConflict(DynamoError):
+    """A single-item write to an item a transaction has prepared (or a transaction step that met
+    another's lock)."""
+
     type_name = "TransactionConflictException"
+
+
+class TransactionCanceled(DynamoError):
+    """TransactWriteItems or TransactGetItems did nothing; one reason per action, in request
+    order (`core.transactions.cancellation`)."""
+
+    type_name = "TransactionCanceledException"
+
+    def __init__(self, message: str, reasons: list[dict[str, Any]] | None = None) -> None:
+        super().__init__(message)
+        self.reasons = reasons or []
+
+    def extra_fields(self) -> dict[str, Any]:
+        return {"CancellationReasons": self.reasons}
+
+
+class TransactionInProgress(DynamoError):
+    """A TransactWriteItems whose ClientRequestToken's transaction is still running."""
+
+    type_name = "TransactionInProgressException"
+
+
+class IdempotentParameterMismatch(DynamoError):
+    """A ClientRequestToken reused within 10 minutes with another request."""
+
+    type_name = "IdempotentParameterMismatchException"
 
 
 class ServiceUnavailable(DynamoError):
@@ -309,6 +338,9 @@ ERROR_TYPES: dict[str, type[DynamoError]] = {
         ThroughputExceeded,
         ItemCollectionSizeLimitExceeded,
         TransactionConflict,
+        TransactionCanceled,
+        TransactionInProgress,
+        IdempotentParameterMismatch,
         ServiceUnavailable,
         InternalServerError,
         StaleEpoch,

@@ -44,6 +44,8 @@ BATCH_WRITE_ITEMS_MAX = 25  # BatchWriteItem: up to 25 put or delete requests.
 BATCH_WRITE_BYTES_MAX = 16 * MIB  # BatchWriteItem: up to 16 MB total.
 TRANSACT_ITEMS_MAX = 100  # TransactWriteItems / TransactGetItems: up to 100 actions.
 TRANSACT_BYTES_MAX = 4 * MIB  # TransactWriteItems: 4 MB in total.
+# ClientRequestToken: a finished transaction's token is remembered this long (API Reference).
+TRANSACTION_IDEMPOTENCY_SECONDS = 600.0
 SCAN_TOTAL_SEGMENTS_MAX = 1_000_000  # Scan TotalSegments: 1 to 1,000,000.
 LIST_TABLES_LIMIT_MAX = 100  # ListTables Limit: 1 to 100.
 ATTRIBUTES_TO_GET_NAMES_MAX = 255  # AttributesToGet: 1 to 255 names (AttributeNameList).
@@ -340,3 +342,18 @@ LIST_STREAMS_LIMIT_MAX = 100  # ListStreams Limit: 1 to 100.
 DESCRIBE_STREAM_LIMIT_MAX = 100  # DescribeStream Limit: 1 to 100 shards.
 SHARD_ITERATOR_CHARS_MAX = 2048  # ShardIterator: 1 to 2048 characters (service model).
 assert GET_RECORDS_LIMIT_MAX <= CHANGE_FEED_BATCH_RECORDS_MAX
+
+# Transactions (dynalab's own bounds). A PENDING record or a lock this old is looked at by a
+# resolver: its coordinator has had every prepare's deadline and grace, and the decision's, so it
+# died or stalled; the resolver aborts a PENDING record (`core.transactions.resolution`).
+TRANSACTION_RESOLVE_SECONDS = 30.0
+# How often each router asks every node for transactions left behind (`router/transactions.py`).
+TRANSACTION_RESOLVE_INTERVAL_SECONDS = 5.0
+# Transactions left behind one node reports per sweep; the next sweep reports the rest.
+TRANSACTION_SWEEP_ITEMS_MAX = 256
+# TransactGetItems reads every item, then checks that no partition it read changed: this many times
+# before it gives up with TransactionConflict (`router/transactions.py`).
+TRANSACT_GET_ATTEMPTS_MAX = 3
+
+assert TRANSACTION_RESOLVE_SECONDS > 2 * (NODE_CALL_SECONDS_MAX + RPC_DEADLINE_GRACE_SECONDS)
+assert TRANSACTION_RESOLVE_INTERVAL_SECONDS < TRANSACTION_RESOLVE_SECONDS

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0erpc/node.proto\x12\x0b\x64ynalab.rpc\"\x9d\x01\n\x07Request\x12\n\n\x02id\x18\x01 \x01(\x04\x12\x1b\n\x02op\x18\x02 \x01(\x0e\x32\x0f.dynalab.rpc.Op\x12\x10\n\x08table_id\x18\x03 \x01(\t\x12\x14\n\x0cpartition_id\x18\x04 \x01(\t\x12\r\n\x05\x65poch\x18\x05 \x01(\x04\x12\x12\n\nconsistent\x18\x06 \x01(\x08\x12\x0c\n\x04\x62ody\x18\x07 \x01(\x0c\x12\x10\n\x08\x64\x65\x61\x64line\x18\x08 \x01(\x01\"O\n\x08Response\x12\n\n\x02id\x18\x01 \x01(\x04\x12\x0c\n\x04\x62ody\x18\x02 \x01(\x0c\x12\x12\n\nerror_type\x18\x03 \x01(\t\x12\x15\n\rerror_message\x18\x04 \x01(\t\"6\n\x0cRequestBatch\x12&\n\x08requests\x18\x01 \x03(\x0b\x32\x14.dynalab.rpc.Request\"9\n\rResponseBatch\x12(\n\tresponses\x18\x01 \x03(\x0b\x32\x15.dynalab.rpc.Response*\x81\x03\n\x02Op\x12\x12\n\x0eOP_UNSPECIFIED\x10\x00\x12\n\n\x06OP_GET\x10\x01\x12\n\n\x06OP_PUT\x10\x02\x12\r\n\tOP_UPDATE\x10\x03\x12\r\n\tOP_DELETE\x10\x04\x12\x0c\n\x08OP_QUERY\x10\x05\x12\x0b\n\x07OP_SCAN\x10\x06\x12\x12\n\x0eOP_INDEX_APPLY\x10\x07\x12\x17\n\x13OP_CREATE_PARTITION\x10\x10\x12\x11\n\rOP_DROP_TABLE\x10\x11\x12\x17\n\x13OP_RETIRE_PARTITION\x10\x12\x12\x12\n\x0eOP_TABLE_STATS\x10\x13\x12\x18\n\x14OP_UPDATE_THROUGHPUT\x10\x14\x12\x1b\n\x17OP_PARTITION_THROUGHPUT\x10\x15\x12\x11\n\rOP_UPDATE_TTL\x10\x16\x12\x16\n\x12OP_SPLIT_PARTITION\x10\x17\x12\x18\n\x14OP_REGISTER_CONSUMER\x10 \x12\x11\n\rOP_CHECKPOINT\x10!\x12\x1a\n\x16OP_UNREGISTER_CONSUMER\x10\"2\x89\x01\n\x0bStorageNode\x12\x45\n\x08\x45xchange\x12\x19.dynalab.rpc.RequestBatch\x1a\x1a.dynalab.rpc.ResponseBatch(\x01\x30\x01\x12\x33\n\x04\x43\x61ll\x12\x14.dynalab.rpc.Request\x1a\x15.dynalab.rpc.Responseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0erpc/node.proto\x12\x0b\x64ynalab.rpc\"\x9d\x01\n\x07Request\x12\n\n\x02id\x18\x01 \x01(\x04\x12\x1b\n\x02op\x18\x02 \x01(\x0e\x32\x0f.dynalab.rpc.Op\x12\x10\n\x08table_id\x18\x03 \x01(\t\x12\x14\n\x0cpartition_id\x18\x04 \x01(\t\x12\r\n\x05\x65poch\x18\x05 \x01(\x04\x12\x12\n\nconsistent\x18\x06 \x01(\x08\x12\x0c\n\x04\x62ody\x18\x07 \x01(\x0c\x12\x10\n\x08\x64\x65\x61\x64line\x18\x08 \x01(\x01\"O\n\x08Response\x12\n\n\x02id\x18\x01 \x01(\x04\x12\x0c\n\x04\x62ody\x18\x02 \x01(\x0c\x12\x12\n\nerror_type\x18\x03 \x01(\t\x12\x15\n\rerror_message\x18\x04 \x01(\t\"6\n\x0cRequestBatch\x12&\n\x08requests\x18\x01 \x03(\x0b\x32\x14.dynalab.rpc.Request\"9\n\rResponseBatch\x12(\n\tresponses\x18\x01 \x03(\x0b\x32\x15.dynalab.rpc.Response*\xdc\x03\n\x02Op\x12\x12\n\x0eOP_UNSPECIFIED\x10\x00\x12\n\n\x06OP_GET\x10\x01\x12\n\n\x06OP_PUT\x10\x02\x12\r\n\tOP_UPDATE\x10\x03\x12\r\n\tOP_DELETE\x10\x04\x12\x0c\n\x08OP_QUERY\x10\x05\x12\x0b\n\x07OP_SCAN\x10\x06\x12\x12\n\x0eOP_INDEX_APPLY\x10\x07\x12\x17\n\x13OP_CREATE_PARTITION\x10\x10\x12\x11\n\rOP_DROP_TABLE\x10\x11\x12\x17\n\x13OP_RETIRE_PARTITION\x10\x12\x12\x12\n\x0eOP_TABLE_STATS\x10\x13\x12\x18\n\x14OP_UPDATE_THROUGHPUT\x10\x14\x12\x1b\n\x17OP_PARTITION_THROUGHPUT\x10\x15\x12\x11\n\rOP_UPDATE_TTL\x10\x16\x12\x16\n\x12OP_SPLIT_PARTITION\x10\x17\x12\x18\n\x14OP_REGISTER_CONSUMER\x10 \x12\x11\n\rOP_CHECKPOINT\x10!\x12\x1a\n\x16OP_UNREGISTER_CONSUMER\x10\"\x12\x11\n\rOP_TXN_RECORD\x10\x30\x12\x12\n\x0eOP_TXN_PREPARE\x10\x31\x12\x0e\n\nOP_TXN_GET\x10\x32\x12\x10\n\x0cOP_TXN_APPLY\x10\x33\x12\x10\n\x0cOP_TXN_SWEEP\x10\x34\x32\x89\x01\n\x0bStorageNode\x12\x45\n\x08\x45xchange\x12\x19.dynalab.rpc.RequestBatch\x1a\x1a.dynalab.rpc.ResponseBatch(\x01\x30\x01\x12\x33\n\x04\x43\x61ll\x12\x14.dynalab.rpc.Request\x1a\x15.dynalab.rpc.Responseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,7 +32,7 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'rpc.node_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_OP']._serialized_start=388
-  _globals['_OP']._serialized_end=773
+  _globals['_OP']._serialized_end=864
   _globals['_REQUEST']._serialized_start=32
   _globals['_REQUEST']._serialized_end=189
   _globals['_RESPONSE']._serialized_start=191
@@ -41,6 +41,6 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_REQUESTBATCH']._serialized_end=326
   _globals['_RESPONSEBATCH']._serialized_start=328
   _globals['_RESPONSEBATCH']._serialized_end=385
-  _globals['_STORAGENODE']._serialized_start=776
-  _globals['_STORAGENODE']._serialized_end=913
+  _globals['_STORAGENODE']._serialized_start=867
+  _globals['_STORAGENODE']._serialized_end=1004
 # @@protoc_insertion_point(module_scope)

@@ -144,6 +144,13 @@ DELETE = "delete"
 QUERY = "query"
 SCAN = "scan"
 INDEX_APPLY = "index_apply"
+# Transactions (`rpc/transactions.py`): data-plane ops addressed to a partition...
+TXN_RECORD = "txn_record"
+TXN_PREPARE = "txn_prepare"
+TXN_GET = "txn_get"
+# ...and control-plane ops addressed to a node.
+TXN_APPLY = "txn_apply"
+TXN_SWEEP = "txn_sweep"
 
 CONTROL_OPS = frozenset(
     {
@@ -155,12 +162,17 @@ CONTROL_OPS = frozenset(
         UPDATE_TTL,
         PARTITION_THROUGHPUT,
         SPLIT_PARTITION,
+        TXN_APPLY,
+        TXN_SWEEP,
     }
 )
-DATA_OPS = frozenset({GET, PUT, UPDATE, DELETE, QUERY, SCAN, INDEX_APPLY})
+DATA_OPS = frozenset(
+    {GET, PUT, UPDATE, DELETE, QUERY, SCAN, INDEX_APPLY, TXN_RECORD, TXN_PREPARE, TXN_GET}
+)
 # The item writes of clients: one sent and not answered may or may not have been applied. (An
-# index_apply is idempotent; its sender retries it as unavailable.)
-ITEM_WRITE_OPS = frozenset({PUT, UPDATE, DELETE})
+# index_apply is idempotent; its sender retries it as unavailable.) A transaction's record and
+# prepare are such writes too: their coordinator must know it does not know.
+ITEM_WRITE_OPS = frozenset({PUT, UPDATE, DELETE, TXN_RECORD, TXN_PREPARE})
 FEED_OPS = frozenset({REGISTER_CONSUMER, CHECKPOINT, UNREGISTER_CONSUMER})
 
 

@@ -37,6 +37,8 @@ its partition's metadata commit in one atomic, synced write batch:
 - `item_collections`: 16-byte table id ‖ the storage key of a partition key value alone ->
   8-byte big-endian size of that item collection (its items plus its local index entries,
   `core.indexes.collection_delta`); kept for tables with local indexes only.
+- `transactions`: transaction records, item locks and each node's part of an attempt
+  (`storagenode/transactions.py`).
 
 The cluster catalog is no family of its own: it is a system table (`core.catalog`), stored in
 `items` like any other table, on the node that holds its partition.
@@ -73,6 +75,7 @@ class Family(StrEnum):
     TTL_INDEX = "ttl_index"
     INDEX_ENTRIES = "index_entries"
     ITEM_COLLECTIONS = "item_collections"
+    TRANSACTIONS = "transactions"
 
 
 def table_prefix(table_id: str) -> bytes:

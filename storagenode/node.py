@@ -41,6 +41,7 @@ from core.errors import (
     ServiceUnavailable,
     StaleEpoch,
     ThroughputExceeded,
+    TransactionConflict,
     UnknownOperation,
     ValidationError,
 )
@@ -49,6 +50,7 @@ from core.indexes import check_index_keys, entry_changes, index_entry
 from core.keycodec import successor
 from core.keys import KeyShape
 from core.size import item_size_bytes
+from core.transactions import CONFLICT_MESSAGE
 from core.values import Item
 from core.writes import (
     DeleteRequest,
@@ -60,7 +62,15 @@ from core.writes import (
 )
 from rpc import ops
 from rpc.ops import Target
+from rpc.transactions import (
+    TxnApplyPayload,
+    TxnGetPayload,
+    TxnPreparePayload,
+    TxnRecordPayload,
+    TxnSweepPayload,
+)
 from storagenode import changefeed, expiry, metrics, replica, split
+from storagenode import transactions as txn
 from storagenode.layout import (
     Family,
     encode_item,
@@ -84,6 +94,7 @@ READ_OPS = frozenset(
         ops.SCAN,
         ops.TABLE_STATS,
         ops.PARTITION_THROUGHPUT,
+        ops.TXN_GET,
     }
 )
 WRITE_OPS = frozenset(
@@ -100,6 +111,10 @@ WRITE_OPS = frozenset(
         ops.REGISTER_CONSUMER,
         ops.CHECKPOINT,
         ops.UNREGISTER_CONSUMER,
+        ops.TXN_RECORD,
+        ops.TXN_PREPARE,
+        ops.TXN_APPLY,
+        ops.TXN_SWEEP,
     }
 )
 # Writes the node makes itself, never sent over the wire: the TTL sweeper's (`expiry.py`) and
@@ -139,11 +154,13 @@ ControlWritePayload = (
 FeedWritePayload = (
     ops.RegisterConsumerPayload | ops.CheckpointPayload | ops.UnregisterConsumerPayload
 )
+TxnWritePayload = TxnRecordPayload | TxnPreparePayload | TxnApplyPayload | TxnSweepPayload
 WritePayload = (
     ops.ItemWritePayload
     | ops.IndexApplyPayload
     | ControlWritePayload
     | FeedWritePayload
+    | TxnWritePayload
     | expiry.ExpirePayload
     | expiry.BackfillPayload
     | split.InstallPayload
@@ -162,6 +179,10 @@ WRITE_PAYLOADS: dict[str, Callable[[dict[str, Any]], WritePayload]] = {
     ops.REGISTER_CONSUMER: ops.RegisterConsumerPayload.from_json,
     ops.CHECKPOINT: ops.CheckpointPayload.from_json,
     ops.UNREGISTER_CONSUMER: ops.UnregisterConsumerPayload.from_json,
+    ops.TXN_RECORD: TxnRecordPayload.from_json,
+    ops.TXN_PREPARE: TxnPreparePayload.from_json,
+    ops.TXN_APPLY: TxnApplyPayload.from_json,
+    ops.TXN_SWEEP: TxnSweepPayload.from_json,
     expiry.TTL_EXPIRE: expiry.ExpirePayload.from_json,
     expiry.TTL_BACKFILL: expiry.BackfillPayload.from_json,
     split.SPLIT_INSTALL: split.InstallPayload.from_json,
@@ -299,6 +320,7 @@ class StorageNode:
             ops.PARTITION_THROUGHPUT: _decoding(
                 ops.PartitionThroughputPayload.from_json, self._partition_throughput
             ),
+            ops.TXN_GET: _decoding(TxnGetPayload.from_json, self._txn_get),
         }
 
     def log_sizes(self, log: bytes, first_seq: int, last_seq: int) -> Iterator[tuple[int, int]]:
@@ -446,6 +468,9 @@ class StorageNode:
         self, target: Target | None, payload: ops.PartitionThroughputPayload
     ) -> dict[str, Any]:
         return {**self.throughput.report(payload.table_id), "splits": self.split_stats.to_json()}
+
+    def _txn_get(self, target: Target | None, payload: TxnGetPayload) -> dict[str, Any]:
+        return txn.get(self.store, self._partition(target), payload)
 
     def changes(
         self, table_id: str, partition_id: str, after_seq: int, limit: int
@@ -727,6 +752,10 @@ class _WriteGroup:
                 return self.ttl_backfill(payload), 0.0
             case split.InstallPayload():
                 return split.install(self, payload), 0.0
+            case TxnApplyPayload():
+                return txn.apply(self.txn_group(), payload), 0.0
+            case TxnSweepPayload():
+                return txn.sweep(self.node.store, self.batch, self.now), 0.0
         if target is None:
             raise ValidationError(f"A {op} request names no partition")
         match payload:
@@ -739,7 +768,19 @@ class _WriteGroup:
                 return self.checkpoint(target, payload), 0.0
             case ops.UnregisterConsumerPayload():
                 return self.unregister_consumer(target, payload), 0.0
+            case TxnRecordPayload():
+                _addressed(self._lookup((target.table_id, target.partition_id)), target)
+                return txn.record(self.txn_group(), payload), 0.0
+            case TxnPreparePayload():
+                _addressed(self._lookup((target.table_id, target.partition_id)), target)
+                return txn.prepare(self.txn_group(), target, payload), 0.0
         assert_never(payload)
+
+    def txn_group(self) -> txn.Group:
+        """This group as the transaction operations see it (`storagenode/transactions.py`)."""
+        return txn.Group(
+            self.batch, self.now, self._lookup, self._staged, self.apply, _write_request
+        )
 
     def _lookup(self, key: PartitionRef) -> Partition | None:
         if key in self.dirty:
@@ -759,6 +800,9 @@ class _WriteGroup:
         key = request.item if isinstance(request, PutRequest) else request.key
         items_key = partition.item_prefix + partition.storage_key(key)
         try:
+            if txn.locked(self.batch, items_key):
+                # A prepared item takes no other write until its transaction is decided.
+                raise TransactionConflict(CONFLICT_MESSAGE)
             raw = self.batch.get(Family.ITEMS, items_key)
         except DataCorruption as error:
             raise error.within(_where(target)) from None

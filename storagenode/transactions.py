@@ -1,0 +1,374 @@
+"""A node's side of transactions: records, prepares, commits and releases, in the group commit.
+
+Every operation here runs inside a group commit (`node._WriteGroup`), so what it writes is durable
+when it is acknowledged and sees every earlier write of its group. The decisions are
+`core.transactions`'; this module only reads and writes the `transactions` column family:
+
+- `R` ‖ record id -> the transaction's record (`core.transactions.Record`), on the node holding
+  the partition the coordinator chose for it;
+- `L` ‖ items key -> the lock of a prepared item (`core.transactions.ItemLock`), beside the item;
+- `P` ‖ attempt id -> this node's part of an attempt: `{"state", "keys": [[table id, partition
+  id, items key hex], ...], "record": [table id, partition id], "prepared", "done"}`. PENDING
+  while it holds locks; COMMITTED or ABORTED once applied, kept `TRANSACTION_RESOLVE_SECONDS` more
+  so that a prepare arriving after its attempt was applied or released here (a duplicate, or one
+  delayed past its coordinator's death) is refused rather than locking items nobody will release.
+
+A commit plans each locked item's write again (`core.writes.plan`, without its condition: the item
+has been locked since the condition held) and applies it through the node's one write hook
+(`replica.apply`), so local indexes, the TTL index and the change feed follow, as for any write.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from core import expressions, limits
+from core import transactions as txn
+from core.errors import ItemCollectionSizeLimitExceeded, ValidationError
+from core.indexes import check_index_keys
+from core.writes import PutRequest, UpdateRequest, WriteEffect, WriteRequest, plan
+from rpc import ops
+from rpc.ops import Target
+from rpc.transactions import (
+    TxnApplyPayload,
+    TxnGetPayload,
+    TxnPreparePayload,
+    TxnRecordPayload,
+)
+from storagenode import replica
+from storagenode.layout import Family, item_json_of, item_size_of
+from storagenode.partition import Partition
+from storagenode.store import NodeStore, WriteBatchView
+
+logger = logging.getLogger(__name__)
+
+RECORD_PREFIX = b"R"
+LOCK_PREFIX = b"L"
+PART_PREFIX = b"P"
+
+PartitionRef = tuple[str, str]
+ITEM_WRITE_PAYLOADS: dict[str, Callable[[dict[str, Any]], ops.ItemWritePayload]] = {
+    ops.PUT: ops.PutPayload.from_json,
+    ops.UPDATE: ops.UpdatePayload.from_json,
+    ops.DELETE: ops.DeletePayload.from_json,
+}
+CHECK = "check"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Group:
+    """What a transaction operation needs of the group commit it runs in."""
+
+    batch: WriteBatchView
+    now: float
+    lookup: Callable[[PartitionRef], Partition | None]
+    staged: Callable[[PartitionRef], Partition | None]
+    apply: Callable[..., replica.Applied]
+    write_request: Callable[[ops.ItemWritePayload, Partition], WriteRequest]
+
+
+def lock_key(items_key: bytes) -> bytes:
+    return LOCK_PREFIX + items_key
+
+
+def locked(batch: WriteBatchView | NodeStore, items_key: bytes) -> bool:
+    """Whether a transaction has prepared the item stored under `items_key`."""
+    return batch.get(Family.TRANSACTIONS, lock_key(items_key)) is not None
+
+
+def _load(batch: WriteBatchView, key: bytes) -> dict[str, Any] | None:
+    raw = batch.get(Family.TRANSACTIONS, key)
+    return None if raw is None else orjson.loads(raw)
+
+
+def _put(batch: WriteBatchView, key: bytes, value: dict[str, Any]) -> None:
+    batch.put(Family.TRANSACTIONS, key, orjson.dumps(value))
+
+
+# Records ----------------------------------------------------------------------------------------
+
+
+def record(group: Group, payload: TxnRecordPayload) -> dict[str, Any]:
+    """txn_record: begin, decide, finish, resolve or read the record `payload.record_id`."""
+    key = RECORD_PREFIX + payload.record_id.encode()
+    stored = _load(group.batch, key)
+    existing = None if stored is None else txn.Record.from_json(stored)
+    action = payload.action
+    if action == "read":
+        return {"record": stored}
+    if action == "begin":
+        assert payload.record is not None
+        asked = txn.Record.from_json(payload.record)
+        begun = txn.begin(
+            existing, asked.id, asked.digest, asked.participants, group.now, token=asked.token
+        )
+        if begun is not existing:
+            _put(group.batch, key, begun.to_json())
+            logger.info(
+                "transaction %s began with %d participants",
+                begun.attempt_id,
+                len(begun.participants),
+            )
+        return {"record": begun.to_json()}
+    if existing is None:
+        return {"record": None}
+    if action == "decide":
+        changed = txn.decide(existing, payload.attempt, txn.State(payload.outcome), group.now)
+    elif action == "resolve":
+        outcome = txn.resolution(existing, payload.attempt, group.now)
+        if outcome is None or outcome is txn.State.PENDING:
+            return {"record": stored}
+        if existing.attempt != payload.attempt:
+            return {"record": stored}
+        changed = txn.decide(existing, payload.attempt, outcome, group.now)
+    elif action == "finish":
+        changed = txn.finish(existing, payload.attempt, group.now)
+        if changed is not existing and not changed.token:
+            # Nobody will ask again: without a ClientRequestToken there is no retry to answer.
+            group.batch.delete(Family.TRANSACTIONS, key)
+            return {"record": changed.to_json()}
+    else:
+        raise ValidationError(f"Unknown txn_record action {action!r}")
+    if changed is not existing:
+        _put(group.batch, key, changed.to_json())
+        if changed.state is not existing.state:
+            logger.info("transaction %s %s (%s)", changed.attempt_id, changed.state.value, action)
+    return {"record": changed.to_json()}
+
+
+# Prepare ----------------------------------------------------------------------------------------
+
+
+def prepare(group: Group, target: Target, payload: TxnPreparePayload) -> dict[str, Any]:
+    """txn_prepare: vote on each action and lock every item, or, if any vote is no, lock none."""
+    ref = (target.table_id, target.partition_id)
+    partition = group.lookup(ref)
+    assert partition is not None, "the group checked the target"
+    attempt = payload.attempt
+    part_key = PART_PREFIX + attempt.encode()
+    part = _load(group.batch, part_key)
+    if part is not None and part["state"] != txn.State.PENDING.value:
+        # The attempt was already committed or released here: this prepare came too late.
+        return {"votes": [txn.CONFLICT.to_json()] * len(payload.actions), "sizes": []}
+    votes: list[txn.Vote] = []
+    sizes: list[list[int]] = []
+    locks: list[tuple[bytes, txn.ItemLock]] = []
+    for action in payload.actions:
+        vote, items_key, lock, size = _prepare_action(group, partition, payload, action)
+        votes.append(vote)
+        sizes.append(size)
+        if lock is not None:
+            locks.append((items_key, lock))
+    if all(vote.yes for vote in votes):
+        keys = [] if part is None else list(part["keys"])
+        for items_key, lock in locks:
+            _put(group.batch, lock_key(items_key), lock.to_json())
+            keys.append([partition.table_id, partition.partition_id, items_key.hex()])
+        _put(
+            group.batch,
+            part_key,
+            {
+                "state": txn.State.PENDING.value,
+                "keys": keys,
+                "record": payload.record,
+                "prepared": group.now,
+                "done": None,
+            },
+        )
+        logger.info("transaction %s prepared %d items of partition %s", attempt, len(locks), ref[1])
+    else:
+        logger.info(
+            "transaction %s refused on partition %s: %s",
+            attempt,
+            ref[1],
+            [vote.code.value for vote in votes],
+        )
+    return {"votes": [vote.to_json() for vote in votes], "sizes": sizes}
+
+
+def _prepare_action(
+    group: Group, partition: Partition, payload: TxnPreparePayload, action: dict[str, Any]
+) -> tuple[txn.Vote, bytes, txn.ItemLock | None, list[int]]:
+    """One action's vote, its items key, the lock it would take and its [old, new] sizes."""
+    op, body = action["op"], action["body"]
+    shape = partition.key_shape
+    request: WriteRequest | None = None
+    condition: expressions.Condition | None = None
+    if op == CHECK:
+        key = shape.check_key(body["key"])
+        condition = expressions.condition(body["condition"], body.get("names"), body.get("values"))
+    else:
+        request = group.write_request(ITEM_WRITE_PAYLOADS[op](body), partition)
+        key = request.item if isinstance(request, PutRequest) else request.key
+    items_key = partition.item_prefix + partition.storage_key(key)
+    held = _load(group.batch, lock_key(items_key))
+    lock_vote = txn.prepare_vote(
+        None if held is None else txn.ItemLock.from_json(held), payload.attempt
+    )
+    if lock_vote is not None:
+        return lock_vote, items_key, None, [0, 0]
+    raw = group.batch.get(Family.ITEMS, items_key)
+    old = None if raw is None else orjson.loads(item_json_of(raw))
+    old_bytes = 0 if raw is None else item_size_of(raw)
+    lock = txn.ItemLock(
+        payload.attempt,
+        partition.table_id,
+        partition.partition_id,
+        payload.record[0],
+        payload.record[1],
+        group.now,
+        op,
+        None if op == CHECK else body,
+    )
+    if request is None:
+        assert condition is not None
+        if condition.evaluate(old):
+            return txn.YES, items_key, lock, [old_bytes, old_bytes]
+        failed = old if body.get("return_on_failure") else None
+        return txn.condition_failed(failed), items_key, None, [old_bytes, old_bytes]
+    try:
+        effect = plan(request, old, shape, old_bytes=old_bytes)
+        if isinstance(request, UpdateRequest) and effect.new is not None:
+            check_index_keys(effect.new, partition.indexes)
+    except ValidationError as error:
+        return (
+            txn.Vote(txn.Code.VALIDATION_ERROR, error.message),
+            items_key,
+            None,
+            [old_bytes, old_bytes],
+        )
+    if effect.condition_failed:
+        failed = old if effect.return_on_failure else None
+        return txn.condition_failed(failed), items_key, None, [old_bytes, old_bytes]
+    return txn.YES, items_key, lock, [effect.old_bytes, effect.new_bytes]
+
+
+# Commit and release -----------------------------------------------------------------------------
+
+
+def apply(group: Group, payload: TxnApplyPayload) -> dict[str, Any]:
+    """txn_apply: commit or release every lock the attempt holds on this node, once."""
+    attempt = payload.attempt
+    part_key = PART_PREFIX + attempt.encode()
+    part = _load(group.batch, part_key)
+    outcome = txn.State.COMMITTED if payload.commit else txn.State.ABORTED
+    done = {"state": outcome.value, "keys": [], "record": None, "prepared": group.now}
+    if part is None:
+        # Nothing prepared here (every vote was no, or the prepare has not arrived): remember the
+        # outcome so that a late prepare is refused.
+        _put(group.batch, part_key, {**done, "done": group.now})
+        return {"applied": 0}
+    if part["state"] != txn.State.PENDING.value:
+        return {"applied": 0}
+    applied = 0
+    for table_id, partition_id, key_hex in part["keys"]:
+        items_key = bytes.fromhex(key_hex)
+        held = _load(group.batch, lock_key(items_key))
+        if held is None:
+            continue
+        lock = txn.ItemLock.from_json(held)
+        if lock.attempt_id != attempt:
+            continue
+        if payload.commit and lock.op != CHECK:
+            _commit_item(group, (table_id, partition_id), items_key, lock)
+        group.batch.delete(Family.TRANSACTIONS, lock_key(items_key))
+        applied += 1
+    _put(group.batch, part_key, {**part, "state": outcome.value, "keys": [], "done": group.now})
+    logger.info("transaction %s %s on this node (%d items)", attempt, outcome.value, applied)
+    return {"applied": applied}
+
+
+def _commit_item(group: Group, ref: PartitionRef, items_key: bytes, lock: txn.ItemLock) -> None:
+    """Apply a locked item's write: planned again without its condition, applied like any write."""
+    partition = group.staged(ref)
+    if partition is None:
+        # The partition left this node (its table was dropped): its items went with it.
+        logger.warning(
+            "transaction %s: partition %s is gone; its write is dropped", lock.attempt_id, ref
+        )
+        return
+    assert lock.body is not None
+    payload = ITEM_WRITE_PAYLOADS[lock.op](lock.body)
+    payload.condition = None
+    request = group.write_request(payload, partition)
+    raw = group.batch.get(Family.ITEMS, items_key)
+    old = None if raw is None else orjson.loads(item_json_of(raw))
+    old_bytes = 0 if raw is None else item_size_of(raw)
+    effect: WriteEffect = plan(request, old, partition.key_shape, old_bytes=old_bytes)
+    try:
+        group.apply(group.batch, partition, items_key, effect, now=group.now)
+    except ItemCollectionSizeLimitExceeded:
+        # The cap is checked when a write is applied, and the decision is already durable: this
+        # one write is lost, loudly (not checked at prepare yet; see ARCHITECTURE.md).
+        logger.error(
+            "transaction %s: its write to %s would grow an item collection past its cap and "
+            "was not applied",
+            lock.attempt_id,
+            ref,
+        )
+
+
+# The sweep: what resolvers should look at -------------------------------------------------------
+
+
+def sweep(store: NodeStore, batch: WriteBatchView, now: float) -> dict[str, Any]:
+    """txn_sweep: the attempts holding locks and the records left unresolved past
+    `TRANSACTION_RESOLVE_SECONDS`, and forget what is done with."""
+    locks: list[list[Any]] = []
+    records: list[list[Any]] = []
+    rows = store.walk(Family.TRANSACTIONS, PART_PREFIX, b"Q", forward=True)
+    for key, value in rows:
+        part = orjson.loads(value)
+        attempt = key[len(PART_PREFIX) :].decode()
+        if part["state"] == txn.State.PENDING.value:
+            if now - part["prepared"] >= limits.TRANSACTION_RESOLVE_SECONDS and part["record"]:
+                locks.append([attempt, *part["record"]])
+        elif now - part["done"] >= limits.TRANSACTION_RESOLVE_SECONDS:
+            batch.delete(Family.TRANSACTIONS, key)
+        if len(locks) >= limits.TRANSACTION_SWEEP_ITEMS_MAX:
+            break
+    rows = store.walk(Family.TRANSACTIONS, RECORD_PREFIX, b"S", forward=True)
+    for key, value in rows:
+        found = txn.Record.from_json(orjson.loads(value))
+        if txn.idempotency_expired(found, now):
+            batch.delete(Family.TRANSACTIONS, key)
+            continue
+        stuck_since = found.began if found.decided is None else found.decided
+        if found.finished is None and now - stuck_since >= limits.TRANSACTION_RESOLVE_SECONDS:
+            records.append([found.id, found.attempt])
+        if len(records) >= limits.TRANSACTION_SWEEP_ITEMS_MAX:
+            break
+    return {"locks": locks, "records": records}
+
+
+# TransactGetItems ---------------------------------------------------------------------------------
+
+
+def get(store: NodeStore, partition: Partition, payload: TxnGetPayload) -> dict[str, Any]:
+    """txn_get: the items, whether any is prepared, and the partition's last seq read first."""
+    last_seq = partition.last_seq
+    items: list[dict[str, Any] | None] = []
+    read_bytes: list[int] = []
+    any_locked = False
+    for entry in payload.gets:
+        key = partition.key_shape.check_key(entry["key"])
+        items_key = partition.item_prefix + partition.storage_key(key)
+        if locked(store, items_key):
+            any_locked = True
+        raw = store.get(Family.ITEMS, items_key)
+        if raw is None:
+            items.append(None)
+            read_bytes.append(0)
+            continue
+        item = orjson.loads(item_json_of(raw))
+        projection = entry.get("projection")
+        if projection is not None:
+            item = expressions.projection(projection, entry.get("names")).apply(item)
+        items.append(item)
+        read_bytes.append(item_size_of(raw))
+    return {"items": items, "read_bytes": read_bytes, "locked": any_locked, "last_seq": last_seq}
