@@ -8,13 +8,14 @@ the one registry that `router.protocol` dispatches on. The DynamoDB Streams API'
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from core import limits
-from router import admin, dashboard, items, queries, streams, tables, tags, ttl
+from router import admin, dashboard, items, queries, streams, tables, tags, transactions, ttl
 from router.limits import ConnectionGuard, RouterLimits
 from router.protocol import Handler, JsonProtocol
 
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 def load_operations() -> dict[str, Handler]:
     """The registry of every operation the router serves, by DynamoDB operation name."""
     operations: dict[str, Handler] = {}
-    for module in (tables, items, queries, ttl, tags):
+    for module in (tables, items, queries, ttl, tags, transactions):
         clashes = operations.keys() & module.OPERATIONS.keys()
         if clashes:
             raise RuntimeError(f"{module.__name__} redefines operations {sorted(clashes)}")
@@ -57,10 +58,16 @@ def create_app(
     # protocol takes whatever the routes above do not.
     app.router.add_route("*", "/{path:.*}", protocol.handle)
 
+    resolver: list[asyncio.Task[None]] = []
+
     async def start_context(_: web.Application) -> None:
         await ctx.start()
+        # Transactions left behind by a router that died are finished by every other router.
+        resolver.append(asyncio.create_task(transactions.resolve_forever(ctx), name="txn-resolver"))
 
     async def close_context(_: web.Application) -> None:
+        for task in resolver:
+            task.cancel()
         await ctx.close()
 
     app.on_startup.append(start_context)

@@ -1,0 +1,609 @@
+"""TransactWriteItems and TransactGetItems: the router as transaction coordinator and resolver.
+
+A TransactWriteItems is read and checked whole before anything is sent (the service model's
+constraints, then each action's expressions, keys and sizes, then DynamoDB's rules across actions:
+one action per item, 4 MB), then coordinated in the steps `core.transactions.Coordinator` names:
+
+1. **Begin**: the record is written PENDING, naming every participant partition, on the partition
+   of the first action's item (with a ClientRequestToken: the partition of the first action's
+   table that the token's hash falls in, so a retry through any router finds it). The token's rules
+   (a committed transaction answered again, another request refused, one running refused) are
+   the record's (`core.transactions.begin`).
+2. **Prepare**: one `txn_prepare` per participant partition, concurrently. Each checks its
+   actions' conditions and locks their items, all or none.
+3. **Decide**: COMMITTED if every action voted yes, else ABORTED, made durable on the record by a
+   compare-and-set; a resolver may have aborted it first, and then that decision stands.
+4. **Apply**: `txn_apply` to every node of a participant (commit or release), then **finish** the
+   record.
+
+A router killed anywhere leaves either no record (nothing was prepared), a PENDING record (which
+a resolver aborts once `TRANSACTION_RESOLVE_SECONDS` have passed), or a decided one (which a
+resolver applies). `Resolver` runs in every router: every `TRANSACTION_RESOLVE_INTERVAL_SECONDS`
+it asks each node (`txn_sweep`) for locks and records left behind and resolves each from its
+record. So every transaction ends committed everywhere or rolled back everywhere, and no item
+stays locked longer than the resolve time plus a sweep.
+
+TransactGetItems reads its items per partition (`txn_get`), and reads them again: the answer is
+the second round's when no item was locked in either and no partition's change seq moved between
+them, so the items were all as returned at one instant between the rounds (a serializable
+snapshot); otherwise it tries again, a bounded number of times, then cancels with
+TransactionConflict for the items of the partitions that kept changing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from core import expressions, limits, schema, values
+from core import transactions as txn
+from core.capacity import (
+    ConsumedCapacity,
+    ReadConsistency,
+    UnitKind,
+    item_write_units,
+    read_units,
+)
+from core.errors import (
+    DynamoError,
+    InternalServerError,
+    OutcomeUnknown,
+    ServiceUnavailable,
+    ValidationError,
+)
+from core.keycodec import encode_storage_key
+from core.size import check_item_size, item_size_bytes
+from router.context import RouterContext
+from router.items import (
+    _check_index_keys,
+    _write_expressions,
+    capacity_mode,
+)
+from router.requests import (
+    RETURN_ITEM_COLLECTION_METRICS,
+    RETURN_VALUES_ON_FAILURE,
+    RequestReader,
+    read_common,
+)
+from rpc import ops
+from rpc.transactions import (
+    TxnApplyPayload,
+    TxnGetPayload,
+    TxnPreparePayload,
+    TxnRecordPayload,
+)
+
+logger = logging.getLogger(__name__)
+
+Table = dict[str, Any]
+Partition = dict[str, Any]
+_ACTIONS = ("ConditionCheck", "Put", "Delete", "Update")
+# The node's op for each action.
+_ACTION_OPS = {
+    "ConditionCheck": "check",
+    "Put": ops.PUT,
+    "Delete": ops.DELETE,
+    "Update": ops.UPDATE,
+}
+# ClientRequestToken: 1 to 36 characters (the service model).
+_TOKEN_CHARS_MAX = 36
+# A decision or a record step is retried this many times before the coordinator gives up on it
+# and leaves it to a resolver.
+_RECORD_ATTEMPTS_MAX = 3
+
+
+@dataclasses.dataclass(slots=True)
+class _Action:
+    """One action of a transaction, checked and ready to send."""
+
+    table_name: str
+    table: Table
+    storage_key: bytes
+    op: str
+    body: dict[str, Any]
+    size: int  # The item's size (a Put) or its key's, toward the request's 4 MB.
+    partition: Partition | None = None
+
+
+@dataclasses.dataclass
+class Counters:
+    """What this router's transactions came to, for `/metrics`."""
+
+    outcomes: dict[str, int] = dataclasses.field(default_factory=dict)
+    conflicts: int = 0
+    resolved: dict[str, int] = dataclasses.field(default_factory=dict)
+    in_doubt: dict[str, float] = dataclasses.field(default_factory=dict)  # attempt -> first seen
+
+    def count(self, outcome: str) -> None:
+        self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
+
+
+COUNTERS = Counters()
+
+
+# Reading a TransactWriteItems --------------------------------------------------------------------
+
+
+def _read_write_request(body: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """The constraint pass over TransactWriteItems: [(action kind, its structure)]."""
+    reader = RequestReader(body)
+    items = reader.array(
+        "TransactItems", required=True, min_length=1, max_length=limits.TRANSACT_ITEMS_MAX
+    )
+    reader.string("ClientRequestToken", min_length=1, max_length=_TOKEN_CHARS_MAX)
+    read_common(reader)
+    reader.string("ReturnItemCollectionMetrics", enum=RETURN_ITEM_COLLECTION_METRICS)
+    actions: list[tuple[str, dict[str, Any]]] = []
+    for number, entry in enumerate(items or (), start=1):
+        where = f"{reader.where('TransactItems')}.{number}.member"
+        nested = reader.nested(entry, where)
+        present = [kind for kind in _ACTIONS if nested.present(kind)]
+        for kind in present:
+            action = nested.nested(entry[kind], nested.where(kind))
+            action.name("TableName", required=True)
+            if kind == "Put":
+                action.attribute_map("Item", required=True)
+            else:
+                action.attribute_map("Key", required=True)
+            if kind == "Update":
+                action.string("UpdateExpression", required=True)
+            if kind == "ConditionCheck":
+                action.string("ConditionExpression", required=True)
+            action.string("ReturnValuesOnConditionCheckFailure", enum=RETURN_VALUES_ON_FAILURE)
+        actions.append((present[0] if len(present) == 1 else "", entry))
+    reader.check()
+    for kind, _ in actions:
+        if not kind:
+            raise ValidationError(txn.ONE_ACTION)
+    return [(kind, entry[kind]) for kind, entry in actions]
+
+
+async def _checked_action(ctx: RouterContext, kind: str, member: dict[str, Any]) -> _Action:
+    """One action checked as its single-item operation checks it, then against its table."""
+    on_failure = member.get("ReturnValuesOnConditionCheckFailure") == "ALL_OLD"
+    compiled = _write_expressions(
+        member, update_text=member.get("UpdateExpression") if kind == "Update" else None
+    )
+    table_name = member["TableName"]
+    if kind == "Put":
+        item = values.validate_item(member["Item"])
+        item_bytes = size = check_item_size(item)
+        table = await ctx.table(table_name)
+        _, partition_key, sort_key = schema.extract_key(item, table)
+        _check_index_keys(item, table)
+        body = ops.PutPayload(
+            item,
+            item_bytes,
+            compiled.condition,
+            compiled.names,
+            compiled.values,
+            return_on_failure=on_failure,
+        ).to_json()
+    else:
+        key = values.validate_item(member["Key"], where="Key")
+        size = item_size_bytes(key)
+        table = await ctx.table(table_name)
+        partition_key, sort_key = schema.validate_key(key, table)
+        if kind == "Update":
+            body = ops.UpdatePayload(
+                key,
+                compiled.update,
+                compiled.condition,
+                compiled.names,
+                compiled.values,
+                return_on_failure=on_failure,
+            ).to_json()
+        elif kind == "Delete":
+            body = ops.DeletePayload(
+                key, compiled.condition, compiled.names, compiled.values, "NONE", on_failure
+            ).to_json()
+        else:
+            body = {
+                "key": key,
+                "condition": compiled.condition,
+                "names": compiled.names,
+                "values": compiled.values,
+                "return_on_failure": on_failure,
+            }
+    return _Action(
+        table_name,
+        table,
+        encode_storage_key(partition_key, sort_key),
+        _ACTION_OPS[kind],
+        body,
+        size,
+    )
+
+
+# The coordinator ---------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Home:
+    """Where a transaction's record is: a partition of a table."""
+
+    table: Table
+    partition: Partition
+
+    def ref(self) -> list[str]:
+        return [self.table["id"], self.partition["id"]]
+
+
+async def _record_call(
+    ctx: RouterContext, home: _Home, payload: TxnRecordPayload
+) -> txn.Record | None:
+    reply = await ctx.call_partition(home.table, home.partition, ops.TXN_RECORD, payload.to_json())
+    record = reply["record"]
+    return None if record is None else txn.Record.from_json(record)
+
+
+async def _retried(step: Callable[[], Awaitable[txn.Record | None]]) -> txn.Record | None:
+    """A record step that is safe to repeat (decide, finish, resolve), retried while its node
+    does not answer; the last failure is raised."""
+    for attempt in range(_RECORD_ATTEMPTS_MAX):
+        try:
+            return await step()
+        except (ServiceUnavailable, OutcomeUnknown):
+            if attempt == _RECORD_ATTEMPTS_MAX - 1:
+                raise
+            await asyncio.sleep(limits.STALE_EPOCH_BACKOFF_SECONDS_MIN * 2**attempt)
+    raise AssertionError("unreachable")
+
+
+async def transact_write_items(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
+    """TransactWriteItems: up to 100 actions on items of any tables, all applied or none."""
+    members = _read_write_request(body)
+    actions = [await _checked_action(ctx, kind, member) for kind, member in members]
+    txn.check_distinct((action.table["id"], action.storage_key) for action in actions)
+    txn.check_request_bytes(sum(action.size for action in actions))
+    groups: dict[tuple[str, str], list[int]] = {}
+    for index, action in enumerate(actions):
+        action.partition = ctx.partition_map(action.table).lookup(action.storage_key)
+        groups.setdefault((action.table["id"], action.partition["id"]), []).append(index)
+    participants = []
+    for indexes in groups.values():
+        action = actions[indexes[0]]
+        assert action.partition is not None
+        participants.append(
+            txn.Participant(
+                action.table["id"],
+                action.partition["id"],
+                action.partition["epoch"],
+                action.partition["node"],
+            )
+        )
+    token = body.get("ClientRequestToken")
+    first = actions[0]
+    assert first.partition is not None
+    if token is None:
+        record_id = "t" + ctx.sources.new_id()[:31]
+        home = _Home(first.table, first.partition)
+    else:
+        record_id = txn.token_transaction_id(token)
+        token_key = hashlib.sha256(token.encode()).digest()[:8]
+        home = _Home(first.table, ctx.partition_map(first.table).lookup(token_key))
+    asked = txn.Record(
+        record_id,
+        txn.request_digest(body),
+        txn.State.PENDING,
+        tuple(participants),
+        0.0,
+        token=token is not None,
+    )
+    record = await _record_call(
+        ctx, home, TxnRecordPayload("begin", record_id, record=asked.to_json())
+    )
+    assert record is not None
+    capacity = ConsumedCapacity(transactional=True)
+    if record.state is txn.State.COMMITTED:
+        # The token's transaction committed before: answered again, nothing written.
+        COUNTERS.count("replayed")
+        return _write_reply(body, capacity, actions)
+    coordinator = txn.Coordinator(len(actions))
+    coordinator.begun()
+    attempt = record.attempt_id
+    sizes: list[list[int] | None] = [None] * len(actions)
+    errors: list[DynamoError] = []
+
+    async def prepare(indexes: list[int]) -> None:
+        partition = actions[indexes[0]].partition
+        table = actions[indexes[0]].table
+        assert partition is not None
+        payload = TxnPreparePayload(
+            attempt,
+            home.ref(),
+            [{"op": actions[i].op, "body": actions[i].body} for i in indexes],
+        )
+        try:
+            reply = await ctx.call_partition(table, partition, ops.TXN_PREPARE, payload.to_json())
+        except DynamoError as error:
+            # No vote: the transaction aborts. An unknown outcome may have locked the items;
+            # the release below (or a resolver's) frees them.
+            logger.info("transaction %s: a prepare failed: %s", attempt, error.type_name)
+            if not isinstance(error, ServiceUnavailable | OutcomeUnknown):
+                errors.append(error)
+            return
+        for number, index in enumerate(indexes):
+            coordinator.voted(index, txn.Vote.from_json(reply["votes"][number]))
+            sizes[index] = reply["sizes"][number]
+
+    await asyncio.gather(*(prepare(indexes) for indexes in groups.values()))
+    outcome = coordinator.outcome()
+    try:
+        decided = await _retried(
+            lambda: _record_call(
+                ctx,
+                home,
+                TxnRecordPayload("decide", record_id, attempt=record.attempt, outcome=outcome),
+            )
+        )
+    except (ServiceUnavailable, OutcomeUnknown):
+        COUNTERS.count("unknown")
+        raise OutcomeUnknown(
+            "The transaction's decision could not be recorded; it may or may not have been "
+            "applied, and is resolved within "
+            f"{limits.TRANSACTION_RESOLVE_SECONDS:.0f} s"
+        ) from None
+    if decided is None:
+        raise InternalServerError(f"The record of transaction {attempt} disappeared")
+    coordinator.decided(decided.state)
+    committed = decided.state is txn.State.COMMITTED
+    if await _apply_everywhere(ctx, attempt, {p.node for p in participants}, committed):
+        try:
+            await _retried(
+                lambda: _record_call(
+                    ctx, home, TxnRecordPayload("finish", record_id, attempt=record.attempt)
+                )
+            )
+        except (ServiceUnavailable, OutcomeUnknown):
+            logger.info("transaction %s: finish left to a resolver", attempt)
+    coordinator.finished()
+    if not committed:
+        COUNTERS.count("cancelled")
+        if errors:
+            raise errors[0]
+        cancellation = coordinator.reasons()
+        if any(r["Code"] == txn.Code.TRANSACTION_CONFLICT.value for r in cancellation.reasons):
+            COUNTERS.conflicts += 1
+        raise cancellation
+    COUNTERS.count("committed")
+    for index, action in enumerate(actions):
+        old_bytes, new_bytes = sizes[index] or [0, 0]
+        capacity.add_table(
+            action.table_name,
+            item_write_units(old_bytes, new_bytes, transactional=True),
+            UnitKind.WRITE,
+        )
+    return _write_reply(body, capacity, actions)
+
+
+def _write_reply(
+    body: dict[str, Any], capacity: ConsumedCapacity, actions: Sequence[_Action]
+) -> dict[str, Any]:
+    """TransactWriteItems' answer: ConsumedCapacity per table when asked for (a token's replay
+    consumed nothing, and says so)."""
+    for action in actions:
+        capacity.add_table(action.table_name, 0.0, UnitKind.WRITE)
+    rendered = capacity.render_all(capacity_mode(body))
+    return {} if rendered is None else {"ConsumedCapacity": rendered}
+
+
+async def _apply_everywhere(
+    ctx: RouterContext, attempt: str, nodes: set[str], commit: bool
+) -> bool:
+    """Commit or release `attempt` on every node; True when every node answered."""
+    payload = TxnApplyPayload(attempt, commit).to_json()
+
+    async def apply(node: str) -> bool:
+        for number in range(_RECORD_ATTEMPTS_MAX):
+            try:
+                await ctx.control(node, ops.TXN_APPLY, payload, limits.NODE_CALL_SECONDS_MAX)
+                return True
+            except DynamoError as error:
+                logger.info("transaction %s: apply on %s failed: %s", attempt, node, error)
+                await asyncio.sleep(limits.STALE_EPOCH_BACKOFF_SECONDS_MIN * 2**number)
+        return False
+
+    results = await asyncio.gather(*(apply(node) for node in sorted(nodes)))
+    return all(results)
+
+
+# The resolver ------------------------------------------------------------------------------------
+
+
+def _find_partition(ctx: RouterContext, table_id: str, partition_id: str) -> _Home | None:
+    """The cached table and partition with these ids; None if the catalog has none."""
+    for table in ctx.tables.values():
+        if table["id"] != table_id:
+            continue
+        for partition in table["partitions"]:
+            if partition["id"] == partition_id:
+                return _Home(table, partition)
+    return None
+
+
+async def resolve(ctx: RouterContext, record_id: str, attempt: int, home: _Home) -> bool:
+    """Finish an attempt left behind, from its record: abort it if it is PENDING and old enough,
+    then apply the decision on every participant's node and finish the record. True when done."""
+    attempt_id = f"{record_id}.{attempt}"
+    record = await _retried(
+        lambda: _record_call(ctx, home, TxnRecordPayload("resolve", record_id, attempt=attempt))
+    )
+    if record is not None and record.attempt == attempt and record.state is txn.State.PENDING:
+        return False  # Its coordinator still has time.
+    if record is None or record.attempt != attempt:
+        # No record of this attempt: it never committed. Release whatever it holds anywhere.
+        nodes = set(ctx.clients)
+        committed = False
+    else:
+        nodes = {p.node for p in record.participants}
+        committed = record.state is txn.State.COMMITTED
+    if not await _apply_everywhere(ctx, attempt_id, nodes, committed):
+        return False
+    if record is not None and record.attempt == attempt:
+        await _record_call(ctx, home, TxnRecordPayload("finish", record_id, attempt=attempt))
+    outcome = "committed" if committed else "aborted"
+    COUNTERS.resolved[outcome] = COUNTERS.resolved.get(outcome, 0) + 1
+    logger.info("transaction %s resolved: %s", attempt_id, outcome)
+    return True
+
+
+async def resolve_once(ctx: RouterContext) -> int:
+    """One round: ask every node for what was left behind and resolve it; the number resolved."""
+    now = ctx.sources.clock()
+    found: dict[tuple[str, int], _Home] = {}
+    for node in sorted(ctx.clients):
+        try:
+            swept = await ctx.control(node, ops.TXN_SWEEP, {}, limits.CONTROL_CALL_SECONDS_MAX)
+        except DynamoError:
+            continue
+        for attempt_id, table_id, partition_id in swept["locks"]:
+            home = _find_partition(ctx, table_id, partition_id)
+            if home is None:
+                # A table this router has not read yet (its cache fills on use).
+                await ctx.refresh()
+                home = _find_partition(ctx, table_id, partition_id)
+            if home is not None:
+                found[txn.attempt_of(attempt_id)] = home
+        for record_id, attempt in swept["records"]:
+            # A record is on the node that reported it; find its partition among those it holds.
+            for table in ctx.tables.values():
+                for partition in table["partitions"]:
+                    if partition["node"] == node:
+                        found.setdefault((record_id, attempt), _Home(table, partition))
+                        break
+                else:
+                    continue
+                break
+    resolved = 0
+    for (record_id, attempt), home in found.items():
+        key = f"{record_id}.{attempt}"
+        COUNTERS.in_doubt.setdefault(key, now)
+        try:
+            done = await resolve(ctx, record_id, attempt, home)
+        except DynamoError as error:
+            logger.info("transaction %s not resolved yet: %s", key, error)
+            continue
+        if done:
+            COUNTERS.in_doubt.pop(key, None)
+            resolved += 1
+    return resolved
+
+
+async def resolve_forever(ctx: RouterContext) -> None:
+    """The resolver's loop, for the router's life."""
+    while True:
+        await asyncio.sleep(limits.TRANSACTION_RESOLVE_INTERVAL_SECONDS)
+        try:
+            await resolve_once(ctx)
+        except Exception:
+            logger.exception("a transaction resolver round failed")
+
+
+# TransactGetItems --------------------------------------------------------------------------------
+
+
+async def transact_get_items(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
+    """TransactGetItems: up to 100 items read as of one instant."""
+    reader = RequestReader(body)
+    items = reader.array(
+        "TransactItems", required=True, min_length=1, max_length=limits.TRANSACT_ITEMS_MAX
+    )
+    read_common(reader)
+    for number, entry in enumerate(items or (), start=1):
+        nested = reader.nested(entry, f"{reader.where('TransactItems')}.{number}.member")
+        get = nested.mapping("Get", required=True)
+        if get is not None:
+            member = nested.nested(get, nested.where("Get"))
+            member.name("TableName", required=True)
+            member.attribute_map("Key", required=True)
+    reader.check()
+    assert items is not None
+    gets: list[tuple[str, Table, bytes, dict[str, Any]]] = []
+    for entry in items:
+        get = entry["Get"]
+        names = get.get("ExpressionAttributeNames")
+        projection = get.get("ProjectionExpression")
+        expressions.check_attribute_maps(names, None)
+        compiled = [] if projection is None else [expressions.projection(projection, names)]
+        expressions.check_unused(names, None, *compiled)
+        key = values.validate_item(get["Key"], where="Key")
+        table = await ctx.table(get["TableName"])
+        partition_key, sort_key = schema.validate_key(key, table)
+        storage_key = encode_storage_key(partition_key, sort_key)
+        request = {"key": key, "projection": projection, "names": names}
+        gets.append((get["TableName"], table, storage_key, request))
+    txn.check_distinct((table["id"], storage_key) for _, table, storage_key, _ in gets)
+    groups: dict[tuple[str, str], list[int]] = {}
+    partitions: dict[tuple[str, str], tuple[Table, Partition]] = {}
+    for index, (_, table, storage_key, _) in enumerate(gets):
+        partition = ctx.partition_map(table).lookup(storage_key)
+        ref = (table["id"], partition["id"])
+        groups.setdefault(ref, []).append(index)
+        partitions[ref] = (table, partition)
+
+    async def read_round() -> dict[tuple[str, str], dict[str, Any]]:
+        async def read(ref: tuple[str, str]) -> dict[str, Any]:
+            table, partition = partitions[ref]
+            payload = TxnGetPayload([gets[i][3] for i in groups[ref]])
+            return await ctx.call_partition(
+                table, partition, ops.TXN_GET, payload.to_json(), consistent=True
+            )
+
+        refs = list(groups)
+        replies = await asyncio.gather(*(read(ref) for ref in refs))
+        return dict(zip(refs, replies, strict=True))
+
+    previous = await read_round()
+    for number in range(limits.TRANSACT_GET_ATTEMPTS_MAX):
+        current = await read_round()
+        moving = {
+            ref
+            for ref in groups
+            if current[ref]["locked"]
+            or previous[ref]["locked"]
+            or current[ref]["last_seq"] != previous[ref]["last_seq"]
+        }
+        if not moving:
+            return _get_reply(body, gets, groups, current)
+        previous = current
+        await asyncio.sleep(limits.STALE_EPOCH_BACKOFF_SECONDS_MIN * 2**number)
+    COUNTERS.conflicts += 1
+    votes = [txn.YES] * len(gets)
+    for ref in moving:
+        for index in groups[ref]:
+            votes[index] = txn.CONFLICT
+    raise txn.cancellation(votes)
+
+
+def _get_reply(
+    body: dict[str, Any],
+    gets: Sequence[tuple[str, Table, bytes, dict[str, Any]]],
+    groups: dict[tuple[str, str], list[int]],
+    replies: dict[tuple[str, str], dict[str, Any]],
+) -> dict[str, Any]:
+    responses: list[dict[str, Any]] = [{} for _ in gets]
+    capacity = ConsumedCapacity(transactional=True)
+    for ref, indexes in groups.items():
+        reply = replies[ref]
+        for number, index in enumerate(indexes):
+            item = reply["items"][number]
+            if item is not None:
+                responses[index] = {"Item": item}
+            units = read_units(reply["read_bytes"][number], ReadConsistency.TRANSACTIONAL)
+            capacity.add_table(gets[index][0], units, UnitKind.READ)
+    result: dict[str, Any] = {"Responses": responses}
+    rendered = capacity.render_all(capacity_mode(body))
+    if rendered is not None:
+        result["ConsumedCapacity"] = rendered
+    return result
+
+
+OPERATIONS = {
+    "TransactWriteItems": transact_write_items,
+    "TransactGetItems": transact_get_items,
+}

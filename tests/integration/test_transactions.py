@@ -1,0 +1,319 @@
+"""TransactWriteItems and TransactGetItems against a real cluster (three nodes, two routers),
+through boto3: items on partitions of different nodes changed all or none, DynamoDB's
+cancellation reasons and messages, ClientRequestToken idempotency, prepared items refusing
+single-item writes, ConsumedCapacity, and validation."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from core import keycodec
+from core.placement import PartitionMap
+from dynalab.cluster import LocalCluster
+from rpc import ops
+from rpc.client import NodeClient
+from rpc.transactions import TxnPreparePayload
+from tests.integration.conftest import (
+    create_active_table,
+    error_of,
+    error_response,
+    stored_catalog,
+)
+
+
+@pytest.fixture
+def table(dynamodb: Any, table_name: Callable[[], str]) -> str:
+    """An on-demand table keyed pk (S): four partitions spread over the three nodes."""
+    return create_active_table(dynamodb, table_name())
+
+
+def key(pk: str) -> dict[str, Any]:
+    return {"pk": {"S": pk}}
+
+
+def put(table: str, pk: str, **attributes: Any) -> dict[str, Any]:
+    return {"Put": {"TableName": table, "Item": {**key(pk), **attributes}}}
+
+
+def balance(dynamodb: Any, table: str, pk: str) -> int | None:
+    item = dynamodb.get_item(TableName=table, Key=key(pk), ConsistentRead=True).get("Item")
+    return None if item is None else int(item["balance"]["N"])
+
+
+def keys_on_distinct_nodes(cluster: LocalCluster, table: str, count: int) -> list[str]:
+    """Partition key values whose items live on `count` different nodes."""
+    record = stored_catalog(cluster.nodes)["tables"][table]
+    partition_map = PartitionMap(record["partitions"])
+    chosen: dict[str, str] = {}
+    for number in range(1000):
+        pk = f"account-{number}"
+        storage_key = keycodec.encode_storage_key({"S": pk}, None)
+        node = partition_map.lookup(storage_key)["node"]
+        chosen.setdefault(node, pk)
+        if len(chosen) == count:
+            return list(chosen.values())
+    raise AssertionError(f"the table's partitions are on fewer than {count} nodes")
+
+
+def transfer(table: str, source: str, target: str, amount: int) -> list[dict[str, Any]]:
+    return [
+        {
+            "Update": {
+                "TableName": table,
+                "Key": key(source),
+                "UpdateExpression": "SET balance = balance - :a",
+                "ConditionExpression": "balance >= :a",
+                "ExpressionAttributeValues": {":a": {"N": str(amount)}},
+            }
+        },
+        {
+            "Update": {
+                "TableName": table,
+                "Key": key(target),
+                "UpdateExpression": "SET balance = balance + :a",
+                "ExpressionAttributeValues": {":a": {"N": str(amount)}},
+            }
+        },
+    ]
+
+
+def test_a_transfer_across_nodes_commits_everywhere(
+    dynamodb: Any, cluster: LocalCluster, table: str
+) -> None:
+    a, b = keys_on_distinct_nodes(cluster, table, 2)
+    c = "third"
+    dynamodb.transact_write_items(
+        TransactItems=[
+            put(table, a, balance={"N": "100"}),
+            put(table, b, balance={"N": "0"}),
+            put(table, c, balance={"N": "5"}),
+        ]
+    )
+    reply = dynamodb.transact_write_items(
+        TransactItems=transfer(table, a, b, 30), ReturnConsumedCapacity="TOTAL"
+    )
+    assert (balance(dynamodb, table, a), balance(dynamodb, table, b)) == (70, 30)
+    # Two write units per item of up to 1 KB.
+    assert reply["ConsumedCapacity"] == [
+        {"TableName": table, "CapacityUnits": 4.0, "WriteCapacityUnits": 4.0}
+    ]
+    got = dynamodb.transact_get_items(
+        TransactItems=[{"Get": {"TableName": table, "Key": key(pk)}} for pk in (a, b, c, "none")],
+        ReturnConsumedCapacity="TOTAL",
+    )
+    assert [int(r["Item"]["balance"]["N"]) if r else None for r in got["Responses"]] == [
+        70,
+        30,
+        5,
+        None,
+    ]
+    assert got["ConsumedCapacity"] == [
+        {"TableName": table, "CapacityUnits": 8.0, "ReadCapacityUnits": 8.0}
+    ]
+
+
+def test_a_failed_condition_cancels_every_action(
+    dynamodb: Any, cluster: LocalCluster, table: str
+) -> None:
+    a, b = keys_on_distinct_nodes(cluster, table, 2)
+    dynamodb.transact_write_items(
+        TransactItems=[put(table, a, balance={"N": "10"}), put(table, b, balance={"N": "0"})]
+    )
+    items = transfer(table, a, b, 50)
+    items[0]["Update"]["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
+    response = error_response(lambda: dynamodb.transact_write_items(TransactItems=items))
+    assert response["ResponseMetadata"]["HTTPStatusCode"] == 400
+    assert response["Error"]["Code"] == "TransactionCanceledException"
+    assert response["Error"]["Message"] == (
+        "Transaction cancelled, please refer cancellation reasons for specific reasons "
+        "[ConditionalCheckFailed, None]"
+    )
+    assert response["CancellationReasons"] == [
+        {
+            "Code": "ConditionalCheckFailed",
+            "Message": "The conditional request failed",
+            "Item": {"pk": {"S": a}, "balance": {"N": "10"}},
+        },
+        {"Code": "None"},
+    ]
+    assert (balance(dynamodb, table, a), balance(dynamodb, table, b)) == (10, 0)
+    # Nothing stays locked: both items take single-item writes at once.
+    dynamodb.put_item(TableName=table, Item={**key(a), "balance": {"N": "11"}})
+    dynamodb.put_item(TableName=table, Item={**key(b), "balance": {"N": "1"}})
+
+
+def test_condition_check_and_delete(dynamodb: Any, cluster: LocalCluster, table: str) -> None:
+    a, b = keys_on_distinct_nodes(cluster, table, 2)
+    dynamodb.put_item(TableName=table, Item={**key(a), "open": {"BOOL": True}})
+    dynamodb.put_item(TableName=table, Item={**key(b), "balance": {"N": "1"}})
+    check = {
+        "ConditionCheck": {
+            "TableName": table,
+            "Key": key(a),
+            "ConditionExpression": "#o = :t",
+            "ExpressionAttributeNames": {"#o": "open"},
+            "ExpressionAttributeValues": {":t": {"BOOL": True}},
+        }
+    }
+    dynamodb.transact_write_items(
+        TransactItems=[check, {"Delete": {"TableName": table, "Key": key(b)}}]
+    )
+    assert balance(dynamodb, table, b) is None
+    dynamodb.put_item(TableName=table, Item={**key(a), "open": {"BOOL": False}})
+    response = error_response(
+        lambda: dynamodb.transact_write_items(TransactItems=[check, put(table, b)])
+    )
+    assert [r["Code"] for r in response["CancellationReasons"]] == [
+        "ConditionalCheckFailed",
+        "None",
+    ]
+    assert "Item" not in response["CancellationReasons"][0]
+    assert balance(dynamodb, table, b) is None
+
+
+def test_client_request_token_is_idempotent(
+    dynamodb: Any, dynamodb_for: Callable[[str], Any], cluster: LocalCluster, table: str
+) -> None:
+    a, b = keys_on_distinct_nodes(cluster, table, 2)
+    dynamodb.transact_write_items(
+        TransactItems=[put(table, a, balance={"N": "100"}), put(table, b, balance={"N": "0"})]
+    )
+    token = "transfer-0001"
+    dynamodb.transact_write_items(TransactItems=transfer(table, a, b, 10), ClientRequestToken=token)
+    # The same request again, through the other router: answered, applied once.
+    other = dynamodb_for(cluster.router_urls[1])
+    reply = other.transact_write_items(
+        TransactItems=transfer(table, a, b, 10),
+        ClientRequestToken=token,
+        ReturnConsumedCapacity="TOTAL",
+    )
+    assert reply["ConsumedCapacity"][0]["TableName"] == table
+    assert (balance(dynamodb, table, a), balance(dynamodb, table, b)) == (90, 10)
+    assert error_of(
+        lambda: dynamodb.transact_write_items(
+            TransactItems=transfer(table, a, b, 20), ClientRequestToken=token
+        )
+    ) == (
+        400,
+        "IdempotentParameterMismatchException",
+        "The request uses the same client token as a previous, but non-identical request.",
+    )
+
+
+def test_a_cancelled_token_may_run_again(dynamodb: Any, cluster: LocalCluster, table: str) -> None:
+    a, b = keys_on_distinct_nodes(cluster, table, 2)
+    dynamodb.put_item(TableName=table, Item={**key(a), "balance": {"N": "5"}})
+    dynamodb.put_item(TableName=table, Item={**key(b), "balance": {"N": "0"}})
+    items = transfer(table, a, b, 8)
+    error_response(
+        lambda: dynamodb.transact_write_items(TransactItems=items, ClientRequestToken="again")
+    )
+    dynamodb.put_item(TableName=table, Item={**key(a), "balance": {"N": "9"}})
+    dynamodb.transact_write_items(TransactItems=items, ClientRequestToken="again")
+    assert (balance(dynamodb, table, a), balance(dynamodb, table, b)) == (1, 8)
+
+
+def test_validation_messages(dynamodb: Any, table: str) -> None:
+    assert error_of(
+        lambda: dynamodb.transact_write_items(
+            TransactItems=[put(table, "x"), {"Delete": {"TableName": table, "Key": key("x")}}]
+        )
+    ) == (
+        400,
+        "ValidationException",
+        "Transaction request cannot include multiple operations on one item",
+    )
+    both = {**put(table, "y"), "Delete": {"TableName": table, "Key": key("z")}}
+    assert error_of(lambda: dynamodb.transact_write_items(TransactItems=[both])) == (
+        400,
+        "ValidationException",
+        "TransactItems can only contain one of Check, Put, Update or Delete",
+    )
+    status, code, message = error_of(
+        lambda: dynamodb.transact_write_items(
+            TransactItems=[put(table, f"k{n}") for n in range(101)]
+        )
+    )
+    assert (status, code) == (400, "ValidationException")
+    assert message.endswith(
+        "at 'transactItems' failed to satisfy constraint: "
+        "Member must have length less than or equal to 100"
+    )
+    assert error_of(lambda: dynamodb.transact_write_items(TransactItems=[])) == (
+        400,
+        "ValidationException",
+        "1 validation error detected: Value '[]' at 'transactItems' failed to satisfy "
+        "constraint: Member must have length greater than or equal to 1",
+    )
+    status, code, message = error_of(
+        lambda: dynamodb.transact_write_items(
+            TransactItems=[{"Put": {"TableName": table, "Item": {"other": {"S": "v"}}}}]
+        )
+    )
+    assert (status, code) == (400, "ValidationException")
+    assert error_of(
+        lambda: dynamodb.transact_write_items(TransactItems=[put("no-such-table", "x")])
+    ) == (
+        400,
+        "ResourceNotFoundException",
+        "Requested resource not found",
+    )
+    assert error_of(
+        lambda: dynamodb.transact_get_items(
+            TransactItems=[{"Get": {"TableName": table, "Key": key("x")}}] * 2
+        )
+    ) == (
+        400,
+        "ValidationException",
+        "Transaction request cannot include multiple operations on one item",
+    )
+    # Items a 4 MB transaction cannot hold: eleven of 390 KB.
+    big = "x" * (390 * 1024)
+    assert error_of(
+        lambda: dynamodb.transact_write_items(
+            TransactItems=[put(table, f"big{n}", data={"S": big}) for n in range(11)]
+        )
+    ) == (
+        400,
+        "ValidationException",
+        "Transaction request size has exceeded the maximum allowed size",
+    )
+
+
+def test_a_prepared_item_refuses_single_item_writes(
+    dynamodb: Any, cluster: LocalCluster, table: str
+) -> None:
+    """An item locked by a prepare whose coordinator is gone refuses writes until a resolver
+    releases it (here the lock is taken by sending the node a prepare directly)."""
+    record = stored_catalog(cluster.nodes)["tables"][table]
+    pk = "locked"
+    storage_key = keycodec.encode_storage_key({"S": pk}, None)
+    partition = PartitionMap(record["partitions"]).lookup(storage_key)
+    address = cluster.node(partition["node"]).address
+
+    async def prepare() -> dict[str, Any]:
+        client = NodeClient(address)
+        try:
+            target = ops.Target(record["id"], partition["id"], partition["epoch"])
+            body = ops.PutPayload({**key(pk), "v": {"N": "1"}}).to_json()
+            payload = TxnPreparePayload(
+                "orphan.1", [record["id"], partition["id"]], [{"op": ops.PUT, "body": body}]
+            )
+            return await client.call(ops.TXN_PREPARE, target, payload.to_json(), 10.0)
+        finally:
+            await client.close()
+
+    assert asyncio.run(prepare())["votes"] == [{"code": "None"}]
+    assert error_of(
+        lambda: dynamodb.put_item(TableName=table, Item={**key(pk), "v": {"N": "2"}})
+    ) == (400, "TransactionConflictException", "Transaction is ongoing for the item")
+    response = error_response(lambda: dynamodb.transact_write_items(TransactItems=[put(table, pk)]))
+    assert response["CancellationReasons"] == [
+        {"Code": "TransactionConflict", "Message": "Transaction is ongoing for the item"}
+    ]
+    # Reads see the last committed image (none).
+    assert "Item" not in dynamodb.get_item(TableName=table, Key=key(pk))

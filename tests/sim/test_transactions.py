@@ -1,0 +1,234 @@
+"""Transactions in a seeded in-process cluster: the coordinating router killed at every step, and
+bank transfers under lost, delayed and duplicated calls. Afterwards another router's resolver
+runs, and every transaction is all-or-nothing, the total is unchanged and no item stays locked.
+
+Each test prints its seed; `tests.sim.cluster.run(seed, ...)` replays it exactly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from core import limits
+from core.errors import DynamoError
+from core.keycodec import encode_storage_key
+from router import items
+from router import transactions as coordinator
+from rpc import ops
+from rpc.local import Faults
+from rpc.transport import NodeTransport
+from storagenode import transactions as node_transactions
+from storagenode.layout import Family
+from tests.sim.cluster import SimCluster, run
+
+SEEDS = [3, 11, 2024]
+ACCOUNTS = 6
+OPENING_BALANCE = 100
+# The transaction operations a coordinator sends, in the order it sends them for one transaction:
+# begin, a prepare per partition, decide, an apply per node, finish.
+TXN_OPS = frozenset({ops.TXN_RECORD, ops.TXN_PREPARE, ops.TXN_APPLY})
+
+
+class RouterDied(Exception):
+    """The coordinating router's process is gone (the sim's kill -9)."""
+
+
+class Dying:
+    """A router's transport that dies at its `die_at`-th transaction call (counted over all the
+    router's transports), after delivering it (`deliver`) or before."""
+
+    def __init__(self, inner: NodeTransport, state: dict[str, Any]) -> None:
+        self.inner = inner
+        self.state = state
+
+    @property
+    def address(self) -> str:
+        return self.inner.address
+
+    async def _maybe_die(self, op: str, send: Any) -> dict[str, Any]:
+        if self.state["dead"]:
+            raise RouterDied()
+        if op in TXN_OPS:
+            self.state["count"] += 1
+            if self.state["count"] == self.state["die_at"]:
+                self.state["dead"] = True
+                if self.state["deliver"]:
+                    await send()
+                raise RouterDied()
+        result: dict[str, Any] = await send()
+        return result
+
+    async def call(
+        self, op: str, target: Any, payload: dict[str, Any], timeout: float
+    ) -> dict[str, Any]:
+        return await self._maybe_die(op, lambda: self.inner.call(op, target, payload, timeout))
+
+    async def control(self, op: str, payload: dict[str, Any], timeout: float) -> dict[str, Any]:
+        return await self._maybe_die(op, lambda: self.inner.control(op, payload, timeout))
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+def account(number: int) -> dict[str, Any]:
+    return {"pk": {"S": f"acct{number}"}}
+
+
+def transfer(source: int, target: int, amount: int) -> dict[str, Any]:
+    value = {":a": {"N": str(amount)}}
+    return {
+        "TransactItems": [
+            {
+                "Update": {
+                    "TableName": "Bank",
+                    "Key": account(source),
+                    "UpdateExpression": "SET balance = balance - :a",
+                    "ConditionExpression": "balance >= :a",
+                    "ExpressionAttributeValues": value,
+                }
+            },
+            {
+                "Update": {
+                    "TableName": "Bank",
+                    "Key": account(target),
+                    "UpdateExpression": "SET balance = balance + :a",
+                    "ExpressionAttributeValues": value,
+                }
+            },
+        ]
+    }
+
+
+async def open_accounts(cluster: SimCluster) -> None:
+    await cluster.create_table("Bank", sort=False)
+    for number in range(ACCOUNTS):
+        await cluster.put("Bank", {**account(number), "balance": {"N": str(OPENING_BALANCE)}})
+
+
+async def balance(cluster: SimCluster, number: int, router: int = 1) -> int:
+    reply = await items.get_item(
+        cluster.routers[router],
+        {"TableName": "Bank", "Key": account(number), "ConsistentRead": True},
+    )
+    return int(reply["Item"]["balance"]["N"])
+
+
+async def balances(cluster: SimCluster) -> list[int]:
+    return [await balance(cluster, number) for number in range(ACCOUNTS)]
+
+
+def locks_left(cluster: SimCluster) -> list[bytes]:
+    prefix = node_transactions.LOCK_PREFIX
+    return [
+        key
+        for store in cluster.stores.values()
+        for key, _ in store.walk(Family.TRANSACTIONS, prefix, b"M", forward=True)
+    ]
+
+
+async def resolve_everything(cluster: SimCluster, router: int = 1) -> None:
+    """Let the resolve time pass, then run the resolver until nothing is left behind."""
+    await asyncio.sleep(limits.TRANSACTION_RESOLVE_SECONDS + 1)
+    for _ in range(5):
+        await coordinator.resolve_once(cluster.routers[router])
+        if not locks_left(cluster):
+            return
+        await asyncio.sleep(limits.TRANSACTION_RESOLVE_SECONDS + 1)
+
+
+def nodes_of_bank(cluster: SimCluster) -> set[str]:
+    table = cluster.routers[0].tables["Bank"]
+    return {partition["node"] for partition in table["partitions"]}
+
+
+def spread_seed(start: int) -> int:
+    """The first seed from `start` whose Bank table has partitions on more than one node (a
+    seed decides the table's id, and so where its four partitions are placed)."""
+
+    async def spread(cluster: SimCluster) -> bool:
+        await cluster.create_table("Bank", sort=False)
+        return len(nodes_of_bank(cluster)) > 1
+
+    return next(seed for seed in range(start, start + 100) if run(seed, spread))
+
+
+# Steps: begin (1), prepare x2 (2, 3), decide (4), apply x2 or x1 (5, 6), finish (last). Dying
+# at each, with the call delivered or not, covers every point a coordinator can be lost at.
+@pytest.mark.parametrize("die_at", range(1, 8))
+@pytest.mark.parametrize("deliver", [False, True])
+def test_a_coordinator_killed_at_any_step_leaves_all_or_nothing(die_at: int, deliver: bool) -> None:
+    seed = spread_seed(100 + 10 * die_at + deliver)
+
+    async def scenario(cluster: SimCluster) -> None:
+        await open_accounts(cluster)
+        dying = cluster.routers[0]
+        state = {"count": 0, "die_at": die_at, "deliver": deliver, "dead": False}
+        dying.clients = {node: Dying(client, state) for node, client in dying.clients.items()}
+        # Accounts on two different nodes.
+        table = dying.tables["Bank"]
+
+        def node_of(number: int) -> str:
+            storage_key = encode_storage_key(account(number)["pk"], None)
+            return str(dying.partition_map(table).lookup(storage_key)["node"])
+
+        source = 0
+        target = next(n for n in range(1, 500) if node_of(n) != node_of(source))
+        await cluster.put(
+            "Bank", {**account(target), "balance": {"N": str(OPENING_BALANCE)}}, router=1
+        )
+        outcome: str
+        try:
+            await coordinator.transact_write_items(dying, transfer(source, target, 30))
+            outcome = "acknowledged"
+        except RouterDied:
+            outcome = "died"
+        except DynamoError as error:
+            outcome = error.type_name
+        await resolve_everything(cluster)
+        moved = (await balance(cluster, source), await balance(cluster, target))
+        assert moved in ((100, 100), (70, 130)), f"seed {seed} ({outcome}): half a transfer {moved}"
+        if outcome == "acknowledged":
+            assert moved == (70, 130), f"seed {seed}: acknowledged and not applied"
+        assert locks_left(cluster) == [], f"seed {seed}: items stay locked"
+        # The accounts take single-item writes again, through the surviving router.
+        await items.put_item(
+            cluster.routers[1],
+            {"TableName": "Bank", "Item": {**account(source), "balance": {"N": "0"}}},
+        )
+
+    run(seed, scenario)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_bank_transfers_under_network_faults_keep_the_total(seed: int) -> None:
+    async def scenario(cluster: SimCluster) -> None:
+        await open_accounts(cluster)
+        cluster.faults(Faults(drop_request=0.03, drop_reply=0.03, delay=0.2, duplicate=0.05))
+        rng = cluster.rng
+        acknowledged = 0
+
+        async def client(number: int) -> None:
+            nonlocal acknowledged
+            for _ in range(15):
+                source, target = rng.sample(range(ACCOUNTS), 2)
+                try:
+                    await coordinator.transact_write_items(
+                        cluster.routers[number % 2], transfer(source, target, rng.randint(1, 40))
+                    )
+                    acknowledged += 1
+                except DynamoError:
+                    pass
+
+        await asyncio.gather(*(client(number) for number in range(4)))
+        cluster.faults(None)
+        await resolve_everything(cluster)
+        found = await balances(cluster)
+        assert sum(found) == ACCOUNTS * OPENING_BALANCE, f"seed {seed}: {found}"
+        assert all(value >= 0 for value in found), f"seed {seed}: {found}"
+        assert locks_left(cluster) == [], f"seed {seed}: items stay locked"
+        assert acknowledged > 0, f"seed {seed}: no transfer went through"
+
+    run(seed, scenario)
