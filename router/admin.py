@@ -37,6 +37,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 
 from core import keycodec, limits
 from core.errors import DynamoError
+from router import transactions
 from rpc import ops
 from rpc.partition_metrics import partition_families, split_families
 
@@ -248,6 +249,7 @@ class _Snapshot:
 async def _metrics(ctx: RouterContext, request: web.Request) -> web.Response:
     registry = CollectorRegistry()
     registry.register(_Snapshot(await gather(ctx), sorted(ctx.clients)))  # type: ignore[arg-type]
+    registry.register(transactions.MetricsCollector(ctx.sources.clock()))  # type: ignore[arg-type]
     body = generate_latest(registry) + ctx.metrics.exposition()
     return web.Response(body=body, headers={"Content-Type": PROMETHEUS_CONTENT_TYPE})
 

@@ -36,8 +36,10 @@ import asyncio
 import dataclasses
 import hashlib
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from core import expressions, limits, schema, values
 from core import transactions as txn
@@ -123,6 +125,48 @@ class Counters:
 
 
 COUNTERS = Counters()
+
+
+class MetricsCollector:
+    """This router's transaction counters for `/metrics` (a prometheus-client collector)."""
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def collect(self) -> Iterator[Metric]:
+        outcomes = CounterMetricFamily(
+            "dynalab_transactions",
+            "TransactWriteItems this router coordinated, by outcome (committed, cancelled, "
+            "replayed for a ClientRequestToken, unknown)",
+            labels=["outcome"],
+        )
+        for outcome, count in sorted(COUNTERS.outcomes.items()):
+            outcomes.add_metric([outcome], count)
+        yield outcomes
+        yield CounterMetricFamily(
+            "dynalab_transaction_conflicts",
+            "Transactions cancelled with a TransactionConflict reason",
+            value=COUNTERS.conflicts,
+        )
+        resolved = CounterMetricFamily(
+            "dynalab_transactions_resolved",
+            "Transactions left behind that this router's resolver finished, by decision",
+            labels=["decision"],
+        )
+        for decision, count in sorted(COUNTERS.resolved.items()):
+            resolved.add_metric([decision], count)
+        yield resolved
+        yield GaugeMetricFamily(
+            "dynalab_transactions_in_doubt",
+            "Transactions left behind that the resolver found and has not finished",
+            value=len(COUNTERS.in_doubt),
+        )
+        oldest = min(COUNTERS.in_doubt.values(), default=self.now)
+        yield GaugeMetricFamily(
+            "dynalab_transactions_in_doubt_age_seconds",
+            "How long the oldest of them has been in doubt since this router first saw it",
+            value=max(0.0, self.now - oldest),
+        )
 
 
 # Reading a TransactWriteItems --------------------------------------------------------------------

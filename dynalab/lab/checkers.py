@@ -18,6 +18,9 @@ Each checker answers one question about what the clients saw, and `check` runs t
 - `list-order`: two acknowledged appends that did not overlap in time are in the list in that order.
 - `counters`: after the faults, each counter is at least the sum of its acknowledged ADDs (none
   lost) and at most that plus the unknown ones (none applied twice, none refused and applied).
+- `bank`: every TransactGetItems of all the bank's accounts, during the faults and after, adds up
+  to the opening total with no negative balance (no transfer applied on one side only, no read of
+  half a transfer).
 """
 
 from __future__ import annotations
@@ -29,11 +32,14 @@ from typing import Any
 from dynalab.lab.history import (
     ADD,
     APPEND,
+    BALANCES,
     CAS,
     INDEX_READ,
     INDEX_SCAN,
     INDEX_WRITE,
+    OPENING_BALANCE,
     READ,
+    TRANSFER,
     WRITE,
     Operation,
     Outcome,
@@ -413,12 +419,58 @@ def check_index_converged(history: list[Operation]) -> CheckResult:
     return result
 
 
+def check_bank(history: Iterable[Operation]) -> CheckResult:
+    """Transactions kept the bank whole: every balance read (TransactGetItems of every account,
+    during the faults and after) adds up to the opening total and holds no negative balance, and
+    a final read exists. A transfer applied on one account and not the other, or a read that saw
+    one half of a transfer, breaks the total."""
+    history = list(history)
+    reads = [o for o in history if o.op == BALANCES]
+    result = CheckResult(valid=True)
+    if not reads and not any(o.op == TRANSFER for o in history):
+        return result
+    total: int | None = None
+    checked = 0
+    for read in reads:
+        if not read.ok:
+            continue
+        balances = read.value
+        if any(balance is None for balance in balances.values()):
+            result.add({"problem": "an account is missing", "read": read.to_json()})
+            continue
+        expected = OPENING_BALANCE * len(balances)
+        total = sum(balances.values())
+        checked += 1
+        if total != expected:
+            result.add(
+                {
+                    "problem": "the balances do not add up",
+                    "expected": expected,
+                    "read": read.to_json(),
+                }
+            )
+        if any(balance < 0 for balance in balances.values()):
+            result.add({"problem": "a negative balance", "read": read.to_json()})
+    if not any(read.final and read.ok for read in reads):
+        result.add({"problem": "no successful final read of the balances"})
+    transfers = [o for o in history if o.op == TRANSFER]
+    result.details = {
+        "reads_checked": checked,
+        "final_total": total,
+        "transfers": {
+            outcome.value: sum(o.outcome is outcome for o in transfers) for outcome in Outcome
+        },
+    }
+    return result
+
+
 CHECKERS: dict[str, Callable[[list[Operation]], CheckResult]] = {
     "linearizable-registers": check_linearizable_registers,
     "failed-writes-invisible": check_failed_writes_invisible,
     "counters": check_counters,
     "index-reads-real": check_index_reads_real,
     "index-converged": check_index_converged,
+    "bank": check_bank,
 }
 
 

@@ -30,8 +30,24 @@ INDEX_WRITE = "index-write"  # PutItem of a unique value; value is [group or Non
 INDEX_READ = "index-read"  # Query of the index; key is the group, value its [key, value] pairs.
 INDEX_SCAN = "index-scan"  # The final scans; value is {"items", "entries"}: [key, group, value].
 INDEX_CREATE = "index-create"  # UpdateTable adding the index while the clients run.
+# The bank workload's operations (key "bank").
+TRANSFER = "transfer"  # TransactWriteItems moving an amount; value is [source, target, amount].
+BALANCES = "balances"  # TransactGetItems of every account; value is {account: balance}.
+OPENING_BALANCE = 100  # Each bank account's balance when a run starts.
 OPERATIONS = frozenset(
-    {WRITE, READ, CAS, ADD, APPEND, INDEX_WRITE, INDEX_READ, INDEX_SCAN, INDEX_CREATE}
+    {
+        WRITE,
+        READ,
+        CAS,
+        ADD,
+        APPEND,
+        INDEX_WRITE,
+        INDEX_READ,
+        INDEX_SCAN,
+        INDEX_CREATE,
+        TRANSFER,
+        BALANCES,
+    }
 )
 
 CONDITION_FAILED = "ConditionalCheckFailedException"

@@ -45,10 +45,11 @@ def _experiment(
     """Clients on a thread of their own, the nemesis on this one (see `nemesis`), then the final
     reads once every fault is healed."""
     keys = workloads.Keys.make(
-        scenario.registers, scenario.counters, scenario.lists, scenario.indexed
+        scenario.registers, scenario.counters, scenario.lists, scenario.indexed, scenario.accounts
     )
     plan = scenario.index_plan
     asyncio.run(_with_api(cluster.router_url, lambda api: workloads.create_tables(api, keys, plan)))
+    asyncio.run(_with_api(cluster.router_url, lambda api: workloads.open_accounts(api, keys)))
     start = time.monotonic()
     recorder = workloads.Recorder(start)
     done = threading.Event()

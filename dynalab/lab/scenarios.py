@@ -66,6 +66,7 @@ class Scenario:
     first_s: float
     fault_s: tuple[float, float]
     quiet_s: tuple[float, float]
+    accounts: int = 0  # Bank accounts moved between by transactions (`workloads`).
 
     @classmethod
     def from_toml(cls, name: str, text: str) -> Scenario:
@@ -93,13 +94,22 @@ class Scenario:
             first_s=float(nemesis["first_s"]),
             fault_s=_range(nemesis["fault_s"]),
             quiet_s=_range(nemesis["quiet_s"]),
+            accounts=int(workload.get("accounts", 0)),
         )
         unknown = set(scenario.faults) - set(HEALS)
         if unknown:
             raise ValueError(f"scenario {name}: unknown faults {sorted(unknown)}")
-        keys = scenario.registers + scenario.counters + scenario.lists + scenario.indexed
+        keys = (
+            scenario.registers
+            + scenario.counters
+            + scenario.lists
+            + scenario.indexed
+            + scenario.accounts
+        )
         if scenario.clients < 1 or keys < 1:
             raise ValueError(f"scenario {name}: needs at least one client and one key")
+        if scenario.accounts == 1:
+            raise ValueError(f"scenario {name}: a bank needs at least two accounts")
         return scenario
 
     @property

@@ -10,7 +10,11 @@ it saw:
 - lists (`lab-lists`, attribute `l`): UpdateItem `SET l = list_append(if_not_exists(l, :empty),
   :e)`;
 - indexed items (`lab-indexed`, with a global secondary index; see `indexed`): PutItem, and
-  Query of the index.
+  Query of the index;
+- bank accounts (`lab-bank`, attribute `balance`, each opened with `OPENING_BALANCE`):
+  TransactWriteItems moving an amount between two accounts (on different partitions and nodes),
+  conditional on the source holding it, and TransactGetItems of every account, whose balances
+  must always add up to the same total.
 After the faults, `final_reads` reads every key back with strong reads, which the counter and list
 checkers compare against, and scans the indexed table and its index until they agree.
 
@@ -36,18 +40,22 @@ from dynalab.lab import indexed
 from dynalab.lab.history import (
     ADD,
     APPEND,
+    BALANCES,
     CAS,
     INDEX_READ,
     INDEX_WRITE,
+    OPENING_BALANCE,
     READ,
+    TRANSFER,
     WRITE,
     Operation,
     Outcome,
     classify,
 )
 
-REGISTERS, COUNTERS, LISTS = "lab-registers", "lab-counters", "lab-lists"
-TABLES = (REGISTERS, COUNTERS, LISTS)
+REGISTERS, COUNTERS, LISTS, BANK = "lab-registers", "lab-counters", "lab-lists", "lab-bank"
+TABLES = (REGISTERS, COUNTERS, LISTS, BANK)
+TRANSFER_AMOUNT_MAX = 30
 CLIENT_TIMEOUT_S = 2.0  # A request unanswered this long is abandoned; a write's outcome is unknown.
 CONNECT_TIMEOUT_S = 1.0
 FAILURE_PAUSE_S = 0.05  # A client's pause after a failure, so a dead router is not spun against.
@@ -93,14 +101,18 @@ class Keys:
     counters: list[str]
     lists: list[str]
     indexed: list[str] = field(default_factory=list)
+    accounts: list[str] = field(default_factory=list)
 
     @classmethod
-    def make(cls, registers: int, counters: int, lists: int, indexed: int = 0) -> Keys:
+    def make(
+        cls, registers: int, counters: int, lists: int, indexed: int = 0, accounts: int = 0
+    ) -> Keys:
         return cls(
             [f"r{i}" for i in range(registers)],
             [f"c{i}" for i in range(counters)],
             [f"l{i}" for i in range(lists)],
             [f"i{i}" for i in range(indexed)],
+            [f"a{i}" for i in range(accounts)],
         )
 
     def tables(self) -> list[tuple[str, list[str]]]:
@@ -257,6 +269,54 @@ class Client:
         request = indexed.read_request(group)
         await self._record(INDEX_READ, group, None, "Query", request, indexed.entries_of)
 
+    async def bank_transfer(self, accounts: list[str]) -> None:
+        """Move an amount between two accounts in one transaction, if the source holds it."""
+        source, target = self.rng.sample(accounts, 2)
+        amount = self.rng.randint(1, TRANSFER_AMOUNT_MAX)
+        value = {":a": {"N": str(amount)}}
+        request = {
+            "TransactItems": [
+                {
+                    "Update": {
+                        "TableName": BANK,
+                        "Key": {"k": {"S": source}},
+                        "UpdateExpression": "SET balance = balance - :a",
+                        "ConditionExpression": "balance >= :a",
+                        "ExpressionAttributeValues": value,
+                    }
+                },
+                {
+                    "Update": {
+                        "TableName": BANK,
+                        "Key": {"k": {"S": target}},
+                        "UpdateExpression": "SET balance = balance + :a",
+                        "ExpressionAttributeValues": value,
+                    }
+                },
+            ]
+        }
+        await self._record(
+            TRANSFER, "bank", [source, target, amount], "TransactWriteItems", request
+        )
+
+    async def bank_balances(self, accounts: list[str], final: bool = False) -> Operation:
+        """Every account's balance, read as of one instant (TransactGetItems)."""
+        request = {
+            "TransactItems": [
+                {"Get": {"TableName": BANK, "Key": {"k": {"S": account}}}} for account in accounts
+            ]
+        }
+
+        def balances(reply: dict[str, Any]) -> dict[str, int | None]:
+            return {
+                account: (int(r["Item"]["balance"]["N"]) if r.get("Item") else None)
+                for account, r in zip(accounts, reply["Responses"], strict=True)
+            }
+
+        return await self._record(
+            BALANCES, "bank", None, "TransactGetItems", request, balances, final
+        )
+
     async def one_operation(self, keys: Keys) -> None:
         """Issue one operation drawn from this client's random source."""
         kinds = [
@@ -266,6 +326,7 @@ class Client:
                 ("c", keys.counters),
                 ("l", keys.lists),
                 ("i", keys.indexed),
+                ("b", keys.accounts[1:]),
             )
             if present
         ]
@@ -275,6 +336,11 @@ class Client:
                 await self.index_read()
             else:
                 await self.index_write(self.rng.choice(keys.indexed))
+        elif kind == "b":
+            if self.rng.random() < 0.7:
+                await self.bank_transfer(keys.accounts)
+            else:
+                await self.bank_balances(keys.accounts)
         elif kind == "c":
             await self.counter_add(self.rng.choice(keys.counters))
         elif kind == "l":
@@ -407,3 +473,25 @@ async def final_reads(api: DynamoDBClient, recorder: Recorder, keys: Keys) -> No
             await asyncio.sleep(FINAL_READ_PAUSE_S)
     if keys.indexed:
         recorder.history.append(await indexed.final_scan(api, recorder))
+    # Locks a dead router or node left are released by a resolver within its resolve time.
+    while (
+        keys.accounts
+        and not (await reader.bank_balances(keys.accounts, True)).ok
+        and time.monotonic() < deadline
+    ):
+        await asyncio.sleep(FINAL_READ_PAUSE_S)
+
+
+async def open_accounts(api: DynamoDBClient, keys: Keys) -> None:
+    """Give every account its opening balance (before the clients and the faults start)."""
+    deadline = time.monotonic() + TABLE_ACTIVE_TIMEOUT_S
+    for account in keys.accounts:
+        item = {"k": {"S": account}, "balance": {"N": str(OPENING_BALANCE)}}
+        while True:
+            try:
+                await api.request("PutItem", {"TableName": BANK, "Item": item})
+                break
+            except (DynamoDBError, TimeoutError, aiohttp.ClientError):
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(SETUP_PAUSE_S)

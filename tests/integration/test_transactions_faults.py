@@ -1,0 +1,176 @@
+"""Transactions through kill -9 of real processes: bank transfers between accounts on different
+nodes run through both routers while the coordinating router and then a participant node are
+killed and restarted. Afterwards (once the resolvers have had their time) the total is what it
+was, every account takes single-item writes again (no lock is left), and TransactGetItems sees a
+whole bank at every step."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from botocore.exceptions import BotoCoreError, ClientError
+
+from core import limits
+from dynalab.cluster import LocalCluster
+from tests.integration.conftest import create_active_table, dynamodb_client
+
+ACCOUNTS = 8
+OPENING_BALANCE = 100
+CLIENTS_PER_ROUTER = 2
+PHASE_SECONDS = 3.0
+# The resolvers end what a dead process left within the resolve time and a sweep; the restarted
+# processes need a few seconds more.
+SETTLE_SECONDS_MAX = limits.TRANSACTION_RESOLVE_SECONDS + 4 * (
+    limits.TRANSACTION_RESOLVE_INTERVAL_SECONDS
+)
+POLL_SECONDS = 1.0
+# What a client may see during the faults: cancelled (a lock held by an interrupted transaction,
+# or a failed condition), unavailable (a dead node), unknown (a dead node or router mid-call).
+EXPECTED_ERRORS = {
+    "TransactionCanceledException",
+    "ServiceUnavailable",
+    "InternalServerError",
+    "TransactionInProgressException",
+}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    with pytest.MonkeyPatch.context() as environment:
+        environment.setenv("DYNALAB_THROTTLING", "off")
+        with LocalCluster(tmp_path_factory.mktemp("txn-faults"), nodes=3, routers=2) as running:
+            yield running
+
+
+def account(number: int) -> dict[str, Any]:
+    return {"pk": {"S": f"acct{number}"}}
+
+
+def transfer_items(table: str, source: int, target: int, amount: int) -> list[dict[str, Any]]:
+    value = {":a": {"N": str(amount)}}
+    return [
+        {
+            "Update": {
+                "TableName": table,
+                "Key": account(source),
+                "UpdateExpression": "SET balance = balance - :a",
+                "ConditionExpression": "balance >= :a",
+                "ExpressionAttributeValues": value,
+            }
+        },
+        {
+            "Update": {
+                "TableName": table,
+                "Key": account(target),
+                "UpdateExpression": "SET balance = balance + :a",
+                "ExpressionAttributeValues": value,
+            }
+        },
+    ]
+
+
+def read_bank(client: Any, table: str) -> list[int]:
+    reply = client.transact_get_items(
+        TransactItems=[{"Get": {"TableName": table, "Key": account(n)}} for n in range(ACCOUNTS)]
+    )
+    return [int(r["Item"]["balance"]["N"]) for r in reply["Responses"]]
+
+
+class Teller(threading.Thread):
+    """Transfers through one router until stopped, reading the whole bank now and then."""
+
+    def __init__(self, url: str, table: str, seed: int, stop: threading.Event) -> None:
+        super().__init__(daemon=True)
+        self.client = dynamodb_client(url)
+        self.table = table
+        self.rng = random.Random(seed)
+        self.stop_event = stop
+        self.committed = 0
+        self.errors: dict[str, int] = {}
+        self.totals: list[int] = []
+
+    def run(self) -> None:
+        while not self.stop_event.is_set():
+            try:
+                if self.rng.random() < 0.2:
+                    self.totals.append(sum(read_bank(self.client, self.table)))
+                    continue
+                source, target = self.rng.sample(range(ACCOUNTS), 2)
+                self.client.transact_write_items(
+                    TransactItems=transfer_items(
+                        self.table, source, target, self.rng.randint(1, 40)
+                    )
+                )
+                self.committed += 1
+            except ClientError as error:
+                code = error.response["Error"]["Code"]
+                self.errors[code] = self.errors.get(code, 0) + 1
+                time.sleep(0.05)
+            except BotoCoreError:  # A router killed mid-request: the connection breaks.
+                self.errors["Connection"] = self.errors.get("Connection", 0) + 1
+                time.sleep(0.05)
+
+
+def test_transfers_survive_kill_9_of_the_router_and_a_node(
+    cluster: LocalCluster, table_name: Any
+) -> None:
+    client = dynamodb_client(cluster.routers[1].url)
+    table = create_active_table(client, table_name())
+    for number in range(ACCOUNTS):
+        client.put_item(
+            TableName=table, Item={**account(number), "balance": {"N": str(OPENING_BALANCE)}}
+        )
+    stop = threading.Event()
+    tellers = [
+        Teller(router.url, table, seed, stop)
+        for seed, router in enumerate(cluster.routers * CLIENTS_PER_ROUTER)
+    ]
+    for teller in tellers:
+        teller.start()
+    victim_router = cluster.routers[0]
+    victim_node = cluster.nodes[-1]
+    try:
+        time.sleep(PHASE_SECONDS)
+        victim_router.kill()
+        time.sleep(PHASE_SECONDS)
+        victim_router.start()
+        time.sleep(PHASE_SECONDS)
+        victim_node.kill()
+        time.sleep(PHASE_SECONDS)
+        victim_node.start()
+        time.sleep(PHASE_SECONDS)
+    finally:
+        stop.set()
+        for teller in tellers:
+            teller.join(timeout=60)
+    assert not any(teller.is_alive() for teller in tellers), "a teller is stuck in a request"
+    assert sum(teller.committed for teller in tellers) > 0, "no transfer committed"
+    # Every read of the whole bank during the faults saw it whole.
+    totals = {total for teller in tellers for total in teller.totals}
+    assert totals <= {ACCOUNTS * OPENING_BALANCE}, f"a read saw half a transfer: {totals}"
+    errors = {code for teller in tellers for code in teller.errors}
+    assert errors <= EXPECTED_ERRORS | {"Connection"}, errors
+
+    # Once the resolvers have run, nothing is locked and the total is unchanged.
+    deadline = time.monotonic() + SETTLE_SECONDS_MAX
+    while True:
+        try:
+            balances = read_bank(client, table)
+            for number, balance in enumerate(balances):
+                client.put_item(
+                    TableName=table,
+                    Item={**account(number), "balance": {"N": str(balance)}},
+                    ConditionExpression="balance = :b",
+                    ExpressionAttributeValues={":b": {"N": str(balance)}},
+                )
+            break
+        except ClientError as error:
+            assert time.monotonic() < deadline, f"still locked or unavailable: {error}"
+            time.sleep(POLL_SECONDS)
+    assert sum(balances) == ACCOUNTS * OPENING_BALANCE, balances
+    assert all(balance >= 0 for balance in balances), balances
