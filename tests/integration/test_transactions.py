@@ -6,6 +6,7 @@ single-item writes, ConsumedCapacity, and validation."""
 from __future__ import annotations
 
 import asyncio
+import urllib.request
 from collections.abc import Callable
 from typing import Any
 
@@ -317,3 +318,32 @@ def test_a_prepared_item_refuses_single_item_writes(
     ]
     # Reads see the last committed image (none).
     assert "Item" not in dynamodb.get_item(TableName=table, Key=key(pk))
+
+
+def metric(text: str, name: str) -> float:
+    """The value of one sample line of a Prometheus text page (0 if absent)."""
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def test_metrics_count_transactions_by_outcome(dynamodb: Any, cluster: LocalCluster) -> None:
+    with urllib.request.urlopen(f"{cluster.router_url}/metrics", timeout=10) as reply:
+        before = reply.read().decode()
+    table = create_active_table(dynamodb, "metrics-transactions")
+    dynamodb.transact_write_items(TransactItems=[put(table, "m", balance={"N": "1"})])
+    check = {
+        "ConditionCheck": {
+            "TableName": table,
+            "Key": key("m"),
+            "ConditionExpression": "attribute_not_exists(pk)",
+        }
+    }
+    error_response(lambda: dynamodb.transact_write_items(TransactItems=[check]))
+    with urllib.request.urlopen(f"{cluster.router_url}/metrics", timeout=10) as reply:
+        after = reply.read().decode()
+    for outcome in ("committed", "cancelled"):
+        name = f'dynalab_transactions_total{{outcome="{outcome}"}}'
+        assert metric(after, name) == metric(before, name) + 1, outcome
+    assert "dynalab_transactions_in_doubt " in after

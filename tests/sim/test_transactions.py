@@ -1,6 +1,7 @@
-"""Transactions in a seeded in-process cluster: the coordinating router killed at every step, and
-bank transfers under lost, delayed and duplicated calls. Afterwards another router's resolver
-runs, and every transaction is all-or-nothing, the total is unchanged and no item stays locked.
+"""Transactions in a seeded in-process cluster: the coordinating router, or the participant node
+it is calling, killed at every step, and bank transfers under lost, delayed and duplicated calls.
+Afterwards another router's resolver runs, and every transaction is all-or-nothing, the total is
+unchanged and no item stays locked.
 
 Each test prints its seed; `tests.sim.cluster.run(seed, ...)` replays it exactly.
 """
@@ -18,8 +19,8 @@ from core.keycodec import encode_storage_key
 from router import items
 from router import transactions as coordinator
 from rpc import ops
-from rpc.local import Faults
-from rpc.transport import NodeTransport
+from rpc.local import Faults, LocalNetwork
+from rpc.transport import NodeTransport, unanswered
 from storagenode import transactions as node_transactions
 from storagenode.layout import Family
 from tests.sim.cluster import SimCluster, run
@@ -37,12 +38,15 @@ class RouterDied(Exception):
 
 
 class Dying:
-    """A router's transport that dies at its `die_at`-th transaction call (counted over all the
-    router's transports), after delivering it (`deliver`) or before."""
+    """A router's transport on which something dies at the router's `die_at`-th transaction call
+    (counted over all its transports), after the call was delivered (`deliver`) or before: the
+    router itself (`victim` "router": nothing more leaves it), or the node the call goes to
+    (`victim` "node": cut off the network until the test heals it, its answer lost)."""
 
-    def __init__(self, inner: NodeTransport, state: dict[str, Any]) -> None:
+    def __init__(self, inner: NodeTransport, state: dict[str, Any], network: LocalNetwork) -> None:
         self.inner = inner
         self.state = state
+        self.network = network
 
     @property
     def address(self) -> str:
@@ -54,10 +58,16 @@ class Dying:
         if op in TXN_OPS:
             self.state["count"] += 1
             if self.state["count"] == self.state["die_at"]:
-                self.state["dead"] = True
+                if self.state["victim"] == "router":
+                    self.state["dead"] = True
+                    if self.state["deliver"]:
+                        await send()
+                    raise RouterDied()
                 if self.state["deliver"]:
                     await send()
-                raise RouterDied()
+                    self.network.cut(self.address)
+                    raise unanswered(op, f"node {self.address} died before answering")
+                self.network.cut(self.address)
         result: dict[str, Any] = await send()
         return result
 
@@ -159,14 +169,19 @@ def spread_seed(start: int) -> int:
 # at each, with the call delivered or not, covers every point a coordinator can be lost at.
 @pytest.mark.parametrize("die_at", range(1, 8))
 @pytest.mark.parametrize("deliver", [False, True])
-def test_a_coordinator_killed_at_any_step_leaves_all_or_nothing(die_at: int, deliver: bool) -> None:
+@pytest.mark.parametrize("victim", ["router", "node"])
+def test_a_router_or_node_killed_at_any_step_leaves_all_or_nothing(
+    die_at: int, deliver: bool, victim: str
+) -> None:
     seed = spread_seed(100 + 10 * die_at + deliver)
 
     async def scenario(cluster: SimCluster) -> None:
         await open_accounts(cluster)
         dying = cluster.routers[0]
-        state = {"count": 0, "die_at": die_at, "deliver": deliver, "dead": False}
-        dying.clients = {node: Dying(client, state) for node, client in dying.clients.items()}
+        state = {"count": 0, "die_at": die_at, "deliver": deliver, "dead": False, "victim": victim}
+        dying.clients = {
+            node: Dying(client, state, cluster.network) for node, client in dying.clients.items()
+        }
         # Accounts on two different nodes.
         table = dying.tables["Bank"]
 
@@ -187,6 +202,7 @@ def test_a_coordinator_killed_at_any_step_leaves_all_or_nothing(die_at: int, del
             outcome = "died"
         except DynamoError as error:
             outcome = error.type_name
+        cluster.network.heal()  # The node comes back, on its data.
         await resolve_everything(cluster)
         moved = (await balance(cluster, source), await balance(cluster, target))
         assert moved in ((100, 100), (70, 130)), f"seed {seed} ({outcome}): half a transfer {moved}"
