@@ -316,8 +316,19 @@ def test_a_prepared_item_refuses_single_item_writes(
     assert response["CancellationReasons"] == [
         {"Code": "TransactionConflict", "Message": "Transaction is ongoing for the item"}
     ]
-    # Reads see the last committed image (none).
+    # Reads see the last committed image (none); a transactional read cannot see it as of one
+    # instant while it is prepared, and is cancelled as DynamoDB cancels it.
     assert "Item" not in dynamodb.get_item(TableName=table, Key=key(pk))
+    response = error_response(
+        lambda: dynamodb.transact_get_items(
+            TransactItems=[
+                {"Get": {"TableName": table, "Key": key("free")}},
+                {"Get": {"TableName": table, "Key": key(pk)}},
+            ]
+        )
+    )
+    assert response["Error"]["Code"] == "TransactionCanceledException"
+    assert [r["Code"] for r in response["CancellationReasons"]][1] == "TransactionConflict"
 
 
 def metric(text: str, name: str) -> float:
