@@ -477,7 +477,7 @@ async def final_reads(api: DynamoDBClient, recorder: Recorder, keys: Keys) -> No
     while (
         keys.accounts
         and not (await reader.bank_balances(keys.accounts, True)).ok
-        and time.monotonic() < deadline
+        and recorder.now() < deadline
     ):
         await asyncio.sleep(FINAL_READ_PAUSE_S)
 
