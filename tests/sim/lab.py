@@ -42,11 +42,13 @@ from typing import Any
 
 import orjson
 
+from core import limits
 from core.errors import DynamoError, InternalServerError
 from dynalab.bench import DynamoDBClient
 from dynalab.lab import checkers, scenarios, workloads
 from dynalab.lab.history import Operation
 from dynalab.lab.scenarios import FaultEvent, Scenario, schedule
+from router import transactions
 from router.app import load_operations
 from router.context import RouterContext
 from router.protocol import error_body
@@ -196,8 +198,13 @@ def simulate(
     async def experiment(cluster: SimCluster) -> tuple[list[Operation], list[dict[str, Any]]]:
         rng = random.Random(f"{scenario.name}/{seed}/requests")
         api = SimRouterClient(cluster, rng)
-        keys = workloads.Keys.make(scenario.registers, scenario.counters, scenario.lists)
+        keys = workloads.Keys.make(
+            scenario.registers, scenario.counters, scenario.lists, accounts=scenario.accounts
+        )
         await workloads.create_tables(api, keys)
+        await workloads.open_accounts(api, keys)
+        # Every dynalab router runs the transaction resolver (`router.app`); so does this one.
+        resolver = asyncio.ensure_future(_resolve_forever(api))
         recorder = workloads.Recorder(asyncio.get_running_loop().time(), clock=_loop_time)
         nemesis = SimNemesis(cluster, api, recorder, forget_recent_writes)
         faults = asyncio.ensure_future(nemesis.run(schedule(scenario, seed, duration_s)))
@@ -211,10 +218,23 @@ def simulate(
         await workloads.final_reads(api, recorder, keys)
         # Requests their clients gave up on may still be running: let them end in the run.
         await asyncio.gather(*api.in_flight, return_exceptions=True)
+        resolver.cancel()
         return recorder.history, nemesis.executed
 
     history, executed = run(seed, experiment, routers=1)
     return checkers.check(history), history, executed
+
+
+async def _resolve_forever(api: SimRouterClient) -> None:
+    """`router.transactions.resolve_forever` on whichever router is up (a killed one is
+    replaced by a new one)."""
+    while True:
+        await asyncio.sleep(limits.TRANSACTION_RESOLVE_INTERVAL_SECONDS)
+        if api.router is not None:
+            try:
+                await transactions.resolve_once(api.router)
+            except DynamoError:
+                continue
 
 
 def _loop_time() -> float:
