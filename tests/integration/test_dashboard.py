@@ -230,6 +230,24 @@ def test_global_indexes_and_ttl_are_shown(cluster, dynamodb, table_name):
     assert index["partitions"] and index["partitions"][0]["range"][0] == 0.0
 
 
+def test_a_paused_node_is_unreachable_until_it_resumes(cluster):
+    # Not the catalog's node: a snapshot would wait on its catalog read.
+    catalog = snapshot(cluster)["catalog"]["node"]
+    paused = next(node for node in cluster.nodes if node.node_id != catalog)
+    assert paused.pid is not None
+
+    def state_of(d: dict[str, Any]) -> str:
+        return next(n["state"] for n in d["nodes"] if n["id"] == paused.node_id)
+
+    os.kill(paused.pid, signal.SIGSTOP)
+    try:
+        document = wait_for(cluster, lambda d: state_of(d) == "unreachable")
+        assert next(n for n in document["nodes"] if n["id"] == paused.node_id)["error"]
+    finally:
+        os.kill(paused.pid, signal.SIGCONT)
+    wait_for(cluster, lambda d: state_of(d) == "up")
+
+
 def test_a_killed_node_is_unreachable_with_its_partitions(cluster, dynamodb, table_name):
     name = create_active_table(dynamodb, table_name(), throughput=(100, 100))
     victim = cluster.nodes[-1]
