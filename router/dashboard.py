@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -122,14 +122,32 @@ class View:
     now: float
     catalog_error: str | None
     samples: list[cluster_view.Sample]
-    # Per table id: {partition id: table_stats entry} from the nodes that answered.
-    stats: dict[str, dict[str, dict[str, Any]]]
+    # Per table id: {(partition id, node): table_stats entry} from the nodes that answered.
+    stats: dict[str, dict[tuple[str, str], dict[str, Any]]]
 
 
-async def _stats(ctx: RouterContext, table_ids: list[str], skip: set[str]) -> dict[str, Any]:
-    """table_stats of each table id from every node not in `skip`, merged per table id."""
-    nodes = [node for node in sorted(ctx.clients) if node not in skip]
-    calls = [(table_id, node) for table_id in table_ids for node in nodes]
+def _holders(tables: Iterable[dict[str, Any]]) -> dict[str, set[str]]:
+    """The nodes holding each table id's partitions (a table's and each global index's)."""
+    holders: dict[str, set[str]] = {}
+    for table in tables:
+        held = [*table["partitions"], *table["retired_partitions"]]
+        holders[table["id"]] = {partition["node"] for partition in held}
+        for index in table["indexes"]:
+            if not index["local"]:
+                holders[index["table_id"]] = {p["node"] for p in index["partitions"]}
+    return holders
+
+
+async def _stats(
+    ctx: RouterContext, holders: dict[str, set[str]], skip: set[str]
+) -> dict[str, dict[tuple[str, str], dict[str, Any]]]:
+    """table_stats of each table id from the nodes holding it, except those in `skip`."""
+    calls = [
+        (table_id, node)
+        for table_id, nodes in holders.items()
+        for node in sorted(nodes - skip)
+        if node in ctx.clients
+    ]
     replies = await asyncio.gather(
         *(
             ctx.control(
@@ -142,15 +160,23 @@ async def _stats(ctx: RouterContext, table_ids: list[str], skip: set[str]) -> di
         ),
         return_exceptions=True,
     )
-    merged: dict[str, dict[str, dict[str, Any]]] = {table_id: {} for table_id in table_ids}
+    merged: dict[str, dict[tuple[str, str], dict[str, Any]]] = {t: {} for t in holders}
     for (table_id, node), reply in zip(calls, replies, strict=True):
         if isinstance(reply, DynamoError):
             continue  # The node is listed as it last answered; its partitions show no size.
         if isinstance(reply, BaseException):
             raise reply
         for partition_id, counts in reply["partitions"].items():
-            merged[table_id][partition_id] = {**counts, "node": node}
+            merged[table_id][(partition_id, node)] = counts
     return merged
+
+
+def _counts(
+    stats: dict[tuple[str, str], dict[str, Any]], partition: dict[str, Any]
+) -> dict[str, Any] | None:
+    """A partition's table_stats from the node the catalog places it on (a node it moved away
+    from may still report it)."""
+    return stats.get((partition["id"], partition["node"]))
 
 
 def _nodes_section(view: View) -> list[dict[str, Any]]:
@@ -173,10 +199,13 @@ def _nodes_section(view: View) -> list[dict[str, Any]]:
 
 
 def _partition(
-    view: View, table_name: str, partition: dict[str, Any], stats: dict[str, Any]
+    view: View,
+    table_name: str,
+    partition: dict[str, Any],
+    stats: dict[tuple[str, str], dict[str, Any]],
 ) -> dict[str, Any]:
     low, high = cluster_view.key_range(partition["start"], partition["end"])
-    counts = stats.get(partition["id"])
+    counts = _counts(stats, partition)
     node = view.sampler.nodes.get(partition["node"])
     name = (table_name, partition["id"])
     history = cluster_view.series(view.samples, name)
@@ -210,12 +239,14 @@ def _partition(
     }
 
 
-def _consumers(partitions: list[dict[str, Any]], stats: dict[str, Any]) -> list[dict[str, Any]]:
+def _consumers(
+    partitions: list[dict[str, Any]], stats: dict[tuple[str, str], dict[str, Any]]
+) -> list[dict[str, Any]]:
     """How far behind each change-feed consumer (the GSI replicator, ...) is on this table: the
     change records the partitions that answered hold past its checkpoints."""
     behind: dict[str, int] = {}
     for partition in partitions:
-        counts = stats.get(partition["id"])
+        counts = _counts(stats, partition)
         if counts is None:
             continue
         for consumer, seq in counts.get("consumers", {}).items():
@@ -266,9 +297,7 @@ def _table(view: View, table: dict[str, Any]) -> dict[str, Any]:
             "attribute": ttl["attribute"],
             "enabled": ttl["enabled"],
             "deleted_items": sum(
-                stats[p["id"]].get("ttl_deleted", 0)
-                for p in table["partitions"]
-                if p["id"] in stats
+                (_counts(stats, p) or {}).get("ttl_deleted", 0) for p in table["partitions"]
             ),
         },
     }
@@ -303,10 +332,6 @@ async def snapshot(ctx: RouterContext, sampler: Sampler) -> dict[str, Any]:
         await ctx.refresh()
     except DynamoError as error:
         catalog_error = error.message  # The cached catalog is shown, and the error with it.
-    table_ids = []
-    for table in ctx.tables.values():
-        table_ids.append(table["id"])
-        table_ids.extend(i["table_id"] for i in table["indexes"] if not i["local"])
     unreachable = {node for node, report in sampler.nodes.items() if report.state != UP}
     now = ctx.sources.clock()
     view = View(
@@ -315,7 +340,7 @@ async def snapshot(ctx: RouterContext, sampler: Sampler) -> dict[str, Any]:
         now=now,
         catalog_error=catalog_error,
         samples=sampler.history.since(now - limits.DASHBOARD_WINDOW_SECONDS),
-        stats=await _stats(ctx, table_ids, unreachable),
+        stats=await _stats(ctx, _holders(ctx.tables.values()), unreachable),
     )
     document: dict[str, Any] = {
         "version": SNAPSHOT_VERSION,
