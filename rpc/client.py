@@ -114,10 +114,27 @@ class NodeClient:
         try:
             response = await self._ensure_stub().Call(request, timeout=timeout)
         except grpc.aio.AioRpcError as error:
+            if error.code() == grpc.StatusCode.UNAVAILABLE:
+                self._drop_idle_channel()
             raise ServiceUnavailable(
                 f"Node {self.address} failed {op}: {error.code().name} {error.details()}"
             ) from None
         return codec.reply_from_response(response)
+
+    def _drop_idle_channel(self) -> None:
+        """Close the channel of a node that could not be reached, unless a live stream uses it.
+
+        A channel whose connection attempts keep failing (a node down, asked on a timer by the
+        dashboard's sampler) waits out gRPC's reconnect backoff, and the first call after the node
+        is back would fail on it; a fresh channel connects at once.
+        """
+        if self._stream is not None and not self._stream.broken:
+            return
+        if self._channel is not None:
+            task = asyncio.get_running_loop().create_task(self._channel.close())
+            self._closing_channels.add(task)
+            task.add_done_callback(self._closing_channels.discard)
+            self._channel, self._stub = None, None
 
     async def close(self) -> None:
         """Fail every call in flight and close the connection."""
