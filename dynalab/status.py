@@ -179,12 +179,18 @@ def _indexes(document: dict[str, Any]) -> Table | None:
     if not rows:
         return None
     table = Table(title="Secondary indexes", title_justify="left")
-    for column in ("table", "index", "kind", "projection", "status", "entries"):
+    for column in ("table", "index", "kind", "projection", "status", "backfilled", "entries"):
         table.add_column(column)
     for entry, index in rows:
         entries = str(index["item_count"]) if index["kind"] == "global" else "-"
         kind, projection = index["kind"], index["projection"]
-        table.add_row(entry["name"], index["name"], kind, projection, index["status"], entries)
+        backfill = index.get("backfill")
+        copied = "-"
+        if backfill is not None:
+            copied = f"{backfill['partitions_done']}/{backfill['partitions']}"
+        table.add_row(
+            entry["name"], index["name"], kind, projection, index["status"], copied, entries
+        )
     return table
 
 

@@ -262,6 +262,11 @@ def _index(view: View, table: dict[str, Any], index: dict[str, Any]) -> dict[str
         "status": index["status"],
         "projection": index["projection"],
     }
+    if index.get("online") and index["status"] in ("CREATING", "BACKFILLING"):
+        # An index added to a live table: which of the table's partitions it has copied so far.
+        serving = {partition["id"] for partition in table["partitions"]}
+        done = serving & set(index.get("backfilled", ()))
+        result["backfill"] = {"partitions_done": len(done), "partitions": len(serving)}
     if not index["local"]:
         stats = view.stats.get(index["table_id"], {})
         result["partitions"] = [

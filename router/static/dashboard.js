@@ -179,6 +179,10 @@ function renderTable(table, colours) {
   for (const index of table.indexes) {
     const line = el("div", {"data-index": index.name},
       `index ${index.name} (${index.kind}, ${index.projection}): ${index.status}`);
+    if (index.backfill) {
+      line.append(` · backfilled ${index.backfill.partitions_done} of `
+        + `${index.backfill.partitions} partitions`);
+    }
     if (index.kind === "global") {
       line.append(` · ${index.item_count} entries`);
       extras.append(line, keySpace(index, index.partitions, colours, "index"));

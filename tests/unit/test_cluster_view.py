@@ -123,3 +123,28 @@ def test_node_states_remember_when_an_unreachable_node_last_answered():
         10.0,
     )
     assert second["n1"].last_seen == 12.0
+
+
+def test_an_online_index_shows_its_backfill_progress():
+    from router.dashboard import Sampler, View, _index
+
+    view = View(ctx=None, sampler=Sampler(None), now=0.0, catalog_error=None, samples=[], stats={})
+    table = {"name": "t", "partitions": [{"id": f"t-{i}"} for i in range(4)]}
+    index = {
+        "name": "by-x",
+        "local": False,
+        "table_id": "i",
+        "status": "BACKFILLING",
+        "projection": "ALL",
+        "online": True,
+        # A partition that split away since its copy no longer counts.
+        "backfilled": ["t-0", "t-2", "gone"],
+        "partitions": [
+            {"id": "i-0", "node": "n1", "epoch": 1, "start": "", "end": None, "state": "SERVING"}
+        ],
+    }
+    shown = _index(view, table, index)
+    assert shown["backfill"] == {"partitions_done": 2, "partitions": 4}
+    assert shown["partitions"][0]["size_bytes"] is None  # no node answered
+    assert "backfill" not in _index(view, table, {**index, "status": "ACTIVE"})
+    assert "backfill" not in _index(view, table, {**index, "online": False})

@@ -75,6 +75,7 @@ def test_nodes_tables_partitions_and_indexes():
                 "id": "i1",
                 "kind": "global",
                 "status": "BACKFILLING",
+                "backfill": {"partitions_done": 1, "partitions": 4},
                 "projection": "ALL",
                 "item_count": 3,
                 "partitions": [partition("i1-0", "n1", "up", 0, 1)],
@@ -111,7 +112,8 @@ def test_nodes_tables_partitions_and_indexes():
     assert "2.5 / 5.0" in lines["orders|p0"] and "0.0-50.0%" in lines["orders|p0"]
     assert "n2 (unreachable)" in lines["orders|p1"] and "?" in lines["orders|p1"]
     assert "n1" in lines["orders / by-x|p0"]
-    assert "BACKFILLING" in lines["orders|by-x"] and "KEYS_ONLY" in lines["orders|by-y"]
+    assert "BACKFILLING" in lines["orders|by-x"] and "1/4" in lines["orders|by-x"]
+    assert "KEYS_ONLY" in lines["orders|by-y"]
 
 
 def test_an_empty_cluster_and_an_unreadable_catalog():
