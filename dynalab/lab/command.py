@@ -1,4 +1,5 @@
-"""`dynalab lab list | run SCENARIO --seed N --out DIR [--duration S] | replay DIR | check DIR`."""
+"""`dynalab lab list | run SCENARIO --seed N --out DIR [--duration S] [--endpoint URL --compose
+FILE] | replay DIR | check DIR`."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from dynalab.bench import DynamoDBError
 from dynalab.cluster import ClusterError
 from dynalab.lab import run as lab_run
 from dynalab.lab import scenarios
+from dynalab.lab.compose import ComposeCluster, ComposeError
 
 
 def add_parser(commands: Any) -> None:
@@ -24,6 +26,12 @@ def add_parser(commands: Any) -> None:
     run.add_argument("--seed", type=int, required=True, help="draws the fault schedule")
     run.add_argument("--out", required=True, help="a new directory for the results")
     run.add_argument("--duration", type=float, default=None, help="seconds of workload")
+    run.add_argument(
+        "--endpoint",
+        help="a running cluster's router (with --compose) instead of a cluster of its own",
+    )
+    run.add_argument("--compose", help="the compose file of that cluster: faults go through Docker")
+    run.add_argument("--project", help="its compose project name, if not the default")
     replay = actions.add_parser("replay", help="run an earlier run's scenario and seed again")
     replay.add_argument("dir", help="the earlier run's --out directory")
     replay.add_argument("--out", default=None, help="where to write (default: DIR/replay)")
@@ -42,7 +50,17 @@ def main(args: argparse.Namespace, console: Console) -> int:
         console.print(f"[red]dynalab lab:[/red] {missing}")
         return 2
     if args.lab_command == "run":
-        return _run(args.scenario, args.seed, Path(args.out), args.duration, console)
+        if (args.endpoint is None) != (args.compose is None):
+            console.print("[red]dynalab lab:[/red] --endpoint and --compose go together")
+            return 2
+        compose = None
+        if args.compose is not None:
+            try:
+                compose = ComposeCluster(args.endpoint, Path(args.compose), args.project)
+            except ComposeError as exc:
+                console.print(f"[red]dynalab lab:[/red] {exc}")
+                return 2
+        return _run(args.scenario, args.seed, Path(args.out), args.duration, console, compose)
     earlier = Path(args.dir)
     try:
         meta = lab_run.recorded(earlier)
@@ -60,7 +78,14 @@ def main(args: argparse.Namespace, console: Console) -> int:
     return code
 
 
-def _run(name: str, seed: int, out: Path, duration: float | None, console: Console) -> int:
+def _run(
+    name: str,
+    seed: int,
+    out: Path,
+    duration: float | None,
+    console: Console,
+    compose: ComposeCluster | None = None,
+) -> int:
     try:
         scenario = scenarios.load(name)
     except ValueError as exc:
@@ -71,8 +96,8 @@ def _run(name: str, seed: int, out: Path, duration: float | None, console: Conso
         return 2
     with console.status(f"running {name} with seed {seed}"):
         try:
-            valid = lab_run.run(scenario, seed, out, duration)
-        except (ClusterError, DynamoDBError, TimeoutError) as exc:
+            valid = lab_run.run(scenario, seed, out, duration, compose)
+        except (ClusterError, ComposeError, DynamoDBError, TimeoutError) as exc:
             console.print(f"[red]dynalab lab: the cluster failed:[/red] {exc}")
             return 1
     return _summarise(valid, out, console)

@@ -24,10 +24,11 @@ import os
 import signal
 import threading
 import time
-from typing import Any
+from typing import Any, Protocol
 
 from dynalab.cluster import ClusterError, LocalCluster, ServiceProcess
 from dynalab.lab import network
+from dynalab.lab.compose import ComposeError
 from dynalab.lab.scenarios import FaultEvent
 from dynalab.nodes import ControlError, Controls
 
@@ -35,12 +36,48 @@ SLOW_PERIOD_S = 0.1
 SLOW_STOPPED_S = 0.07
 
 
+class Faults(Protocol):
+    """What plays the faults: `LocalFaults` on a `dynalab up`-style cluster of this machine,
+    `dynalab.lab.compose.ComposeCluster` through Docker."""
+
+    def execute(self, fault: str, target: str) -> None: ...
+
+    def heal_all(self) -> None: ...
+
+
 class Nemesis:
-    def __init__(self, cluster: LocalCluster, events: list[FaultEvent], start: float) -> None:
-        self.cluster = cluster
+    """Plays a schedule of fault events on time and records what happened."""
+
+    def __init__(self, faults: Faults, events: list[FaultEvent], start: float) -> None:
+        self.faults = faults
         self.events = events
         self.start = start
         self.executed: list[dict[str, Any]] = []
+
+    def run(self, stop: threading.Event) -> None:
+        """Execute the events in order, each at its time, until they are done or `stop` is set;
+        then heal everything."""
+        for event in self.events:
+            delay = self.start + event.at_s - time.monotonic()
+            if stop.wait(max(0.0, delay)):
+                break
+            began = time.monotonic() - self.start
+            record: dict[str, Any] = {**event.to_json(), "at_s": round(began, 3)}
+            try:
+                self.faults.execute(event.fault, event.target)
+            except (ClusterError, ControlError, ComposeError, OSError) as exc:
+                record["error"] = str(exc).splitlines()[0]
+            record["done_s"] = round(time.monotonic() - self.start, 3)
+            self.executed.append(record)
+        self.faults.heal_all()
+
+
+class LocalFaults:
+    """Faults on the processes of a `LocalCluster`: node controls, duty cycles and the kernel's
+    network faults."""
+
+    def __init__(self, cluster: LocalCluster) -> None:
+        self.cluster = cluster
         self.controls = Controls(cluster)
         self._slowed: dict[str, tuple[threading.Event, threading.Thread]] = {}
         self._partitioned: set[int] = set()
@@ -54,54 +91,37 @@ class Nemesis:
             return next(r for r in self.cluster.replicators if r.name == target)
         return self.cluster.node(target)
 
-    def run(self, stop: threading.Event) -> None:
-        """Execute the events in order, each at its time, until they are done or `stop` is set;
-        then heal everything."""
-        for event in self.events:
-            delay = self.start + event.at_s - time.monotonic()
-            if stop.wait(max(0.0, delay)):
-                break
-            began = time.monotonic() - self.start
-            record: dict[str, Any] = {**event.to_json(), "at_s": round(began, 3)}
-            try:
-                self.execute(event)
-            except (ClusterError, ControlError, OSError) as exc:
-                record["error"] = str(exc).splitlines()[0]
-            record["done_s"] = round(time.monotonic() - self.start, 3)
-            self.executed.append(record)
-        self.heal_all()
-
-    def execute(self, event: FaultEvent) -> None:
-        command = _CONTROLS.get(event.fault)
+    def execute(self, fault: str, target: str) -> None:
+        command = _CONTROLS.get(fault)
         if command is not None:
-            self.controls.run(command, event.target)
+            self.controls.run(command, target)
             return
-        service = self._service(event.target)
-        if event.fault == "slow-node":
+        service = self._service(target)
+        if fault == "slow-node":
             assert service.pid is not None
-            self._slow(event.target, service.pid)
-        elif event.fault == "restore-node":
-            self._restore(event.target)
-        elif event.fault == "partition-node":
+            self._slow(target, service.pid)
+        elif fault == "restore-node":
+            self._restore(target)
+        elif fault == "partition-node":
             network.partition(service.port)
             self._partitioned.add(service.port)
-        elif event.fault == "heal-partition":
+        elif fault == "heal-partition":
             self._partitioned.discard(service.port)
             network.heal_partition(service.port)
-        elif event.fault == "drop-packets":
+        elif fault == "drop-packets":
             network.drop_packets(service.port)
             self._dropping.add(service.port)
-        elif event.fault == "stop-dropping":
+        elif fault == "stop-dropping":
             self._dropping.discard(service.port)
             network.stop_dropping(service.port)
-        elif event.fault == "slow-link":
+        elif fault == "slow-link":
             network.slow_link(service.port)
             self._slow_link = True
-        elif event.fault == "restore-link":
+        elif fault == "restore-link":
             self._slow_link = False
             network.restore_link()
         else:
-            raise ValueError(f"unknown fault {event.fault!r}")
+            raise ValueError(f"unknown fault {fault!r}")
 
     def _slow(self, target: str, pid: int) -> None:
         done = threading.Event()

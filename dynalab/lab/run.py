@@ -28,8 +28,10 @@ from typing import Any
 from dynalab.bench import DynamoDBClient
 from dynalab.cluster import ClusterError, LocalCluster
 from dynalab.lab import checkers, network, workloads
+from dynalab.lab import compose as compose_faults
+from dynalab.lab.compose import ComposeCluster
 from dynalab.lab.history import Operation, parse_lines
-from dynalab.lab.nemesis import Nemesis
+from dynalab.lab.nemesis import Faults, LocalFaults, Nemesis
 from dynalab.lab.scenarios import Scenario, schedule
 
 
@@ -40,7 +42,7 @@ def write_schedule(scenario: Scenario, seed: int, duration_s: float, out: Path) 
 
 
 def _experiment(
-    cluster: LocalCluster, scenario: Scenario, seed: int, duration_s: float
+    endpoint: str, faults: Faults, scenario: Scenario, seed: int, duration_s: float
 ) -> tuple[list[Operation], list[dict[str, Any]]]:
     """Clients on a thread of their own, the nemesis on this one (see `nemesis`), then the final
     reads once every fault is healed."""
@@ -48,8 +50,8 @@ def _experiment(
         scenario.registers, scenario.counters, scenario.lists, scenario.indexed, scenario.accounts
     )
     plan = scenario.index_plan
-    asyncio.run(_with_api(cluster.router_url, lambda api: workloads.create_tables(api, keys, plan)))
-    asyncio.run(_with_api(cluster.router_url, lambda api: workloads.open_accounts(api, keys)))
+    asyncio.run(_with_api(endpoint, lambda api: workloads.create_tables(api, keys, plan)))
+    asyncio.run(_with_api(endpoint, lambda api: workloads.open_accounts(api, keys)))
     start = time.monotonic()
     recorder = workloads.Recorder(start)
     done = threading.Event()
@@ -58,7 +60,7 @@ def _experiment(
         try:
             asyncio.run(
                 _with_api(
-                    cluster.router_url,
+                    endpoint,
                     lambda api: workloads.run_clients(
                         api,
                         recorder,
@@ -75,14 +77,12 @@ def _experiment(
 
     worker = threading.Thread(target=clients, name="lab-clients")
     worker.start()
-    nemesis = Nemesis(cluster, schedule(scenario, seed, duration_s), start)
+    nemesis = Nemesis(faults, schedule(scenario, seed, duration_s), start)
     try:
         nemesis.run(done)
     finally:
         worker.join()
-    asyncio.run(
-        _with_api(cluster.router_url, lambda api: workloads.final_reads(api, recorder, keys))
-    )
+    asyncio.run(_with_api(endpoint, lambda api: workloads.final_reads(api, recorder, keys)))
     return recorder.history, nemesis.executed
 
 
@@ -92,21 +92,29 @@ async def _with_api(endpoint: str, action: Callable[[DynamoDBClient], Awaitable[
         await action(api)
 
 
-def run(scenario: Scenario, seed: int, out: Path, duration_s: float | None = None) -> bool:
-    """Run one experiment into `out`; return whether the verdict is valid."""
+def run(
+    scenario: Scenario,
+    seed: int,
+    out: Path,
+    duration_s: float | None = None,
+    compose: ComposeCluster | None = None,
+) -> bool:
+    """Run one experiment into `out`, on a cluster of its own or on `compose`; return whether
+    the verdict is valid."""
     duration = scenario.duration_s if duration_s is None else duration_s
+    if compose is not None:
+        unplayable = sorted(set(scenario.faults) - compose_faults.FAULTS)
+        if unplayable or scenario.indexed:
+            what = ", ".join(unplayable) if unplayable else "the indexed workload (no replicator)"
+            raise ClusterError(
+                f"scenario {scenario.name} needs what a compose cluster lacks: {what}"
+            )
     out.mkdir(parents=True, exist_ok=True)
     write_schedule(scenario, seed, duration, out)
-    if scenario.needs_private_network:
-        why_not = network.unavailable()
-        if why_not is not None:
-            raise ClusterError(f"scenario {scenario.name}: {why_not}")
-        # Everything the experiment starts from here on lives in the namespace (see `network`).
-        network.enter_private_namespace()
-    # The GSI replicator runs when the workload has an indexed table to keep.
-    replicators = 1 if scenario.indexed else 0
-    with LocalCluster(out / "cluster", nodes=scenario.nodes, replicators=replicators) as cluster:
-        history, executed = _experiment(cluster, scenario, seed, duration)
+    if compose is not None:
+        history, executed = _experiment(compose.router_url, compose, scenario, seed, duration)
+    else:
+        history, executed = _local(scenario, seed, out, duration)
     meta = {
         "scenario": scenario.name,
         "description": scenario.description,
@@ -119,6 +127,22 @@ def run(scenario: Scenario, seed: int, out: Path, duration_s: float | None = Non
         for operation in history:
             file.write(json.dumps(operation.to_json()) + "\n")
     return write_verdict_and_report(out)
+
+
+def _local(
+    scenario: Scenario, seed: int, out: Path, duration: float
+) -> tuple[list[Operation], list[dict[str, Any]]]:
+    """The experiment on a cluster of its own, under `out/cluster`."""
+    if scenario.needs_private_network:
+        why_not = network.unavailable()
+        if why_not is not None:
+            raise ClusterError(f"scenario {scenario.name}: {why_not}")
+        # Everything the experiment starts from here on lives in the namespace (see `network`).
+        network.enter_private_namespace()
+    # The GSI replicator runs when the workload has an indexed table to keep.
+    replicators = 1 if scenario.indexed else 0
+    with LocalCluster(out / "cluster", nodes=scenario.nodes, replicators=replicators) as cluster:
+        return _experiment(cluster.router_url, LocalFaults(cluster), scenario, seed, duration)
 
 
 def plots_missing() -> str | None:

@@ -385,8 +385,11 @@ async def create_tables(
     api: DynamoDBClient, keys: Keys, plan: indexed.IndexPlan | None = None
 ) -> None:
     """Create the tables and wait until each is ACTIVE, retrying what a busy cluster refuses
-    (a CreateTable that was applied before its answer was lost is then "in use": done)."""
+    (a CreateTable that was applied before its answer was lost is then "in use": done). Tables
+    of the same names left by an earlier run (a cluster the lab did not start) are dropped first:
+    the checkers need every value in them to come from this run."""
     deadline = time.monotonic() + TABLE_ACTIVE_TIMEOUT_S
+    await _drop_tables(api, [*TABLES, indexed.TABLE], deadline)
     requests: list[dict[str, Any]] = [
         {
             "TableName": table,
@@ -429,6 +432,36 @@ async def create_tables(
             await asyncio.sleep(SETUP_PAUSE_S)
     if keys.indexed and plan.preload:
         await indexed.preload(api, plan)
+
+
+async def _drop_tables(api: DynamoDBClient, names: list[str], deadline: float) -> None:
+    """Delete each table that exists and wait until it is gone."""
+    for name in names:
+        while True:
+            try:
+                await api.request("DescribeTable", {"TableName": name})
+            except DynamoDBError as exc:
+                if exc.type_name == "ResourceNotFoundException":
+                    break
+                if exc.type_name not in SETUP_RETRYABLE:
+                    raise
+            except (TimeoutError, aiohttp.ClientError):
+                pass
+            else:
+                try:
+                    await api.request("DeleteTable", {"TableName": name})
+                except DynamoDBError as exc:
+                    # Gone meanwhile, being deleted already, or still being created: ask again.
+                    expected = {
+                        *SETUP_RETRYABLE,
+                        "ResourceInUseException",
+                        "ResourceNotFoundException",
+                    }
+                    if exc.type_name not in expected:
+                        raise
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"table {name} of an earlier run still there")
+            await asyncio.sleep(SETUP_PAUSE_S)
 
 
 async def run_clients(
