@@ -18,9 +18,10 @@ grace period (RPC_DEADLINE_GRACE_SECONDS) past the deadline for the answer; then
   it died or the reply was lost. This is the only case in which the outcome of a write is unknown.
 
 A broken stream fails all of its calls at once; the next call opens a new one, no sooner than a
-backoff that doubles with each consecutive failure (bounded by RPC_RECONNECT_BACKOFF_SECONDS_MAX).
-A call that finds the backoff running waits for it only when it ends within
-RPC_RECONNECT_WAIT_SECONDS_MAX; otherwise the node is down and the call fails at once, not sent.
+backoff that doubles with each consecutive failure up to RPC_RECONNECT_BACKOFF_SECONDS_MAX (a
+quarter of a second), and a call that finds the backoff running waits for that attempt. So a
+request to a dead node fails as not sent within a quarter of a second, and one that arrives just
+after the node came back waits for the attempt that reaches it instead of failing.
 Errors the node reports come back as the same `core.errors` instances, through `rpc.codec`.
 """
 
@@ -165,10 +166,7 @@ class NodeClient:
             if wait <= 0:
                 self._stream = _Stream(self._ensure_stub(), self)
                 return self._stream
-            # A stream that just broke is retried after a short wait; a node that keeps failing
-            # fails its calls at once until the next attempt, so a dead node costs its callers
-            # nothing and clients' own retries (503 is retried) do the waiting.
-            if wait > limits.RPC_RECONNECT_WAIT_SECONDS_MAX or self._reconnect_at > deadline:
+            if self._reconnect_at > deadline:
                 raise ServiceUnavailable(
                     f"Node {self.address} is unreachable (next attempt in {wait:.2f} s); {op} "
                     "not sent"
