@@ -297,6 +297,11 @@ TAGS_PER_TABLE_MAX = 50
 TAG_KEY_CHARS_MAX = 128
 TAG_VALUE_CHARS_MAX = 256
 
+# Every router looks at the catalog this often for a CreateTable or DeleteTable that a dead router
+# left half done, and finishes one seen unchanged for the stall bound (router/tables.py,
+# TableReconciler): a live router creates or deletes a table in well under a second.
+TABLE_RECONCILE_SECONDS = 1.0
+TABLE_TRANSITION_STALL_SECONDS = 3.0
 # A CreateTable still CREATING this long after it began can no longer finish (its router died
 # half-way), so DeleteTable may remove it; DynamoDB refuses to delete a table while it is created.
 TABLE_CREATION_SECONDS_MAX = 600.0

@@ -27,6 +27,7 @@ from router.app import GUARD, create_app, load_operations
 from router.context import RouterContext
 from router.limits import GuardedSite, limits_for_process
 from router.sources import Sources
+from router.tables import TableReconciler
 from rpc import lifeline
 from rpc.addresses import parse_address, parse_nodes
 
@@ -87,6 +88,7 @@ async def serve(args: argparse.Namespace) -> None:
             ctx.advertise = "{}:{}".format(*args.advertise)
         else:
             ctx.advertise = listening
+        reconciler = asyncio.create_task(TableReconciler(ctx).run())
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
@@ -95,6 +97,7 @@ async def serve(args: argparse.Namespace) -> None:
         print(f"listening on {listening}", flush=True)
         await stop.wait()
         log.info("stopping")
+        reconciler.cancel()
     finally:
         await runner.cleanup()
 

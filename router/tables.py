@@ -14,6 +14,8 @@ the table's row so that concurrent routers never lose each other's changes:
 - DeleteTable marks the table DELETING, so item operations fail as on a missing table, drops its
   partitions on their nodes, then removes it from the catalog. If a node cannot be reached the
   table stays DELETING and the error is returned; calling DeleteTable again finishes the job.
+- A CreateTable or DeleteTable left half done by a router that died is finished by any router's
+  `TableReconciler` within seconds (every step is idempotent).
 - UpdateTable changes the billing mode and provisioned throughput: it records the new settings
   with status UPDATING (and a new `throughput_version`), sends them to every node holding a
   partition (`update_throughput`, which re-sizes the partitions' token buckets), then marks the
@@ -33,9 +35,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import os
+import signal
 import uuid
 from bisect import bisect_right
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from core import catalog, gsi, indexes, limits, schema
@@ -651,9 +655,18 @@ async def create_table(ctx: RouterContext, body: dict[str, Any]) -> dict[str, An
         return table
 
     table = await ctx.change_table(name, add) or table
+    _crash_point("create-recorded")
+    await _complete_creation(ctx, table)
+    return {"TableDescription": _description(table, _Stats(), ctx.sources.clock())}
+
+
+async def _complete_creation(ctx: RouterContext, table: TableDef) -> None:
+    """Create a CREATING table's partitions and its global indexes' (again: creating a partition
+    that exists with the same definition does nothing), then make it ACTIVE; if a partition cannot
+    be created, take the table out of the catalog again."""
     schema_for_nodes = {
         "id": table.id,
-        "name": name,
+        "name": table.name,
         "key_schema": table.key_shape.to_key_schema(),
         # Each index's key and projection: the nodes check every write's index key types, and
         # maintain local indexes; a global index's partitions are the replicator's business.
@@ -690,8 +703,8 @@ async def create_table(ctx: RouterContext, body: dict[str, Any]) -> dict[str, An
     except Exception:
         await _abandon_creation(ctx, table)
         raise
-    await ctx.change_table(name, _activate(table.id))
-    return {"TableDescription": _description(table, _Stats(), ctx.sources.clock())}
+    _crash_point("create-partitions")
+    await ctx.change_table(table.name, _activate(table.id))
 
 
 def _index_schema(table: TableDef, index: IndexDef) -> dict[str, Any]:
@@ -729,8 +742,10 @@ def _create_index_partitions(
 async def _abandon_creation(ctx: RouterContext, table: TableDef) -> None:
     """Take a table whose partitions could not all be created out of the catalog again."""
     try:
-        await ctx.change_table(table.name, _without(table.id))
-        await _drop_partitions(ctx, table)
+        # Another router may have finished the creation meanwhile (see TableReconciler): then
+        # the table stays, and so do its partitions.
+        if await ctx.change_table(table.name, _without(table.id)) is None:
+            await _drop_partitions(ctx, table)
     except DynamoError as error:
         # The table stays CREATING (DeleteTable can remove it once its creation is overdue) or
         # leaves partitions behind under an id no table uses any more.
@@ -783,15 +798,94 @@ async def delete_table(ctx: RouterContext, body: dict[str, Any]) -> dict[str, An
 
     table = await ctx.change_table(name, mark_deleting)
     assert table is not None, f"DeleteTable of {name} found no table after marking it"
+    _crash_point("delete-marked")
     stats = await _table_stats(ctx, table)
-    await _drop_partitions(ctx, table)
-    await ctx.change_table(name, _without(table.id))
+    await _finish_deletion(ctx, table)
     description = _description(table, stats, ctx.sources.clock())
     # DeleteTable describes what is going, not how it was defined: DynamoDB's TableDescription
     # here has no key schema, attribute definitions or creation time (API Reference, DeleteTable).
     for member in _NOT_IN_DELETE_DESCRIPTION:
         description.pop(member, None)
     return {"TableDescription": description}
+
+
+async def _finish_deletion(ctx: RouterContext, table: TableDef) -> None:
+    """Drop a DELETING table's partitions (again: dropping what is gone does nothing), then take
+    it out of the catalog."""
+    await _drop_partitions(ctx, table)
+    _crash_point("delete-dropped")
+    await ctx.change_table(table.name, _without(table.id))
+
+
+# Recovery of half-done table operations -------------------------------------------------------
+
+# Names a step of CreateTable or DeleteTable at which the router kills itself, as `kill -9`
+# would: how tests leave a table half created or half deleted (test_table_recovery.py).
+CRASH_AT_ENV = "DYNALAB_ROUTER_CRASH_AT"
+CRASH_POINTS = ("create-recorded", "create-partitions", "delete-marked", "delete-dropped")
+
+
+def _crash_point(step: str) -> None:
+    assert step in CRASH_POINTS, step
+    if os.environ.get(CRASH_AT_ENV) == step:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class TableReconciler:
+    """Finishes the CreateTable and DeleteTable operations that a dead router left half done.
+
+    Every step of both is idempotent (creating a partition that exists with the same definition
+    and dropping one that is gone do nothing; activating and removing the row are compare-and-sets
+    that apply once), so any router may run the rest of one. Each router looks at the catalog
+    every `TABLE_RECONCILE_SECONDS`; a table seen CREATING (or DELETING) for
+    `TABLE_TRANSITION_STALL_SECONDS` is rolled forward: its partitions created and the table made
+    ACTIVE, or rolled back as its own router would if a partition cannot be created; or its
+    partitions dropped and its row removed. A live router that is merely slow loses nothing: the
+    two finish the same steps, and whichever activates (or removes) first wins the row.
+    """
+
+    def __init__(self, ctx: RouterContext) -> None:
+        self.ctx = ctx
+        self._since: dict[tuple[str, TableStatus], float] = {}
+
+    def stalled(self, tables: Iterable[TableDef], now: float) -> list[TableDef]:
+        """The tables in CREATING or DELETING that have been so for the stall bound, as of
+        `now`; remembers when each was first seen in its status."""
+        pending = {
+            (table.id, table.status): table
+            for table in tables
+            if table.status in (TableStatus.CREATING, TableStatus.DELETING)
+        }
+        self._since = {key: self._since.get(key, now) for key in pending}
+        return [
+            table
+            for key, table in pending.items()
+            if now - self._since[key] >= limits.TABLE_TRANSITION_STALL_SECONDS
+        ]
+
+    async def reconcile(self) -> None:
+        """One look at the catalog, finishing every stalled table operation it shows."""
+        await self.ctx.refresh()
+        for table in self.stalled(self.ctx.records.values(), self.ctx.sources.clock()):
+            log.warning("finishing table %s, left %s by another router", table.name, table.status)
+            try:
+                if table.status == TableStatus.CREATING:
+                    await _complete_creation(self.ctx, table)
+                else:
+                    await _finish_deletion(self.ctx, table)
+            except DynamoError as error:
+                log.warning("could not finish table %s yet: %s", table.name, error)
+            # Tried: wait for another stall period before trying again.
+            self._since.pop((table.id, table.status), None)
+
+    async def run(self) -> None:
+        """Reconcile every `TABLE_RECONCILE_SECONDS` until cancelled."""
+        while True:
+            await asyncio.sleep(limits.TABLE_RECONCILE_SECONDS)
+            try:
+                await self.reconcile()
+            except DynamoError as error:
+                log.warning("could not read the catalog to reconcile tables: %s", error)
 
 
 # UpdateTable ------------------------------------------------------------------------------------

@@ -1,0 +1,116 @@
+"""A CreateTable or DeleteTable whose router dies half-way is finished by another router.
+
+Router 1 is started with `DYNALAB_ROUTER_CRASH_AT` naming one step of the operation, at which it
+kills itself as `kill -9` would; router 2's reconciler (router/tables.py, TableReconciler) must
+then roll the table forward within seconds, where it used to stay CREATING for 10 minutes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from botocore.exceptions import BotoCoreError, ClientError
+
+from core import limits
+from dynalab.cluster import LocalCluster, Router
+from router.tables import CRASH_AT_ENV
+from tests.integration.conftest import dynamodb_client
+
+# A stalled operation is finished after the stall bound plus one reconcile round; the rest is
+# slack for a loaded machine.
+RECOVERY_SECONDS_MAX = limits.TABLE_TRANSITION_STALL_SECONDS + limits.TABLE_RECONCILE_SECONDS + 10
+EXIT_WAIT_SECONDS = 30.0
+POLL_SECONDS = 0.1
+KEY_SCHEMA = [{"AttributeName": "pk", "KeyType": "HASH"}]
+ATTRIBUTES = [{"AttributeName": "pk", "AttributeType": "S"}]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    with pytest.MonkeyPatch.context() as environment:
+        environment.setenv("DYNALAB_THROTTLING", "off")
+        with LocalCluster(
+            tmp_path_factory.mktemp("recovery"), nodes=2, routers=2, replicators=0
+        ) as running:
+            yield running
+
+
+def crashing(router: Router, step: str) -> Any:
+    """Restart `router` set to die at `step`; return a client for it."""
+    router.stop()
+    with pytest.MonkeyPatch.context() as environment:
+        environment.setenv(CRASH_AT_ENV, step)
+        router.start()
+    return dynamodb_client(router.url)
+
+
+def died(router: Router) -> None:
+    assert router.process is not None
+    assert router.process.wait(EXIT_WAIT_SECONDS) == -9
+
+
+def status(client: Any, name: str) -> str | None:
+    """The table's status as DescribeTable gives it, None once it is not found."""
+    try:
+        return str(client.describe_table(TableName=name)["Table"]["TableStatus"])
+    except ClientError as error:
+        assert error.response["Error"]["Code"] == "ResourceNotFoundException", error.response
+        return None
+
+
+def wait_for_status(client: Any, name: str, wanted: str | None) -> float:
+    """Poll DescribeTable until the table's status is `wanted`; return how long it took."""
+    started = time.monotonic()
+    while (seen := status(client, name)) != wanted:
+        assert time.monotonic() - started < RECOVERY_SECONDS_MAX, (name, seen, wanted)
+        time.sleep(POLL_SECONDS)
+    return time.monotonic() - started
+
+
+def create(client: Any, name: str) -> None:
+    client.create_table(
+        TableName=name,
+        KeySchema=KEY_SCHEMA,
+        AttributeDefinitions=ATTRIBUTES,
+        BillingMode="PAY_PER_REQUEST",
+    )
+
+
+@pytest.mark.parametrize("step", ["create-recorded", "create-partitions"])
+def test_a_creation_left_half_done_is_finished_by_another_router(
+    cluster: LocalCluster, step: str
+) -> None:
+    doomed, survivor = cluster.routers
+    name = f"created_{step.replace('-', '_')}"
+    with pytest.raises(BotoCoreError):
+        create(crashing(doomed, step), name)
+    died(doomed)
+    client = dynamodb_client(survivor.url)
+    wait_for_status(client, name, "ACTIVE")
+    client.put_item(TableName=name, Item={"pk": {"S": "a"}, "v": {"N": "1"}})
+    assert client.get_item(TableName=name, Key={"pk": {"S": "a"}})["Item"]["v"] == {"N": "1"}
+    doomed.start()
+
+
+@pytest.mark.parametrize("step", ["delete-marked", "delete-dropped"])
+def test_a_deletion_left_half_done_is_finished_by_another_router(
+    cluster: LocalCluster, step: str
+) -> None:
+    doomed, survivor = cluster.routers
+    name = f"deleted_{step.replace('-', '_')}"
+    client = dynamodb_client(survivor.url)
+    create(client, name)
+    wait_for_status(client, name, "ACTIVE")
+    client.put_item(TableName=name, Item={"pk": {"S": "old"}})
+    with pytest.raises(BotoCoreError):
+        crashing(doomed, step).delete_table(TableName=name)
+    died(doomed)
+    wait_for_status(client, name, None)
+    # The name is free again, and the new table holds nothing of the old one.
+    create(client, name)
+    wait_for_status(client, name, "ACTIVE")
+    assert "Item" not in client.get_item(TableName=name, Key={"pk": {"S": "old"}})
+    doomed.start()
