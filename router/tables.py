@@ -38,6 +38,7 @@ import logging
 import os
 import signal
 import uuid
+import weakref
 from bisect import bisect_right
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
@@ -482,14 +483,23 @@ def _global_index_description(index: IndexDef, counts: list[int], arn: str) -> d
     return described
 
 
+# The counts each table partition's node last reported to a router (by table and partition id),
+# per router context: DescribeTable answers a silent node's share from them (see _table_stats).
+_last_counts: weakref.WeakKeyDictionary[RouterContext, dict[tuple[str, str], dict[str, Any]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
 async def _table_stats(ctx: RouterContext, table: TableDef) -> _Stats:
     """ItemCount, TableSizeBytes and each local index's counts: the sums over the table's
     partitions, as the nodes report them.
 
     DynamoDB refreshes these about every six hours; dynalab asks the nodes, within a bounded wait.
-    A node that does not answer in time is left out of the sums (and logged), since a description
-    without an exact count is more useful than no description.
+    A partition whose node does not answer in time (it is logged) counts as that node last
+    reported it to this router, since a description with an older count is more useful than no
+    description, and DynamoDB's own counts are hours old; one never reported is left out.
     """
+    known = _last_counts.setdefault(ctx, {})
     nodes = table.nodes()
     partition_ids = {partition.id for partition in table.partitions}
     replies = await asyncio.gather(
@@ -514,12 +524,19 @@ async def _table_stats(ctx: RouterContext, table: TableDef) -> _Stats:
         # Only partitions in the catalog count: a node may still report a parent it has split.
         for partition_id, counts in reply["partitions"].items():
             if partition_id in partition_ids:
-                stats.items += counts["items"]
-                stats.size_bytes += counts["bytes"]
-                for index_name, (count, size_bytes) in counts.get("indexes", {}).items():
-                    totals = stats.indexes.setdefault(index_name, [0, 0])
-                    totals[0] += count
-                    totals[1] += size_bytes
+                known[(table.id, partition_id)] = counts
+    for key in [key for key in known if key[0] == table.id and key[1] not in partition_ids]:
+        del known[key]
+    for partition_id in partition_ids:
+        counts = known.get((table.id, partition_id))
+        if counts is None:
+            continue
+        stats.items += counts["items"]
+        stats.size_bytes += counts["bytes"]
+        for index_name, (count, size_bytes) in counts.get("indexes", {}).items():
+            totals = stats.indexes.setdefault(index_name, [0, 0])
+            totals[0] += count
+            totals[1] += size_bytes
     await _add_global_index_stats(ctx, table, stats)
     return stats
 
@@ -815,6 +832,9 @@ async def _finish_deletion(ctx: RouterContext, table: TableDef) -> None:
     await _drop_partitions(ctx, table)
     _crash_point("delete-dropped")
     await ctx.change_table(table.name, _without(table.id))
+    known = _last_counts.get(ctx, {})
+    for key in [key for key in known if key[0] == table.id]:
+        del known[key]
 
 
 # Recovery of half-done table operations -------------------------------------------------------

@@ -1,4 +1,5 @@
-"""A CreateTable or DeleteTable whose router dies half-way is finished by another router.
+"""A CreateTable or DeleteTable whose router dies half-way is finished by another router, and
+DescribeTable counts the items of a dead node.
 
 Router 1 is started with `DYNALAB_ROUTER_CRASH_AT` naming one step of the operation, at which it
 kills itself as `kill -9` would; router 2's reconciler (router/tables.py, TableReconciler) must
@@ -7,7 +8,10 @@ then roll the table forward within seconds, where it used to stay CREATING for 1
 
 from __future__ import annotations
 
+import json
+import re
 import time
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -114,3 +118,54 @@ def test_a_deletion_left_half_done_is_finished_by_another_router(
     wait_for_status(client, name, "ACTIVE")
     assert "Item" not in client.get_item(TableName=name, Key={"pk": {"S": "old"}})
     doomed.start()
+
+
+def catalog_node(router: Router) -> str:
+    """The node holding the catalog, as `router` logged finding it."""
+    found = re.findall(r"the catalog is partition \S+ on (\S+)", router.log_path.read_text())
+    assert found, f"{router.name} logged no catalog location"
+    return str(found[-1])
+
+
+def table_nodes(router: Router, name: str) -> set[str]:
+    """The nodes holding the table's partitions (the router's /admin/tables/NAME/partitions)."""
+    url = f"{router.url}/admin/tables/{name}/partitions"
+    with urllib.request.urlopen(url, timeout=EXIT_WAIT_SECONDS) as reply:
+        return {partition["node"] for partition in json.load(reply)["partitions"]}
+
+
+def test_describe_table_counts_a_dead_nodes_partitions_as_last_reported(
+    cluster: LocalCluster,
+) -> None:
+    router = cluster.routers[1]
+    client = dynamodb_client(router.url)
+    # A table with a partition off the catalog's node (the catalog must stay readable); its four
+    # partitions are placed by their random ids, so each try finds one with odds of 15 in 16.
+    for attempt in range(8):
+        name = f"counted_{attempt}"
+        create(client, name)
+        wait_for_status(client, name, "ACTIVE")
+        victims = table_nodes(router, name) - {catalog_node(router)}
+        if victims:
+            break
+    assert victims, "every table was placed on the catalog's node alone"
+    for number in range(40):
+        client.put_item(TableName=name, Item={"pk": {"S": f"k{number}"}})
+    described = client.describe_table(TableName=name)["Table"]
+    assert described["ItemCount"] == 40
+    node = cluster.node(sorted(victims)[0])
+    node.kill()
+    try:
+        unreadable = 0
+        for number in range(40):
+            try:
+                client.get_item(TableName=name, Key={"pk": {"S": f"k{number}"}})
+            except ClientError as error:
+                assert error.response["Error"]["Code"] == "ServiceUnavailable"
+                unreadable += 1
+        assert unreadable > 0  # the dead node held some of the items
+        again = client.describe_table(TableName=name)["Table"]
+        assert again["ItemCount"] == 40
+        assert again["TableSizeBytes"] == described["TableSizeBytes"]
+    finally:
+        node.start()
