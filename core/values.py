@@ -17,7 +17,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from decimal import Context, Decimal, localcontext
+from decimal import Context, Decimal, InvalidOperation, localcontext
 from typing import Any
 
 from core import limits
@@ -45,11 +45,30 @@ def type_of(value: AttributeValue) -> str:
 # Numbers ---------------------------------------------------------------------------------------
 
 
+_OVERFLOW = (
+    "Number overflow. Attempting to store a number with magnitude larger than supported range"
+)
+_UNDERFLOW = (
+    "Number underflow. Attempting to store a number with magnitude smaller than supported range"
+)
+
+
 def parse_number(text: str) -> Decimal:
     """Parse and range-check a DynamoDB number, raising DynamoDB's errors."""
-    if not isinstance(text, str) or not _NUMBER_TEXT.fullmatch(text):
+    match = _NUMBER_TEXT.fullmatch(text) if isinstance(text, str) else None
+    if match is None:
         raise ValidationError(f"The parameter cannot be converted to a numeric value: {text}")
-    return check_number(Decimal(text))
+    try:
+        number = Decimal(text)
+    except InvalidOperation:
+        # An exponent past what Decimal holds (about 10**18): the number is zero, or its
+        # magnitude is far outside DynamoDB's range on the exponent's side.
+        if not match.group(1).strip("0."):
+            return Decimal(0)
+        if (match.group(2) or "").lstrip("eE").startswith("-"):
+            raise ValidationError(_UNDERFLOW) from None
+        raise ValidationError(_OVERFLOW) from None
+    return check_number(number)
 
 
 def check_number(number: Decimal) -> Decimal:
@@ -68,15 +87,9 @@ def check_number(number: Decimal) -> Decimal:
     number = Decimal((sign, digits[:significant], exponent + len(digits) - significant))
     magnitude = number.copy_abs()
     if magnitude > limits.NUMBER_MAGNITUDE_MAX:
-        raise ValidationError(
-            "Number overflow. Attempting to store a number with magnitude larger than supported "
-            "range"
-        )
+        raise ValidationError(_OVERFLOW)
     if magnitude < limits.NUMBER_MAGNITUDE_MIN:
-        raise ValidationError(
-            "Number underflow. Attempting to store a number with magnitude smaller than supported "
-            "range"
-        )
+        raise ValidationError(_UNDERFLOW)
     if significant > limits.NUMBER_PRECISION_DIGITS_MAX:
         raise ValidationError("Attempting to store more than 38 significant digits in a Number")
     return number

@@ -77,6 +77,9 @@ async def serve(args: argparse.Namespace) -> None:
         access_log=None,
         shutdown_timeout=limits.ROUTER_SHUTDOWN_GRACE_SECONDS,
         keepalive_timeout=router_limits.idle_seconds,
+        # A request refused before its body was read closes its connection at once, rather than
+        # reading up to 16 MB it will not use.
+        lingering_time=0,
     )
     await runner.setup()
     try:

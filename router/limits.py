@@ -22,6 +22,9 @@ bounded (the values and their reasons are in `core.limits`, `ROUTER_*`):
   never sent a request first, then the longest idle keep-alive), so a flood of idle connections
   cannot lock out new clients nor cut established ones; when every connection is busy, the new one
   is answered 503 and closed.
+
+A body that cannot be decoded (Content-Encoding gzip over bytes that are not) gets DynamoDB's
+SerializationException, as a body that is no JSON does.
 """
 
 from __future__ import annotations
@@ -37,9 +40,10 @@ from pathlib import Path
 from typing import Protocol, cast
 
 from aiohttp import web
+from aiohttp.web_protocol import RequestPayloadError
 
 from core import limits
-from core.errors import DynamoError, ServiceUnavailable
+from core.errors import DynamoError, SerializationError, ServiceUnavailable
 
 log = logging.getLogger("router.limits")
 
@@ -261,7 +265,10 @@ class ConnectionGuard:
         if declared is not None and declared > limits.HTTP_REQUEST_BYTES_MAX:
             # DynamoDB answers an oversized request with a bare 413; the body is never read.
             return _closing(self.replies.bare_response(413))
-        wanted = limits.HTTP_REQUEST_BYTES_MAX if declared is None else declared
+        # A chunked body has no length to take, and a compressed one (aiohttp inflates gzip and
+        # deflate) may inflate to the 16 MB it may be read up to: either takes the most.
+        encoded = request.headers.get("Content-Encoding", "identity").lower() != "identity"
+        wanted = limits.HTTP_REQUEST_BYTES_MAX if declared is None or encoded else declared
         try:
             held = await self.budget.acquire(wanted, self.limits.body_admission_seconds)
         except DynamoError as error:
@@ -274,6 +281,10 @@ class ConnectionGuard:
                 return _closing(self.replies.bare_response(408))
             except web.HTTPRequestEntityTooLarge:
                 return _closing(self.replies.bare_response(413))
+            except RequestPayloadError:
+                # A body that cannot be decoded (a bad gzip stream, broken chunks) is as unreadable
+                # as one that is no JSON: DynamoDB's SerializationException, without text.
+                return _closing(self.replies.error_response(request, SerializationError(None)))
             return await handler(request)
         finally:
             self.budget.release(held)

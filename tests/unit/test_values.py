@@ -372,3 +372,22 @@ def test_equality() -> None:
 def test_decode_binary() -> None:
     assert decode_binary("AP8=") == b"\x00\xff"
     assert decode_binary("") == b""
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("1e99999999999999999999", "Number overflow"),
+        ("-1.5E+99999999999999999999", "Number overflow"),
+        ("1e-99999999999999999999", "Number underflow"),
+    ],
+)
+def test_an_exponent_past_what_decimal_holds_is_out_of_range(text: str, message: str) -> None:
+    # Decimal itself refuses such exponents (InvalidOperation), which once became a 500.
+    with pytest.raises(ValidationError) as raised:
+        normalize_number(text)
+    assert raised.value.message.startswith(message)
+
+
+def test_zero_with_an_exponent_past_what_decimal_holds_is_zero() -> None:
+    assert normalize_number("0.00e99999999999999999999") == "0"
