@@ -884,8 +884,9 @@ class TableReconciler:
         ]
 
     async def reconcile(self) -> None:
-        """One look at the catalog, finishing every stalled table operation it shows."""
-        await self.ctx.refresh()
+        """One look at the cached catalog (the context re-reads it every second on its own, so
+        the reconciler adds no calls to a node that is down), finishing every stalled table
+        operation it shows."""
         for table in self.stalled(self.ctx.records.values(), self.ctx.sources.clock()):
             log.warning("finishing table %s, left %s by another router", table.name, table.status)
             try:
@@ -902,10 +903,7 @@ class TableReconciler:
         """Reconcile every `TABLE_RECONCILE_SECONDS` until cancelled."""
         while True:
             await asyncio.sleep(limits.TABLE_RECONCILE_SECONDS)
-            try:
-                await self.reconcile()
-            except DynamoError as error:
-                log.warning("could not read the catalog to reconcile tables: %s", error)
+            await self.reconcile()
 
 
 # UpdateTable ------------------------------------------------------------------------------------
