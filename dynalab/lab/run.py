@@ -141,7 +141,12 @@ def _local(
         network.enter_private_namespace()
     # The GSI replicator runs when the workload has an indexed table to keep.
     replicators = 1 if scenario.indexed else 0
-    with LocalCluster(out / "cluster", nodes=scenario.nodes, replicators=replicators) as cluster:
+    with LocalCluster(
+        out / "cluster",
+        nodes=scenario.nodes,
+        replicators=replicators,
+        split_bytes=scenario.split_bytes,
+    ) as cluster:
         return _experiment(cluster.router_url, LocalFaults(cluster), scenario, seed, duration)
 
 

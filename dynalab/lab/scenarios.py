@@ -55,6 +55,7 @@ class Scenario:
     name: str
     description: str
     nodes: int
+    split_bytes: int | None  # The nodes' split size (None: the default, 10 GB).
     duration_s: float
     clients: int
     registers: int
@@ -76,6 +77,7 @@ class Scenario:
             name=name,
             description=str(data["description"]),
             nodes=int(data.get("nodes", 3)),
+            split_bytes=None if "split_bytes" not in data else int(data["split_bytes"]),
             duration_s=float(data["duration_s"]),
             clients=int(workload["clients"]),
             registers=int(workload.get("registers", 0)),

@@ -90,3 +90,22 @@ def test_killing_the_replicator_mid_backfill_leaves_a_complete_index(tmp_path):
     assert kills and created["complete_s"] < kills[0]
     reads = [o for o in history if o["op"] == "index-read" and o["outcome"] == "ok"]
     assert all(o["invoke_s"] > created["invoke_s"] for o in reads)
+
+
+def test_partitions_splitting_under_faults_keep_a_valid_verdict(tmp_path):
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "dynalab", "lab", "run", "split-under-faults"]
+    command += ["--seed", "2", "--out", str(out), "--duration", "14"]
+    done = subprocess.run(
+        command, cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT_S
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    verdict = json.loads((out / "verdict.json").read_text())
+    assert verdict["valid"] is True, json.dumps(verdict, indent=1)
+    assert verdict["checkers"]["linearizable-registers"]["undecided_keys"] == []
+    logs = "".join(p.read_text() for p in (out / "cluster" / "logs").glob("node-*.log"))
+    assert logs.count(": installed in ") >= 5, "the partitions were meant to split again and again"
+    executed = json.loads((out / "run.json").read_text())["executed"]
+    assert any(e["fault"] == "kill-node" for e in executed) or any(
+        e["fault"] == "kill-router" for e in executed
+    )

@@ -21,8 +21,8 @@ How each fault is played in one process (the real lab's faults are processes and
 - `kill-router`: the router's requests in flight are cancelled (their clients see a broken
   connection: unknown outcome) and new ones are refused (failed) until a new router, knowing only
   what it reads from the catalog, takes its place.
-- Scenarios with the indexed workload need the GSI replicator, which the in-process cluster does
-  not run; `simulate` refuses them.
+- Scenarios with the indexed workload need the GSI replicator, and those with a split size need
+  the nodes' splitter, which the in-process cluster does not run; `simulate` refuses them.
 
 Each client request takes a seeded 20-100 ms of virtual time (the network and the client's own
 work), so clients interleave, the virtual clock moves, and a scenario's own duration and fault
@@ -194,6 +194,8 @@ def simulate(
     duration_s = scenario.duration_s if duration_s is None else duration_s
     if scenario.indexed:
         raise ValueError(f"scenario {scenario.name}: the in-process cluster has no GSI replicator")
+    if scenario.split_bytes is not None:
+        raise ValueError(f"scenario {scenario.name}: the in-process cluster's nodes do not split")
 
     async def experiment(cluster: SimCluster) -> tuple[list[Operation], list[dict[str, Any]]]:
         rng = random.Random(f"{scenario.name}/{seed}/requests")
