@@ -120,6 +120,15 @@ class NodeClient:
             raise ServiceUnavailable(
                 f"Node {self.address} failed {op}: {error.code().name} {error.details()}"
             ) from None
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # The caller itself was cancelled.
+            # gRPC cancels the calls of a channel that is closed (a broken stream or a failed call
+            # drops its channel): the node is unreachable, not the caller cancelled.
+            raise ServiceUnavailable(
+                f"Node {self.address} failed {op}: its channel closed under the call"
+            ) from None
         return codec.reply_from_response(response)
 
     def _drop_idle_channel(self) -> None:

@@ -48,6 +48,9 @@ def dynamodb(cluster: LocalCluster) -> Any:
     return dynamodb_client(cluster.router_url)
 
 
+VICTIM_TABLE_ATTEMPTS = 10
+
+
 def snapshot(cluster: LocalCluster) -> dict[str, Any]:
     with urllib.request.urlopen(f"{cluster.router_url}/admin/cluster", timeout=HTTP_TIMEOUT_S) as r:
         assert r.headers["Content-Type"].startswith("application/json")
@@ -249,8 +252,16 @@ def test_a_paused_node_is_unreachable_until_it_resumes(cluster):
 
 
 def test_a_killed_node_is_unreachable_with_its_partitions(cluster, dynamodb, table_name):
-    name = create_active_table(dynamodb, table_name(), throughput=(100, 100))
     victim = cluster.nodes[-1]
+    # The ring places each partition by its (random) id: make tables until one has a partition on
+    # the victim, so that the dead node's partitions are there to show (here and in `status`).
+    for _ in range(VICTIM_TABLE_ATTEMPTS):
+        name = create_active_table(dynamodb, table_name())
+        nodes = {p["node"] for p in table_of(snapshot(cluster), name)["partitions"]}
+        if victim.node_id in nodes:
+            break
+    else:
+        raise AssertionError(f"{VICTIM_TABLE_ATTEMPTS} tables had no partition on {victim.node_id}")
     victim.kill()
     document = wait_for(
         cluster,

@@ -25,11 +25,20 @@ from tests.integration.conftest import (
     stored_catalog,
 )
 
+SPREAD_TABLE_ATTEMPTS = 10
+
 
 @pytest.fixture
-def table(dynamodb: Any, table_name: Callable[[], str]) -> str:
-    """An on-demand table keyed pk (S): four partitions spread over the three nodes."""
-    return create_active_table(dynamodb, table_name())
+def table(dynamodb: Any, table_name: Callable[[], str], cluster: LocalCluster) -> str:
+    """An on-demand table keyed pk (S) whose four partitions are on at least two nodes: the ring
+    places each partition by its (random) id, and now and then puts all four on one node, in
+    which case another table is made."""
+    for _ in range(SPREAD_TABLE_ATTEMPTS):
+        name = create_active_table(dynamodb, table_name())
+        partitions = stored_catalog(cluster.nodes)["tables"][name]["partitions"]
+        if len({partition["node"] for partition in partitions}) >= 2:
+            return name
+    raise AssertionError(f"{SPREAD_TABLE_ATTEMPTS} tables in a row were placed on one node")
 
 
 def key(pk: str) -> dict[str, Any]:

@@ -196,6 +196,11 @@ class FakeNode(node_pb2_grpc.StorageNodeServicer):  # type: ignore[misc]
             ]
             await context.write(node_pb2.ResponseBatch(responses=answers))
 
+    async def Call(self, request: Any, context: Any) -> Any:
+        """A control call held until `release`, then echoed."""
+        await asyncio.wait_for(self.release.wait(), TIMEOUT_SECONDS)
+        return codec.ok_response(request.id, codec.decode_body(request.body))
+
 
 @pytest.fixture
 async def fake() -> AsyncIterator[tuple[FakeNode, NodeClient]]:
@@ -318,3 +323,18 @@ async def test_a_write_that_was_never_sent_is_unavailable_not_unknown(tmp_path: 
         assert not isinstance(failure.value, OutcomeUnknown)
     finally:
         await client.close()
+
+
+async def test_a_control_call_whose_channel_closes_under_it_is_unavailable(
+    fake: tuple[FakeNode, NodeClient],
+) -> None:
+    """A broken stream closes its channel, which cancels the unary calls on it: the caller gets
+    ServiceUnavailable, never a CancelledError (which would abort an HTTP handler unanswered)."""
+    _, client = fake
+    assert await client.call("echo", scripted("echo"), {}, TIMEOUT_SECONDS) == {}
+    control = asyncio.create_task(client.control(ops.TABLE_STATS, {}, TIMEOUT_SECONDS))
+    await asyncio.sleep(0.1)
+    with pytest.raises(ServiceUnavailable, match="scripted break"):
+        await client.call("break", scripted("break"), {}, TIMEOUT_SECONDS)
+    with pytest.raises(ServiceUnavailable, match="closed"):
+        await control
