@@ -3,8 +3,9 @@
 The image runs one service per container and Docker's HEALTHCHECK needs one command for all of them,
 so this script asks the service the way its clients do: a storage node through the standard gRPC
 health service (grpc.health.v1, overall status ""), a router with `GET /`, which answers 200 once it
-serves DynamoDB requests. It exits 0 when healthy and 1 otherwise, always within
-DYNALAB_HEALTH_TIMEOUT_S seconds (default 2), so a hung service reads as unhealthy, never as a hang.
+serves DynamoDB requests, and a GSI replicator with `GET /` on its metrics port, likewise. It
+exits 0 when healthy and 1 otherwise, always within DYNALAB_HEALTH_TIMEOUT_S seconds (default 2),
+so a hung service reads as unhealthy, never as a hang.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import urllib.error
 import urllib.request
 
 HEALTH_TIMEOUT_S_DEFAULT = 2.0
-DEFAULT_PORT_BY_ROLE = {"storagenode": 7001, "router": 8000}
+DEFAULT_PORT_BY_ROLE = {"storagenode": 7001, "router": 8000, "gsi_replicator": 8100}
 
 
 def listen_port(listen: str, default: int) -> int:
@@ -43,12 +44,13 @@ def storagenode_healthy(port: int, timeout_s: float) -> bool:
     return serving
 
 
-def router_healthy(port: int, timeout_s: float) -> bool:
+def http_healthy(port: int, timeout_s: float) -> bool:
+    """A router or a GSI replicator: `GET /` answers 200."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=timeout_s) as reply:
             return bool(reply.status == 200)
     except (urllib.error.URLError, OSError) as error:
-        print(f"router health check failed: {error}", file=sys.stderr)
+        print(f"health check failed: {error}", file=sys.stderr)
         return False
 
 
@@ -62,7 +64,7 @@ def main() -> int:
         return 1
     port = listen_port(os.environ.get("DYNALAB_LISTEN", ""), DEFAULT_PORT_BY_ROLE[role])
     timeout_s = float(os.environ.get("DYNALAB_HEALTH_TIMEOUT_S", HEALTH_TIMEOUT_S_DEFAULT))
-    probe = storagenode_healthy if role == "storagenode" else router_healthy
+    probe = storagenode_healthy if role == "storagenode" else http_healthy
     return 0 if probe(port, timeout_s) else 1
 
 

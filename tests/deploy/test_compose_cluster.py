@@ -182,7 +182,7 @@ def test_image_is_small_non_root_and_has_no_build_tools(docker_client: Any, imag
     assert config["Healthcheck"]["Test"][0] == "CMD"
     # The services import, and neither pip, setuptools nor a compiler came along from the builder.
     probe = (
-        "import importlib.util, shutil, sys, core, router, storagenode; "
+        "import importlib.util, shutil, sys, core, router, storagenode, gsi_replicator; "
         "sys.exit(any(importlib.util.find_spec(m) for m in ('pip', 'setuptools')) "
         "or any(shutil.which(t) for t in ('gcc', 'cc', 'make')))"
     )
@@ -271,6 +271,44 @@ def test_compose_up_returns_a_usable_cluster_with_two_stateless_routers(
             TableName="compose_smoke", Key={"pk": {"S": "a"}}, ConsistentRead=True
         )
         assert reply["Item"] == {"pk": {"S": "a"}, "v": {"N": "1"}}
+
+        # The replicator container keeps a global secondary index (eventually consistent).
+        first.create_table(
+            TableName="compose_gsi",
+            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+            AttributeDefinitions=[
+                {"AttributeName": "pk", "AttributeType": "S"},
+                {"AttributeName": "g", "AttributeType": "S"},
+            ],
+            BillingMode="PAY_PER_REQUEST",
+            GlobalSecondaryIndexes=[
+                {
+                    "IndexName": "by_g",
+                    "KeySchema": [{"AttributeName": "g", "KeyType": "HASH"}],
+                    "Projection": {"ProjectionType": "ALL"},
+                }
+            ],
+        )
+        wait_until(
+            "table compose_gsi to be ACTIVE",
+            TABLE_ACTIVE_SECONDS_MAX,
+            lambda: (
+                first.describe_table(TableName="compose_gsi")["Table"]["TableStatus"] == "ACTIVE"
+            ),
+        )
+        first.put_item(TableName="compose_gsi", Item={"pk": {"S": "a"}, "g": {"S": "x"}})
+
+        def indexed() -> bool:
+            items = second.query(
+                TableName="compose_gsi",
+                IndexName="by_g",
+                KeyConditionExpression="g = :g",
+                ExpressionAttributeValues={":g": {"S": "x"}},
+            )["Items"]
+            assert items in ([], [{"pk": {"S": "a"}, "g": {"S": "x"}}]), items
+            return bool(items)
+
+        wait_until("the index entry to appear", TABLE_ACTIVE_SECONDS_MAX, indexed)
 
         # Every node has its own named volume, and nothing restarts by itself.
         for service in NODE_SERVICES:

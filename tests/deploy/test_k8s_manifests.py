@@ -82,6 +82,7 @@ def test_the_manifests_hold_the_expected_resources() -> None:
     kinds = sorted(f"{r['kind']}/{r['metadata']['name']}" for _, r in RESOURCES)
     assert kinds == [
         "ConfigMap/dynalab-cluster",
+        "Deployment/dynalab-gsi-replicator",
         "Deployment/dynalab-router",
         "PodDisruptionBudget/dynalab-storagenode",
         "Service/dynalab-router",
@@ -132,16 +133,30 @@ def test_node_list_names_every_storage_pod_at_its_stable_dns_name() -> None:
     assert node_list.split(",") == expected
 
 
-def test_routers_read_the_node_list_from_the_configmap() -> None:
-    router = the("Deployment", "dynalab-router")
-    env = env_of(router)
-    assert env["DYNALAB_ROLE"] == "router"
+@pytest.mark.parametrize(
+    ("name", "role"), [("dynalab-router", "router"), ("dynalab-gsi-replicator", "gsi_replicator")]
+)
+def test_routers_and_the_replicator_read_the_node_list_from_the_configmap(
+    name: str, role: str
+) -> None:
+    workload = the("Deployment", name)
+    env = env_of(workload)
+    assert env["DYNALAB_ROLE"] == role
     assert env["DYNALAB_NODES"] == {
         "configMapKeyRef": {"name": "dynalab-cluster", "key": "DYNALAB_NODES"}
     }
 
 
-@pytest.mark.parametrize("name", ["dynalab-storagenode", "dynalab-router"])
+def test_the_replicator_probes_its_health_port() -> None:
+    replicator = container(the("Deployment", "dynalab-gsi-replicator"))
+    port_names = {p["name"] for p in replicator["ports"]}
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert replicator[probe]["httpGet"]["port"] in port_names
+
+
+@pytest.mark.parametrize(
+    "name", ["dynalab-storagenode", "dynalab-router", "dynalab-gsi-replicator"]
+)
 def test_pods_run_as_the_image_non_root_user(name: str) -> None:
     workload = the("StatefulSet" if name.endswith("storagenode") else "Deployment", name)
     pod_security = workload["spec"]["template"]["spec"]["securityContext"]
