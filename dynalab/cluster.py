@@ -263,16 +263,35 @@ class StorageNode(ServiceProcess):
 class Router(ServiceProcess):
     """A router: `python -m router`, the DynamoDB endpoint, knowing every node's address."""
 
-    def __init__(self, name: str, port: int, nodes: Sequence[StorageNode], log_path: Path) -> None:
+    def __init__(
+        self,
+        name: str,
+        port: int,
+        nodes: Sequence[StorageNode],
+        log_path: Path,
+        state_dir: Path | None = None,
+    ) -> None:
         super().__init__(name, port, log_path)
         self.nodes_arg = ",".join(f"{node.node_id}={node.address}" for node in nodes)
+        # Where the router keeps its copy of the catalog (`router/catalog_copy.py`); None: none.
+        self.state_dir = state_dir
 
     @property
     def url(self) -> str:
         return f"http://{self.address}"
 
     def argv(self) -> list[str]:
-        return [sys.executable, "-m", "router", "--listen", self.address, "--nodes", self.nodes_arg]
+        state = [] if self.state_dir is None else ["--state-dir", str(self.state_dir)]
+        return [
+            sys.executable,
+            "-m",
+            "router",
+            "--listen",
+            self.address,
+            "--nodes",
+            self.nodes_arg,
+            *state,
+        ]
 
     def probe(self) -> bool:
         return answers_http(self.port)
@@ -422,7 +441,13 @@ class LocalCluster:
         )
         self._check_ports_free(router_ports, "router")
         self.routers = [
-            Router(f"router-{i}", port, self.nodes, self.log_dir / f"router-{i}.log")
+            Router(
+                f"router-{i}",
+                port,
+                self.nodes,
+                self.log_dir / f"router-{i}.log",
+                state_dir=self.data_dir / f"router-{i}",
+            )
             for i, port in enumerate(router_ports, start=1)
         ]
         replicator_ports = free_ports(self.replicator_count) if self.replicator_count else []

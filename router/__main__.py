@@ -1,10 +1,13 @@
 """`python -m router`: run one router process until SIGTERM or SIGINT.
 
     python -m router --listen 127.0.0.1:8000 --nodes node-1=127.0.0.1:7001,node-2=127.0.0.1:7002
-                     [--advertise HOST:PORT]
+                     [--advertise HOST:PORT] [--state-dir DIR]
 
-Each flag falls back to an environment variable (DYNALAB_LISTEN, DYNALAB_NODES, DYNALAB_ADVERTISE),
-which suits containers. `--advertise` is the address clients should use (DescribeEndpoints answers
+Each flag falls back to an environment variable (DYNALAB_LISTEN, DYNALAB_NODES, DYNALAB_ADVERTISE,
+DYNALAB_ROUTER_STATE_DIR), which suits containers. `--state-dir` is where the router keeps a copy
+of the last catalog it read, to start from while the catalog's node is down
+(`router/catalog_copy.py`); without it the router keeps no state on disk.
+`--advertise` is the address clients should use (DescribeEndpoints answers
 it); it defaults to the address the router listens on. Logs go to stderr; once the router serves,
 it prints `listening on HOST:PORT` to stdout. On SIGTERM or SIGINT it stops accepting connections,
 lets requests in flight finish for a bounded grace period, and closes its node clients.
@@ -18,6 +21,7 @@ import logging
 import os
 import signal
 import sys
+from pathlib import Path
 
 import uvloop
 from aiohttp import web
@@ -54,6 +58,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=os.environ.get("DYNALAB_ADVERTISE"),
         help="HOST:PORT clients should use, if not the listen address (env DYNALAB_ADVERTISE)",
     )
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        default=os.environ.get("DYNALAB_ROUTER_STATE_DIR"),
+        help="directory for the router's copy of the catalog (env DYNALAB_ROUTER_STATE_DIR)",
+    )
     args = parser.parse_args(argv)
     # argparse applies `type` to string defaults too, so environment values are parsed as flags are.
     if args.listen is None:
@@ -66,7 +76,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 async def serve(args: argparse.Namespace) -> None:
     host, port = args.listen
     # Production sources of time, randomness and ids: the system's (see router.sources).
-    ctx = RouterContext(args.nodes, advertise=f"{host}:{port}", sources=Sources.system())
+    ctx = RouterContext(
+        args.nodes,
+        advertise=f"{host}:{port}",
+        sources=Sources.system(),
+        state_dir=args.state_dir,
+    )
     router_limits = limits_for_process()
     app = create_app(ctx, load_operations(), router_limits)
     # No access log: formatting a line per request would cost more than serving many of them.

@@ -18,6 +18,12 @@ node refuses a request for a stale epoch (a partition split or moved, or the tab
 and created again), and in the background every `CATALOG_REFRESH_SECONDS`, so that a table
 created or deleted through one router shows up in every other one. Concurrent refreshes share one
 read, so a burst of stale replies costs one catalog scan, not one per request.
+
+A router given a state directory keeps a copy of the last catalog it read there
+(`router.catalog_copy`) and starts from it, so that a router starting while the catalog's node is
+down still serves the partitions on the other nodes. Every call to the catalog's partition that
+finds its node down answers one retryable ServiceUnavailable naming the catalog
+(`CATALOG_UNAVAILABLE`).
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -44,6 +51,7 @@ from core.errors import (
 from core.keycodec import encode_storage_key
 from core.placement import HashRing, PartitionMap
 from core.values import AttributeValue
+from router import catalog_copy
 from router.metrics import RouterMetrics
 from router.sources import Sources
 from rpc import ops
@@ -69,6 +77,12 @@ SERVING_STATUSES = catalog.SERVING_STATUSES
 # A scan of the catalog reads at most this many pages: every page holds at least one table.
 CATALOG_SCAN_PAGES_MAX = limits.TABLES_PER_REGION_MAX + 1
 _SYSTEM_EPOCH = 1  # The system partitions never split or move yet.
+# What a request that needs the catalog (a table operation, or a table this router has not seen)
+# is answered while the catalog's node is down: 503, which SDKs retry.
+CATALOG_UNAVAILABLE = (
+    "The table catalog is unavailable (its storage node {node} does not answer); "
+    "item operations on known tables go on, table operations can be retried later"
+)
 _NAME = {"#n": "name"}
 
 
@@ -101,11 +115,13 @@ class RouterContext:
         sources: Sources | None = None,
         *,
         connect: Callable[[str], NodeTransport] = NodeClient,
+        state_dir: Path | None = None,
     ) -> None:
         """`sources` default to the system's (`Sources.system()`); tests pass seeded ones.
 
         `connect` makes the transport to one node from its address: gRPC's `NodeClient` by
-        default; a simulation passes `rpc.local.LocalNetwork.connect`.
+        default; a simulation passes `rpc.local.LocalNetwork.connect`. `state_dir`, if given,
+        holds this router's copy of the catalog (`router.catalog_copy`).
         """
         if not nodes:
             raise ValueError("a router needs at least one storage node")
@@ -138,6 +154,9 @@ class RouterContext:
         self._refresh: asyncio.Future[None] | None = None
         self._refresher: asyncio.Task[None] | None = None
         self._catalog_readable = True
+        self._state_dir = state_dir
+        # The cache version last written to the state directory's copy.
+        self._copied_version = 0
         self.metrics = RouterMetrics()
 
     @property
@@ -151,8 +170,17 @@ class RouterContext:
         """Start refreshing the catalog in the background; the first read begins at once.
 
         Startup does not wait for the catalog: a router may come up before its nodes do, and a
-        request that arrives first reads the catalog itself on its cache miss.
+        request that arrives first reads the catalog itself on its cache miss. With a state
+        directory, the cache starts as the copy kept there, until the first read replaces it.
         """
+        if self._state_dir is not None and not self.records:
+            copied = catalog_copy.load(self._state_dir)
+            if copied:
+                self._install(copied)
+                self._copied_version = self.catalog_version
+                log.info(
+                    "starting from the catalog copy in %s: %d tables", self._state_dir, len(copied)
+                )
         if self._refresher is None:
             self._refresher = asyncio.create_task(self._refresh_forever(), name="catalog-refresh")
 
@@ -182,7 +210,23 @@ class RouterContext:
                 if not self._catalog_readable:
                     log.info("catalog readable again from %s", self.catalog_node)
                 self._catalog_readable = True
+                await self._save_copy()
             await asyncio.sleep(limits.CATALOG_REFRESH_SECONDS)
+
+    async def _save_copy(self) -> None:
+        """Write the catalog just read to the state directory, if it changed since the last copy.
+
+        Records are replaced, never modified, so the thread writing them sees a stable snapshot.
+        """
+        if self._state_dir is None or self._copied_version == self.catalog_version:
+            return
+        version = self.catalog_version
+        try:
+            await asyncio.to_thread(catalog_copy.save, self._state_dir, dict(self.records))
+        except OSError as error:
+            log.warning("cannot keep a copy of the catalog in %s: %s", self._state_dir, error)
+            return
+        self._copied_version = version
 
     # Where the catalog lives ---------------------------------------------------------------------
 
@@ -292,14 +336,17 @@ class RouterContext:
                 location.address,
             )
             self.clients[location.node] = self._connect(location.address)
-        await self.control(
-            location.node,
-            ops.CREATE_PARTITION,
-            ops.CreatePartitionPayload(
-                self._system_table(catalog.CATALOG_TABLE_ID, catalog.CATALOG_TABLE_NAME),
-                _system_partition(location.partition, location.node),
-            ).to_json(),
-        )
+        try:
+            await self.control(
+                location.node,
+                ops.CREATE_PARTITION,
+                ops.CreatePartitionPayload(
+                    self._system_table(catalog.CATALOG_TABLE_ID, catalog.CATALOG_TABLE_NAME),
+                    _system_partition(location.partition, location.node),
+                ).to_json(),
+            )
+        except ServiceUnavailable as error:
+            raise ServiceUnavailable(CATALOG_UNAVAILABLE.format(node=location.node)) from error
         return location
 
     @staticmethod
@@ -411,11 +458,8 @@ class RouterContext:
         records: dict[str, TableDef] = {}
         payload = ops.ScanPayload(page_bytes=limits.QUERY_PAGE_BYTES_MAX)
         target = _system_target(catalog.CATALOG_TABLE_ID, location.partition, True)
-        client = self._client(location.node)
         for _ in range(CATALOG_SCAN_PAGES_MAX):
-            reply = await client.call(
-                ops.SCAN, target, payload.to_json(), limits.NODE_CALL_SECONDS_MAX
-            )
+            reply = await self._catalog_call(location, ops.SCAN, target, payload.to_json())
             for item in reply["items"]:
                 record = _from_row(item)
                 records[record.name] = record
@@ -474,9 +518,7 @@ class RouterContext:
         location = await self.locate_catalog()
         target = _system_target(catalog.CATALOG_TABLE_ID, location.partition, True)
         payload = ops.GetPayload({"name": {"S": name}})
-        reply = await self._client(location.node).call(
-            ops.GET, target, payload.to_json(), limits.NODE_CALL_SECONDS_MAX
-        )
+        reply = await self._catalog_call(location, ops.GET, target, payload.to_json())
         item = reply["item"]
         record = None if item is None else _from_row(item)
         cached = self.records.get(name)
@@ -535,13 +577,23 @@ class RouterContext:
             if current is None
             else ("#v = :v", {"#v": "version"}, {":v": {"N": str(current.version)}})
         )
-        client = self._client(location.node)
         if changed is None:
             delete = ops.DeletePayload({"name": {"S": name}}, condition, names, values)
-            await client.call(ops.DELETE, target, delete.to_json(), limits.NODE_CALL_SECONDS_MAX)
+            await self._catalog_call(location, ops.DELETE, target, delete.to_json())
             return
         put = ops.PutPayload(_catalog_row(changed), None, condition, names, values)
-        await client.call(ops.PUT, target, put.to_json(), limits.NODE_CALL_SECONDS_MAX)
+        await self._catalog_call(location, ops.PUT, target, put.to_json())
+
+    async def _catalog_call(
+        self, location: CatalogLocation, op: str, target: ops.Target, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        """One call to the catalog's partition; its node not answering is `CATALOG_UNAVAILABLE`."""
+        try:
+            return await self._client(location.node).call(
+                op, target, body, limits.NODE_CALL_SECONDS_MAX
+            )
+        except ServiceUnavailable as error:
+            raise ServiceUnavailable(CATALOG_UNAVAILABLE.format(node=location.node)) from error
 
     async def table(self, name: str) -> Table:
         """The descriptor of table `name` if it serves reads and writes; else ResourceNotFound.
