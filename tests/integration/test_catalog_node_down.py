@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
@@ -34,6 +35,7 @@ KEYS = 40
 COPY_WAIT_SECONDS = 20.0
 RECOVERY_SECONDS = 30.0
 POLL_SECONDS = 0.2
+TABLE_ATTEMPTS_MAX = 20
 
 
 @pytest.fixture(scope="module")
@@ -54,21 +56,36 @@ def wait_for_copy(state_dir: Path, name: str) -> None:
         time.sleep(POLL_SECONDS)
 
 
+def table_on_both_sides(
+    cluster: LocalCluster, client: Any, table_name: Callable[[], str]
+) -> tuple[str, str, list[str], list[str]]:
+    """A new table with keys both on the catalog's node and on others: (its name, the catalog's
+    node, keys elsewhere, keys on it). Where the ring places a table's partitions depends on its
+    random id, so tables are made until one has both."""
+    for _ in range(TABLE_ATTEMPTS_MAX):
+        name = create_active_table(client, table_name())
+        stored = stored_catalog(cluster.nodes)
+        home = stored["catalog_node"]
+        partitions = PartitionMap(stored["tables"][name]["partitions"])
+        keys = [f"key-{number}" for number in range(KEYS)]
+        node_of = {
+            key: partitions.lookup(encode_storage_key({"S": key}, None))["node"] for key in keys
+        }
+        healthy = [key for key in keys if node_of[key] != home]
+        down = [key for key in keys if node_of[key] == home]
+        if healthy and down:
+            return name, home, healthy, down
+    raise AssertionError(f"no table of {TABLE_ATTEMPTS_MAX} had partitions on {home} and elsewhere")
+
+
 def test_a_router_starting_while_the_catalog_node_is_down_serves_healthy_partitions(
     cluster: LocalCluster, tmp_path: Path, table_name: Callable[[], str]
 ) -> None:
     router = cluster.routers[0]
     assert router.state_dir is not None
     client = dynamodb_client(router.url)
-    name = create_active_table(client, table_name())
-    stored = stored_catalog(cluster.nodes)
-    home = stored["catalog_node"]
-    partitions = PartitionMap(stored["tables"][name]["partitions"])
-    keys = [f"key-{number}" for number in range(KEYS)]
-    node_of = {key: partitions.lookup(encode_storage_key({"S": key}, None))["node"] for key in keys}
-    healthy = [key for key in keys if node_of[key] != home]
-    down = [key for key in keys if node_of[key] == home]
-    assert healthy and down, f"the table's partitions are all on one side of {home}: {node_of}"
+    name, home, healthy, down = table_on_both_sides(cluster, client, table_name)
+    keys = healthy + down
     for key in keys:
         client.put_item(TableName=name, Item={"pk": {"S": key}, "v": {"S": "before"}})
     wait_for_copy(router.state_dir, name)
