@@ -491,8 +491,53 @@ _last_counts: weakref.WeakKeyDictionary[RouterContext, dict[tuple[str, str], dic
 
 
 async def _table_stats(ctx: RouterContext, table: TableDef) -> _Stats:
-    """ItemCount, TableSizeBytes and each local index's counts: the sums over the table's
-    partitions, as the nodes report them.
+    """ItemCount, TableSizeBytes and each index's counts: the sums over the table's (and each
+    global index's) partitions, as the nodes report them (`_partition_counts`)."""
+    indexes = catalog.global_indexes(table)
+    # The table's and every global index's partitions are asked at once, within one bounded wait.
+    table_counts, *index_counts = await asyncio.gather(
+        _partition_counts(
+            ctx,
+            table.id,
+            {partition.id: partition.node for partition in table.partitions},
+            table.name,
+        ),
+        *(
+            _partition_counts(
+                ctx,
+                _index_table_id(index),
+                {partition.id: partition.node for partition in index.partitions},
+                index.name,
+            )
+            for index in indexes
+        ),
+    )
+    stats = _Stats()
+    for counts in table_counts.values():
+        stats.items += counts["items"]
+        stats.size_bytes += counts["bytes"]
+        for index_name, (count, size_bytes) in counts.get("indexes", {}).items():
+            totals = stats.indexes.setdefault(index_name, [0, 0])
+            totals[0] += count
+            totals[1] += size_bytes
+    for index, reported in zip(indexes, index_counts, strict=True):
+        totals = stats.indexes.setdefault(index.name, [0, 0])
+        for counts in reported.values():
+            totals[0] += counts["items"]
+            totals[1] += counts["bytes"]
+    return stats
+
+
+def _index_table_id(index: IndexDef) -> str:
+    assert index.table_id is not None, f"global index {index.name} has no storage id"
+    return index.table_id
+
+
+async def _partition_counts(
+    ctx: RouterContext, table_id: str, partitions: dict[str, str], what: str
+) -> dict[str, dict[str, Any]]:
+    """The counts of each partition (id -> its node) of a table or a global index, by partition
+    id, as the nodes report them.
 
     DynamoDB refreshes these about every six hours; dynalab asks the nodes, within a bounded wait.
     A partition whose node does not answer in time (it is logged) counts as that node last
@@ -500,71 +545,32 @@ async def _table_stats(ctx: RouterContext, table: TableDef) -> _Stats:
     description, and DynamoDB's own counts are hours old; one never reported is left out.
     """
     known = _last_counts.setdefault(ctx, {})
-    nodes = table.nodes()
-    partition_ids = {partition.id for partition in table.partitions}
+    nodes = sorted(set(partitions.values()))
+    payload = ops.TableStatsPayload(table_id).to_json()
     replies = await asyncio.gather(
         *(
-            ctx.control(
-                node,
-                ops.TABLE_STATS,
-                ops.TableStatsPayload(table.id).to_json(),
-                limits.TABLE_STATS_SECONDS_MAX,
-            )
+            ctx.control(node, ops.TABLE_STATS, payload, limits.TABLE_STATS_SECONDS_MAX)
             for node in nodes
         ),
         return_exceptions=True,
     )
-    stats = _Stats()
     for node, reply in zip(nodes, replies, strict=True):
         if isinstance(reply, DynamoError):
-            log.warning("no statistics of table %s from %s: %s", table.name, node, reply)
+            log.warning("no statistics of %s from %s: %s", what, node, reply)
             continue
         if isinstance(reply, BaseException):
             raise reply
         # Only partitions in the catalog count: a node may still report a parent it has split.
         for partition_id, counts in reply["partitions"].items():
-            if partition_id in partition_ids:
-                known[(table.id, partition_id)] = counts
-    for key in [key for key in known if key[0] == table.id and key[1] not in partition_ids]:
+            if partition_id in partitions:
+                known[(table_id, partition_id)] = counts
+    for key in [key for key in known if key[0] == table_id and key[1] not in partitions]:
         del known[key]
-    for partition_id in partition_ids:
-        counts = known.get((table.id, partition_id))
-        if counts is None:
-            continue
-        stats.items += counts["items"]
-        stats.size_bytes += counts["bytes"]
-        for index_name, (count, size_bytes) in counts.get("indexes", {}).items():
-            totals = stats.indexes.setdefault(index_name, [0, 0])
-            totals[0] += count
-            totals[1] += size_bytes
-    await _add_global_index_stats(ctx, table, stats)
-    return stats
-
-
-async def _add_global_index_stats(ctx: RouterContext, table: TableDef, stats: _Stats) -> None:
-    """Each global index's ItemCount and entry bytes into `stats.indexes`, as the nodes holding
-    its partitions report them, within the same bounded wait and leniency as the table's."""
-    calls = []
-    for index in catalog.global_indexes(table):
-        assert index.table_id is not None
-        payload = ops.TableStatsPayload(index.table_id).to_json()
-        for node in sorted({partition.node for partition in index.partitions}):
-            calls.append(
-                (index, ctx.control(node, ops.TABLE_STATS, payload, limits.TABLE_STATS_SECONDS_MAX))
-            )
-    replies = await asyncio.gather(*(call for _, call in calls), return_exceptions=True)
-    for (index, _), reply in zip(calls, replies, strict=True):
-        if isinstance(reply, DynamoError):
-            log.warning("no statistics of index %s from a node: %s", index.name, reply)
-            continue
-        if isinstance(reply, BaseException):
-            raise reply
-        partition_ids = {partition.id for partition in index.partitions}
-        totals = stats.indexes.setdefault(index.name, [0, 0])
-        for partition_id, counts in reply["partitions"].items():
-            if partition_id in partition_ids:
-                totals[0] += counts["items"]
-                totals[1] += counts["bytes"]
+    return {
+        partition_id: known[(table_id, partition_id)]
+        for partition_id in partitions
+        if (table_id, partition_id) in known
+    }
 
 
 async def _all(calls: list[Awaitable[dict[str, Any]]]) -> None:
