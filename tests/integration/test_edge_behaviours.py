@@ -3,7 +3,8 @@
 Each test is one behaviour issue #14 found missing: an update that only removes leaves a missing
 item missing; comparing with a constant that has no order is a ValidationException, not a failed
 condition; functions of the other expression kind are "not allowed"; an unknown function in an
-update expression is a syntax error; AttributeUpdates' type mismatches say "mismatch".
+update expression is a syntax error; AttributeUpdates' type mismatches say "mismatch"; SET's
+functions nest as the API Reference's grammar says.
 """
 
 from __future__ import annotations
@@ -179,4 +180,33 @@ def test_legacy_add_and_delete_of_another_type_is_a_type_mismatch(
         400,
         "ValidationException",
         "An operand in the update expression has an incorrect data type",
+    )
+
+
+def test_set_functions_nest_as_the_api_reference_grammar_says(dynamodb: Any, table: str) -> None:
+    """SET's functions take operands (`if_not_exists (path, operand)`, `list_append (operand,
+    operand)`), and an operand is a path or a function: functions nest, an addition inside one is
+    a syntax error."""
+    values = {":a": {"L": [{"S": "a"}]}, ":b": {"L": [{"S": "b"}]}}
+    reply = dynamodb.update_item(
+        TableName=table,
+        Key=KEY,
+        UpdateExpression="SET l = if_not_exists(l, list_append(:a, :b)), "
+        "m = list_append(list_append(:a, :b), if_not_exists(m, :a))",
+        ExpressionAttributeValues=values,
+        ReturnValues="ALL_NEW",
+    )
+    assert reply["Attributes"]["l"] == {"L": [{"S": "a"}, {"S": "b"}]}
+    assert reply["Attributes"]["m"] == {"L": [{"S": "a"}, {"S": "b"}, {"S": "a"}]}
+    assert error_of(
+        lambda: dynamodb.update_item(
+            TableName=table,
+            Key=KEY,
+            UpdateExpression="SET l = list_append(:a + :b, l)",
+            ExpressionAttributeValues=values,
+        )
+    ) == (
+        400,
+        "ValidationException",
+        'Invalid UpdateExpression: Syntax error; token: "+", near: ":a + :b"',
     )

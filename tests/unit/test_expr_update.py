@@ -107,6 +107,41 @@ def test_list_append_at_either_end() -> None:
     ] == [{"S": "a"}, {"S": "c"}]
 
 
+def test_functions_nest_as_operands() -> None:
+    """The API Reference's SET grammar: `if_not_exists (path, operand)`, `list_append (operand,
+    operand)`, and an operand is a path or a function, so functions nest inside each other."""
+    values = {":a": {"L": [{"S": "a"}]}, ":b": {"L": [{"S": "b"}]}, ":n": N}
+    item = {"l": {"L": [{"S": "l"}]}}
+    assert apply("SET x = if_not_exists(x, list_append(:a, :b))", item, values)["x"]["L"] == [
+        {"S": "a"},
+        {"S": "b"},
+    ]
+    assert apply("SET l = if_not_exists(l, list_append(:a, :b))", item, values) == item
+    assert apply("SET l = list_append(list_append(:a, l), :b)", item, values)["l"]["L"] == [
+        {"S": "a"},
+        {"S": "l"},
+        {"S": "b"},
+    ]
+    nested = "SET x = if_not_exists(x, if_not_exists(l, :a)), y = if_not_exists(y, :n) + :n"
+    assert apply(nested, item, values) == {**item, "x": item["l"], "y": {"N": "2"}}
+
+
+def test_arithmetic_is_no_function_operand() -> None:
+    """`+` and `-` join operands of SET's value; a function's arguments are operands, so an
+    addition inside one is a syntax error at the operator."""
+    values = {":a": {"L": []}, ":n": N}
+    assert compile_error("SET x = list_append(:a + :a, :a)", values) == PREFIX + (
+        'Syntax error; token: "+", near: ":a + :a"'
+    )
+    assert compile_error("SET x = if_not_exists(x, :n - :n)", values) == PREFIX + (
+        'Syntax error; token: "-", near: ":n - :n"'
+    )
+    # Only one operator: the sum of a sum is refused where the second operator stands.
+    assert compile_error("SET x = :n + :n + :n", values) == PREFIX + (
+        'Syntax error; token: "+", near: ":n + :n"'
+    )
+
+
 def test_result_does_not_share_values_with_the_expression() -> None:
     compiled = expressions.update("SET a = :v", None, {":v": {"L": [N]}})
     first = compiled.apply({})
