@@ -25,13 +25,17 @@ a local secondary index, whose collections never split (DynamoDB caps them at 10
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
 from core import catalog
-from core.catalog import PartitionDef, PartitionState, TableDef
+from core.catalog import IndexDef, PartitionDef, PartitionState, TableDef
 from core.errors import ValidationError
+from core.indexes import entry_changes
+from core.keys import KeyShape
+from core.size import item_size_bytes
 
 
 class SplitState(enum.StrEnum):
@@ -66,14 +70,24 @@ def child_ids(parent_id: str, parent_epoch: int) -> tuple[str, str]:
     return f"{parent_id}.{epoch}a", f"{parent_id}.{epoch}b"
 
 
+@dataclass(frozen=True, slots=True)
+class SplitPoint:
+    """Where a partition splits, and the items and item bytes below that key (the low child's)."""
+
+    key: bytes
+    items: int
+    bytes: int
+
+
 def halving_key(
     rows: Iterable[tuple[bytes, int]],
     total_bytes: int,
     collection_of: Callable[[bytes], bytes],
     *,
     inside_collection: bool,
-) -> bytes:
-    """The storage key at which a partition's bytes split in two halves as nearly as it can.
+) -> SplitPoint:
+    """The storage key at which a partition's bytes split in two halves as nearly as it can,
+    with the items and bytes below it.
 
     `rows` are the partition's (storage key, item bytes) in key order; `collection_of` gives the
     key prefix of a storage key's item collection. The answer is the collection boundary nearest
@@ -84,16 +98,16 @@ def halving_key(
     half = total_bytes / 2
     below = 0  # Bytes of the rows before the current one.
     current: bytes | None = None
-    best: tuple[float, bytes] | None = None  # (distance from half, boundary key)
-    inside: bytes | None = None  # The first item key at or past half, after at least one item.
-    for key, size in rows:
+    best: tuple[float, SplitPoint] | None = None  # (distance from half, boundary)
+    inside: SplitPoint | None = None  # The first item at or past half, after at least one item.
+    for count, (key, size) in enumerate(rows):  # `count`: the rows before this one.
         collection = collection_of(key)
         if current is not None and collection != current:
             distance = abs(below - half)
             if best is None or distance < best[0]:
-                best = (distance, collection)
+                best = (distance, SplitPoint(collection, count, below))
         if current is not None and inside is None and below >= half:
-            inside = key
+            inside = SplitPoint(key, count, below)
         if best is not None and below - half >= best[0]:
             break  # Every later boundary has at least this many bytes below it: none is nearer.
         current = collection
@@ -205,3 +219,73 @@ def child_throughput(document: dict[str, Any] | None, share: Fraction) -> dict[s
     if document is None:
         return None
     return {**document, "partition_count": max(1, round(1 / share))}
+
+
+@dataclass(frozen=True, slots=True)
+class RangeCounts:
+    """A key range's counters as of a partition's change-log seq: items, item bytes, and per
+    local index [entries, bytes] (overhead included), as a partition's metadata counts them."""
+
+    seq: int
+    items: int
+    bytes: int
+    indexes: Mapping[str, tuple[int, int]]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "seq": self.seq,
+            "items": self.items,
+            "bytes": self.bytes,
+            "indexes": {name: list(counts) for name, counts in self.indexes.items()},
+        }
+
+    @classmethod
+    def from_json(cls, body: Mapping[str, Any]) -> RangeCounts:
+        return cls(
+            int(body["seq"]),
+            int(body["items"]),
+            int(body["bytes"]),
+            {name: (int(c[0]), int(c[1])) for name, c in body["indexes"].items()},
+        )
+
+
+class GapInLog(Exception):
+    """The change-log records given do not follow on from the counts (some were trimmed)."""
+
+
+def counts_after(
+    counts: RangeCounts,
+    records: Iterable[Mapping[str, Any]],
+    shape: KeyShape,
+    local_indexes: Iterable[IndexDef],
+    below: bytes,
+) -> RangeCounts:
+    """`counts` of the partition's keys below `below` carried forward over its change-log
+    records, which must be those that follow `counts.seq`, in seq order: each record's old and
+    new images change the counters exactly as the write did (`storagenode/replica.py`).
+
+    So a split counts its low child off the writer thread at one seq, and the install only adds
+    the few writes committed since. Raises GapInLog when a record is missing (trimmed).
+    """
+    local = tuple(local_indexes)
+    seq, items, size = counts.seq, counts.items, counts.bytes
+    entries = {name: list(pair) for name, pair in counts.indexes.items()}
+    for index in local:
+        entries.setdefault(index.name, [0, 0])
+    for record in records:
+        if int(record["seq"]) != seq + 1:
+            raise GapInLog(f"Change-log record {seq + 1} is missing (found {record['seq']})")
+        seq += 1
+        keys = record.get("keys")
+        if keys is None or shape.storage_key(keys) >= below:
+            continue  # An END record, or a write to the other side.
+        old, new = record.get("old"), record.get("new")
+        items += (new is not None) - (old is not None)
+        size += (0 if new is None else item_size_bytes(new)) - (
+            0 if old is None else item_size_bytes(old)
+        )
+        for change in entry_changes(old, new, local, shape):
+            pair = entries[change.index.name]
+            pair[0] += (change.new is not None) - (change.old is not None)
+            pair[1] += change.bytes_delta
+    return RangeCounts(seq, items, size, {name: (c[0], c[1]) for name, c in entries.items()})

@@ -39,6 +39,13 @@ bank, which is the time DynamoDB's sustained rate needs for it too; a large item
 table is simply paid from its full bank. `burst_seconds` shorter than DynamoDB's 300 s (the
 `DYNALAB_BURST_SECONDS` setting of a node) shortens both the bank and this initial credit, so a
 benchmark reaches the sustained ceiling within seconds.
+
+**A split's children share what the parent held.** DynamoDB's children share their parent's
+capacity rather than each getting a fresh burst: a child's buckets start with its share of the
+parent's balances at the moment of the split (`inherit`: half each, for two halves; a debt is
+shared the same way, so a split never forgives it), capped at the child's own bank, and the
+peaks stay at the partition limits. So a partition throttled at its ceiling that splits for heat
+gains its children's added rate, not a burst of 2 x 300 s of credit out of nothing.
 """
 
 from __future__ import annotations
@@ -167,6 +174,17 @@ class TokenBucket:
         self._refill(now)
         self._balance = min(self._balance + units, self.capacity)
 
+    def inherit(self, parent: TokenBucket, share: float, now: float) -> None:
+        """Hold `share` of what `parent` holds at `now`, a debt too, never past this bucket's
+        bank (a split's child; `share` is the child's part of the parent, in (0, 1])."""
+        if not 0 < share <= 1:
+            raise ValueError(f"a child's share of its parent is in (0, 1], not {share}")
+        held = parent.balance(now) * share
+        self._refill(now)
+        self._balance = min(held, self.capacity)
+        if self._peak is not None:
+            self._peak_balance = min(parent._peak_balance, self._peak)
+
     def _take(self, units: float) -> None:
         # A negative charge is a refund, which never lifts a balance past what it may hold.
         self._balance = min(self._balance - units, self.capacity)
@@ -280,6 +298,11 @@ class PartitionThroughput:
             bucket.set_rate(rate, now)
             if added > 0:
                 bucket.grant(added * bucket.burst_seconds, now)
+
+    def inherit(self, parent: PartitionThroughput, share: float, now: float) -> None:
+        """Start both buckets from `share` of the parent's (a split's child; see `inherit`)."""
+        self.read.inherit(parent.read, share, now)
+        self.write.inherit(parent.write, share, now)
 
     def admit_read(self, units: float, now: float) -> None:
         """Admit a read estimated at `units`, or raise ProvisionedThroughputExceededException."""

@@ -119,7 +119,9 @@ WRITE_OPS = frozenset(
 )
 # Writes the node makes itself, never sent over the wire: the TTL sweeper's (`expiry.py`) and
 # the splitter's (`split.py`).
-INTERNAL_WRITE_OPS = frozenset({expiry.TTL_EXPIRE, expiry.TTL_BACKFILL, split.SPLIT_INSTALL})
+INTERNAL_WRITE_OPS = frozenset(
+    {expiry.TTL_EXPIRE, expiry.TTL_BACKFILL, split.SPLIT_INSTALL, split.SPLIT_PIN}
+)
 # The writes a node still takes when its disk is down to its reserve (StorageNode
 # _keep_disk_reserve): those that free space or let the change log be trimmed; and, below a
 # quarter of the reserve, dropping tables alone.
@@ -164,6 +166,7 @@ WritePayload = (
     | expiry.ExpirePayload
     | expiry.BackfillPayload
     | split.InstallPayload
+    | split.PinPayload
 )
 # How each write's JSON body decodes into its payload (`rpc.ops`), once, before its group runs.
 WRITE_PAYLOADS: dict[str, Callable[[dict[str, Any]], WritePayload]] = {
@@ -186,6 +189,7 @@ WRITE_PAYLOADS: dict[str, Callable[[dict[str, Any]], WritePayload]] = {
     expiry.TTL_EXPIRE: expiry.ExpirePayload.from_json,
     expiry.TTL_BACKFILL: expiry.BackfillPayload.from_json,
     split.SPLIT_INSTALL: split.InstallPayload.from_json,
+    split.SPLIT_PIN: split.PinPayload.from_json,
 }
 assert WRITE_PAYLOADS.keys() == WRITE_OPS | INTERNAL_WRITE_OPS
 
@@ -561,6 +565,8 @@ class StorageNode:
         else:
             # Feeds first: a reader that finds a retired partition gone finds its kept log.
             self.feeds = group.feed.install()
+            for parent, children in group.splits:
+                self.throughput.split(parent, children)  # Before the children are tracked.
             self._install(group.dirty)
             if self.on_commit is not None:
                 self.on_commit(group.dirty.keys() | group.feed.touched)
@@ -727,6 +733,8 @@ class _WriteGroup:
         # partitions created in it (whose log starts in this group), for retention in `finish`.
         self.appended: dict[PartitionRef, list[tuple[int, int]]] = {}
         self.created: set[PartitionRef] = set()
+        # The splits installed in this group, whose children's buckets share the parent's.
+        self.splits: list[split.SplitMeters] = []
 
     def write(
         self, op: str, target: Target | None, payload: WritePayload
@@ -752,6 +760,8 @@ class _WriteGroup:
                 return self.ttl_backfill(payload), 0.0
             case split.InstallPayload():
                 return split.install(self, payload), 0.0
+            case split.PinPayload():
+                return split.pin(self.node, payload), 0.0
             case TxnApplyPayload():
                 return txn.apply(self.txn_group(), payload), 0.0
             case TxnSweepPayload():

@@ -5,12 +5,18 @@ on the event loop) splits a partition when asked (the `split_partition` control 
 router's admin endpoint sends) or when its size passes `split_bytes` (checked every
 `SPLIT_CHECK_SECONDS`), one split at a time:
 
-1. **plan**: read the partition's keys and item sizes on an executor thread and choose the key
-   that halves its bytes (`core.splits.halving_key`), or check the key asked for;
-2. **record**: change the table's catalog row by compare-and-set on its version
+1. **pin**: an internal write (`split_pin`, `pin` below) makes, on the writer thread between two
+   commits, iterators over the partition's items and local index entries: each pins the
+   committed state of that moment, whose change-log seq is the partition's committed last seq;
+2. **plan**: read the pinned keys and item sizes on an executor thread and choose the key
+   that halves its bytes (`core.splits.halving_key`), or check the key asked for, counting the
+   low child's items, bytes and index entries as of the pinned seq on the way;
+3. **record**: change the table's catalog row by compare-and-set on its version
    (`core.splits.recorded`), reading the catalog's location from this node's own bootstrap
-   record and calling the catalog's node through the `rpc` transport, as a router does;
-3. **install**: one internal write through the group commit (`split_install`, `install` below)
+   record and calling the catalog's node through the `rpc` transport, as a router does; then
+   carry the low child's counts forward over the change-log records committed since the pin,
+   still off the writer thread (`catch_up`, `core.splits.counts_after`);
+4. **install**: one internal write through the group commit (`split_install`, `install` below)
    creates both children with their counters and retires the parent with an END record, in one
    batch; a write naming the parent's epoch that reaches the node after it gets StaleEpoch.
 
@@ -18,9 +24,11 @@ At start the splitter reconciles: every partition the catalog records as split b
 holds is installed (`core.splits.recovery`), so a crash between the record and the install
 completes on restart, and a crash before the record leaves nothing to undo.
 
-The install runs on the writer thread, so it counts the low child's items and index entries by a
-walk of the committed store (the high child gets the rest): exact, since no write commits
-meanwhile, at the cost of pausing writes for a walk of half the partition's keys.
+The install runs on the writer thread, where no write commits meanwhile: it carries the low
+child's counts over the few records committed since the catch-up (the high child gets the rest),
+so the node's writes pause for those records, not for a walk of half the partition's keys. An
+install without counts (a split recovered after a restart) or whose records were trimmed
+meanwhile counts the low child by that walk instead: slow, but exact.
 """
 
 from __future__ import annotations
@@ -31,8 +39,8 @@ import dataclasses
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import orjson
 
@@ -55,11 +63,12 @@ from storagenode.partition import Partition
 
 if TYPE_CHECKING:
     from storagenode.node import PartitionRef, StorageNode
-    from storagenode.store import WriteBatchView
+    from storagenode.store import NodeStore, WriteBatchView
 
 logger = logging.getLogger(__name__)
 
 SPLIT_INSTALL = "split_install"  # The internal write that installs a split (never on the wire).
+SPLIT_PIN = "split_pin"  # The internal write that pins a partition's committed state (idem).
 SPLIT_BYTES_ENV = "DYNALAB_SPLIT_BYTES"
 SPLIT_FOR_HEAT_ENV = "DYNALAB_SPLIT_FOR_HEAT"
 _SYSTEM_TABLES = frozenset({catalog.CATALOG_TABLE_ID, catalog.BOOTSTRAP_TABLE_ID})
@@ -96,13 +105,67 @@ class InstallPayload:
     parent_id: str
     parent_epoch: int
     children: list[dict[str, Any]]  # The low and the high child, as the catalog records them.
+    # The low child's counters as of a change-log seq (`core.splits.RangeCounts`); None: walk.
+    low: dict[str, Any] | None = None
 
     @classmethod
     def from_json(cls, body: dict[str, Any]) -> InstallPayload:
-        return cls(body["table_id"], body["parent_id"], body["parent_epoch"], body["children"])
+        return cls(
+            body["table_id"],
+            body["parent_id"],
+            body["parent_epoch"],
+            body["children"],
+            body.get("low"),
+        )
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(slots=True)
+class PinPayload:
+    """split_pin: pin the committed state of a partition at `epoch` for a split to read.
+
+    Reply: {"pinned": Pinned} (an object, not JSON: the op never leaves the node).
+    """
+
+    table_id: str
+    partition_id: str
+    epoch: int
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> PinPayload:
+        return cls(body["table_id"], body["partition_id"], body["epoch"])
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(slots=True)
+class Pinned:
+    """A partition's committed metadata and iterators over its items and local index entries,
+    all made on the writer thread between two commits: one state, that of `partition.last_seq`."""
+
+    partition: Partition
+    items: Iterator[tuple[bytes, bytes]]
+    entries: dict[str, Iterator[tuple[bytes, bytes]]]
+
+
+def pin(node: StorageNode, payload: PinPayload) -> dict[str, Any]:
+    """Pin the committed state of a partition (run in a group, on the writer thread: no commit
+    is under way, and `node.partitions` is what the store holds)."""
+    partition = node.partitions.get((payload.table_id, payload.partition_id))
+    if partition is None or partition.epoch != payload.epoch:
+        raise StaleEpoch(
+            f"Partition {payload.partition_id} at epoch {payload.epoch} is not on this node"
+        )
+    lo, hi = _bounds(partition.item_prefix, partition)
+    entries = {
+        name: node.store.walk(Family.INDEX_ENTRIES, *_bounds(prefix, partition), forward=True)
+        for name, (prefix, _) in partition.index_layout.items()
+    }
+    items = node.store.walk(Family.ITEMS, lo, hi, forward=True)
+    return {"pinned": Pinned(partition, items, entries)}
 
 
 class SplitStats:
@@ -132,6 +195,11 @@ class SplitStats:
         }
 
 
+# A split's parent, and each child's (key, table name, throughput settings), for the node to
+# give the children their share of the parent's token buckets once the install commits.
+SplitMeters = tuple[tuple[str, str], list[tuple[tuple[str, str], str, dict[str, Any] | None]]]
+
+
 class _Group(Protocol):
     """What `install` needs of the node's write group (`storagenode.node._WriteGroup`)."""
 
@@ -139,6 +207,7 @@ class _Group(Protocol):
     batch: WriteBatchView
     dirty: dict[PartitionRef, Partition | None]
     feed: changefeed.FeedChanges
+    splits: list[SplitMeters]
 
     def lookup(self, key: PartitionRef) -> Partition | None: ...
 
@@ -167,7 +236,14 @@ def install(group: _Group, payload: InstallPayload) -> dict[str, Any]:
     split_key = bytes.fromhex(high_def.start)
     low = _child(parent, low_def)
     high = _child(parent, high_def)
-    _count(group.node, parent, low)
+    counts = None if payload.low is None else splits.RangeCounts.from_json(payload.low)
+    if counts is not None:
+        counts = _carried(group.node.store, parent, counts, split_key, parent.last_seq)
+    if counts is None:
+        _count(group.node, parent, low)
+    else:
+        low.item_count, low.size_bytes = counts.items, counts.bytes
+        low.index_stats = {name: list(pair) for name, pair in counts.indexes.items()}
     high.item_count = parent.item_count - low.item_count
     high.size_bytes = parent.size_bytes - low.size_bytes
     high.index_stats = {
@@ -185,6 +261,9 @@ def install(group: _Group, payload: InstallPayload) -> dict[str, Any]:
         for consumer in consumers:
             group.feed.register(child_ref, consumer, 0, changefeed.LogBounds(1, 0))
     group.dirty[ref] = None
+    group.splits.append(
+        (ref, [((c.table_id, c.partition_id), c.table_name, c.throughput) for c in (low, high)])
+    )
     children = [low.partition_id, high.partition_id]
     if not consumers:
         group.feed.forget(ref)
@@ -212,6 +291,40 @@ def _child(parent: Partition, child: PartitionDef) -> Partition:
         ttl=parent.ttl,
         indexes=parent.indexes,
     )
+
+
+def _carried(
+    store: NodeStore, parent: Partition, counts: splits.RangeCounts, below: bytes, last_seq: int
+) -> splits.RangeCounts | None:
+    """`counts` (of the parent's keys below `below`) carried over its committed change-log
+    records up to `last_seq`; None when some were trimmed meanwhile (the caller walks)."""
+    if counts.seq > last_seq:
+        return None  # Not counts of this partition's log as the store holds it.
+    try:
+        carried = splits.counts_after(
+            counts,
+            _records(store, parent, counts.seq, last_seq),
+            parent.key_shape,
+            parent.local_indexes,
+            below,
+        )
+        if carried.seq != last_seq:
+            raise splits.GapInLog(f"Change-log records {carried.seq + 1}-{last_seq} are missing")
+    except splits.GapInLog as gap:
+        logger.warning("split of %s counts by a walk: %s", parent.partition_id, gap)
+        return None
+    return carried
+
+
+def _records(
+    store: NodeStore, partition: Partition, after_seq: int, last_seq: int
+) -> Iterable[dict[str, Any]]:
+    """The partition's committed change-log records after `after_seq` up to `last_seq`."""
+    lo = partition.log_prefix + seq_bytes(after_seq + 1)
+    hi = partition.log_prefix + seq_bytes(last_seq + 1)
+    for _, value in store.walk(Family.CHANGE_LOG, lo, hi, forward=True):
+        record: dict[str, Any] = orjson.loads(value)
+        yield record
 
 
 def _count(node: StorageNode, parent: Partition, child: Partition) -> None:
@@ -255,33 +368,68 @@ def collection_finder(partition: Partition) -> Callable[[bytes], bytes]:
     return collection_of
 
 
-def plan(node: StorageNode, partition: Partition, split_key: bytes | None) -> bytes:
-    """The key to split `partition` at: `split_key` checked, or the one halving its bytes.
+def plan(pinned: Pinned, split_key: bytes | None) -> tuple[bytes, splits.RangeCounts]:
+    """The key to split the pinned partition at (`split_key` checked, or the one halving its
+    bytes) and the low child's counts as of the pinned seq.
 
-    Reads the store (an executor's job).
+    Reads the pinned iterators (an executor's job): the items up to the key, and each local
+    index's entries below it.
     """
+    partition = pinned.partition
     collection_of = collection_finder(partition)
     inside = not partition.local_indexes
-    if split_key is not None:
+    skip = len(partition.item_prefix)
+    rows = ((key[skip:], item_size_of(value)) for key, value in pinned.items)
+    if split_key is None:
+        point = splits.halving_key(
+            rows, partition.size_bytes, collection_of, inside_collection=inside
+        )
+    else:
         splits.check_split_key(
             split_key, partition.start, partition.end, collection_of, inside_collection=inside
         )
-        return split_key
-    lo, hi = _bounds(partition.item_prefix, partition)
-    skip = len(partition.item_prefix)
+        items = size = 0
+        for key, item_bytes in rows:
+            if key >= split_key:
+                break
+            items += 1
+            size += item_bytes
+        point = splits.SplitPoint(split_key, items, size)
+    indexes: dict[str, tuple[int, int]] = {}
+    for name, walk in pinned.entries.items():
+        skip_entry = len(partition.index_layout[name][0])
+        entries = entry_bytes = 0
+        for key, value in walk:
+            if key[skip_entry:] >= point.key:
+                break
+            entries += 1
+            entry_bytes += item_size_of(value) + limits.INDEX_ENTRY_OVERHEAD_BYTES
+        indexes[name] = (entries, entry_bytes)
+    return point.key, splits.RangeCounts(partition.last_seq, point.items, point.bytes, indexes)
 
-    def rows() -> Iterator[tuple[bytes, int]]:
-        for key, value in node.store.walk(Family.ITEMS, lo, hi, forward=True):
-            yield key[skip:], item_size_of(value)
 
-    return splits.halving_key(rows(), partition.size_bytes, collection_of, inside_collection=inside)
+def catch_up(
+    node: StorageNode, parent: Partition, counts: splits.RangeCounts, below: bytes
+) -> splits.RangeCounts | None:
+    """`counts` carried over the parent's records committed since, up to its committed last seq
+    now (an executor's job: committed records never change); None when some were trimmed."""
+    current = node.partitions.get((parent.table_id, parent.partition_id))
+    if current is None or current.epoch != parent.epoch:
+        return None
+    return _carried(node.store, current, counts, below, current.last_seq)
 
 
 Submit = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
-Offload = Callable[[Callable[[], bytes]], Awaitable[bytes]]
+_T = TypeVar("_T")
 
 
-async def _in_thread(work: Callable[[], bytes]) -> bytes:
+class Offload(Protocol):
+    """Runs a store walk off the event loop and gives its result."""
+
+    def __call__(self, work: Callable[[], _T]) -> Awaitable[_T]: ...
+
+
+async def _in_thread(work: Callable[[], _T]) -> _T:
     return await asyncio.get_running_loop().run_in_executor(None, work)
 
 
@@ -459,7 +607,9 @@ class Splitter:
                     f"Partition {partition_id} of table {table_id} is not on this node"
                 )
             logger.info("split of %s (%d bytes): planning", partition_id, partition.size_bytes)
-            key = await self.offload(lambda: plan(self.node, partition, split_key))
+            pin_payload = PinPayload(table_id, partition_id, partition.epoch)
+            pinned: Pinned = (await self.submit(SPLIT_PIN, pin_payload.to_json()))["pinned"]
+            key, counted = await self.offload(lambda: plan(pinned, split_key))
             logger.info("split of %s: at key %s, recording in the catalog", partition_id, key.hex())
             table = await self.read_table(partition.table_name)
             parent = self._parent_def(table, partition)
@@ -469,10 +619,14 @@ class Splitter:
             )
             children = splits.children_of(after, partition_id)
             assert children is not None, "a recorded split names two children"
+            low = await self.offload(lambda: catch_up(self.node, pinned.partition, counted, key))
             logger.info(
-                "split of %s: recorded as %s, installing", partition_id, [c.id for c in children]
+                "split of %s: recorded as %s, installing (low child counted to seq %s)",
+                partition_id,
+                [c.id for c in children],
+                "none: walking" if low is None else low.seq,
             )
-            await self._install(partition, children)
+            await self._install(partition, children, low)
             seconds = time.monotonic() - started
             self.node.split_stats.record(seconds)
             logger.info("split of %s: installed in %.3f s", partition_id, seconds)
@@ -495,12 +649,18 @@ class Splitter:
             )
         return parent
 
-    async def _install(self, partition: Partition, children: tuple[PartitionDef, ...]) -> None:
+    async def _install(
+        self,
+        partition: Partition,
+        children: tuple[PartitionDef, ...],
+        low: splits.RangeCounts | None = None,
+    ) -> None:
         payload = InstallPayload(
             partition.table_id,
             partition.partition_id,
             partition.epoch,
             [child.to_json() for child in children],
+            None if low is None else low.to_json(),
         )
         for attempt in range(limits.SPLIT_INSTALL_ATTEMPTS_MAX):
             try:

@@ -277,10 +277,16 @@ class Store:
     ) -> Iterator[tuple[bytes, bytes]]:
         """Keys lo <= key < hi (hi None: to the end) in key order or reverse key order.
 
-        The walk reads one consistent view of the database: an iterator pins the state it was
-        created in, whatever commits meanwhile.
+        The walk reads one consistent view of the database: the iterator is made by this call,
+        not by the first step, and pins the state of that moment, whatever commits meanwhile
+        (so a walk made on the writer thread between two commits sees exactly the committed
+        state there, read later on another thread: `split.pin`).
         """
-        iterator = self._families[family].iter()
+        return self._rows(self._families[family].iter(), lo, hi, forward=forward)
+
+    def _rows(
+        self, iterator: RdictIter, lo: bytes, hi: bytes | None, *, forward: bool
+    ) -> Iterator[tuple[bytes, bytes]]:
         if forward:
             iterator.seek(lo)
             while iterator.valid():

@@ -30,7 +30,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from core import limits
@@ -147,6 +147,28 @@ class NodeThroughput:
 
     def forget(self, key: PartitionKey) -> None:
         self._meters.pop(key, None)
+
+    def split(
+        self,
+        parent: PartitionKey,
+        children: Sequence[tuple[PartitionKey, str, Mapping[str, Any] | None]],
+    ) -> None:
+        """Meter a split's children (key, table name, settings) from the parent's buckets: each
+        starts with its share of what the parent holds now (`TokenBucket.inherit`), the share
+        being the parent's partition count over the child's (a half). Called after the split's
+        commit, before the children are tracked, which then keeps these buckets."""
+        meter = self._meters.get(parent) if self.enforced else None
+        if meter is None:
+            return
+        now = self.clock()
+        for key, table_name, document in children:
+            if document is None:
+                continue
+            child = _PartitionMeter(table_name, document, now, self.burst_seconds)
+            with meter.lock:
+                share = min(1.0, meter.partition_count / child.partition_count)
+                child.buckets.inherit(meter.buckets, share, now)
+            self._meters[key] = child
 
     # Reads --------------------------------------------------------------------------------------
 

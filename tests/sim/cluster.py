@@ -136,7 +136,7 @@ class SimCluster:
                 raise result
             return result
 
-        async def inline(work: Callable[[], bytes]) -> bytes:
+        async def inline(work: Callable[[], T]) -> T:
             return work()
 
         return Splitter(node, submit, self.network.connect, split_bytes=1 << 62, offload=inline)

@@ -10,17 +10,20 @@ rule for item collections, and a node that dies between the catalog record and t
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from core import splits
+from core import limits, splits
 from core.errors import DynamoError, StaleEpoch
-from core.keycodec import encode_storage_key
+from core.keycodec import encode_storage_key, successor
 from router import items, queries, tables
 from rpc import ops
 from rpc.local import Faults
+from storagenode.layout import Family, item_size_of
 from storagenode.node import WRITE_OPS, StorageNode
+from storagenode.split import SPLIT_INSTALL
 from storagenode.throughput import NodeThroughput
 from tests.sim.cluster import SimCluster, run, storage_key, virtual_unix_time
 
@@ -274,8 +277,12 @@ def test_a_split_recorded_but_not_installed_completes_when_the_node_restarts(see
         parent = table.partitions[1]
         splitter = cluster.splitters[parent.node]
 
+        submit = splitter.submit
+
         async def die(op: str, body: dict[str, Any]) -> dict[str, Any]:
-            raise Crash(op)
+            if op == SPLIT_INSTALL:
+                raise Crash(op)
+            return await submit(op, body)  # The pin before it changes nothing.
 
         splitter.submit = die
         with pytest.raises(Crash):
@@ -325,3 +332,112 @@ def test_a_split_that_cannot_reach_the_catalog_changes_nothing(seed: int) -> Non
         assert sorted(keys(found)) == sorted(keys(entries)), f"seed {seed}"
 
     run(seed, scenario)
+
+
+def walked(node: Any, partition: Any) -> tuple[int, int, dict[str, list[int]]]:
+    """A partition's items, bytes and local index [entries, bytes], counted from the store."""
+
+    def bounds(prefix: bytes) -> tuple[bytes, bytes]:
+        end = successor(prefix) if partition.end is None else prefix + partition.end
+        assert end is not None
+        return prefix + partition.start, end
+
+    found = list(node.store.walk(Family.ITEMS, *bounds(partition.item_prefix), forward=True))
+    entries = {
+        name: [
+            (1, item_size_of(value) + limits.INDEX_ENTRY_OVERHEAD_BYTES)
+            for _, value in node.store.walk(Family.INDEX_ENTRIES, *bounds(prefix), forward=True)
+        ]
+        for name, (prefix, _) in partition.index_layout.items()
+    }
+    return (
+        len(found),
+        sum(item_size_of(value) for _, value in found),
+        {name: [len(rows), sum(size for _, size in rows)] for name, rows in entries.items()},
+    )
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_children_count_exactly_what_was_written_while_the_split_read_off_the_writer(
+    seed: int,
+) -> None:
+    """The low child is counted from the pinned state off the writer thread and carried over
+    the writes since: writes after the pin, after the plan and just before the install, on
+    both sides, inserts, overwrites and deletes, with a local index, all land in the counts."""
+
+    async def scenario(cluster: SimCluster) -> None:
+        await create_local_table(cluster, "Exact")
+        owner_key = storage_key(item("c0", 0))
+        table = await cluster.routers[0].read_table("Exact")
+        assert table is not None
+        owner = next(p for p in table.partitions if p.holds(owner_key))
+        names = [f"c{n}" for n in range(400) if owner.holds(storage_key(item(f"c{n}", 0)))][:12]
+        for pk in names:
+            for sk in range(3):
+                await cluster.put("Exact", item(pk, sk, other=f"o{sk}", pad="x" * sk))
+        node = cluster.nodes[owner.node]
+        splitter = cluster.splitters[owner.node]
+        submit, offload = splitter.submit, splitter.offload
+        rounds = iter(range(100))
+
+        async def write_some() -> None:
+            round_ = next(rounds)
+            for n, pk in enumerate(names):
+                if (n + round_) % 3 == 0:
+                    await cluster.put("Exact", item(pk, 10 + round_, other="new", pad="y" * n))
+                elif (n + round_) % 3 == 1:
+                    await cluster.put("Exact", item(pk, 1, pad="z" * (n + round_)))
+                else:
+                    key = {"pk": {"S": pk}, "sk": {"N": str(round_ % 3)}}
+                    await items.delete_item(cluster.routers[0], {"TableName": "Exact", "Key": key})
+
+        async def staged_offload(work: Callable[[], Any]) -> Any:
+            await write_some()  # After the pin (the plan's read), after the record (catch-up).
+            return await offload(work)
+
+        async def staged_submit(op: str, body: dict[str, Any]) -> dict[str, Any]:
+            if op == SPLIT_INSTALL:
+                await write_some()  # Between the catch-up and the install.
+            return await submit(op, body)
+
+        splitter.offload = staged_offload  # type: ignore[assignment]
+        splitter.submit = staged_submit
+        reply = await splitter.split(table.id, owner.id)
+        assert next(rounds) == 3, f"seed {seed}: writes at each of the three stages"
+        for child in reply["children"]:
+            partition = node.partitions[table.id, child["id"]]
+            expected = walked(node, partition)
+            got = (partition.item_count, partition.size_bytes, partition.index_stats)
+            assert got == expected, f"seed {seed}: {child['id']}"
+            assert partition.item_count > 0, f"seed {seed}"
+
+    run(seed, scenario)
+
+
+async def create_local_table(cluster: SimCluster, name: str) -> None:
+    await tables.create_table(
+        cluster.routers[0],
+        {
+            "TableName": name,
+            "KeySchema": [
+                {"AttributeName": "pk", "KeyType": "HASH"},
+                {"AttributeName": "sk", "KeyType": "RANGE"},
+            ],
+            "AttributeDefinitions": [
+                {"AttributeName": "pk", "AttributeType": "S"},
+                {"AttributeName": "sk", "AttributeType": "N"},
+                {"AttributeName": "other", "AttributeType": "S"},
+            ],
+            "LocalSecondaryIndexes": [
+                {
+                    "IndexName": "byOther",
+                    "KeySchema": [
+                        {"AttributeName": "pk", "KeyType": "HASH"},
+                        {"AttributeName": "other", "KeyType": "RANGE"},
+                    ],
+                    "Projection": {"ProjectionType": "ALL"},
+                }
+            ],
+            "BillingMode": "PAY_PER_REQUEST",
+        },
+    )

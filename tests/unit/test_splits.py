@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import dataclasses
 from fractions import Fraction
+from typing import Any
 
 import pytest
 
-from core import catalog, splits
-from core.catalog import BillingMode, PartitionState, TableDef, Throughput
+from core import catalog, indexes, splits
+from core.catalog import (
+    BillingMode,
+    IndexDef,
+    IndexStatus,
+    PartitionState,
+    TableDef,
+    Throughput,
+)
 from core.keycodec import encode_storage_key
 from core.keys import KeyShape
+from core.size import item_size_bytes
 
 TABLE_ID = "ab" * 16
 
@@ -54,7 +63,7 @@ def test_the_split_falls_on_the_collection_boundary_nearest_half_the_bytes() -> 
     found = rows(("a", 1, 100), ("b", 1, 100), ("c", 1, 100), ("d", 1, 100))
     ordered = [collection_of(k) for k, _ in found]
     total = sum(size for _, size in found)
-    at = splits.halving_key(found, total, collection_of, inside_collection=True)
+    at = splits.halving_key(found, total, collection_of, inside_collection=True).key
     assert at == ordered[2], "two collections on each side"
 
 
@@ -64,13 +73,13 @@ def test_a_boundary_past_half_wins_when_it_is_nearer() -> None:
     ordered = sorted(["a", "b", "c"], key=collection)
     sizes = dict(zip(ordered, [10, 45, 45], strict=True))
     found = rows(*((pk, 1, sizes[pk]) for pk in ordered))
-    at = splits.halving_key(found, 100, collection_of, inside_collection=True)
+    at = splits.halving_key(found, 100, collection_of, inside_collection=True).key
     assert at == collection(ordered[2])
 
 
 def test_one_collection_splits_between_sort_keys_without_a_local_index() -> None:
     found = rows(*(("a", sk, 10) for sk in range(10)))
-    at = splits.halving_key(found, 100, collection_of, inside_collection=True)
+    at = splits.halving_key(found, 100, collection_of, inside_collection=True).key
     assert at == key("a", 5)
 
 
@@ -170,3 +179,65 @@ def test_a_split_moves_only_forward() -> None:
     for state in states:
         later = set(states[states.index(state) + 1 : states.index(state) + 2])
         assert splits.SPLIT_TRANSITIONS[state] == later
+
+
+def test_the_halving_point_counts_the_items_and_bytes_below_it() -> None:
+    found = rows(("a", 1, 100), ("a", 2, 30), ("b", 1, 100), ("c", 1, 70), ("d", 1, 100))
+    total = sum(size for _, size in found)
+    point = splits.halving_key(found, total, collection_of, inside_collection=True)
+    below = [(k, size) for k, size in found if k < point.key]
+    assert (point.items, point.bytes) == (len(below), sum(size for _, size in below))
+    inside = rows(*(("a", sk, 10) for sk in range(10)))
+    point = splits.halving_key(inside, 100, collection_of, inside_collection=True)
+    assert (point.key, point.items, point.bytes) == (key("a", 5), 5, 50)
+
+
+SHAPE = KeyShape.table(("pk", "S"), ("sk", "N"))
+BY_OTHER = IndexDef(
+    name="byOther",
+    key_shape=KeyShape.table(("pk", "S"), ("other", "S")),
+    projection="ALL",
+    status=IndexStatus.ACTIVE,
+    local=True,
+)
+
+
+def change(seq: int, old: dict[str, Any] | None, new: dict[str, Any] | None) -> dict[str, Any]:
+    image = new if new is not None else old
+    assert image is not None
+    return {"seq": seq, "keys": {"pk": image["pk"], "sk": image["sk"]}, "old": old, "new": new}
+
+
+def song(pk: str, sk: int, **more: str) -> dict[str, Any]:
+    return {"pk": {"S": pk}, "sk": {"N": str(sk)}} | {k: {"S": v} for k, v in more.items()}
+
+
+def test_counts_follow_each_write_below_the_split_and_ignore_those_above() -> None:
+    low, high = sorted(["a", "b"], key=collection)
+    below = collection(high)
+    start = splits.RangeCounts(7, 2, 50, {"byOther": (1, 120)})
+    records = [
+        change(8, None, song(low, 1, other="x")),  # Insert below, with an index entry.
+        change(9, song(low, 1, other="x"), song(low, 1, other="longer")),  # Modify below.
+        change(10, None, song(high, 1, other="y")),  # Insert above: not counted.
+        {"seq": 11, "kind": "END", "keys": None},
+        change(12, song(low, 2), None),  # Remove below.
+    ]
+    after = splits.counts_after(start, records, SHAPE, [BY_OTHER], below)
+    entry = indexes.entry_size_bytes(
+        indexes.index_entry(song(low, 1, other="longer"), BY_OTHER, SHAPE) or {}
+    )
+    assert after.seq == 12
+    assert after.items == 2 + 1 - 1
+    assert after.bytes == 50 + item_size_bytes(song(low, 1, other="longer")) - item_size_bytes(
+        song(low, 2)
+    )
+    assert after.indexes == {"byOther": (2, 120 + entry)}
+    assert splits.RangeCounts.from_json(after.to_json()) == after
+
+
+def test_counts_refuse_records_that_do_not_follow_on() -> None:
+    start = splits.RangeCounts(7, 0, 0, {})
+    with pytest.raises(splits.GapInLog):
+        splits.counts_after(start, [change(9, None, song("a", 1))], SHAPE, [], b"\xff" * 9)
+    assert splits.counts_after(start, [], SHAPE, [], b"").seq == 7

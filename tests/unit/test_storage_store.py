@@ -65,6 +65,20 @@ def test_walks_are_bounded_both_ways(store: Store) -> None:
     assert keys(b"e", None, True) == [] and keys(b"", b"a", False) == []
 
 
+def test_a_walk_reads_the_state_of_its_call_not_of_its_first_step(store: Store) -> None:
+    """A split pins a partition by making walks on the writer thread and reads them later
+    (`storagenode.split.pin`): what commits in between must not show."""
+    fill(store, [b"a", b"c"])
+    forward = store.walk(Family.ITEMS, b"", None, forward=True)
+    backward = store.walk(Family.ITEMS, b"", None, forward=False)
+    fill(store, [b"b", b"d"])
+    batch = store.batch()
+    batch.delete(Family.ITEMS, b"a")
+    store.commit(batch)
+    assert [key for key, _ in forward] == [b"a", b"c"]
+    assert [key for key, _ in backward] == [b"c", b"a"]
+
+
 def test_keys_of_any_length_and_shared_prefixes_keep_byte_order(store: Store) -> None:
     prefix = b"\x00\xff" * 3000  # 6 KB, the size of a GSI entry's key at DynamoDB's limits.
     keys = [prefix + bytes([tail]) for tail in (0xFF, 0x00, 0x80)] + [prefix]

@@ -9,14 +9,17 @@ survive a restart, and that enforcement can be switched off.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from core import limits
+from core.catalog import PartitionDef
 from core.errors import ConditionalCheckFailed, DynamoError, StaleEpoch, ThroughputExceeded
 from rpc import ops
+from storagenode import split
 from storagenode.node import StorageNode
 from storagenode.store import Store
 from storagenode.throughput import NodeThroughput
@@ -368,3 +371,28 @@ def test_settings_come_from_the_environment() -> None:
     assert NodeThroughput.from_env({"DYNALAB_BURST_SECONDS": "2.5"}).burst_seconds == 2.5
     with pytest.raises(ValueError):
         NodeThroughput.from_env({"DYNALAB_BURST_SECONDS": "301"})
+
+
+def test_a_splits_children_start_with_their_share_of_the_parents_buckets(make: Any) -> None:
+    node = make(provisioned(100, 100), burst_seconds=10)  # A bank of 1,000 write units.
+    for i in range(6):
+        node.put(f"k{i}", size=100 * 1024 - 10)  # 100 units each: 600 of the bank spent.
+    spent = node.balance("write")
+    assert spent == pytest.approx(400)
+    middle = "8000000000000000"
+    children = [
+        PartitionDef("p0.2a", "", middle, 2, "n1", parent="p0", share=Fraction(1, 2)),
+        PartitionDef("p0.2b", middle, None, 2, "n1", parent="p0", share=Fraction(1, 2)),
+    ]
+    install = split.InstallPayload(TABLE["id"], "p0", 1, [c.to_json() for c in children])
+    [result] = node.node.apply_writes([(split.SPLIT_INSTALL, None, install.to_json())])
+    assert result == {"installed": True}
+    report = envelope.read(node.node, ops.PARTITION_THROUGHPUT, {"table_id": TABLE["id"]})
+    meters = {entry["partition_id"]: entry for entry in report["partitions"]}
+    assert meters.keys() == {"p0.2a", "p0.2b"}
+    for entry in meters.values():
+        # Each child serves half the parent's rate and holds half what the parent held, not a
+        # fresh bank of 10 s of its own rate (500).
+        assert entry["write"]["rate_per_second"] == 50
+        assert entry["write"]["balance"] == pytest.approx(200)
+        assert entry["read"]["balance"] == pytest.approx(500)  # Half a full 1,000.

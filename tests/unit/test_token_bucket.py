@@ -387,3 +387,50 @@ def test_admitted_units_never_outrun_rate_bank_and_peak(
 
     acquires = sum(1 for _, kind, _ in ops if kind == "acquire")
     assert bucket.stats.admitted_requests + bucket.stats.throttled_requests == acquires
+
+
+# Splits -------------------------------------------------------------------------------------------
+
+
+def test_a_child_bucket_holds_its_share_of_what_the_parent_holds() -> None:
+    parent = TokenBucket(100, now=T0, burst_seconds=100, full=True)  # A bank of 10,000.
+    assert acquire_all(parent, 1000, T0, 6) == 6
+    child = TokenBucket(50, now=T0, burst_seconds=100, full=True)  # Fresh: 5,000.
+    child.inherit(parent, 0.5, T0 + 1)  # The parent holds 4,000 + 100 by then.
+    assert child.balance(T0 + 1) == pytest.approx(2050)
+    child.inherit(TokenBucket(100, now=T0, burst_seconds=100, full=True), 0.5, T0)
+    assert child.balance(T0) == 5000  # A full parent's half fills the child's bank exactly.
+    rich = TokenBucket(1000, now=T0, burst_seconds=100, full=True)
+    child.inherit(rich, 0.5, T0)
+    assert child.balance(T0) == 5000, "never past the child's own bank"
+
+
+def test_a_child_shares_its_parents_debt_and_throttles_until_it_is_repaid() -> None:
+    parent = TokenBucket(10, now=T0, burst_seconds=10)
+    assert parent.try_acquire(50, T0)  # One second held, 50 spent: a debt of 40.
+    child = TokenBucket(5, now=T0, burst_seconds=10, full=True)
+    child.inherit(parent, 0.5, T0)
+    assert child.balance(T0) == pytest.approx(-20)
+    assert not child.try_acquire(1, T0)
+    assert not child.try_acquire(1, T0 + 3.9)  # The debt is paid back at the child's rate.
+    assert child.try_acquire(1, T0 + 4.1)
+
+
+def test_a_child_share_outside_zero_to_one_is_refused() -> None:
+    parent = TokenBucket(10, now=T0)
+    for share in (0.0, -0.5, 1.5):
+        with pytest.raises(ValueError):
+            TokenBucket(5, now=T0).inherit(parent, share, T0)
+
+
+def test_a_child_partition_shares_both_buckets_and_keeps_the_partition_peak() -> None:
+    settings = ThroughputSettings(BillingMode.PAY_PER_REQUEST)
+    parent = PartitionThroughput(settings, 1, now=T0, burst_seconds=10)
+    assert acquire_all(parent.write, 1, T0, 1000) == 1000  # The parent's peak, spent.
+    child = PartitionThroughput(settings, 2, now=T0, burst_seconds=10)
+    child.inherit(parent, 0.5, T0)
+    assert child.write.balance(T0) == pytest.approx((10_000 - 1000) / 2)
+    assert child.read.balance(T0) == pytest.approx(30_000 / 2)
+    # The parent spent its peak for this second: a child cannot burst past the partition cap.
+    assert acquire_all(child.write, 1, T0, 10) == 0
+    assert acquire_all(child.write, 1, T0 + 1, 5000) == limits.PARTITION_WCU_MAX
