@@ -212,7 +212,8 @@ async def run(args: argparse.Namespace, endpoint: str) -> None:
         ]
         print(
             f"split in {split_ended - split_started:.3f} s as the admin call saw it "
-            f"({reply['seconds']:.3f} s on the node): {', '.join(children)}"
+            f"({reply['seconds']:.3f} s on the node, of which the install, pausing the node's "
+            f"writes, {reply['install_seconds'] * 1000:.1f} ms): {', '.join(children)}"
         )
         print(f"mixed load, {args.concurrency} clients (60% get, 30% put, 10% query):")
         recorder.report("before", before, split_started)

@@ -3,8 +3,14 @@
 DynamoDB splits a partition that is throttled at its per-partition ceiling while the table still
 has capacity to give, at the point that balances the partition's observed load, and never when a
 single key carries nearly all of it (two children would leave that key just as throttled). The
-node's splitter feeds this module what it sees each second (`HeatWindow.observe`) and the keys of
-the partition's recent writes, and asks it (`wants_heat_split`, `balancing_key`).
+node's splitter feeds this module what it sees each second (`HeatWindow.observe`, one window for
+writes and one for reads) and the keys of the partition's recent load, and asks it (`sustained`,
+`balancing_key`).
+
+The keys of write load are those of the partition's newest change-log records, which every write
+leaves anyway. Reads leave nothing, so the node notes the key of each read it throttles
+(`ThrottledKeys`): nothing is added to the path of an admitted read, and while a partition is
+throttled its refused reads sample its demand (throttling does not look at keys).
 
 "Capacity to give" in dynalab's throughput model (`core.token_bucket.partition_rates`): a
 partition's rate is its share of the table's units capped at 3,000 RCU / 1,000 WCU, and a child
@@ -16,8 +22,8 @@ one when the table's units divided by its partitions exceed the cap.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
+from typing import Any, Generic, TypeVar
 
 from core import limits
 
@@ -45,6 +51,31 @@ class HeatWindow:
             return False
         throttled = sum(1 for _, mark in self.marks if mark)
         return throttled >= limits.HEAT_THROTTLED_SHARE_MIN * len(self.marks)
+
+
+Ref = TypeVar("Ref", bound=Hashable)
+
+
+class ThrottledKeys(Generic[Ref]):
+    """The storage keys of the newest throttled reads of each partition (`Ref`), at most
+    `size` each: the sample a read-heat split balances."""
+
+    def __init__(self, size: int = limits.HEAT_SAMPLE_RECORDS_MAX) -> None:
+        self.size = size
+        self._keys: dict[Ref, deque[bytes]] = {}
+
+    def note(self, ref: Ref, key: bytes) -> None:
+        samples = self._keys.get(ref)
+        if samples is None:
+            samples = self._keys[ref] = deque(maxlen=self.size)
+        samples.append(key)
+
+    def keys(self, ref: Ref) -> list[bytes]:
+        return list(self._keys.get(ref, ()))
+
+    def retain(self, refs: Collection[Ref]) -> None:
+        """Drop the samples of partitions not in `refs` (split or dropped)."""
+        self._keys = {ref: keys for ref, keys in self._keys.items() if ref in refs}
 
 
 def capacity_to_give(document: Mapping[str, Any] | None, kind: str) -> bool:

@@ -80,8 +80,8 @@ SPLIT_INSTALL_ATTEMPTS_MAX = 50
 SPLIT_INSTALL_BACKOFF_SECONDS = 0.01
 # Split for heat (dynalab's choices; DynamoDB documents the behaviour, not its parameters): a
 # partition throttled in at least this share of the checks of a window this long splits, unless
-# one key carries at least HOT_KEY_LOAD_SHARE_MAX of its sampled writes. The samples are the keys
-# of its newest change-log records, at most this many.
+# one key carries at least HOT_KEY_LOAD_SHARE_MAX of its sampled load. The samples are the keys
+# of its newest change-log records (writes) or of its newest throttled reads, at most this many.
 SPLIT_HEAT_WINDOW_SECONDS = 10.0
 HEAT_THROTTLED_SHARE_MIN = 0.8
 HOT_KEY_LOAD_SHARE_MAX = 0.8

@@ -690,7 +690,8 @@ class SplitPartitionPayload:
 
     At `split_key` (a storage key, hex) if given, else at the key that halves its bytes. The
     node records the split in the catalog and installs the children before it answers.
-    Reply: {"parent": PARTITION, "children": [PARTITION, PARTITION], "seconds": float}.
+    Reply: {"parent": PARTITION, "children": [PARTITION, PARTITION], "seconds": float,
+    "install_seconds": float} (the whole split, and its install, which pauses the node's writes).
     StaleEpoch if the partition is not on the node; ValidationException if it cannot split
     there (outside it, too few items, inside an item collection of a table with a local index).
     """

@@ -30,7 +30,7 @@ from typing import Any, TypeVar, assert_never
 
 import orjson
 
-from core import expressions, limits
+from core import expressions, heat, limits
 from core.capacity import item_write_units, write_units
 from core.errors import (
     GSI_THROTTLED,
@@ -294,6 +294,8 @@ class StorageNode:
         # The splits this node made (`split.Splitter`), reported with its throughput.
         self.split_stats = split.SplitStats()
         metrics.watch_splits(self.split_stats)
+        # The keys of the newest throttled reads per partition: what a read-heat split balances.
+        self.read_heat: heat.ThrottledKeys[PartitionRef] = heat.ThrottledKeys()
         # Replaced or updated only by the writer after each commit, so a reader on another thread
         # always sees the metadata of committed data.
         self.partitions: dict[PartitionRef, Partition] = {}
@@ -368,7 +370,11 @@ class StorageNode:
             return _located(reader, target, body)
         assert target is not None
         consistent = target.consistent
-        charged = self.throughput.admit_read(key, consistent)
+        try:
+            charged = self.throughput.admit_read(key, consistent)
+        except ThroughputExceeded:
+            self._note_read_heat(key, op, body)
+            raise
         read_bytes: int | None = None
         try:
             reply = _located(reader, target, body)
@@ -377,6 +383,24 @@ class StorageNode:
         finally:
             if charged:
                 self.throughput.settle_read(key, consistent, read_bytes, charged)
+
+    def _note_read_heat(self, ref: PartitionRef, op: str, body: dict[str, Any]) -> None:
+        """Note the storage key a throttled read asked for (a Query: its item collection's
+        start); a Scan, which reads a range, notes nothing."""
+        partition = self.partitions.get(ref)
+        if partition is None:
+            return
+        shape = partition.key_shape
+        try:
+            if op == ops.GET:
+                key = shape.storage_key(body["key"])
+            elif op == ops.QUERY:
+                key = shape.storage_key_of([body["hash_value"]])
+            else:
+                return
+        except (DynamoError, KeyError, TypeError):
+            return  # A body the read itself would refuse: no sample.
+        self.read_heat.note(ref, key)
 
     def _metered(
         self, op: str, target: Target | None, metered_ops: frozenset[str]

@@ -73,6 +73,7 @@ SPLIT_BYTES_ENV = "DYNALAB_SPLIT_BYTES"
 SPLIT_FOR_HEAT_ENV = "DYNALAB_SPLIT_FOR_HEAT"
 _SYSTEM_TABLES = frozenset({catalog.CATALOG_TABLE_ID, catalog.BOOTSTRAP_TABLE_ID})
 _SYSTEM_EPOCH = 1  # The system tables' one partition never splits.
+_HEAT_KINDS = ("write", "read")  # Write heat first: a partition hot both ways splits for writes.
 
 
 def split_bytes_from_env() -> int:
@@ -461,7 +462,7 @@ class Splitter:
             split_for_heat_from_env() if split_for_heat is None else split_for_heat
         )
         self.clock = clock
-        self._heat: dict[PartitionRef, heat.HeatWindow] = {}
+        self._heat: dict[tuple[PartitionRef, str], heat.HeatWindow] = {}
         self._clients: dict[str, NodeTransport] = {}
         self._lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
@@ -524,47 +525,57 @@ class Splitter:
                 )
 
     async def split_hot(self) -> None:
-        """Split every partition whose writes were throttled at its ceiling through a whole
-        window while its table has capacity to give, where its recent writes balance
-        (`core.heat`); never one whose writes go nearly all to one key.
+        """Split every partition whose writes or reads were throttled at its ceiling through a
+        whole window while its table has capacity to give, where its recent load of that kind
+        balances (`core.heat`); never one whose load goes nearly all to one key.
 
-        Only write heat is seen: the samples are the keys of the partition's newest change-log
-        records, which reads do not leave.
+        The samples of write load are the keys of the partition's newest change-log records;
+        those of read load the keys of its newest throttled reads (`StorageNode.read_heat`).
         """
         if not self.split_for_heat:
             return
         now = self.clock()
-        seen: set[PartitionRef] = set()
+        seen: set[tuple[PartitionRef, str]] = set()
+        self.node.read_heat.retain(self.node.partitions.keys())
         for entry in self.node.throughput.report()["partitions"]:
             ref = (entry["table_id"], entry["partition_id"])
             partition = self.node.partitions.get(ref)
             if partition is None or ref[0] in _SYSTEM_TABLES:
                 continue
-            seen.add(ref)
-            window = self._heat.setdefault(ref, heat.HeatWindow())
-            window.observe(now, int(entry["write"]["throttled_requests"]))
-            if not window.sustained(now) or not heat.capacity_to_give(
-                partition.throughput, "write"
-            ):
+            hot: str | None = None
+            for kind in _HEAT_KINDS:
+                seen.add((ref, kind))
+                window = self._heat.setdefault((ref, kind), heat.HeatWindow())
+                window.observe(now, int(entry[kind]["throttled_requests"]))
+                if hot is None and window.sustained(now):
+                    hot = kind
+            if hot is None or not heat.capacity_to_give(partition.throughput, hot):
                 continue
-            self._heat[ref] = heat.HeatWindow()  # A new window either way.
+            for kind in _HEAT_KINDS:
+                self._heat[ref, kind] = heat.HeatWindow()  # New windows either way.
+            samples = (
+                self._written_keys(partition) if hot == "write" else self.node.read_heat.keys(ref)
+            )
             key = heat.balancing_key(
-                self._written_keys(partition),
+                samples,
                 partition.start,
                 collection_finder(partition),
                 inside_collection=not partition.local_indexes,
             )
             if key is None:
                 logger.warning(
-                    "partition %s is throttled at its ceiling, but one key carries its load: "
+                    "partition %s is throttled at its %s ceiling, but one key carries its load: "
                     "a split would not help",
                     ref[1],
+                    hot,
                 )
                 continue
-            logger.info("partition %s is throttled at its ceiling: splitting for heat", ref[1])
+            logger.info(
+                "partition %s is throttled at its %s ceiling: splitting for heat", ref[1], hot
+            )
             await self.split(*ref, key)
-        for ref in self._heat.keys() - seen:
-            del self._heat[ref]
+        for stale in self._heat.keys() - seen:
+            del self._heat[stale]
 
     def _written_keys(self, partition: Partition) -> list[bytes]:
         """The storage keys of the partition's newest writes (at most HEAT_SAMPLE_RECORDS_MAX)."""
@@ -626,14 +637,22 @@ class Splitter:
                 [c.id for c in children],
                 "none: walking" if low is None else low.seq,
             )
+            installing = time.monotonic()
             await self._install(partition, children, low)
-            seconds = time.monotonic() - started
+            ended = time.monotonic()
+            seconds = ended - started
             self.node.split_stats.record(seconds)
-            logger.info("split of %s: installed in %.3f s", partition_id, seconds)
+            logger.info(
+                "split of %s: installed in %.3f s (the install %.3f s)",
+                partition_id,
+                seconds,
+                ended - installing,
+            )
             return {
                 "parent": parent.to_json(),
                 "children": [child.to_json() for child in children],
                 "seconds": seconds,
+                "install_seconds": ended - installing,
             }
 
     def _parent_def(self, table: TableDef | None, partition: Partition) -> PartitionDef:

@@ -73,3 +73,14 @@ def test_with_a_local_index_the_key_is_a_collection_start() -> None:
 
 def test_no_samples_no_split() -> None:
     assert heat.balancing_key([], b"", collection_of, inside_collection=True) is None
+
+
+def test_throttled_read_keys_keep_the_newest_few_per_partition() -> None:
+    samples: heat.ThrottledKeys[str] = heat.ThrottledKeys(size=3)
+    for key in (b"a", b"b", b"c", b"d"):
+        samples.note("p1", key)
+    samples.note("p2", b"z")
+    assert samples.keys("p1") == [b"b", b"c", b"d"]
+    assert samples.keys("p3") == []
+    samples.retain({"p2"})
+    assert samples.keys("p1") == [] and samples.keys("p2") == [b"z"]
