@@ -78,6 +78,10 @@ SPLIT_CHECK_SECONDS = 1.0
 # retried this many times, this long apart (dynalab's choice: groups are milliseconds long).
 SPLIT_INSTALL_ATTEMPTS_MAX = 50
 SPLIT_INSTALL_BACKOFF_SECONDS = 0.01
+# A split's plan reads the writes committed since its pin after at most this many rows it walks
+# (tens of milliseconds), long before the change log's retention (32 MiB) can trim them
+# (dynalab's choice).
+SPLIT_FOLLOW_ROWS_MAX = 10_000
 # Split for heat (dynalab's choices; DynamoDB documents the behaviour, not its parameters): a
 # partition throttled in at least this share of the checks of a window this long splits, unless
 # one key carries at least HOT_KEY_LOAD_SHARE_MAX of its sampled load. The samples are the keys

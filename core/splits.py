@@ -33,7 +33,7 @@ from typing import Any
 from core import catalog
 from core.catalog import IndexDef, PartitionDef, PartitionState, TableDef
 from core.errors import ValidationError
-from core.indexes import entry_changes
+from core.indexes import entry_size_bytes, index_entry
 from core.keys import KeyShape
 from core.size import item_size_bytes
 
@@ -253,39 +253,68 @@ class GapInLog(Exception):
     """The change-log records given do not follow on from the counts (some were trimmed)."""
 
 
-def counts_after(
-    counts: RangeCounts,
-    records: Iterable[Mapping[str, Any]],
-    shape: KeyShape,
-    local_indexes: Iterable[IndexDef],
-    below: bytes,
-) -> RangeCounts:
-    """`counts` of the partition's keys below `below` carried forward over its change-log
-    records, which must be those that follow `counts.seq`, in seq order: each record's old and
-    new images change the counters exactly as the write did (`storagenode/replica.py`).
+# What one item adds to a range's counts: (items, bytes, per local index (entries, bytes)).
+Footprint = tuple[int, int, tuple[tuple[int, int], ...]]
 
-    So a split counts its low child off the writer thread at one seq, and the install only adds
-    the few writes committed since. Raises GapInLog when a record is missing (trimmed).
+
+class LogSince:
+    """The net effect of a partition's change-log records after `seq` on the counts of any key
+    range: per storage key written, what its item added to the counts before the first of those
+    records and after the last (`Footprint`s; images are not kept).
+
+    A split reads the records as they commit, while it still walks the partition to choose its
+    key (so a log trimmed meanwhile has been read already), and applies the net effect to the
+    low child's counts once the key is known (`counts`): folding every record's old and new
+    image gives the same sums, since each record's new image is the next one's old image.
     """
-    local = tuple(local_indexes)
-    seq, items, size = counts.seq, counts.items, counts.bytes
-    entries = {name: list(pair) for name, pair in counts.indexes.items()}
-    for index in local:
-        entries.setdefault(index.name, [0, 0])
-    for record in records:
-        if int(record["seq"]) != seq + 1:
-            raise GapInLog(f"Change-log record {seq + 1} is missing (found {record['seq']})")
-        seq += 1
-        keys = record.get("keys")
-        if keys is None or shape.storage_key(keys) >= below:
-            continue  # An END record, or a write to the other side.
-        old, new = record.get("old"), record.get("new")
-        items += (new is not None) - (old is not None)
-        size += (0 if new is None else item_size_bytes(new)) - (
-            0 if old is None else item_size_bytes(old)
+
+    def __init__(self, seq: int, shape: KeyShape, local_indexes: Iterable[IndexDef]) -> None:
+        self.seq = seq
+        self.shape = shape
+        self.local = tuple(local_indexes)
+        self._net: dict[bytes, tuple[Footprint, Footprint]] = {}
+
+    def absorb(self, records: Iterable[Mapping[str, Any]]) -> None:
+        """Take the records that follow `seq`, in seq order; GapInLog when one is missing."""
+        for record in records:
+            if int(record["seq"]) != self.seq + 1:
+                raise GapInLog(
+                    f"Change-log record {self.seq + 1} is missing (found {record['seq']})"
+                )
+            self.seq += 1
+            keys = record.get("keys")
+            if keys is None:
+                continue  # An END record.
+            key = self.shape.storage_key(keys)
+            old, new = record.get("old"), record.get("new")
+            before = self._net.get(key)
+            first = self._footprint(old) if before is None else before[0]
+            self._net[key] = (first, self._footprint(new))
+
+    def counts(self, counts: RangeCounts, below: bytes) -> RangeCounts:
+        """`counts` of the keys below `below`, taken at this log's first seq, carried to `seq`."""
+        items, size = counts.items, counts.bytes
+        names = [index.name for index in self.local]
+        entries = {name: list(counts.indexes.get(name, (0, 0))) for name in names}
+        for name, pair in counts.indexes.items():
+            entries.setdefault(name, list(pair))
+        for key, (first, last) in self._net.items():
+            if key >= below:
+                continue
+            items += last[0] - first[0]
+            size += last[1] - first[1]
+            for name, old, new in zip(names, first[2], last[2], strict=True):
+                entries[name][0] += new[0] - old[0]
+                entries[name][1] += new[1] - old[1]
+        return RangeCounts(self.seq, items, size, {n: (c[0], c[1]) for n, c in entries.items()})
+
+    def _footprint(self, image: Mapping[str, Any] | None) -> Footprint:
+        if image is None:
+            return (0, 0, tuple((0, 0) for _ in self.local))
+        item = dict(image)
+        projected = (index_entry(item, index, self.shape) for index in self.local)
+        return (
+            1,
+            item_size_bytes(item),
+            tuple((0, 0) if e is None else (1, entry_size_bytes(e)) for e in projected),
         )
-        for change in entry_changes(old, new, local, shape):
-            pair = entries[change.index.name]
-            pair[0] += (change.new is not None) - (change.old is not None)
-            pair[1] += change.bytes_delta
-    return RangeCounts(seq, items, size, {name: (c[0], c[1]) for name, c in entries.items()})

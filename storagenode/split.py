@@ -15,7 +15,9 @@ router's admin endpoint sends) or when its size passes `split_bytes` (checked ev
    (`core.splits.recorded`), reading the catalog's location from this node's own bootstrap
    record and calling the catalog's node through the `rpc` transport, as a router does; then
    carry the low child's counts forward over the change-log records committed since the pin,
-   still off the writer thread (`catch_up`, `core.splits.counts_after`);
+   still off the writer thread: the plan reads them as they commit, every SPLIT_FOLLOW_ROWS_MAX
+   rows it walks, so retention cannot trim them first (`Following`, `core.splits.LogSince`),
+   and `catch_up` applies their net effect below the key;
 4. **install**: one internal write through the group commit (`split_install`, `install` below)
    creates both children with their counters and retires the parent with an END record, in one
    batch; a write naming the parent's epoch that reaches the node after it gets StaleEpoch.
@@ -301,20 +303,46 @@ def _carried(
     records up to `last_seq`; None when some were trimmed meanwhile (the caller walks)."""
     if counts.seq > last_seq:
         return None  # Not counts of this partition's log as the store holds it.
+    since = splits.LogSince(counts.seq, parent.key_shape, parent.local_indexes)
     try:
-        carried = splits.counts_after(
-            counts,
-            _records(store, parent, counts.seq, last_seq),
-            parent.key_shape,
-            parent.local_indexes,
-            below,
-        )
-        if carried.seq != last_seq:
-            raise splits.GapInLog(f"Change-log records {carried.seq + 1}-{last_seq} are missing")
+        _absorb(store, parent, since, last_seq)
     except splits.GapInLog as gap:
         logger.warning("split of %s counts by a walk: %s", parent.partition_id, gap)
         return None
-    return carried
+    return since.counts(counts, below)
+
+
+def _absorb(store: NodeStore, parent: Partition, since: splits.LogSince, last_seq: int) -> None:
+    """Read the parent's committed records after `since.seq` up to `last_seq` into `since`;
+    GapInLog when some were trimmed before they were read."""
+    since.absorb(_records(store, parent, since.seq, last_seq))
+    if since.seq != last_seq:
+        raise splits.GapInLog(f"Change-log records {since.seq + 1}-{last_seq} are missing")
+
+
+class Following:
+    """The parent's change log as a split reads it while it plans: every record committed since
+    the pin, read before retention can trim it (`core.splits.LogSince`)."""
+
+    def __init__(self, node: StorageNode, pinned: Pinned) -> None:
+        parent = pinned.partition
+        self.node = node
+        self.parent = parent
+        self.since = splits.LogSince(parent.last_seq, parent.key_shape, parent.local_indexes)
+        self.gap: str | None = None
+
+    def follow(self) -> None:
+        """Read what committed since the last call (an executor's job: committed records never
+        change). A gap (records trimmed first) is kept: the install then walks."""
+        if self.gap is not None:
+            return
+        current = self.node.partitions.get((self.parent.table_id, self.parent.partition_id))
+        if current is None or current.epoch != self.parent.epoch:
+            return  # Split or dropped meanwhile: the install refuses.
+        try:
+            _absorb(self.node.store, current, self.since, current.last_seq)
+        except splits.GapInLog as gap:
+            self.gap = str(gap)
 
 
 def _records(
@@ -369,18 +397,21 @@ def collection_finder(partition: Partition) -> Callable[[bytes], bytes]:
     return collection_of
 
 
-def plan(pinned: Pinned, split_key: bytes | None) -> tuple[bytes, splits.RangeCounts]:
+def plan(
+    pinned: Pinned, split_key: bytes | None, follow: Callable[[], None]
+) -> tuple[bytes, splits.RangeCounts]:
     """The key to split the pinned partition at (`split_key` checked, or the one halving its
     bytes) and the low child's counts as of the pinned seq.
 
     Reads the pinned iterators (an executor's job): the items up to the key, and each local
-    index's entries below it.
+    index's entries below it, calling `follow` every SPLIT_FOLLOW_ROWS_MAX of them (the split
+    reads the writes committed meanwhile: `Following`).
     """
     partition = pinned.partition
     collection_of = collection_finder(partition)
     inside = not partition.local_indexes
     skip = len(partition.item_prefix)
-    rows = ((key[skip:], item_size_of(value)) for key, value in pinned.items)
+    rows = ((key[skip:], item_size_of(value)) for key, value in _following(pinned.items, follow))
     if split_key is None:
         point = splits.halving_key(
             rows, partition.size_bytes, collection_of, inside_collection=inside
@@ -400,7 +431,7 @@ def plan(pinned: Pinned, split_key: bytes | None) -> tuple[bytes, splits.RangeCo
     for name, walk in pinned.entries.items():
         skip_entry = len(partition.index_layout[name][0])
         entries = entry_bytes = 0
-        for key, value in walk:
+        for key, value in _following(walk, follow):
             if key[skip_entry:] >= point.key:
                 break
             entries += 1
@@ -409,15 +440,28 @@ def plan(pinned: Pinned, split_key: bytes | None) -> tuple[bytes, splits.RangeCo
     return point.key, splits.RangeCounts(partition.last_seq, point.items, point.bytes, indexes)
 
 
+def _following(
+    walk: Iterator[tuple[bytes, bytes]], follow: Callable[[], None]
+) -> Iterator[tuple[bytes, bytes]]:
+    for number, row in enumerate(walk, 1):
+        if number % limits.SPLIT_FOLLOW_ROWS_MAX == 0:
+            follow()
+        yield row
+
+
 def catch_up(
-    node: StorageNode, parent: Partition, counts: splits.RangeCounts, below: bytes
+    following: Following, counts: splits.RangeCounts, below: bytes
 ) -> splits.RangeCounts | None:
-    """`counts` carried over the parent's records committed since, up to its committed last seq
-    now (an executor's job: committed records never change); None when some were trimmed."""
-    current = node.partitions.get((parent.table_id, parent.partition_id))
-    if current is None or current.epoch != parent.epoch:
+    """The low child's `counts` (as of the pin) carried over the parent's records committed
+    since, up to its committed last seq now (an executor's job); None when some were trimmed
+    before the split read them (the install then walks)."""
+    following.follow()
+    if following.gap is not None:
+        logger.warning(
+            "split of %s counts by a walk: %s", following.parent.partition_id, following.gap
+        )
         return None
-    return _carried(node.store, current, counts, below, current.last_seq)
+    return following.since.counts(counts, below)
 
 
 Submit = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
@@ -620,7 +664,8 @@ class Splitter:
             logger.info("split of %s (%d bytes): planning", partition_id, partition.size_bytes)
             pin_payload = PinPayload(table_id, partition_id, partition.epoch)
             pinned: Pinned = (await self.submit(SPLIT_PIN, pin_payload.to_json()))["pinned"]
-            key, counted = await self.offload(lambda: plan(pinned, split_key))
+            following = Following(self.node, pinned)
+            key, counted = await self.offload(lambda: plan(pinned, split_key, following.follow))
             logger.info("split of %s: at key %s, recording in the catalog", partition_id, key.hex())
             table = await self.read_table(partition.table_name)
             parent = self._parent_def(table, partition)
@@ -630,7 +675,7 @@ class Splitter:
             )
             children = splits.children_of(after, partition_id)
             assert children is not None, "a recorded split names two children"
-            low = await self.offload(lambda: catch_up(self.node, pinned.partition, counted, key))
+            low = await self.offload(lambda: catch_up(following, counted, key))
             logger.info(
                 "split of %s: recorded as %s, installing (low child counted to seq %s)",
                 partition_id,

@@ -359,7 +359,7 @@ def walked(node: Any, partition: Any) -> tuple[int, int, dict[str, list[int]]]:
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_children_count_exactly_what_was_written_while_the_split_read_off_the_writer(
-    seed: int,
+    seed: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The low child is counted from the pinned state off the writer thread and carried over
     the writes since: writes after the pin, after the plan and just before the install, on
@@ -402,6 +402,7 @@ def test_children_count_exactly_what_was_written_while_the_split_read_off_the_wr
 
         splitter.offload = staged_offload  # type: ignore[assignment]
         splitter.submit = staged_submit
+        monkeypatch.setattr(limits, "SPLIT_FOLLOW_ROWS_MAX", 2)  # Read the log as it walks.
         reply = await splitter.split(table.id, owner.id)
         assert next(rounds) == 3, f"seed {seed}: writes at each of the three stages"
         for child in reply["children"]:

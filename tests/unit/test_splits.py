@@ -223,7 +223,10 @@ def test_counts_follow_each_write_below_the_split_and_ignore_those_above() -> No
         {"seq": 11, "kind": "END", "keys": None},
         change(12, song(low, 2), None),  # Remove below.
     ]
-    after = splits.counts_after(start, records, SHAPE, [BY_OTHER], below)
+    since = splits.LogSince(start.seq, SHAPE, [BY_OTHER])
+    since.absorb(records[:2])
+    since.absorb(records[2:])  # Read in two goes, as a split reads the log while it plans.
+    after = since.counts(start, below)
     entry = indexes.entry_size_bytes(
         indexes.index_entry(song(low, 1, other="longer"), BY_OTHER, SHAPE) or {}
     )
@@ -236,8 +239,26 @@ def test_counts_follow_each_write_below_the_split_and_ignore_those_above() -> No
     assert splits.RangeCounts.from_json(after.to_json()) == after
 
 
+def test_a_key_written_many_times_counts_once_by_its_first_and_last_image() -> None:
+    since = splits.LogSince(0, SHAPE, [BY_OTHER])
+    since.absorb(
+        [
+            change(1, None, song("a", 1, other="x")),
+            change(2, song("a", 1, other="x"), song("a", 1, other="y" * 50)),
+            change(3, song("a", 1, other="y" * 50), None),
+            change(4, None, song("a", 2)),
+            change(5, song("a", 2), song("a", 2, pad="p" * 10)),
+        ]
+    )
+    after = since.counts(splits.RangeCounts(0, 0, 0, {}), b"\xff" * 9)
+    assert (after.seq, after.items) == (5, 1)  # a/1 came and went; a/2 stays.
+    assert after.bytes == item_size_bytes(song("a", 2, pad="p" * 10))
+    assert after.indexes == {"byOther": (0, 0)}  # a/2 has no `other`: no entry.
+
+
 def test_counts_refuse_records_that_do_not_follow_on() -> None:
     start = splits.RangeCounts(7, 0, 0, {})
+    since = splits.LogSince(start.seq, SHAPE, [])
     with pytest.raises(splits.GapInLog):
-        splits.counts_after(start, [change(9, None, song("a", 1))], SHAPE, [], b"\xff" * 9)
-    assert splits.counts_after(start, [], SHAPE, [], b"").seq == 7
+        since.absorb([change(9, None, song("a", 1))])
+    assert since.counts(start, b"").seq == 7
