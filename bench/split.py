@@ -11,8 +11,10 @@ item collection) and prints, for the `--phase-seconds` before the split, while t
 (`POST /admin/tables/{name}/partitions/{id}/split`, where the partition halves its bytes) and
 the `--phase-seconds` after it: the operations per second and the p50 / p99 latency.
 
-Moving a child to another node is not built yet, so the split is all there is to time. The client
-shares the machine with the cluster, so the numbers describe this machine as loaded at the time.
+Moving a child to another node is not built yet, so the split is all there is to time; the node's
+reply also says how long the install took, the one step that makes the node's writes wait. The
+client shares the machine with the cluster, so the numbers describe this machine as loaded at the
+time.
 Use `--partition-mb 20` for a quick run.
 
 With `--heat` it measures split for heat instead, on a cluster that enforces throughput (1 s of
