@@ -34,6 +34,7 @@ from router.sources import Sources
 from router.tables import TableReconciler
 from rpc import lifeline
 from rpc.addresses import parse_address, parse_nodes
+from rpc.background import BackgroundTask
 
 log = logging.getLogger("router")
 
@@ -106,7 +107,8 @@ async def serve(args: argparse.Namespace) -> None:
             ctx.advertise = "{}:{}".format(*args.advertise)
         else:
             ctx.advertise = listening
-        reconciler = asyncio.create_task(TableReconciler(ctx).run())
+        reconciler = BackgroundTask("table-reconciler", TableReconciler(ctx).run)
+        reconciler.start()
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
@@ -115,7 +117,7 @@ async def serve(args: argparse.Namespace) -> None:
         print(f"listening on {listening}", flush=True)
         await stop.wait()
         log.info("stopping")
-        reconciler.cancel()
+        await reconciler.close()
     finally:
         await runner.cleanup()
 

@@ -8,7 +8,6 @@ the one registry that `router.protocol` dispatches on. The DynamoDB Streams API'
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -18,6 +17,7 @@ from core import limits
 from router import admin, dashboard, items, queries, streams, tables, tags, transactions, ttl
 from router.limits import ConnectionGuard, RouterLimits
 from router.protocol import Handler, JsonProtocol
+from rpc.background import BackgroundTask
 
 if TYPE_CHECKING:
     from router.context import RouterContext
@@ -47,9 +47,7 @@ def create_app(
     protocol = JsonProtocol(ctx, operations, streams.OPERATIONS)
     guard = ConnectionGuard(router_limits or RouterLimits(), protocol)
     # DynamoDB takes request bodies up to 16 MB; aiohttp's default would refuse those over 1 MB.
-    app = web.Application(
-        client_max_size=limits.HTTP_REQUEST_BYTES_MAX, middlewares=[guard.middleware]
-    )
+    app = web.Application(client_max_size=limits.HTTP_REQUEST_BYTES_MAX)
     app[GUARD] = guard
     app.router.add_get("/", protocol.health)
     admin.add_routes(app, ctx)
@@ -58,16 +56,15 @@ def create_app(
     # protocol takes whatever the routes above do not.
     app.router.add_route("*", "/{path:.*}", protocol.handle)
 
-    resolver: list[asyncio.Task[None]] = []
+    # Transactions left behind by a router that died are finished by every other router.
+    resolver = BackgroundTask("txn-resolver", lambda: transactions.resolve_forever(ctx))
 
     async def start_context(_: web.Application) -> None:
         await ctx.start()
-        # Transactions left behind by a router that died are finished by every other router.
-        resolver.append(asyncio.create_task(transactions.resolve_forever(ctx), name="txn-resolver"))
+        resolver.start()
 
     async def close_context(_: web.Application) -> None:
-        for task in resolver:
-            task.cancel()
+        await resolver.close()
         await ctx.close()
 
     app.on_startup.append(start_context)

@@ -29,7 +29,6 @@ finds its node down answers one retryable ServiceUnavailable naming the catalog
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -55,6 +54,7 @@ from router import catalog_copy
 from router.metrics import RouterMetrics
 from router.sources import Sources
 from rpc import ops
+from rpc.background import BackgroundTask
 from rpc.changefeed import ChangeFeedClient
 from rpc.client import NodeClient
 from rpc.transport import NodeTransport
@@ -152,7 +152,7 @@ class RouterContext:
         # on the list tells whether the map is current.
         self._maps: dict[str, tuple[list[Partition], PartitionMap]] = {}
         self._refresh: asyncio.Future[None] | None = None
-        self._refresher: asyncio.Task[None] | None = None
+        self._refresher = BackgroundTask("catalog-refresh", self._refresh_forever)
         self._catalog_readable = True
         self._state_dir = state_dir
         # The cache version last written to the state directory's copy.
@@ -181,16 +181,11 @@ class RouterContext:
                 log.info(
                     "starting from the catalog copy in %s: %d tables", self._state_dir, len(copied)
                 )
-        if self._refresher is None:
-            self._refresher = asyncio.create_task(self._refresh_forever(), name="catalog-refresh")
+        self._refresher.start()
 
     async def close(self) -> None:
         """Stop the background refresh and close every node client."""
-        if self._refresher is not None:
-            self._refresher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._refresher
-            self._refresher = None
+        await self._refresher.close()
         await asyncio.gather(*(client.close() for client in self.clients.values()))
         await asyncio.gather(*(client.close() for client in self._feed_clients.values()))
         self._feed_clients.clear()

@@ -19,7 +19,6 @@ has something to show (splits in progress, transactions) adds its own section th
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -33,6 +32,7 @@ from core import cluster_view, limits
 from core.errors import DynamoError
 from router import admin
 from rpc import ops
+from rpc.background import BackgroundTask
 
 if TYPE_CHECKING:
     from router.context import RouterContext
@@ -80,7 +80,10 @@ class Sampler:
         default_factory=lambda: cluster_view.ThroughputHistory(limits.DASHBOARD_SAMPLES_MAX)
     )
     nodes: dict[str, NodeReport] = field(default_factory=dict)
-    _task: asyncio.Task[None] | None = None
+    _task: BackgroundTask = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._task = BackgroundTask("dashboard-sampler", self._run)
 
     async def sample(self) -> None:
         """Take one sample now."""
@@ -102,15 +105,10 @@ class Sampler:
             await asyncio.sleep(max(0.0, limits.DASHBOARD_SAMPLE_SECONDS - elapsed))
 
     def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._run(), name="dashboard-sampler")
+        self._task.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._task.close()
 
 
 @dataclass

@@ -37,7 +37,7 @@ import resource
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, cast
+from typing import Protocol, TypeAlias, cast
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestPayloadError
@@ -46,6 +46,9 @@ from core import limits
 from core.errors import DynamoError, SerializationError, ServiceUnavailable
 
 log = logging.getLogger("router.limits")
+
+# What aiohttp's server calls for each request (the application's `_handle`).
+RequestHandler: TypeAlias = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
 
 IDLE_SECONDS_ENV = "DYNALAB_ROUTER_IDLE_SECONDS"
 BODY_READ_SECONDS_ENV = "DYNALAB_ROUTER_BODY_READ_SECONDS"
@@ -113,13 +116,22 @@ class BodyBudget:
         self.in_flight = 0
         self._waiters: collections.deque[tuple[int, asyncio.Future[None]]] = collections.deque()
 
+    def take(self, size: int) -> int | None:
+        """Hold `size` bytes (at most the capacity) if they fit now; return the bytes held, to be
+        given back with `release`, or None."""
+        size = min(size, self.capacity)
+        if self.in_flight + size > self.capacity:
+            return None
+        self.in_flight += size
+        return size
+
     async def acquire(self, size: int, timeout: float) -> int:
         """Hold `size` bytes (at most the capacity), waiting up to `timeout` seconds for room;
         return the bytes held, to be given back with `release`. Raises ServiceUnavailable."""
+        taken = self.take(size)
+        if taken is not None:
+            return taken
         size = min(size, self.capacity)
-        if self.in_flight + size <= self.capacity:
-            self.in_flight += size
-            return size
         waiter = (size, asyncio.get_running_loop().create_future())
         self._waiters.append(waiter)
         try:
@@ -145,7 +157,7 @@ class BodyBudget:
 class Replies(Protocol):
     """How the wire protocol answers what the limits refuse (`router.protocol.JsonProtocol`)."""
 
-    def error_response(self, request: web.Request, error: DynamoError) -> web.Response: ...
+    def error_response(self, request: web.BaseRequest, error: DynamoError) -> web.Response: ...
 
     def bare_response(self, status: int) -> web.Response: ...
 
@@ -237,30 +249,36 @@ class ConnectionGuard:
         self._fresh.pop(connection, None)
         self._idle.pop(connection, None)
 
-    @web.middleware
-    async def middleware(
-        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-    ) -> web.StreamResponse:
-        """Mark the request's connection busy, and admit and read its body within the limits."""
-        connection = self._by_transport.get(request.transport)  # type: ignore[arg-type]
-        if connection is not None:
-            self._fresh.pop(connection, None)
-            self._idle.pop(connection, None)
-            connection.requests_in_progress += 1
-        try:
-            return await self._admit_body(request, handler)
-        finally:
-            if connection is not None and connection.transport in self._by_transport:
-                connection.requests_in_progress -= 1
-                connection.served += 1
-                if connection.requests_in_progress == 0:
-                    self._idle[connection] = None
+    def guarded(self, handler: RequestHandler) -> RequestHandler:
+        """The server's `handler`, serving each request with its connection marked busy and its
+        body admitted and read within the limits.
+
+        It wraps the whole application (see `GuardedSite`) rather than being an aiohttp
+        middleware: a middleware puts two more coroutines and a handler lookup on every request.
+        """
+
+        async def serve(request: web.BaseRequest) -> web.StreamResponse:
+            connection = self._by_transport.get(request.transport)  # type: ignore[arg-type]
+            if connection is not None:
+                self._fresh.pop(connection, None)
+                self._idle.pop(connection, None)
+                connection.requests_in_progress += 1
+            try:
+                if not request.body_exists:
+                    return await handler(request)
+                return await self._admit_body(request, handler)
+            finally:
+                if connection is not None and connection.transport in self._by_transport:
+                    connection.requests_in_progress -= 1
+                    connection.served += 1
+                    if connection.requests_in_progress == 0:
+                        self._idle[connection] = None
+
+        return serve
 
     async def _admit_body(
-        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+        self, request: web.BaseRequest, handler: RequestHandler
     ) -> web.StreamResponse:
-        if not request.body_exists:
-            return await handler(request)
         declared = request.content_length
         if declared is not None and declared > limits.HTTP_REQUEST_BYTES_MAX:
             # DynamoDB answers an oversized request with a bare 413; the body is never read.
@@ -269,14 +287,20 @@ class ConnectionGuard:
         # deflate) may inflate to the 16 MB it may be read up to: either takes the most.
         encoded = request.headers.get("Content-Encoding", "identity").lower() != "identity"
         wanted = limits.HTTP_REQUEST_BYTES_MAX if declared is None or encoded else declared
-        try:
-            held = await self.budget.acquire(wanted, self.limits.body_admission_seconds)
-        except DynamoError as error:
-            return _closing(self.replies.error_response(request, error))
+        held = self.budget.take(wanted)
+        if held is None:
+            try:
+                held = await self.budget.acquire(wanted, self.limits.body_admission_seconds)
+            except DynamoError as error:
+                return _closing(self.replies.error_response(request, error))
         try:
             try:
-                async with asyncio.timeout(self.limits.body_read_seconds):
+                if request.content.is_eof():
+                    # The whole body came with the headers, as most do: no timer to arm.
                     await request.read()
+                else:
+                    async with asyncio.timeout(self.limits.body_read_seconds):
+                        await request.read()
             except TimeoutError:
                 return _closing(self.replies.bare_response(408))
             except web.HTTPRequestEntityTooLarge:
@@ -297,7 +321,7 @@ def _closing(response: web.Response) -> web.Response:
 
 
 class GuardedSite(web.TCPSite):
-    """aiohttp's TCP site with every connection passing through a `ConnectionGuard`."""
+    """aiohttp's TCP site with every connection and request passing through a `ConnectionGuard`."""
 
     def __init__(self, runner: web.AppRunner, host: str, port: int, guard: ConnectionGuard) -> None:
         super().__init__(runner, host, port)
@@ -307,6 +331,7 @@ class GuardedSite(web.TCPSite):
         await web.BaseSite.start(self)
         server = self._runner.server
         assert server is not None
+        server.request_handler = self.guard.guarded(server.request_handler)
         self._server = await asyncio.get_running_loop().create_server(
             self.guard.protocol_factory(server), self._host, self._port, backlog=self._backlog
         )

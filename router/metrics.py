@@ -19,6 +19,8 @@ start at zero when the router starts, as Prometheus expects of counters.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
 UNKNOWN_OPERATION = "unknown"
@@ -48,6 +50,20 @@ def outcome(status: int) -> str:
     if status < 400:
         return "success"
     return "client_error" if status < 500 else "server_error"
+
+
+OUTCOMES = ("success", "client_error", "server_error")
+
+
+@dataclass(frozen=True, slots=True)
+class _OperationSeries:
+    """One operation's children of the request series, bound once: looking a child up by its
+    label values takes a lock and a dictionary probe, which every request would pay again."""
+
+    requests: dict[str, Counter]
+    latency: Histogram
+    bytes_in: Counter
+    bytes_out: Counter
 
 
 class RouterMetrics:
@@ -92,6 +108,16 @@ class RouterMetrics:
             ["table", "partition"],
             registry=self.registry,
         )
+        self._series: dict[str, _OperationSeries] = {}
+
+    def _bind(self, operation: str) -> _OperationSeries:
+        series = self._series[operation] = _OperationSeries(
+            requests={name: self.requests.labels(operation, name) for name in OUTCOMES},
+            latency=self.latency.labels(operation),
+            bytes_in=self.bytes_in.labels(operation),
+            bytes_out=self.bytes_out.labels(operation),
+        )
+        return series
 
     def observe(
         self,
@@ -103,12 +129,13 @@ class RouterMetrics:
         bytes_out: int,
     ) -> None:
         """Count one answered request."""
-        self.requests.labels(operation, outcome(status)).inc()
-        self.latency.labels(operation).observe(seconds)
+        series = self._series.get(operation) or self._bind(operation)
+        series.requests[outcome(status)].inc()
+        series.latency.observe(seconds)
         if error_type is not None:
             self.errors.labels(operation, error_type).inc()
-        self.bytes_in.labels(operation).inc(bytes_in)
-        self.bytes_out.labels(operation).inc(bytes_out)
+        series.bytes_in.inc(bytes_in)
+        series.bytes_out.inc(bytes_out)
 
     def throttled(self, table: str, partition: str) -> None:
         """Count one call a node refused for the partition's throughput."""

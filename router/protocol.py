@@ -267,7 +267,7 @@ class JsonProtocol:
             return _Served(response, payload, len(raw), operation, error.type_name)
         return _Served(_reply(200, payload, request_id, content_type), payload, len(raw), operation)
 
-    def error_response(self, request: web.Request, error: DynamoError) -> web.Response:
+    def error_response(self, request: web.BaseRequest, error: DynamoError) -> web.Response:
         """DynamoDB's reply for `error`, for a request refused before its body was read."""
         accepted = _content_type(request.headers.get("Content-Type", ""))
         content_type = CONTENT_TYPE_JSON if accepted is None else accepted

@@ -19,7 +19,7 @@ import asyncio
 import logging
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import grpc
 import orjson
@@ -242,25 +242,7 @@ class ChangeFeedClient:
         call = self._stub.Follow(request)
         try:
             while True:
-                try:
-                    batch = await asyncio.wait_for(call.read(), idle_seconds_max)
-                except TimeoutError:
-                    raise ServiceUnavailable(
-                        f"Node {self.address} sent nothing on the change feed of {partition_id} "
-                        f"for {idle_seconds_max:.3g} s"
-                    ) from None
-                except grpc.aio.AioRpcError as error:
-                    raise ServiceUnavailable(
-                        f"The change feed of {partition_id} on node {self.address} broke: "
-                        f"{error.code().name} {error.details()}"
-                    ) from None
-                if batch is grpc.aio.EOF:
-                    raise ServiceUnavailable(
-                        f"Node {self.address} ended the change feed of {partition_id} before "
-                        "its end (it is stopping)"
-                    )
-                if batch.HasField("error"):
-                    raise error_from_proto(batch.error)
+                batch = await self._next_batch(call, partition_id, idle_seconds_max)
                 if batch.records:
                     yield [record_from_proto(record) for record in batch.records]
                 if batch.end_of_log:
@@ -292,25 +274,9 @@ class ChangeFeedClient:
         )
         call = self._stub.Follow(request)
         try:
-            batch = await asyncio.wait_for(call.read(), timeout)
-        except TimeoutError:
-            raise ServiceUnavailable(
-                f"Node {self.address} did not answer a read of the change feed of {partition_id} "
-                f"in {timeout:.3g} s"
-            ) from None
-        except grpc.aio.AioRpcError as error:
-            raise ServiceUnavailable(
-                f"The change feed of {partition_id} on node {self.address} broke: "
-                f"{error.code().name} {error.details()}"
-            ) from None
+            batch = await self._next_batch(call, partition_id, timeout)
         finally:
             call.cancel()
-        if batch is grpc.aio.EOF:
-            raise ServiceUnavailable(
-                f"Node {self.address} ended the change feed of {partition_id} (it is stopping)"
-            )
-        if batch.HasField("error"):
-            raise error_from_proto(batch.error)
         return FeedPage(
             tuple(record_from_proto(record) for record in batch.records),
             batch.end_of_log,
@@ -320,6 +286,33 @@ class ChangeFeedClient:
 
     async def close(self) -> None:
         await self._channel.close()
+
+    async def _next_batch(
+        self, call: Any, partition_id: str, timeout: float
+    ) -> changefeed_pb2.ChangeBatch:
+        """The next batch of a Follow `call`, arriving within `timeout` seconds. Raises the node's
+        refusal it carries, or `ServiceUnavailable` when the stream breaks, ends or stays silent."""
+        try:
+            batch = await asyncio.wait_for(call.read(), timeout)
+        except TimeoutError:
+            raise ServiceUnavailable(
+                f"Node {self.address} sent nothing on the change feed of {partition_id} "
+                f"for {timeout:.3g} s"
+            ) from None
+        except grpc.aio.AioRpcError as error:
+            raise ServiceUnavailable(
+                f"The change feed of {partition_id} on node {self.address} broke: "
+                f"{error.code().name} {error.details()}"
+            ) from None
+        if batch is grpc.aio.EOF:
+            # Only a stopping node ends a follow before the log's end.
+            raise ServiceUnavailable(
+                f"Node {self.address} ended the change feed of {partition_id} before its end "
+                "(it is stopping)"
+            )
+        if batch.HasField("error"):
+            raise error_from_proto(batch.error)
+        return cast(changefeed_pb2.ChangeBatch, batch)
 
     async def _unary(self, method: Any, request: Any, timeout: float) -> ConsumerPosition:
         try:

@@ -36,7 +36,6 @@ meanwhile counts the low child by that walk instead: slow, but exact.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 import os
@@ -57,6 +56,7 @@ from core.errors import (
 )
 from core.keycodec import HASH_BYTES, decode_key_value, successor
 from rpc import ops
+from rpc.background import BackgroundTask
 from rpc.partition_metrics import SPLIT_SECONDS_BUCKETS
 from rpc.transport import NodeTransport
 from storagenode import changefeed
@@ -509,20 +509,15 @@ class Splitter:
         self._heat: dict[tuple[PartitionRef, str], heat.HeatWindow] = {}
         self._clients: dict[str, NodeTransport] = {}
         self._lock = asyncio.Lock()
-        self._task: asyncio.Task[None] | None = None
+        self._task = BackgroundTask("splitter", self._run)
         self._refused: set[tuple[str, str, int]] = set()  # Size splits that found no key.
         self._recovered = False
 
     def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._run(), name="splitter")
+        self._task.start()
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._task.close()
         await asyncio.gather(*(client.close() for client in self._clients.values()))
         self._clients.clear()
 

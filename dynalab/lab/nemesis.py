@@ -24,7 +24,8 @@ import os
 import signal
 import threading
 import time
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any, NamedTuple, Protocol
 
 from dynalab.cluster import ClusterError, LocalCluster, ServiceProcess
 from dynalab.lab import network
@@ -80,8 +81,8 @@ class LocalFaults:
         self.cluster = cluster
         self.controls = Controls(cluster)
         self._slowed: dict[str, tuple[threading.Event, threading.Thread]] = {}
-        self._partitioned: set[int] = set()
-        self._dropping: set[int] = set()
+        # The ports each network fault of `_PORT_FAULTS` holds, to heal at the end.
+        self._cut: dict[str, set[int]] = {fault: set() for fault in _PORT_FAULTS}
         self._slow_link = False
 
     def _service(self, target: str) -> ServiceProcess:
@@ -97,23 +98,18 @@ class LocalFaults:
             self.controls.run(command, target)
             return
         service = self._service(target)
-        if fault == "slow-node":
+        if fault in _PORT_FAULTS:
+            _PORT_FAULTS[fault].start(service.port)
+            self._cut[fault].add(service.port)
+        elif fault in _PORT_HEALS:
+            cause = _PORT_HEALS[fault]
+            self._cut[cause].discard(service.port)
+            _PORT_FAULTS[cause].heal(service.port)
+        elif fault == "slow-node":
             assert service.pid is not None
             self._slow(target, service.pid)
         elif fault == "restore-node":
             self._restore(target)
-        elif fault == "partition-node":
-            network.partition(service.port)
-            self._partitioned.add(service.port)
-        elif fault == "heal-partition":
-            self._partitioned.discard(service.port)
-            network.heal_partition(service.port)
-        elif fault == "drop-packets":
-            network.drop_packets(service.port)
-            self._dropping.add(service.port)
-        elif fault == "stop-dropping":
-            self._dropping.discard(service.port)
-            network.stop_dropping(service.port)
         elif fault == "slow-link":
             network.slow_link(service.port)
             self._slow_link = True
@@ -146,18 +142,31 @@ class LocalFaults:
         thread.join()
 
     def heal_all(self) -> None:
-        for port in sorted(self._partitioned):
-            network.heal_partition(port)
-        for port in sorted(self._dropping):
-            network.stop_dropping(port)
-        self._partitioned.clear()
-        self._dropping.clear()
+        for fault, ports in self._cut.items():
+            for port in sorted(ports):
+                _PORT_FAULTS[fault].heal(port)
+            ports.clear()
         if self._slow_link:
             network.restore_link()
             self._slow_link = False
         for target in sorted(self._slowed):
             self._restore(target)
         self.controls.heal()
+
+
+class _PortFault(NamedTuple):
+    """A network fault on one service's port, the fault that heals it, and the two actions."""
+
+    healed_by: str
+    start: Callable[[int], None]
+    heal: Callable[[int], None]
+
+
+_PORT_FAULTS = {
+    "partition-node": _PortFault("heal-partition", network.partition, network.heal_partition),
+    "drop-packets": _PortFault("stop-dropping", network.drop_packets, network.stop_dropping),
+}
+_PORT_HEALS = {fault.healed_by: name for name, fault in _PORT_FAULTS.items()}
 
 
 # The faults that are node controls (`dynalab.nodes`), and the command each one is.

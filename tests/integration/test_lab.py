@@ -7,6 +7,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,96 +19,83 @@ from dynalab.lab import scenarios
 RUN_TIMEOUT_S = 240.0  # Cluster start, 12 s of workload, restarts, final reads, the report.
 
 
-@pytest.mark.parametrize("scenario", ["kill-node", "kill-router"])
-def test_scenario_runs_end_to_end_with_a_valid_verdict(tmp_path, scenario):
+@dataclass(frozen=True)
+class Run:
+    """What one `dynalab lab run` wrote, read back."""
+
+    out: Path
+    verdict: dict[str, Any]
+    executed: list[dict[str, Any]]
+    history: list[dict[str, Any]]
+
+    def ok(self, op: str) -> list[dict[str, Any]]:
+        """The history's operations of kind `op` that succeeded."""
+        return [o for o in self.history if o["op"] == op and o["outcome"] == "ok"]
+
+
+def run_lab(tmp_path: Path, scenario: str, seed: int, duration: float) -> Run:
+    """Run `scenario` to the end; it must exit 0 with a valid verdict."""
     out = tmp_path / "run"
     command = [sys.executable, "-m", "dynalab", "lab", "run", scenario]
-    command += ["--seed", "7", "--out", str(out), "--duration", "12"]
+    command += ["--seed", str(seed), "--out", str(out), "--duration", f"{duration:g}"]
     done = subprocess.run(
         command, cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT_S
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    for name in ("history.jsonl", "faults.json", "verdict.json", "report.html", "run.json"):
-        assert (out / name).stat().st_size > 0, name
-
     verdict = json.loads((out / "verdict.json").read_text())
     assert verdict["valid"] is True, json.dumps(verdict, indent=1)
-    assert verdict["operations"]["ok"] > 0
-    assert verdict["checkers"]["linearizable-registers"]["undecided_keys"] == []
+    return Run(
+        out,
+        verdict,
+        json.loads((out / "run.json").read_text())["executed"],
+        [json.loads(line) for line in (out / "history.jsonl").read_text().splitlines()],
+    )
+
+
+@pytest.mark.parametrize("scenario", ["kill-node", "kill-router"])
+def test_scenario_runs_end_to_end_with_a_valid_verdict(tmp_path, scenario):
+    run = run_lab(tmp_path, scenario, seed=7, duration=12)
+    for name in ("history.jsonl", "faults.json", "verdict.json", "report.html", "run.json"):
+        assert (run.out / name).stat().st_size > 0, name
+    assert run.verdict["operations"]["ok"] > 0
+    assert run.verdict["checkers"]["linearizable-registers"]["undecided_keys"] == []
 
     schedule = scenarios.schedule(scenarios.load(scenario), 7, 12.0)
-    assert json.loads((out / "faults.json").read_text()) == [e.to_json() for e in schedule]
-    executed = json.loads((out / "run.json").read_text())["executed"]
+    assert json.loads((run.out / "faults.json").read_text()) == [e.to_json() for e in schedule]
     # Events run in order, each at its time or when the one before it is done: on a slow machine
     # a restart can push the last ones past the end of the workload, so a prefix is played.
-    played = [(e["fault"], e["target"]) for e in executed]
+    played = [(e["fault"], e["target"]) for e in run.executed]
     assert len(played) >= 2 and played == [(e.fault, e.target) for e in schedule][: len(played)]
-    assert all("error" not in e for e in executed)
+    assert all("error" not in e for e in run.executed)
 
-    history = [json.loads(line) for line in (out / "history.jsonl").read_text().splitlines()]
-    finals = {o["key"] for o in history if o.get("final") and o["outcome"] == "ok"}
+    finals = {o["key"] for o in run.history if o.get("final") and o["outcome"] == "ok"}
     assert finals == {f"r{i}" for i in range(6)} | {"c0", "c1", "c2", "l0", "l1", "l2"}
-    assert f"{scenario} " in (out / "report.html").read_text()
+    assert f"{scenario} " in (run.out / "report.html").read_text()
 
 
 def test_killing_the_gsi_replicator_leaves_an_index_that_converges(tmp_path):
-    out = tmp_path / "run"
-    command = [sys.executable, "-m", "dynalab", "lab", "run", "kill-replicator"]
-    command += ["--seed", "2", "--out", str(out), "--duration", "14"]
-    done = subprocess.run(
-        command, cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT_S
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    verdict = json.loads((out / "verdict.json").read_text())
-    assert verdict["valid"] is True, json.dumps(verdict, indent=1)
-    assert verdict["checkers"]["index-converged"]["entries"] > 0
-    executed = json.loads((out / "run.json").read_text())["executed"]
-    assert ("kill-replicator", "replicator-1") in {(e["fault"], e["target"]) for e in executed}
-    assert all("error" not in e for e in executed)
-    history = [json.loads(line) for line in (out / "history.jsonl").read_text().splitlines()]
-    reads = [o for o in history if o["op"] == "index-read" and o["outcome"] == "ok"]
-    assert any(o["value"] for o in reads), "index queries must have returned entries"
+    run = run_lab(tmp_path, "kill-replicator", seed=2, duration=14)
+    assert run.verdict["checkers"]["index-converged"]["entries"] > 0
+    faults = {(e["fault"], e["target"]) for e in run.executed}
+    assert ("kill-replicator", "replicator-1") in faults
+    assert all("error" not in e for e in run.executed)
+    assert any(o["value"] for o in run.ok("index-read")), "index queries must have returned entries"
 
 
 def test_killing_the_replicator_mid_backfill_leaves_a_complete_index(tmp_path):
-    out = tmp_path / "run"
-    command = [sys.executable, "-m", "dynalab", "lab", "run", "kill-replicator-backfill"]
-    command += ["--seed", "1", "--out", str(out), "--duration", "16"]
-    done = subprocess.run(
-        command, cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT_S
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    verdict = json.loads((out / "verdict.json").read_text())
-    assert verdict["valid"] is True, json.dumps(verdict, indent=1)
+    run = run_lab(tmp_path, "kill-replicator-backfill", seed=1, duration=16)
     preload = scenarios.load("kill-replicator-backfill").index_plan.preload
-    assert verdict["checkers"]["index-converged"]["entries"] >= preload
-    history = [json.loads(line) for line in (out / "history.jsonl").read_text().splitlines()]
-    [created] = [o for o in history if o["op"] == "index-create" and o["outcome"] == "ok"]
-    kills = [
-        e["at_s"]
-        for e in json.loads((out / "run.json").read_text())["executed"]
-        if e["fault"] == "kill-replicator"
-    ]
+    assert run.verdict["checkers"]["index-converged"]["entries"] >= preload
+    [created] = run.ok("index-create")
+    kills = [e["at_s"] for e in run.executed if e["fault"] == "kill-replicator"]
     # The first kill lands after the index was added (at 2.5 s, half a second into the backfill).
     assert kills and created["complete_s"] < kills[0]
-    reads = [o for o in history if o["op"] == "index-read" and o["outcome"] == "ok"]
-    assert all(o["invoke_s"] > created["invoke_s"] for o in reads)
+    assert all(o["invoke_s"] > created["invoke_s"] for o in run.ok("index-read"))
 
 
 def test_partitions_splitting_under_faults_keep_a_valid_verdict(tmp_path):
-    out = tmp_path / "run"
-    command = [sys.executable, "-m", "dynalab", "lab", "run", "split-under-faults"]
-    command += ["--seed", "2", "--out", str(out), "--duration", "14"]
-    done = subprocess.run(
-        command, cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT_S
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    verdict = json.loads((out / "verdict.json").read_text())
-    assert verdict["valid"] is True, json.dumps(verdict, indent=1)
-    assert verdict["checkers"]["linearizable-registers"]["undecided_keys"] == []
-    logs = "".join(p.read_text() for p in (out / "cluster" / "logs").glob("node-*.log"))
+    run = run_lab(tmp_path, "split-under-faults", seed=2, duration=14)
+    assert run.verdict["checkers"]["linearizable-registers"]["undecided_keys"] == []
+    logs = "".join(p.read_text() for p in (run.out / "cluster" / "logs").glob("node-*.log"))
     assert logs.count(": installed in ") >= 5, "the partitions were meant to split again and again"
-    executed = json.loads((out / "run.json").read_text())["executed"]
-    assert any(e["fault"] == "kill-node" for e in executed) or any(
-        e["fault"] == "kill-router" for e in executed
-    )
+    assert {"kill-node", "kill-router"} & {e["fault"] for e in run.executed}
