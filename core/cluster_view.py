@@ -8,6 +8,9 @@ requests per second, is the difference between two samples divided by the time b
 counter that went down means its node restarted and counted again from zero; as Prometheus'
 `rate()` does, the new value is then the whole increase. Time is passed in, never read here.
 
+The router's own cumulative counters (its transactions by outcome, ...) ride in the same samples, so
+`counter_series` turns them into rates the same way.
+
 `key_range` turns a partition's storage-key bounds into fractions of the 64-bit hash space, which
 is how the dashboard draws a table's partitions side by side.
 """
@@ -16,7 +19,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from core.keycodec import HASH_BYTES, HASH_SPACE
@@ -48,14 +51,19 @@ class Counters:
 
 @dataclass(frozen=True, slots=True)
 class Sample:
-    """Every metered partition's counters, by kind (read, write), taken at `at` (seconds)."""
+    """Every metered partition's counters, by kind (read, write), and the router's own counters
+    by name, taken at `at` (seconds)."""
 
     at: float
     partitions: Mapping[PartitionName, Mapping[str, Counters]]
+    router: Mapping[str, float] = field(default_factory=dict)
 
 
-def sample_of(at: float, partitions: Iterable[Mapping[str, Any]]) -> Sample:
-    """A Sample of partition_throughput entries (`rpc.ops`), taken at `at`."""
+def sample_of(
+    at: float, partitions: Iterable[Mapping[str, Any]], router: Mapping[str, float] | None = None
+) -> Sample:
+    """A Sample of partition_throughput entries (`rpc.ops`) and of the router's cumulative
+    counters, taken at `at`."""
     return Sample(
         at,
         {
@@ -64,6 +72,7 @@ def sample_of(at: float, partitions: Iterable[Mapping[str, Any]]) -> Sample:
             }
             for entry in partitions
         },
+        dict(router or {}),
     )
 
 
@@ -144,6 +153,26 @@ def totals(samples: Iterable[Sample], partition: PartitionName) -> dict[str, flo
             sum(p.throttled_per_second * p.seconds for p in taken)
         )
     return result
+
+
+def counter_series(samples: Iterable[Sample], names: Iterable[str]) -> dict[str, list[float]]:
+    """The router's counters `names` as rates per second between consecutive samples, as columns:
+    {"at": [...], name: [...], ...}. A counter a sample lacks counts as zero there (the router
+    had counted none yet); a sample no later than the one before it is skipped."""
+    names = list(names)
+    columns: dict[str, list[float]] = {"at": [], **{name: [] for name in names}}
+    previous: Sample | None = None
+    for sample in samples:
+        if previous is not None:
+            if sample.at <= previous.at:
+                continue
+            elapsed = sample.at - previous.at
+            columns["at"].append(sample.at)
+            for name in names:
+                before, after = previous.router.get(name, 0.0), sample.router.get(name, 0.0)
+                columns[name].append(_increase(before, after) / elapsed)
+        previous = sample
+    return columns
 
 
 class ThroughputHistory:

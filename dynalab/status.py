@@ -194,6 +194,19 @@ def _indexes(document: dict[str, Any]) -> Table | None:
     return table
 
 
+def _transactions(document: dict[str, Any]) -> Text | None:
+    """One line on the router's transactions, or None before it has coordinated or found any."""
+    txn = document.get("transactions")
+    if txn is None or not (txn["outcomes"] or txn["in_doubt"] or txn["resolved"]):
+        return None
+    outcomes = ", ".join(f"{count} {outcome}" for outcome, count in txn["outcomes"].items())
+    line = f"transactions: {outcomes or 'none coordinated'} · {txn['conflicts']} conflicts"
+    line += f" · {txn['in_doubt']} in doubt"
+    if txn["oldest_in_doubt_seconds"] is not None:
+        line += f" (oldest {txn['oldest_in_doubt_seconds']:.0f} s)"
+    return Text(line)
+
+
 def render(document: dict[str, Any]) -> RenderableType:
     """The snapshot as rich renderables, nodes first."""
     parts: list[RenderableType] = [Text(f"router {document['router']}", style="bold")]
@@ -208,6 +221,9 @@ def render(document: dict[str, Any]) -> RenderableType:
     indexes = _indexes(document)
     if indexes is not None:
         parts.append(indexes)
+    transactions = _transactions(document)
+    if transactions is not None:
+        parts.append(transactions)
     return Group(*parts)
 
 

@@ -30,7 +30,7 @@ from aiohttp import web
 
 from core import cluster_view, limits
 from core.errors import DynamoError
-from router import admin
+from router import admin, transactions
 from rpc import ops
 from rpc.background import BackgroundTask
 
@@ -90,7 +90,7 @@ class Sampler:
         gathered = await admin.gather(self.ctx)
         at = self.ctx.sources.clock()
         self.nodes = node_states(sorted(self.ctx.clients), gathered, at, self.nodes)
-        self.history.record(cluster_view.sample_of(at, gathered["partitions"]))
+        self.history.record(cluster_view.sample_of(at, gathered["partitions"], _router_counters()))
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -318,11 +318,37 @@ def _catalog_section(view: View) -> dict[str, Any]:
     }
 
 
+# The router's counters the transactions chart draws as rates, by their names in a sample.
+TRANSACTION_SERIES = ("committed", "cancelled", "conflicts")
+
+
+def _router_counters() -> dict[str, float]:
+    """This router's cumulative counters for a sample: its transactions by outcome, conflicts."""
+    counters = transactions.COUNTERS
+    return {**counters.outcomes, "conflicts": counters.conflicts}
+
+
+def _transactions_section(view: View) -> dict[str, Any]:
+    """The transactions this router coordinated and resolved, and those in doubt (its own
+    counters: another router's transactions are on that router's dashboard)."""
+    counters = transactions.COUNTERS
+    oldest = min(counters.in_doubt.values(), default=None)
+    return {
+        "outcomes": dict(sorted(counters.outcomes.items())),
+        "conflicts": counters.conflicts,
+        "resolved": dict(sorted(counters.resolved.items())),
+        "in_doubt": len(counters.in_doubt),
+        "oldest_in_doubt_seconds": None if oldest is None else max(0.0, view.now - oldest),
+        "history": cluster_view.counter_series(view.samples, TRANSACTION_SERIES),
+    }
+
+
 # The snapshot's sections, in order: (name, function of the view). Add a feature's section here.
 SECTIONS: list[tuple[str, Callable[[View], Any]]] = [
     ("nodes", _nodes_section),
     ("catalog", _catalog_section),
     ("tables", _tables_section),
+    ("transactions", _transactions_section),
 ]
 
 

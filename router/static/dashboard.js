@@ -1,6 +1,6 @@
 // The dashboard page: polls the router's /admin/cluster snapshot and redraws nodes, each table's
-// key space and partitions, and per-partition throughput charts (uPlot, vendored). Text is set
-// with textContent only, never parsed as HTML.
+// key space and partitions, per-partition throughput charts and the router's transactions (uPlot,
+// vendored). Text is set with textContent only, never parsed as HTML.
 "use strict";
 
 const NODE_COLOURS = ["#2563eb", "#9333ea", "#0d9488", "#ea580c", "#4f46e5", "#0891b2",
@@ -9,14 +9,29 @@ const CHARTS_PER_TABLE_MAX = 8;  // Charts drawn per table; the table lists ever
 const CHART_WIDTH_PX = 420;
 const CHART_HEIGHT_PX = 170;
 const MIN_SPAN_S = 60;  // The narrowest time span a chart shows.
-const SERIES = [
-  // [label, column of the history, colour, dashed, scale]
-  ["write consumed", "write_consumed", "#2563eb", false, "units"],
-  ["write allowed", "write_allowed", "#2563eb", true, "units"],
-  ["read consumed", "read_consumed", "#15803d", false, "units"],
-  ["read allowed", "read_allowed", "#15803d", true, "units"],
-  ["throttled req/s", "throttled", "#d62728", false, "requests"],
-];
+// A chart's kind: its series ([label, column of the history, colour, dashed, scale]) and axes.
+const THROUGHPUT = {
+  series: [
+    ["write consumed", "write_consumed", "#2563eb", false, "units"],
+    ["write allowed", "write_allowed", "#2563eb", true, "units"],
+    ["read consumed", "read_consumed", "#15803d", false, "units"],
+    ["read allowed", "read_allowed", "#15803d", true, "units"],
+    ["throttled req/s", "throttled", "#d62728", false, "requests"],
+  ],
+  axes: [{scale: "units", label: "units/s"},
+         {scale: "requests", side: 1, label: "req/s", grid: {show: false}}],
+  columns: (history) => ({...history, throttled: history.at.map(
+    (_, i) => history.read_throttled[i] + history.write_throttled[i])}),
+};
+const TRANSACTIONS = {
+  series: [
+    ["committed/s", "committed", "#15803d", false, "rate"],
+    ["cancelled/s", "cancelled", "#ea580c", false, "rate"],
+    ["conflicts/s", "conflicts", "#d62728", true, "rate"],
+  ],
+  axes: [{scale: "rate", label: "transactions/s"}],
+  columns: (history) => history,
+};
 
 const plots = new Map();  // chart key -> {element, plot}
 let snapshots = 0;
@@ -130,33 +145,32 @@ function partitionRows(partitions) {
   return el("table", {class: "partitions"}, el("thead", {}, head), el("tbody", {}, ...rows));
 }
 
-function chartData(history) {
-  const throttled = history.at.map((_, i) => history.read_throttled[i] + history.write_throttled[i]);
-  const columns = {...history, throttled};
-  return [history.at, ...SERIES.map(([, column]) => columns[column])];
+function chartData(kind, history) {
+  const columns = kind.columns(history);
+  return [history.at, ...kind.series.map(([, column]) => columns[column])];
 }
 
-function chart(key, title, history) {
+function chart(kind, key, title, history) {
   let entry = plots.get(key);
   if (!entry) {
     const element = el("div", {class: "chart", "data-chart": key}, el("h4", {}, title));
+    // At least a minute wide, so that the first few samples do not fill the chart.
+    const scales = {x: {time: true, range: (u, min, max) => [Math.min(min, max - MIN_SPAN_S), max]}};
+    for (const axis of kind.axes) scales[axis.scale] = {auto: true};
     const options = {
       width: CHART_WIDTH_PX,
       height: CHART_HEIGHT_PX,
       legend: {live: false},
-      // At least a minute wide, so that the first few samples do not fill the chart.
-      scales: {x: {time: true, range: (u, min, max) => [Math.min(min, max - MIN_SPAN_S), max]},
-               units: {auto: true}, requests: {auto: true}},
-      axes: [{}, {scale: "units", label: "units/s"},
-             {scale: "requests", side: 1, label: "req/s", grid: {show: false}}],
-      series: [{}, ...SERIES.map(([label, , colour, dashed, scale]) => ({
+      scales,
+      axes: [{}, ...kind.axes],
+      series: [{}, ...kind.series.map(([label, , colour, dashed, scale]) => ({
         label, scale, stroke: colour, width: 2, dash: dashed ? [6, 4] : undefined}))],
     };
-    const plot = new uPlot(options, chartData(history), element);
+    const plot = new uPlot(options, chartData(kind, history), element);
     entry = {element, plot};
     plots.set(key, entry);
   } else {
-    entry.plot.setData(chartData(history));
+    entry.plot.setData(chartData(kind, history));
   }
   entry.element.dataset.points = String(history.at.length);
   entry.seen = snapshots;
@@ -205,10 +219,28 @@ function renderTable(table, colours) {
     .slice(0, CHARTS_PER_TABLE_MAX)
     .filter((p) => p.history.at.length > 0);
   for (const p of charted) {
-    charts.append(chart(`${table.name}/${p.id}`, `${p.id} on ${p.node}`, p.history));
+    charts.append(chart(THROUGHPUT, `${table.name}/${p.id}`, `${p.id} on ${p.node}`, p.history));
   }
   box.append(charts);
   return box;
+}
+
+function renderTransactions(txn) {
+  const counts = (record) => Object.entries(record).map(([name, n]) => `${n} ${name}`).join(", ");
+  const lines = [
+    el("div", {"data-transactions": "outcomes"},
+      `coordinated: ${counts(txn.outcomes) || "none yet"} · ${txn.conflicts} conflicts`),
+    el("div", {"data-transactions": "in-doubt"},
+      `in doubt: ${txn.in_doubt}`
+      + (txn.oldest_in_doubt_seconds === null ? "" : ` (oldest ${ago(txn.oldest_in_doubt_seconds)})`)
+      + ` · finished for routers that died: ${counts(txn.resolved) || "none"}`),
+  ];
+  const charts = el("div", {class: "charts"});
+  if (txn.history.at.length > 0) {
+    charts.append(chart(TRANSACTIONS, "transactions", "transactions this router coordinated",
+      txn.history));
+  }
+  document.getElementById("transactions").replaceChildren(...lines, charts);
 }
 
 function render(doc) {
@@ -223,6 +255,7 @@ function render(doc) {
   const tables = document.getElementById("tables");
   tables.replaceChildren(...doc.tables.map((t) => renderTable(t, colours)));
   if (doc.tables.length === 0) tables.append(el("p", {class: "muted"}, "No tables yet."));
+  renderTransactions(doc.transactions);
   for (const [key, entry] of plots) {
     if (entry.seen !== snapshots) { entry.plot.destroy(); plots.delete(key); }
   }

@@ -233,6 +233,57 @@ def test_global_indexes_and_ttl_are_shown(cluster, dynamodb, table_name):
     assert index["partitions"] and index["partitions"][0]["range"][0] == 0.0
 
 
+def test_transactions_are_counted_by_outcome_with_their_rates(cluster, dynamodb, table_name):
+    name = create_active_table(dynamodb, table_name())
+    for i in range(2):
+        dynamodb.put_item(TableName=name, Item={"pk": {"S": f"acct{i}"}, "balance": {"N": "10"}})
+
+    def transfer(amount: int) -> dict[str, Any]:
+        step = {"TableName": name, "ConditionExpression": "balance >= :a"}
+        return {
+            "TransactItems": [
+                {
+                    "Update": {
+                        **step,
+                        "Key": {"pk": {"S": "acct0"}},
+                        "UpdateExpression": "SET balance = balance - :a",
+                        "ExpressionAttributeValues": {":a": {"N": str(amount)}},
+                    }
+                },
+                {
+                    "Update": {
+                        "TableName": name,
+                        "Key": {"pk": {"S": "acct1"}},
+                        "UpdateExpression": "SET balance = balance + :a",
+                        "ExpressionAttributeValues": {":a": {"N": str(amount)}},
+                    }
+                },
+            ]
+        }
+
+    before = snapshot(cluster)["transactions"]
+    for _ in range(3):
+        dynamodb.transact_write_items(**transfer(1))
+    with pytest.raises(ClientError) as refused:
+        dynamodb.transact_write_items(**transfer(1000))
+    assert refused.value.response["Error"]["Code"] == "TransactionCanceledException"
+
+    def counted(d: dict[str, Any]) -> bool:
+        txn = d["transactions"]
+        return (
+            txn["outcomes"].get("committed", 0) >= before["outcomes"].get("committed", 0) + 3
+            and txn["outcomes"].get("cancelled", 0) >= before["outcomes"].get("cancelled", 0) + 1
+            and sum(txn["history"]["committed"]) > 0
+        )
+
+    txn = wait_for(cluster, counted)["transactions"]
+    assert txn["in_doubt"] == 0 and txn["oldest_in_doubt_seconds"] is None
+    assert len(txn["history"]["at"]) == len(txn["history"]["cancelled"])
+    shown = status(cluster.router_url)
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    assert re.search(r"transactions: .*\d+ committed.* · \d+ conflicts · 0 in doubt", shown.stdout)
+
+
 def test_a_paused_node_is_unreachable_until_it_resumes(cluster):
     # Not the catalog's node: a snapshot would wait on its catalog read.
     catalog = snapshot(cluster)["catalog"]["node"]

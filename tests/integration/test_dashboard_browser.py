@@ -155,6 +155,13 @@ def test_dashboard_shows_the_dead_node_partitions_and_a_throttled_hot_key(
 
     with Load(cluster.router_url, steady, hot) as load:
         wait_until(cluster, throttling)
+        for i in range(3):
+            client.transact_write_items(
+                TransactItems=[
+                    {"Put": {"TableName": steady, "Item": {"pk": {"S": f"txn-{i}-{side}"}}}}
+                    for side in ("from", "to")
+                ]
+            )
         victim.kill()
         document = wait_until(cluster, victim_unreachable)
         assert load.throttled > 0
@@ -184,6 +191,12 @@ def test_dashboard_shows_the_dead_node_partitions_and_a_throttled_hot_key(
     points = re.search(rf'data-chart="{hot}/{hot_partition["id"]}" data-points="(\d+)"', dom)
     assert points is not None and int(points.group(1)) > 0
     assert "<canvas" in dom
+    # The router's transactions: counted by outcome, and charted.
+    outcomes = re.search(r'data-transactions="outcomes">coordinated: ([^<]*)<', dom)
+    assert outcomes is not None, dom[-3000:]
+    committed = re.search(r"(\d+) committed", outcomes.group(1))
+    assert committed is not None and int(committed.group(1)) >= 3, outcomes.group(1)
+    assert re.search(r'data-chart="transactions" data-points="[1-9]', dom)
     # The screenshot shows the dead node's card and the throttled series drawn on the canvas.
     pixels = image.imread(screenshot)[:, :, :3]
     assert pixels_near(pixels, DEAD_NODE_PINK) > 5_000

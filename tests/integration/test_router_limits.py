@@ -193,7 +193,9 @@ def test_many_large_bodies_at_once_keep_the_router_within_its_memory_bound(
     assert not any(thread.is_alive() for thread in threads)
     peak = rss_bytes(router.pid, "VmHWM")
     # Refused as too large (400) or, past the in-flight bound, as unavailable (503): never a 500.
-    assert len(statuses) == 40 and set(statuses) <= {400, 503}, statuses
+    # On a loaded machine an admitted body may take longer than this module's 2 s read bound to
+    # arrive, which is a 408 (seen at load 23): a refusal too.
+    assert len(statuses) == 40 and set(statuses) <= {400, 408, 503}, statuses
     assert 400 in statuses
     # An admitted body is held a few times over while it is parsed and checked (the bytes, the
     # JSON document, the item's validation): 150 MB over the baseline when measured, where the

@@ -6,7 +6,15 @@ from __future__ import annotations
 import pytest
 
 from core import cluster_view
-from core.cluster_view import Sample, ThroughputHistory, key_range, sample_of, series, totals
+from core.cluster_view import (
+    Sample,
+    ThroughputHistory,
+    counter_series,
+    key_range,
+    sample_of,
+    series,
+    totals,
+)
 from core.keycodec import HASH_SPACE
 
 P = ("orders", "p0")
@@ -148,3 +156,19 @@ def test_an_online_index_shows_its_backfill_progress():
     assert shown["partitions"][0]["size_bytes"] is None  # no node answered
     assert "backfill" not in _index(view, table, {**index, "status": "ACTIVE"})
     assert "backfill" not in _index(view, table, {**index, "online": False})
+
+
+def test_router_counters_become_rates_between_samples() -> None:
+    samples = [
+        sample_of(0.0, [], {"committed": 0, "cancelled": 0}),
+        sample_of(2.0, [], {"committed": 10, "cancelled": 1}),
+        sample_of(2.0, [], {"committed": 99}),  # Time did not move: skipped.
+        sample_of(6.0, [], {"committed": 30, "cancelled": 1}),
+        sample_of(7.0, [], {"committed": 4}),  # The router restarted and counted from zero.
+    ]
+    columns = counter_series(samples, ["committed", "cancelled"])
+    assert columns == {
+        "at": [2.0, 6.0, 7.0],
+        "committed": [5.0, 5.0, 4.0],
+        "cancelled": [0.5, 0.0, 0.0],
+    }

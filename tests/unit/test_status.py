@@ -133,3 +133,35 @@ def test_sizes():
         "1.5 MiB",
         "3.0 GiB",
     ]
+
+
+def test_transactions_are_one_line_once_there_are_any():
+    table = {
+        "name": "orders",
+        "id": "t1",
+        "status": "ACTIVE",
+        "billing_mode": "PAY_PER_REQUEST",
+        "provisioned": {"read": 0, "write": 0},
+        "item_count": 0,
+        "size_bytes": 0,
+        "partitions_reporting": 0,
+        "partitions": [],
+        "indexes": [],
+        "change_feed_consumers": [],
+        "ttl": None,
+    }
+    quiet = {"outcomes": {}, "conflicts": 0, "resolved": {}, "in_doubt": 0}
+    document = snapshot([table])
+    document["transactions"] = {**quiet, "oldest_in_doubt_seconds": None}
+    assert "transactions:" not in text_of(document)
+    document["transactions"] = {
+        **quiet,
+        "outcomes": {"cancelled": 1, "committed": 7},
+        "conflicts": 2,
+        "in_doubt": 1,
+        "oldest_in_doubt_seconds": 4.2,
+    }
+    assert (
+        "transactions: 1 cancelled, 7 committed · 2 conflicts · 1 in doubt (oldest 4 s)"
+        in text_of(document)
+    )
