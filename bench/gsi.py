@@ -1,6 +1,6 @@
 """Benchmark global secondary indexes on a local cluster: propagation lag and the cost to base puts.
 
-    python bench/gsi.py [--rate 1000] [--seconds 5] [--concurrency 32]
+    python bench/gsi.py [--rate 1000] [--seconds 5] [--concurrency 32] [--backfill-items 200000]
 
 It starts its own cluster (3 nodes, 1 router, 1 GSI replicator, throttling off, in a temporary
 directory) and prints:
@@ -13,6 +13,10 @@ directory) and prints:
    (resolution: the poll interval).
 2. Base put throughput with 0, 1 and 3 GSIs, same run: `--concurrency` workers put as fast as
    they can for `--seconds` into a table with that many indexes.
+3. Backfill rate: `--backfill-items` items (default 200,000; 0 skips it) are loaded with
+   BatchWriteItem into a table with no index, a GSI is added by UpdateTable, and the time from
+   that call to DescribeTable showing the index ACTIVE gives items per second; a Scan of the index
+   then counts its entries, which must equal the items loaded.
 
 The client is `dynalab.bench`'s (aiohttp, its own SigV4 signer) and shares the machine with the
 cluster, so the numbers describe this machine as loaded at the time; it prints its own CPU time.
@@ -33,6 +37,8 @@ from dynalab.bench import DynamoDBClient, SigV4Signer, host_header, percentile
 from dynalab.cluster import LocalCluster
 
 TABLE_ACTIVE_TIMEOUT_S = 60.0
+BACKFILL_TIMEOUT_S = 1800.0  # 200,000 items at the goal's 20,000/s take 10 s; a slow run, minutes.
+BATCH_ITEMS_MAX = 25  # BatchWriteItem's limit.
 LAG_WAIT_S_MAX = 10.0  # A probe not visible after this long counts as lost (reported).
 
 
@@ -145,6 +151,65 @@ async def put_throughput(
     return sum(counts) / (time.monotonic() - started)
 
 
+async def load(client: DynamoDBClient, table: str, items: int, concurrency: int) -> None:
+    """Write items 0..items-1 with BatchWriteItem, resending what a batch leaves unprocessed."""
+    batches = iter(range(0, items, BATCH_ITEMS_MAX))
+
+    async def worker() -> None:
+        for first in batches:
+            numbers = range(first, min(first + BATCH_ITEMS_MAX, items))
+            pending = [{"PutRequest": {"Item": item(number, False)}} for number in numbers]
+            while pending:
+                reply = await client.request("BatchWriteItem", {"RequestItems": {table: pending}})
+                pending = reply.get("UnprocessedItems", {}).get(table, [])
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+
+async def index_entries(client: DynamoDBClient, table: str, index_name: str) -> int:
+    """How many entries the index holds, by a Scan with Select COUNT."""
+    request: dict[str, Any] = {"TableName": table, "IndexName": index_name, "Select": "COUNT"}
+    total = 0
+    while True:
+        reply = await client.request("Scan", request)
+        total += reply["Count"]
+        if "LastEvaluatedKey" not in reply:
+            return total
+        request["ExclusiveStartKey"] = reply["LastEvaluatedKey"]
+
+
+async def measure_backfill(client: DynamoDBClient, items: int, concurrency: int) -> None:
+    await create_table(client, "backfill", 0)
+    started = time.monotonic()
+    await load(client, "backfill", items, concurrency)
+    loaded_s = time.monotonic() - started
+    print(f"  loaded {items} items in {loaded_s:.1f} s ({items / loaded_s:.0f} items/s)")
+    await client.request(
+        "UpdateTable",
+        {
+            "TableName": "backfill",
+            "AttributeDefinitions": [{"AttributeName": "g1", "AttributeType": "S"}],
+            "GlobalSecondaryIndexUpdates": [{"Create": index("by_g1", "g1")}],
+        },
+    )
+    started = time.monotonic()
+    while True:
+        table = (await client.request("DescribeTable", {"TableName": "backfill"}))["Table"]
+        [status] = [i["IndexStatus"] for i in table.get("GlobalSecondaryIndexes", [])]
+        if status == "ACTIVE":
+            break
+        if time.monotonic() - started > BACKFILL_TIMEOUT_S:
+            raise RuntimeError(f"the index was not ACTIVE in {BACKFILL_TIMEOUT_S:.0f} s")
+        await asyncio.sleep(0.05)
+    seconds = time.monotonic() - started
+    entries = await index_entries(client, "backfill", "by_g1")
+    print(
+        f"  backfilled {items} items in {seconds:.1f} s: {items / seconds:.0f} items/s "
+        f"(UpdateTable to ACTIVE); the index holds {entries} entries"
+        + ("" if entries == items else f", NOT the {items} loaded")
+    )
+
+
 async def run(args: argparse.Namespace, endpoint: str) -> None:
     connector = aiohttp.TCPConnector(limit=max(args.concurrency, 64))
     async with aiohttp.ClientSession(connector=connector) as session:
@@ -168,6 +233,9 @@ async def run(args: argparse.Namespace, endpoint: str) -> None:
             await create_table(client, name, indexes)
             rate = await put_throughput(client, name, args.concurrency, args.seconds)
             print(f"  {indexes} GSI(s): {rate:.0f} puts/s")
+        if args.backfill_items:
+            print(f"backfill of a GSI added to a table of {args.backfill_items} items:")
+            await measure_backfill(client, args.backfill_items, args.concurrency)
 
 
 def main() -> None:
@@ -177,6 +245,9 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=32, help="workers for throughput")
     parser.add_argument("--probe-every", type=int, default=50, help="one probe per N puts")
     parser.add_argument("--poll-ms", type=float, default=2.0, help="probe poll interval")
+    parser.add_argument(
+        "--backfill-items", type=int, default=200_000, help="items for the backfill run (0: none)"
+    )
     args = parser.parse_args()
     cpu = time.process_time()
     os.environ["DYNALAB_THROTTLING"] = "off"
