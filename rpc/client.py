@@ -241,14 +241,18 @@ class _Stream:
         try:
             # Nothing leaves the outbox before the stream is connected, so a node that cannot be
             # reached fails every call as not sent, and any later failure as possibly delivered.
-            await asyncio.wait_for(self.call.wait_for_connection(), limits.RPC_SEND_SECONDS_MAX)
+            async with asyncio.timeout(limits.RPC_SEND_SECONDS_MAX):
+                await self.call.wait_for_connection()
             while True:
                 # Idle until a call queues a request; each call bounds its own wait.
                 await self.outbox_ready.wait()
                 self.outbox_ready.clear()
                 while self.outbox:
                     batch = node_pb2.RequestBatch(requests=self._take_batch())
-                    await asyncio.wait_for(self.call.write(batch), limits.RPC_SEND_SECONDS_MAX)
+                    # A timeout scope rather than wait_for, which (before Python 3.12) runs the
+                    # write in a task of its own: one per batch sent.
+                    async with asyncio.timeout(limits.RPC_SEND_SECONDS_MAX):
+                        await self.call.write(batch)
         except asyncio.CancelledError:
             raise
         except TimeoutError:
