@@ -131,7 +131,10 @@ class NodeServicer(node_pb2_grpc.StorageNodeServicer):  # type: ignore[misc]
                 await stream.ready.wait()
                 stream.ready.clear()
                 for batch in stream.take_batches():
-                    await asyncio.wait_for(context.write(batch), limits.RPC_SEND_SECONDS_MAX)
+                    # A timeout scope, not wait_for, which (before Python 3.12) runs each write
+                    # in a task of its own (`rpc.client` does the same).
+                    async with asyncio.timeout(limits.RPC_SEND_SECONDS_MAX):
+                        await context.write(batch)
                 if stream.finished():
                     break
         finally:
@@ -305,7 +308,8 @@ class ChangeFeedServicer(changefeed_pb2_grpc.ChangeFeedServicer):  # type: ignor
                 event.clear()
                 batch = await self._read(ref, after_seq, request.max_records_per_batch)
                 if batch.records or batch.end_of_log or idle:
-                    await asyncio.wait_for(context.write(batch), limits.RPC_SEND_SECONDS_MAX)
+                    async with asyncio.timeout(limits.RPC_SEND_SECONDS_MAX):
+                        await context.write(batch)
                 if batch.end_of_log:
                     return
                 if batch.records:
