@@ -50,7 +50,12 @@ CATALOG_TABLE_ID = "00000000000000000000000000000001"
 CATALOG_TABLE_NAME = "__dynalab_catalog"
 BOOTSTRAP_TABLE_ID = "00000000000000000000000000000002"
 BOOTSTRAP_TABLE_NAME = "__dynalab_bootstrap"
-# Both are keyed by one string attribute: a table's name, or the bootstrap record's name.
+# The GSI replicators' leases (`core.gsi_leases`), beside the catalog on the catalog's node.
+LEASES_TABLE_ID = "00000000000000000000000000000003"
+LEASES_TABLE_NAME = "__dynalab_gsi_leases"
+# System tables have one partition each, which never splits or moves.
+SYSTEM_TABLE_IDS = frozenset({CATALOG_TABLE_ID, BOOTSTRAP_TABLE_ID, LEASES_TABLE_ID})
+# All are keyed by one string attribute: a table's name, the bootstrap record's name, a lease's.
 SYSTEM_KEY_SCHEMA: dict[str, Any] = {"hash": ["name", "S"], "range": None}
 BOOTSTRAP_PARTITION_ID = f"{BOOTSTRAP_TABLE_ID}-0"
 BOOTSTRAP_RECORD_NAME = "catalog"

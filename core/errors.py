@@ -122,6 +122,7 @@ WIRE_ERRORS: dict[str, WireError] = {
     "TrimmedDataAccessException": _dynamodb(),
     # Between dynalab's processes only (see StaleEpoch).
     "StaleEpoch": WireError(Namespace.INTERNAL, 503, MessageKey.LOWER, True),
+    "LeaseFenced": WireError(Namespace.INTERNAL, 503, MessageKey.LOWER, True),
 }
 
 
@@ -295,6 +296,14 @@ class StaleEpoch(DynamoError):
     type_name = "StaleEpoch"
 
 
+class LeaseFenced(DynamoError):
+    """Internal between a GSI replicator and an index partition: the replicator's lease on the
+    source partition is older than one the index partition has seen (`core.gsi_leases`); another
+    replicator holds it now. Never reaches a client."""
+
+    type_name = "LeaseFenced"
+
+
 class ExpiredIterator(DynamoError):
     """DynamoDB Streams: a shard iterator used more than 15 minutes after it was handed out."""
 
@@ -344,6 +353,7 @@ ERROR_TYPES: dict[str, type[DynamoError]] = {
         ServiceUnavailable,
         InternalServerError,
         StaleEpoch,
+        LeaseFenced,
         ExpiredIterator,
         ChangeLogTrimmed,
     )

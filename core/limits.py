@@ -261,7 +261,12 @@ GSI_LAG_RECORDS_MAX = 100_000
 # The bytes of one page of a base partition an online index's backfill reads (the 1 MB page of a
 # Scan): each page's entries go to the index partitions as one index_apply each.
 GSI_BACKFILL_PAGE_BYTES = 1024 * 1024
+# A replicator's lease on a source partition (`core.gsi_leases`) lasts this long from its last
+# renewal; a crashed replicator's partitions are taken over within about this long. Renewed every
+# catalog poll once half of it is gone, so it must be several polls long.
+GSI_LEASE_SECONDS = 3.0
 assert GSI_RETRY_BACKOFF_SECONDS_MIN < GSI_RETRY_BACKOFF_SECONDS_MAX
+assert GSI_LEASE_SECONDS >= 4 * GSI_CATALOG_POLL_SECONDS
 
 # The dashboard (`/admin/cluster`, `/dashboard`, `dynalab status`; dynalab's own bounds). The router
 # samples every node's token-bucket counters this often and keeps the samples of the last window:

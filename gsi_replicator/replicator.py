@@ -1,9 +1,11 @@
 """The replicator: one follower per base partition of every table with global indexes.
 
-Every `GSI_CATALOG_POLL_SECONDS` the replicator reads the catalog (`catalog.py`) and makes sure a
-follower runs for each partition `core.gsi.followable` allows: the serving partitions, and the
-retired parents of a split until their logs are drained to END (their children wait until then).
-A follower of a table that is gone, or no longer serving, is cancelled.
+Every `GSI_CATALOG_POLL_SECONDS` the replicator reads the catalog (`catalog.py`), works out the
+partitions `core.gsi.followable` allows (the serving partitions, and the retired parents of a split
+until their logs are drained to END: their children wait until then), and claims, renews or
+releases its leases on them (`core.gsi_leases`, `leases.py`): several replicators share the
+partitions, each following only those it holds the lease of. A follower of a table that is gone,
+no longer serving, or whose lease was lost or released, is cancelled.
 
 A follower is a loop over its partition's change feed (`rpc.changefeed`), from the replicator
 consumer's checkpoint. The consumer is registered at seq 0 with the partition itself
@@ -21,6 +23,11 @@ start again from its checkpoint: the changes after it are delivered again, and e
 partition skips the seqs it has already applied, so nothing is lost and nothing is applied twice.
 Changes of one partition reach each index partition in seq order, because a follower sends the
 next batch only once the previous one is applied everywhere.
+
+A follower's writes carry its lease's epoch. It first sends that epoch to every partition of the
+indexes it keeps (its fence), so a replicator that lost the lease without noticing gets its late
+writes refused (`LeaseFenced`) everywhere, a backfill page read before the takeover above all, and
+stops following.
 """
 
 from __future__ import annotations
@@ -28,16 +35,33 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import socket
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from core import catalog as catalog_core
-from core import gsi, limits
-from core.catalog import IndexDef, IndexStatus, PartitionDef, TableDef, global_indexes
-from core.errors import DynamoError, ServiceUnavailable, StaleEpoch, ThroughputExceeded
-from gsi_replicator import catalog
+from core import gsi, gsi_leases, limits
+from core.catalog import (
+    CatalogLocation,
+    IndexDef,
+    IndexStatus,
+    PartitionDef,
+    TableDef,
+    global_indexes,
+)
+from core.errors import (
+    DynamoError,
+    LeaseFenced,
+    ServiceUnavailable,
+    StaleEpoch,
+    ThroughputExceeded,
+)
+from core.gsi_leases import Lease
+from gsi_replicator import catalog, leases
 from rpc import ops
 from rpc.changefeed import Change, ChangeFeedClient
 from rpc.client import NodeClient
@@ -86,6 +110,9 @@ class ReplicatorStats:
     followers: dict[FollowerKey, FollowerStats] = field(default_factory=dict)
     catalog_reads: int = 0
     catalog_failures: int = 0
+    leases_acquired: int = 0
+    leases_released: int = 0
+    leases_lost: int = 0  # Renewals refused, or index writes fenced: another holds the lease.
 
 
 class Replicator:
@@ -98,9 +125,17 @@ class Replicator:
         connect: Callable[[str], NodeTransport] = NodeClient,
         connect_feed: Callable[[str], ChangeFeedClient] = ChangeFeedClient,
         clock: Callable[[], float] = time.time,
+        owner: str | None = None,
+        lease_seconds: float = limits.GSI_LEASE_SECONDS,
     ) -> None:
         if not nodes:
             raise ValueError("the replicator needs at least one storage node")
+        # Unique per process run: a restarted replicator is a new owner, never its old self.
+        self.owner = owner or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.lease_seconds = lease_seconds
+        self.leases: dict[FollowerKey, Lease] = {}  # The leases this replicator holds.
+        self.lease_rows: dict[FollowerKey, Lease] = {}  # Every lease, as last read.
+        self.leases_ready = False  # The leases table exists on the catalog's node.
         self.clients: dict[str, NodeTransport] = {n: connect(a) for n, a in nodes.items()}
         self.feeds: dict[str, ChangeFeedClient] = {n: connect_feed(a) for n, a in nodes.items()}
         self.clock = clock
@@ -122,10 +157,21 @@ class Replicator:
             await self.close()
 
     async def close(self) -> None:
+        """Stop every follower, give up the leases (so others take them over at once rather
+        than when they expire), and close the connections."""
         for task in self.followers.values():
             task.cancel()
         await asyncio.gather(*self.followers.values(), return_exceptions=True)
         self.followers.clear()
+        if self.location is not None and self.leases:
+            location = self.location
+            with contextlib.suppress(DynamoError, OSError, TimeoutError):
+                await asyncio.wait_for(
+                    asyncio.gather(
+                        *(self._release(location, lease) for lease in self.leases.values())
+                    ),
+                    limits.NODE_CALL_SECONDS_MAX,
+                )
         await asyncio.gather(
             *(client.close() for client in self.clients.values()),
             *(feed.close() for feed in self.feeds.values()),
@@ -143,21 +189,98 @@ class Replicator:
             log.warning("could not read the catalog: %s", error)
             return
         self.stats.catalog_reads += 1
-        self.reconcile(tables)
-
-    def reconcile(self, tables: Mapping[str, TableDef]) -> None:
-        """Start a follower for every followable partition of every serving table with global
-        indexes, under each consumer of the table (`core.gsi.followed_groups`); cancel the
-        followers of tables, or of indexes, that are gone."""
         self.tables = {
             table.id: table for table in tables.values() if table.serving and global_indexes(table)
         }
+        if location is not None:
+            try:
+                await self.claim_leases(location)
+            except DynamoError as error:
+                log.warning("could not read or change the leases: %s", error)
+        self.reconcile()
+
+    def wanted(self) -> list[FollowerKey]:
+        """The (table, partition, consumer) triples some replicator should follow now."""
+        keys: list[FollowerKey] = []
+        for table in self.tables.values():
+            for consumer in gsi.followed_groups(table):
+                drained = self.drained.setdefault((table.id, consumer), set())
+                drained |= gsi_leases.drained_partitions(
+                    self.lease_rows.values(), table.id, consumer
+                )
+                keys.extend(
+                    (table.id, partition.id, consumer)
+                    for partition in gsi.followable(table, drained)
+                )
+        return keys
+
+    async def claim_leases(self, location: CatalogLocation) -> None:
+        """One round of leases: read them all, renew the ones kept, take free ones up to this
+        replicator's fair share, release the rest (`core.gsi_leases.plan`)."""
+        if not self.leases_ready:
+            await leases.ensure_table(self.clients, location)
+            self.leases_ready = True
+        rows, members = await leases.read(self.clients, location)
+        self.lease_rows = rows
+        now = self.clock()
+        member = members.get(self.owner)
+        if member is None or member.expires - now < self.lease_seconds / 2:
+            version = None if member is None else member.version
+            alive = gsi_leases.Member(
+                self.owner, now + self.lease_seconds, 1 if member is None else member.version + 1
+            )
+            if await leases.write(self.clients, location, alive.to_item(), version):
+                members[self.owner] = alive
+        wanted = self.wanted()
+        plan = gsi_leases.plan(wanted, rows, members, self.owner, now, self.lease_seconds)
+        held = {lease.key: lease for lease in plan.keep}
+        for lease in plan.renew:
+            renewal = gsi_leases.renewed(lease, now, self.lease_seconds)
+            if await leases.write(self.clients, location, renewal.to_item(), lease.version):
+                held[lease.key] = renewal
+            else:
+                self.stats.leases_lost += 1
+                del held[lease.key]
+        for lease in plan.release:
+            held.pop(lease.key, None)
+            self._stop_follower(lease.key)
+            await self._release(location, lease)
+        for key in plan.acquire:
+            previous = rows.get(key)
+            taken = gsi_leases.taken(previous, key, self.owner, now, self.lease_seconds)
+            version = None if previous is None else previous.version
+            if await leases.write(self.clients, location, taken.to_item(), version):
+                self.stats.leases_acquired += 1
+                held[key] = taken
+        self.leases = held
+
+    async def _release(self, location: CatalogLocation, lease: Lease) -> None:
+        released = gsi_leases.released(lease)
+        if await leases.write(self.clients, location, released.to_item(), lease.version):
+            self.stats.leases_released += 1
+
+    def _stop_follower(self, key: FollowerKey) -> None:
+        task = self.followers.pop(key, None)
+        if task is not None:
+            task.cancel()
+
+    def reconcile(self) -> None:
+        """Start a follower for every followable partition of every serving table with global
+        indexes, under each consumer of the table (`core.gsi.followed_groups`), whose lease this
+        replicator holds; cancel the followers of tables or indexes that are gone, and of leases
+        no longer held (or expired by this replicator's clock: a renewal that could not be
+        written)."""
         groups = {table.id: gsi.followed_groups(table) for table in self.tables.values()}
+        now = self.clock()
         for key, task in list(self.followers.items()):
+            lease = self.leases.get(key)
             if key[2] not in groups.get(key[0], {}):
                 task.cancel()
                 del self.followers[key]
                 self.stats.followers.pop(key, None)
+            elif lease is None or lease.expires <= now:
+                task.cancel()
+                del self.followers[key]
             elif task.done():
                 del self.followers[key]
         for drained_key in list(self.drained):
@@ -168,13 +291,16 @@ class Replicator:
                 drained = self.drained.setdefault((table.id, consumer), set())
                 for partition in gsi.followable(table, drained):
                     key = (table.id, partition.id, consumer)
+                    lease = self.leases.get(key)
+                    if lease is None or lease.expires <= now:
+                        continue
                     if key not in self.followers:
                         stats = self.stats.followers.setdefault(
                             key,
                             FollowerStats(table.name, partition.id, consumer, table_id=table.id),
                         )
                         self.followers[key] = asyncio.create_task(
-                            self._follow(table.id, partition, consumer, stats),
+                            self._follow(table.id, partition, consumer, lease.epoch, stats),
                             name=f"follow-{partition.id}-{consumer}",
                         )
 
@@ -184,23 +310,38 @@ class Replicator:
         return None if table is None else gsi.followed_groups(table).get(consumer)
 
     async def _follow(
-        self, table_id: str, partition: PartitionDef, consumer: str, stats: FollowerStats
+        self,
+        table_id: str,
+        partition: PartitionDef,
+        consumer: str,
+        epoch: int,
+        stats: FollowerStats,
     ) -> None:
-        """Follow one partition for one consumer's indexes until its log ends (a retired parent)
-        or the follower is cancelled, starting again from the checkpoint after any failure. An
-        online index's partition is first copied (`_backfill`), once."""
+        """Follow one partition for one consumer's indexes, under the lease of `epoch`, until its
+        log ends (a retired parent), the lease is found lost or the follower is cancelled,
+        starting again from the checkpoint after any failure. The indexes' partitions are fenced
+        first; an online index's partition is then copied (`_backfill`), once."""
         backoff = limits.GSI_RETRY_BACKOFF_SECONDS_MIN
         drained = self.drained.setdefault((table_id, consumer), set())
+        key = (table_id, partition.id, consumer)
         while True:
             try:
-                await self._backfill(table_id, partition, consumer, stats)
-                await self._follow_from_checkpoint(table_id, partition, consumer, stats)
+                await self._fence(table_id, partition.id, consumer, epoch)
+                await self._backfill(table_id, partition, consumer, epoch, stats)
+                await self._follow_from_checkpoint(table_id, partition, consumer, epoch, stats)
+            except LeaseFenced as error:
+                self.stats.leases_lost += 1
+                if self.leases.get(key) is not None and self.leases[key].epoch == epoch:
+                    del self.leases[key]
+                log.warning("lost the lease on %s (%s); another replicator follows it", key, error)
+                return
             except StaleEpoch as error:
                 table = self.tables.get(table_id)
                 if table is not None and any(p.id == partition.id for p in table.retired):
                     # A retired parent whose log is gone: every consumer, this one included,
                     # has read it to its END.
                     drained.add(partition.id)
+                    await self._record_drained(key)
                     return
                 # The partition is not (or no longer) on its node: the catalog will say where
                 # it went, or that its table is gone; the next poll starts a new follower.
@@ -217,9 +358,35 @@ class Replicator:
             else:
                 drained.add(partition.id)
                 log.info("partition %s drained to its END", partition.id)
+                await self._record_drained(key)
                 return
             await asyncio.sleep(backoff)
             backoff = min(2 * backoff, limits.GSI_RETRY_BACKOFF_SECONDS_MAX)
+
+    async def _record_drained(self, key: FollowerKey) -> None:
+        """Mark the lease row drained, so that a replicator that takes over the children does not
+        wait for the parent (best effort: without it, it finds the parent's log gone)."""
+        lease, location = self.leases.get(key), self.location
+        if lease is None or location is None:
+            return
+        row = gsi_leases.renewed(lease, self.clock(), self.lease_seconds, drained=True)
+        with contextlib.suppress(DynamoError, OSError):
+            if await leases.write(self.clients, location, row.to_item(), lease.version):
+                self.leases[key] = row
+
+    async def _fence(self, table_id: str, source: str, consumer: str, epoch: int) -> None:
+        """Send the lease epoch to every partition of the indexes `consumer` keeps, so that none
+        takes a write of an earlier holder of the lease from now on."""
+        table = self.tables.get(table_id)
+        indexes = self._indexes(table_id, consumer)
+        if table is None or indexes is None:
+            return
+        routed: dict[gsi.IndexTarget, list[dict[str, Any]]] = {}
+        for index in indexes:
+            assert index.table_id is not None
+            for part in index.partitions:
+                routed[(index.table_id, part.id, part.epoch, part.node)] = []
+        await self._apply_all(routed, source, epoch)
 
     def _feed(self, partition: PartitionDef) -> ChangeFeedClient:
         feed = self.feeds.get(partition.node)
@@ -228,7 +395,12 @@ class Replicator:
         return feed
 
     async def _backfill(
-        self, table_id: str, partition: PartitionDef, consumer: str, stats: FollowerStats
+        self,
+        table_id: str,
+        partition: PartitionDef,
+        consumer: str,
+        epoch: int,
+        stats: FollowerStats,
     ) -> None:
         """Copy the partition into the online index `consumer` keeps, unless it is copied.
 
@@ -271,7 +443,7 @@ class Replicator:
             items = reply["items"]
             writes = gsi.backfill_writes(items, index, table.key_shape)
             routed = gsi.route(writes, table)
-            await self._apply_all(routed, partition.id, backfill=True)
+            await self._apply_all(routed, partition.id, epoch, backfill=True)
             stats.backfilled_items += len(items)
             stats.index_writes += sum(write.writes for write in writes)
             if reply["last_key"] is None:
@@ -292,7 +464,12 @@ class Replicator:
             self.tables[changed.id] = changed
 
     async def _follow_from_checkpoint(
-        self, table_id: str, partition: PartitionDef, consumer: str, stats: FollowerStats
+        self,
+        table_id: str,
+        partition: PartitionDef,
+        consumer: str,
+        epoch: int,
+        stats: FollowerStats,
     ) -> None:
         """One pass over the feed from the consumer's checkpoint; returns after the END record."""
         feed = self._feed(partition)
@@ -308,7 +485,7 @@ class Replicator:
                 indexes = self._indexes(table_id, consumer)
                 if table is None or indexes is None:
                     return  # The table or index is gone: reconcile cancels this follower.
-                ended = await self._apply_batch(table, indexes, partition.id, batch, stats)
+                ended = await self._apply_batch(table, indexes, partition.id, epoch, batch, stats)
                 last = batch[-1].seq
                 position = await feed.checkpoint(
                     table_id,
@@ -330,6 +507,7 @@ class Replicator:
         table: TableDef,
         indexes: tuple[IndexDef, ...],
         source: str,
+        epoch: int,
         batch: list[Change],
         stats: FollowerStats,
     ) -> bool:
@@ -346,19 +524,24 @@ class Replicator:
         stats.changes += len(batch)
         stats.index_writes += sum(write.writes for write in writes)
         routed = gsi.route(writes, table)
-        stats.index_units += await self._apply_all(routed, source)
+        stats.index_units += await self._apply_all(routed, source, epoch)
         return ended
 
     async def _apply_all(
         self,
         routed: Mapping[gsi.IndexTarget, list[dict[str, Any]]],
         source: str,
+        epoch: int,
         *,
         backfill: bool = False,
     ) -> float:
-        """Send every index partition its changes at once; the write units they charged."""
+        """Send every index partition its changes at once, under lease `epoch`; the write units
+        they charged."""
         results = await asyncio.gather(
-            *(self._apply(target, source, changes, backfill) for target, changes in routed.items()),
+            *(
+                self._apply(target, source, changes, epoch, backfill)
+                for target, changes in routed.items()
+            ),
             return_exceptions=True,
         )
         for result in results:
@@ -371,6 +554,7 @@ class Replicator:
         target: gsi.IndexTarget,
         source: str,
         changes: list[dict[str, Any]],
+        epoch: int,
         backfill: bool = False,
     ) -> dict[str, Any]:
         """One index_apply, retried a bounded number of times on a node that does not answer or
@@ -379,7 +563,7 @@ class Replicator:
         client = self.clients.get(node)
         if client is None:
             raise ServiceUnavailable(f"Storage node {node} is not known here")
-        payload = ops.IndexApplyPayload(source, changes, backfill).to_json()
+        payload = ops.IndexApplyPayload(source, changes, backfill, epoch).to_json()
         address = ops.Target(index_id, partition_id, epoch)
         backoff = limits.GSI_RETRY_BACKOFF_SECONDS_MIN
         for attempt in range(1, limits.GSI_APPLY_ATTEMPTS_MAX + 1):
@@ -403,6 +587,18 @@ class Replicator:
             "# HELP dynalab_gsi_catalog_failures_total Catalog reads that failed.",
             "# TYPE dynalab_gsi_catalog_failures_total counter",
             f"dynalab_gsi_catalog_failures_total {self.stats.catalog_failures}",
+            "# HELP dynalab_gsi_leases_held Source partition leases this replicator holds.",
+            "# TYPE dynalab_gsi_leases_held gauge",
+            f"dynalab_gsi_leases_held {len(self.leases)}",
+            "# HELP dynalab_gsi_leases_acquired_total Leases taken (free, released or expired).",
+            "# TYPE dynalab_gsi_leases_acquired_total counter",
+            f"dynalab_gsi_leases_acquired_total {self.stats.leases_acquired}",
+            "# HELP dynalab_gsi_leases_released_total Leases given up past the fair share.",
+            "# TYPE dynalab_gsi_leases_released_total counter",
+            f"dynalab_gsi_leases_released_total {self.stats.leases_released}",
+            "# HELP dynalab_gsi_leases_lost_total Leases found taken by another replicator.",
+            "# TYPE dynalab_gsi_leases_lost_total counter",
+            f"dynalab_gsi_leases_lost_total {self.stats.leases_lost}",
         ]
         families = (
             ("checkpoint_seq", "gauge", "Last seq applied to every index and checkpointed."),

@@ -485,20 +485,33 @@ class IndexApplyPayload:
     seq is then 0): they are applied whatever the source's stored seq, which they leave as it
     is. A copy is idempotent (a put of an item as it is at least as new as the feed position the
     copy started from; the feed's changes since then are applied after the copy, in order).
+
+    `lease_epoch` is the sender's lease epoch on the source partition (`core.gsi_leases`; 0:
+    none). The index partition keeps the highest it has seen per source, with the source's seq:
+    a payload under a lower one is refused whole with `LeaseFenced` (its sender lost the lease).
+    A payload without changes only raises the stored epoch (a new holder's fence).
     """
 
     source: str
     changes: list[dict[str, Any]]
     backfill: bool = False
+    lease_epoch: int = 0
 
     @classmethod
     def from_json(cls, body: dict[str, Any]) -> Self:
-        return cls(body["source"], body["changes"], bool(body.get("backfill", False)))
+        return cls(
+            body["source"],
+            body["changes"],
+            bool(body.get("backfill", False)),
+            int(body.get("lease_epoch", 0)),
+        )
 
     def to_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {"source": self.source, "changes": self.changes}
         if self.backfill:
             body["backfill"] = True
+        if self.lease_epoch:
+            body["lease_epoch"] = self.lease_epoch
         return body
 
 

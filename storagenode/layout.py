@@ -23,7 +23,8 @@ its partition's metadata commit in one atomic, synced write batch:
 - `index_sources`: a global index partition's change-log prefix (index id ‖ length ‖ partition id)
   ‖ source partition id -> the 8-byte seq of the last change of that base partition applied to
   this index partition, written in the same batch as the entries it applied (`index_apply`), so a
-  replayed change is recognised and skipped.
+  replayed change is recognised and skipped; then the 8-byte highest GSI replicator lease epoch
+  seen from that source, which fences a replicator that lost its lease (`core.gsi_leases`).
 - `ttl_index`: 16-byte table id ‖ 8-byte big-endian expiry second ‖ storage key -> empty: the
   expiry index of a table's items on this node while its TTL is enabled (`core.ttl`,
   `expiry.py`), so a sweep walks the expired entries in order and nothing else. It is keyed by
@@ -158,6 +159,19 @@ def checkpoint_key(table_id: str, partition_id: str, consumer: str) -> bytes:
             f"A change-feed consumer's name is 1 to {CONSUMER_NAME_BYTES_MAX} bytes"
         )
     return change_log_prefix(table_id, partition_id) + encoded
+
+
+def index_source_bytes(seq: int, lease_epoch: int) -> bytes:
+    """The value under `index_source_key`: the source's last applied seq, then the highest GSI
+    replicator lease epoch seen from that source (`core.gsi_leases`), 8 big-endian bytes each."""
+    return seq_bytes(seq) + lease_epoch.to_bytes(SEQ_BYTES, "big")
+
+
+def index_source_of(value: bytes) -> tuple[int, int]:
+    """(seq, lease epoch) from an `index_source_bytes` value; a value written before leases
+    existed holds the seq alone (epoch 0)."""
+    seq = int.from_bytes(value[:SEQ_BYTES], "big")
+    return seq, int.from_bytes(value[SEQ_BYTES:], "big") if len(value) > SEQ_BYTES else 0
 
 
 def index_source_key(index_id: str, partition_id: str, source_partition_id: str) -> bytes:

@@ -37,6 +37,7 @@ from core.errors import (
     ConditionalCheckFailed,
     DynamoError,
     InternalServerError,
+    LeaseFenced,
     ResourceInUse,
     ServiceUnavailable,
     StaleEpoch,
@@ -74,7 +75,9 @@ from storagenode import transactions as txn
 from storagenode.layout import (
     Family,
     encode_item,
+    index_source_bytes,
     index_source_key,
+    index_source_of,
     item_json_of,
     item_size_of,
     partition_meta_key,
@@ -899,7 +902,14 @@ class _WriteGroup:
         shape = partition.key_shape
         source_key = index_source_key(partition.table_id, partition.partition_id, payload.source)
         stored = self.batch.get(Family.INDEX_SOURCES, source_key)
-        applied_seq = 0 if stored is None else int.from_bytes(stored, "big")
+        applied_seq, fence = (0, 0) if stored is None else index_source_of(stored)
+        if payload.lease_epoch < fence:
+            raise LeaseFenced(
+                f"Source {payload.source} is leased under epoch {fence} here, "
+                f"not {payload.lease_epoch}"
+            )
+        fenced_at = fence
+        fence = max(fence, payload.lease_epoch)
         writes: list[tuple[bytes, bytes | None]] = []
         new_bytes: list[int] = []
         applied = 0
@@ -921,6 +931,10 @@ class _WriteGroup:
             applied_seq = seq
             applied += 1
         if not applied:
+            if fence > fenced_at:
+                self.batch.put(
+                    Family.INDEX_SOURCES, source_key, index_source_bytes(applied_seq, fence)
+                )
             return {"applied": 0, "source_seq": applied_seq, "new_bytes": [], "units": 0.0}
         staged = partition if ref in self.dirty else dataclasses.replace(partition)
         units = 0.0
@@ -939,8 +953,9 @@ class _WriteGroup:
                 staged.item_count += 1
                 staged.size_bytes += item_size_of(value)
                 units += item_write_units(old_bytes, item_size_of(value))
-        if not payload.backfill:
-            self.batch.put(Family.INDEX_SOURCES, source_key, seq_bytes(applied_seq))
+        if not payload.backfill or fence > fenced_at:
+            # A copy leaves the source's seq where it is (`applied_seq` did not move).
+            self.batch.put(Family.INDEX_SOURCES, source_key, index_source_bytes(applied_seq, fence))
         self.dirty[ref] = staged
         return {
             "applied": applied,

@@ -73,7 +73,7 @@ SPLIT_INSTALL = "split_install"  # The internal write that installs a split (nev
 SPLIT_PIN = "split_pin"  # The internal write that pins a partition's committed state (idem).
 SPLIT_BYTES_ENV = "DYNALAB_SPLIT_BYTES"
 SPLIT_FOR_HEAT_ENV = "DYNALAB_SPLIT_FOR_HEAT"
-_SYSTEM_TABLES = frozenset({catalog.CATALOG_TABLE_ID, catalog.BOOTSTRAP_TABLE_ID})
+_SYSTEM_TABLES = catalog.SYSTEM_TABLE_IDS
 _SYSTEM_EPOCH = 1  # The system tables' one partition never splits.
 _HEAT_KINDS = ("write", "read")  # Write heat first: a partition hot both ways splits for writes.
 

@@ -10,7 +10,13 @@ from typing import Any
 
 import pytest
 
-from core.errors import DynamoError, StaleEpoch, ThroughputExceeded, ValidationError
+from core.errors import (
+    DynamoError,
+    LeaseFenced,
+    StaleEpoch,
+    ThroughputExceeded,
+    ValidationError,
+)
 from core.size import item_size_bytes
 from rpc import ops
 from storagenode.node import StorageNode
@@ -175,6 +181,43 @@ def test_a_backfill_put_applies_whatever_the_seq_and_leaves_the_seq_as_it_is(
     assert index.apply([{"seq": 5, "delete": entry("1", "Comet Quest", 10)}])["applied"] == 0
     assert index.apply([{"seq": 6, "delete": entry("1", "Comet Quest", 10)}])["applied"] == 1
     assert index.stats()["items"] == 1
+
+
+def test_a_source_under_an_older_lease_epoch_is_fenced_out(index: IndexNode) -> None:
+    # A replicator that lost its lease (epoch 1) to another (epoch 2) without noticing: once the
+    # new holder's epoch has reached the partition (its fence: a payload without changes), the
+    # old holder's late writes, a backfill page above all, are refused whole.
+    body = {"table_id": INDEX["id"], "partition_id": "g0", "epoch": 1, "source": SOURCE}
+    old_put = [{"seq": 1, "put": entry("1", "Comet Quest", 10)}]
+    assert index.write(ops.INDEX_APPLY, {**body, "changes": old_put, "lease_epoch": 1})["applied"]
+    index.write(ops.INDEX_APPLY, {**body, "changes": [], "lease_epoch": 2})
+    late_copy = [{"seq": 0, "put": entry("2", "Comet Quest", 20)}]
+    with pytest.raises(LeaseFenced):
+        index.write(
+            ops.INDEX_APPLY, {**body, "changes": late_copy, "backfill": True, "lease_epoch": 1}
+        )
+    with pytest.raises(LeaseFenced):
+        index.write(ops.INDEX_APPLY, {**body, "changes": [{"seq": 2, **late_copy[0]}]})
+    assert [item["UserId"]["S"] for item in index.titles("Comet Quest")] == ["1"]
+    # The new holder goes on from the seq the old one applied; the fence survives a restart.
+    index.reopen()
+    reply = index.write(
+        ops.INDEX_APPLY,
+        {
+            **body,
+            "changes": [
+                {"seq": 1, "delete": entry("1", "Comet Quest", 10)},
+                {"seq": 2, "put": entry("3", "X", 1)},
+            ],
+            "lease_epoch": 2,
+        },
+    )
+    assert (reply["applied"], reply["source_seq"]) == (1, 2)
+    with pytest.raises(LeaseFenced):
+        index.write(ops.INDEX_APPLY, {**body, "changes": [], "lease_epoch": 1})
+    # Each source is fenced on its own.
+    other = {**body, "source": "other-0", "changes": old_put, "lease_epoch": 1}
+    assert index.write(ops.INDEX_APPLY, other)["applied"] == 1
 
 
 def test_the_applied_seq_survives_a_restart(index: IndexNode) -> None:

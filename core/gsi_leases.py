@@ -1,0 +1,202 @@
+"""Leases that share a table's source partitions between several GSI replicators. Pure.
+
+A replicator follows a source partition for one change-feed consumer (`core.gsi.consumer_of`)
+only while it holds that (table, partition, consumer)'s lease: a row in the leases system table
+(`LEASES_TABLE_ID`, beside the catalog on the catalog's node) naming its owner, an epoch and the
+wall-clock time it expires. Rows are changed only by compare-and-set on their `version`, so two
+replicators never both take a lease. Each replicator also keeps a member row alive; it claims
+leases up to its fair share of the followed partitions (`plan`), renews the ones it holds before
+half their time is gone, releases the ones past its share (they expire at once, keeping their
+epoch), and takes over a lease whose owner let it expire (a crashed replicator) with the epoch
+plus one.
+
+The epoch fences a replicator that lost its lease without noticing (paused, or its renewal late):
+every `index_apply` carries it, and an index partition refuses a source's changes under an epoch
+lower than the highest it has seen from that source (`storagenode`, `rpc.ops.IndexApplyPayload`).
+A new holder first sends its epoch to every partition of the indexes it keeps, so the old holder's
+late writes (a backfill page read before the takeover, above all) are refused everywhere.
+
+A lease row also records that its partition's log was drained to its END (a split's retired
+parent), so that a replicator taking over the children need not drain it again.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from core import catalog
+
+# The leases system table (`core.catalog.LEASES_TABLE_ID`): one partition on the catalog's
+# node, keyed by one string attribute, like the catalog.
+LEASES_TABLE_ID = catalog.LEASES_TABLE_ID
+LEASES_TABLE_NAME = catalog.LEASES_TABLE_NAME
+LEASES_PARTITION_ID = f"{LEASES_TABLE_ID}-0"
+
+LeaseKey = tuple[str, str, str]  # (table id, source partition id, change-feed consumer)
+
+_LEASE_PREFIX = "lease/"
+_MEMBER_PREFIX = "member/"
+
+
+def lease_name(key: LeaseKey) -> str:
+    """The row name of a lease (table ids and partition ids hold no `/`; a consumer may)."""
+    table_id, partition_id, consumer = key
+    return f"{_LEASE_PREFIX}{table_id}/{partition_id}/{consumer}"
+
+
+def member_name(owner: str) -> str:
+    return f"{_MEMBER_PREFIX}{owner}"
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """One lease row: who holds it, under which epoch, until when (0: released), its row
+    version (the compare-and-set token) and whether the partition's log was drained."""
+
+    key: LeaseKey
+    owner: str
+    epoch: int
+    expires: float
+    version: int
+    drained: bool = False
+
+    def held_by(self, owner: str, now: float) -> bool:
+        return self.owner == owner and self.expires > now
+
+    def free(self, now: float) -> bool:
+        return self.expires <= now
+
+    def to_item(self) -> dict[str, Any]:
+        return {
+            "name": {"S": lease_name(self.key)},
+            "owner": {"S": self.owner},
+            "epoch": {"N": str(self.epoch)},
+            "expires": {"N": repr(self.expires)},
+            "version": {"N": str(self.version)},
+            "drained": {"BOOL": self.drained},
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """A replicator's member row: it is alive until `expires`."""
+
+    owner: str
+    expires: float
+    version: int
+
+    def to_item(self) -> dict[str, Any]:
+        return {
+            "name": {"S": member_name(self.owner)},
+            "expires": {"N": repr(self.expires)},
+            "version": {"N": str(self.version)},
+        }
+
+
+def parse_rows(
+    items: Iterable[Mapping[str, Any]],
+) -> tuple[dict[LeaseKey, Lease], dict[str, Member]]:
+    """The leases and the members in the rows of the leases table."""
+    leases: dict[LeaseKey, Lease] = {}
+    members: dict[str, Member] = {}
+    for item in items:
+        name = item["name"]["S"]
+        version = int(item["version"]["N"])
+        expires = float(item["expires"]["N"])
+        if name.startswith(_MEMBER_PREFIX):
+            owner = name.removeprefix(_MEMBER_PREFIX)
+            members[owner] = Member(owner, expires, version)
+        elif name.startswith(_LEASE_PREFIX):
+            table_id, partition_id, consumer = name.removeprefix(_LEASE_PREFIX).split("/", 2)
+            key = (table_id, partition_id, consumer)
+            leases[key] = Lease(
+                key,
+                item["owner"]["S"],
+                int(item["epoch"]["N"]),
+                expires,
+                version,
+                bool(item.get("drained", {}).get("BOOL", False)),
+            )
+    return leases, members
+
+
+def fair_share(wanted: int, members: int) -> int:
+    """How many of `wanted` leases one of `members` live replicators may hold."""
+    return math.ceil(wanted / max(1, members))
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What a replicator does to the leases this round: renew the ones it keeps (when due),
+    acquire free ones, release the ones past its share."""
+
+    keep: tuple[Lease, ...]
+    renew: tuple[Lease, ...]
+    acquire: tuple[LeaseKey, ...]
+    release: tuple[Lease, ...]
+
+
+def plan(
+    wanted: Collection[LeaseKey],
+    leases: Mapping[LeaseKey, Lease],
+    members: Mapping[str, Member],
+    owner: str,
+    now: float,
+    lease_seconds: float,
+) -> Plan:
+    """The lease changes for `owner`, given the keys some replicator should follow (`wanted`,
+    in the order to prefer them), the rows read at `now` and the members alive then (`owner`
+    counts as one whatever its row says). A lease is renewed once less than half its time is
+    left; a held lease not wanted any more is released."""
+    alive = {name for name, member in members.items() if member.expires > now} | {owner}
+    share = fair_share(len(wanted), len(alive))
+    mine = [key for key in wanted if key in leases and leases[key].held_by(owner, now)]
+    kept = mine[:share]
+    release = [leases[key] for key in mine[share:]]
+    release.extend(
+        lease
+        for key, lease in leases.items()
+        if key not in wanted and lease.held_by(owner, now) and not lease.drained
+    )
+    free = [key for key in wanted if key not in leases or leases[key].free(now)]
+    acquire = free[: max(0, share - len(kept))]
+    keep = tuple(leases[key] for key in kept)
+    renew = tuple(lease for lease in keep if lease.expires - now < lease_seconds / 2)
+    return Plan(keep, renew, tuple(acquire), tuple(release))
+
+
+def taken(previous: Lease | None, key: LeaseKey, owner: str, now: float, seconds: float) -> Lease:
+    """The row of a lease `owner` takes at `now`: the next epoch after the previous holder's."""
+    epoch = 1 if previous is None else previous.epoch + 1
+    version = 1 if previous is None else previous.version + 1
+    drained = False if previous is None else previous.drained
+    return Lease(key, owner, epoch, now + seconds, version, drained)
+
+
+def renewed(lease: Lease, now: float, seconds: float, *, drained: bool = False) -> Lease:
+    """The row of a lease its holder renews (or marks drained) at `now`: the same epoch."""
+    return Lease(
+        lease.key,
+        lease.owner,
+        lease.epoch,
+        now + seconds,
+        lease.version + 1,
+        drained or lease.drained,
+    )
+
+
+def released(lease: Lease) -> Lease:
+    """The row of a lease its holder gives up: expired at once, its epoch kept."""
+    return Lease(lease.key, lease.owner, lease.epoch, 0.0, lease.version + 1, lease.drained)
+
+
+def drained_partitions(leases: Iterable[Lease], table_id: str, consumer: str) -> set[str]:
+    """The partitions of a table whose logs some replicator drained to END for `consumer`."""
+    return {
+        lease.key[1]
+        for lease in leases
+        if lease.drained and lease.key[0] == table_id and lease.key[2] == consumer
+    }

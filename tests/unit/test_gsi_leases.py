@@ -1,0 +1,81 @@
+"""The pure rules of the GSI replicators' leases (`core.gsi_leases`): fair shares, renewal,
+release past a share, take-over of an expired lease with the next epoch, rows round-tripped."""
+
+from __future__ import annotations
+
+from core import gsi_leases
+from core.gsi_leases import Lease, LeaseKey, Member
+
+SECONDS = 3.0
+NOW = 1_000.0
+
+
+def keys(count: int) -> list[LeaseKey]:
+    return [("t" * 32, f"{'t' * 32}-{i}", "gsi_replicator") for i in range(count)]
+
+
+def test_the_first_replicator_takes_every_free_lease_alone() -> None:
+    wanted = keys(4)
+    plan = gsi_leases.plan(wanted, {}, {}, "a", NOW, SECONDS)
+    assert plan.acquire == tuple(wanted)
+    assert (plan.keep, plan.renew, plan.release) == ((), (), ())
+
+
+def test_a_second_member_gets_half_and_the_first_releases_what_is_past_its_share() -> None:
+    wanted = keys(4)
+    rows = {k: Lease(k, "a", 1, NOW + SECONDS, 1) for k in wanted}
+    members = {"a": Member("a", NOW + SECONDS, 1), "b": Member("b", NOW + SECONDS, 1)}
+    first = gsi_leases.plan(wanted, rows, members, "a", NOW, SECONDS)
+    assert [lease.key for lease in first.keep] == wanted[:2]
+    assert [lease.key for lease in first.release] == wanted[2:]
+    assert first.renew == ()  # More than half of their time is left.
+    # b sees nothing free until a released; then it takes the released ones.
+    assert gsi_leases.plan(wanted, rows, members, "b", NOW, SECONDS).acquire == ()
+    after = {**rows, **{lease.key: gsi_leases.released(lease) for lease in first.release}}
+    second = gsi_leases.plan(wanted, after, members, "b", NOW, SECONDS)
+    assert second.acquire == tuple(wanted[2:])
+
+
+def test_a_lease_is_renewed_once_half_its_time_is_gone_with_the_same_epoch() -> None:
+    (key,) = keys(1)
+    lease = Lease(key, "a", 4, NOW + SECONDS / 2 - 0.1, 7)
+    plan = gsi_leases.plan([key], {key: lease}, {}, "a", NOW, SECONDS)
+    assert plan.renew == (lease,)
+    renewal = gsi_leases.renewed(lease, NOW, SECONDS)
+    assert (renewal.epoch, renewal.version, renewal.expires) == (4, 8, NOW + SECONDS)
+
+
+def test_an_expired_lease_of_a_dead_member_is_taken_over_with_the_next_epoch() -> None:
+    wanted = keys(2)
+    rows = {
+        wanted[0]: Lease(wanted[0], "dead", 3, NOW - 0.1, 9),
+        wanted[1]: Lease(wanted[1], "b", 1, NOW + SECONDS, 2),
+    }
+    members = {"dead": Member("dead", NOW - 1, 5), "b": Member("b", NOW + SECONDS, 1)}
+    plan = gsi_leases.plan(wanted, rows, members, "a", NOW, SECONDS)
+    assert plan.acquire == (wanted[0],)  # b's live lease is not touched.
+    taken = gsi_leases.taken(rows[wanted[0]], wanted[0], "a", NOW, SECONDS)
+    assert (taken.owner, taken.epoch, taken.version) == ("a", 4, 10)
+    assert gsi_leases.taken(None, wanted[1], "a", NOW, SECONDS).epoch == 1
+
+
+def test_a_held_lease_no_longer_wanted_is_released_unless_drained() -> None:
+    gone, drained = keys(2)
+    rows = {
+        gone: Lease(gone, "a", 1, NOW + SECONDS, 1),
+        drained: Lease(drained, "a", 1, NOW + SECONDS, 1, drained=True),
+    }
+    plan = gsi_leases.plan([], rows, {}, "a", NOW, SECONDS)
+    assert [lease.key for lease in plan.release] == [gone]
+    assert gsi_leases.drained_partitions(rows.values(), drained[0], drained[2]) == {drained[1]}
+
+
+def test_rows_round_trip_and_a_consumer_may_hold_a_slash() -> None:
+    key = ("t" * 32, "t" * 32 + "-0", "gsi_replicator/" + "i" * 32)
+    lease = Lease(key, "host-1-abc", 2, NOW + 0.25, 3, drained=True)
+    member = Member("host-1-abc", NOW, 4)
+    leases, members = gsi_leases.parse_rows([lease.to_item(), member.to_item()])
+    assert leases == {key: lease}
+    assert members == {"host-1-abc": member}
+    assert gsi_leases.fair_share(5, 2) == 3
+    assert gsi_leases.fair_share(5, 0) == 5
