@@ -36,7 +36,7 @@ from core.capacity import (
     read_consistency,
     read_units,
 )
-from core.catalog import IndexDef
+from core.catalog import IndexDef, IndexStatus
 from core.errors import (
     KEY_MISMATCH,
     ServiceUnavailable,
@@ -219,6 +219,17 @@ def _check_index_keys(item: Item, table: dict[str, Any]) -> None:
         indexes.check_index_keys(item, [IndexDef.from_json(index) for index in described])
 
 
+def _global_key_schemas(table: dict[str, Any]) -> list[dict[str, Any]]:
+    """The table's global indexes as the node checks a write's key attribute types against them
+    (`rpc.ops.UpdatePayload.global_indexes`): the catalog's, not the partition's, so an index
+    added by UpdateTable is enforced and a deleted one no longer is."""
+    return [
+        {key: index[key] for key in ("name", "key", "projection", "status")}
+        for index in table.get("indexes") or ()
+        if not index.get("local") and index["status"] != IndexStatus.DELETING
+    ]
+
+
 def _collection_metrics(
     reply: dict[str, Any], body: dict[str, Any], collection_key: Item
 ) -> dict[str, Any] | None:
@@ -296,6 +307,7 @@ async def put_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
         compiled.values,
         chosen,
         on_failure == "ALL_OLD",
+        _global_key_schemas(table),
     )
     reply = await ctx.call_key(table, partition_key, sort_key, ops.PUT, payload.to_json())
     return _write_reply(reply, table_name, body, {schema.hash_key(table)[0]: partition_key})
@@ -329,6 +341,7 @@ async def update_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any
         chosen,
         on_failure == "ALL_OLD",
         legacy=attribute_updates is not None,
+        global_indexes=_global_key_schemas(table),
     )
     reply = await ctx.call_key(table, partition_key, sort_key, ops.UPDATE, payload.to_json())
     return _write_reply(reply, table_name, body, {schema.hash_key(table)[0]: partition_key})
@@ -671,7 +684,7 @@ async def batch_write_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str
                 key, partition_key, sort_key = schema.extract_key(write.item, table)
                 _check_index_keys(write.item, table)
                 payload: ops.PutPayload | ops.DeletePayload = ops.PutPayload(
-                    write.item, write.item_bytes
+                    write.item, write.item_bytes, global_indexes=_global_key_schemas(table)
                 )
                 op = ops.PUT
             else:

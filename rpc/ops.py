@@ -221,6 +221,8 @@ class PutPayload:
     `item_bytes` is the item's size as the router measured it, on which the write is admitted
     before it is applied (None: one unit). `return_values` is "NONE" or "ALL_OLD";
     `return_on_failure` asks for the existing item with a failed condition. Reply: see above.
+    `global_indexes` (see `UpdatePayload`) are the table's global indexes to check the item's
+    key attribute types against.
     """
 
     item: Item
@@ -230,6 +232,7 @@ class PutPayload:
     values: Values = None
     return_values: str = "NONE"
     return_on_failure: bool = False
+    global_indexes: list[dict[str, Any]] | None = None
 
     @classmethod
     def from_json(cls, body: dict[str, Any]) -> Self:
@@ -241,10 +244,11 @@ class PutPayload:
             body.get("values"),
             body.get("return_values") or "NONE",
             body.get("return_on_failure") is True,
+            body.get("global_indexes"),
         )
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        body = {
             "item": self.item,
             "item_bytes": self.item_bytes,
             "condition": self.condition,
@@ -253,6 +257,9 @@ class PutPayload:
             "return_values": self.return_values,
             "return_on_failure": self.return_on_failure,
         }
+        if self.global_indexes is not None:
+            body["global_indexes"] = self.global_indexes
+        return body
 
 
 @dataclasses.dataclass(slots=True)
@@ -261,6 +268,12 @@ class UpdatePayload:
 
     `return_values` is "NONE", "ALL_OLD", "UPDATED_OLD", "ALL_NEW" or "UPDATED_NEW". Reply: see
     above.
+
+    `global_indexes`: the table's global indexes as the router's catalog has them now, each
+    {"name", "key", "projection", "status"} (`core.catalog.IndexDef` JSON without storage), whose
+    key attribute types the new image must match; the node checks these instead of the global
+    indexes its partition was created with, so an index added by UpdateTable is enforced, and
+    one deleted is not, without telling the nodes. None: the partition's own (older senders).
     """
 
     key: Item
@@ -272,6 +285,7 @@ class UpdatePayload:
     return_on_failure: bool = False
     # The update came as legacy AttributeUpdates, whose type mismatches DynamoDB words its own way.
     legacy: bool = False
+    global_indexes: list[dict[str, Any]] | None = None
 
     @classmethod
     def from_json(cls, body: dict[str, Any]) -> Self:
@@ -284,6 +298,7 @@ class UpdatePayload:
             body.get("return_values") or "NONE",
             body.get("return_on_failure") is True,
             body.get("legacy") is True,
+            body.get("global_indexes"),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -298,6 +313,8 @@ class UpdatePayload:
         }
         if self.legacy:
             body["legacy"] = True
+        if self.global_indexes is not None:
+            body["global_indexes"] = self.global_indexes
         return body
 
 

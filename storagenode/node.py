@@ -32,6 +32,7 @@ import orjson
 
 from core import expressions, heat, limits
 from core.capacity import item_write_units, write_units
+from core.catalog import IndexDef
 from core.errors import (
     GSI_THROTTLED,
     ConditionalCheckFailed,
@@ -850,7 +851,7 @@ class _WriteGroup:
             return effect.failure(), effect.units
         if isinstance(request, UpdateRequest) and effect.new is not None:
             # An update may give an index key attribute a wrong type or an empty value.
-            check_index_keys(effect.new, partition.indexes)
+            check_index_keys(effect.new, _key_checked_indexes(partition, payload))
         ref = (partition.table_id, partition.partition_id)
         # Global index writes are made later by the GSI replicator and charged to each index's
         # own throughput (`index_apply`); the write reports what they cost, for ConsumedCapacity.
@@ -1207,6 +1208,20 @@ class _WriteGroup:
             self.batch.put(Family.PARTITIONS, meta_key, partition.to_meta())
 
 
+def _key_checked_indexes(
+    partition: Partition, payload: ops.ItemWritePayload
+) -> tuple[IndexDef, ...]:
+    """The indexes whose key attribute types a put's item or an update's new image must match:
+    the partition's local indexes, and the global indexes the router named (its catalog's, so
+    those added or deleted since the partition was created too), else the partition's own."""
+    if isinstance(payload, ops.DeletePayload) or payload.global_indexes is None:
+        return partition.indexes
+    return (
+        *(index for index in partition.indexes if index.local),
+        *(IndexDef.from_json(index) for index in payload.global_indexes),
+    )
+
+
 def _write_request(payload: ops.ItemWritePayload, partition: Partition) -> WriteRequest:
     """The `core.writes` request of a put, update or delete, its key checked against the
     partition's key shape (and a put's item against its indexes' key types), its expressions
@@ -1218,7 +1233,7 @@ def _write_request(payload: ops.ItemWritePayload, partition: Partition) -> Write
     return_values, on_failure = payload.return_values, payload.return_on_failure
     if isinstance(payload, ops.PutPayload):
         shape.extract(payload.item)
-        check_index_keys(payload.item, partition.indexes)
+        check_index_keys(payload.item, _key_checked_indexes(partition, payload))
         return PutRequest(payload.item, condition, return_values, on_failure)
     key = shape.check_key(payload.key)
     if isinstance(payload, ops.UpdatePayload):

@@ -16,7 +16,7 @@ import pytest
 from dynalab import convergence
 from dynalab.cluster import LocalCluster
 from tests.integration.conftest import dynamodb_client, error_of, wait_active
-from tests.integration.test_gsi_faults import Writer
+from tests.integration.test_gsi_faults import Writer, create_scores
 
 ACTIVE_TIMEOUT_S = 120.0
 CONVERGE_TIMEOUT_S = 60.0
@@ -292,3 +292,80 @@ def test_an_online_index_is_deleted_and_its_table_goes_on(dynamodb: Any, users: 
         dynamodb, users, "ByGame", CONVERGE_TIMEOUT_S, writer.history
     )
     assert result.converged
+
+
+def test_writes_are_checked_against_an_index_added_online_and_not_one_deleted(
+    dynamodb: Any, users: str
+) -> None:
+    # Seed 004 O-21: once the index exists, a write whose item violates its key schema is
+    # refused, whatever node holds the item; UpdateItem's new image is only known on the node.
+    mismatch = (
+        400,
+        "ValidationException",
+        "One or more parameter values were invalid: Type mismatch for Index Key Game "
+        "Expected: S Actual: N IndexName: ByGame",
+    )
+    add_by_game(dynamodb, users)
+    wait_index(dynamodb, users, "ByGame", lambda i: i is not None and i["IndexStatus"] == "ACTIVE")
+    for user in range(8):  # Items on every partition of the table.
+        key = {"UserId": {"S": f"user-{user}"}}
+        assert (
+            error_of(
+                lambda key=key: dynamodb.update_item(
+                    TableName=users,
+                    Key=key,
+                    UpdateExpression="SET Game = :g",
+                    ExpressionAttributeValues={":g": {"N": "7"}},
+                )
+            )
+            == mismatch
+        )
+        assert (
+            error_of(
+                lambda key=key: dynamodb.put_item(TableName=users, Item={**key, "Game": {"N": "7"}})
+            )
+            == mismatch
+        )
+        dynamodb.update_item(
+            TableName=users,
+            Key=key,
+            UpdateExpression="SET Game = :g",
+            ExpressionAttributeValues={":g": {"S": "game-7"}},
+        )
+    # Deleted, the index checks nothing any more: the same update goes through.
+    dynamodb.update_table(
+        TableName=users, GlobalSecondaryIndexUpdates=[{"Delete": {"IndexName": "ByGame"}}]
+    )
+    dynamodb.update_item(
+        TableName=users,
+        Key={"UserId": {"S": "user-0"}},
+        UpdateExpression="SET Game = :g",
+        ExpressionAttributeValues={":g": {"N": "7"}},
+    )
+    item = dynamodb.get_item(TableName=users, Key={"UserId": {"S": "user-0"}}, ConsistentRead=True)
+    assert item["Item"]["Game"] == {"N": "7"}
+
+
+def test_an_index_created_with_its_table_and_deleted_checks_no_write_any_more(
+    dynamodb: Any, table_name: Callable[[], str]
+) -> None:
+    name = table_name()
+    create_scores(dynamodb, name)
+    key = {"UserId": {"S": "user-1"}}
+
+    def set_score() -> Any:
+        return dynamodb.update_item(
+            TableName=name,
+            Key=key,
+            UpdateExpression="SET Score = :s",
+            ExpressionAttributeValues={":s": {"S": "high"}},
+        )
+
+    assert error_of(set_score)[2].endswith("Expected: N Actual: S IndexName: ByGame")
+    dynamodb.update_table(
+        TableName=name, GlobalSecondaryIndexUpdates=[{"Delete": {"IndexName": "ByGame"}}]
+    )
+    set_score()
+    dynamodb.put_item(TableName=name, Item={"UserId": {"S": "user-2"}, "Score": {"S": "low"}})
+    item = dynamodb.get_item(TableName=name, Key=key, ConsistentRead=True)
+    assert item["Item"]["Score"] == {"S": "high"}
