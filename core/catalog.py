@@ -965,6 +965,75 @@ def index_deleting(table: TableDef, index_name: str) -> TableDef:
     return index_moved(table, index_name, IndexStatus.DELETING)
 
 
+def index_throughput_updated(
+    table: TableDef, updates: Mapping[str, Mapping[str, int] | None], region: str
+) -> TableDef:
+    """The table UPDATING with new ProvisionedThroughput for global indexes (UpdateTable's
+    GlobalSecondaryIndexUpdates Update; `updates`: index name -> ReadCapacityUnits and
+    WriteCapacityUnits, None when absent), its throughput version moved on so the nodes take it.
+
+    DynamoDB's refusals: the table must be ACTIVE; each name must be a global index's; on demand
+    an index takes no ProvisionedThroughput, provisioned it needs one; an index still being
+    created before its backfill began, or being deleted, cannot change (seed 004 O-16, O-18: it
+    can while it backfills); units equal to the current ones change nothing, which is an error
+    as for a table; each value within the per-table maximum.
+    """
+    if table.status != TableStatus.ACTIVE:
+        raise table_in_use(table)
+    indexes = {index.name: index for index in table.indexes}
+    changed: dict[str, IndexDef] = {}
+    for name, units in updates.items():
+        index = indexes.get(name)
+        if index is None or not index.is_global:
+            raise ResourceNotFound(
+                f"Requested resource not found: Table: {table.name} index: {name} not found"
+            )
+        if table.billing_mode == BillingMode.PAY_PER_REQUEST:
+            raise ValidationError(
+                INVALID_PARAMETERS + "ProvisionedThroughput should not be specified for "
+                f"index: {name} when BillingMode is PAY_PER_REQUEST"
+            )
+        if units is None:
+            raise ValidationError(
+                INVALID_PARAMETERS + f"ProvisionedThroughput is not specified for index: {name}"
+            )
+        if index.status in (IndexStatus.CREATING, IndexStatus.DELETING):
+            doing = "created" if index.status == IndexStatus.CREATING else "deleted"
+            raise ResourceInUse(
+                f"Attempt to change a resource which is still in use: Index is being {doing}: "
+                f"{name}"
+            )
+        current = index.throughput
+        throughput = Throughput(units["ReadCapacityUnits"], units["WriteCapacityUnits"])
+        for member, value in zip(
+            _THROUGHPUT_MEMBERS, (throughput.read, throughput.write), strict=True
+        ):
+            if value > limits.PROVISIONED_UNITS_PER_TABLE_MAX:
+                raise LimitExceeded(
+                    f"The requested {member}, {value}, is above the per table maximum "
+                    f"for the account in {region}. Per table maximum: "
+                    f"{limits.PROVISIONED_UNITS_PER_TABLE_MAX}."
+                )
+        if throughput == current:
+            raise ValidationError(
+                f"The provisioned throughput for the index {name} will not change. The "
+                "requested value equals the current value. Current ReadCapacityUnits provisioned "
+                f"for the index: {current.read}. Requested ReadCapacityUnits: {throughput.read}. "
+                "Current WriteCapacityUnits provisioned for the index: "
+                f"{current.write}. Requested WriteCapacityUnits: {throughput.write}. Refer to "
+                "the Amazon DynamoDB Developer Guide for current limits and how to request "
+                "higher limits."
+            )
+        changed[name] = replace(index, throughput=throughput)
+    _check(TABLE_TRANSITIONS, f"Table {table.name}", table.status, TableStatus.UPDATING)
+    return _changed(
+        table,
+        indexes=tuple(changed.get(index.name, index) for index in table.indexes),
+        throughput_version=table.throughput_version + 1,
+        status=TableStatus.UPDATING,
+    )
+
+
 def index_backfill_started(table: TableDef, index_id: str) -> TableDef:
     """The table with its online index `index_id` BACKFILLING (the replicator began copying);
     unchanged if that index is not CREATING."""

@@ -918,11 +918,13 @@ class TableReconciler:
 @dataclasses.dataclass(frozen=True)
 class _IndexUpdate:
     """UpdateTable's one GlobalSecondaryIndexUpdates action: Create (with the index as read and
-    the request's AttributeDefinitions, None if absent) or Delete of index `name`."""
+    the request's AttributeDefinitions, None if absent), Delete of index `name`, or Update of its
+    ProvisionedThroughput (`units`, None if absent)."""
 
-    action: str  # "Create" or "Delete"
+    action: str  # "Create", "Delete" or "Update"
     name: str
     create: _IndexReading | None = None
+    units: dict[str, int] | None = None
 
 
 _INDEX_ACTIONS = ("Update", "Create", "Delete")
@@ -935,12 +937,13 @@ def _read_index_updates(reader: RequestReader) -> list[_IndexUpdate] | None:
     if elements is None:
         return None
     where = reader.where("GlobalSecondaryIndexUpdates")
-    read: list[tuple[list[str], str | None, _IndexReading | None]] = []
+    read: list[_IndexUpdateReading] = []
     for position, element in enumerate(elements, start=1):
         nested = reader.nested(element, f"{where}.{position}.member")
         actions = [action for action in _INDEX_ACTIONS if nested.present(action)]
         name: str | None = None
         creating: _IndexReading | None = None
+        units: dict[str, int | None] | None = None
         for action in actions:
             inner = nested.nested(nested.mapping(action) or {}, nested.where(action))
             if action == "Create":
@@ -949,21 +952,24 @@ def _read_index_updates(reader: RequestReader) -> list[_IndexUpdate] | None:
             else:
                 name = inner.name("IndexName", required=True)
                 if action == "Update":
-                    _read_throughput(inner)
-        read.append((actions, name, creating))
+                    units = _read_throughput(inner)
+        read.append((actions, name, creating, units))
     reader.check()
     return _index_updates(read)
 
 
-def _index_updates(
-    read: list[tuple[list[str], str | None, _IndexReading | None]],
-) -> list[_IndexUpdate]:
+_IndexUpdateReading = tuple[
+    list[str], str | None, "_IndexReading | None", dict[str, int | None] | None
+]
+
+
+def _index_updates(read: list[_IndexUpdateReading]) -> list[_IndexUpdate]:
     """The actions of GlobalSecondaryIndexUpdates past their constraints, or DynamoDB's refusal."""
     if not read:
         raise ValidationError(INVALID_PARAMETERS + "List of GlobalSecondaryIndexUpdates is empty")
     updates: list[_IndexUpdate] = []
     seen: set[str] = set()
-    for actions, name, creating in read:
+    for actions, name, creating, units in read:
         if not actions:
             raise ValidationError(
                 INVALID_PARAMETERS + "One of GlobalSecondaryIndexUpdate.Update, "
@@ -982,14 +988,23 @@ def _index_updates(
                 f"allowed simultaneously. Index: {name}"
             )
         seen.add(name)
-        if actions[0] == "Update":
-            raise ValidationError(
-                INVALID_PARAMETERS
-                + "GlobalSecondaryIndexUpdate.Update is not supported by UpdateTable yet"
-            )
-        updates.append(_IndexUpdate(actions[0], name, creating))
-    if len(updates) > 1:
+        # Past reader.check(), both units are there and at least 1.
+        given = None if units is None else {k: v for k, v in units.items() if v is not None}
+        if given is not None:
+            for member in _THROUGHPUT_MEMBERS:
+                if given[member] > limits.PROVISIONED_UNITS_VALUE_MAX:
+                    raise ValidationError(
+                        f"Given value {given[member]} for {member} is out of bounds"
+                    )
+        updates.append(_IndexUpdate(actions[0], name, creating, given))
+    online = [update for update in updates if update.action != "Update"]
+    if len(online) > 1:
         raise LimitExceeded(catalog.ONLINE_INDEX_LIMIT)
+    if online and len(updates) > 1:
+        raise ValidationError(
+            INVALID_PARAMETERS + "GlobalSecondaryIndexUpdates mixing Update with Create or "
+            "Delete is not supported by UpdateTable yet"
+        )
     return updates
 
 
@@ -999,7 +1014,8 @@ class _UpdateTableRequest:
     billing_mode: str | None
     units: dict[str, int] | None
     stream: tuple[bool, str | None] | None  # StreamSpecification (StreamEnabled, StreamViewType)
-    index_update: _IndexUpdate | None = None  # GlobalSecondaryIndexUpdates' one action.
+    # GlobalSecondaryIndexUpdates: one Create or Delete, or Updates of one index each.
+    index_updates: tuple[_IndexUpdate, ...] = ()
     definitions: list[dict[str, str]] | None = None  # AttributeDefinitions, if given.
 
     @property
@@ -1038,14 +1054,13 @@ def _read_update_table(body: dict[str, Any]) -> _UpdateTableRequest:
             INVALID_PARAMETERS + f"{present[0]} is not supported by UpdateTable yet"
         )
     _stream_view_type(stream)
-    index_update = None
-    if index_updates is not None:
-        if billing_mode is not None or throughput is not None or stream is not None:
-            raise ValidationError(
-                INVALID_PARAMETERS + "GlobalSecondaryIndexUpdates together with another change "
-                "of the table is not supported by UpdateTable yet"
-            )
-        index_update = index_updates[0]
+    if index_updates is not None and (
+        billing_mode is not None or throughput is not None or stream is not None
+    ):
+        raise ValidationError(
+            INVALID_PARAMETERS + "GlobalSecondaryIndexUpdates together with another change "
+            "of the table is not supported by UpdateTable yet"
+        )
     # Past reader.check(), both units are there and at least 1.
     units = None if throughput is None else {k: v for k, v in throughput.items() if v is not None}
     if units is not None:
@@ -1058,13 +1073,25 @@ def _read_update_table(body: dict[str, Any]) -> _UpdateTableRequest:
             + "Neither ReadCapacityUnits nor WriteCapacityUnits can be specified when "
             "BillingMode is PAY_PER_REQUEST"
         )
-    return _UpdateTableRequest(name, billing_mode, units, stream, index_update, definitions)
+    return _UpdateTableRequest(
+        name, billing_mode, units, stream, tuple(index_updates or ()), definitions
+    )
 
 
 async def _push_throughput(ctx: RouterContext, table: TableDef, timeout: float) -> None:
-    """Send the table's throughput settings to every node holding one of its partitions."""
+    """Send the table's throughput settings to every node holding one of its partitions, and
+    each global index's to every node holding one of the index's."""
     body = ops.UpdateThroughputPayload(table.id, catalog.throughput_document(table)).to_json()
-    await _all([ctx.control(node, ops.UPDATE_THROUGHPUT, body, timeout) for node in table.nodes()])
+    calls = [ctx.control(node, ops.UPDATE_THROUGHPUT, body, timeout) for node in table.nodes()]
+    for index in catalog.global_indexes(table):
+        assert index.table_id is not None
+        document = catalog.index_throughput_document(table, index)
+        index_body = ops.UpdateThroughputPayload(index.table_id, document).to_json()
+        nodes = sorted({partition.node for partition in index.partitions})
+        calls.extend(
+            ctx.control(node, ops.UPDATE_THROUGHPUT, index_body, timeout) for node in nodes
+        )
+    await _all(calls)
 
 
 async def _finish_update(ctx: RouterContext, table: TableDef, timeout: float) -> TableDef:
@@ -1084,12 +1111,44 @@ async def _finish_update(ctx: RouterContext, table: TableDef, timeout: float) ->
     return table if activated is None else activated
 
 
+async def _update_index_throughput(
+    ctx: RouterContext, name: str, updates: tuple[_IndexUpdate, ...]
+) -> dict[str, Any]:
+    """UpdateTable's GlobalSecondaryIndexUpdates Update: the indexes' new ProvisionedThroughput
+    in the catalog with the table UPDATING (`core.catalog.index_throughput_updated`), pushed to
+    the nodes of the table and its indexes, then the table ACTIVE again. The reply describes the
+    table as it starts UPDATING: the updated indexes UPDATING at their old capacity."""
+    region = request_region()
+    before: list[TableDef] = []
+
+    def update(current: TableDef | None) -> TableDef:
+        if current is None:
+            raise _table_not_found(name)
+        before.append(current)
+        changes = {update.name: update.units for update in updates}
+        return catalog.index_throughput_updated(current, changes, region)
+
+    table = await ctx.change_table(name, update)
+    assert table is not None, f"UpdateTable of {name} found no table after updating it"
+    await _finish_update(ctx, table, limits.CONTROL_CALL_SECONDS_MAX)
+    stats = await _table_stats(ctx, table)
+    description = _description(before[-1], stats, ctx.sources.clock(), TableStatus.UPDATING)
+    updated = {update.name for update in updates}
+    for index in description.get("GlobalSecondaryIndexes", ()):
+        if index["IndexName"] in updated:
+            index["IndexStatus"] = "UPDATING"
+    return {"TableDescription": description}
+
+
 async def update_table(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
     request = _read_update_table(body)
-    if request.index_update is not None:
-        if request.index_update.action == "Create":
-            return await _create_index(ctx, request.name, request.index_update, request.definitions)
-        return await _delete_index(ctx, request.name, request.index_update.name)
+    if request.index_updates:
+        first = request.index_updates[0]
+        if first.action == "Create":
+            return await _create_index(ctx, request.name, first, request.definitions)
+        if first.action == "Delete":
+            return await _delete_index(ctx, request.name, first.name)
+        return await _update_index_throughput(ctx, request.name, request.index_updates)
     if request.stream is not None and not request.changes_throughput:
         return await _update_stream(ctx, request.name, _stream_view_type(request.stream))
     if request.stream is not None:

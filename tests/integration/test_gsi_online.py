@@ -369,3 +369,64 @@ def test_an_index_created_with_its_table_and_deleted_checks_no_write_any_more(
     dynamodb.put_item(TableName=name, Item={"UserId": {"S": "user-2"}, "Score": {"S": "low"}})
     item = dynamodb.get_item(TableName=name, Key=key, ConsistentRead=True)
     assert item["Item"]["Score"] == {"S": "high"}
+
+
+def test_an_index_throughput_is_updated_in_provisioned_mode(
+    dynamodb: Any, users: str, table_name: Callable[[], str]
+) -> None:
+    name = table_name()
+    dynamodb.create_table(
+        TableName=name,
+        KeySchema=[{"AttributeName": "UserId", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "UserId", "AttributeType": "S"}, *DEFINITIONS],
+        ProvisionedThroughput={"ReadCapacityUnits": 5, "WriteCapacityUnits": 5},
+        GlobalSecondaryIndexes=[
+            {**BY_GAME, "ProvisionedThroughput": {"ReadCapacityUnits": 5, "WriteCapacityUnits": 5}}
+        ],
+    )
+    wait_active(dynamodb, name)
+
+    def update(table: str, index: dict[str, Any]) -> Any:
+        return dynamodb.update_table(
+            TableName=table, GlobalSecondaryIndexUpdates=[{"Update": index}]
+        )
+
+    more = {"ReadCapacityUnits": 7, "WriteCapacityUnits": 9}
+    reply = update(name, {"IndexName": "ByGame", "ProvisionedThroughput": more})["TableDescription"]
+    assert reply["TableStatus"] == "UPDATING"
+    (index,) = reply["GlobalSecondaryIndexes"]
+    assert index["IndexStatus"] == "UPDATING"
+    assert index["ProvisionedThroughput"]["WriteCapacityUnits"] == 5  # As it starts updating.
+    table = wait_active(dynamodb, name)
+    (index,) = table["GlobalSecondaryIndexes"]
+    assert index["IndexStatus"] == "ACTIVE"
+    assert (
+        index["ProvisionedThroughput"]["ReadCapacityUnits"],
+        index["ProvisionedThroughput"]["WriteCapacityUnits"],
+    ) == (7, 9)
+    invalid = "One or more parameter values were invalid: "
+    assert error_of(lambda: update(name, {"IndexName": "ByGame", "ProvisionedThroughput": more}))[
+        2
+    ].startswith("The provisioned throughput for the index ByGame will not change.")
+    assert error_of(lambda: update(name, {"IndexName": "Missing", "ProvisionedThroughput": more}))[
+        :2
+    ] == (400, "ResourceNotFoundException")
+    assert error_of(
+        lambda: update(
+            name,
+            {
+                "IndexName": "ByGame",
+                "ProvisionedThroughput": {"ReadCapacityUnits": 0, "WriteCapacityUnits": 1},
+            },
+        )
+    )[:2] == (400, "ValidationException")
+    # On demand, an index takes no ProvisionedThroughput.
+    add_by_game(dynamodb, users)
+    assert error_of(
+        lambda: update(users, {"IndexName": "ByGame", "ProvisionedThroughput": more})
+    ) == (
+        400,
+        "ValidationException",
+        invalid + "ProvisionedThroughput should not be specified for index: ByGame when "
+        "BillingMode is PAY_PER_REQUEST",
+    )

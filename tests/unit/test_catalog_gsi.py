@@ -8,7 +8,7 @@ import pytest
 
 from core import catalog
 from core.catalog import IndexDef, IndexStatus, TableDef, TableStatus, Throughput
-from core.errors import LimitExceeded, ResourceNotFound, ValidationError
+from core.errors import LimitExceeded, ResourceInUse, ResourceNotFound, ValidationError
 from core.keys import KeyAttribute, KeyShape
 from core.token_bucket import BillingMode
 
@@ -148,3 +148,40 @@ def test_one_index_at_a_time_is_created_or_deleted_as_dynamodb_allows() -> None:
         catalog.index_deleting(active_table(), "Missing")
     gone = catalog.index_moved(deleting, "Online", None)
     assert [index.name for index in gone.indexes] == ["GameTitleIndex"]
+
+
+def test_an_index_throughput_update_is_checked_and_leaves_the_table_updating() -> None:
+    table = active_table()
+    units = {"ReadCapacityUnits": 10, "WriteCapacityUnits": 20}
+    updating = catalog.index_throughput_updated(table, {"GameTitleIndex": units}, "r")
+    assert updating.status == TableStatus.UPDATING
+    assert updating.throughput_version == table.throughput_version + 1
+    assert updating.indexes[0].throughput == Throughput(10, 20)
+    assert updating.indexes[0].status == IndexStatus.ACTIVE  # Still readable.
+    assert catalog.index_throughput_document(updating, updating.indexes[0])["write"] == 20
+    assert catalog.activated(updating).indexes == updating.indexes
+    with pytest.raises(ResourceInUse, match="Table is being updated: GameScores"):
+        catalog.index_throughput_updated(updating, {"GameTitleIndex": units}, "r")
+    with pytest.raises(ResourceNotFound, match="index: Missing not found"):
+        catalog.index_throughput_updated(table, {"Missing": units}, "r")
+    with pytest.raises(ValidationError, match="will not change"):
+        same = {"ReadCapacityUnits": 5, "WriteCapacityUnits": 5}
+        catalog.index_throughput_updated(table, {"GameTitleIndex": same}, "r")
+    with pytest.raises(ValidationError, match="ProvisionedThroughput is not specified"):
+        catalog.index_throughput_updated(table, {"GameTitleIndex": None}, "r")
+    with pytest.raises(LimitExceeded, match="per table maximum"):
+        huge = {"ReadCapacityUnits": 10**6, "WriteCapacityUnits": 1}
+        catalog.index_throughput_updated(table, {"GameTitleIndex": huge}, "r")
+    # Seed 004 O-16, O-18: not while the index is created before its backfill began; while it
+    # backfills, yes; not while it is deleted.
+    creating = online(table)
+    with pytest.raises(ResourceInUse, match="Index is being created: Online"):
+        catalog.index_throughput_updated(creating, {"Online": units}, "r")
+    other = catalog.index_throughput_updated(creating, {"GameTitleIndex": units}, "r")
+    assert other.indexes[0].throughput == Throughput(10, 20)
+    backfilling = catalog.index_backfill_started(creating, "ef" * 16)
+    updated = catalog.index_throughput_updated(backfilling, {"Online": units}, "r")
+    assert updated.indexes[-1].throughput == Throughput(10, 20)
+    deleting = catalog.index_deleting(table, "GameTitleIndex")
+    with pytest.raises(ResourceInUse, match="Index is being deleted"):
+        catalog.index_throughput_updated(deleting, {"GameTitleIndex": units}, "r")
