@@ -30,7 +30,13 @@ from typing import Any
 from core import catalog, limits
 from core.catalog import IndexDef, PartitionDef, TableDef, Throughput
 from core.errors import INVALID_PARAMETERS, ValidationError
-from core.indexes import Projection, check_index_keys, entry_shape, index_entry
+from core.indexes import (
+    Projection,
+    check_index_key_value,
+    check_index_keys,
+    entry_shape,
+    index_entry,
+)
 from core.keys import KeyAttribute, KeyRole, KeyShape
 from core.placement import PartitionMap
 from core.token_bucket import BillingMode
@@ -70,6 +76,45 @@ def key_violation(item: Item, index: IndexDef) -> str | None:
     except ValidationError as error:
         return error.message
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """One index key attribute of one item that keeps the item out of a global index (seed 004
+    O-22), as the violation detector reports it: the item's table key, the attribute, its role
+    in the index key, the kind ("Type Violation" or "Size Violation": too large, or an empty
+    string or binary) and DynamoDB's message for a write that would set it so."""
+
+    key: Item
+    attribute: str
+    role: KeyRole
+    value: Any
+    kind: str
+    description: str
+
+
+TYPE_VIOLATION = "Type Violation"
+SIZE_VIOLATION = "Size Violation"
+
+
+def violations(item: Item, index: IndexDef, table_shape: KeyShape) -> list[Violation]:
+    """Every index key attribute of `item` that violates `index`'s key schema (an absent one is
+    no violation: the item is just not in the index)."""
+    found: list[Violation] = []
+    key = table_shape.key_of(item)
+    for attribute in index.key_shape.attributes:
+        value = item.get(attribute.name)
+        if value is None:
+            continue
+        try:
+            check_index_key_value(value, attribute, index.name)
+        except ValidationError as error:
+            mismatch = next(iter(value)) != attribute.type
+            kind = TYPE_VIOLATION if mismatch else SIZE_VIOLATION
+            found.append(
+                Violation(key, attribute.name, attribute.role, value, kind, error.message or "")
+            )
+    return found
 
 
 @dataclass(frozen=True, slots=True)

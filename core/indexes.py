@@ -29,7 +29,7 @@ from core.catalog import IndexDef, IndexStatus, ProjectionType
 from core.errors import INVALID_PARAMETERS, ItemCollectionSizeLimitExceeded, ValidationError
 from core.keys import KeyAttribute, KeyShape
 from core.size import check_key_value, item_size_bytes
-from core.values import Item, type_of
+from core.values import AttributeValue, Item, type_of
 
 PROJECTION_TYPES: tuple[ProjectionType, ...] = ("ALL", "KEYS_ONLY", "INCLUDE")
 _PROJECTION_TYPE_NAMED: dict[str | None, ProjectionType] = {kind: kind for kind in PROJECTION_TYPES}
@@ -156,26 +156,29 @@ def check_index_keys(item: Item, indexes: Iterable[IndexDef]) -> None:
     for index in indexes:
         for attribute in index.key_shape.attributes:
             value = item.get(attribute.name)
-            if value is None:
-                continue
-            actual = type_of(value)
-            if actual != attribute.type:
-                raise ValidationError(
-                    INVALID_PARAMETERS
-                    + f"Type mismatch for Index Key {attribute.name} Expected: {attribute.type} "
-                    f"Actual: {actual} IndexName: {index.name}"
-                )
-            if actual in ("S", "B") and value[actual] == "":
-                kind = "string" if actual == "S" else "binary"
-                raise ValidationError(
-                    _NOT_VALID
-                    + "A value specified for a secondary index key is not supported. The "
-                    f"AttributeValue for a key attribute cannot contain an empty {kind} value. "
-                    f"IndexName: {index.name}, IndexKey: {attribute.name}"
-                )
-            # An index key is bounded like a table key: 2048 bytes for a partition key, 1024
-            # for a sort key (its entry is stored under it).
-            check_key_value(attribute.name, value, attribute.role)
+            if value is not None:
+                check_index_key_value(value, attribute, index.name)
+
+
+def check_index_key_value(value: AttributeValue, attribute: KeyAttribute, index_name: str) -> None:
+    """Refuse one value of an index key attribute, as `check_index_keys` does."""
+    actual = type_of(value)
+    if actual != attribute.type:
+        raise ValidationError(
+            INVALID_PARAMETERS
+            + f"Type mismatch for Index Key {attribute.name} Expected: {attribute.type} "
+            f"Actual: {actual} IndexName: {index_name}"
+        )
+    if actual in ("S", "B") and value[actual] == "":
+        kind = "string" if actual == "S" else "binary"
+        raise ValidationError(
+            _NOT_VALID + "A value specified for a secondary index key is not supported. The "
+            f"AttributeValue for a key attribute cannot contain an empty {kind} value. "
+            f"IndexName: {index_name}, IndexKey: {attribute.name}"
+        )
+    # An index key is bounded like a table key: 2048 bytes for a partition key, 1024 for a sort
+    # key (its entry is stored under it).
+    check_key_value(attribute.name, value, attribute.role)
 
 
 # Item collections -----------------------------------------------------------------------------

@@ -22,7 +22,7 @@ import aiohttp
 from rich.console import Console
 from rich.table import Table
 
-from dynalab import bench, nodes, status
+from dynalab import bench, nodes, status, violations
 from dynalab.cluster import ClusterError, LocalCluster
 from dynalab.lab import command as lab_command
 from storagenode.scrub import scrub
@@ -379,6 +379,19 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="keep the table afterwards (a table the bench created is deleted by default)",
     )
+    index = commands.add_parser("gsi", help="global secondary index tools")
+    index_commands = index.add_subparsers(dest="gsi_command", required=True)
+    detector = index_commands.add_parser(
+        "violations",
+        help="list the items an index leaves out for a wrongly typed, empty or too large key "
+        "attribute (CSV on standard output)",
+    )
+    detector.add_argument("table", metavar="TABLE")
+    detector.add_argument("index", metavar="INDEX")
+    detector.add_argument(
+        "--endpoint", default="http://127.0.0.1:8000", help="DynamoDB endpoint URL"
+    )
+    detector.add_argument("--region", default="us-east-1", help="region to sign requests for")
     lab_command.add_parser(commands)
     return parser
 
@@ -396,4 +409,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_scrub(args, console)
     if args.command == "lab":
         return lab_command.main(args, console)
+    if args.command == "gsi":
+        return violations.run(args.endpoint, args.table, args.index, args.region)
     return run_bench(args, console)

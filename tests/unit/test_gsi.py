@@ -200,3 +200,27 @@ def test_a_backfill_page_is_one_put_per_item_in_the_index() -> None:
         (None, score("1", "A", 1)),
         (None, score("3", "C", 3, Wins={"N": "2"})),
     ]
+
+
+def test_the_violation_detector_names_each_violating_key_attribute() -> None:
+    # Seed 004 O-22: a wrong type, an empty string, a value too large for an index key.
+    wrong = score("101", "Comet Quest", None, TopScore={"S": "high"})
+    (violation,) = gsi.violations(wrong, KEYS, TABLE_SHAPE)
+    assert violation.key == {"UserId": {"S": "101"}, "GameTitle": {"S": "Comet Quest"}}
+    assert (violation.attribute, violation.role, violation.kind) == (
+        "TopScore",
+        "sort",
+        gsi.TYPE_VIOLATION,
+    )
+    assert violation.description == (
+        "One or more parameter values were invalid: Type mismatch for Index Key TopScore "
+        "Expected: N Actual: S IndexName: GameTitleIndex"
+    )
+    both = score("102", "", None, TopScore={"S": "x"})  # An empty hash key, a wrong range key.
+    kinds = [(v.attribute, v.kind) for v in gsi.violations(both, KEYS, TABLE_SHAPE)]
+    assert kinds == [("GameTitle", gsi.SIZE_VIOLATION), ("TopScore", gsi.TYPE_VIOLATION)]
+    large = score("103", "x" * 2049, 1)
+    (too_large,) = gsi.violations(large, KEYS, TABLE_SHAPE)
+    assert (too_large.attribute, too_large.kind) == ("GameTitle", gsi.SIZE_VIOLATION)
+    assert gsi.violations(score("104", "Comet Quest", 3), KEYS, TABLE_SHAPE) == []
+    assert gsi.violations(score("105", "Comet Quest", None), KEYS, TABLE_SHAPE) == []
