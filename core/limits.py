@@ -260,6 +260,7 @@ GSI_APPLY_ATTEMPTS_MAX = 5
 GSI_LAG_RECORDS_MAX = 100_000
 # The bytes of one page of a base partition an online index's backfill reads (the 1 MB page of a
 # Scan): each page's entries go to the index partitions as one index_apply each.
+# DYNALAB_GSI_BACKFILL_PAGE_BYTES on a replicator for experiments (small pages, a long copy).
 GSI_BACKFILL_PAGE_BYTES = 1024 * 1024
 # A replicator's lease on a source partition (`core.gsi_leases`) lasts this long from its last
 # renewal; a crashed replicator's partitions are taken over within about this long. Renewed every

@@ -3,10 +3,11 @@
     python -m gsi_replicator --listen 127.0.0.1:8100 \\
                              --nodes node-1=127.0.0.1:7001,node-2=127.0.0.1:7002
 
-Each flag falls back to an environment variable (DYNALAB_LISTEN, DYNALAB_NODES), which suits
-containers. `--listen` serves `GET /` (200 once running: the readiness probe) and `GET /metrics`
-(Prometheus: per source partition, its checkpoint, changes read, index writes, restarts and the
-lag of its last batch). Logs go to stderr; once it serves, it prints `listening on HOST:PORT`.
+Each flag falls back to an environment variable (DYNALAB_LISTEN, DYNALAB_NODES,
+DYNALAB_GSI_BACKFILL_PAGE_BYTES), which suits containers. `--listen` serves `GET /` (200 once
+running: the readiness probe) and `GET /metrics` (Prometheus: per source partition, its
+checkpoint, changes read, index writes, restarts and the lag of its last batch; its leases).
+Logs go to stderr; once it serves, it prints `listening on HOST:PORT`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import sys
 import uvloop
 from aiohttp import web
 
+from core import limits
 from gsi_replicator.replicator import Replicator
 from rpc import lifeline
 from rpc.addresses import parse_address, parse_nodes
@@ -44,7 +46,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=os.environ.get("DYNALAB_NODES"),
         help="storage nodes as NODE_ID=HOST:PORT,... (env DYNALAB_NODES)",
     )
+    parser.add_argument(
+        "--backfill-page-bytes",
+        type=int,
+        default=int(
+            os.environ.get("DYNALAB_GSI_BACKFILL_PAGE_BYTES", limits.GSI_BACKFILL_PAGE_BYTES)
+        ),
+        help="bytes of a base partition one page of an online index's copy reads (default 1 MB; "
+        "small pages make a copy long, for experiments) (env DYNALAB_GSI_BACKFILL_PAGE_BYTES)",
+    )
     args = parser.parse_args(argv)
+    if args.backfill_page_bytes < 1:
+        parser.error("--backfill-page-bytes must be at least 1")
     if args.listen is None:
         parser.error("--listen (or DYNALAB_LISTEN) is required")
     if args.nodes is None:
@@ -53,7 +66,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 async def serve(args: argparse.Namespace) -> None:
-    replicator = Replicator(args.nodes)
+    replicator = Replicator(args.nodes, backfill_page_bytes=args.backfill_page_bytes)
     stop = asyncio.Event()
 
     async def health(request: web.Request) -> web.Response:

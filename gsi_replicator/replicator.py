@@ -127,12 +127,14 @@ class Replicator:
         clock: Callable[[], float] = time.time,
         owner: str | None = None,
         lease_seconds: float = limits.GSI_LEASE_SECONDS,
+        backfill_page_bytes: int = limits.GSI_BACKFILL_PAGE_BYTES,
     ) -> None:
         if not nodes:
             raise ValueError("the replicator needs at least one storage node")
         # Unique per process run: a restarted replicator is a new owner, never its old self.
         self.owner = owner or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.lease_seconds = lease_seconds
+        self.backfill_page_bytes = backfill_page_bytes
         self.leases: dict[FollowerKey, Lease] = {}  # The leases this replicator holds.
         self.lease_rows: dict[FollowerKey, Lease] = {}  # Every lease, as last read.
         self.leases_ready = False  # The leases table exists on the catalog's node.
@@ -327,7 +329,13 @@ class Replicator:
         while True:
             try:
                 await self._fence(table_id, partition.id, consumer, epoch)
-                await self._backfill(table_id, partition, consumer, epoch, stats)
+                try:
+                    await self._backfill(table_id, partition, consumer, epoch, stats)
+                except StaleEpoch:
+                    if not self._retired(table_id, partition.id):
+                        raise
+                    # The partition split under its copy: its log from where the copy began to
+                    # its END is applied below; the children are copied once it is drained.
                 await self._follow_from_checkpoint(table_id, partition, consumer, epoch, stats)
             except LeaseFenced as error:
                 self.stats.leases_lost += 1
@@ -388,6 +396,11 @@ class Replicator:
                 routed[(index.table_id, part.id, part.epoch, part.node)] = []
         await self._apply_all(routed, source, epoch)
 
+    def _retired(self, table_id: str, partition_id: str) -> bool:
+        """Whether the catalog, as last read, shows the partition retired by a split."""
+        table = self.tables.get(table_id)
+        return table is not None and any(p.id == partition_id for p in table.retired)
+
     def _feed(self, partition: PartitionDef) -> ChangeFeedClient:
         feed = self.feeds.get(partition.node)
         if feed is None:
@@ -418,6 +431,14 @@ class Replicator:
         table = self.tables.get(table_id)
         if table is None or indexes is None or len(indexes) != 1 or not indexes[0].online:
             return
+        if self._retired(table_id, partition.id):
+            # Split before or during its copy: nothing to copy. If the copy had begun, its
+            # consumer's log runs from where it began to END, and applying it (the follower)
+            # brings every entry the copy wrote to the item's version at the split, deletions
+            # included; the children, created with the consumer registered at their seq 0, are
+            # then copied and followed from their first change. If it had not, the consumer
+            # joins the log at its END and the children's copies hold everything.
+            return
         index = indexes[0]
         if partition.id in index.backfilled or index.status == IndexStatus.ACTIVE:
             stats.backfill_done = True
@@ -434,7 +455,7 @@ class Replicator:
         if client is None:
             raise ServiceUnavailable(f"Storage node {partition.node} is not known here")
         target = ops.Target(table_id, partition.id, partition.epoch)
-        payload = ops.ScanPayload(page_bytes=limits.GSI_BACKFILL_PAGE_BYTES)
+        payload = ops.ScanPayload(page_bytes=self.backfill_page_bytes)
         stats.backfilled_items = 0
         while True:
             reply = await client.call(
@@ -473,8 +494,11 @@ class Replicator:
     ) -> None:
         """One pass over the feed from the consumer's checkpoint; returns after the END record."""
         feed = self._feed(partition)
+        # A retired log joined for the first time is joined at its END (there is nothing of it to
+        # apply: see `_backfill`); a consumer registered already keeps its checkpoint.
+        start = None if self._retired(table_id, partition.id) else 0
         position = await feed.register(
-            table_id, partition.id, consumer, 0, limits.NODE_CALL_SECONDS_MAX
+            table_id, partition.id, consumer, start, limits.NODE_CALL_SECONDS_MAX
         )
         stats.observe(position.seq, position.last_seq, self.clock())
         batches = feed.follow_batches(table_id, partition.id, consumer=consumer)

@@ -1,0 +1,89 @@
+"""A base partition split while an online index copies it, on a real cluster whose replicator
+copies in small pages (DYNALAB_GSI_BACKFILL_PAGE_BYTES), so that the split lands in the middle of
+the copy. The parent's copy stops at the split; the replicator applies the parent's log from
+where the copy began to its END (deletes and key changes of items the copy had already written
+included), then copies and follows the children: the index converges exactly
+(`dynalab.convergence`).
+"""
+
+from __future__ import annotations
+
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from dynalab import convergence
+from dynalab.cluster import LocalCluster
+from tests.integration.conftest import dynamodb_client
+from tests.integration.test_gsi_faults import Writer
+from tests.integration.test_gsi_online import (
+    add_by_game,
+    create_users,
+    index_description,
+    load,
+    wait_index,
+)
+from tests.integration.test_splits import admin
+
+CONVERGE_TIMEOUT_S = 60.0
+METRICS_TIMEOUT_S = 5.0
+PAGE_BYTES = 512  # A few small items a page: a partition's copy takes a hundred pages or more.
+
+
+@pytest.fixture(scope="module")
+def slow_copy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    with pytest.MonkeyPatch.context() as environment:
+        environment.setenv("DYNALAB_THROTTLING", "off")
+        environment.setenv("DYNALAB_GSI_BACKFILL_PAGE_BYTES", str(PAGE_BYTES))
+        with LocalCluster(tmp_path_factory.mktemp("slow-copy"), nodes=3) as running:
+            yield running
+
+
+def test_a_base_partition_split_under_its_backfill_and_the_index_converges(
+    slow_copy: LocalCluster,
+) -> None:
+    client = dynamodb_client(slow_copy.router_url)
+    name = "split_under_copy"
+    create_users(client, name)
+    writer = Writer(client, name)
+    load(client, name, writer, 3000)
+    _, listing = admin(slow_copy, f"/admin/tables/{name}/partitions")
+    largest = max(listing["partitions"], key=lambda p: p["size_bytes"])
+    add_by_game(client, name)
+    wait_index(client, name, "ByGame", lambda i: i is not None and i["Backfilling"])
+    # While the copy runs: delete some items and move others to another game, in every
+    # partition, the parent's early pages (already copied) among them.
+    requests: list[dict[str, Any]] = []
+    for user in range(0, 3000, 10):
+        requests.append({"DeleteRequest": {"Key": {"UserId": {"S": f"user-{user}"}}}})
+        moved = {
+            "UserId": {"S": f"user-{user + 1}"},
+            "Game": {"S": "game-99"},
+            "Score": {"N": "1"},
+            "Level": {"N": "1"},
+        }
+        writer.history.append(moved)
+        requests.append({"PutRequest": {"Item": moved}})
+    for start in range(0, len(requests), 25):
+        pending = {name: requests[start : start + 25]}
+        while pending:
+            pending = client.batch_write_item(RequestItems=pending)["UnprocessedItems"]
+    status, reply = admin(slow_copy, f"/admin/tables/{name}/partitions/{largest['id']}/split", {})
+    assert status == 200, reply
+    during = index_description(client, name, "ByGame")
+    assert during is not None and during["IndexStatus"] == "CREATING", during
+    wait_index(client, name, "ByGame", lambda i: i is not None and i["IndexStatus"] == "ACTIVE")
+    result = convergence.wait_converged(client, name, "ByGame", CONVERGE_TIMEOUT_S, writer.history)
+    assert result.converged
+    # The split cut the parent's copy short (else this test would not test it).
+    (replicator,) = slow_copy.replicators
+    with urllib.request.urlopen(f"{replicator.url}/metrics", timeout=METRICS_TIMEOUT_S) as page:
+        metrics = page.read().decode()
+    (done,) = (
+        line
+        for line in metrics.splitlines()
+        if line.startswith("dynalab_gsi_backfill_done{") and f'partition="{largest["id"]}"' in line
+    )
+    assert done.endswith(" 0"), done
