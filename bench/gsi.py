@@ -1,9 +1,10 @@
 """Benchmark global secondary indexes on a local cluster: propagation lag and the cost to base puts.
 
     python bench/gsi.py [--rate 1000] [--seconds 5] [--concurrency 32] [--backfill-items 200000]
+                        [--replicators 1]
 
-It starts its own cluster (3 nodes, 1 router, 1 GSI replicator, throttling off, in a temporary
-directory) and prints:
+It starts its own cluster (3 nodes, 1 router, `--replicators` GSI replicators sharing the
+partitions through leases, throttling off, in a temporary directory) and prints:
 
 1. Propagation lag at a fixed write rate: once the replicator follows the new table (a warm-up
    probe is visible), puts are issued on a schedule of `--rate` per second for `--seconds`; one
@@ -248,10 +249,14 @@ def main() -> None:
     parser.add_argument(
         "--backfill-items", type=int, default=200_000, help="items for the backfill run (0: none)"
     )
+    parser.add_argument("--replicators", type=int, default=1, help="GSI replicator processes")
     args = parser.parse_args()
     cpu = time.process_time()
     os.environ["DYNALAB_THROTTLING"] = "off"
-    with tempfile.TemporaryDirectory() as data, LocalCluster(data, nodes=3, routers=1) as cluster:
+    with (
+        tempfile.TemporaryDirectory() as data,
+        LocalCluster(data, nodes=3, routers=1, replicators=args.replicators) as cluster,
+    ):
         asyncio.run(run(args, cluster.router_url))
     print(f"bench client CPU: {time.process_time() - cpu:.1f} s")
 

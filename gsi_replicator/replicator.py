@@ -236,30 +236,50 @@ class Replicator:
         wanted = self.wanted()
         plan = gsi_leases.plan(wanted, rows, members, self.owner, now, self.lease_seconds)
         held = {lease.key: lease for lease in plan.keep}
-        for lease in plan.renew:
-            renewal = gsi_leases.renewed(lease, now, self.lease_seconds)
-            if await leases.write(self.clients, location, renewal.to_item(), lease.version):
-                held[lease.key] = renewal
-            else:
-                self.stats.leases_lost += 1
-                del held[lease.key]
         for lease in plan.release:
             held.pop(lease.key, None)
             self._stop_follower(lease.key)
-            await self._release(location, lease)
-        for key in plan.acquire:
-            previous = rows.get(key)
-            taken = gsi_leases.taken(previous, key, self.owner, now, self.lease_seconds)
-            version = None if previous is None else previous.version
-            if await leases.write(self.clients, location, taken.to_item(), version):
+        # Every write at once: the catalog's node commits them together (its group commit),
+        # so a replicator holding many leases renews them all well within their time.
+        renewals = [gsi_leases.renewed(lease, now, self.lease_seconds) for lease in plan.renew]
+        takes = [
+            gsi_leases.taken(rows.get(key), key, self.owner, now, self.lease_seconds)
+            for key in plan.acquire
+        ]
+        written = await asyncio.gather(
+            *(
+                leases.write(self.clients, location, row.to_item(), held[row.key].version)
+                for row in renewals
+            ),
+            *(self._release(location, lease) for lease in plan.release),
+            *(
+                leases.write(
+                    self.clients,
+                    location,
+                    row.to_item(),
+                    None if row.key not in rows else rows[row.key].version,
+                )
+                for row in takes
+            ),
+        )
+        for row, ok in zip(renewals, written[: len(renewals)], strict=True):
+            if ok:
+                held[row.key] = row
+            else:
+                self.stats.leases_lost += 1
+                del held[row.key]
+        for row, ok in zip(takes, written[len(renewals) + len(plan.release) :], strict=True):
+            if ok:
                 self.stats.leases_acquired += 1
-                held[key] = taken
+                held[row.key] = row
         self.leases = held
 
-    async def _release(self, location: CatalogLocation, lease: Lease) -> None:
+    async def _release(self, location: CatalogLocation, lease: Lease) -> bool:
         released = gsi_leases.released(lease)
-        if await leases.write(self.clients, location, released.to_item(), lease.version):
+        done = await leases.write(self.clients, location, released.to_item(), lease.version)
+        if done:
             self.stats.leases_released += 1
+        return done
 
     def _stop_follower(self, key: FollowerKey) -> None:
         task = self.followers.pop(key, None)
