@@ -136,6 +136,7 @@ class Replicator:
         self.lease_seconds = lease_seconds
         self.backfill_page_bytes = backfill_page_bytes
         self.leases: dict[FollowerKey, Lease] = {}  # The leases this replicator holds.
+        self.epochs: dict[FollowerKey, int] = {}  # The lease epoch each follower runs under.
         self.lease_rows: dict[FollowerKey, Lease] = {}  # Every lease, as last read.
         self.leases_ready = False  # The leases table exists on the catalog's node.
         self.clients: dict[str, NodeTransport] = {n: connect(a) for n, a in nodes.items()}
@@ -300,7 +301,10 @@ class Replicator:
                 task.cancel()
                 del self.followers[key]
                 self.stats.followers.pop(key, None)
-            elif lease is None or lease.expires <= now:
+                self.epochs.pop(key, None)
+            elif lease is None or lease.expires <= now or lease.epoch != self.epochs.get(key):
+                # Lost, expired, or taken again under a new epoch (after it expired while the
+                # catalog could not be reached): the follower starts again under the new one.
                 task.cancel()
                 del self.followers[key]
             elif task.done():
@@ -325,6 +329,7 @@ class Replicator:
                             self._follow(table.id, partition, consumer, lease.epoch, stats),
                             name=f"follow-{partition.id}-{consumer}",
                         )
+                        self.epochs[key] = lease.epoch
 
     def _indexes(self, table_id: str, consumer: str) -> tuple[IndexDef, ...] | None:
         """The indexes `consumer` keeps on table `table_id` now; None when it keeps none."""
