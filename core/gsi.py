@@ -149,12 +149,12 @@ def project_change(
             continue
         before = _entry(old, index, table_shape)
         after = _entry(new, index, table_shape)
-        if before is None and after is None:
+        if before is None:
+            if after is not None:
+                writes.append(IndexWrite(index.name, seq, None, after))
             continue
         shape = entry_shape(index, table_shape)
-        if before is None:
-            writes.append(IndexWrite(index.name, seq, None, after))
-        elif after is None:
+        if after is None:
             writes.append(IndexWrite(index.name, seq, shape.key_of(before), None))
         elif shape.key_of(before) != shape.key_of(after):
             writes.append(IndexWrite(index.name, seq, shape.key_of(before), after))

@@ -23,7 +23,7 @@ on the type, never on the message. Nothing here does IO.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from core.errors import INVALID_PARAMETERS, KEY_MISMATCH, ValidationError
@@ -56,12 +56,15 @@ class KeyShape:
     """The ordered key attributes of one kind of key; the first one is hashed."""
 
     attributes: tuple[KeyAttribute, ...]
+    # The attributes' names, kept: every projection and key extraction reads them.
+    _names: tuple[str, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         assert self.attributes, "a key has at least a partition key"
         assert self.attributes[0].role == "partition", "the hashed attribute is a partition key"
-        names = [attribute.name for attribute in self.attributes]
+        names = tuple(attribute.name for attribute in self.attributes)
         assert len(set(names)) == len(names), f"key attributes repeat a name: {names}"
+        object.__setattr__(self, "_names", names)
 
     @classmethod
     def table(cls, partition: tuple[str, str], sort: tuple[str, str] | None = None) -> KeyShape:
@@ -99,7 +102,7 @@ class KeyShape:
 
     @property
     def names(self) -> tuple[str, ...]:
-        return tuple(attribute.name for attribute in self.attributes)
+        return self._names
 
     # Validation ---------------------------------------------------------------------------------
 
