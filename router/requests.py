@@ -200,10 +200,29 @@ class RequestReader:
         return value
 
     def string_list(
-        self, member: str, *, min_length: int | None = None, max_length: int | None = None
+        self,
+        member: str,
+        *,
+        min_length: int | None = None,
+        max_length: int | None = None,
+        member_length: tuple[int, int] | None = None,
     ) -> list[str] | None:
-        """A List of Strings, or None when absent."""
-        return self.array(member, min_length=min_length, max_length=max_length)
+        """A List of Strings, or None when absent.
+
+        `member_length` bounds each string's length (min, max); DynamoDB states a list's member
+        constraints once for the whole list, not per element.
+        """
+        strings: list[str] | None = self.array(member, min_length=min_length, max_length=max_length)
+        if strings is not None and member_length is not None:
+            lo, hi = member_length
+            if not all(lo <= len(string) <= hi for string in strings):
+                self.violation(
+                    member,
+                    strings,
+                    "Member must satisfy constraint: [Member must have length less than or "
+                    f"equal to {hi}, Member must have length greater than or equal to {lo}]",
+                )
+        return strings
 
     def string_map(self, member: str) -> dict[str, str] | None:
         """A Map of String to String, or None when absent."""

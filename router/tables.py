@@ -214,6 +214,7 @@ def _read_index_definition(nested: RequestReader, global_index: bool) -> _IndexR
             "NonKeyAttributes",
             min_length=1,
             max_length=limits.INDEX_NON_KEY_ATTRIBUTES_PER_INDEX_MAX,
+            member_length=(1, limits.KEY_ATTRIBUTE_NAME_BYTES_MAX),
         )
     throughput = _read_throughput(nested) if global_index else None
     return _IndexReading(name, key_schema, projection_type, non_key, throughput)

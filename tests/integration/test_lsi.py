@@ -242,6 +242,25 @@ def numbers(count: int) -> list[dict[str, str]]:
             "satisfy constraint: Member must have length less than or equal to 20",
         ),
         (
+            # NonKeyAttributeName is 1 to 255 characters (botocore's model); a list's member
+            # constraints are stated once for the list.
+            {
+                "LocalSecondaryIndexes": [
+                    lsi(
+                        "index0",
+                        projection={
+                            "ProjectionType": "INCLUDE",
+                            "NonKeyAttributes": ["a", "b" * 256],
+                        },
+                    )
+                ]
+            },
+            f"1 validation error detected: Value '[a, {'b' * 256}]' at "
+            "'localSecondaryIndexes.1.member.projection.nonKeyAttributes' failed to satisfy "
+            "constraint: Member must satisfy constraint: [Member must have length less than or "
+            "equal to 255, Member must have length greater than or equal to 1]",
+        ),
+        (
             {"LocalSecondaryIndexes": [lsi("ab")]},
             "1 validation error detected: Value 'ab' at 'localSecondaryIndexes.1.member.indexName' "
             "failed to satisfy constraint: Member must have length greater than or equal to 3",
