@@ -25,6 +25,7 @@ import fcntl
 import http.client
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -41,6 +42,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from rpc import lifeline
 
 LOOPBACK = "127.0.0.1"
+LISTEN_PORTS_LOW = 10_000  # Listeners' ports are drawn from here up to the ephemeral range.
+FREE_PORT_DRAWS_MAX = 1_000
 STARTUP_TIMEOUT_S = 30.0  # How long a cluster (or one restarted process) may take to become ready.
 STOP_GRACE_S = 10.0  # How long a process gets to exit after SIGTERM before it is SIGKILLed.
 KILL_WAIT_S = 5.0  # How long to wait for the kernel to reap a SIGKILLed process.
@@ -63,19 +66,39 @@ class ClusterError(RuntimeError):
 
 
 def free_ports(count: int) -> list[int]:
-    """Return `count` distinct loopback TCP ports that are free right now.
+    """Return `count` distinct loopback TCP ports that are free right now, for listeners.
 
-    All sockets stay bound until every port is chosen, so the kernel cannot hand out one port twice.
-    Another program could still take a port before our child binds it; on a test machine that is
-    rare enough to accept.
+    They are drawn at random below the kernel's ephemeral range: an outgoing connection takes its
+    local port from that range, and on a busy test machine one did take a port chosen there
+    before the child meant to listen on it could bind it ("address already in use"). All probe
+    sockets stay bound until every port is chosen, so no port is handed out twice; another test
+    process drawing the same port at the same moment is the rare clash left.
     """
+    high = _ephemeral_ports_low()
     with contextlib.ExitStack() as stack:
-        ports = []
-        for _ in range(count):
+        ports: list[int] = []
+        for _ in range(FREE_PORT_DRAWS_MAX):
+            if len(ports) == count:
+                return ports
+            port = random.randrange(LISTEN_PORTS_LOW, high)
             sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
-            sock.bind((LOOPBACK, 0))
-            ports.append(sock.getsockname()[1])
-        return ports
+            try:
+                sock.bind((LOOPBACK, port))
+            except OSError:
+                continue
+            if port not in ports:
+                ports.append(port)
+        if len(ports) == count:
+            return ports
+    raise ClusterError(f"no {count} free ports in {FREE_PORT_DRAWS_MAX} draws")
+
+
+def _ephemeral_ports_low() -> int:
+    """The lowest port the kernel gives outgoing connections (Linux's default when unknown)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 def port_is_free(port: int) -> bool:

@@ -25,6 +25,7 @@ from dynalab.cluster import LocalCluster
 from tests.integration.conftest import create_active_table, dynamodb_client, stored_catalog
 
 WRITERS = 8
+PLACEMENT_ATTEMPTS_MAX = 20  # Tables made at most until one is placed as a test needs.
 PHASE_SECONDS = 2.5  # load before the kill, during the outage, and after the restart
 FAILED_REQUEST_SECONDS_MAX = 12.0  # a request for a dead partition must fail well before this
 
@@ -152,15 +153,23 @@ def test_writes_to_a_paused_node_answered_as_failed_are_never_applied(
     (InternalServerError, outcome unknown, since it was sent) is never applied afterwards, so an
     SDK's retry cannot apply an ADD twice."""
     client = dynamodb_client(cluster.router_url)
-    name = table_name()
-    create_active_table(client, name)
+    # The victim holds some of the table's partitions but not the catalog, and another node holds
+    # the rest. Placement follows the table's random id: tables are made until one fits.
+    for _ in range(PLACEMENT_ATTEMPTS_MAX):
+        name = create_active_table(client, table_name())
+        catalog = _catalog(cluster)
+        holders = {p["node"] for p in catalog["tables"][name]["partitions"]}
+        candidates = sorted(holders - {catalog["catalog_node"]})
+        if candidates and len(holders) > 1:
+            break
+        client.delete_table(TableName=name)
+    else:
+        raise AssertionError(f"no table of {PLACEMENT_ATTEMPTS_MAX} was placed on two nodes")
+    victim = cluster.node(candidates[0])
+    assert victim.pid is not None
     keys = [{"pk": {"S": f"counter-{i}"}} for i in range(40)]
     for key in keys:
         client.put_item(TableName=name, Item={**key, "n": {"N": "0"}})
-    catalog = _catalog(cluster)
-    holders = {p["node"] for p in catalog["tables"][name]["partitions"]}
-    victim = cluster.node(sorted(holders - {catalog["catalog_node"]})[0])
-    assert victim.pid is not None
 
     def add_one(key: dict[str, Any]) -> str | None:
         try:
