@@ -48,7 +48,7 @@ def read_consistency(consistent: bool) -> ReadConsistency:
 
 
 # "A transactional write request of an item up to 1 KB requires two write units."
-_TRANSACTIONAL_WRITE_FACTOR = 2.0
+TRANSACTIONAL_WRITE_FACTOR = 2.0
 
 
 def _units_started(size_bytes: int, unit_bytes: int) -> int:
@@ -103,7 +103,7 @@ def batch_get_read_units(item_sizes: Iterable[int], consistency: ReadConsistency
 def write_units(size_bytes: int, *, transactional: bool = False) -> float:
     """Write units for writing `size_bytes` (0 for an absent item): 1 KB each, at least 1."""
     units = float(_units_started(size_bytes, limits.WRITE_UNIT_BYTES))
-    return units * _TRANSACTIONAL_WRITE_FACTOR if transactional else units
+    return units * TRANSACTIONAL_WRITE_FACTOR if transactional else units
 
 
 def item_write_units(

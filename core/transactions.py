@@ -36,12 +36,15 @@ from typing import Any
 import orjson
 
 from core import limits
+from core.capacity import TRANSACTIONAL_WRITE_FACTOR, item_write_units
 from core.errors import (
     IdempotentParameterMismatch,
+    ItemCollectionSizeLimitExceeded,
     TransactionCanceled,
     TransactionInProgress,
     ValidationError,
 )
+from core.indexes import EntryChange, check_collection_growth, collection_delta
 
 # DynamoDB's messages (API Reference, TransactWriteItems and TransactGetItems; and what the service
 # answers to each case).
@@ -54,6 +57,21 @@ PARAMETER_MISMATCH = (
     "The request uses the same client token as a previous, but non-identical request."
 )
 IN_PROGRESS = "The transaction with the given request token is already in progress."
+# The API Reference's CancellationReasons (TransactionCanceledException): a participant whose
+# partition has no capacity left votes ProvisionedThroughputExceeded on a provisioned table and
+# ThrottlingError on an on-demand one; an item collection a transaction would take past its cap,
+# ItemCollectionSizeLimitExceeded.
+PROVISIONED_THROTTLED_MESSAGE = (
+    "The level of configured provisioned throughput for the table was exceeded. "
+    "Consider increasing your provisioning level with the UpdateTable API."
+)
+ON_DEMAND_THROTTLED_MESSAGE = (
+    "Throughput exceeds the current capacity of your table or index. DynamoDB is automatically "
+    "scaling your table or index so please try again shortly. If exceptions persist, check if "
+    "you have a hot key: "
+    "https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/bp-partition-key-design.html."
+)
+COLLECTION_EXCEEDED_MESSAGE = "Collection size exceeded."
 
 
 class Code(enum.StrEnum):
@@ -64,6 +82,7 @@ class Code(enum.StrEnum):
     TRANSACTION_CONFLICT = "TransactionConflict"
     VALIDATION_ERROR = "ValidationError"
     THROTTLING_ERROR = "ThrottlingError"
+    PROVISIONED_THROUGHPUT_EXCEEDED = "ProvisionedThroughputExceeded"
     ITEM_COLLECTION_SIZE_LIMIT_EXCEEDED = "ItemCollectionSizeLimitExceeded"
 
 
@@ -106,6 +125,17 @@ YES = Vote()
 CONFLICT = Vote(Code.TRANSACTION_CONFLICT, CONFLICT_MESSAGE)
 
 
+COLLECTION_EXCEEDED = Vote(Code.ITEM_COLLECTION_SIZE_LIMIT_EXCEEDED, COLLECTION_EXCEEDED_MESSAGE)
+
+
+def throttled(on_demand: bool) -> Vote:
+    """The vote of a participant whose partition had not the capacity the transaction costs:
+    ThrottlingError on an on-demand table, ProvisionedThroughputExceeded on a provisioned one."""
+    if on_demand:
+        return Vote(Code.THROTTLING_ERROR, ON_DEMAND_THROTTLED_MESSAGE)
+    return Vote(Code.PROVISIONED_THROUGHPUT_EXCEEDED, PROVISIONED_THROTTLED_MESSAGE)
+
+
 def condition_failed(item: dict[str, Any] | None) -> Vote:
     """The vote of a failed condition; `item` is the existing item when the client asked for it."""
     return Vote(Code.CONDITIONAL_CHECK_FAILED, CONDITION_FAILED_MESSAGE, item)
@@ -121,6 +151,82 @@ def cancellation(votes: Sequence[Vote]) -> TransactionCanceled:
         f"Transaction cancelled, please refer cancellation reasons for specific reasons [{codes}]",
         [vote.reason() for vote in votes],
     )
+
+
+# Capacity ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Cost:
+    """What one prepared action costs, as its participant measured it: two write units per KB of
+    the larger of the item before and after (a ConditionCheck: the item as it is), as the
+    Developer Guide prices transactional writes, and likewise for each index entry it writes
+    (`index_units` for local indexes, charged to the table's partition as a single write's are;
+    `global_index_units` for global ones, which their own throughput pays when the replicator
+    writes them). `collection_bytes` is the size the action's item collection will have once
+    the transaction's writes to it on this partition are applied (None: no local index)."""
+
+    units: float
+    index_units: dict[str, float] = field(default_factory=dict)
+    global_index_units: dict[str, float] = field(default_factory=dict)
+    collection_bytes: int | None = None
+
+    @property
+    def charged(self) -> float:
+        """The units the participant's partition pays: the table's and its local indexes'."""
+        return self.units + sum(self.index_units.values())
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "units": self.units,
+            "index_units": self.index_units,
+            "global_index_units": self.global_index_units,
+            "collection_bytes": self.collection_bytes,
+        }
+
+    @classmethod
+    def from_json(cls, body: Mapping[str, Any]) -> Cost:
+        return cls(
+            float(body["units"]),
+            dict(body.get("index_units") or {}),
+            dict(body.get("global_index_units") or {}),
+            body.get("collection_bytes"),
+        )
+
+
+def action_cost(
+    old_bytes: int,
+    new_bytes: int,
+    local_changes: Sequence[EntryChange],
+    global_changes: Sequence[EntryChange],
+) -> Cost:
+    """An action's Cost from its item's sizes and the index entries it changes (transactional:
+    every write twice a single write's units)."""
+    factor = TRANSACTIONAL_WRITE_FACTOR
+    return Cost(
+        item_write_units(old_bytes, new_bytes, transactional=True),
+        {c.index.name: c.units * factor for c in local_changes if c.units},
+        {c.index.name: c.units * factor for c in global_changes if c.units},
+    )
+
+
+def collection_vote(
+    current_bytes: int,
+    old_bytes: int,
+    new_bytes: int,
+    local_changes: Sequence[EntryChange],
+    collection_bytes_max: int,
+) -> tuple[Vote, int]:
+    """The vote of an action on an item collection holding `current_bytes` (with the
+    transaction's earlier actions on it already counted), and the collection's size after it.
+    Checked at prepare, so a transaction that would take a collection past its cap is cancelled
+    before anything commits (ItemCollectionSizeLimitExceeded); shrinking is always allowed."""
+    delta = collection_delta(old_bytes, new_bytes, local_changes)
+    try:
+        check_collection_growth(current_bytes, delta, collection_bytes_max)
+    except ItemCollectionSizeLimitExceeded:
+        return COLLECTION_EXCEEDED, current_bytes
+    return YES, current_bytes + delta
 
 
 # Request rules -------------------------------------------------------------------------------

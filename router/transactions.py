@@ -39,6 +39,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
+import orjson
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from core import expressions, limits, schema, values
@@ -47,7 +48,6 @@ from core.capacity import (
     ConsumedCapacity,
     ReadConsistency,
     UnitKind,
-    item_write_units,
     read_units,
 )
 from core.errors import (
@@ -57,6 +57,7 @@ from core.errors import (
     ServiceUnavailable,
     ValidationError,
 )
+from core.indexes import size_estimate_range_gb
 from core.keycodec import encode_storage_key
 from core.size import check_item_size, item_size_bytes
 from router.context import RouterContext
@@ -350,7 +351,7 @@ async def transact_write_items(ctx: RouterContext, body: dict[str, Any]) -> dict
     coordinator = txn.Coordinator(len(actions))
     coordinator.begun()
     attempt = record.attempt_id
-    sizes: list[list[int] | None] = [None] * len(actions)
+    costs: list[txn.Cost | None] = [None] * len(actions)
     errors: list[DynamoError] = []
 
     async def prepare(indexes: list[int]) -> None:
@@ -373,7 +374,8 @@ async def transact_write_items(ctx: RouterContext, body: dict[str, Any]) -> dict
             return
         for number, index in enumerate(indexes):
             coordinator.voted(index, txn.Vote.from_json(reply["votes"][number]))
-            sizes[index] = reply["sizes"][number]
+            if reply["costs"]:
+                costs[index] = txn.Cost.from_json(reply["costs"][number])
 
     await asyncio.gather(*(prepare(indexes) for indexes in groups.values()))
     outcome = coordinator.outcome()
@@ -416,13 +418,17 @@ async def transact_write_items(ctx: RouterContext, body: dict[str, Any]) -> dict
         raise cancellation
     COUNTERS.count("committed")
     for index, action in enumerate(actions):
-        old_bytes, new_bytes = sizes[index] or [0, 0]
-        capacity.add_table(
-            action.table_name,
-            item_write_units(old_bytes, new_bytes, transactional=True),
-            UnitKind.WRITE,
-        )
-    return _write_reply(body, capacity, actions)
+        cost = costs[index] or txn.Cost(0.0)
+        capacity.add_table(action.table_name, cost.units, UnitKind.WRITE)
+        for index_name, units in cost.index_units.items():
+            capacity.add_local_index(action.table_name, index_name, units, UnitKind.WRITE)
+        for index_name, units in cost.global_index_units.items():
+            capacity.add_global_index(action.table_name, index_name, units, UnitKind.WRITE)
+    reply = _write_reply(body, capacity, actions)
+    metrics = _collection_metrics(body, actions, costs)
+    if metrics:
+        reply["ItemCollectionMetrics"] = metrics
+    return reply
 
 
 def _write_reply(
@@ -434,6 +440,36 @@ def _write_reply(
         capacity.add_table(action.table_name, 0.0, UnitKind.WRITE)
     rendered = capacity.render_all(capacity_mode(body))
     return {} if rendered is None else {"ConsumedCapacity": rendered}
+
+
+def _collection_metrics(
+    body: dict[str, Any], actions: Sequence[_Action], costs: Sequence[txn.Cost | None]
+) -> dict[str, list[dict[str, Any]]]:
+    """ItemCollectionMetrics for ReturnItemCollectionMetrics SIZE: per table with local indexes,
+    one entry per item collection the transaction's Put, Update and Delete actions changed, with
+    its size once they all applied (as the participants measured it at prepare)."""
+    if body.get("ReturnItemCollectionMetrics") != "SIZE":
+        return {}
+    sizes: dict[tuple[str, bytes], tuple[dict[str, Any], int]] = {}
+    for action, cost in zip(actions, costs, strict=True):
+        if action.op == "check" or cost is None or cost.collection_bytes is None:
+            continue
+        key_name = schema.hash_key(action.table)[0]
+        member = action.body["item"] if action.op == ops.PUT else action.body["key"]
+        collection_key = {key_name: member[key_name]}
+        sizes[action.table_name, orjson.dumps(collection_key)] = (
+            collection_key,
+            cost.collection_bytes,
+        )
+    metrics: dict[str, list[dict[str, Any]]] = {}
+    for (table_name, _), (collection_key, size_bytes) in sizes.items():
+        metrics.setdefault(table_name, []).append(
+            {
+                "ItemCollectionKey": collection_key,
+                "SizeEstimateRangeGB": size_estimate_range_gb(size_bytes),
+            }
+        )
+    return metrics
 
 
 async def _apply_everywhere(
@@ -590,10 +626,10 @@ async def transact_get_items(ctx: RouterContext, body: dict[str, Any]) -> dict[s
         groups.setdefault(ref, []).append(index)
         partitions[ref] = (table, partition)
 
-    async def read_round() -> dict[tuple[str, str], dict[str, Any]]:
+    async def read_round(charge: bool) -> dict[tuple[str, str], dict[str, Any]]:
         async def read(ref: tuple[str, str]) -> dict[str, Any]:
             table, partition = partitions[ref]
-            payload = TxnGetPayload([gets[i][3] for i in groups[ref]])
+            payload = TxnGetPayload([gets[i][3] for i in groups[ref]], charge)
             return await ctx.call_partition(
                 table, partition, ops.TXN_GET, payload.to_json(), consistent=True
             )
@@ -602,9 +638,18 @@ async def transact_get_items(ctx: RouterContext, body: dict[str, Any]) -> dict[s
         replies = await asyncio.gather(*(read(ref) for ref in refs))
         return dict(zip(refs, replies, strict=True))
 
-    previous = await read_round()
+    # The first round is charged to each partition's read capacity; the rounds that check it
+    # are not, so a transaction pays for its items once, whatever it had to re-read.
+    previous = await read_round(charge=True)
+    throttled = {ref: reply["throttled"] for ref, reply in previous.items() if "throttled" in reply}
+    if throttled:
+        votes = [txn.YES] * len(gets)
+        for ref, vote in throttled.items():
+            for index in groups[ref]:
+                votes[index] = txn.Vote.from_json(vote)
+        raise txn.cancellation(votes)
     for number in range(limits.TRANSACT_GET_ATTEMPTS_MAX):
-        current = await read_round()
+        current = await read_round(charge=False)
         moving = {
             ref
             for ref in groups

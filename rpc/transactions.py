@@ -10,7 +10,8 @@ A router coordinating a TransactWriteItems (`router/transactions.py`) sends:
 - `txn_prepare` to each partition holding items of the transaction: check each action's
   condition and lock its item for the attempt, all or none of them. Reply: {"votes": [VOTE, ...]
   (`core.transactions.Vote.to_json`, in the payload's order), "sizes": [[old_bytes, new_bytes],
-  ...]}; nothing is locked unless every vote is yes.
+  ...], "costs": [COST, ...] (`core.transactions.Cost.to_json`)}; nothing is locked unless every
+  vote is yes, and the partition is charged the costs (its write capacity) only then.
 - `txn_apply` (unary, to a node) once the record is decided: commit (apply each locked item's
   write through `replica.apply`) or release every lock of the attempt on that node. Idempotent:
   an attempt already applied there applies nothing. Reply: {"applied": int}.
@@ -22,7 +23,8 @@ A router coordinating a TransactWriteItems (`router/transactions.py`) sends:
 And for TransactGetItems, `txn_get`: a read of several items of one partition that also reports
 whether any is prepared by a transaction and the partition's last change seq, so the router can
 check that nothing changed between two rounds. Reply: {"items": [ITEM | null, ...], "read_bytes":
-[int, ...], "locked": bool, "last_seq": int}.
+[int, ...], "locked": bool, "last_seq": int}, or {"throttled": VOTE} when it was asked to charge
+the partition's read capacity and the partition had none left.
 """
 
 from __future__ import annotations
@@ -114,13 +116,15 @@ class TxnSweepPayload:
 @dataclasses.dataclass(slots=True)
 class TxnGetPayload:
     """txn_get: `gets` are [{"key": KEY, "projection": str | null, "names": NAMES | null}] of the
-    addressed partition."""
+    addressed partition; `charge` asks the node to charge the partition's read capacity for
+    them (a TransactGetItems pays for its first round only)."""
 
     gets: list[dict[str, Any]]
+    charge: bool = False
 
     @classmethod
     def from_json(cls, body: dict[str, Any]) -> Self:
-        return cls(list(body["gets"]))
+        return cls(list(body["gets"]), body.get("charge") is True)
 
     def to_json(self) -> dict[str, Any]:
-        return {"gets": self.gets}
+        return {"gets": self.gets, "charge": self.charge}

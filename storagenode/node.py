@@ -52,7 +52,7 @@ from core.indexes import check_index_keys, entry_changes, index_entry
 from core.keycodec import successor
 from core.keys import KeyShape
 from core.size import item_size_bytes
-from core.transactions import CONFLICT_MESSAGE
+from core.transactions import CONFLICT_MESSAGE, Vote, throttled
 from core.values import Item
 from core.writes import (
     DeleteRequest,
@@ -502,7 +502,20 @@ class StorageNode:
         return {**self.throughput.report(payload.table_id), "splits": self.split_stats.to_json()}
 
     def _txn_get(self, target: Target | None, payload: TxnGetPayload) -> dict[str, Any]:
-        return txn.get(self.store, self._partition(target), payload)
+        return txn.get(self.store, self._partition(target), payload, self.admit_transaction_read)
+
+    def admit_transaction(self, ref: PartitionRef, units: float) -> Vote | None:
+        """Charge a transaction's prepare `units` of partition `ref`'s write capacity; None
+        when admitted, else the vote of a throttled participant."""
+        if self.throughput.try_charge(ref, units, read=False):
+            return None
+        return throttled(self.throughput.on_demand(ref))
+
+    def admit_transaction_read(self, ref: PartitionRef, units: float) -> Vote | None:
+        """Charge a TransactGetItems `units` of partition `ref`'s read capacity, as above."""
+        if self.throughput.try_charge(ref, units, read=True):
+            return None
+        return throttled(self.throughput.on_demand(ref))
 
     def changes(
         self, table_id: str, partition_id: str, after_seq: int, limit: int
@@ -817,7 +830,14 @@ class _WriteGroup:
     def txn_group(self) -> txn.Group:
         """This group as the transaction operations see it (`storagenode/transactions.py`)."""
         return txn.Group(
-            self.batch, self.now, self._lookup, self._staged, self.apply, _write_request
+            self.batch,
+            self.now,
+            self._lookup,
+            self._staged,
+            self.apply,
+            _write_request,
+            self.node.admit_transaction,
+            self.node.item_collection_bytes_max,
         )
 
     def _lookup(self, key: PartitionRef) -> Partition | None:
@@ -1005,9 +1025,11 @@ class _WriteGroup:
         *,
         by_service: bool = False,
         now: float,
+        capped: bool = True,
     ) -> replica.Applied:
-        """`replica.apply` with the node's item collection cap, noting the size of the change-log
-        record it appended, which `finish` needs to keep the log within its bytes bound."""
+        """`replica.apply` with the node's item collection cap (`capped` False: a transaction's
+        commit, whose prepare checked it), noting the size of the change-log record it appended,
+        which `finish` needs to keep the log within its bytes bound."""
         applied = replica.apply(
             batch,
             partition,
@@ -1015,7 +1037,7 @@ class _WriteGroup:
             effect,
             by_service=by_service,
             now=now,
-            collection_bytes_max=self.node.item_collection_bytes_max,
+            collection_bytes_max=self.node.item_collection_bytes_max if capped else None,
         )
         if applied.record_bytes:
             ref = (partition.table_id, partition.partition_id)

@@ -56,7 +56,7 @@ def apply(
     *,
     by_service: bool = False,
     now: float,
-    collection_bytes_max: int = limits.ITEM_COLLECTION_BYTES_MAX,
+    collection_bytes_max: int | None = limits.ITEM_COLLECTION_BYTES_MAX,
 ) -> Applied:
     """Store `effect` on `partition` (a copy private to the batch) under `items_key`; return what
     it did beyond the item (`Applied`: index entries, collection size, change-record bytes).
@@ -67,7 +67,8 @@ def apply(
     client write passes False; the TTL sweeper passes True. `now` (epoch seconds, the group's
     clock) decides whether the new image's TTL time is recent enough to be indexed. A write that
     would grow its item collection past `collection_bytes_max` raises
-    ItemCollectionSizeLimitExceeded.
+    ItemCollectionSizeLimitExceeded (None: the cap was checked before, as a transaction's commit
+    after its prepare checked it).
     """
     local = partition.local_indexes
     collection_key = None
@@ -83,7 +84,8 @@ def apply(
     changes = indexes.entry_changes(effect.old, effect.new, local, partition.key_shape)
     if collection_key is not None and collection_bytes is not None:
         delta = indexes.collection_delta(effect.old_bytes, effect.new_bytes, changes)
-        indexes.check_collection_growth(collection_bytes, delta, collection_bytes_max)
+        if collection_bytes_max is not None:
+            indexes.check_collection_growth(collection_bytes, delta, collection_bytes_max)
         collection_bytes += delta
     seq = partition.last_seq + 1
     item_value = (

@@ -217,6 +217,23 @@ class NodeThroughput:
         """Charge an admitted write its real cost `units` (0 when it was not applied: a refund)."""
         self._settle(key, units - charged, read=False)
 
+    def try_charge(self, key: PartitionKey, units: float, *, read: bool) -> bool:
+        """Charge partition `key` a transaction's measured `units` if its bucket has a positive
+        balance (True, possibly leaving a debt, as any admitted request may); False when it is
+        throttled (nothing charged). True when nothing is metered."""
+        meter = self._meters.get(key) if self.enforced else None
+        if meter is None:
+            return True
+        with meter.lock:
+            bucket = meter.buckets.read if read else meter.buckets.write
+            return bucket.try_acquire(units, self.clock())
+
+    def on_demand(self, key: PartitionKey) -> bool:
+        """Whether partition `key`'s table is billed per request (throttled transactions then
+        get ThrottlingError rather than ProvisionedThroughputExceeded)."""
+        meter = self._meters.get(key)
+        return meter is not None and meter.settings.billing_mode is BillingMode.PAY_PER_REQUEST
+
     def _settle(self, key: PartitionKey, correction: float, *, read: bool) -> None:
         if correction == 0.0:
             return

@@ -29,8 +29,9 @@ import orjson
 
 from core import expressions, limits
 from core import transactions as txn
-from core.errors import ItemCollectionSizeLimitExceeded, ValidationError
-from core.indexes import check_index_keys
+from core.capacity import ReadConsistency, read_units
+from core.errors import ValidationError
+from core.indexes import check_index_keys, entry_changes
 from core.writes import PutRequest, UpdateRequest, WriteEffect, WriteRequest, plan
 from rpc import ops
 from rpc.ops import Target
@@ -41,7 +42,7 @@ from rpc.transactions import (
     TxnRecordPayload,
 )
 from storagenode import replica
-from storagenode.layout import Family, item_json_of, item_size_of
+from storagenode.layout import Family, collection_size_of, item_json_of, item_size_of
 from storagenode.partition import Partition
 from storagenode.store import NodeStore, WriteBatchView
 
@@ -70,6 +71,10 @@ class Group:
     staged: Callable[[PartitionRef], Partition | None]
     apply: Callable[..., replica.Applied]
     write_request: Callable[[ops.ItemWritePayload, Partition], WriteRequest]
+    # Charge a partition a prepare's units; None when admitted, else the participant's vote.
+    admit: Callable[[PartitionRef, float], txn.Vote | None]
+    # The node's item collection cap, checked at prepare.
+    collection_bytes_max: int
 
 
 def lock_key(items_key: bytes) -> bytes:
@@ -145,7 +150,11 @@ def record(group: Group, payload: TxnRecordPayload) -> dict[str, Any]:
 
 
 def prepare(group: Group, target: Target, payload: TxnPreparePayload) -> dict[str, Any]:
-    """txn_prepare: vote on each action and lock every item, or, if any vote is no, lock none."""
+    """txn_prepare: vote on each action and lock every item, or, if any vote is no, lock none.
+
+    Every vote yes, the partition is charged what the actions cost (`core.transactions.Cost`)
+    before any lock is taken: a partition without the capacity votes ThrottlingError or
+    ProvisionedThroughputExceeded for all of them and locks nothing."""
     ref = (target.table_id, target.partition_id)
     partition = group.lookup(ref)
     assert partition is not None, "the group checked the target"
@@ -154,16 +163,23 @@ def prepare(group: Group, target: Target, payload: TxnPreparePayload) -> dict[st
     part = _load(group.batch, part_key)
     if part is not None and part["state"] != txn.State.PENDING.value:
         # The attempt was already committed or released here: this prepare came too late.
-        return {"votes": [txn.CONFLICT.to_json()] * len(payload.actions), "sizes": []}
+        return {"votes": [txn.CONFLICT.to_json()] * len(payload.actions), "sizes": [], "costs": []}
     votes: list[txn.Vote] = []
     sizes: list[list[int]] = []
+    costs: list[txn.Cost] = []
     locks: list[tuple[bytes, txn.ItemLock]] = []
+    collections: dict[bytes, int] = {}
     for action in payload.actions:
-        vote, items_key, lock, size = _prepare_action(group, partition, payload, action)
-        votes.append(vote)
-        sizes.append(size)
-        if lock is not None:
-            locks.append((items_key, lock))
+        prepared = _prepare_action(group, partition, payload, action, collections)
+        votes.append(prepared.vote)
+        sizes.append(prepared.sizes)
+        costs.append(prepared.cost)
+        if prepared.lock is not None:
+            locks.append((prepared.items_key, prepared.lock))
+    if all(vote.yes for vote in votes):
+        refusal = group.admit(ref, sum(cost.charged for cost in costs))
+        if refusal is not None:
+            votes = [refusal] * len(votes)
     if all(vote.yes for vote in votes):
         keys = [] if part is None else list(part["keys"])
         for items_key, lock in locks:
@@ -188,13 +204,34 @@ def prepare(group: Group, target: Target, payload: TxnPreparePayload) -> dict[st
             ref[1],
             [vote.code.value for vote in votes],
         )
-    return {"votes": [vote.to_json() for vote in votes], "sizes": sizes}
+    return {
+        "votes": [vote.to_json() for vote in votes],
+        "sizes": sizes,
+        "costs": [cost.to_json() for cost in costs],
+    }
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Prepared:
+    """One action at prepare: its vote, its items key, the lock it would take, its item's
+    [old, new] sizes and its cost."""
+
+    vote: txn.Vote
+    items_key: bytes
+    lock: txn.ItemLock | None
+    sizes: list[int]
+    cost: txn.Cost
 
 
 def _prepare_action(
-    group: Group, partition: Partition, payload: TxnPreparePayload, action: dict[str, Any]
-) -> tuple[txn.Vote, bytes, txn.ItemLock | None, list[int]]:
-    """One action's vote, its items key, the lock it would take and its [old, new] sizes."""
+    group: Group,
+    partition: Partition,
+    payload: TxnPreparePayload,
+    action: dict[str, Any],
+    collections: dict[bytes, int],
+) -> _Prepared:
+    """One action's vote and what it would lock and cost. `collections` holds the item
+    collections' sizes as this prepare's earlier actions leave them."""
     op, body = action["op"], action["body"]
     shape = partition.key_shape
     request: WriteRequest | None = None
@@ -211,10 +248,11 @@ def _prepare_action(
         None if held is None else txn.ItemLock.from_json(held), payload.attempt
     )
     if lock_vote is not None:
-        return lock_vote, items_key, None, [0, 0]
+        return _Prepared(lock_vote, items_key, None, [0, 0], txn.Cost(0.0))
     raw = group.batch.get(Family.ITEMS, items_key)
     old = None if raw is None else orjson.loads(item_json_of(raw))
     old_bytes = 0 if raw is None else item_size_of(raw)
+    unchanged = txn.action_cost(old_bytes, old_bytes, (), ())
     lock = txn.ItemLock(
         payload.attempt,
         partition.table_id,
@@ -225,27 +263,44 @@ def _prepare_action(
         op,
         None if op == CHECK else body,
     )
+    sizes = [old_bytes, old_bytes]
     if request is None:
         assert condition is not None
         if condition.evaluate(old):
-            return txn.YES, items_key, lock, [old_bytes, old_bytes]
+            return _Prepared(txn.YES, items_key, lock, sizes, unchanged)
         failed = old if body.get("return_on_failure") else None
-        return txn.condition_failed(failed), items_key, None, [old_bytes, old_bytes]
+        return _Prepared(txn.condition_failed(failed), items_key, None, sizes, unchanged)
     try:
         effect = plan(request, old, shape, old_bytes=old_bytes)
         if isinstance(request, UpdateRequest) and effect.new is not None:
             check_index_keys(effect.new, partition.indexes)
     except ValidationError as error:
-        return (
-            txn.Vote(txn.Code.VALIDATION_ERROR, error.message),
-            items_key,
-            None,
-            [old_bytes, old_bytes],
-        )
+        vote = txn.Vote(txn.Code.VALIDATION_ERROR, error.message)
+        return _Prepared(vote, items_key, None, sizes, unchanged)
     if effect.condition_failed:
         failed = old if effect.return_on_failure else None
-        return txn.condition_failed(failed), items_key, None, [old_bytes, old_bytes]
-    return txn.YES, items_key, lock, [effect.old_bytes, effect.new_bytes]
+        return _Prepared(txn.condition_failed(failed), items_key, None, sizes, unchanged)
+    local = entry_changes(effect.old, effect.new, partition.local_indexes, shape)
+    cost = txn.action_cost(
+        effect.old_bytes,
+        effect.new_bytes,
+        local,
+        entry_changes(effect.old, effect.new, partition.global_indexes, shape),
+    )
+    sizes = [effect.old_bytes, effect.new_bytes]
+    if partition.local_indexes:
+        collection_key = partition.collection_key(effect.key[shape.partition_key.name])
+        current = collections.get(collection_key)
+        if current is None:
+            current = collection_size_of(group.batch.get(Family.ITEM_COLLECTIONS, collection_key))
+        vote, after = txn.collection_vote(
+            current, effect.old_bytes, effect.new_bytes, local, group.collection_bytes_max
+        )
+        if not vote.yes:
+            return _Prepared(vote, items_key, None, sizes, cost)
+        collections[collection_key] = after
+        cost = dataclasses.replace(cost, collection_bytes=after)
+    return _Prepared(txn.YES, items_key, lock, sizes, cost)
 
 
 # Commit and release -----------------------------------------------------------------------------
@@ -300,17 +355,9 @@ def _commit_item(group: Group, ref: PartitionRef, items_key: bytes, lock: txn.It
     old = None if raw is None else orjson.loads(item_json_of(raw))
     old_bytes = 0 if raw is None else item_size_of(raw)
     effect: WriteEffect = plan(request, old, partition.key_shape, old_bytes=old_bytes)
-    try:
-        group.apply(group.batch, partition, items_key, effect, now=group.now)
-    except ItemCollectionSizeLimitExceeded:
-        # The cap is checked when a write is applied, and the decision is already durable: this
-        # one write is lost, loudly (not checked at prepare yet; see ARCHITECTURE.md).
-        logger.error(
-            "transaction %s: its write to %s would grow an item collection past its cap and "
-            "was not applied",
-            lock.attempt_id,
-            ref,
-        )
+    # The item collection cap was checked at prepare, and the decision is durable: the write is
+    # applied even if single-item writes to other items of its collection have grown it since.
+    group.apply(group.batch, partition, items_key, effect, now=group.now, capped=False)
 
 
 # The sweep: what resolvers should look at -------------------------------------------------------
@@ -349,8 +396,17 @@ def sweep(store: NodeStore, batch: WriteBatchView, now: float) -> dict[str, Any]
 # TransactGetItems ---------------------------------------------------------------------------------
 
 
-def get(store: NodeStore, partition: Partition, payload: TxnGetPayload) -> dict[str, Any]:
-    """txn_get: the items, whether any is prepared, and the partition's last seq read first."""
+def get(
+    store: NodeStore,
+    partition: Partition,
+    payload: TxnGetPayload,
+    admit: Callable[[PartitionRef, float], txn.Vote | None],
+) -> dict[str, Any]:
+    """txn_get: the items, whether any is prepared, and the partition's last seq read first.
+
+    With `payload.charge`, the partition is charged two read units per 4 KB of each item read
+    (the Developer Guide's price of a transactional read); when its bucket is empty the reply
+    carries the throttled vote (`throttled`) instead."""
     last_seq = partition.last_seq
     items: list[dict[str, Any] | None] = []
     read_bytes: list[int] = []
@@ -371,4 +427,15 @@ def get(store: NodeStore, partition: Partition, payload: TxnGetPayload) -> dict[
             item = expressions.projection(projection, entry.get("names")).apply(item)
         items.append(item)
         read_bytes.append(item_size_of(raw))
-    return {"items": items, "read_bytes": read_bytes, "locked": any_locked, "last_seq": last_seq}
+    reply: dict[str, Any] = {
+        "items": items,
+        "read_bytes": read_bytes,
+        "locked": any_locked,
+        "last_seq": last_seq,
+    }
+    if payload.charge:
+        units = sum(read_units(size, ReadConsistency.TRANSACTIONAL) for size in read_bytes)
+        refusal = admit((partition.table_id, partition.partition_id), units)
+        if refusal is not None:
+            return {"throttled": refusal.to_json()}
+    return reply

@@ -472,3 +472,45 @@ def test_describe_limits(dynamodb: Any) -> None:
         "TableMaxReadCapacityUnits": 40000,
         "TableMaxWriteCapacityUnits": 40000,
     }
+
+
+def test_transactions_are_charged_and_throttled(
+    dynamodb: Any, table_name: Callable[[], str]
+) -> None:
+    """A transaction pays two units per KB of each item at prepare; once its partition's bank is
+    spent the next one is cancelled with the ProvisionedThroughputExceeded reason, nothing
+    written. TransactGetItems likewise, on the read bucket."""
+    name = create_active_table(dynamodb, table_name(), throughput=(1, 1))
+    # A 390 KB item costs 2 x 381 write units: admitted on the bank's positive balance, in debt.
+    big = dynamodb.transact_write_items(
+        TransactItems=[{"Put": {"TableName": name, "Item": item("big", size=390_000)}}],
+        ReturnConsumedCapacity="TOTAL",
+    )
+    assert big["ConsumedCapacity"][0]["WriteCapacityUnits"] == 762.0
+    try:
+        dynamodb.transact_write_items(
+            TransactItems=[{"Put": {"TableName": name, "Item": item("small")}}]
+        )
+        raise AssertionError("a transaction on a partition in debt was admitted")
+    except ClientError as error:
+        response = error.response
+    assert response["Error"]["Code"] == "TransactionCanceledException"
+    assert response["CancellationReasons"] == [
+        {"Code": "ProvisionedThroughputExceeded", "Message": PROVISIONED_MESSAGE}
+    ]
+    assert "Item" not in dynamodb.get_item(TableName=name, Key={"pk": {"S": "small"}})
+    # Reads: 2 x 96 units for the big item, then the bank is in debt.
+    got = dynamodb.transact_get_items(
+        TransactItems=[{"Get": {"TableName": name, "Key": {"pk": {"S": "big"}}}}],
+        ReturnConsumedCapacity="TOTAL",
+    )
+    assert got["ConsumedCapacity"][0]["ReadCapacityUnits"] == 192.0
+    try:
+        dynamodb.transact_get_items(
+            TransactItems=[{"Get": {"TableName": name, "Key": {"pk": {"S": "big"}}}}]
+        )
+        raise AssertionError("a TransactGetItems on a partition in debt was admitted")
+    except ClientError as error:
+        response = error.response
+    assert response["Error"]["Code"] == "TransactionCanceledException"
+    assert [r["Code"] for r in response["CancellationReasons"]] == ["ProvisionedThroughputExceeded"]

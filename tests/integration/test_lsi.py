@@ -19,7 +19,7 @@ import pytest
 from core import limits
 from core.size import item_size_bytes
 from dynalab.cluster import LocalCluster
-from tests.integration.conftest import error_of, wait_active
+from tests.integration.conftest import error_of, error_response, wait_active
 from tests.integration.test_wire import call
 
 INVALID = "One or more parameter values were invalid: "
@@ -881,3 +881,89 @@ def test_batch_write_reports_local_index_units(
             "LocalSecondaryIndexes": {"LastPostIndex": {"CapacityUnits": 1.0}},
         }
     ]
+
+
+# Transactions on a table with local indexes ---------------------------------------------------
+
+
+def test_a_transaction_reports_index_units_and_item_collection_metrics(
+    dynamodb: Any, table_name: Callable[[], str]
+) -> None:
+    name = thread_table(dynamodb, table_name())
+    reply = dynamodb.transact_write_items(
+        TransactItems=[
+            {"Put": {"TableName": name, "Item": thread("EC2", "a", "2015")}},
+            {"Put": {"TableName": name, "Item": thread("EC2", "b", None)}},  # Not indexed.
+            {"Put": {"TableName": name, "Item": thread("RDS", "c", "2015")}},
+        ],
+        ReturnConsumedCapacity="INDEXES",
+        ReturnItemCollectionMetrics="SIZE",
+    )
+    # Two units per item, and two per index entry written (the transactional price).
+    assert reply["ConsumedCapacity"] == [
+        {
+            "TableName": name,
+            "CapacityUnits": 10.0,
+            "WriteCapacityUnits": 10.0,
+            "Table": {"CapacityUnits": 6.0, "WriteCapacityUnits": 6.0},
+            "LocalSecondaryIndexes": {
+                "LastPostIndex": {"CapacityUnits": 4.0, "WriteCapacityUnits": 4.0}
+            },
+        }
+    ]
+    metrics = reply["ItemCollectionMetrics"][name]
+    assert sorted(m["ItemCollectionKey"]["ForumName"]["S"] for m in metrics) == ["EC2", "RDS"]
+    assert all(m["SizeEstimateRangeGB"] == [0.0, 1.0] for m in metrics)
+    # A ConditionCheck changes no collection; without SIZE there are no metrics.
+    checked = dynamodb.transact_write_items(
+        TransactItems=[
+            {
+                "ConditionCheck": {
+                    "TableName": name,
+                    "Key": {"ForumName": {"S": "EC2"}, "Subject": {"S": "a"}},
+                    "ConditionExpression": "attribute_exists(Subject)",
+                }
+            },
+            {
+                "Delete": {
+                    "TableName": name,
+                    "Key": {"ForumName": {"S": "RDS"}, "Subject": {"S": "c"}},
+                }
+            },
+        ],
+        ReturnItemCollectionMetrics="SIZE",
+    )
+    assert [m["ItemCollectionKey"] for m in checked["ItemCollectionMetrics"][name]] == [
+        {"ForumName": {"S": "RDS"}}
+    ]
+    plain = dynamodb.transact_write_items(
+        TransactItems=[{"Put": {"TableName": name, "Item": thread("EC2", "d", "2015")}}]
+    )
+    assert "ItemCollectionMetrics" not in plain
+
+
+def test_a_transaction_past_the_collection_cap_is_cancelled_before_anything_commits(
+    dynamodb: Any, table_name: Callable[[], str]
+) -> None:
+    name = thread_table(dynamodb, table_name(), projection={"ProjectionType": "ALL"})
+    blob = "x" * 200_000  # With ALL, each item counts twice: about 400 KB per item.
+    dynamodb.put_item(TableName=name, Item=thread("S3", "a", "2015", Body={"S": blob}))
+    error = error_response(
+        lambda: dynamodb.transact_write_items(
+            TransactItems=[
+                {"Put": {"TableName": name, "Item": thread("EC2", "x", "2015")}},
+                {"Put": {"TableName": name, "Item": thread("S3", "b", "2015", Body={"S": blob})}},
+                {"Put": {"TableName": name, "Item": thread("S3", "c", "2015", Body={"S": blob})}},
+            ]
+        )
+    )
+    assert error["Error"]["Code"] == "TransactionCanceledException"
+    assert [(r["Code"], r.get("Message")) for r in error["CancellationReasons"]] == [
+        ("None", None),
+        ("None", None),
+        ("ItemCollectionSizeLimitExceeded", "Collection size exceeded."),
+    ]
+    # Nothing committed, in either collection.
+    for forum, subject in (("EC2", "x"), ("S3", "b"), ("S3", "c")):
+        key = {"ForumName": {"S": forum}, "Subject": {"S": subject}}
+        assert "Item" not in dynamodb.get_item(TableName=name, Key=key, ConsistentRead=True)

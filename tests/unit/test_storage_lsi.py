@@ -119,3 +119,35 @@ def test_the_checker_finds_each_kind_of_disagreement(h: Harness) -> None:
     assert "entries: 1 missing" in problems[0]
     assert "counters [3, 1]" in problems[1]
     assert "item collection sizes: 1 different" in problems[2]
+
+
+def _prepare(h: Harness, attempt: str, *items: dict[str, Any]) -> dict[str, Any]:
+    actions = [{"op": ops.PUT, "body": ops.PutPayload(item).to_json()} for item in items]
+    return h.write(
+        ops.TXN_PREPARE,
+        h.data(table=TABLE, attempt=attempt, record=[TABLE["id"], "p0"], actions=actions),
+    )
+
+
+def test_a_transaction_past_the_collection_cap_is_refused_at_prepare(h: Harness) -> None:
+    put(h, thread("f", "a", "2015", replies={"S": "x" * 300}))
+    # Each item fits alone; together (counted through the prepare) they pass the 2,000-byte cap.
+    reply = _prepare(
+        h,
+        "t1.1",
+        thread("f", "b", "2015", replies={"S": "x" * 300}),
+        thread("f", "c", "2015", replies={"S": "x" * 300}),
+    )
+    assert [vote["code"] for vote in reply["votes"]] == ["None", "ItemCollectionSizeLimitExceeded"]
+    assert reply["votes"][1]["message"] == "Collection size exceeded."
+    # Nothing was locked: b takes a single write.
+    put(h, thread("f", "b", "2015"))
+    # Within the cap, the prepare reports the collection's size once the transaction applies.
+    reply = _prepare(h, "t2.1", thread("g", "a", "2015"), thread("g", "b", "2015"))
+    sizes = [cost["collection_bytes"] for cost in reply["costs"]]
+    assert sizes[0] < sizes[1]
+    assert h.write(ops.TXN_APPLY, {"attempt": "t2.1", "commit": True}) == {"applied": 2}
+    stored = h.store.get(
+        Family.ITEM_COLLECTIONS, h.node.partitions[TABLE["id"], "p0"].collection_key(s("g"))
+    )
+    assert stored is not None and int.from_bytes(stored, "big") == sizes[1]

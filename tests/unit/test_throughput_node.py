@@ -396,3 +396,56 @@ def test_a_splits_children_start_with_their_share_of_the_parents_buckets(make: A
         assert entry["write"]["rate_per_second"] == 50
         assert entry["write"]["balance"] == pytest.approx(200)
         assert entry["read"]["balance"] == pytest.approx(500)  # Half a full 1,000.
+
+
+def _prepare(node: Node, attempt: str, *keys: str, size: int = 10) -> dict[str, Any]:
+    actions = [
+        {
+            "op": ops.PUT,
+            "body": ops.PutPayload({"pk": {"S": key}, "v": {"S": "x" * size}}).to_json(),
+        }
+        for key in keys
+    ]
+    body = node.data(attempt=attempt, record=[TABLE["id"], "p0"], actions=actions)
+    return node.write(ops.TXN_PREPARE, body)
+
+
+def test_a_transaction_is_charged_two_units_per_kb_at_prepare(make: Any) -> None:
+    node = make(provisioned(5, 10))
+    reply = _prepare(node, "t1.1", "a", "b", size=1500)  # Two items of 2 KB: 4 units each.
+    assert [vote["code"] for vote in reply["votes"]] == ["None", "None"]
+    assert [cost["units"] for cost in reply["costs"]] == [4.0, 4.0]
+    assert node.report()["write"]["consumed_units"] == 8.0
+
+
+def test_a_throttled_prepare_votes_by_billing_mode_and_locks_nothing(make: Any) -> None:
+    for throughput, code, message in (
+        (provisioned(5, 1), "ProvisionedThroughputExceeded", "The level of configured"),
+        (ON_DEMAND, "ThrottlingError", "Throughput exceeds the current capacity of your table"),
+    ):
+        node = make(throughput)
+        # Spend the bank (one second of the rate, at most a partition's 1,000 units) with a
+        # transaction of three 390 KB items, admitted into debt.
+        first = _prepare(node, "t1.1", "a1", "a2", "a3", size=390_000)
+        assert [vote["code"] for vote in first["votes"]] == ["None"] * 3
+        reply = _prepare(node, "t2.1", "b", "c")
+        assert [vote["code"] for vote in reply["votes"]] == [code, code]
+        assert reply["votes"][0]["message"].startswith(message)
+        # Nothing was locked: single-item writes to b go ahead once capacity is back.
+        node.clock.now += 10_000
+        node.put("b")
+
+
+def test_a_transact_get_is_charged_only_when_asked(make: Any) -> None:
+    node = make(provisioned(5, 10))
+    node.put("a", size=5000)
+    body = node.data(gets=[{"key": {"pk": {"S": "a"}}}])
+    envelope.read(node.node, ops.TXN_GET, body)
+    before = node.report()["read"]["consumed_units"]
+    envelope.read(node.node, ops.TXN_GET, {**body, "charge": True})
+    # 5 KB read transactionally: two 4 KB units, twice.
+    assert node.report()["read"]["consumed_units"] - before == 4.0
+    for _ in range(2):  # The bank (5 units) is spent, and then in debt, at the same instant.
+        envelope.read(node.node, ops.TXN_GET, {**body, "charge": True})
+    reply = envelope.read(node.node, ops.TXN_GET, {**body, "charge": True})
+    assert reply["throttled"]["code"] == "ProvisionedThroughputExceeded"
