@@ -354,17 +354,23 @@ DESCRIBE_STREAM_LIMIT_MAX = 100  # DescribeStream Limit: 1 to 100 shards.
 SHARD_ITERATOR_CHARS_MAX = 2048  # ShardIterator: 1 to 2048 characters (service model).
 assert GET_RECORDS_LIMIT_MAX <= CHANGE_FEED_BATCH_RECORDS_MAX
 
-# Transactions (dynalab's own bounds). A PENDING record or a lock this old is looked at by a
-# resolver: its coordinator has had every prepare's deadline and grace, and the decision's, so it
-# died or stalled; the resolver aborts a PENDING record (`core.transactions.resolution`).
-TRANSACTION_RESOLVE_SECONDS = 30.0
-# How often each router asks every node for transactions left behind (`router/transactions.py`).
-TRANSACTION_RESOLVE_INTERVAL_SECONDS = 5.0
+# Transactions (dynalab's own bounds). A prepare carries this deadline: no node takes a lock for
+# it later, so once the deadline and its grace have passed a lock's prepare is over, and a
+# resolver may ask the lock's record what became of it.
+TRANSACTION_PREPARE_SECONDS = 2.0
+# A PENDING record this old is aborted by a resolver (`core.transactions.resolution`): its
+# coordinator has had its prepares' deadline and grace, and a second to decide, so it died or
+# stalled. A decided record left unfinished this long is applied again by a resolver.
+TRANSACTION_RESOLVE_SECONDS = 4.0
+# How often each router asks every node for transactions left behind (`router/transactions.py`):
+# a lock outlives a dead coordinator by at most about RESOLVE + INTERVAL seconds.
+TRANSACTION_RESOLVE_INTERVAL_SECONDS = 1.0
 # Transactions left behind one node reports per sweep; the next sweep reports the rest.
 TRANSACTION_SWEEP_ITEMS_MAX = 256
 # TransactGetItems reads every item, then checks that no partition it read changed: this many times
 # before it gives up with TransactionConflict (`router/transactions.py`).
 TRANSACT_GET_ATTEMPTS_MAX = 3
 
-assert TRANSACTION_RESOLVE_SECONDS > 2 * (NODE_CALL_SECONDS_MAX + RPC_DEADLINE_GRACE_SECONDS)
+assert TRANSACTION_RESOLVE_SECONDS > TRANSACTION_PREPARE_SECONDS + RPC_DEADLINE_GRACE_SECONDS
+assert TRANSACTION_PREPARE_SECONDS <= NODE_CALL_SECONDS_MAX
 assert TRANSACTION_RESOLVE_INTERVAL_SECONDS < TRANSACTION_RESOLVE_SECONDS

@@ -564,6 +564,7 @@ def prepare_vote(lock: ItemLock | None, attempt_id: str) -> Vote | None:
     return CONFLICT
 
 
-def lock_expired(lock: ItemLock, now: float) -> bool:
-    """Whether a lock has been held long enough for a resolver to look at its record."""
-    return now - lock.prepared >= limits.TRANSACTION_RESOLVE_SECONDS
+def prepare_over(deadline: float, now: float) -> bool:
+    """Whether a prepare with this deadline can no longer lock anything (its deadline and the
+    grace a node allows past it have passed): a resolver may then look at its locks' record."""
+    return now >= deadline + limits.RPC_DEADLINE_GRACE_SECONDS

@@ -658,13 +658,19 @@ class RouterContext:
         return client
 
     async def _send(
-        self, table: Table, partition: Partition, op: str, body: dict[str, Any], consistent: bool
+        self,
+        table: Table,
+        partition: Partition,
+        op: str,
+        body: dict[str, Any],
+        consistent: bool,
+        timeout: float = limits.NODE_CALL_SECONDS_MAX,
     ) -> dict[str, Any]:
         """Send `body` to one partition of a user table, as its map says it is now."""
         target = ops.Target(table["id"], partition["id"], partition["epoch"], consistent)
         client = self._client(partition["node"])
         try:
-            return await client.call(op, target, body, limits.NODE_CALL_SECONDS_MAX)
+            return await client.call(op, target, body, timeout)
         except ThroughputExceeded:
             self.metrics.throttled(table["name"], partition["id"])
             raise
@@ -725,8 +731,10 @@ class RouterContext:
         body: dict[str, Any],
         *,
         consistent: bool = False,
+        timeout: float = limits.NODE_CALL_SECONDS_MAX,
     ) -> dict[str, Any]:
-        """Send a data-plane request (a scan page) to one partition of a table.
+        """Send a data-plane request (a scan page) to one partition of a table, with a deadline
+        `timeout` seconds away.
 
         The envelope names the partition and its epoch, as `call_key`'s. On a stale epoch the
         catalog is refreshed and the request goes to the partition that now holds the old one's
@@ -738,7 +746,7 @@ class RouterContext:
         backoff = limits.STALE_EPOCH_BACKOFF_SECONDS_MIN
         for _ in range(limits.STALE_EPOCH_ATTEMPTS_MAX):
             try:
-                reply = await self._send(table, partition, op, body, consistent)
+                reply = await self._send(table, partition, op, body, consistent, timeout)
             except StaleEpoch:
                 table, backoff = await self._after_stale(table, backoff)
                 partition = self.partition_map(table).lookup(start)

@@ -97,6 +97,9 @@ _TOKEN_CHARS_MAX = 36
 # A decision or a record step is retried this many times before the coordinator gives up on it
 # and leaves it to a resolver.
 _RECORD_ATTEMPTS_MAX = 3
+# About how long a transaction left behind stays unresolved: its record becomes resolvable, then
+# the next sweep finds it.
+_SETTLED_SECONDS = limits.TRANSACTION_RESOLVE_SECONDS + limits.TRANSACTION_RESOLVE_INTERVAL_SECONDS
 
 
 @dataclasses.dataclass(slots=True)
@@ -364,7 +367,13 @@ async def transact_write_items(ctx: RouterContext, body: dict[str, Any]) -> dict
             [{"op": actions[i].op, "body": actions[i].body} for i in indexes],
         )
         try:
-            reply = await ctx.call_partition(table, partition, ops.TXN_PREPARE, payload.to_json())
+            reply = await ctx.call_partition(
+                table,
+                partition,
+                ops.TXN_PREPARE,
+                payload.to_json(),
+                timeout=limits.TRANSACTION_PREPARE_SECONDS,
+            )
         except DynamoError as error:
             # No vote: the transaction aborts. An unknown outcome may have locked the items;
             # the release below (or a resolver's) frees them.
@@ -391,8 +400,7 @@ async def transact_write_items(ctx: RouterContext, body: dict[str, Any]) -> dict
         COUNTERS.count("unknown")
         raise OutcomeUnknown(
             "The transaction's decision could not be recorded; it may or may not have been "
-            "applied, and is resolved within "
-            f"{limits.TRANSACTION_RESOLVE_SECONDS:.0f} s"
+            f"applied, and is resolved within about {_SETTLED_SECONDS:.0f} s"
         ) from None
     if decided is None:
         raise InternalServerError(f"The record of transaction {attempt} disappeared")

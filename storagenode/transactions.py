@@ -8,7 +8,8 @@ when it is acknowledged and sees every earlier write of its group. The decisions
   the partition the coordinator chose for it;
 - `L` ‖ items key -> the lock of a prepared item (`core.transactions.ItemLock`), beside the item;
 - `P` ‖ attempt id -> this node's part of an attempt: `{"state", "keys": [[table id, partition
-  id, items key hex], ...], "record": [table id, partition id], "prepared", "done"}`. PENDING
+  id, items key hex], ...], "record": [table id, partition id], "prepared", "deadline" (the
+  latest of its prepares' deadlines), "done"}`. PENDING
   while it holds locks; COMMITTED or ABORTED once applied, kept `TRANSACTION_RESOLVE_SECONDS` more
   so that a prepare arriving after its attempt was applied or released here (a duplicate, or one
   delayed past its coordinator's death) is refused rather than locking items nobody will release.
@@ -75,6 +76,16 @@ class Group:
     admit: Callable[[PartitionRef, float], txn.Vote | None]
     # The node's item collection cap, checked at prepare.
     collection_bytes_max: int
+
+
+PREPARE_SECONDS = limits.TRANSACTION_PREPARE_SECONDS
+
+
+def _deadline_of(part: dict[str, Any]) -> float:
+    """A part's prepare deadline (parts written before deadlines were kept: prepared + the
+    prepare's time)."""
+    deadline = part.get("deadline")
+    return float(part["prepared"] + PREPARE_SECONDS if deadline is None else deadline)
 
 
 def lock_key(items_key: bytes) -> bytes:
@@ -185,6 +196,11 @@ def prepare(group: Group, target: Target, payload: TxnPreparePayload) -> dict[st
         for items_key, lock in locks:
             _put(group.batch, lock_key(items_key), lock.to_json())
             keys.append([partition.table_id, partition.partition_id, items_key.hex()])
+        # No prepare of this attempt locks anything here after its deadline: past it (and its
+        # grace) the sweep reports the locks for a resolver to settle from the record.
+        deadline = target.deadline if target.deadline > 0 else group.now + PREPARE_SECONDS
+        if part is not None:
+            deadline = max(deadline, _deadline_of(part))
         _put(
             group.batch,
             part_key,
@@ -193,6 +209,7 @@ def prepare(group: Group, target: Target, payload: TxnPreparePayload) -> dict[st
                 "keys": keys,
                 "record": payload.record,
                 "prepared": group.now,
+                "deadline": deadline,
                 "done": None,
             },
         )
@@ -364,8 +381,9 @@ def _commit_item(group: Group, ref: PartitionRef, items_key: bytes, lock: txn.It
 
 
 def sweep(store: NodeStore, batch: WriteBatchView, now: float) -> dict[str, Any]:
-    """txn_sweep: the attempts holding locks and the records left unresolved past
-    `TRANSACTION_RESOLVE_SECONDS`, and forget what is done with."""
+    """txn_sweep: the attempts holding locks whose prepares are over (past their deadline and
+    grace), the records left unresolved past `TRANSACTION_RESOLVE_SECONDS`, and forget what is
+    done with."""
     locks: list[list[Any]] = []
     records: list[list[Any]] = []
     rows = store.walk(Family.TRANSACTIONS, PART_PREFIX, b"Q", forward=True)
@@ -373,7 +391,7 @@ def sweep(store: NodeStore, batch: WriteBatchView, now: float) -> dict[str, Any]
         part = orjson.loads(value)
         attempt = key[len(PART_PREFIX) :].decode()
         if part["state"] == txn.State.PENDING.value:
-            if now - part["prepared"] >= limits.TRANSACTION_RESOLVE_SECONDS and part["record"]:
+            if txn.prepare_over(_deadline_of(part), now) and part["record"]:
                 locks.append([attempt, *part["record"]])
         elif now - part["done"] >= limits.TRANSACTION_RESOLVE_SECONDS:
             batch.delete(Family.TRANSACTIONS, key)

@@ -166,3 +166,12 @@ def test_txn_get_reports_locks_and_seq(node: Harness) -> None:
     assert reply["locked"] is False and reply["last_seq"] == 1
     body["gets"].append({"key": {"pk": s("a"), "sk": n(2)}})
     assert envelope.read(node.node, ops.TXN_GET, body)["locked"] is True
+
+
+def test_the_sweep_reports_a_lock_once_its_prepare_is_over(node: Harness, clock: Clock) -> None:
+    prepare(node, "r3.1", put_action("a", 1))
+    over = limits.TRANSACTION_PREPARE_SECONDS + limits.RPC_DEADLINE_GRACE_SECONDS
+    clock.now += over - 0.1
+    assert node.write(ops.TXN_SWEEP, {})["locks"] == []  # A prepare may still be on its way.
+    clock.now += 0.1
+    assert node.write(ops.TXN_SWEEP, {})["locks"] == [["r3.1", TABLE["id"], "p0"]]

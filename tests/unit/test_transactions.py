@@ -112,8 +112,9 @@ def test_prepare_vote_and_lock_age() -> None:
     assert txn.prepare_vote(None, "r.1") is None
     assert txn.prepare_vote(lock, "r.1") is None  # The same attempt, prepared twice.
     assert txn.prepare_vote(lock, "q.1") == txn.CONFLICT
-    assert not txn.lock_expired(lock, 50.0 + limits.TRANSACTION_RESOLVE_SECONDS - 1)
-    assert txn.lock_expired(lock, 50.0 + limits.TRANSACTION_RESOLVE_SECONDS)
+    # A prepare is over once its deadline and the nodes' grace past it have passed.
+    assert not txn.prepare_over(52.0, 52.0 + limits.RPC_DEADLINE_GRACE_SECONDS - 0.01)
+    assert txn.prepare_over(52.0, 52.0 + limits.RPC_DEADLINE_GRACE_SECONDS)
 
 
 def test_request_rules() -> None:
