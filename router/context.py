@@ -732,9 +732,12 @@ class RouterContext:
         *,
         consistent: bool = False,
         timeout: float = limits.NODE_CALL_SECONDS_MAX,
+        follow: bool = True,
     ) -> dict[str, Any]:
         """Send a data-plane request (a scan page) to one partition of a table, with a deadline
-        `timeout` seconds away.
+        `timeout` seconds away. With `follow` False a stale epoch is raised once the catalog has
+        been re-read, for a caller that must place its request again itself (a transaction's
+        prepare, whose items may now be on two partitions).
 
         The envelope names the partition and its epoch, as `call_key`'s. On a stale epoch the
         catalog is refreshed and the request goes to the partition that now holds the old one's
@@ -749,6 +752,8 @@ class RouterContext:
                 reply = await self._send(table, partition, op, body, consistent, timeout)
             except StaleEpoch:
                 table, backoff = await self._after_stale(table, backoff)
+                if not follow:
+                    raise
                 partition = self.partition_map(table).lookup(start)
                 continue
             reply["partition"] = partition

@@ -55,6 +55,7 @@ from core.errors import (
     InternalServerError,
     OutcomeUnknown,
     ServiceUnavailable,
+    StaleEpoch,
     ValidationError,
 )
 from core.indexes import size_estimate_range_gb
@@ -357,10 +358,14 @@ async def transact_write_items(ctx: RouterContext, body: dict[str, Any]) -> dict
     costs: list[txn.Cost | None] = [None] * len(actions)
     errors: list[DynamoError] = []
 
-    async def prepare(indexes: list[int]) -> None:
-        partition = actions[indexes[0]].partition
-        table = actions[indexes[0]].table
-        assert partition is not None
+    # Every node a prepare was sent to: the decision is applied on each (a prepare whose answer
+    # was lost may have locked items there).
+    touched = {p.node for p in participants}
+
+    async def prepare_on(table: Table, partition: Partition, indexes: list[int]) -> bool:
+        """Prepare `indexes` on one partition; False if the partition has split or moved since
+        the map was read (nothing was prepared: the items must be placed again)."""
+        touched.add(partition["node"])
         payload = TxnPreparePayload(
             attempt,
             home.ref(),
@@ -373,18 +378,47 @@ async def transact_write_items(ctx: RouterContext, body: dict[str, Any]) -> dict
                 ops.TXN_PREPARE,
                 payload.to_json(),
                 timeout=limits.TRANSACTION_PREPARE_SECONDS,
+                follow=False,
             )
+        except StaleEpoch:
+            return False
         except DynamoError as error:
             # No vote: the transaction aborts. An unknown outcome may have locked the items;
             # the release below (or a resolver's) frees them.
             logger.info("transaction %s: a prepare failed: %s", attempt, error.type_name)
             if not isinstance(error, ServiceUnavailable | OutcomeUnknown):
                 errors.append(error)
-            return
+            return True
         for number, index in enumerate(indexes):
             coordinator.voted(index, txn.Vote.from_json(reply["votes"][number]))
             if reply["costs"]:
                 costs[index] = txn.Cost.from_json(reply["costs"][number])
+        return True
+
+    async def prepare(indexes: list[int]) -> None:
+        """Prepare one participant's actions; if its partition split (or moved) since the map was
+        read, place them again on the catalog's current partitions and prepare those."""
+        table = actions[indexes[0]].table
+        partition = actions[indexes[0]].partition
+        assert partition is not None
+        placed = [(table, partition, indexes)]
+        for _ in range(limits.STALE_EPOCH_ATTEMPTS_MAX):
+            done = await asyncio.gather(*(prepare_on(*where) for where in placed))
+            stale = [i for where, ok in zip(placed, done, strict=True) if not ok for i in where[2]]
+            if not stale:
+                return
+            try:
+                table = await ctx.table(actions[stale[0]].table_name)
+            except DynamoError:
+                return  # The table is gone: no vote, the transaction aborts.
+            if table["id"] != actions[stale[0]].table["id"]:
+                return
+            regrouped: dict[str, tuple[Partition, list[int]]] = {}
+            for index in stale:
+                found = ctx.partition_map(table).lookup(actions[index].storage_key)
+                regrouped.setdefault(found["id"], (found, []))[1].append(index)
+            placed = [(table, found, moved) for found, moved in regrouped.values()]
+        logger.info("transaction %s: its partitions kept changing while it prepared", attempt)
 
     await asyncio.gather(*(prepare(indexes) for indexes in groups.values()))
     outcome = coordinator.outcome()
@@ -406,7 +440,7 @@ async def transact_write_items(ctx: RouterContext, body: dict[str, Any]) -> dict
         raise InternalServerError(f"The record of transaction {attempt} disappeared")
     coordinator.decided(decided.state)
     committed = decided.state is txn.State.COMMITTED
-    if await _apply_everywhere(ctx, attempt, {p.node for p in participants}, committed):
+    if await _apply_everywhere(ctx, attempt, touched, committed):
         try:
             await _retried(
                 lambda: _record_call(
@@ -504,19 +538,37 @@ async def _apply_everywhere(
 
 
 def _find_partition(ctx: RouterContext, table_id: str, partition_id: str) -> _Home | None:
-    """The cached table and partition with these ids; None if the catalog has none."""
+    """The cached table and the serving partition with this id, or, for a partition that has
+    split since, a serving descendant of it (the catalog keeps a split's parent while a child
+    names it): a record is kept on the node, by record id, so any descendant still on that node
+    addresses it. None if the catalog has neither."""
     for table in ctx.tables.values():
         if table["id"] != table_id:
             continue
+        parents = {
+            partition["id"]: partition.get("parent")
+            for partition in (*table.get("retired_partitions", ()), *table["partitions"])
+        }
         for partition in table["partitions"]:
-            if partition["id"] == partition_id:
-                return _Home(table, partition)
+            ancestor: str | None = partition["id"]
+            while ancestor is not None:
+                if ancestor == partition_id:
+                    return _Home(table, partition)
+                ancestor = parents.get(ancestor)
     return None
 
 
-async def resolve(ctx: RouterContext, record_id: str, attempt: int, home: _Home) -> bool:
+async def resolve(
+    ctx: RouterContext,
+    record_id: str,
+    attempt: int,
+    home: _Home,
+    holders: frozenset[str] = frozenset(),
+) -> bool:
     """Finish an attempt left behind, from its record: abort it if it is PENDING and old enough,
-    then apply the decision on every participant's node and finish the record. True when done."""
+    then apply the decision on every participant's node and on `holders` (the nodes that
+    reported its locks: a participant that split and moved after the record was written is not
+    in the record) and finish the record. True when done."""
     attempt_id = f"{record_id}.{attempt}"
     record = await _retried(
         lambda: _record_call(ctx, home, TxnRecordPayload("resolve", record_id, attempt=attempt))
@@ -528,7 +580,7 @@ async def resolve(ctx: RouterContext, record_id: str, attempt: int, home: _Home)
         nodes = set(ctx.clients)
         committed = False
     else:
-        nodes = {p.node for p in record.participants}
+        nodes = {p.node for p in record.participants} | holders
         committed = record.state is txn.State.COMMITTED
     if not await _apply_everywhere(ctx, attempt_id, nodes, committed):
         return False
@@ -544,6 +596,7 @@ async def resolve_once(ctx: RouterContext) -> int:
     """One round: ask every node for what was left behind and resolve it; the number resolved."""
     now = ctx.sources.clock()
     found: dict[tuple[str, int], _Home] = {}
+    holders: dict[tuple[str, int], set[str]] = {}
     for node in sorted(ctx.clients):
         try:
             swept = await ctx.control(node, ops.TXN_SWEEP, {}, limits.CONTROL_CALL_SECONDS_MAX)
@@ -557,6 +610,7 @@ async def resolve_once(ctx: RouterContext) -> int:
                 home = _find_partition(ctx, table_id, partition_id)
             if home is not None:
                 found[txn.attempt_of(attempt_id)] = home
+                holders.setdefault(txn.attempt_of(attempt_id), set()).add(node)
         for record_id, attempt in swept["records"]:
             # A record is on the node that reported it; find its partition among those it holds.
             for table in ctx.tables.values():
@@ -572,7 +626,9 @@ async def resolve_once(ctx: RouterContext) -> int:
         key = f"{record_id}.{attempt}"
         COUNTERS.in_doubt.setdefault(key, now)
         try:
-            done = await resolve(ctx, record_id, attempt, home)
+            done = await resolve(
+                ctx, record_id, attempt, home, frozenset(holders.get((record_id, attempt), ()))
+            )
         except DynamoError as error:
             logger.info("transaction %s not resolved yet: %s", key, error)
             continue

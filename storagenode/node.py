@@ -838,7 +838,20 @@ class _WriteGroup:
             _write_request,
             self.node.admit_transaction,
             self.node.item_collection_bytes_max,
+            self.holder,
         )
+
+    def holder(self, table_id: str, items_key: bytes) -> PartitionRef | None:
+        """The partition of table `table_id` on this node, as this group sees it, whose range
+        holds the item stored under `items_key`; None when no partition here does."""
+        for ref in {*self.node.partitions, *self.dirty}:
+            partition = self._lookup(ref)
+            if ref[0] != table_id or partition is None:
+                continue
+            prefix = partition.item_prefix
+            if items_key.startswith(prefix) and partition.holds(items_key[len(prefix) :]):
+                return ref
+        return None
 
     def _lookup(self, key: PartitionRef) -> Partition | None:
         if key in self.dirty:

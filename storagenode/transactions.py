@@ -76,6 +76,8 @@ class Group:
     admit: Callable[[PartitionRef, float], txn.Vote | None]
     # The node's item collection cap, checked at prepare.
     collection_bytes_max: int
+    # The partition of a table on this node holding an items key (after a split: a child).
+    holder: Callable[[str, bytes], PartitionRef | None]
 
 
 PREPARE_SECONDS = limits.TRANSACTION_PREPARE_SECONDS
@@ -359,7 +361,12 @@ def _commit_item(group: Group, ref: PartitionRef, items_key: bytes, lock: txn.It
     """Apply a locked item's write: planned again without its condition, applied like any write."""
     partition = group.staged(ref)
     if partition is None:
-        # The partition left this node (its table was dropped): its items went with it.
+        # The partition split since the prepare (the lock, keyed by the item, stayed where the
+        # item is): the child now holding the item commits it.
+        holder = group.holder(ref[0], items_key)
+        partition = None if holder is None else group.staged(holder)
+    if partition is None:
+        # The table was dropped: its items went with it.
         logger.warning(
             "transaction %s: partition %s is gone; its write is dropped", lock.attempt_id, ref
         )

@@ -6,18 +6,21 @@ single-item writes, ConsumedCapacity, and validation."""
 from __future__ import annotations
 
 import asyncio
+import json
+import time
 import urllib.request
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from core import keycodec
+from core import keycodec, limits
+from core import transactions as txn
 from core.placement import PartitionMap
 from dynalab.cluster import LocalCluster
 from rpc import ops
 from rpc.client import NodeClient
-from rpc.transactions import TxnPreparePayload
+from rpc.transactions import TxnPreparePayload, TxnRecordPayload
 from tests.integration.conftest import (
     create_active_table,
     error_of,
@@ -26,6 +29,11 @@ from tests.integration.conftest import (
 )
 
 SPREAD_TABLE_ATTEMPTS = 10
+# A decided record left unfinished is applied by a resolver once it is this old, at the next sweep;
+# with a margin for a loaded machine.
+RESOLVED_SECONDS_MAX = (
+    limits.TRANSACTION_RESOLVE_SECONDS + 2 * limits.TRANSACTION_RESOLVE_INTERVAL_SECONDS + 10.0
+)
 
 
 @pytest.fixture
@@ -367,3 +375,74 @@ def test_metrics_count_transactions_by_outcome(dynamodb: Any, cluster: LocalClus
         name = f'dynalab_transactions_total{{outcome="{outcome}"}}'
         assert metric(after, name) == metric(before, name) + 1, outcome
     assert "dynalab_transactions_in_doubt " in after
+
+
+def test_a_prepared_transaction_commits_through_a_real_split(
+    dynamodb: Any, cluster: LocalCluster, table_name: Callable[[], str]
+) -> None:
+    """A coordinator's steps sent to a node by hand: the record begun and two items prepared on
+    one partition, which is then split between them through the admin endpoint; the decision
+    (COMMITTED) recorded through a child; then the routers' resolvers apply it through the
+    children (the locks and the record stayed on the node) and both items are written."""
+    name = create_active_table(dynamodb, table_name(), range_key=("sk", "N"))
+    record = stored_catalog(cluster.nodes)["tables"][name]
+    partition = PartitionMap(record["partitions"]).lookup(
+        keycodec.encode_storage_key({"S": "one"}, None)
+    )
+    address = cluster.node(partition["node"]).address
+    items = [{**key("one"), "sk": {"N": str(number)}, "v": {"S": "new"}} for number in (1, 9)]
+    attempt = txn.Record(
+        "tsplit",
+        "digest",
+        txn.State.PENDING,
+        (txn.Participant(record["id"], partition["id"], partition["epoch"], partition["node"]),),
+        0.0,
+    )
+
+    async def call(where: dict[str, Any], op: str, body: dict[str, Any]) -> dict[str, Any]:
+        client = NodeClient(address)
+        try:
+            target = ops.Target(record["id"], where["id"], where["epoch"])
+            return await client.call(op, target, body, 10.0)
+        finally:
+            await client.close()
+
+    begin = TxnRecordPayload("begin", "tsplit", record=attempt.to_json())
+    begun = asyncio.run(call(partition, ops.TXN_RECORD, begin.to_json()))
+    assert begun["record"]["state"] == "PENDING"
+    prepare = TxnPreparePayload(
+        "tsplit.1",
+        [record["id"], partition["id"]],
+        [{"op": ops.PUT, "body": ops.PutPayload(item).to_json()} for item in items],
+    )
+    assert asyncio.run(call(partition, ops.TXN_PREPARE, prepare.to_json()))["votes"] == [
+        {"code": "None"},
+        {"code": "None"},
+    ]
+    request = urllib.request.Request(
+        f"{cluster.router_url}/admin/tables/{name}/partitions/{partition['id']}/split",
+        data=json.dumps({"Key": {**key("one"), "sk": {"N": "5"}}}).encode(),
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=60) as reply:
+        low, high = json.loads(reply.read())["children"]
+    assert low["node"] == high["node"] == partition["node"]
+    decide = TxnRecordPayload("decide", "tsplit", attempt=1, outcome="COMMITTED")
+    # The parent is retired: the record is reached through the child holding its start.
+    assert asyncio.run(call(low, ops.TXN_RECORD, decide.to_json()))["record"]["state"] == (
+        "COMMITTED"
+    )
+    deadline = time.monotonic() + RESOLVED_SECONDS_MAX
+    while True:
+        found = [
+            dynamodb.get_item(TableName=name, Key={**key("one"), "sk": item["sk"]}).get("Item")
+            for item in items
+        ]
+        if found == items:
+            break
+        assert all(item is None for item in found), f"half a transaction is visible: {found}"
+        assert time.monotonic() < deadline, "the resolvers did not apply the decision"
+        time.sleep(0.5)
+    # No lock is left: each item takes a single write, on its own child.
+    for item in items:
+        dynamodb.put_item(TableName=name, Item={**item, "v": {"S": "after"}})

@@ -9,6 +9,7 @@ Each test prints its seed; `tests.sim.cluster.run(seed, ...)` replays it exactly
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -248,3 +249,130 @@ def test_bank_transfers_under_network_faults_keep_the_total(seed: int) -> None:
         assert acknowledged > 0, f"seed {seed}: no transfer went through"
 
     run(seed, scenario)
+
+
+class PausingAtDecide:
+    """A router's transport that holds the coordinator's decide until the test lets it go (or
+    kills the router there): the transaction's items are prepared, its record PENDING."""
+
+    def __init__(self, inner: NodeTransport, state: dict[str, Any]) -> None:
+        self.inner = inner
+        self.state = state
+
+    @property
+    def address(self) -> str:
+        return self.inner.address
+
+    async def call(
+        self, op: str, target: Any, payload: dict[str, Any], timeout: float
+    ) -> dict[str, Any]:
+        if op == ops.TXN_RECORD and payload.get("action") == "decide":
+            self.state["reached"].set()
+            await self.state["go"].wait()
+            if self.state["die"]:
+                raise RouterDied()
+        result: dict[str, Any] = await self.inner.call(op, target, payload, timeout)
+        return result
+
+    async def control(self, op: str, payload: dict[str, Any], timeout: float) -> dict[str, Any]:
+        result: dict[str, Any] = await self.inner.control(op, payload, timeout)
+        return result
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+def partition_ids(cluster: SimCluster, router: int = 1) -> set[str]:
+    return {partition["id"] for partition in cluster.routers[router].tables["Bank"]["partitions"]}
+
+
+@pytest.mark.parametrize("die", [False, True])
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_participant_that_splits_while_prepared(seed: int, die: bool) -> None:
+    """Both participants (and the record's partition) split between prepare and decide: the
+    locks and the record stay on their node, keyed by item and by record id; the commit applies
+    each write through the child now holding the item, or, the coordinator killed there, a
+    resolver finds the record through the split's lineage and releases everything."""
+
+    async def scenario(cluster: SimCluster) -> None:
+        await open_accounts(cluster)
+        coordinating = cluster.routers[0]
+        state = {"reached": asyncio.Event(), "go": asyncio.Event(), "die": die}
+        coordinating.clients = {
+            node: PausingAtDecide(client, state) for node, client in coordinating.clients.items()
+        }
+        source, target = 1, 4
+        running = asyncio.ensure_future(
+            coordinator.transact_write_items(coordinating, transfer(source, target, 30))
+        )
+        await asyncio.wait_for(state["reached"].wait(), 30)
+        await cluster.routers[1].refresh()
+        before = partition_ids(cluster)
+        for number in (source, target):
+            key = encode_storage_key(account(number)["pk"], None)
+            table = await cluster.routers[1].read_table("Bank")
+            assert table is not None
+            holder = next(p for p in table.partitions if p.holds(key))
+            if bytes.fromhex(holder.start) != key:
+                await cluster.split("Bank", key, router=1)
+        await cluster.routers[1].refresh()
+        assert partition_ids(cluster) != before, f"seed {seed}: nothing split"
+        state["go"].set()
+        outcome = "acknowledged"
+        try:
+            await asyncio.wait_for(running, 30)
+        except RouterDied:
+            outcome = "died"
+        await resolve_everything(cluster)
+        moved = (await balance(cluster, source), await balance(cluster, target))
+        expected = (100, 100) if die else (70, 130)
+        assert moved == expected, f"seed {seed} ({outcome}): {moved}"
+        assert locks_left(cluster) == [], f"seed {seed}: items stay locked"
+        await items.put_item(
+            cluster.routers[1],
+            {"TableName": "Bank", "Item": {**account(source), "balance": {"N": "0"}}},
+        )
+
+    run(seed, scenario)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_prepare_sent_to_a_partition_that_split_is_placed_again(seed: int) -> None:
+    """A router whose map predates a split sends its prepare to the retired parent: refused as
+    stale, the actions are placed on the children and prepared there, and the transfer commits."""
+
+    async def scenario(cluster: SimCluster) -> None:
+        await open_accounts(cluster)
+        stale = cluster.routers[0]
+        assert "Bank" in stale.tables
+        for number in range(ACCOUNTS):
+            key = encode_storage_key(account(number)["pk"], None)
+            table = await cluster.routers[1].read_table("Bank")
+            assert table is not None
+            holder = next(p for p in table.partitions if p.holds(key))
+            if bytes.fromhex(holder.start) != key:
+                await cluster.split("Bank", key, router=1)
+        await coordinator.transact_write_items(stale, transfer(0, 5, 30))
+        assert (await balance(cluster, 0), await balance(cluster, 5)) == (70, 130)
+        assert locks_left(cluster) == []
+
+    run(seed, scenario)
+
+
+def test_the_resolver_finds_a_record_through_the_split_lineage() -> None:
+    """A lock names its record's partition as it was at the prepare; after that partition split
+    (twice here) a serving descendant addresses the record's node."""
+    ctx: Any = SimpleNamespace(
+        tables={
+            "Bank": {
+                "id": "t1",
+                "partitions": [{"id": "c", "parent": "b"}, {"id": "d", "parent": "b"}],
+                "retired_partitions": [{"id": "b", "parent": "a"}],
+            }
+        }
+    )
+    for gone in ("a", "b", "c"):
+        home = coordinator._find_partition(ctx, "t1", gone)
+        assert home is not None and home.partition["id"] == "c"
+    assert coordinator._find_partition(ctx, "t1", "unknown") is None
+    assert coordinator._find_partition(ctx, "t2", "a") is None
