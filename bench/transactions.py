@@ -10,7 +10,12 @@ on-demand table (four partitions spread over the nodes), then runs, each for `--
 2. 2-item transactions alone: each moves an amount between two random accounts (an Update with
    a condition and an Update), so most touch two partitions, usually on two nodes;
 3. 10-item transactions alone: ten random accounts, each `ADD n :one`;
-4. 2-item transactions and single-item PutItems together, half the writers each.
+4. 2-item transactions and single-item PutItems together, half the writers each;
+5. 5-item TransactGetItems beside single-item PutItems to other items of the same partitions,
+   half the clients each: how often a busy partition cancels a TransactGetItems (a
+   TransactionConflict) although none of its items was written.
+
+(`--only N` runs run N alone.)
 
 and prints, per run and per kind of request, the requests/s that succeeded, the cancellations
 (TransactionCanceledException, mostly conflicts between transactions on the same accounts) and
@@ -123,6 +128,14 @@ def single_put(rng: random.Random, accounts: int) -> tuple[str, dict[str, Any]]:
     return "PutItem", {"TableName": TABLE, "Item": {**key, "v": {"S": "x" * 100}}}
 
 
+def five_gets(rng: random.Random, accounts: int) -> tuple[str, dict[str, Any]]:
+    items = [
+        {"Get": {"TableName": TABLE, "Key": account(number)}}
+        for number in rng.sample(range(accounts), 5)
+    ]
+    return "TransactGetItems", {"TransactItems": items}
+
+
 Request = Callable[[random.Random, int], tuple[str, dict[str, Any]]]
 
 
@@ -200,7 +213,13 @@ async def measure(endpoint: str, args: argparse.Namespace) -> None:
                 "2-item transactions beside PutItem",
                 [("TransactWriteItems x2", transfer)] * half + [("PutItem", single_put)] * half,
             ),
+            (
+                "5-item TransactGetItems beside PutItem",
+                [("TransactGetItems x5", five_gets)] * half + [("PutItem", single_put)] * half,
+            ),
         ]
+        if args.only is not None:
+            runs = [runs[args.only - 1]]
         for title, writers in runs:
             tallies = await load(client, writers, args.seconds, args.accounts)
             print(f"{title} ({len(writers)} writers, {args.seconds:.0f} s):")
@@ -213,8 +232,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--accounts", type=int, default=1000)
+    parser.add_argument("--only", type=int, choices=range(1, 6), help="run only this run")
     args = parser.parse_args()
-    # Transactions are not metered yet; single-item writes would be, so both run unmetered.
+    # Throughput is not what is measured here: nothing is metered.
     os.environ["DYNALAB_THROTTLING"] = "off"
     with (
         tempfile.TemporaryDirectory(prefix="dynalab-bench-txn-") as directory,

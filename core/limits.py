@@ -367,9 +367,12 @@ TRANSACTION_RESOLVE_SECONDS = 4.0
 TRANSACTION_RESOLVE_INTERVAL_SECONDS = 1.0
 # Transactions left behind one node reports per sweep; the next sweep reports the rest.
 TRANSACTION_SWEEP_ITEMS_MAX = 256
-# TransactGetItems reads every item, then checks that no partition it read changed: this many times
-# before it gives up with TransactionConflict (`router/transactions.py`).
-TRANSACT_GET_ATTEMPTS_MAX = 3
+# TransactGetItems reads every item, then checks that none was written or locked meanwhile: this
+# many times (waiting 10, 20, 40... ms between) before it gives up with TransactionConflict.
+TRANSACT_GET_ATTEMPTS_MAX = 5
+# A round of TransactGetItems looks through at most this many change-log records of a partition
+# for writes to its items since the last round; more count as a change (`storagenode/transactions`).
+TRANSACT_GET_LOG_RECORDS_MAX = 10_000
 
 assert TRANSACTION_RESOLVE_SECONDS > TRANSACTION_PREPARE_SECONDS + RPC_DEADLINE_GRACE_SECONDS
 assert TRANSACTION_PREPARE_SECONDS <= NODE_CALL_SECONDS_MAX

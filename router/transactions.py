@@ -23,11 +23,12 @@ it asks each node (`txn_sweep`) for locks and records left behind and resolves e
 record. So every transaction ends committed everywhere or rolled back everywhere, and no item
 stays locked longer than the resolve time plus a sweep.
 
-TransactGetItems reads its items per partition (`txn_get`), and reads them again: the answer is
-the second round's when no item was locked in either and no partition's change seq moved between
-them, so the items were all as returned at one instant between the rounds (a serializable
-snapshot); otherwise it tries again, a bounded number of times, then cancels with
-TransactionConflict for the items of the partitions that kept changing.
+TransactGetItems reads its items per partition (`txn_get`), and reads them again, asking each
+node whether any of the items was written since the first round's change seq: the answer is the
+second round's when no item was locked in either round and none was written between them, so the
+items were all as returned at one instant between the rounds (a serializable snapshot), however
+busy their partitions were with other items; otherwise it tries again, a bounded number of times,
+then cancels with TransactionConflict for the items that kept changing.
 """
 
 from __future__ import annotations
@@ -690,10 +691,13 @@ async def transact_get_items(ctx: RouterContext, body: dict[str, Any]) -> dict[s
         groups.setdefault(ref, []).append(index)
         partitions[ref] = (table, partition)
 
-    async def read_round(charge: bool) -> dict[tuple[str, str], dict[str, Any]]:
+    async def read_round(
+        charge: bool, since: dict[tuple[str, str], dict[str, Any]] | None = None
+    ) -> dict[tuple[str, str], dict[str, Any]]:
         async def read(ref: tuple[str, str]) -> dict[str, Any]:
             table, partition = partitions[ref]
-            payload = TxnGetPayload([gets[i][3] for i in groups[ref]], charge)
+            earlier = None if since is None else since[ref]["last_seq"]
+            payload = TxnGetPayload([gets[i][3] for i in groups[ref]], charge, earlier)
             return await ctx.call_partition(
                 table, partition, ops.TXN_GET, payload.to_json(), consistent=True
             )
@@ -712,25 +716,24 @@ async def transact_get_items(ctx: RouterContext, body: dict[str, Any]) -> dict[s
             for index in groups[ref]:
                 votes[index] = txn.Vote.from_json(vote)
         raise txn.cancellation(votes)
+    conflicts: set[int] = set()
     for number in range(limits.TRANSACT_GET_ATTEMPTS_MAX):
-        current = await read_round(charge=False)
-        moving = {
-            ref
-            for ref in groups
-            if current[ref]["locked"]
-            or previous[ref]["locked"]
-            or current[ref]["last_seq"] != previous[ref]["last_seq"]
-        }
-        if not moving:
+        current = await read_round(charge=False, since=previous)
+        conflicts = set()
+        for ref, indexes in groups.items():
+            before, after = previous[ref], current[ref]
+            if after["changed"] or before["partition"]["id"] != after["partition"]["id"]:
+                conflicts.update(indexes)  # Written, or split, between the rounds.
+                continue
+            for position, index in enumerate(indexes):
+                if before["locks"][position] or after["locks"][position]:
+                    conflicts.add(index)  # A transaction is committing it, or may be.
+        if not conflicts:
             return _get_reply(body, gets, groups, current)
         previous = current
         await asyncio.sleep(limits.STALE_EPOCH_BACKOFF_SECONDS_MIN * 2**number)
     COUNTERS.conflicts += 1
-    votes = [txn.YES] * len(gets)
-    for ref in moving:
-        for index in groups[ref]:
-            votes[index] = txn.CONFLICT
-    raise txn.cancellation(votes)
+    raise txn.cancellation([txn.CONFLICT if i in conflicts else txn.YES for i in range(len(gets))])
 
 
 def _get_reply(

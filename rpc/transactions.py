@@ -21,10 +21,12 @@ A router coordinating a TransactWriteItems (`router/transactions.py`) sends:
   table id, record partition id], ...], "records": [[record id, table id, partition id], ...]}.
 
 And for TransactGetItems, `txn_get`: a read of several items of one partition that also reports
-whether any is prepared by a transaction and the partition's last change seq, so the router can
-check that nothing changed between two rounds. Reply: {"items": [ITEM | null, ...], "read_bytes":
-[int, ...], "locked": bool, "last_seq": int}, or {"throttled": VOTE} when it was asked to charge
-the partition's read capacity and the partition had none left.
+which are prepared by a transaction and the partition's last change seq, and, given an earlier
+round's seq, whether any of these items was written since, so the router can check that they
+held still between two rounds. Reply: {"items": [ITEM | null, ...], "read_bytes": [int, ...],
+"locked": bool, "locks": [bool, ...], "last_seq": int, "changed": bool (with `since`)}, or
+{"throttled": VOTE} when it was asked to charge the partition's read capacity and the partition
+had none left.
 """
 
 from __future__ import annotations
@@ -117,14 +119,19 @@ class TxnSweepPayload:
 class TxnGetPayload:
     """txn_get: `gets` are [{"key": KEY, "projection": str | null, "names": NAMES | null}] of the
     addressed partition; `charge` asks the node to charge the partition's read capacity for
-    them (a TransactGetItems pays for its first round only)."""
+    them (a TransactGetItems pays for its first round only); `since` (an earlier round's
+    `last_seq`) asks whether any of the items was written after it."""
 
     gets: list[dict[str, Any]]
     charge: bool = False
+    since: int | None = None
 
     @classmethod
     def from_json(cls, body: dict[str, Any]) -> Self:
-        return cls(list(body["gets"]), body.get("charge") is True)
+        since = body.get("since")
+        return cls(
+            list(body["gets"]), body.get("charge") is True, None if since is None else int(since)
+        )
 
     def to_json(self) -> dict[str, Any]:
-        return {"gets": self.gets, "charge": self.charge}
+        return {"gets": self.gets, "charge": self.charge, "since": self.since}

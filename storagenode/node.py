@@ -502,7 +502,14 @@ class StorageNode:
         return {**self.throughput.report(payload.table_id), "splits": self.split_stats.to_json()}
 
     def _txn_get(self, target: Target | None, payload: TxnGetPayload) -> dict[str, Any]:
-        return txn.get(self.store, self._partition(target), payload, self.admit_transaction_read)
+        partition = self._partition(target)
+        ref = (partition.table_id, partition.partition_id)
+
+        def last_seq_now() -> int:
+            current = self.partitions.get(ref)
+            return partition.last_seq if current is None else current.last_seq
+
+        return txn.get(self.store, partition, payload, self.admit_transaction_read, last_seq_now)
 
     def admit_transaction(self, ref: PartitionRef, units: float) -> Vote | None:
         """Charge a transaction's prepare `units` of partition `ref`'s write capacity; None

@@ -43,7 +43,13 @@ from rpc.transactions import (
     TxnRecordPayload,
 )
 from storagenode import replica
-from storagenode.layout import Family, collection_size_of, item_json_of, item_size_of
+from storagenode.layout import (
+    Family,
+    collection_size_of,
+    item_json_of,
+    item_size_of,
+    seq_bytes,
+)
 from storagenode.partition import Partition
 from storagenode.store import NodeStore, WriteBatchView
 
@@ -426,8 +432,17 @@ def get(
     partition: Partition,
     payload: TxnGetPayload,
     admit: Callable[[PartitionRef, float], txn.Vote | None],
+    last_seq_now: Callable[[], int],
 ) -> dict[str, Any]:
-    """txn_get: the items, whether any is prepared, and the partition's last seq read first.
+    """txn_get: the items, which are prepared (`locked`, per item), and the partition's last
+    change seq read before them (`last_seq`).
+
+    With `payload.since` (the seq an earlier round reported), also whether any of these items
+    was written after it (`changed`): the change-log records from `since` to the seq read after
+    the items (`last_seq_now`) are looked through for their keys. An item no record names held
+    its value from before the earlier round's read to after this one, whatever else the
+    partition took meanwhile. A log trimmed past `since`, or more than
+    `TRANSACT_GET_LOG_RECORDS_MAX` records to look through, count as changed.
 
     With `payload.charge`, the partition is charged two read units per 4 KB of each item read
     (the Developer Guide's price of a transactional read); when its bucket is empty the reply
@@ -435,12 +450,14 @@ def get(
     last_seq = partition.last_seq
     items: list[dict[str, Any] | None] = []
     read_bytes: list[int] = []
-    any_locked = False
+    locks: list[bool] = []
+    storage_keys: set[bytes] = set()
     for entry in payload.gets:
         key = partition.key_shape.check_key(entry["key"])
-        items_key = partition.item_prefix + partition.storage_key(key)
-        if locked(store, items_key):
-            any_locked = True
+        storage_key = partition.storage_key(key)
+        storage_keys.add(storage_key)
+        items_key = partition.item_prefix + storage_key
+        locks.append(locked(store, items_key))
         raw = store.get(Family.ITEMS, items_key)
         if raw is None:
             items.append(None)
@@ -455,12 +472,43 @@ def get(
     reply: dict[str, Any] = {
         "items": items,
         "read_bytes": read_bytes,
-        "locked": any_locked,
+        "locked": any(locks),
+        "locks": locks,
         "last_seq": last_seq,
     }
+    if payload.since is not None:
+        reply["changed"] = _written_since(
+            store, partition, storage_keys, payload.since, last_seq_now()
+        )
     if payload.charge:
         units = sum(read_units(size, ReadConsistency.TRANSACTIONAL) for size in read_bytes)
         refusal = admit((partition.table_id, partition.partition_id), units)
         if refusal is not None:
             return {"throttled": refusal.to_json()}
     return reply
+
+
+def _written_since(
+    store: NodeStore, partition: Partition, storage_keys: set[bytes], since: int, until: int
+) -> bool:
+    """Whether a change-log record with seq in (since, until] names one of `storage_keys`."""
+    if until <= since:
+        return False
+    if until - since > limits.TRANSACT_GET_LOG_RECORDS_MAX:
+        return True
+    rows = store.walk(
+        Family.CHANGE_LOG,
+        partition.log_prefix + seq_bytes(since + 1),
+        partition.log_prefix + seq_bytes(until + 1),
+        forward=True,
+    )
+    expected = since + 1
+    for _, value in rows:
+        record = orjson.loads(value)
+        if record["seq"] != expected:
+            return True  # Trimmed past `since`: what was written is unknown.
+        expected += 1
+        keys = record.get("keys")
+        if keys is not None and partition.key_shape.storage_key(keys) in storage_keys:
+            return True
+    return expected <= until

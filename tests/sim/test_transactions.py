@@ -9,6 +9,7 @@ Each test prints its seed; `tests.sim.cluster.run(seed, ...)` replays it exactly
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from types import SimpleNamespace
 from typing import Any
 
@@ -376,3 +377,58 @@ def test_the_resolver_finds_a_record_through_the_split_lineage() -> None:
         assert home is not None and home.partition["id"] == "c"
     assert coordinator._find_partition(ctx, "t1", "unknown") is None
     assert coordinator._find_partition(ctx, "t2", "a") is None
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_transact_get_items_sees_whole_transfers_beside_busy_partitions(seed: int) -> None:
+    """TransactGetItems of every account while transfers commit and single-item writes keep the
+    same partitions busy (delayed calls interleave them): every read it answers adds up to the
+    opening total, and writes to other items of its partitions do not cancel it."""
+
+    async def scenario(cluster: SimCluster) -> None:
+        await open_accounts(cluster)
+        cluster.faults(Faults(delay=0.05))
+        rng = cluster.rng
+        totals: list[int] = []
+        cancelled = 0
+        done = asyncio.Event()
+
+        async def transfers(number: int) -> None:
+            for _ in range(12):
+                source, target = rng.sample(range(ACCOUNTS), 2)
+                with contextlib.suppress(DynamoError):
+                    await coordinator.transact_write_items(
+                        cluster.routers[number % 2], transfer(source, target, rng.randint(1, 40))
+                    )
+
+        async def busy() -> None:
+            number = 0
+            while not done.is_set():
+                number += 1
+                await cluster.put("Bank", {"pk": {"S": f"other{number % 50}"}}, router=1)
+
+        async def reader() -> None:
+            nonlocal cancelled
+            request = {
+                "TransactItems": [
+                    {"Get": {"TableName": "Bank", "Key": account(n)}} for n in range(ACCOUNTS)
+                ]
+            }
+            while not done.is_set():
+                try:
+                    reply = await coordinator.transact_get_items(cluster.routers[0], request)
+                except DynamoError:
+                    cancelled += 1
+                    continue
+                totals.append(sum(int(r["Item"]["balance"]["N"]) for r in reply["Responses"]))
+
+        async def writers() -> None:
+            await asyncio.gather(*(transfers(number) for number in range(3)))
+            done.set()
+
+        await asyncio.gather(writers(), busy(), reader(), reader())
+        cluster.faults(None)
+        assert totals, f"seed {seed}: no TransactGetItems was answered ({cancelled} cancelled)"
+        assert set(totals) == {ACCOUNTS * OPENING_BALANCE}, f"seed {seed}: {sorted(set(totals))}"
+
+    run(seed, scenario)

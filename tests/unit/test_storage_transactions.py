@@ -175,3 +175,20 @@ def test_the_sweep_reports_a_lock_once_its_prepare_is_over(node: Harness, clock:
     assert node.write(ops.TXN_SWEEP, {})["locks"] == []  # A prepare may still be on its way.
     clock.now += 0.1
     assert node.write(ops.TXN_SWEEP, {})["locks"] == [["r3.1", TABLE["id"], "p0"]]
+
+
+def test_txn_get_says_whether_its_items_were_written_since_a_seq(node: Harness) -> None:
+    node.write(ops.PUT, {**WHERE, "item": {"pk": s("a"), "sk": n(1), "v": n(1)}})
+    body = {**WHERE, "gets": [{"key": {"pk": s("a"), "sk": n(1)}}]}
+    first = envelope.read(node.node, ops.TXN_GET, body)
+    assert "changed" not in first and first["locks"] == [False]
+    # Writes to other items of the partition do not count.
+    node.write(ops.PUT, {**WHERE, "item": {"pk": s("b"), "sk": n(1)}})
+    node.write(ops.PUT, {**WHERE, "item": {"pk": s("a"), "sk": n(2)}})
+    second = envelope.read(node.node, ops.TXN_GET, {**body, "since": first["last_seq"]})
+    assert second["changed"] is False and second["last_seq"] == first["last_seq"] + 2
+    # A write to the item does, even one that puts the same value back.
+    node.write(ops.PUT, {**WHERE, "item": {"pk": s("a"), "sk": n(1), "v": n(2)}})
+    node.write(ops.PUT, {**WHERE, "item": {"pk": s("a"), "sk": n(1), "v": n(1)}})
+    third = envelope.read(node.node, ops.TXN_GET, {**body, "since": second["last_seq"]})
+    assert third["changed"] is True and third["items"] == second["items"]
