@@ -258,6 +258,94 @@ def test_every_operation_kind_in_every_view_type(
         assert abs(body["ApproximateCreationDateTime"].timestamp() - time.time()) < 600
 
 
+def test_transactions_in_a_stream(
+    dynamodb: Any, streams: Any, table_name: Callable[[], str]
+) -> None:
+    """TransactWriteItems' changes appear once each, in per-item order, with their images; a
+    condition check, a cancelled transaction and a retried token write nothing more."""
+    name = table_name()
+    create_streamed(dynamodb, name, "NEW_AND_OLD_IMAGES")
+    keys = [f"t{number}" for number in range(6)]
+    dynamodb.put_item(TableName=name, Item={"pk": {"S": "t0"}, "v": {"N": "0"}})
+    dynamodb.put_item(TableName=name, Item={"pk": {"S": "t1"}, "v": {"N": "0"}})
+    first = [
+        {
+            "Update": {
+                "TableName": name,
+                "Key": {"pk": {"S": "t0"}},
+                "UpdateExpression": "SET v = :v",
+                "ExpressionAttributeValues": {":v": {"N": "1"}},
+            }
+        },
+        {"Delete": {"TableName": name, "Key": {"pk": {"S": "t1"}}}},
+        *[
+            {"Put": {"TableName": name, "Item": {"pk": {"S": key}, "v": {"N": "1"}}}}
+            for key in keys[2:5]
+        ],
+        {
+            "ConditionCheck": {
+                "TableName": name,
+                "Key": {"pk": {"S": "t5"}},
+                "ConditionExpression": "attribute_not_exists(pk)",
+            }
+        },
+    ]
+    dynamodb.transact_write_items(TransactItems=first, ClientRequestToken="streams-first")
+    # The same token again within ten minutes is the same transaction: nothing is applied twice.
+    dynamodb.transact_write_items(TransactItems=first, ClientRequestToken="streams-first")
+    cancelled = [
+        {"Put": {"TableName": name, "Item": {"pk": {"S": "t2"}, "v": {"N": "9"}}}},
+        {
+            "ConditionCheck": {
+                "TableName": name,
+                "Key": {"pk": {"S": "t1"}},
+                "ConditionExpression": "attribute_exists(pk)",
+            }
+        },
+    ]
+    assert error_of(lambda: dynamodb.transact_write_items(TransactItems=cancelled))[1] == (
+        "TransactionCanceledException"
+    )
+    dynamodb.transact_write_items(
+        TransactItems=[
+            {
+                "Update": {
+                    "TableName": name,
+                    "Key": {"pk": {"S": key}},
+                    "UpdateExpression": "SET v = :v",
+                    "ExpressionAttributeValues": {":v": {"N": "2"}},
+                }
+            }
+            for key in keys[:4]
+        ]
+    )
+    records = read_stream(streams, stream_arn_of(dynamodb, name))
+
+    def item(key: str, value: int) -> dict[str, Any]:
+        return {"pk": {"S": key}, "v": {"N": str(value)}}
+
+    expected: dict[str, list[tuple[str, Any, Any]]] = {
+        "t0": [("INSERT", None, item("t0", 0)), ("MODIFY", item("t0", 0), item("t0", 1))],
+        "t1": [("INSERT", None, item("t1", 0)), ("REMOVE", item("t1", 0), None)],
+        **{key: [("INSERT", None, item(key, 1))] for key in keys[2:5]},
+    }
+    # The last transaction updates t0 to t3; t1 was deleted, so its update creates it anew.
+    expected["t0"].append(("MODIFY", item("t0", 1), item("t0", 2)))
+    expected["t1"].append(("INSERT", None, {"pk": {"S": "t1"}, "v": {"N": "2"}}))
+    for key in keys[2:4]:
+        expected[key].append(("MODIFY", item(key, 1), item(key, 2)))
+    seen: dict[str, list[tuple[str, Any, Any]]] = {}
+    for record in records:
+        body = record["dynamodb"]
+        assert body["Keys"] == {"pk": body["Keys"]["pk"]}
+        seen.setdefault(body["Keys"]["pk"]["S"], []).append(
+            (record["eventName"], body.get("OldImage"), body.get("NewImage"))
+        )
+        assert "userIdentity" not in record
+    assert seen == expected
+    assert len({record["eventID"] for record in records}) == len(records)
+
+
 def test_a_ttl_deletion_is_a_service_removal(
     dynamodb: Any, streams: Any, table_name: Callable[[], str]
 ) -> None:
