@@ -38,6 +38,7 @@ from core.errors import (
     ResourceInUse,
     ResourceNotFound,
     ServiceUnavailable,
+    StaleEpoch,
     ValidationError,
 )
 from core.keys import KeyAttribute, KeyShape
@@ -369,20 +370,47 @@ class StreamViewType(enum.StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class ClosedShard:
+    """A shard of a disabled stream: its partition as it was when the stream was disabled, and
+    the last seq of that partition's log the stream holds (the shard's EndingSequenceNumber)."""
+
+    partition: PartitionDef
+    end_seq: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"partition": self.partition.to_json(), "end_seq": self.end_seq}
+
+    @classmethod
+    def from_json(cls, document: Mapping[str, Any]) -> ClosedShard:
+        return cls(PartitionDef.from_json(document["partition"]), int(document["end_seq"]))
+
+
+@dataclass(frozen=True, slots=True)
 class StreamDef:
-    """A table's latest DynamoDB stream: its label (a UTC time to the millisecond, unique per table:
-    the last part of its ARN), its view type, when it was enabled (epoch seconds) and whether it is
+    """A table's DynamoDB stream: its label (a UTC time to the millisecond, unique per table: the
+    last part of its ARN), its view type, when it was enabled (epoch seconds) and whether it is
     still enabled. The change-feed consumer that holds each partition's log for it is named by
-    `consumer` (`stream/<label>`), so a new stream never inherits an old one's position."""
+    `consumer` (`stream/<label>`), so a new stream never inherits an old one's position.
+
+    A disabled stream also records when it was disabled and its shards, closed: the partitions of
+    the table then, each with the last seq the stream holds. It stays readable for the retention
+    (24 hours) after that."""
 
     label: str
     view_type: StreamViewType
     created: float
     enabled: bool = True
+    disabled: float | None = None
+    shards: tuple[ClosedShard, ...] = ()
 
     @property
     def consumer(self) -> str:
         return f"stream/{self.label}"
+
+    def readable(self, now: float, retention: float) -> bool:
+        """Whether the stream is served at `now`: enabled, or disabled at most `retention`
+        seconds before."""
+        return self.disabled is None or now - self.disabled <= retention
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -390,15 +418,20 @@ class StreamDef:
             "view_type": self.view_type.value,
             "created": self.created,
             "enabled": self.enabled,
+            "disabled": self.disabled,
+            "shards": [shard.to_json() for shard in self.shards],
         }
 
     @classmethod
     def from_json(cls, document: Mapping[str, Any]) -> StreamDef:
+        disabled = document.get("disabled")
         return cls(
             label=document["label"],
             view_type=StreamViewType(document["view_type"]),
             created=float(document["created"]),
             enabled=bool(document["enabled"]),
+            disabled=None if disabled is None else float(disabled),
+            shards=tuple(ClosedShard.from_json(shard) for shard in document.get("shards", ())),
         )
 
 
@@ -425,6 +458,8 @@ class TableDef:
     # The user's tags (key, value), in the order their keys were first added.
     tags: tuple[tuple[str, str], ...] = ()
     stream: StreamDef | None = None
+    # Disabled streams a newer one replaced, kept readable for the retention after disabling.
+    previous_streams: tuple[StreamDef, ...] = ()
     version: int = 0
     _json: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
@@ -476,6 +511,7 @@ class TableDef:
             "ttl": None if self.ttl is None else self.ttl.to_json(),
             "tags": [[key, value] for key, value in self.tags],
             "stream": None if self.stream is None else self.stream.to_json(),
+            "previous_streams": [stream.to_json() for stream in self.previous_streams],
             "version": self.version,
         }
         object.__setattr__(self, "_json", document)
@@ -517,6 +553,9 @@ class TableDef:
             ttl=None if ttl is None else TtlDef.from_json(ttl),
             tags=tuple((key, value) for key, value in document.get("tags", ())),
             stream=None if stream is None else StreamDef.from_json(stream),
+            previous_streams=tuple(
+                StreamDef.from_json(previous) for previous in document.get("previous_streams", ())
+            ),
             version=int(document.get("version", 0)),
         )
 
@@ -1174,17 +1213,53 @@ def stream_enabled(table: TableDef, view_type: StreamViewType, label: str, now: 
     if current is not None and current.enabled:
         raise ValidationError(f"Table already has an enabled stream: TableName: {table.name}")
     _check(STREAM_TRANSITIONS, f"Stream of {table.name}", _stream_state(current), True)
-    return _changed(table, stream=StreamDef(label, view_type, now))
+    previous = table.previous_streams if current is None else (*table.previous_streams, current)
+    return _changed(table, stream=StreamDef(label, view_type, now), previous_streams=previous)
 
 
-def stream_disabled(table: TableDef) -> TableDef:
-    """UpdateTable with StreamEnabled false: the table's stream disabled (kept as the latest)."""
+def stream_disabled(table: TableDef, shards: Iterable[ClosedShard], now: float) -> TableDef:
+    """UpdateTable with StreamEnabled false: the table's stream disabled at `now` (kept as the
+    latest) with its `shards` closed. Refused with StaleEpoch when `shards` are not the table's
+    partitions, retired and serving (a split came between reading their ends and this change):
+    the caller reads them again."""
+    current = stream_to_disable(table)
+    closed = tuple(shards)
+    partitions = {(p.id, p.epoch, p.state) for p in (*table.retired, *table.partitions)}
+    if {(s.partition.id, s.partition.epoch, s.partition.state) for s in closed} != partitions:
+        raise StaleEpoch(f"The partitions of {table.name} changed while its stream was disabled")
+    return _changed(table, stream=replace(current, enabled=False, disabled=now, shards=closed))
+
+
+def stream_to_disable(table: TableDef) -> StreamDef:
+    """The stream UpdateTable with StreamEnabled false disables; DynamoDB's refusal if none."""
     _check_stream_change(table)
     current = table.stream
     if current is None or not current.enabled:
         raise ValidationError(f"Table does not have an enabled stream: TableName: {table.name}")
     _check(STREAM_TRANSITIONS, f"Stream of {table.name}", True, False)
-    return _changed(table, stream=replace(current, enabled=False))
+    return current
+
+
+def streams_expired(table: TableDef, now: float, retention: float) -> tuple[StreamDef, ...]:
+    """The table's disabled streams no longer readable at `now` (disabled for longer than
+    `retention`) and not yet let go: their consumers can be unregistered, then `streams_dropped`
+    forgets them."""
+    latest = table.stream
+    candidates = (*table.previous_streams, *(() if latest is None else (latest,)))
+    return tuple(s for s in candidates if not s.readable(now, retention) and s.shards)
+
+
+def streams_dropped(table: TableDef, labels: Iterable[str]) -> TableDef:
+    """The table without the previous streams labelled `labels`; the latest stream, if one of
+    them, stays (DescribeTable still names it) without its shards."""
+    gone = set(labels)
+    kept = tuple(s for s in table.previous_streams if s.label not in gone)
+    latest = table.stream
+    if latest is not None and latest.label in gone:
+        latest = replace(latest, shards=())
+    if kept == table.previous_streams and latest == table.stream:
+        return table
+    return _changed(table, previous_streams=kept, stream=latest)
 
 
 def _check_stream_change(table: TableDef) -> None:

@@ -60,7 +60,22 @@ def shard_id(stream: StreamDef, partition_id: str) -> str:
 
 def lineage(table: TableDef) -> list[PartitionDef]:
     """The table's partitions, retired and serving, parent first (then by key range)."""
-    partitions = {partition.id: partition for partition in (*table.retired, *table.partitions)}
+    return lineage_of((*table.retired, *table.partitions))
+
+
+def stream_shards(table: TableDef, stream: StreamDef) -> list[tuple[PartitionDef, int | None]]:
+    """The shards of `stream`, parent first, as (partition, the last seq the stream holds of it):
+    an enabled stream's are the table's partitions, open (None: their logs say where a retired
+    one ends); a disabled stream's are the ones it closed when it was disabled."""
+    if stream.enabled:
+        return [(partition, None) for partition in lineage(table)]
+    ends = {shard.partition.id: shard.end_seq for shard in stream.shards}
+    return [(p, ends[p.id]) for p in lineage_of(shard.partition for shard in stream.shards)]
+
+
+def lineage_of(partitions_in: Iterable[PartitionDef]) -> list[PartitionDef]:
+    """`partitions_in` parent first (then by key range)."""
+    partitions = {partition.id: partition for partition in partitions_in}
 
     def depth(partition: PartitionDef) -> int:
         count = 0

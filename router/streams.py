@@ -12,8 +12,10 @@ TRIM_HORIZON or describes the stream. So a log keeps what the stream owes, withi
 bounds in records and bytes (`limits.CHANGE_LOG_RECORDS_MAX`, `CHANGE_LOG_BYTES_MAX`); a reader
 past either bound, or past the retention, is told TrimmedDataAccessException.
 
-Only the latest stream of a table is served, while it is enabled: a disabled stream is described
-(StreamStatus DISABLED, no shards) but not read. `DYNALAB_STREAM_RETENTION_SECONDS` (read at
+A table's streams are served while readable: the latest while enabled, and a disabled one (the
+latest or a previous one) for the retention after disabling, with the shards it closed then
+(`core.streams.stream_shards`: each ends at the last seq its log had when the stream was
+disabled, which GetRecords does not read past). `DYNALAB_STREAM_RETENTION_SECONDS` (read at
 start) shortens the retention, for tests.
 """
 
@@ -60,23 +62,33 @@ def _trimmed() -> ChangeLogTrimmed:
     return ChangeLogTrimmed(TRIMMED)
 
 
-async def _stream_of(ctx: RouterContext, arn: str) -> tuple[TableDef, StreamDef]:
-    """The table and stream an ARN names (`<table ARN>/stream/<label>`), the table's latest."""
+def _readable(table: TableDef, now: float) -> list[StreamDef]:
+    """The table's streams a reader may read at `now`: the latest, and any disabled one within
+    the retention of its disabling."""
+    every = (*table.previous_streams, *(() if table.stream is None else (table.stream,)))
+    return [stream for stream in every if stream.readable(now, RETENTION_SECONDS)]
+
+
+async def _stream_of(ctx: RouterContext, arn: str, now: float) -> tuple[TableDef, StreamDef]:
+    """The table and stream an ARN names (`<table ARN>/stream/<label>`), while readable."""
     table_part, _, label = arn.rpartition("/stream/")
     name = table_part.rpartition(":table/")[2]
     await ctx.refresh()
     table = ctx.records.get(name)
-    if table is None or table.stream is None or table.stream.label != label:
+    if table is None or arn != stream_arn(name, label):
         raise _stream_not_found(arn)
-    if arn != stream_arn(name, label):
-        raise _stream_not_found(arn)
-    return table, table.stream
+    for stream in _readable(table, now):
+        if stream.label == label:
+            return table, stream
+    raise _stream_not_found(arn)
 
 
-def _shard_partition(table: TableDef, stream: StreamDef, shard_id: str) -> PartitionDef:
-    for partition in streams.lineage(table):
+def _shard_partition(
+    table: TableDef, stream: StreamDef, shard_id: str
+) -> tuple[PartitionDef, int | None]:
+    for partition, end_seq in streams.stream_shards(table, stream):
         if streams.shard_id(stream, partition.id) == shard_id:
-            return partition
+            return partition, end_seq
     raise ResourceNotFound(SHARD_NOT_FOUND)
 
 
@@ -150,13 +162,14 @@ async def list_streams(ctx: RouterContext, body: dict[str, Any]) -> dict[str, An
     await ctx.refresh()
     if table_name is not None and table_name not in ctx.records:
         raise ResourceNotFound(f"Requested resource not found: Table: {table_name} not found")
+    now = ctx.sources.clock()
     listed = []
-    for name in ctx.records:
-        stream = ctx.records[name].stream
-        if stream is None or (table_name is not None and name != table_name):
+    for name, table in ctx.records.items():
+        if table_name is not None and name != table_name:
             continue
-        arn = stream_arn(name, stream.label)
-        listed.append({"StreamArn": arn, "TableName": name, "StreamLabel": stream.label})
+        for stream in _readable(table, now):
+            arn = stream_arn(name, stream.label)
+            listed.append({"StreamArn": arn, "TableName": name, "StreamLabel": stream.label})
     # Pages follow ARN order (a table's name sorts otherwise inside its ARN: "a-b" < "a/").
     listed.sort(key=lambda entry: entry["StreamArn"])
     arns = [entry["StreamArn"] for entry in listed]
@@ -183,15 +196,16 @@ async def describe_stream(ctx: RouterContext, body: dict[str, Any]) -> dict[str,
     reader.check()
     assert arn is not None
     limit = min(limit or limits.DESCRIBE_STREAM_LIMIT_MAX, limits.DESCRIBE_STREAM_LIMIT_MAX)
-    table, stream = await _stream_of(ctx, arn)
     now = ctx.sources.clock()
-    partitions = streams.lineage(table) if stream.enabled else []
+    table, stream = await _stream_of(ctx, arn, now)
+    every = streams.stream_shards(table, stream)
+    partitions = every
     if start is not None:
-        ids = [streams.shard_id(stream, partition.id) for partition in partitions]
+        ids = [streams.shard_id(stream, partition.id) for partition, _ in partitions]
         if start in ids:
             partitions = partitions[ids.index(start) + 1 :]
     shards = []
-    for partition in partitions:
+    for partition, end_seq in partitions:
         if len(shards) == limit:
             break
         try:
@@ -204,9 +218,10 @@ async def describe_stream(ctx: RouterContext, body: dict[str, Any]) -> dict[str,
                 "StartingSequenceNumber": streams.sequence_number(position["seq"] + 1)
             },
         }
-        if partition.state == PartitionState.RETIRED:
-            # The last record before END.
-            ending = streams.sequence_number(max(position["last_seq"] - 1, position["seq"]))
+        if end_seq is not None or partition.state == PartitionState.RETIRED:
+            # The last record the stream holds: the one before END, or the disabling's.
+            last = position["last_seq"] - 1 if end_seq is None else end_seq
+            ending = streams.sequence_number(max(last, position["seq"]))
             shard["SequenceNumberRange"]["EndingSequenceNumber"] = ending
         if partition.parent is not None:
             shard["ParentShardId"] = streams.shard_id(stream, partition.parent)
@@ -224,11 +239,7 @@ async def describe_stream(ctx: RouterContext, body: dict[str, Any]) -> dict[str,
         ],
         "Shards": shards,
     }
-    if (
-        shards
-        and partitions
-        and shards[-1]["ShardId"] != streams.shard_id(stream, partitions[-1].id)
-    ):
+    if shards and partitions and shards[-1]["ShardId"] != streams.shard_id(stream, every[-1][0].id):
         description["LastEvaluatedShardId"] = shards[-1]["ShardId"]
     return {"StreamDescription": description}
 
@@ -254,22 +265,21 @@ async def get_shard_iterator(ctx: RouterContext, body: dict[str, Any]) -> dict[s
     if by_number and number is None:
         raise ValidationError(f"SequenceNumber is required for ShardIteratorType {iterator_type}")
     seq = None if number is None or not by_number else streams.parse_sequence_number(number)
-    table, stream = await _stream_of(ctx, arn)
-    if not stream.enabled:
-        raise ResourceNotFound(SHARD_NOT_FOUND)
-    partition = _shard_partition(table, stream, shard_id)
     now = ctx.sources.clock()
+    table, stream = await _stream_of(ctx, arn, now)
+    partition, end_seq = _shard_partition(table, stream, shard_id)
     position = await _position(ctx, table, stream, partition, now)
+    last_seq = position["last_seq"] if end_seq is None else min(end_seq, position["last_seq"])
     if iterator_type == "TRIM_HORIZON":
         after = position["seq"]
     elif iterator_type == "LATEST":
-        after = position["last_seq"]
+        after = max(last_seq, position["seq"])
     else:
         assert seq is not None and number is not None
         after = seq - 1 if iterator_type == "AT_SEQUENCE_NUMBER" else seq
         if after < position["seq"]:
             raise _trimmed()
-        if after > position["last_seq"]:
+        if after > last_seq:
             raise ValidationError(f"Invalid SequenceNumber: {number}")
     iterator = ShardIterator(table.id, stream.label, partition.id, after, now)
     return {"ShardIterator": iterator.encode()}
@@ -298,15 +308,21 @@ async def get_records(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any
     iterator = ShardIterator.decode(text, now)
     await ctx.refresh()
     table = _table_by_id(ctx, iterator.table_id)
-    stream = None if table is None else table.stream
-    if table is None or stream is None or stream.label != iterator.label or not stream.enabled:
-        raise ResourceNotFound(SHARD_NOT_FOUND)
-    partition = next(
-        (p for p in streams.lineage(table) if p.id == iterator.partition_id),
+    stream = next(
+        (s for s in (() if table is None else _readable(table, now)) if s.label == iterator.label),
         None,
     )
-    if partition is None:
+    if table is None or stream is None:
         raise ResourceNotFound(SHARD_NOT_FOUND)
+    shard = next(
+        (s for s in streams.stream_shards(table, stream) if s[0].id == iterator.partition_id),
+        None,
+    )
+    if shard is None:
+        raise ResourceNotFound(SHARD_NOT_FOUND)
+    partition, end_seq = shard
+    if end_seq is not None and iterator.after_seq >= end_seq:
+        return {"Records": []}  # A closed shard drained: no NextShardIterator.
     try:
         page = await ctx.feed_client(partition.node).read(
             table.id,
@@ -325,7 +341,7 @@ async def get_records(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any
     last = iterator.after_seq
     closed = page.end_of_log and not page.records
     for change in page.records:
-        if change.kind == "END":
+        if change.kind == "END" or (end_seq is not None and change.seq > end_seq):
             closed = True
             break
         if now - change.at > RETENTION_SECONDS:
@@ -349,6 +365,7 @@ async def get_records(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any
             break
         records.append(record)
         last = change.seq
+    closed = closed or (end_seq is not None and last >= end_seq)
     reply: dict[str, Any] = {"Records": records}
     if not closed:
         reply["NextShardIterator"] = iterator.after(last, now).encode()

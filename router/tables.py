@@ -43,7 +43,7 @@ from bisect import bisect_right
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from core import catalog, gsi, indexes, limits, schema
+from core import catalog, gsi, indexes, limits, schema, streams
 from core.catalog import IndexDef, IndexStatus, StreamViewType, TableDef, TableStatus, Throughput
 from core.errors import (
     INVALID_PARAMETERS,
@@ -52,12 +52,14 @@ from core.errors import (
     ResourceInUse,
     ResourceNotFound,
     ServiceUnavailable,
+    StaleEpoch,
     ValidationError,
 )
 from core.keys import KeyShape
 from core.token_bucket import BillingMode
 from router.protocol import request_region
 from router.requests import NAME_PATTERN, RequestReader
+from router.streams import RETENTION_SECONDS as STREAM_RETENTION_SECONDS
 from router.tags import check_reserved, read_tags, stream_arn, table_arn
 from rpc import ops
 
@@ -906,11 +908,52 @@ class TableReconciler:
             # Tried: wait for another stall period before trying again.
             self._since.pop((table.id, table.status), None)
 
+        await self.drop_expired_streams()
+
+    async def drop_expired_streams(self) -> None:
+        """Let go of the disabled streams past their retention: their consumers unregistered on
+        every partition, then the streams dropped from the catalog (a latest stream stays named
+        by DescribeTable, with its shards forgotten)."""
+        now = self.ctx.sources.clock()
+        for table in list(self.ctx.records.values()):
+            expired = catalog.streams_expired(table, now, STREAM_RETENTION_SECONDS)
+            try:
+                for stream in expired:
+                    await _let_go(self.ctx, table, stream)
+                if expired:
+                    labels = [stream.label for stream in expired]
+                    await self.ctx.change_table(table.name, _drop_streams(table.id, labels))
+            except DynamoError as error:
+                log.warning("could not let go of %s's expired streams yet: %s", table.name, error)
+
     async def run(self) -> None:
         """Reconcile every `TABLE_RECONCILE_SECONDS` until cancelled."""
         while True:
             await asyncio.sleep(limits.TABLE_RECONCILE_SECONDS)
             await self.reconcile()
+
+
+async def _let_go(ctx: RouterContext, table: TableDef, stream: catalog.StreamDef) -> None:
+    """Unregister `stream`'s consumer on every partition that may hold it: the table's, retired
+    and serving, and the stream's closed shards (a retired log goes once no consumer holds it)."""
+    partitions = {p.id: p for p in (*streams.lineage(table), *(s.partition for s in stream.shards))}
+    body = ops.UnregisterConsumerPayload(stream.consumer).to_json()
+    for partition in partitions.values():
+        try:
+            await ctx.feed_call(
+                partition.node, ops.UNREGISTER_CONSUMER, table.id, partition.id, body
+            )
+        except StaleEpoch:
+            continue  # A retired partition whose log is gone already.
+
+
+def _drop_streams(table_id: str, labels: list[str]) -> TableChange:
+    def change(current: TableDef | None) -> TableDef | None:
+        if current is None or current.id != table_id:
+            return current
+        return catalog.streams_dropped(current, labels)
+
+    return change
 
 
 # UpdateTable ------------------------------------------------------------------------------------
@@ -1205,7 +1248,8 @@ async def _update_stream(
     partition's last seq (the stream holds the changes after it), and then records the stream; so
     once the catalog names the stream, every log holds what the stream owes. A partition that
     could not register fails the request (the consumers registered so far are let go again).
-    Disabling records the stream disabled, then lets the consumers go.
+    Disabling closes the stream's shards (`_disable_stream`); its consumers stay registered, so
+    it is read for the retention after (`TableReconciler` lets them go then).
     """
     now = ctx.sources.clock()
     await ctx.refresh()
@@ -1213,9 +1257,7 @@ async def _update_stream(
     if current is None:
         raise _table_not_found(name)
     if view_type is None:
-        table = await ctx.change_table(name, _disable_stream(name))
-        assert table is not None and table.stream is not None
-        await _unregister_stream(ctx, current, table.stream.consumer, quiet=True)
+        table = await _disable_stream(ctx, name, now)
     else:
         # Refuse before registering anything: the change below checks again on the row it writes.
         label = catalog.stream_label(now, current.stream)
@@ -1254,13 +1296,68 @@ def _enable_stream(table_id: str, view_type: StreamViewType, label: str, now: fl
     return change
 
 
-def _disable_stream(name: str) -> TableChange:
-    def change(current: TableDef | None) -> TableDef:
+async def _disable_stream(ctx: RouterContext, name: str, now: float) -> TableDef:
+    """Disable the table's stream, its shards closed where each partition's log stands.
+
+    Each end is the last seq the partition's log has when the node answers a registration of the
+    stream's consumer (already registered: a no-op write through the group commit, ordered with
+    the partition's writes), so every change acknowledged before the request is in the stream.
+    The catalog then records the stream disabled with those ends, refusing if a split changed
+    the partitions meanwhile: the ends are read again.
+    """
+    for _ in range(_DISABLE_ATTEMPTS_MAX):
+        await ctx.refresh()
+        current = ctx.records.get(name)
         if current is None:
             raise _table_not_found(name)
-        return catalog.stream_disabled(current)
+        stream = catalog.stream_to_disable(current)
+        shards = await asyncio.gather(
+            *[_closed_shard(ctx, current, stream, p) for p in streams.lineage(current)]
+        )
+
+        change = _closing(name, current.id, shards, now)
+        try:
+            table = await ctx.change_table(name, change)
+        except StaleEpoch:
+            continue
+        assert table is not None
+        return table
+    raise ServiceUnavailable(
+        f"The partitions of table {name} kept splitting while its stream was disabled; retry"
+    )
+
+
+_DISABLE_ATTEMPTS_MAX = 3
+
+
+def _closing(
+    name: str, table_id: str, shards: list[catalog.ClosedShard], now: float
+) -> TableChange:
+    def change(current: TableDef | None) -> TableDef:
+        if current is None or current.id != table_id:
+            raise _table_not_found(name)
+        return catalog.stream_disabled(current, shards, now)
 
     return change
+
+
+async def _closed_shard(
+    ctx: RouterContext, table: TableDef, stream: catalog.StreamDef, partition: catalog.PartitionDef
+) -> catalog.ClosedShard:
+    """`partition` as a shard of the disabled stream: with the last seq its log has now (before
+    END for a retired one; 0 for a retired one whose log is gone)."""
+    try:
+        position = await ctx.feed_call(
+            partition.node,
+            ops.REGISTER_CONSUMER,
+            table.id,
+            partition.id,
+            ops.RegisterConsumerPayload(stream.consumer).to_json(),
+        )
+    except StaleEpoch:
+        return catalog.ClosedShard(partition, 0)
+    retired = partition.state == catalog.PartitionState.RETIRED
+    return catalog.ClosedShard(partition, position["last_seq"] - (1 if retired else 0))
 
 
 async def _unregister_stream(

@@ -441,16 +441,19 @@ def test_list_streams(dynamodb: Any, streams: Any, table_name: Callable[[], str]
     # A name that extends another sorts before it inside their ARNs ("a-b/stream" < "a/stream"):
     # paging one stream at a time still meets every stream exactly once.
     create_streamed(dynamodb, f"{first}-b", "KEYS_ONLY")
-    paged: list[str] = []
+    # (A table whose stream was disabled and enabled again lists both streams.)
+    paged: list[dict[str, str]] = []
     request: dict[str, Any] = {"Limit": 1}
     for _ in range(PAGES_MAX):
         page = streams.list_streams(**request)
-        paged.extend(s["TableName"] for s in page["Streams"])
+        paged.extend(page["Streams"])
         if "LastEvaluatedStreamArn" not in page:
             break
         request["ExclusiveStartStreamArn"] = page["LastEvaluatedStreamArn"]
-    assert sorted(paged) == sorted(s["TableName"] for s in streams.list_streams()["Streams"])
-    assert len(paged) == len(set(paged)) and {first, f"{first}-b", second} <= set(paged)
+    arns = [s["StreamArn"] for s in paged]
+    assert sorted(arns) == sorted(s["StreamArn"] for s in streams.list_streams()["Streams"])
+    assert len(arns) == len(set(arns))
+    assert {first, f"{first}-b", second} <= {s["TableName"] for s in paged}
 
 
 def test_streams_errors(dynamodb: Any, streams: Any, table_name: Callable[[], str]) -> None:
@@ -501,26 +504,58 @@ def test_streams_errors(dynamodb: Any, streams: Any, table_name: Callable[[], st
     assert message.startswith("Iterator expired. The iterator was created at time ")
 
 
-def test_disabled_stream_is_described_but_not_read(
+def keys_of(records: list[dict[str, Any]]) -> list[str]:
+    return [record["dynamodb"]["Keys"]["pk"]["S"] for record in records]
+
+
+def test_a_disabled_stream_is_read_for_its_retention(
     dynamodb: Any, streams: Any, table_name: Callable[[], str]
 ) -> None:
+    """Disabling closes the stream's shards where each log stood; the stream is still listed,
+    described and read (what it recorded, nothing after), also once a new stream is enabled."""
     name = table_name()
     create_streamed(dynamodb, name, "KEYS_ONLY")
     arn = stream_arn_of(dynamodb, name)
-    dynamodb.put_item(TableName=name, Item={"pk": {"S": "x"}})
+    before = [f"x{number}" for number in range(6)]
+    for key in before:
+        dynamodb.put_item(TableName=name, Item={"pk": {"S": key}})
     dynamodb.update_table(TableName=name, StreamSpecification={"StreamEnabled": False})
+    dynamodb.put_item(TableName=name, Item={"pk": {"S": "after-disabling"}})
     description = streams.describe_stream(StreamArn=arn)["StreamDescription"]
-    assert description["StreamStatus"] == "DISABLED" and description["Shards"] == []
+    assert description["StreamStatus"] == "DISABLED"
+    assert description["Shards"]
+    for shard in description["Shards"]:
+        assert "EndingSequenceNumber" in shard["SequenceNumberRange"]
+    assert sorted(keys_of(read_stream(streams, arn))) == before
+    # A closed shard's LATEST iterator is at its end: nothing more, and no next iterator.
+    shard_id = description["Shards"][0]["ShardId"]
+    latest = streams.get_shard_iterator(
+        StreamArn=arn, ShardId=shard_id, ShardIteratorType="LATEST"
+    )["ShardIterator"]
+    page = streams.get_records(ShardIterator=latest)
+    assert page["Records"] == [] and "NextShardIterator" not in page
+    listed = streams.list_streams(TableName=name)["Streams"]
+    assert [entry["StreamArn"] for entry in listed] == [arn]
+
     dynamodb.update_table(
         TableName=name, StreamSpecification={"StreamEnabled": True, "StreamViewType": "KEYS_ONLY"}
     )
-    assert error_of(lambda: streams.describe_stream(StreamArn=arn))[1] == (
-        "ResourceNotFoundException"
-    )
-    # The new stream starts after the changes made before it.
+    new_arn = stream_arn_of(dynamodb, name)
+    assert new_arn != arn
     dynamodb.put_item(TableName=name, Item={"pk": {"S": "y"}})
-    records = read_stream(streams, stream_arn_of(dynamodb, name))
-    assert [r["dynamodb"]["Keys"] for r in records] == [{"pk": {"S": "y"}}]
+    # Both are listed while the old one is retained, each read as it was.
+    listed = streams.list_streams(TableName=name)["Streams"]
+    assert sorted(entry["StreamArn"] for entry in listed) == sorted([arn, new_arn])
+    assert streams.describe_stream(StreamArn=arn)["StreamDescription"]["StreamStatus"] == (
+        "DISABLED"
+    )
+    assert sorted(keys_of(read_stream(streams, arn))) == before
+    # The new stream starts after the changes made before it.
+    assert keys_of(read_stream(streams, new_arn)) == ["y"]
+    # Disabling the new one too: a table keeps both streams readable.
+    dynamodb.update_table(TableName=name, StreamSpecification={"StreamEnabled": False})
+    assert keys_of(read_stream(streams, new_arn)) == ["y"]
+    assert sorted(keys_of(read_stream(streams, arn))) == before
 
 
 def test_a_reader_sees_every_acknowledged_change_once_in_order(

@@ -6,6 +6,7 @@ hours (DYNALAB_STREAM_RETENTION_SECONDS), so a record expires during the test.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -13,12 +14,17 @@ from typing import Any
 import boto3
 import pytest
 
+from core import catalog
+from core.errors import ResourceNotFound
 from dynalab.cluster import LocalCluster
+from router.context import RouterContext
 from router.streams import TRIMMED
+from rpc import ops
 from tests.integration.conftest import DUMMY_CREDENTIALS, REGION, dynamodb_client, error_of
-from tests.integration.test_streams import create_streamed, read_shard, stream_arn_of
+from tests.integration.test_streams import _read_table, create_streamed, read_shard, stream_arn_of
 
 RETENTION_SECONDS = 2.0
+LET_GO_WAIT_S = 20.0
 
 
 @pytest.fixture(scope="module")
@@ -70,3 +76,57 @@ def test_records_past_the_retention_are_trimmed(
             SequenceNumber=number,
         )
     ) == (400, "TrimmedDataAccessException", TRIMMED)
+
+
+def test_a_disabled_stream_is_let_go_after_the_retention(
+    cluster: LocalCluster, table_name: Callable[[], str]
+) -> None:
+    """Read while retained; then no longer listed or described, its consumers unregistered on
+    the nodes by the routers' reconciler, and the catalog forgets its shards."""
+    dynamodb = dynamodb_client(cluster.router_url)
+    session = boto3.session.Session(region_name=REGION, **DUMMY_CREDENTIALS)
+    streams: Any = session.client("dynamodbstreams", endpoint_url=cluster.router_url)
+    name = table_name()
+    create_streamed(dynamodb, name, "KEYS_ONLY")
+    arn = stream_arn_of(dynamodb, name)
+    dynamodb.put_item(TableName=name, Item={"pk": {"S": "kept"}})
+    dynamodb.update_table(TableName=name, StreamSpecification={"StreamEnabled": False})
+    dynamodb.update_table(
+        TableName=name, StreamSpecification={"StreamEnabled": True, "StreamViewType": "KEYS_ONLY"}
+    )
+    assert arn in [s["StreamArn"] for s in streams.list_streams(TableName=name)["Streams"]]
+    before = asyncio.run(_read_table(cluster, name))
+    (old,) = before.previous_streams
+    time.sleep(RETENTION_SECONDS + 0.5)
+    assert arn not in [s["StreamArn"] for s in streams.list_streams(TableName=name)["Streams"]]
+    assert error_of(lambda: streams.describe_stream(StreamArn=arn)) == (
+        400,
+        "ResourceNotFoundException",
+        f"Requested resource not found: Stream: {arn} not found",
+    )
+    deadline = time.monotonic() + LET_GO_WAIT_S
+    while asyncio.run(_read_table(cluster, name)).previous_streams:
+        assert time.monotonic() < deadline, "the expired stream was never dropped"
+        time.sleep(0.2)
+    for partition in before.partitions:
+        assert asyncio.run(_consumer_on(cluster, before.id, partition, old.consumer)) is False
+
+
+async def _consumer_on(
+    cluster: LocalCluster, table_id: str, partition: catalog.PartitionDef, consumer: str
+) -> bool:
+    """Whether `consumer` is registered on `partition` (a checkpoint of a missing one fails)."""
+    ctx = RouterContext({node.node_id: node.address for node in cluster.nodes}, "test")
+    try:
+        await ctx.feed_call(
+            partition.node,
+            ops.CHECKPOINT,
+            table_id,
+            partition.id,
+            ops.CheckpointPayload(consumer, 0).to_json(),
+        )
+        return True
+    except ResourceNotFound:
+        return False
+    finally:
+        await ctx.close()

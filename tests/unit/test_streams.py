@@ -52,6 +52,28 @@ def test_lineage_puts_parents_first() -> None:
     assert set(order) == {only.id, "low", "high", "lower", "upper"}
 
 
+def test_a_disabled_stream_keeps_the_shards_it_closed() -> None:
+    start = table()
+    (only,) = start.partitions
+    split, low, high = catalog.split(start, only.id, bytes.fromhex("80"), "low", "high")
+    enabled = catalog.stream_enabled(split, StreamViewType.KEYS_ONLY, STREAM.label, NOW)
+    assert enabled.stream is not None
+    # An enabled stream's shards are the table's partitions, open.
+    assert streams.stream_shards(enabled, enabled.stream) == [
+        (p, None) for p in streams.lineage(enabled)
+    ]
+    ends = {only.id: 4, "low": 9, "high": 0}
+    shards = [catalog.ClosedShard(p, ends[p.id]) for p in (*split.partitions, *split.retired)]
+    off = catalog.stream_disabled(enabled, shards, NOW + 1)
+    assert off.stream is not None
+    # A split after the disabling adds no shard to the disabled stream.
+    later, _, _ = catalog.split(off, low.id, bytes.fromhex("40"), "lower", "upper")
+    assert later.stream is not None
+    closed = streams.stream_shards(later, later.stream)
+    assert [(p.id, end) for p, end in closed] == [(only.id, 4), ("low", 9), ("high", 0)]
+    assert closed[1][0] == low and closed[2][0] == high
+
+
 def test_sequence_numbers_order_as_numbers_and_round_trip() -> None:
     numbers = [streams.sequence_number(seq) for seq in (1, 9, 10, 12345)]
     assert numbers == sorted(numbers) and all(len(n) == 21 for n in numbers)
