@@ -369,6 +369,14 @@ class StreamViewType(enum.StrEnum):
     NEW_AND_OLD_IMAGES = "NEW_AND_OLD_IMAGES"
 
 
+# The change-feed consumers of DynamoDB streams are named by this and the stream's label.
+STREAM_CONSUMER_PREFIX = "stream/"
+
+
+def is_stream_consumer(consumer: str) -> bool:
+    return consumer.startswith(STREAM_CONSUMER_PREFIX)
+
+
 @dataclass(frozen=True, slots=True)
 class ClosedShard:
     """A shard of a disabled stream: its partition as it was when the stream was disabled, and
@@ -405,7 +413,7 @@ class StreamDef:
 
     @property
     def consumer(self) -> str:
-        return f"stream/{self.label}"
+        return f"{STREAM_CONSUMER_PREFIX}{self.label}"
 
     def readable(self, now: float, retention: float) -> bool:
         """Whether the stream is served at `now`: enabled, or disabled at most `retention`

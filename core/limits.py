@@ -352,6 +352,11 @@ GET_RECORDS_BYTES_MAX = 1 * MIB  # "...or up to 1 MB of data, whichever comes fi
 LIST_STREAMS_LIMIT_MAX = 100  # ListStreams Limit: 1 to 100.
 DESCRIBE_STREAM_LIMIT_MAX = 100  # DescribeStream Limit: 1 to 100 shards.
 SHARD_ITERATOR_CHARS_MAX = 2048  # ShardIterator: 1 to 2048 characters (service model).
+# How often a node moves its stream consumers past expired records with no reader (at most; a
+# shorter retention for tests makes it more often: a quarter of it).
+STREAM_RETENTION_ROUND_SECONDS_MAX = 60.0
+# Pages of GET_RECORDS_LIMIT_MAX records one round passes per consumer at most; the rest waits.
+STREAM_RETENTION_ROUND_PAGES_MAX = 10
 assert GET_RECORDS_LIMIT_MAX <= CHANGE_FEED_BATCH_RECORDS_MAX
 
 # Transactions (dynalab's own bounds). A prepare carries this deadline: no node takes a lock for

@@ -29,7 +29,7 @@ import base64
 import binascii
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -44,6 +44,8 @@ SEQUENCE_NUMBER_DIGITS_MAX = 40
 EVENT_VERSION = "1.1"
 EVENT_SOURCE = "aws:dynamodb"
 SERVICE_PRINCIPAL = "dynamodb.amazonaws.com"
+# Shortens the retention (limits.STREAM_RETENTION_SECONDS) for tests, in routers and nodes alike.
+RETENTION_ENV = "DYNALAB_STREAM_RETENTION_SECONDS"
 _ITERATOR_VERSION = 1
 INVALID_ITERATOR = "Invalid ShardIterator"
 _NEW_IMAGE_TYPES = frozenset({StreamViewType.NEW_IMAGE, StreamViewType.NEW_AND_OLD_IMAGES})
@@ -216,4 +218,19 @@ def expired_through(
         if change["kind"] == "END" or now - change["at"] <= retention:
             break
         passed = change["seq"]
+    return passed
+
+
+def retention_checkpoint(
+    checkpoint: int, changes: Sequence[Mapping[str, Any]], now: float, retention: float
+) -> int:
+    """Where a stream's consumer at `checkpoint` stands once past what the stream no longer owes
+    of `changes` (the records right after `checkpoint`, oldest first, up to an END): those
+    committed more than `retention` seconds before `now`, and a retired log's END once every
+    record before it in `changes` has expired (so the node drops the log)."""
+    passed = expired_through(changes, now, retention)
+    if passed is None:
+        return checkpoint
+    if len(changes) > 1 and changes[-1]["kind"] == "END" and passed == changes[-2]["seq"]:
+        return int(changes[-1]["seq"])
     return passed

@@ -39,9 +39,7 @@ from rpc import ops
 if TYPE_CHECKING:
     from router.context import RouterContext
 
-RETENTION_SECONDS = float(
-    os.environ.get("DYNALAB_STREAM_RETENTION_SECONDS", limits.STREAM_RETENTION_SECONDS)
-)
+RETENTION_SECONDS = float(os.environ.get(streams.RETENTION_ENV, limits.STREAM_RETENTION_SECONDS))
 TRIMMED = "The operation attempted to read past the oldest stream record in a shard."
 SHARD_NOT_FOUND = "Requested resource not found: Shard does not exist"
 ITERATOR_TYPES = ("TRIM_HORIZON", "LATEST", "AT_SEQUENCE_NUMBER", "AFTER_SEQUENCE_NUMBER")
@@ -125,15 +123,16 @@ async def _position(
                 max_records=limits.GET_RECORDS_LIMIT_MAX,
                 timeout=limits.CONTROL_CALL_SECONDS_MAX,
             )
-        except ChangeLogTrimmed:
-            break
-        changes = [{"seq": c.seq, "kind": c.kind, "at": c.at} for c in page.records]
-        passed = streams.expired_through(changes, now, RETENTION_SECONDS)
-        if passed is None:
-            break
-        if page.end_of_log and len(page.records) > 1 and passed == page.records[-2].seq:
-            # Every record of a retired log has expired: pass its END too, so the node drops it.
-            passed = page.records[-1].seq
+        except ChangeLogTrimmed as error:
+            if error.first_retained_seq is None or error.first_retained_seq - 1 <= position["seq"]:
+                break
+            # The log's hard bounds trimmed what the stream held: start at what it keeps.
+            passed = error.first_retained_seq - 1
+        else:
+            changes = [{"seq": c.seq, "kind": c.kind, "at": c.at} for c in page.records]
+            passed = streams.retention_checkpoint(position["seq"], changes, now, RETENTION_SECONDS)
+            if passed == position["seq"]:
+                break
         position = await ctx.feed_call(
             partition.node,
             ops.CHECKPOINT,

@@ -40,11 +40,12 @@ from core.errors import (
 from rpc import changefeed_pb2, changefeed_pb2_grpc, codec, node_pb2, node_pb2_grpc, ops
 from rpc.changefeed import error_to_proto, record_to_proto
 from rpc.client import NodeClient
-from storagenode import metrics
+from storagenode import metrics, stream_retention
 from storagenode.commit import GroupCommitter
 from storagenode.node import READ_OPS, SPLITTER_OPS, PartitionRef, StorageNode
 from storagenode.split import Splitter
 from storagenode.store import Store
+from storagenode.stream_retention import StreamRetention
 from storagenode.sweeper import TtlSweeper
 
 logger = logging.getLogger(__name__)
@@ -445,6 +446,7 @@ class NodeServer:
         self._store: Store | None = None
         self._sweeper: TtlSweeper | None = None
         self._splitter: Splitter | None = None
+        self._stream_retention: StreamRetention | None = None
 
     async def start(self) -> str:
         """Open the store and serve; return the address actually bound (listen may say port 0)."""
@@ -475,6 +477,10 @@ class NodeServer:
         metrics.watch_ttl(self._sweeper)
         self._splitter = Splitter(node, submit, NodeClient, split_bytes=self.split_bytes)
         self._splitter.start()
+        self._stream_retention = StreamRetention(
+            node, committer.submit, stream_retention.retention_seconds_from_env()
+        )
+        self._stream_retention.start()
         self._servicer = NodeServicer(node, self._committer, self._splitter)
         node_pb2_grpc.add_StorageNodeServicer_to_server(self._servicer, server)
         self._feed = ChangeFeedServicer(node, self._committer)
@@ -507,6 +513,8 @@ class NodeServer:
             await self._sweeper.close()
         if self._splitter is not None:
             await self._splitter.close()
+        if self._stream_retention is not None:
+            await self._stream_retention.close()
         if self._server is not None:
             await self._server.stop(grace)
         if self._committer is not None:

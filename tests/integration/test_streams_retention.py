@@ -112,6 +112,49 @@ def test_a_disabled_stream_is_let_go_after_the_retention(
         assert asyncio.run(_consumer_on(cluster, before.id, partition, old.consumer)) is False
 
 
+def test_the_retention_advances_with_no_reader(
+    cluster: LocalCluster, table_name: Callable[[], str]
+) -> None:
+    """No Streams call at all: the node itself moves the stream's consumer past expired records
+    (`storagenode.stream_retention`), so the log does not hold them."""
+    dynamodb = dynamodb_client(cluster.router_url)
+    name = table_name()
+    create_streamed(dynamodb, name, "KEYS_ONLY")
+    dynamodb.put_item(TableName=name, Item={"pk": {"S": "unread"}})
+    table = asyncio.run(_read_table(cluster, name))
+    assert table.stream is not None
+    consumer = table.stream.consumer
+    deadline = time.monotonic() + LET_GO_WAIT_S
+    while True:
+        positions = [
+            asyncio.run(_checkpoint(cluster, table.id, p, consumer)) for p in table.partitions
+        ]
+        if all(p["seq"] == p["last_seq"] for p in positions):
+            break
+        assert time.monotonic() < deadline, f"the stream's consumers never moved: {positions}"
+        time.sleep(0.2)
+    assert sorted(p["last_seq"] for p in positions)[-1] == 1  # The write was passed...
+    assert all(p["first_seq"] == p["last_seq"] + 1 for p in positions)  # ...and trimmed.
+
+
+async def _checkpoint(
+    cluster: LocalCluster, table_id: str, partition: catalog.PartitionDef, consumer: str
+) -> dict[str, Any]:
+    """The consumer's position on `partition` ({seq, first_seq, last_seq}), unchanged: a
+    checkpoint at 0 never moves a consumer back."""
+    ctx = RouterContext({node.node_id: node.address for node in cluster.nodes}, "test")
+    try:
+        return await ctx.feed_call(
+            partition.node,
+            ops.CHECKPOINT,
+            table_id,
+            partition.id,
+            ops.CheckpointPayload(consumer, 0).to_json(),
+        )
+    finally:
+        await ctx.close()
+
+
 async def _consumer_on(
     cluster: LocalCluster, table_id: str, partition: catalog.PartitionDef, consumer: str
 ) -> bool:
