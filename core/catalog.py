@@ -832,6 +832,8 @@ def split(
     The children, `low_id` below the key and `high_id` from it, are at the parent's epoch + 1 on
     its node, name it as their parent and share its throughput share equally; the parent is
     RETIRED and kept (with the other retired partitions still some child's parent) for lineage.
+    While the table has an enabled stream every retired partition is kept: its log is one of the
+    stream's shards until the stream no longer holds it (`retired_dropped`).
     Returns (table, low child, high child).
     """
     if not table.serving:
@@ -851,14 +853,12 @@ def split(
     partitions: list[PartitionDef] = []
     for partition in table.partitions:
         partitions.extend((low, high) if partition.id == partition_id else (partition,))
-    parents = {partition.parent for partition in partitions}
     retired = (*table.retired, replace(parent, state=PartitionState.RETIRED))
+    if table.stream is None or not table.stream.enabled:
+        parents = {partition.parent for partition in partitions}
+        retired = tuple(partition for partition in retired if partition.id in parents)
     return (
-        _changed(
-            table,
-            partitions=tuple(partitions),
-            retired=tuple(partition for partition in retired if partition.id in parents),
-        ),
+        _changed(table, partitions=tuple(partitions), retired=retired),
         low,
         high,
     )
@@ -1236,6 +1236,22 @@ def stream_disabled(table: TableDef, shards: Iterable[ClosedShard], now: float) 
     if {(s.partition.id, s.partition.epoch, s.partition.state) for s in closed} != partitions:
         raise StaleEpoch(f"The partitions of {table.name} changed while its stream was disabled")
     return _changed(table, stream=replace(current, enabled=False, disabled=now, shards=closed))
+
+
+def lineage_only(table: TableDef) -> tuple[PartitionDef, ...]:
+    """The retired partitions kept only for the table's stream: no serving partition names them
+    as its parent (`split` keeps them while the stream is enabled)."""
+    parents = {partition.parent for partition in table.partitions}
+    return tuple(partition for partition in table.retired if partition.id not in parents)
+
+
+def retired_dropped(table: TableDef, partition_ids: Iterable[str]) -> TableDef:
+    """The table without the retired partitions `partition_ids` whose logs its stream no longer
+    holds (a serving partition's parent stays, for lineage)."""
+    gone = set(partition_ids) & {partition.id for partition in lineage_only(table)}
+    if not gone:
+        return table
+    return _changed(table, retired=tuple(p for p in table.retired if p.id not in gone))
 
 
 def stream_to_disable(table: TableDef) -> StreamDef:

@@ -93,8 +93,9 @@ def _shard_partition(
 async def _register(
     ctx: RouterContext, table: TableDef, stream: StreamDef, partition: PartitionDef
 ) -> dict[str, Any]:
-    """The stream's consumer on `partition` ({seq, first_seq, last_seq}), registered if it was
-    not (a split's child, whose log the stream owes from its first record)."""
+    """The stream's consumer on `partition` ({seq, first_seq, last_seq}). A split's children
+    have it from the node's split batch; a partition that does not (one a router created by hand,
+    as tests do) has it registered here at seq 0, its whole log being owed."""
     body = ops.RegisterConsumerPayload(stream.consumer, 0).to_json()
     try:
         return await ctx.feed_call(

@@ -876,6 +876,7 @@ class TableReconciler:
     def __init__(self, ctx: RouterContext) -> None:
         self.ctx = ctx
         self._since: dict[tuple[str, TableStatus], float] = {}
+        self._next_prune = 0.0
 
     def stalled(self, tables: Iterable[TableDef], now: float) -> list[TableDef]:
         """The tables in CREATING or DELETING that have been so for the stall bound, as of
@@ -909,6 +910,34 @@ class TableReconciler:
             self._since.pop((table.id, table.status), None)
 
         await self.drop_expired_streams()
+        await self.prune_lineage()
+
+    async def prune_lineage(self) -> None:
+        """Drop the retired partitions kept only for a stream (`catalog.lineage_only`) once the
+        stream no longer holds their logs: the node dropped the log once the stream's consumer
+        passed its END (all its records expired), or the table's stream is no longer enabled.
+        Every `stream_retention.round_seconds` of the retention, at most once a minute."""
+        now = self.ctx.sources.clock()
+        if now < self._next_prune:
+            return
+        self._next_prune = now + min(
+            limits.STREAM_RETENTION_ROUND_SECONDS_MAX, STREAM_RETENTION_SECONDS / 4
+        )
+        for table in list(self.ctx.records.values()):
+            stream = table.stream
+            gone = [
+                partition.id
+                for partition in catalog.lineage_only(table)
+                if stream is None
+                or not stream.enabled
+                or not await _holds(self.ctx, table, stream, partition)
+            ]
+            if not gone:
+                continue
+            try:
+                await self.ctx.change_table(table.name, _drop_retired(table.id, gone))
+            except DynamoError as error:
+                log.warning("could not drop %s's expired shards yet: %s", table.name, error)
 
     async def drop_expired_streams(self) -> None:
         """Let go of the disabled streams past their retention: their consumers unregistered on
@@ -945,6 +974,30 @@ async def _let_go(ctx: RouterContext, table: TableDef, stream: catalog.StreamDef
             )
         except StaleEpoch:
             continue  # A retired partition whose log is gone already.
+
+
+async def _holds(
+    ctx: RouterContext, table: TableDef, stream: catalog.StreamDef, partition: catalog.PartitionDef
+) -> bool:
+    """Whether a retired partition's log is still held for `stream`, its consumer not past END
+    (when unsure, it is)."""
+    body = ops.CheckpointPayload(stream.consumer, 0).to_json()  # Never moves a consumer back.
+    try:
+        position = await ctx.feed_call(partition.node, ops.CHECKPOINT, table.id, partition.id, body)
+    except (StaleEpoch, ResourceNotFound):
+        return False
+    except DynamoError:
+        return True
+    return bool(position["seq"] < position["last_seq"])
+
+
+def _drop_retired(table_id: str, partition_ids: list[str]) -> TableChange:
+    def change(current: TableDef | None) -> TableDef | None:
+        if current is None or current.id != table_id:
+            return current
+        return catalog.retired_dropped(current, partition_ids)
+
+    return change
 
 
 def _drop_streams(table_id: str, labels: list[str]) -> TableChange:

@@ -133,3 +133,21 @@ def test_a_table_being_updated_or_deleted_cannot_change_its_stream() -> None:
         busy = TableDef.from_json({**busy.to_json(), "status": status.value})
         with pytest.raises(ResourceInUse):
             catalog.stream_enabled(busy, StreamViewType.KEYS_ONLY, "2024-03-01T22:00:06.000", NOW)
+
+
+def test_a_streamed_table_keeps_its_retired_partitions_until_their_logs_go() -> None:
+    table = new_table(StreamViewType.KEYS_ONLY)
+    first = table.partitions[0]
+    once, low, _ = catalog.split(table, first.id, bytes.fromhex("2000000000000000"), "a", "b")
+    twice = catalog.split(once, low.id, bytes.fromhex("1000000000000000"), "c", "d")[0]
+    twice = catalog.split(twice, "b", bytes.fromhex("3000000000000000"), "e", "f")[0]
+    # The first parent is no serving partition's parent now, but the stream still reads it.
+    assert [p.id for p in twice.retired] == [first.id, "a", "b"]
+    assert [p.id for p in catalog.lineage_only(twice)] == [first.id]
+    dropped = catalog.retired_dropped(twice, [first.id, "a"])
+    assert [p.id for p in dropped.retired] == ["a", "b"]  # A serving partition's parent stays.
+    assert catalog.retired_dropped(dropped, [first.id]) is dropped
+    # Without an enabled stream only the serving partitions' parents are kept, as before.
+    off = disabled(catalog.split(once, "b", bytes.fromhex("3000000000000000"), "e", "f")[0])
+    again = catalog.split(off, low.id, bytes.fromhex("1000000000000000"), "c", "d")[0]
+    assert [p.id for p in again.retired] == ["b", "a"]
