@@ -14,14 +14,20 @@ from typing import Any
 import boto3
 import pytest
 
-from core import catalog
+from core import catalog, keycodec
 from core.errors import ResourceNotFound
 from dynalab.cluster import LocalCluster
 from router.context import RouterContext
 from router.streams import TRIMMED
 from rpc import ops
 from tests.integration.conftest import DUMMY_CREDENTIALS, REGION, dynamodb_client, error_of
-from tests.integration.test_streams import _read_table, create_streamed, read_shard, stream_arn_of
+from tests.integration.test_streams import (
+    _read_table,
+    create_streamed,
+    read_shard,
+    split_partition,
+    stream_arn_of,
+)
 
 RETENTION_SECONDS = 2.0
 LET_GO_WAIT_S = 20.0
@@ -135,6 +141,39 @@ def test_the_retention_advances_with_no_reader(
         time.sleep(0.2)
     assert sorted(p["last_seq"] for p in positions)[-1] == 1  # The write was passed...
     assert all(p["first_seq"] == p["last_seq"] + 1 for p in positions)  # ...and trimmed.
+
+
+def test_a_retired_shard_leaves_the_lineage_once_its_log_expired(
+    cluster: LocalCluster, table_name: Callable[[], str]
+) -> None:
+    """Split a partition and both its children: the first parent stays in the catalog as the
+    stream's shard while its log is held, and the routers drop it once the node let the log go
+    (every record, then END, past the retention)."""
+    dynamodb = dynamodb_client(cluster.router_url)
+    name = table_name()
+    create_streamed(dynamodb, name, "KEYS_ONLY")
+    table = asyncio.run(_read_table(cluster, name))
+    first = table.partitions[0]
+    assert first.start == "" and first.end is not None
+    middle = (int(first.end, 16) // 2).to_bytes(8, "big")
+    quarter = (int(first.end, 16) // 4).to_bytes(8, "big")
+    three_quarters = (int(first.end, 16) * 3 // 4).to_bytes(8, "big")
+    item = next(
+        {"pk": {"S": f"p{number}"}}
+        for number in range(10_000)
+        if first.holds(keycodec.encode_storage_key({"S": f"p{number}"}, None))
+    )
+    dynamodb.put_item(TableName=name, Item=item)
+    split_partition(cluster, name, middle)
+    split_partition(cluster, name, quarter)
+    split_partition(cluster, name, three_quarters)
+    split = asyncio.run(_read_table(cluster, name))
+    assert first.id in [p.id for p in split.retired]
+    assert all(p.parent != first.id for p in split.partitions)
+    deadline = time.monotonic() + LET_GO_WAIT_S
+    while first.id in [p.id for p in asyncio.run(_read_table(cluster, name)).retired]:
+        assert time.monotonic() < deadline, "the expired parent stayed in the lineage"
+        time.sleep(0.5)
 
 
 async def _checkpoint(
