@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 RETENTION_SECONDS = float(os.environ.get(streams.RETENTION_ENV, limits.STREAM_RETENTION_SECONDS))
 TRIMMED = "The operation attempted to read past the oldest stream record in a shard."
 SHARD_NOT_FOUND = "Requested resource not found: Shard does not exist"
+SHARD_FILTER_TYPES = ("CHILD_SHARDS",)
 ITERATOR_TYPES = ("TRIM_HORIZON", "LATEST", "AT_SEQUENCE_NUMBER", "AFTER_SEQUENCE_NUMBER")
 STREAM_ARN_CHARS = (37, 1024)
 SHARD_ID_CHARS = (28, 65)
@@ -193,12 +194,21 @@ async def describe_stream(ctx: RouterContext, body: dict[str, Any]) -> dict[str,
     start = reader.string(
         "ExclusiveStartShardId", min_length=SHARD_ID_CHARS[0], max_length=SHARD_ID_CHARS[1]
     )
+    parent_shard = _read_shard_filter(reader)
     reader.check()
     assert arn is not None
     limit = min(limit or limits.DESCRIBE_STREAM_LIMIT_MAX, limits.DESCRIBE_STREAM_LIMIT_MAX)
     now = ctx.sources.clock()
     table, stream = await _stream_of(ctx, arn, now)
-    every = streams.stream_shards(table, stream)
+    every = [
+        (partition, end_seq)
+        for partition, end_seq in streams.stream_shards(table, stream)
+        if parent_shard is None
+        or (
+            partition.parent is not None
+            and streams.shard_id(stream, partition.parent) == parent_shard
+        )
+    ]
     partitions = every
     if start is not None:
         ids = [streams.shard_id(stream, partition.id) for partition, _ in partitions]
@@ -242,6 +252,22 @@ async def describe_stream(ctx: RouterContext, body: dict[str, Any]) -> dict[str,
     if shards and partitions and shards[-1]["ShardId"] != streams.shard_id(stream, every[-1][0].id):
         description["LastEvaluatedShardId"] = shards[-1]["ShardId"]
     return {"StreamDescription": description}
+
+
+def _read_shard_filter(reader: RequestReader) -> str | None:
+    """DescribeStream's ShardFilter: the parent shard whose children alone are described
+    (Type CHILD_SHARDS, the only type); None without a filter. A filter names both members."""
+    shard_filter = reader.mapping("ShardFilter")
+    if shard_filter is None:
+        return None
+    nested = reader.nested(shard_filter, reader.where("ShardFilter"))
+    kind = nested.string("Type", enum=SHARD_FILTER_TYPES)
+    parent = nested.string("ShardId", min_length=SHARD_ID_CHARS[0], max_length=SHARD_ID_CHARS[1])
+    if kind is None and shard_filter.get("Type") is None:
+        nested.violation("Type", None, "Member must not be null")
+    if parent is None and shard_filter.get("ShardId") is None:
+        nested.violation("ShardId", None, "Member must not be null")
+    return parent
 
 
 # GetShardIterator -------------------------------------------------------------------------------

@@ -701,6 +701,33 @@ def test_shard_lineage_across_a_split_is_read_parent_first(
     assert [s["ShardId"] for s in shards].index(parent_id) < min(
         [s["ShardId"] for s in shards].index(child["ShardId"]) for child in children
     )
+    # ShardFilter CHILD_SHARDS describes the parent's children only.
+    filtered = streams.describe_stream(
+        StreamArn=arn, ShardFilter={"Type": "CHILD_SHARDS", "ShardId": parent_id}
+    )["StreamDescription"]["Shards"]
+    assert filtered == children
+    childless = streams.describe_stream(
+        StreamArn=arn, ShardFilter={"Type": "CHILD_SHARDS", "ShardId": children[0]["ShardId"]}
+    )["StreamDescription"]
+    assert childless["Shards"] == [] and "LastEvaluatedShardId" not in childless
+    assert error_of(
+        lambda: streams.describe_stream(StreamArn=arn, ShardFilter={"Type": "CHILD_SHARDS"})
+    ) == (
+        400,
+        "ValidationException",
+        "1 validation error detected: Value null at 'shardFilter.shardId' failed to satisfy "
+        "constraint: Member must not be null",
+    )
+    assert error_of(
+        lambda: streams.describe_stream(
+            StreamArn=arn, ShardFilter={"Type": "PARENT_SHARDS", "ShardId": parent_id}
+        )
+    ) == (
+        400,
+        "ValidationException",
+        "1 validation error detected: Value 'PARENT_SHARDS' at 'shardFilter.type' failed to "
+        "satisfy constraint: Member must satisfy enum value set: [CHILD_SHARDS]",
+    )
     # The closed parent is drained: its last page has no NextShardIterator.
     iterator = streams.get_shard_iterator(
         StreamArn=arn, ShardId=parent_id, ShardIteratorType="TRIM_HORIZON"
