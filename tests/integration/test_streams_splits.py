@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
 import boto3
+import orjson
 import pytest
 
 from dynalab.checkers import check_stream
@@ -29,6 +31,7 @@ ROUNDS = 2
 PAD = "x" * 200  # About 24 KB of items over 4 partitions of at most 2 KB: two levels of splits.
 WRITER_SECONDS_MAX = 300.0
 DRAIN_SECONDS_MAX = 60.0
+SPLIT_WAIT_SECONDS = 60.0
 
 
 @pytest.fixture(scope="module")
@@ -38,6 +41,15 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         directory = tmp_path_factory.mktemp("streams-splits")
         with LocalCluster(directory, nodes=2, routers=1, split_bytes=SPLIT_BYTES) as running:
             yield running
+
+
+def partition_sizes(cluster: LocalCluster, name: str) -> list[int | None]:
+    """The serving partitions' sizes in bytes, as the admin listing gives them (None: the node
+    did not answer)."""
+    url = f"{cluster.router_url}/admin/tables/{name}/partitions"
+    with urllib.request.urlopen(url, timeout=60) as reply:
+        listing = orjson.loads(reply.read())
+    return [p["size_bytes"] for p in listing["partitions"] if p["state"] == "SERVING"]
 
 
 class ParentFirstReader:
@@ -130,6 +142,12 @@ def test_a_reader_follows_real_splits_parent_first_and_sees_every_change_once(
         time.sleep(0.05)
     writer.join(timeout=WRITER_SECONDS_MAX)
     assert not failures, failures
+    # The nodes bring every partition under the split size (two levels down), the reader on.
+    deadline = time.monotonic() + SPLIT_WAIT_SECONDS
+    while any(size is None or size > SPLIT_BYTES for size in partition_sizes(cluster, name)):
+        reader.poll()
+        assert time.monotonic() < deadline, "partitions stayed past the split size"
+        time.sleep(0.2)
     # A second reader starts only now, far behind: the first partitions have been retired for
     # a while and are no serving partition's parent any more, yet it still reads them first.
     late = ParentFirstReader(streams, arn)
