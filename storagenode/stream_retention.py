@@ -18,12 +18,12 @@ an executor thread, a page at a time) and checkpoints it, through the group comm
 A checkpoint never moves back and never past a record the stream still owes, so a round racing a
 router doing the same (`router.streams`, at TRIM_HORIZON and DescribeStream) changes nothing
 twice. A failed round (the node overloaded or stopping) is logged and tried again next round.
+The rounds run as an `rpc.background.BackgroundTask`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 from collections.abc import Awaitable, Callable
@@ -33,6 +33,7 @@ from core import limits, streams
 from core.catalog import is_stream_consumer
 from core.errors import ChangeLogTrimmed, DynamoError, StaleEpoch
 from rpc import ops
+from rpc.background import BackgroundTask
 from rpc.ops import Target
 from storagenode.changefeed import PartitionRef
 from storagenode.node import StorageNode
@@ -68,24 +69,18 @@ class StreamRetention:
         self.retention = retention
         self.interval = round_seconds(retention)
         self.clock = node.clock if clock is None else clock
-        self._stop = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._task = BackgroundTask("stream-retention", self._run)
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="stream-retention")
+        self._task.start()
 
     async def close(self) -> None:
-        """Stop after the checkpoint in flight, if any."""
-        self._stop.set()
-        if self._task is not None:
-            await self._task
+        """Stop (a checkpoint in flight is committed or not: either is safe)."""
+        await self._task.close()
 
     async def _run(self) -> None:
-        while not self._stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), self.interval)
-            if self._stop.is_set():
-                return
+        while True:
+            await asyncio.sleep(self.interval)
             try:
                 await self.advance()
             except DynamoError as error:
@@ -98,7 +93,7 @@ class StreamRetention:
         moved = 0
         for ref, consumers in list(self.node.feeds.checkpoints.items()):
             for consumer, checkpoint in list(consumers.items()):
-                if is_stream_consumer(consumer) and not self._stop.is_set():
+                if is_stream_consumer(consumer):
                     moved += await self._advance(ref, consumer, checkpoint)
         return moved
 
