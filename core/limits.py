@@ -357,6 +357,9 @@ SHARD_ITERATOR_CHARS_MAX = 2048  # ShardIterator: 1 to 2048 characters (service 
 STREAM_RETENTION_ROUND_SECONDS_MAX = 60.0
 # Pages of GET_RECORDS_LIMIT_MAX records one round passes per consumer at most; the rest waits.
 STREAM_RETENTION_ROUND_PAGES_MAX = 10
+# Times UpdateTable reads the ends of a stream's shards to disable it when splits keep changing
+# the partitions in between; past that it answers ServiceUnavailable (the client retries).
+STREAM_DISABLE_ATTEMPTS_MAX = 3
 assert GET_RECORDS_LIMIT_MAX <= CHANGE_FEED_BATCH_RECORDS_MAX
 
 # Transactions (dynalab's own bounds). A prepare carries this deadline: no node takes a lock for

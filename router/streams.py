@@ -7,10 +7,12 @@ and record shaping are pure). Each partition's log is held for the stream by a c
 consumer named after the stream's label, registered when the stream is enabled (or the
 partition created); this module reads the logs with `rpc.changefeed.ChangeFeedClient.read`, one
 batch per GetRecords, and moves that consumer's checkpoint past what the stream no longer owes
-(records older than the retention, 24 hours) whenever it positions a reader at a shard's
-TRIM_HORIZON or describes the stream. So a log keeps what the stream owes, within the log's own
-bounds in records and bytes (`limits.CHANGE_LOG_RECORDS_MAX`, `CHANGE_LOG_BYTES_MAX`); a reader
-past either bound, or past the retention, is told TrimmedDataAccessException.
+(records older than the retention, 24 hours, and records the log's bounds trimmed) whenever it
+positions a reader at a shard's TRIM_HORIZON or describes the stream, as each node also does on
+its own every round (`storagenode/stream_retention.py`). So a log keeps what the stream owes,
+within the log's own bounds in records and bytes (`limits.CHANGE_LOG_RECORDS_MAX`,
+`CHANGE_LOG_BYTES_MAX`); a reader past either bound, or past the retention, is told
+TrimmedDataAccessException.
 
 A table's streams are served while readable: the latest while enabled, and a disabled one (the
 latest or a previous one) for the retention after disabling, with the shards it closed then

@@ -916,7 +916,7 @@ class TableReconciler:
         """Drop the retired partitions kept only for a stream (`catalog.lineage_only`) once the
         stream no longer holds their logs: the node dropped the log once the stream's consumer
         passed its END (all its records expired), or the table's stream is no longer enabled.
-        Every `stream_retention.round_seconds` of the retention, at most once a minute."""
+        Every quarter of the retention, at most every `STREAM_RETENTION_ROUND_SECONDS_MAX`."""
         now = self.ctx.sources.clock()
         if now < self._next_prune:
             return
@@ -1358,7 +1358,7 @@ async def _disable_stream(ctx: RouterContext, name: str, now: float) -> TableDef
     The catalog then records the stream disabled with those ends, refusing if a split changed
     the partitions meanwhile: the ends are read again.
     """
-    for _ in range(_DISABLE_ATTEMPTS_MAX):
+    for _ in range(limits.STREAM_DISABLE_ATTEMPTS_MAX):
         await ctx.refresh()
         current = ctx.records.get(name)
         if current is None:
@@ -1367,7 +1367,6 @@ async def _disable_stream(ctx: RouterContext, name: str, now: float) -> TableDef
         shards = await asyncio.gather(
             *[_closed_shard(ctx, current, stream, p) for p in streams.lineage(current)]
         )
-
         change = _closing(name, current.id, shards, now)
         try:
             table = await ctx.change_table(name, change)
@@ -1378,9 +1377,6 @@ async def _disable_stream(ctx: RouterContext, name: str, now: float) -> TableDef
     raise ServiceUnavailable(
         f"The partitions of table {name} kept splitting while its stream was disabled; retry"
     )
-
-
-_DISABLE_ATTEMPTS_MAX = 3
 
 
 def _closing(
