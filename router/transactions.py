@@ -65,6 +65,7 @@ from core.size import check_item_size, item_size_bytes
 from router.context import RouterContext
 from router.items import (
     _check_index_keys,
+    _global_key_schemas,
     _write_expressions,
     capacity_mode,
 )
@@ -232,6 +233,7 @@ async def _checked_action(ctx: RouterContext, kind: str, member: dict[str, Any])
             compiled.names,
             compiled.values,
             return_on_failure=on_failure,
+            global_indexes=_global_key_schemas(table),
         ).to_json()
     else:
         key = values.validate_item(member["Key"], where="Key")
@@ -246,6 +248,7 @@ async def _checked_action(ctx: RouterContext, kind: str, member: dict[str, Any])
                 compiled.names,
                 compiled.values,
                 return_on_failure=on_failure,
+                global_indexes=_global_key_schemas(table),
             ).to_json()
         elif kind == "Delete":
             body = ops.DeletePayload(

@@ -1253,15 +1253,10 @@ class _WriteGroup:
 def _key_checked_indexes(
     partition: Partition, payload: ops.ItemWritePayload
 ) -> tuple[IndexDef, ...]:
-    """The indexes whose key attribute types a put's item or an update's new image must match:
-    the partition's local indexes, and the global indexes the router named (its catalog's, so
-    those added or deleted since the partition was created too), else the partition's own."""
-    if isinstance(payload, ops.DeletePayload) or payload.global_indexes is None:
+    """The indexes a put's item or an update's new image must match the key types of."""
+    if isinstance(payload, ops.DeletePayload):
         return partition.indexes
-    return (
-        *(index for index in partition.indexes if index.local),
-        *(IndexDef.from_json(index) for index in payload.global_indexes),
-    )
+    return partition.key_checked_indexes(payload.global_indexes)
 
 
 def _write_request(payload: ops.ItemWritePayload, partition: Partition) -> WriteRequest:

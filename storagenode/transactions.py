@@ -265,7 +265,8 @@ def _prepare_action(
         key = shape.check_key(body["key"])
         condition = expressions.condition(body["condition"], body.get("names"), body.get("values"))
     else:
-        request = group.write_request(ITEM_WRITE_PAYLOADS[op](body), partition)
+        write = ITEM_WRITE_PAYLOADS[op](body)
+        request = group.write_request(write, partition)
         key = request.item if isinstance(request, PutRequest) else request.key
     items_key = partition.item_prefix + partition.storage_key(key)
     held = _load(group.batch, lock_key(items_key))
@@ -298,7 +299,8 @@ def _prepare_action(
     try:
         effect = plan(request, old, shape, old_bytes=old_bytes)
         if isinstance(request, UpdateRequest) and effect.new is not None:
-            check_index_keys(effect.new, partition.indexes)
+            assert isinstance(write, ops.UpdatePayload)
+            check_index_keys(effect.new, partition.key_checked_indexes(write.global_indexes))
     except ValidationError as error:
         vote = txn.Vote(txn.Code.VALIDATION_ERROR, error.message)
         return _Prepared(vote, items_key, None, sizes, unchanged)

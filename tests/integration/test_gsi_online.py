@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 
 from dynalab import convergence
 from dynalab.cluster import LocalCluster
@@ -335,6 +336,23 @@ def test_writes_are_checked_against_an_index_added_online_and_not_one_deleted(
             )
             == mismatch
         )
+        # In a transaction, the update's refusal is its cancellation reason; nothing is written.
+        with pytest.raises(ClientError) as cancelled:
+            dynamodb.transact_write_items(
+                TransactItems=[
+                    {
+                        "Update": {
+                            "TableName": users,
+                            "Key": key,
+                            "UpdateExpression": "SET Game = :g",
+                            "ExpressionAttributeValues": {":g": {"N": "7"}},
+                        }
+                    }
+                ]
+            )
+        assert cancelled.value.response["Error"]["Code"] == "TransactionCanceledException"
+        [reason] = cancelled.value.response["CancellationReasons"]
+        assert (reason["Code"], reason["Message"]) == ("ValidationError", mismatch[2])
         dynamodb.update_item(
             TableName=users,
             Key=key,
