@@ -220,11 +220,16 @@ def _check_index_keys(item: Item, table: dict[str, Any]) -> None:
 
 
 def _global_key_schemas(table: dict[str, Any]) -> list[dict[str, Any]]:
-    """The table's global indexes as the node checks a write's key attribute types against them
+    """The table's global indexes as the node checks a write against them
     (`rpc.ops.UpdatePayload.global_indexes`): the catalog's, not the partition's, so an index
-    added by UpdateTable is enforced and a deleted one no longer is."""
+    added by UpdateTable is enforced, charged and held back for, and a deleted one no longer is.
+    An online index carries its storage id and flag: it is followed under a consumer of its own
+    (`core.gsi.consumer_of`), whose lag holds writes back once the index is ACTIVE."""
     return [
-        {key: index[key] for key in ("name", "key", "projection", "status")}
+        {
+            **{key: index[key] for key in ("name", "key", "projection", "status")},
+            **({"table_id": index["table_id"], "online": True} if index.get("online") else {}),
+        }
         for index in table.get("indexes") or ()
         if not index.get("local") and index["status"] != IndexStatus.DELETING
     ]
@@ -363,7 +368,13 @@ async def delete_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any
     table = await ctx.table(table_name)
     partition_key, sort_key = schema.validate_key(key, table)
     payload = ops.DeletePayload(
-        key, compiled.condition, compiled.names, compiled.values, chosen, on_failure == "ALL_OLD"
+        key,
+        compiled.condition,
+        compiled.names,
+        compiled.values,
+        chosen,
+        on_failure == "ALL_OLD",
+        _global_key_schemas(table),
     )
     reply = await ctx.call_key(table, partition_key, sort_key, ops.DELETE, payload.to_json())
     return _write_reply(reply, table_name, body, {schema.hash_key(table)[0]: partition_key})
@@ -691,7 +702,7 @@ async def batch_write_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str
                 assert write.key is not None
                 partition_key, sort_key = schema.validate_key(write.key, table)
                 key = write.key
-                payload = ops.DeletePayload(write.key)
+                payload = ops.DeletePayload(write.key, global_indexes=_global_key_schemas(table))
                 op = ops.DELETE
         except KeyAttributeError:
             # BatchWriteItem reports an item's missing or mistyped key attribute as a mismatch.

@@ -252,7 +252,13 @@ async def _checked_action(ctx: RouterContext, kind: str, member: dict[str, Any])
             ).to_json()
         elif kind == "Delete":
             body = ops.DeletePayload(
-                key, compiled.condition, compiled.names, compiled.values, "NONE", on_failure
+                key,
+                compiled.condition,
+                compiled.names,
+                compiled.values,
+                "NONE",
+                on_failure,
+                _global_key_schemas(table),
             ).to_json()
         else:
             body = {

@@ -322,7 +322,9 @@ class UpdatePayload:
 class DeletePayload:
     """delete: remove the item of `key`, under `condition` if any.
 
-    `return_values` is "NONE" or "ALL_OLD". Reply: see above.
+    `return_values` is "NONE" or "ALL_OLD". Reply: see above. `global_indexes` (see
+    `UpdatePayload`) are the table's global indexes whose entries the delete removes, for their
+    capacity and back-pressure.
     """
 
     key: Item
@@ -331,6 +333,7 @@ class DeletePayload:
     values: Values = None
     return_values: str = "NONE"
     return_on_failure: bool = False
+    global_indexes: list[dict[str, Any]] | None = None
 
     @classmethod
     def from_json(cls, body: dict[str, Any]) -> Self:
@@ -341,10 +344,11 @@ class DeletePayload:
             body.get("values"),
             body.get("return_values") or "NONE",
             body.get("return_on_failure") is True,
+            body.get("global_indexes"),
         )
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        body = {
             "key": self.key,
             "condition": self.condition,
             "names": self.names,
@@ -352,6 +356,9 @@ class DeletePayload:
             "return_values": self.return_values,
             "return_on_failure": self.return_on_failure,
         }
+        if self.global_indexes is not None:
+            body["global_indexes"] = self.global_indexes
+        return body
 
 
 # The reply of query and scan: {"items": [ITEM, ...], "count": int, "scanned": int,

@@ -32,7 +32,7 @@ import orjson
 
 from core import expressions, heat, limits
 from core.capacity import item_write_units, write_units
-from core.catalog import IndexDef
+from core.catalog import IndexDef, IndexStatus
 from core.errors import (
     GSI_THROTTLED,
     ConditionalCheckFailed,
@@ -47,7 +47,7 @@ from core.errors import (
     UnknownOperation,
     ValidationError,
 )
-from core.gsi import REPLICATOR_CONSUMER
+from core.gsi import consumer_of
 from core.indexes import check_index_keys, entry_changes, index_entry
 from core.keycodec import successor
 from core.keys import KeyShape
@@ -891,19 +891,20 @@ class _WriteGroup:
             return effect.failure(), effect.units
         if isinstance(request, UpdateRequest) and effect.new is not None:
             # An update may give an index key attribute a wrong type or an empty value.
-            check_index_keys(effect.new, _key_checked_indexes(partition, payload))
+            check_index_keys(effect.new, partition.key_checked_indexes(payload.global_indexes))
         ref = (partition.table_id, partition.partition_id)
         # Global index writes are made later by the GSI replicator and charged to each index's
         # own throughput (`index_apply`); the write reports what they cost, for ConsumedCapacity.
+        global_indexes = partition.named_global_indexes(payload.global_indexes)
         global_units = {
             c.index.name: c.units
-            for c in entry_changes(
-                effect.old, effect.new, partition.global_indexes, partition.key_shape
-            )
+            for c in entry_changes(effect.old, effect.new, global_indexes, partition.key_shape)
             if c.units
         }
         if global_units:
-            self._hold_back_for_indexes(partition)
+            self._hold_back_for_indexes(
+                partition, [index for index in global_indexes if index.name in global_units]
+            )
         staged = partition if ref in self.dirty else dataclasses.replace(partition)
         applied = self.apply(self.batch, staged, items_key, effect, now=self.now)
         self.dirty[ref] = staged
@@ -919,17 +920,25 @@ class _WriteGroup:
             reply["collection_bytes"] = applied.collection_bytes
         return reply, effect.units + sum(index_units.values())
 
-    def _hold_back_for_indexes(self, partition: Partition) -> None:
-        """Refuse a write that would change a global index of a partition whose replicator
-        consumer is more than `gsi_lag_records_max` change records behind (back-pressure:
-        DynamoDB throttles base writes for an index that cannot keep up, seed 001/004)."""
-        checkpoint = self.node.consumer_checkpoint(
-            partition.table_id, partition.partition_id, REPLICATOR_CONSUMER
-        )
-        if checkpoint is None:
-            return
-        if partition.last_seq - checkpoint > self.node.gsi_lag_records_max:
-            raise ThroughputExceeded(GSI_THROTTLED)
+    def _hold_back_for_indexes(self, partition: Partition, indexes: list[IndexDef]) -> None:
+        """Refuse a write that would change `indexes` of a partition whose replicator consumer
+        for one of them is more than `gsi_lag_records_max` change records behind (back-pressure:
+        DynamoDB throttles base writes for an index that cannot keep up, seed 001/004). An index
+        added online counts once it is ACTIVE: while it is copied, its consumer stays where the
+        copy began, and the writes during a backfill must go on."""
+        consumers = {
+            consumer_of(index)
+            for index in indexes
+            if not index.online or index.status is IndexStatus.ACTIVE
+        }
+        for consumer in sorted(consumers):
+            checkpoint = self.node.consumer_checkpoint(
+                partition.table_id, partition.partition_id, consumer
+            )
+            if checkpoint is None:
+                continue
+            if partition.last_seq - checkpoint > self.node.gsi_lag_records_max:
+                raise ThroughputExceeded(GSI_THROTTLED)
 
     def index_apply(self, target: Target, payload: ops.IndexApplyPayload) -> dict[str, Any]:
         """Apply a base partition's projected changes to a global index partition (`rpc.ops`).
@@ -1250,15 +1259,6 @@ class _WriteGroup:
             self.batch.put(Family.PARTITIONS, meta_key, partition.to_meta())
 
 
-def _key_checked_indexes(
-    partition: Partition, payload: ops.ItemWritePayload
-) -> tuple[IndexDef, ...]:
-    """The indexes a put's item or an update's new image must match the key types of."""
-    if isinstance(payload, ops.DeletePayload):
-        return partition.indexes
-    return partition.key_checked_indexes(payload.global_indexes)
-
-
 def _write_request(payload: ops.ItemWritePayload, partition: Partition) -> WriteRequest:
     """The `core.writes` request of a put, update or delete, its key checked against the
     partition's key shape (and a put's item against its indexes' key types), its expressions
@@ -1270,7 +1270,7 @@ def _write_request(payload: ops.ItemWritePayload, partition: Partition) -> Write
     return_values, on_failure = payload.return_values, payload.return_on_failure
     if isinstance(payload, ops.PutPayload):
         shape.extract(payload.item)
-        check_index_keys(payload.item, _key_checked_indexes(partition, payload))
+        check_index_keys(payload.item, partition.key_checked_indexes(payload.global_indexes))
         return PutRequest(payload.item, condition, return_values, on_failure)
     key = shape.check_key(payload.key)
     if isinstance(payload, ops.UpdatePayload):

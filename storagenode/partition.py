@@ -176,16 +176,22 @@ class Partition:
                 f"Partition {self.partition_id} is at epoch {self.epoch}, the request at {epoch}"
             )
 
+    def named_global_indexes(
+        self, global_indexes: Iterable[dict[str, Any]] | None
+    ) -> tuple[IndexDef, ...]:
+        """The global indexes a write is checked, charged and held back for: those a router named
+        (`rpc.ops.UpdatePayload`: its catalog's, so those added or deleted since the partition
+        was created too), else this partition's own (None: a sender that names none)."""
+        if global_indexes is None:
+            return self.global_indexes
+        return tuple(IndexDef.from_json(index) for index in global_indexes)
+
     def key_checked_indexes(
         self, global_indexes: Iterable[dict[str, Any]] | None
     ) -> tuple[IndexDef, ...]:
         """The indexes whose key attribute types a written item must match: this partition's
-        local indexes and the global indexes a router named (`rpc.ops.UpdatePayload`: its
-        catalog's, so those added or deleted since the partition was created too), else this
-        partition's own global indexes (None: a sender that names none)."""
-        if global_indexes is None:
-            return self.indexes
-        return (*self.local_indexes, *(IndexDef.from_json(index) for index in global_indexes))
+        local indexes and the global ones `named_global_indexes` gives."""
+        return (*self.local_indexes, *self.named_global_indexes(global_indexes))
 
     def storage_key(self, key: Item) -> bytes:
         """The storage key of an item's key, which must fall in this partition's range."""

@@ -312,7 +312,9 @@ def _prepare_action(
         effect.old_bytes,
         effect.new_bytes,
         local,
-        entry_changes(effect.old, effect.new, partition.global_indexes, shape),
+        entry_changes(
+            effect.old, effect.new, partition.named_global_indexes(write.global_indexes), shape
+        ),
     )
     sizes = [effect.old_bytes, effect.new_bytes]
     if partition.local_indexes:

@@ -120,3 +120,68 @@ def test_a_lagging_index_holds_back_the_writes_that_would_change_it(
     text = metrics(replicator.url)
     assert f'dynalab_gsi_index_lag_records{{table="{name}",index="ByGame"}}' in text
     assert f'dynalab_gsi_index_lag_seconds{{table="{name}",index="ByGame"}}' in text
+
+
+def test_an_index_added_online_holds_back_writes_once_active_and_not_while_copied(
+    held_back: LocalCluster, table_name: Callable[[], str]
+) -> None:
+    client = dynamodb_client(held_back.router_url)
+    name = table_name()
+    client.create_table(
+        TableName=name,
+        KeySchema=[{"AttributeName": "UserId", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "UserId", "AttributeType": "S"}],
+        ProvisionedThroughput={"ReadCapacityUnits": 5, "WriteCapacityUnits": 5},
+    )
+    wait_active(client, name)
+    history = [item(user, "chess") for user in range(3)]
+    for written in history:
+        client.put_item(TableName=name, Item=written)
+    client.update_table(
+        TableName=name,
+        AttributeDefinitions=[{"AttributeName": "Game", "AttributeType": "S"}],
+        GlobalSecondaryIndexUpdates=[
+            {
+                "Create": {
+                    "IndexName": "ByGame",
+                    "KeySchema": [{"AttributeName": "Game", "KeyType": "HASH"}],
+                    "Projection": {"ProjectionType": "KEYS_ONLY"},
+                    "ProvisionedThroughput": {"ReadCapacityUnits": 5, "WriteCapacityUnits": 5},
+                }
+            }
+        ],
+    )
+    deadline = time.monotonic() + RECOVERY_TIMEOUT_S
+    while True:
+        (index,) = client.describe_table(TableName=name)["Table"]["GlobalSecondaryIndexes"]
+        if index["IndexStatus"] == "ACTIVE":
+            break
+        assert time.monotonic() < deadline, "the online index never became ACTIVE"
+        time.sleep(POLL_S)
+    result = convergence.wait_converged(client, name, "ByGame", RECOVERY_TIMEOUT_S, history)
+    assert result.converged  # The index's consumer has caught up: its lag starts at nothing.
+    (replicator,) = held_back.replicators
+    replicator.kill()
+    try:
+        refused = []
+        for user in range(100, 100 + LAG_RECORDS_MAX + 5):
+            written = item(user, "go")
+            outcome = attempt(lambda: client.put_item(TableName=name, Item=written))  # noqa: B023
+            if outcome is None:
+                history.append(written)
+            else:
+                refused.append(outcome)
+        # The online index's own consumer is what fell behind: the bound is its lag.
+        assert len(history) == 3 + LAG_RECORDS_MAX + 1
+        assert set(refused) == {(400, "ProvisionedThroughputExceededException", GSI_THROTTLED)}
+        client.put_item(TableName=name, Item=item(1000, None))  # No index key: no index write.
+    finally:
+        replicator.start()
+    late = item(5000, "go")
+    deadline = time.monotonic() + RECOVERY_TIMEOUT_S
+    while attempt(lambda: client.put_item(TableName=name, Item=late)) is not None:
+        assert time.monotonic() < deadline, "writes stayed held back after the replicator returned"
+        time.sleep(POLL_S)
+    history.append(late)
+    result = convergence.wait_converged(client, name, "ByGame", RECOVERY_TIMEOUT_S, history)
+    assert result.converged
