@@ -9,8 +9,9 @@ deep nesting, an unknown member, or a number JSON barely allows. Headers are odd
 non-ASCII targets, other content types, missing or broken authorization, a gzip encoding over a
 body that is not.
 
-The default run sends `FUZZ_REQUESTS_DEFAULT` requests; `DYNALAB_FUZZ_REQUESTS=20000` runs the
-full count (about a minute on a quiet machine).
+The default run sends `FUZZ_REQUESTS_DEFAULT` (20,000, what issue #14 asks of CI: about a minute
+on a quiet machine) requests; `DYNALAB_FUZZ_REQUESTS` sets another count, e.g. fewer while
+developing.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from router.app import load_operations
 from tests.integration.conftest import create_active_table, dynamodb_client
 
 SEED = 14
-FUZZ_REQUESTS_DEFAULT = 3000
+FUZZ_REQUESTS_DEFAULT = 20_000
 FUZZ_REQUESTS_ENV = "DYNALAB_FUZZ_REQUESTS"
 SENDERS = 4
 HTTP_TIMEOUT_S = 30.0
