@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Any, TypeVar, assert_never
@@ -71,7 +70,7 @@ from rpc.transactions import (
     TxnRecordPayload,
     TxnSweepPayload,
 )
-from storagenode import changefeed, expiry, metrics, replica, split
+from storagenode import changefeed, environment, expiry, metrics, replica, split
 from storagenode import transactions as txn
 from storagenode.layout import (
     Family,
@@ -205,25 +204,15 @@ GSI_LAG_RECORDS_MAX_ENV = "DYNALAB_GSI_LAG_RECORDS_MAX"
 def gsi_lag_records_max_from_env() -> int:
     """The back-pressure bound from DYNALAB_GSI_LAG_RECORDS_MAX (change records, at least 1), or
     `limits.GSI_LAG_RECORDS_MAX`; experiments set it low to reach it quickly."""
-    text = os.environ.get(GSI_LAG_RECORDS_MAX_ENV)
-    if text is None or text.strip() == "":
-        return limits.GSI_LAG_RECORDS_MAX
-    value = int(text)
-    if value < 1:
-        raise ValueError(f"{GSI_LAG_RECORDS_MAX_ENV} must be at least 1 record, not {value}")
-    return value
+    return environment.positive_int(GSI_LAG_RECORDS_MAX_ENV, limits.GSI_LAG_RECORDS_MAX, "record")
 
 
 def collection_bytes_max_from_env() -> int:
     """The item collection cap from DYNALAB_ITEM_COLLECTION_BYTES_MAX (bytes, at least 1), or
     DynamoDB's 10 GB when it is not set; experiments set it low to reach the cap quickly."""
-    text = os.environ.get(ITEM_COLLECTION_BYTES_MAX_ENV)
-    if text is None or text.strip() == "":
-        return limits.ITEM_COLLECTION_BYTES_MAX
-    value = int(text)
-    if value < 1:
-        raise ValueError(f"{ITEM_COLLECTION_BYTES_MAX_ENV} must be at least 1 byte, not {value}")
-    return value
+    return environment.positive_int(
+        ITEM_COLLECTION_BYTES_MAX_ENV, limits.ITEM_COLLECTION_BYTES_MAX, "byte"
+    )
 
 
 def _decoding(

@@ -59,7 +59,7 @@ from rpc import ops
 from rpc.background import BackgroundTask
 from rpc.partition_metrics import SPLIT_SECONDS_BUCKETS
 from rpc.transport import NodeTransport
-from storagenode import changefeed
+from storagenode import changefeed, environment
 from storagenode.layout import Family, item_size_of, seq_bytes
 from storagenode.partition import Partition
 
@@ -81,13 +81,7 @@ _HEAT_KINDS = ("write", "read")  # Write heat first: a partition hot both ways s
 def split_bytes_from_env() -> int:
     """The size past which a partition splits, from DYNALAB_SPLIT_BYTES (bytes, at least 1), or
     DynamoDB's 10 GB when it is not set; tests and experiments set kilobytes."""
-    text = os.environ.get(SPLIT_BYTES_ENV)
-    if text is None or text.strip() == "":
-        return limits.PARTITION_SPLIT_BYTES_DEFAULT
-    value = int(text)
-    if value < 1:
-        raise ValueError(f"{SPLIT_BYTES_ENV} must be at least 1 byte, not {value}")
-    return value
+    return environment.positive_int(SPLIT_BYTES_ENV, limits.PARTITION_SPLIT_BYTES_DEFAULT, "byte")
 
 
 def split_for_heat_from_env() -> bool:

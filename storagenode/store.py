@@ -28,7 +28,6 @@ log from the damage on, acknowledged writes included. `storagenode.scrub` reads 
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import time
 from collections.abc import Iterator
@@ -48,7 +47,7 @@ from rocksdict import (
 
 from core import limits
 from core.errors import InternalServerError
-from storagenode import metrics
+from storagenode import environment, metrics
 from storagenode.layout import FORMAT_KEY, FORMAT_VERSION, Family
 
 _LMDB_DATA_FILE = "data.mdb"  # The file that marks a data directory of format 1.
@@ -101,13 +100,7 @@ def options(memory_table_bytes: int | None = None) -> Options:
 
 def disk_reserve_bytes_from_env() -> int:
     """The free space a node keeps (DYNALAB_DISK_RESERVE_BYTES, else `DISK_RESERVE_BYTES`)."""
-    text = os.environ.get(DISK_RESERVE_BYTES_ENV, "").strip()
-    if not text:
-        return limits.DISK_RESERVE_BYTES
-    value = int(text)
-    if value < 1:
-        raise ValueError(f"{DISK_RESERVE_BYTES_ENV} must be at least 1 byte, not {value}")
-    return value
+    return environment.positive_int(DISK_RESERVE_BYTES_ENV, limits.DISK_RESERVE_BYTES, "byte")
 
 
 class _Reader(Protocol):
