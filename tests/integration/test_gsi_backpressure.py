@@ -59,6 +59,30 @@ def metrics(url: str) -> str:
         return str(reply.read().decode())
 
 
+def put_until_held_back(client: Any, name: str, users: range, game: str) -> list[dict[str, Any]]:
+    """Put an item of `game` for each of `users`; the ones acknowledged, after checking that
+    every other one was refused as held back for the index."""
+    written: list[dict[str, Any]] = []
+    refused = []
+    for user in users:
+        made = item(user, game)
+        outcome = attempt(lambda: client.put_item(TableName=name, Item=made))  # noqa: B023
+        if outcome is None:
+            written.append(made)
+        else:
+            refused.append(outcome)
+    assert set(refused) == {(400, "ProvisionedThroughputExceededException", GSI_THROTTLED)}
+    return written
+
+
+def put_once_released(client: Any, name: str, made: dict[str, Any]) -> None:
+    """Retry a put of `made` until the nodes stop holding it back (the replicator is back)."""
+    deadline = time.monotonic() + RECOVERY_TIMEOUT_S
+    while attempt(lambda: client.put_item(TableName=name, Item=made)) is not None:
+        assert time.monotonic() < deadline, "writes stayed held back after the replicator returned"
+        time.sleep(POLL_S)
+
+
 def test_a_lagging_index_holds_back_the_writes_that_would_change_it(
     held_back: LocalCluster, table_name: Callable[[], str]
 ) -> None:
@@ -87,16 +111,8 @@ def test_a_lagging_index_holds_back_the_writes_that_would_change_it(
     history: list[dict[str, Any]] = []
     replicator.kill()
     try:
-        refused = []
-        for user in range(LAG_RECORDS_MAX + 5):
-            written = item(user, "chess")
-            outcome = attempt(lambda: client.put_item(TableName=name, Item=written))  # noqa: B023
-            if outcome is None:
-                history.append(written)
-            else:
-                refused.append(outcome)
+        history += put_until_held_back(client, name, range(LAG_RECORDS_MAX + 5), "chess")
         assert len(history) == LAG_RECORDS_MAX + 1
-        assert set(refused) == {(400, "ProvisionedThroughputExceededException", GSI_THROTTLED)}
         # Writes that change no index go on: an item without the index key, and a change of an
         # attribute the index does not project.
         client.put_item(TableName=name, Item=item(1000, None))
@@ -109,11 +125,8 @@ def test_a_lagging_index_holds_back_the_writes_that_would_change_it(
         )
     finally:
         replicator.start()
-    deadline = time.monotonic() + RECOVERY_TIMEOUT_S
     late = item(LAG_RECORDS_MAX + 100, "go")
-    while attempt(lambda: client.put_item(TableName=name, Item=late)) is not None:
-        assert time.monotonic() < deadline, "writes stayed held back after the replicator returned"
-        time.sleep(POLL_S)
+    put_once_released(client, name, late)
     history.append(late)
     result = convergence.wait_converged(client, name, "ByGame", RECOVERY_TIMEOUT_S, history)
     assert result.converged
@@ -163,25 +176,14 @@ def test_an_index_added_online_holds_back_writes_once_active_and_not_while_copie
     (replicator,) = held_back.replicators
     replicator.kill()
     try:
-        refused = []
-        for user in range(100, 100 + LAG_RECORDS_MAX + 5):
-            written = item(user, "go")
-            outcome = attempt(lambda: client.put_item(TableName=name, Item=written))  # noqa: B023
-            if outcome is None:
-                history.append(written)
-            else:
-                refused.append(outcome)
+        history += put_until_held_back(client, name, range(100, 100 + LAG_RECORDS_MAX + 5), "go")
         # The online index's own consumer is what fell behind: the bound is its lag.
         assert len(history) == 3 + LAG_RECORDS_MAX + 1
-        assert set(refused) == {(400, "ProvisionedThroughputExceededException", GSI_THROTTLED)}
         client.put_item(TableName=name, Item=item(1000, None))  # No index key: no index write.
     finally:
         replicator.start()
     late = item(5000, "go")
-    deadline = time.monotonic() + RECOVERY_TIMEOUT_S
-    while attempt(lambda: client.put_item(TableName=name, Item=late)) is not None:
-        assert time.monotonic() < deadline, "writes stayed held back after the replicator returned"
-        time.sleep(POLL_S)
+    put_once_released(client, name, late)
     history.append(late)
     result = convergence.wait_converged(client, name, "ByGame", RECOVERY_TIMEOUT_S, history)
     assert result.converged
