@@ -123,7 +123,10 @@ TABLE_TRANSITIONS: frozenset[tuple[TableStatus | None, TableStatus | None]] = fr
     }
 )
 PARTITION_TRANSITIONS: frozenset[tuple[PartitionState, PartitionState]] = frozenset(
-    {(PartitionState.SERVING, PartitionState.RETIRED)}  # Split into two children.
+    {
+        (PartitionState.SERVING, PartitionState.RETIRED),  # Split into two children.
+        (PartitionState.SERVING, PartitionState.SERVING),  # Moved to another node.
+    }
 )
 INDEX_TRANSITIONS: frozenset[tuple[IndexStatus | None, IndexStatus | None]] = frozenset(
     {
@@ -862,6 +865,21 @@ def split(
         low,
         high,
     )
+
+
+def moved(table: TableDef, partition_id: str, node: str) -> TableDef:
+    """The table with serving partition `partition_id` moved to `node` at its epoch + 1: the
+    same id, range, share and lineage, so its change log and its consumers carry on there."""
+    if not table.serving:
+        raise IllegalTransition(f"Table {table.name} is {table.status}: its partitions cannot move")
+    current = table.partition(partition_id)
+    serving = PartitionState.SERVING
+    _check(PARTITION_TRANSITIONS, f"Partition {partition_id}", current.state, serving)
+    if current.node == node:
+        raise IllegalTransition(f"Partition {partition_id} is on node {node} already")
+    after = replace(current, node=node, epoch=current.epoch + 1)
+    partitions = tuple(after if p.id == partition_id else p for p in table.partitions)
+    return _changed(table, partitions=partitions)
 
 
 # Indexes ---------------------------------------------------------------------------------------

@@ -1,0 +1,155 @@
+"""Moving a serving partition to another node: its states, the catalog change, and what a
+restarted source or target must do. Pure, no IO; the node's `storagenode/move.py` does the
+reading, the copying and the calls.
+
+The source (the partition's owner) drives a move, as it drives a split, in steps each recorded
+in one place and each idempotent:
+
+| state | recorded in | after a restart |
+| --- | --- | --- |
+| PLANNED | the source's memory only | nothing: it never happened |
+| INCOMING | the target's metadata: an empty copy at the next epoch, refusing clients | back |
+| COPYING | the source's feed: a `move` consumer holding its log from the pin | back |
+| FENCED | the source's metadata (`moving_to`): clients refused with StaleEpoch | back |
+| DRAINED | the target's metadata: every record to the fence's seq, checkpoints | back |
+| SWITCHED | the table's catalog row (compare-and-set): the target node, next epoch | forward |
+| ACTIVE | the target's metadata: INCOMING cleared, it serves | forward |
+| DONE | the source no longer holds the partition | nothing |
+
+The catalog row is the decision: once it names the target at the next epoch the move has
+happened and only going forward is left (`source_recovery`, `target_recovery`); before it,
+nothing a client can see has changed, and a move rolls back by clearing the fence on the source
+and dropping the target's copy. A move is tried again from the start (a fresh INCOMING copy), never
+resumed half-way: a copy made from an older pin could hold items deleted since.
+
+The fence refuses a client request before it is planned, with StaleEpoch: the one refusal a router
+retries, since it proves nothing was applied (an UpdateItem ADD refused so is applied once, by the
+retry). The target's log continues the source's: the same seqs and the same records, so every
+change-feed consumer (the GSI replicator, Streams) reads on from its checkpoint on the new node.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from core import catalog
+from core.catalog import IllegalTransition, PartitionDef, TableDef
+from core.errors import ValidationError
+
+
+class MoveState(enum.StrEnum):
+    PLANNED = "PLANNED"
+    INCOMING = "INCOMING"
+    COPYING = "COPYING"
+    FENCED = "FENCED"
+    DRAINED = "DRAINED"
+    SWITCHED = "SWITCHED"
+    ACTIVE = "ACTIVE"
+    DONE = "DONE"
+    ROLLED_BACK = "ROLLED_BACK"
+
+
+# Every step a move takes: forward, or, before the catalog switch, back.
+MOVE_TRANSITIONS: dict[MoveState, frozenset[MoveState]] = {
+    MoveState.PLANNED: frozenset({MoveState.INCOMING, MoveState.ROLLED_BACK}),
+    MoveState.INCOMING: frozenset({MoveState.COPYING, MoveState.ROLLED_BACK}),
+    MoveState.COPYING: frozenset({MoveState.FENCED, MoveState.ROLLED_BACK}),
+    MoveState.FENCED: frozenset({MoveState.DRAINED, MoveState.ROLLED_BACK}),
+    MoveState.DRAINED: frozenset({MoveState.SWITCHED, MoveState.ROLLED_BACK}),
+    MoveState.SWITCHED: frozenset({MoveState.ACTIVE}),
+    MoveState.ACTIVE: frozenset({MoveState.DONE}),
+    MoveState.DONE: frozenset(),
+    MoveState.ROLLED_BACK: frozenset(),
+}
+
+
+def step(state: MoveState, to: MoveState) -> MoveState:
+    """`to`, if a move in `state` may go there; IllegalTransition (a bug) if not."""
+    if to not in MOVE_TRANSITIONS[state]:
+        raise IllegalTransition(f"A move cannot go from {state} to {to}")
+    return to
+
+
+class MoveRefused(ValidationError):
+    """A move that cannot be made now: to the node that holds the partition, of a system table,
+    or of a partition holding transaction locks (it waits for them to be decided)."""
+
+
+class MoveConflict(ValidationError):
+    """The catalog no longer has the partition as the source holds it (split, moved or dropped)."""
+
+
+class SourceAction(enum.StrEnum):
+    FINISH = "FINISH"  # Switched: drop the local copy (the target serves).
+    ROLL_BACK = "ROLL_BACK"  # Not switched: clear the fence, drop the target's copy.
+
+
+class TargetAction(enum.StrEnum):
+    ACTIVATE = "ACTIVATE"  # Switched to this node: serve.
+    WAIT = "WAIT"  # The source still serves it: its move goes on, or it will drop this copy.
+    DROP = "DROP"  # The catalog went elsewhere (split, moved to a third node, table gone).
+
+
+def switched(table: TableDef | None, table_id: str, source: PartitionDef, target: str) -> TableDef:
+    """The catalog change that switches `source` (the partition as its owner holds it) to node
+    `target` at its next epoch, for a compare-and-set: the table changed, or unchanged if it is
+    switched already (a retry after a lost reply or a restart).
+
+    Raises MoveConflict when the table is gone or the partition is no longer `source` (split,
+    moved otherwise, another epoch), so nothing is recorded.
+    """
+    if table is None or table.id != table_id:
+        raise MoveConflict(f"The table of partition {source.id} is no longer in the catalog")
+    current = next((p for p in table.partitions if p.id == source.id), None)
+    if current is None:
+        raise MoveConflict(f"Partition {source.id} is no longer serving in the catalog")
+    if (current.node, current.epoch) == (target, source.epoch + 1):
+        return table
+    if (current.node, current.epoch) != (source.node, source.epoch):
+        raise MoveConflict(
+            f"Partition {source.id} is at epoch {current.epoch} on node {current.node} in the "
+            f"catalog, not {source.epoch} on {source.node} as its node holds it"
+        )
+    return catalog.moved(table, source.id, target)
+
+
+def source_recovery(
+    table: TableDef | None, table_id: str, partition_id: str, epoch: int, moving_to: str
+) -> SourceAction:
+    """What a source holding partition `partition_id` at `epoch`, fenced for a move to node
+    `moving_to` (or with the move's consumer still registered), must do after a restart or a
+    failed step: finish if the catalog switched it, else roll back."""
+    if table is None or table.id != table_id:
+        return SourceAction.ROLL_BACK  # The table is gone: dropping it drops this copy too.
+    current = next((p for p in table.partitions if p.id == partition_id), None)
+    if current is not None and (current.node, current.epoch) == (moving_to, epoch + 1):
+        return SourceAction.FINISH
+    return SourceAction.ROLL_BACK
+
+
+def target_recovery(
+    table: TableDef | None, table_id: str, partition_id: str, epoch: int, node: str
+) -> TargetAction:
+    """What node `node`, holding an INCOMING copy of partition `partition_id` at `epoch`, must do
+    with it given the catalog: serve it once the catalog names this node at that epoch, drop it
+    once the catalog has gone past it, else wait for its source."""
+    if table is None or table.id != table_id:
+        return TargetAction.DROP
+    current = next((p for p in table.partitions if p.id == partition_id), None)
+    if current is None or current.epoch > epoch:
+        return TargetAction.DROP
+    if current.epoch == epoch:
+        return TargetAction.ACTIVATE if current.node == node else TargetAction.DROP
+    return TargetAction.WAIT
+
+
+def misplaced(table: TableDef, owner: dict[str, str]) -> list[tuple[PartitionDef, str]]:
+    """The split children of `table` that are not on the node the ring places them on, with that
+    node: `owner` maps each serving partition's id to its ring owner (among the nodes known)."""
+    return [
+        (partition, owner[partition.id])
+        for partition in table.partitions
+        if partition.parent is not None
+        and partition.id in owner
+        and owner[partition.id] != partition.node
+    ]
