@@ -16,7 +16,11 @@ has passed it; registering again here changes nothing. For each batch the feed s
 2. routes them to the index partitions holding their keys (`core.gsi.route`, pure);
 3. sends one `index_apply` per index partition, all at once, each retried on a node that does not
    answer; each index partition stores the source's seq with the entries, in one batch;
-4. checkpoints the batch's last seq on the source's feed, once every index partition has applied.
+4. checkpoints the batch's last seq on the source's feed, once every index partition has applied,
+   behind the next batch's applies rather than before them (`_Checkpoints`).
+
+While a batch is applied the feed is read ahead, and the batches waiting when the next run starts
+are applied together (`_FeedRuns`): under load a follower makes fewer, larger calls.
 
 A crash anywhere in between (of the replicator, a base node or an index node) makes the follower
 start again from its checkpoint: the changes after it are delivered again, and each index
@@ -39,7 +43,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,7 +89,7 @@ class FollowerStats:
     index_units: float = 0.0  # Write units the index partitions charged for them.
     last_applied_at: float = 0.0  # Wall-clock time of the last applied batch.
     failures: int = 0  # Times the follower started again from its checkpoint.
-    lag_ms: float = 0.0  # Time from receiving the last batch to its checkpoint.
+    lag_ms: float = 0.0  # Time from taking the last run of records off the feed to its apply.
     backfilled_items: int = 0  # Items of the partition an online index's backfill has read.
     backfill_done: bool = False  # The partition's copy into its online index is done.
     table_id: str = ""
@@ -113,6 +117,127 @@ class ReplicatorStats:
     leases_acquired: int = 0
     leases_released: int = 0
     leases_lost: int = 0  # Renewals refused, or index writes fenced: another holds the lease.
+
+
+class _FeedRuns:
+    """The runs of records a follower applies, read from its feed by a task of its own.
+
+    The reader puts each batch the node sends into a queue of at most
+    `GSI_FEED_BATCHES_QUEUED_MAX` batches (then waits: the stream's flow control holds the node
+    back). A run is the next batch and every batch already waiting behind it, up to
+    `CHANGE_FEED_BATCH_RECORDS_MAX` records and never past an END; so a run is at most the
+    queue's batches plus one, whose bytes `core.limits` bounds below an RPC message.
+    """
+
+    def __init__(self, batches: AsyncGenerator[list[Change], None], name: str) -> None:
+        self._queue: asyncio.Queue[list[Change] | Exception | None] = asyncio.Queue(
+            limits.GSI_FEED_BATCHES_QUEUED_MAX
+        )
+        self._held: list[Change] | Exception | None = None  # Ended a run early; next comes first.
+        self._holding = False
+        self._reader = asyncio.create_task(self._read(batches), name=name)
+
+    async def _read(self, batches: AsyncGenerator[list[Change], None]) -> None:
+        try:
+            async for batch in batches:
+                await self._queue.put(batch)
+            await self._queue.put(None)
+        except Exception as error:  # Handed to the follower, which raises it.
+            await self._queue.put(error)
+        finally:
+            await batches.aclose()
+
+    async def _take(self) -> list[Change] | Exception | None:
+        if self._holding:
+            self._holding = False
+            return self._held
+        return await self._queue.get()
+
+    async def next(self) -> list[Change] | None:
+        """The next run (None: the feed ended); raises the feed's failure once the batches read
+        before it are applied."""
+        first = await self._take()
+        if first is None:
+            return None
+        if isinstance(first, Exception):
+            raise first
+        run = list(first)
+        while (
+            run[-1].kind != "END"
+            and len(run) < limits.CHANGE_FEED_BATCH_RECORDS_MAX
+            and not self._queue.empty()
+        ):
+            waiting = self._queue.get_nowait()
+            if waiting is None or isinstance(waiting, Exception):
+                self._held, self._holding = waiting, True
+                break
+            run.extend(waiting)
+        return run
+
+    async def close(self) -> None:
+        self._reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._reader
+
+
+class _Checkpoints:
+    """A follower's checkpoints on its source's feed, written behind its applies.
+
+    `advance` records the last seq applied everywhere; a task writes the latest one whenever the
+    previous write has finished, so a busy follower writes one checkpoint per round trip, not one
+    per run, and never waits for one. Checkpoints are monotonic on the node, so one cancelled or
+    late changes nothing. A write that fails is raised by the follower at its next run
+    (`raise_failure`), which then starts again from the checkpoint the node has.
+    """
+
+    def __init__(
+        self,
+        feed: ChangeFeedClient,
+        ref: tuple[str, str, str],
+        stats: FollowerStats,
+        clock: Callable[[], float],
+    ) -> None:
+        self._feed, self._ref, self._stats, self._clock = feed, ref, stats, clock
+        self._wanted = 0
+        self._wake = asyncio.Event()
+        self._failure: Exception | None = None
+        self._writer = asyncio.create_task(self._write_latest(), name=f"checkpoint-{ref[1]}")
+
+    def advance(self, seq: int) -> None:
+        self._wanted = max(self._wanted, seq)
+        self._wake.set()
+
+    def raise_failure(self) -> None:
+        if self._failure is not None:
+            raise self._failure
+
+    async def _write_latest(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            try:
+                await self._write(self._wanted)
+            except (DynamoError, OSError) as error:
+                self._failure = error
+                return
+
+    async def _write(self, seq: int) -> None:
+        table_id, partition_id, consumer = self._ref
+        position = await self._feed.checkpoint(
+            table_id, partition_id, consumer, seq, limits.NODE_CALL_SECONDS_MAX
+        )
+        self._stats.observe(seq, position.last_seq, self._clock())
+
+    async def flush(self) -> None:
+        """Write the last seq advanced to, and wait until it is written."""
+        await self.close()
+        self.raise_failure()
+        await self._write(self._wanted)
+
+    async def close(self) -> None:
+        self._writer.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._writer
 
 
 class Replicator:
@@ -517,7 +642,16 @@ class Replicator:
         epoch: int,
         stats: FollowerStats,
     ) -> None:
-        """One pass over the feed from the consumer's checkpoint; returns after the END record."""
+        """One pass over the feed from the consumer's checkpoint; returns after the END record.
+
+        The feed is read by a task of its own into a bounded queue while the previous run is
+        applied, and every batch waiting there when a run starts joins it (`_next_run`): a busy
+        follower sends fewer, larger `index_apply` calls instead of falling further behind by one
+        round trip per feed batch. Checkpoints are written behind the applies (`_Checkpoints`):
+        the index partitions already hold the seq each applied with its entries, so a checkpoint
+        that lags only makes a restarted follower replay changes that are then skipped; it is
+        awaited only at the END of a retired log, whose drain must be recorded.
+        """
         feed = self._feed(partition)
         # A retired log joined for the first time is joined at its END (there is nothing of it to
         # apply: see `_backfill`); a consumer registered already keeps its checkpoint.
@@ -526,30 +660,32 @@ class Replicator:
             table_id, partition.id, consumer, start, limits.NODE_CALL_SECONDS_MAX
         )
         stats.observe(position.seq, position.last_seq, self.clock())
-        batches = feed.follow_batches(table_id, partition.id, consumer=consumer)
+        runs = _FeedRuns(
+            feed.follow_batches(table_id, partition.id, consumer=consumer),
+            f"feed-{partition.id}-{consumer}",
+        )
+        checkpoints = _Checkpoints(feed, (table_id, partition.id, consumer), stats, self.clock)
         try:
-            async for batch in batches:
+            while True:
+                run = await runs.next()
+                if run is None:
+                    return  # The log ended with no record left to read (a drained retired log).
                 received = self.clock()
                 table = self.tables.get(table_id)
                 indexes = self._indexes(table_id, consumer)
                 if table is None or indexes is None:
                     return  # The table or index is gone: reconcile cancels this follower.
-                ended = await self._apply_batch(table, indexes, partition.id, epoch, batch, stats)
-                last = batch[-1].seq
-                position = await feed.checkpoint(
-                    table_id,
-                    partition.id,
-                    consumer,
-                    last,
-                    limits.NODE_CALL_SECONDS_MAX,
-                )
+                ended = await self._apply_batch(table, indexes, partition.id, epoch, run, stats)
+                checkpoints.raise_failure()
                 stats.last_applied_at = self.clock()
-                stats.observe(last, position.last_seq, stats.last_applied_at)
                 stats.lag_ms = 1000.0 * (stats.last_applied_at - received)
+                checkpoints.advance(run[-1].seq)
                 if ended:
+                    await checkpoints.flush()
                     return
         finally:
-            await batches.aclose()
+            await runs.close()
+            await checkpoints.close()
 
     async def _apply_batch(
         self,
@@ -655,7 +791,7 @@ class Replicator:
             ("index_writes_total", "counter", "Index writes (deletes and puts) sent."),
             ("index_write_units_total", "counter", "Write units the indexes charged."),
             ("restarts_total", "counter", "Times a follower started again from its checkpoint."),
-            ("batch_lag_milliseconds", "gauge", "From receiving the last batch to its checkpoint."),
+            ("batch_lag_milliseconds", "gauge", "From taking a run off the feed to applying it."),
             ("backfill_items_total", "counter", "Items an online index's backfill has copied."),
             ("backfill_done", "gauge", "1 once the partition is copied into its online index."),
         )
