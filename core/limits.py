@@ -146,6 +146,9 @@ CHANGE_FEED_BATCH_BYTES_TARGET = 4 * MIB
 # a silent failure; a follower gives up on a stream after CHANGE_FEED_IDLE_SECONDS_MAX without one.
 CHANGE_FEED_HEARTBEAT_SECONDS = 2.0
 CHANGE_FEED_IDLE_SECONDS_MAX = 4 * CHANGE_FEED_HEARTBEAT_SECONDS
+# Tables whose global indexes a node keeps parsed from write payloads (`storagenode.partition`
+# GlobalIndexCache, a few hundred bytes each); past it the cache starts empty again.
+NODE_INDEX_CACHE_TABLES_MAX = 4096
 # Writes applied in one group-commit transaction: large enough to amortise an fsync over every write
 # that arrives while the previous one syncs, small enough that one transaction stays short.
 WRITE_BATCH_OPS_MAX = 1024

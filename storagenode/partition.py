@@ -35,6 +35,39 @@ from storagenode.layout import (
 _LOWER_BOUNDED = frozenset({"=", ">=", ">", "BETWEEN"})
 
 
+class GlobalIndexCache:
+    """The global indexes routers last named in writes to each table, parsed once.
+
+    Every put, update and delete payload names the table's global indexes as the router's
+    catalog has them (`rpc.ops.UpdatePayload.global_indexes`); parsing them into `IndexDef`s on
+    every write cost tens of microseconds per index. The cache keeps, per table, the encoded list
+    and its parse: a write naming the same indexes (every write until an UpdateTable changes
+    them) gets the same `IndexDef`s back, and one naming others (an index added, deleted or made
+    ACTIVE) replaces the entry, so the check of a new index's key schema is never skipped. At most
+    `NODE_INDEX_CACHE_TABLES_MAX` tables; past that it starts empty again.
+    """
+
+    def __init__(self) -> None:
+        self._by_table: dict[str, tuple[bytes, tuple[IndexDef, ...]]] = {}
+
+    def parsed(self, table_id: str, named: Iterable[dict[str, Any]]) -> tuple[IndexDef, ...]:
+        named = list(named)
+        encoded = orjson.dumps(named)
+        cached = self._by_table.get(table_id)
+        if cached is not None and cached[0] == encoded:
+            return cached[1]
+        indexes = tuple(IndexDef.from_json(index) for index in named)
+        if len(self._by_table) >= limits.NODE_INDEX_CACHE_TABLES_MAX:
+            self._by_table.clear()
+        self._by_table[table_id] = (encoded, indexes)
+        return indexes
+
+
+# One per process: entries are keyed by what the router sent, so nodes sharing a process (the
+# simulations) share them safely.
+GLOBAL_INDEXES = GlobalIndexCache()
+
+
 @dataclass(slots=True)
 class Partition:
     """One partition replica's metadata, as persisted in the `partitions` column family."""
@@ -184,7 +217,7 @@ class Partition:
         was created too), else this partition's own (None: a sender that names none)."""
         if global_indexes is None:
             return self.global_indexes
-        return tuple(IndexDef.from_json(index) for index in global_indexes)
+        return GLOBAL_INDEXES.parsed(self.table_id, global_indexes)
 
     def key_checked_indexes(
         self, global_indexes: Iterable[dict[str, Any]] | None
