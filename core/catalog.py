@@ -273,6 +273,9 @@ class IndexDef:
     online: bool = False
     # An online index's source partitions whose copy is done (it is ACTIVE once all are).
     backfilled: tuple[str, ...] = ()
+    # A global index's partitions a split retired, kept while a serving one names them as its
+    # parent (lineage: a node restarted between a split's record and its install finds it so).
+    retired: tuple[PartitionDef, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         document: dict[str, Any] = {
@@ -287,6 +290,8 @@ class IndexDef:
             document["table_id"] = self.table_id
             document["partitions"] = [partition.to_json() for partition in self.partitions]
             document["throughput"] = {"read": self.throughput.read, "write": self.throughput.write}
+            if self.retired:
+                document["retired_partitions"] = [partition.to_json() for partition in self.retired]
         if self.online:
             document["online"] = True
             document["backfilled"] = list(self.backfilled)
@@ -311,6 +316,9 @@ class IndexDef:
             throughput=Throughput(throughput["read"], throughput["write"]),
             online=bool(document.get("online", False)),
             backfilled=tuple(document.get("backfilled", ())),
+            retired=tuple(
+                PartitionDef.from_json(p) for p in document.get("retired_partitions", ())
+            ),
         )
 
     @property
@@ -843,28 +851,84 @@ def split(
         raise IllegalTransition(
             f"Table {table.name} is {table.status}: its partitions cannot split"
         )
-    parent = table.partition(partition_id)
+    partitions, retired, low, high = _split_partitions(
+        table.partitions,
+        table.retired,
+        partition_id,
+        split_key,
+        (low_id, high_id),
+        keep_retired=table.stream is not None and table.stream.enabled,
+    )
+    return _changed(table, partitions=partitions, retired=retired), low, high
+
+
+def index_split(
+    table: TableDef, index_id: str, partition_id: str, split_key: bytes, low_id: str, high_id: str
+) -> tuple[TableDef, PartitionDef, PartitionDef]:
+    """The table with serving partition `partition_id` of its global index stored under
+    `index_id` split at `split_key` into two children, as `split` splits a table's: children at
+    the parent's epoch + 1 on its node sharing its share of the index's throughput, the parent
+    RETIRED and kept while a child names it. An index being deleted does not split (its
+    partitions are being dropped); one being created or backfilled does.
+    Returns (table, low child, high child).
+    """
+    if not table.serving:
+        raise IllegalTransition(
+            f"Table {table.name} is {table.status}: its partitions cannot split"
+        )
+    index = next((i for i in table.indexes if i.table_id == index_id), None)
+    if index is None:
+        raise IllegalTransition(f"Table {table.name} has no global index stored as {index_id}")
+    if index.status == IndexStatus.DELETING:
+        raise IllegalTransition(f"Index {index.name} is DELETING: its partitions cannot split")
+    partitions, retired, low, high = _split_partitions(
+        index.partitions,
+        index.retired,
+        partition_id,
+        split_key,
+        (low_id, high_id),
+        keep_retired=False,
+    )
+    indexes = tuple(
+        replace(i, partitions=partitions, retired=retired) if i.table_id == index_id else i
+        for i in table.indexes
+    )
+    return _changed(table, indexes=indexes), low, high
+
+
+def _split_partitions(
+    serving: tuple[PartitionDef, ...],
+    retired: tuple[PartitionDef, ...],
+    partition_id: str,
+    split_key: bytes,
+    child_ids: tuple[str, str],
+    *,
+    keep_retired: bool,
+) -> tuple[tuple[PartitionDef, ...], tuple[PartitionDef, ...], PartitionDef, PartitionDef]:
+    """A table's or an index's (serving, retired) partitions with `partition_id` split at
+    `split_key`, and the (low, high) children; retired partitions no child names are dropped
+    unless `keep_retired`."""
+    parent = next((p for p in serving if p.id == partition_id), None)
+    if parent is None:
+        raise IllegalTransition(f"There is no serving partition {partition_id}")
     if not parent.holds(split_key) or bytes.fromhex(parent.start) == split_key:
         raise IllegalTransition(f"Key {split_key.hex()} is not inside partition {partition_id}")
     _check(PARTITION_TRANSITIONS, f"Partition {partition_id}", parent.state, PartitionState.RETIRED)
     epoch = parent.epoch + 1
     half = parent.share / 2
+    low_id, high_id = child_ids
     low = replace(parent, id=low_id, end=split_key.hex(), epoch=epoch, parent=parent.id, share=half)
     high = replace(
         parent, id=high_id, start=split_key.hex(), epoch=epoch, parent=parent.id, share=half
     )
     partitions: list[PartitionDef] = []
-    for partition in table.partitions:
+    for partition in serving:
         partitions.extend((low, high) if partition.id == partition_id else (partition,))
-    retired = (*table.retired, replace(parent, state=PartitionState.RETIRED))
-    if table.stream is None or not table.stream.enabled:
+    kept = (*retired, replace(parent, state=PartitionState.RETIRED))
+    if not keep_retired:
         parents = {partition.parent for partition in partitions}
-        retired = tuple(partition for partition in retired if partition.id in parents)
-    return (
-        _changed(table, partitions=tuple(partitions), retired=retired),
-        low,
-        high,
-    )
+        kept = tuple(partition for partition in kept if partition.id in parents)
+    return tuple(partitions), kept, low, high
 
 
 def moved(table: TableDef, partition_id: str, node: str) -> TableDef:
@@ -933,6 +997,22 @@ def global_index(
         partitions=partitions,
         throughput=throughput,
     )
+
+
+# The name a node knows a global index's partitions by (for metrics, logs and the splitter,
+# which reaches the catalog by the base table's name): table names never hold a "/".
+_INDEX_NAME_SEPARATOR = "/index/"
+
+
+def index_storage_name(table_name: str, index_name: str) -> str:
+    """The name the nodes hold a global index's partitions under."""
+    return f"{table_name}{_INDEX_NAME_SEPARATOR}{index_name}"
+
+
+def base_table_name(storage_name: str) -> str:
+    """The table a node's partition belongs to, from the name it holds it under: the table's
+    own name, or the table of the global index named by `index_storage_name`."""
+    return storage_name.split(_INDEX_NAME_SEPARATOR, 1)[0]
 
 
 def global_indexes(table: TableDef) -> tuple[IndexDef, ...]:

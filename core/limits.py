@@ -254,6 +254,11 @@ GSI_RETRY_BACKOFF_SECONDS_MAX = 2.0
 # One run of index_apply calls for one feed batch tries each call at most this many times before
 # the follower starts again from its checkpoint (a replay applies nothing twice).
 GSI_APPLY_ATTEMPTS_MAX = 5
+# An index partition that refuses index_apply as stale was split (or the catalog names children
+# its node has not installed yet, for milliseconds): the replicator re-reads the table's catalog
+# row and routes the writes again, at most this many times per batch, with the backoff above,
+# before the follower starts again from its checkpoint.
+GSI_REROUTE_ATTEMPTS_MAX = 8
 # Back-pressure: a base partition whose GSI replicator consumer is more than this many change
 # records behind refuses the writes that would change one of its global indexes
 # (ProvisionedThroughputExceededException, as DynamoDB throttles base writes for an index that

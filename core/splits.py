@@ -15,6 +15,10 @@ so a crash rolls back by forgetting the plan. The node installs the children and
 parent in one write batch, so no request is ever served by both, and one naming the parent's
 epoch is refused with StaleEpoch, upon which the router refreshes its map and retries.
 
+The same rules split a global index's partitions: `lineage` finds the partitions stored under
+an id, the table's own or one of its global indexes', in the table's catalog row, and the record
+and recovery work on either.
+
 Where (`halving_key`): at the key that halves the partition's bytes, measured as DynamoDB item
 sizes. The key is a collection boundary (the first key of a partition key value) when the
 partition holds more than one item collection, so no collection is cut in two; when one
@@ -31,7 +35,7 @@ from fractions import Fraction
 from typing import Any
 
 from core import catalog
-from core.catalog import IndexDef, PartitionDef, PartitionState, TableDef
+from core.catalog import IndexDef, IndexStatus, PartitionDef, PartitionState, TableDef
 from core.errors import ValidationError
 from core.indexes import entry_size_bytes, index_entry
 from core.keys import KeyShape
@@ -149,48 +153,74 @@ def check_split_key(
         )
 
 
+def lineage(
+    table: TableDef | None, storage_id: str
+) -> tuple[tuple[PartitionDef, ...], tuple[PartitionDef, ...]] | None:
+    """The (serving, retired) partitions stored under `storage_id`: the table's own (its id) or
+    one of its global indexes' (the index's id); None when the table holds neither (gone, or
+    dropped and created again under another id, or the index deleted)."""
+    if table is None:
+        return None
+    if table.id == storage_id:
+        return table.partitions, table.retired
+    for index in table.indexes:
+        if index.table_id == storage_id:
+            return index.partitions, index.retired
+    return None
+
+
 def recorded(
     table: TableDef | None, table_id: str, parent: PartitionDef, split_key: bytes
 ) -> TableDef:
-    """The catalog change that records the split of `parent` of table `table_id` at `split_key`
-    (for a compare-and-set): the table with the children, or the table unchanged if they are
-    there already.
+    """The catalog change that records the split of `parent`, stored under `table_id` (the
+    table's id, or one of its global indexes'), at `split_key` (for a compare-and-set): the
+    table with the children, or the table unchanged if they are there already.
 
-    Raises SplitConflict when the table is gone (or dropped and created again: another id) or its
-    partition is no longer `parent` as the owner holds it (another epoch, node or range), so
-    nothing is recorded.
+    Raises SplitConflict when the table or index is gone (or dropped and created again: another
+    id) or its partition is no longer `parent` as the owner holds it (another epoch, node or
+    range), so nothing is recorded.
     """
     low_id, high_id = child_ids(parent.id, parent.epoch)
-    if (
-        table is None
-        or table.id != table_id
-        or not any(p.id == parent.id for p in (*table.partitions, *table.retired))
-    ):
+    found = lineage(table, table_id)
+    if table is None or found is None or not any(p.id == parent.id for p in (*found[0], *found[1])):
         raise SplitConflict(f"Partition {parent.id} is no longer in the catalog")
-    children = children_of(table, parent.id)
+    children = children_of(table, parent.id, table_id)
     if children is not None:
         if (children[0].id, children[1].id) == (low_id, high_id):
             return table  # Recorded already: a retry after a lost reply or a restart.
         raise SplitConflict(f"Partition {parent.id} was split otherwise meanwhile")
-    current = table.partition(parent.id)
-    if (current.epoch, current.start, current.end, current.node) != (
+    current = next((p for p in found[0] if p.id == parent.id), None)
+    if current is None or (current.epoch, current.start, current.end, current.node) != (
         parent.epoch,
         parent.start,
         parent.end,
         parent.node,
     ):
         raise SplitConflict(
-            f"Partition {parent.id} is at epoch {current.epoch} in the catalog, "
+            f"Partition {parent.id} is at epoch "
+            f"{'none' if current is None else current.epoch} in the catalog, "
             f"not {parent.epoch} as on its node"
         )
-    return catalog.split(table, parent.id, split_key, low_id, high_id)[0]
+    if table_id == table.id:
+        return catalog.split(table, parent.id, split_key, low_id, high_id)[0]
+    if not table.serving:
+        raise SplitConflict(f"Table {table.name} is {table.status}: its index does not split")
+    index = next(i for i in table.indexes if i.table_id == table_id)
+    if index.status is IndexStatus.DELETING:
+        raise SplitConflict(f"Index {index.name} is being deleted: it does not split")
+    return catalog.index_split(table, table_id, parent.id, split_key, low_id, high_id)[0]
 
 
-def children_of(table: TableDef, parent_id: str) -> tuple[PartitionDef, PartitionDef] | None:
-    """The (low, high) children the catalog records for `parent_id`; None if it has none."""
+def children_of(
+    table: TableDef, parent_id: str, storage_id: str | None = None
+) -> tuple[PartitionDef, PartitionDef] | None:
+    """The (low, high) children the catalog records for `parent_id`, a partition of the table
+    or (`storage_id`) of the global index stored under that id; None if it has none."""
+    found = lineage(table, table.id if storage_id is None else storage_id)
+    if found is None:
+        return None
     children = sorted(
-        (p for p in (*table.partitions, *table.retired) if p.parent == parent_id),
-        key=lambda p: p.start,
+        (p for p in (*found[0], *found[1]) if p.parent == parent_id), key=lambda p: p.start
     )
     if len(children) != 2:
         return None
@@ -200,15 +230,17 @@ def children_of(table: TableDef, parent_id: str) -> tuple[PartitionDef, Partitio
 def recovery(
     table: TableDef | None, table_id: str, partition_id: str, epoch: int
 ) -> tuple[PartitionDef, ...]:
-    """What the owner of partition `partition_id` at `epoch` must install after a restart: the
-    children the catalog recorded for it (the split is RECORDED), or nothing (not split, or the
-    table is gone: the catalog decides, and a plan it never recorded is forgotten)."""
-    if table is None or table.id != table_id:
+    """What the owner of partition `partition_id` (stored under `table_id`: the table's id or one
+    of its global indexes') at `epoch` must install after a restart: the children the catalog
+    recorded for it (the split is RECORDED), or nothing (not split, or the table or index is
+    gone: the catalog decides, and a plan it never recorded is forgotten)."""
+    found = lineage(table, table_id)
+    if table is None or found is None:
         return ()
-    parent = next((p for p in table.retired if p.id == partition_id), None)
+    parent = next((p for p in found[1] if p.id == partition_id), None)
     if parent is None or parent.state is not PartitionState.RETIRED or parent.epoch != epoch:
         return ()
-    children = children_of(table, partition_id)
+    children = children_of(table, partition_id, table_id)
     return () if children is None else children
 
 

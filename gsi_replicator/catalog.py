@@ -135,3 +135,11 @@ async def change_table(
             continue
         return changed
     raise ServiceUnavailable("The table catalog is changing too often; try again later")
+
+
+async def read_table(
+    clients: Mapping[str, NodeTransport], location: CatalogLocation, name: str
+) -> TableDef | None:
+    """Table `name`'s newest record (None: gone): after an index partition refused a write as
+    stale, the catalog says where its range went."""
+    return await change_table(clients, location, name, lambda table: table)

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import socket
@@ -238,6 +239,14 @@ class _Checkpoints:
         self._writer.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._writer
+
+
+class _IndexPartitionStale(Exception):
+    """An index partition refused index_apply as stale: split (or not installed yet)."""
+
+    def __init__(self, partition_id: str) -> None:
+        super().__init__(partition_id)
+        self.partition_id = partition_id
 
 
 class Replicator:
@@ -539,12 +548,16 @@ class Replicator:
         indexes = self._indexes(table_id, consumer)
         if table is None or indexes is None:
             return
-        routed: dict[gsi.IndexTarget, list[dict[str, Any]]] = {}
-        for index in indexes:
-            assert index.table_id is not None
-            for part in index.partitions:
-                routed[(index.table_id, part.id, part.epoch, part.node)] = []
-        await self._apply_all(routed, source, epoch)
+
+        def every_partition(table: TableDef) -> dict[gsi.IndexTarget, list[dict[str, Any]]]:
+            routed: dict[gsi.IndexTarget, list[dict[str, Any]]] = {}
+            for index in gsi.followed_groups(table).get(consumer, ()):
+                assert index.table_id is not None
+                for part in index.partitions:
+                    routed[(index.table_id, part.id, part.epoch, part.node)] = []
+            return routed
+
+        await self._apply_routed(table_id, every_partition, source, epoch)
 
     def _retired(self, table_id: str, partition_id: str) -> bool:
         """Whether the catalog, as last read, shows the partition retired by a split."""
@@ -613,8 +626,9 @@ class Replicator:
             )
             items = reply["items"]
             writes = gsi.backfill_writes(items, index, table.key_shape)
-            routed = gsi.route(writes, table)
-            await self._apply_all(routed, partition.id, epoch, backfill=True)
+            await self._apply_routed(
+                table_id, functools.partial(gsi.route, writes), partition.id, epoch, backfill=True
+            )
             stats.backfilled_items += len(items)
             stats.index_writes += sum(write.writes for write in writes)
             if reply["last_key"] is None:
@@ -708,9 +722,50 @@ class Replicator:
             )
         stats.changes += len(batch)
         stats.index_writes += sum(write.writes for write in writes)
-        routed = gsi.route(writes, table)
-        stats.index_units += await self._apply_all(routed, source, epoch)
+        stats.index_units += await self._apply_routed(
+            table.id, functools.partial(gsi.route, writes), source, epoch
+        )
         return ended
+
+    async def _apply_routed(
+        self,
+        table_id: str,
+        routing: Callable[[TableDef], Mapping[gsi.IndexTarget, list[dict[str, Any]]]],
+        source: str,
+        epoch: int,
+        *,
+        backfill: bool = False,
+    ) -> float:
+        """Apply the writes `routing` places on the index partitions of the table as last read;
+        when one of those partitions refuses them as stale (the index partition split), re-read
+        the table's catalog row and place them again (the partitions that applied them already
+        skip them: the source's seq is stored with its entries). The write units charged."""
+        backoff = limits.GSI_RETRY_BACKOFF_SECONDS_MIN
+        for attempt in range(1, limits.GSI_REROUTE_ATTEMPTS_MAX + 1):
+            table = self.tables.get(table_id)
+            if table is None:
+                raise ServiceUnavailable(f"Table {table_id} is no longer followed")
+            try:
+                return await self._apply_all(routing(table), source, epoch, backfill=backfill)
+            except _IndexPartitionStale as stale:
+                if attempt == limits.GSI_REROUTE_ATTEMPTS_MAX:
+                    raise ServiceUnavailable(
+                        f"Index partition {stale.partition_id} kept refusing as stale"
+                    ) from None
+                log.info("index partition %s is stale; routing again", stale.partition_id)
+                await self._reread(table)
+                await asyncio.sleep(backoff)
+                backoff = min(2 * backoff, limits.GSI_RETRY_BACKOFF_SECONDS_MAX)
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    async def _reread(self, table: TableDef) -> None:
+        """Take table `table`'s newest catalog row (its index partitions after a split)."""
+        location = self.location
+        if location is None:
+            return
+        current = await catalog.read_table(self.clients, location, table.name)
+        if current is not None and current.id == table.id and current.version > table.version:
+            self.tables[table.id] = current
 
     async def _apply_all(
         self,
@@ -756,6 +811,8 @@ class Replicator:
                 return await client.call(
                     ops.INDEX_APPLY, address, payload, limits.NODE_CALL_SECONDS_MAX
                 )
+            except StaleEpoch:
+                raise _IndexPartitionStale(partition_id) from None
             except (ServiceUnavailable, ThroughputExceeded):
                 if attempt == limits.GSI_APPLY_ATTEMPTS_MAX:
                     raise

@@ -3,12 +3,15 @@
     GET /admin/partitions                  every metered partition of every table, from every node
     GET /admin/tables/{name}/partitions    one table: its settings and each partition's buckets,
                                            size, range, epoch, state and parent (retired split
-                                           parents too, for lineage)
+                                           parents too, for lineage), then its global
+                                           indexes' partitions, each with its "index"
     POST /admin/tables/{name}/partitions/{id}/split
                                            the partition's node splits it in place: at the key
                                            of the body's optional {"Key": {...}} (DynamoDB
                                            JSON; a partition key alone is the collection's
-                                           start), else where it halves its bytes
+                                           start), else where it halves its bytes; {id}
+                                           may name a global index's partition (listed by
+                                           the GET with its "index"), which takes no Key
     GET /metrics                           the same counters in Prometheus' text format, and the
                                            router's own request metrics (`router.metrics`)
     GET /health                            which storage nodes this router can reach: 200 when it
@@ -100,10 +103,12 @@ async def _all_partitions(ctx: RouterContext, request: web.Request) -> web.Respo
 
 
 async def _sizes(ctx: RouterContext, table: dict[str, Any]) -> dict[str, int]:
-    """Each partition's bytes of items, from the nodes holding the table (table_stats); a node
-    that does not answer leaves its partitions out."""
+    """Each partition's bytes of items (or of index entries: `table` may be a global index's
+    document), from the nodes holding them (table_stats); a node that does not answer leaves
+    its partitions out."""
     nodes = sorted({partition["node"] for partition in table["partitions"]})
-    payload = ops.TableStatsPayload(table["id"]).to_json()
+    storage_id = table["table_id"] if "table_id" in table else table["id"]
+    payload = ops.TableStatsPayload(storage_id).to_json()
     replies = await asyncio.gather(
         *(
             ctx.control(node, ops.TABLE_STATS, payload, limits.TABLE_STATS_SECONDS_MAX)
@@ -136,23 +141,11 @@ async def _table_partitions(ctx: RouterContext, request: web.Request) -> web.Res
     meters = {p["partition_id"]: p for p in gathered["partitions"]}
     sizes = await _sizes(ctx, table)
     partitions = []
-    for partition in (*table["partitions"], *table.get("retired_partitions", ())):
-        meter = meters.get(partition["id"])
-        partitions.append(
-            {
-                "id": partition["id"],
-                "node": partition["node"],
-                "size_bytes": sizes.get(partition["id"]),
-                "range": {"start": partition["start"], "end": partition["end"]},
-                "epoch": partition["epoch"],
-                "state": partition.get("state", "SERVING"),
-                "parent": partition.get("parent"),
-                "start": partition["start"],
-                "end": partition["end"],
-                "read": None if meter is None else meter["read"],
-                "write": None if meter is None else meter["write"],
-            }
-        )
+    listed = [(None, table, sizes)]
+    for index in _global_indexes(table):
+        listed.append((index["name"], index, await _sizes(ctx, index)))
+    for index_name, holder, sizes in listed:
+        partitions.extend(_listed(holder, sizes, meters, index_name))
     return _json(
         {
             "table": name,
@@ -167,6 +160,37 @@ async def _table_partitions(ctx: RouterContext, request: web.Request) -> web.Res
             "unreachable": gathered["unreachable"],
         }
     )
+
+
+def _listed(
+    holder: dict[str, Any],
+    sizes: dict[str, int],
+    meters: dict[str, dict[str, Any]],
+    index_name: str | None,
+) -> list[dict[str, Any]]:
+    """The serving and retired partitions of a table (or, with `index_name`, of its global
+    index), as the partitions endpoint lists them."""
+    partitions = []
+    for partition in (*holder["partitions"], *holder.get("retired_partitions", ())):
+        meter = meters.get(partition["id"])
+        listed: dict[str, Any] = {} if index_name is None else {"index": index_name}
+        partitions.append(
+            {
+                **listed,
+                "id": partition["id"],
+                "node": partition["node"],
+                "size_bytes": sizes.get(partition["id"]),
+                "range": {"start": partition["start"], "end": partition["end"]},
+                "epoch": partition["epoch"],
+                "state": partition.get("state", "SERVING"),
+                "parent": partition.get("parent"),
+                "start": partition["start"],
+                "end": partition["end"],
+                "read": None if meter is None else meter["read"],
+                "write": None if meter is None else meter["write"],
+            }
+        )
+    return partitions
 
 
 async def _split(ctx: RouterContext, request: web.Request) -> web.Response:
@@ -184,14 +208,16 @@ async def _split(ctx: RouterContext, request: web.Request) -> web.Response:
     table = ctx.tables.get(name)
     if table is None:
         return _json({"error": f"no table named {name}"}, 404)
-    partition = next((p for p in table["partitions"] if p["id"] == partition_id), None)
+    storage_id, partition = _serving_partition(table, partition_id)
     if partition is None:
         return _json({"error": f"table {name} has no serving partition {partition_id}"}, 404)
     try:
         split_key = _split_key(table, body)
+        if storage_id != table["id"] and split_key is not None:
+            raise ValueError("a global index partition splits where it halves its bytes: no Key")
     except ValueError as error:
         return _json({"error": str(error)}, 400)
-    payload = ops.SplitPartitionPayload(table["id"], partition_id, split_key)
+    payload = ops.SplitPartitionPayload(storage_id, partition_id, split_key)
     try:
         reply = await ctx.control(
             partition["node"], ops.SPLIT_PARTITION, payload.to_json(), limits.SPLIT_CALL_SECONDS_MAX
@@ -202,6 +228,25 @@ async def _split(ctx: RouterContext, request: web.Request) -> web.Response:
     with contextlib.suppress(DynamoError):
         await ctx.refresh()  # The split is done; a router that cannot re-read it now will later.
     return _json(reply)
+
+
+def _serving_partition(
+    table: dict[str, Any], partition_id: str
+) -> tuple[str, dict[str, Any] | None]:
+    """The serving partition `partition_id` of the table or of one of its global indexes, with
+    the id it is stored under (the table's or the index's)."""
+    for storage_id, partitions in (
+        (table["id"], table["partitions"]),
+        *((index["table_id"], index["partitions"]) for index in _global_indexes(table)),
+    ):
+        for partition in partitions:
+            if partition["id"] == partition_id:
+                return storage_id, partition
+    return table["id"], None
+
+
+def _global_indexes(table: dict[str, Any]) -> list[dict[str, Any]]:
+    return [index for index in table.get("indexes", ()) if index.get("table_id") is not None]
 
 
 def _split_key(table: dict[str, Any], body: Any) -> str | None:

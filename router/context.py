@@ -686,6 +686,12 @@ class RouterContext:
         """
         await self.refresh()
         current = self.tables.get(table["name"])
+        index_name = table.get("index")
+        if current is not None and index_name is not None:
+            # A global index's partitions (a split of one, or the index or table gone).
+            current = global_index_view(current, index_name, table["key_schema"])
+            if current is not None and current["id"] != table["id"]:
+                current = None  # Deleted and created again: another index.
         if (
             current is None
             or current["status"] not in SERVING_STATUSES
@@ -759,6 +765,27 @@ class RouterContext:
             reply["partition"] = partition
             return reply
         raise ServiceUnavailable(_STALE_GIVE_UP)
+
+
+def global_index_view(
+    table: Table, index_name: str, entry_key_schema: list[list[str]]
+) -> Table | None:
+    """A global index of `table` as a descriptor the page walk and `call_partition` go over:
+    the index's id, partitions and entry key (`entry_key_schema`, which no table's key schema
+    equals) under the table's name and status; None when the table has no such index. A stale
+    epoch on one of its partitions (a split of the index) re-reads the catalog and takes the
+    index's partitions from it again (`_after_stale`)."""
+    document = next((d for d in table.get("indexes", ()) if d["name"] == index_name), None)
+    if document is None or document.get("table_id") is None:
+        return None
+    return {
+        "name": table["name"],
+        "id": document["table_id"],
+        "status": table["status"],
+        "index": index_name,
+        "key_schema": entry_key_schema,
+        "partitions": document["partitions"],
+    }
 
 
 def _system_target(table_id: str, partition_id: str, consistent: bool = False) -> ops.Target:

@@ -49,7 +49,7 @@ from core.expressions import legacy
 from core.keys import KeyShape
 from core.placement import segment_hash_range
 from core.size import check_key_value
-from router.context import TABLE_NOT_FOUND, RouterContext
+from router.context import TABLE_NOT_FOUND, RouterContext, global_index_view
 from router.items import add_capacity, capacity_mode
 from router.requests import (
     CONDITIONAL_OPERATORS,
@@ -119,9 +119,13 @@ def _partition_below(partitions: list[Partition], bound: bytes | None) -> Partit
 
 
 async def _current(ctx: RouterContext, table: dict[str, Any]) -> dict[str, Any]:
-    """The table's current descriptor, failing as on a missing table if it was dropped meanwhile."""
-    current = await ctx.table(table["name"])
-    if current["id"] != table["id"]:
+    """The table's current descriptor (or, for a global index's, the index's as the table now
+    has it), failing as on a missing table if it was dropped meanwhile."""
+    current: dict[str, Any] | None = await ctx.table(table["name"])
+    index_name = table.get("index")
+    if current is not None and index_name is not None:
+        current = global_index_view(current, index_name, table["key_schema"])
+    if current is None or current["id"] != table["id"]:
         raise ResourceNotFound(TABLE_NOT_FOUND)
     return current
 
@@ -270,17 +274,10 @@ def _what_to_read(
     if index.local:
         return _Read(index, table, shape, index)
     _check_global_read(index, select, consistent)
-    document = next(d for d in table["indexes"] if d["name"] == index.name)
-    walked = {
-        "name": table["name"],
-        "id": document["table_id"],
-        "status": table["status"],
-        # The entry key, which no table's key schema equals: a stale epoch on an index partition
-        # fails the request as on a missing table (index partitions never split or move yet;
-        # only a deleted table makes them stale).
-        "key_schema": [[a.name, a.type, a.role] for a in shape.attributes],
-        "partitions": document["partitions"],
-    }
+    walked = global_index_view(
+        table, index.name, [[a.name, a.type, a.role] for a in shape.attributes]
+    )
+    assert walked is not None, "check_index found the index in the table"
     return _Read(index, walked, shape, None)
 
 

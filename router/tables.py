@@ -740,7 +740,7 @@ def _index_schema(table: TableDef, index: IndexDef) -> dict[str, Any]:
     shape = indexes.entry_shape(index, table.key_shape)
     return {
         "id": index.table_id,
-        "name": f"{table.name}/index/{index.name}",
+        "name": catalog.index_storage_name(table.name, index.name),
         "key_schema": [[a.name, a.type, a.role] for a in shape.attributes],
     }
 

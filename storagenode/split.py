@@ -257,6 +257,8 @@ def install(group: _Group, payload: InstallPayload) -> dict[str, Any]:
         group.dirty[child_ref] = child
         for consumer in consumers:
             group.feed.register(child_ref, consumer, 0, changefeed.LogBounds(1, 0))
+    if is_index_partition(parent):
+        _carry_index_sources(group.batch, group.node.store, parent, (low, high))
     group.dirty[ref] = None
     group.splits.append(
         (ref, [((c.table_id, c.partition_id), c.table_name, c.throughput) for c in (low, high)])
@@ -271,6 +273,31 @@ def install(group: _Group, payload: InstallPayload) -> dict[str, Any]:
     group.feed.retire(changefeed.RetiredLog(*ref, parent.first_seq, end_seq, tuple(children)))
     group.feed.trim_retired(ref, group.node.change_log_records_max)
     return {"installed": True}
+
+
+def is_index_partition(partition: Partition) -> bool:
+    """Whether a partition holds a global index's entries rather than a table's items."""
+    return catalog.base_table_name(partition.table_name) != partition.table_name
+
+
+def _carry_index_sources(
+    batch: WriteBatchView, store: NodeStore, parent: Partition, children: Iterable[Partition]
+) -> None:
+    """Give each child of a global index partition the parent's per-source rows (the seq of the
+    last change applied from each base partition and the replicator lease epoch it fences at),
+    and drop the parent's: a replay after the split is skipped on a child as it was on the
+    parent, and a write of a replicator that lost its lease is refused there too."""
+    lo = parent.log_prefix
+    hi = successor(lo)
+    assert hi is not None, "a partition's log prefix is never all 0xff"
+    keys = {key for key, _ in store.walk(Family.INDEX_SOURCES, lo, hi, forward=True)}
+    keys.update(batch.written(Family.INDEX_SOURCES, lo, hi))
+    rows = [(key[len(lo) :], batch.get(Family.INDEX_SOURCES, key)) for key in sorted(keys)]
+    for child in children:
+        for source, value in rows:
+            if value is not None:
+                batch.put(Family.INDEX_SOURCES, child.log_prefix + source, value)
+    batch.delete_range(Family.INDEX_SOURCES, lo, hi)
 
 
 def _child(parent: Partition, child: PartitionDef) -> Partition:
@@ -573,7 +600,9 @@ class Splitter:
         for entry in self.node.throughput.report()["partitions"]:
             ref = (entry["table_id"], entry["partition_id"])
             partition = self.node.partitions.get(ref)
-            if partition is None or ref[0] in _SYSTEM_TABLES:
+            if partition is None or ref[0] in _SYSTEM_TABLES or is_index_partition(partition):
+                # A global index partition has no change log to sample its writes from: it
+                # splits for size (and by hand), not for heat.
                 continue
             hot: str | None = None
             for kind in _HEAT_KINDS:
@@ -622,14 +651,14 @@ class Splitter:
     async def recover(self) -> None:
         """Install the splits the catalog recorded for partitions this node still holds."""
         names = {
-            partition.table_name
+            catalog.base_table_name(partition.table_name)
             for ref, partition in self.node.partitions.items()
             if ref[0] not in _SYSTEM_TABLES
         }
         for name in sorted(names):
             table = await self.read_table(name)
             for ref, partition in list(self.node.partitions.items()):
-                if partition.table_name != name:
+                if catalog.base_table_name(partition.table_name) != name:
                     continue
                 children = splits.recovery(table, ref[0], ref[1], partition.epoch)
                 if children:
@@ -656,15 +685,21 @@ class Splitter:
             following = Following(self.node, pinned)
             key, counted = await self.offload(lambda: plan(pinned, split_key, following.follow))
             logger.info("split of %s: at key %s, recording in the catalog", partition_id, key.hex())
-            table = await self.read_table(partition.table_name)
+            name = catalog.base_table_name(partition.table_name)
+            table = await self.read_table(name)
             parent = self._parent_def(table, partition)
             after = await self.change_table(
-                partition.table_name,
-                lambda current: splits.recorded(current, table_id, parent, key),
+                name, lambda current: splits.recorded(current, table_id, parent, key)
             )
-            children = splits.children_of(after, partition_id)
+            children = splits.children_of(after, partition_id, table_id)
             assert children is not None, "a recorded split names two children"
-            low = await self.offload(lambda: catch_up(following, counted, key))
+            low = (
+                # A global index partition keeps no change log to carry counts over (its
+                # writes are the replicator's index_apply): the install counts by a walk.
+                None
+                if is_index_partition(partition)
+                else await self.offload(lambda: catch_up(following, counted, key))
+            )
             logger.info(
                 "split of %s: recorded as %s, installing (low child counted to seq %s)",
                 partition_id,
@@ -691,9 +726,10 @@ class Splitter:
 
     def _parent_def(self, table: TableDef | None, partition: Partition) -> PartitionDef:
         """The parent as the catalog records it, which must be the partition this node holds."""
-        if table is None or table.id != partition.table_id:
+        found = splits.lineage(table, partition.table_id)
+        if found is None:
             raise splits.SplitConflict(f"Table {partition.table_name} is no longer in the catalog")
-        serving = {p.id: p for p in table.partitions}
+        serving = {p.id: p for p in found[0]}
         parent = serving.get(partition.partition_id)
         if parent is None or parent.epoch != partition.epoch:
             raise splits.SplitConflict(

@@ -152,6 +152,14 @@ class WriteBatchView:
         self._deleted_ranges.append((family, lo, hi))
         self.ops.append((DELETE_RANGE, family, lo, hi))
 
+    def written(self, family: Family, lo: bytes, hi: bytes) -> list[bytes]:
+        """The keys in [lo, hi) of one family this batch puts (a walk of the store misses them)."""
+        return [
+            key
+            for (pending_family, key), value in self._overlay.items()
+            if pending_family is family and lo <= key < hi and value is not None
+        ]
+
     def __len__(self) -> int:
         return len(self.ops)
 

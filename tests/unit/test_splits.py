@@ -262,3 +262,68 @@ def test_counts_refuse_records_that_do_not_follow_on() -> None:
     with pytest.raises(splits.GapInLog):
         since.absorb([change(9, None, song("a", 1))])
     assert since.counts(start, b"").seq == 7
+
+
+INDEX_ID = "cd" * 16
+
+
+def table_with_index(status: IndexStatus = IndexStatus.ACTIVE) -> TableDef:
+    index = catalog.global_index(
+        name="byG",
+        key_shape=KeyShape.table(("g", "S"), None),
+        projection="ALL",
+        non_key_attributes=(),
+        index_id=INDEX_ID,
+        billing_mode=BillingMode.PROVISIONED,
+        throughput=Throughput(5, 5),
+        owner=lambda _: "node-2",
+    )
+    added = catalog.index_added(table(), index)
+    return dataclasses.replace(
+        added, indexes=(dataclasses.replace(added.indexes[0], status=status),), _json=None
+    )
+
+
+def test_an_index_partition_split_is_recorded_in_its_index_with_lineage() -> None:
+    before = table_with_index()
+    [parent] = before.indexes[0].partitions
+    after = splits.recorded(before, INDEX_ID, parent, key("b", 1))
+    index = after.indexes[0]
+    low, high = splits.children_of(after, parent.id, INDEX_ID) or pytest.fail("no children")
+    assert index.partitions == (low, high)
+    assert (low.id, high.id) == splits.child_ids(parent.id, parent.epoch)
+    assert low.epoch == high.epoch == parent.epoch + 1 and low.node == high.node == "node-2"
+    assert low.share == high.share == parent.share / 2
+    assert [(p.id, p.state) for p in index.retired] == [(parent.id, PartitionState.RETIRED)]
+    # The table's own partitions are untouched, and the record survives its JSON.
+    assert after.partitions == before.partitions and after.retired == ()
+    assert TableDef.from_json(after.to_json()).indexes[0] == index
+    assert splits.children_of(after, parent.id) is None  # Not a partition of the table.
+    assert splits.recorded(after, INDEX_ID, parent, key("b", 1)) is after
+    # A restarted owner finds it; the table's id does not name the index's partitions.
+    assert splits.recovery(after, INDEX_ID, parent.id, parent.epoch) == (low, high)
+    assert splits.recovery(after, TABLE_ID, parent.id, parent.epoch) == ()
+    # Splitting a child again drops the grandparent from the lineage once no child names it.
+    again = splits.recorded(after, INDEX_ID, low, bytes.fromhex("40"))
+    assert [p.id for p in again.indexes[0].retired] == [parent.id, low.id]
+    assert len(again.indexes[0].partitions) == 3
+
+
+def test_an_index_partition_split_during_a_backfill_is_recorded_but_not_while_deleting() -> None:
+    parent = table_with_index().indexes[0].partitions[0]
+    backfilling = table_with_index(IndexStatus.BACKFILLING)
+    after = splits.recorded(backfilling, INDEX_ID, parent, key("b", 1))
+    assert len(after.indexes[0].partitions) == 2
+    deleting = table_with_index(IndexStatus.DELETING)
+    with pytest.raises(splits.SplitConflict, match="deleted"):
+        splits.recorded(deleting, INDEX_ID, parent, key("b", 1))
+    gone = catalog.index_moved(deleting, "byG", None)
+    with pytest.raises(splits.SplitConflict):
+        splits.recorded(gone, INDEX_ID, parent, key("b", 1))
+    assert splits.recovery(gone, INDEX_ID, parent.id, parent.epoch) == ()
+
+
+def test_the_index_storage_name_gives_back_its_table() -> None:
+    name = catalog.index_storage_name("Orders", "byCustomer")
+    assert catalog.base_table_name(name) == "Orders" != name
+    assert catalog.base_table_name("Orders") == "Orders"

@@ -1,0 +1,199 @@
+"""Global index partitions split on a real cluster whose split size is tiny (DYNALAB_SPLIT_BYTES),
+while writes go on, the replicator and the index partitions' node are killed with SIGKILL and
+restarted, and while an online index is copied: the replicator follows each split (a retired
+index partition refuses its writes; it reads the catalog again and sends them to the children),
+the index converges exactly (`dynalab.convergence`), and DescribeTable's ItemCount counts its
+entries exactly. By hand, the admin endpoint splits an index partition, and a Query paged
+across the split returns every entry once.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from dynalab import convergence
+from dynalab.cluster import LocalCluster
+from tests.integration.conftest import dynamodb_client
+from tests.integration.test_gsi_faults import Writer, create_scores
+from tests.integration.test_gsi_online import (
+    add_by_game,
+    create_users,
+    load,
+    wait_index,
+)
+from tests.integration.test_splits import admin
+
+SPLIT_BYTES = 1200  # A few dozen index entries: the indexes below split many times.
+PAGE_BYTES = 512  # An online index's copy reads a few items a page: splits land during it.
+CONVERGE_TIMEOUT_S = 90.0
+SETTLE_TIMEOUT_S = 60.0
+POLL_S = 0.5
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    with pytest.MonkeyPatch.context() as environment:
+        environment.setenv("DYNALAB_THROTTLING", "off")
+        environment.setenv("DYNALAB_GSI_BACKFILL_PAGE_BYTES", str(PAGE_BYTES))
+        with LocalCluster(
+            tmp_path_factory.mktemp("index-splits"), nodes=3, split_bytes=SPLIT_BYTES
+        ) as running:
+            yield running
+
+
+def index_partitions(cluster: LocalCluster, name: str, index: str) -> list[dict[str, Any]]:
+    status, listing = admin(cluster, f"/admin/tables/{name}/partitions")
+    assert status == 200, listing
+    return [p for p in listing["partitions"] if p.get("index") == index]
+
+
+def index_entries(client: Any, name: str, index: str) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
+    request: dict[str, Any] = {"TableName": name, "IndexName": index, "Limit": 37}
+    while True:
+        page = client.scan(**request)
+        found.extend(page["Items"])
+        if "LastEvaluatedKey" not in page:
+            return found
+        request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+def wait_settled(cluster: LocalCluster, client: Any, name: str, index: str) -> None:
+    """Until every serving index partition is held by its node and under the split size, and
+    DescribeTable's ItemCount equals the entries a Scan of the index returns."""
+    deadline = time.monotonic() + SETTLE_TIMEOUT_S
+    while True:
+        serving = [p for p in index_partitions(cluster, name, index) if p["state"] == "SERVING"]
+        held = all(p["size_bytes"] is not None and p["size_bytes"] <= SPLIT_BYTES for p in serving)
+        described = client.describe_table(TableName=name)["Table"]["GlobalSecondaryIndexes"]
+        count = next(i["ItemCount"] for i in described if i["IndexName"] == index)
+        entries = len(index_entries(client, name, index))
+        if held and count == entries:
+            return
+        assert time.monotonic() < deadline, (count, entries, serving)
+        time.sleep(POLL_S)
+
+
+def test_an_index_splits_under_writes_and_kills_and_converges_exactly(
+    cluster: LocalCluster,
+) -> None:
+    client = dynamodb_client(cluster.router_url)
+    name = "index_splits_under_kills"
+    create_scores(client, name)
+    writer = Writer(client, name)
+    (replicator,) = cluster.replicators
+    writer.burst(0, 150, 0)
+    replicator.kill()  # SIGKILL while it applies, and likely while index partitions split.
+    writer.burst(0, 150, 1)
+    replicator.start()
+    writer.burst(50, 200, 2)
+    # The node holding the most index partitions, killed while the writes above split them.
+    partitions = index_partitions(cluster, name, "ByGame")
+    nodes = [p["node"] for p in partitions if p["state"] == "SERVING"]
+    busiest = cluster.node(max(set(nodes), key=nodes.count))
+    writer.burst(100, 150, 3)
+    busiest.kill()
+    time.sleep(0.5)
+    busiest.start()
+    writer.burst(0, 400, 4)
+    result = convergence.wait_converged(client, name, "ByGame", CONVERGE_TIMEOUT_S, writer.history)
+    assert result.converged
+    wait_settled(cluster, client, name, "ByGame")
+    listed = index_partitions(cluster, name, "ByGame")
+    serving = [p for p in listed if p["state"] == "SERVING"]
+    # Created with 4 partitions (on demand); each split adds one.
+    assert len(serving) >= 4 + 5, f"the index should have split several times: {listed}"
+    # Every entry is read once, in a paged Scan and in paged Queries of each game.
+    entries = index_entries(client, name, "ByGame")
+    keys = [e["UserId"]["S"] for e in entries]
+    assert len(keys) == len(set(keys))
+    queried = 0
+    for game in {e["Game"]["S"] for e in entries}:
+        request: dict[str, Any] = {
+            "TableName": name,
+            "IndexName": "ByGame",
+            "KeyConditionExpression": "Game = :g",
+            "ExpressionAttributeValues": {":g": {"S": game}},
+            "Limit": 9,
+        }
+        scores: list[int] = []
+        while True:
+            page = client.query(**request)
+            scores.extend(int(item["Score"]["N"]) for item in page["Items"])
+            if "LastEvaluatedKey" not in page:
+                break
+            request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        assert scores == sorted(scores), game
+        queried += len(scores)
+    assert queried == len(entries)
+
+
+def test_an_online_index_splits_while_it_is_copied_and_converges(cluster: LocalCluster) -> None:
+    client = dynamodb_client(cluster.router_url)
+    name = "index_splits_under_copy"
+    create_users(client, name)
+    writer = Writer(client, name)
+    load(client, name, writer, 600)
+    add_by_game(client, name)
+    wait_index(client, name, "ByGame", lambda i: i is not None and i["Backfilling"])
+    writer.burst(0, 100, 1)  # Writes while it copies, key changes and deletes among them.
+    wait_index(client, name, "ByGame", lambda i: i is not None and i["IndexStatus"] == "ACTIVE")
+    result = convergence.wait_converged(client, name, "ByGame", CONVERGE_TIMEOUT_S, writer.history)
+    assert result.converged
+    wait_settled(cluster, client, name, "ByGame")
+    listed = index_partitions(cluster, name, "ByGame")
+    assert any(p["state"] == "RETIRED" for p in listed) or any(
+        p["parent"] is not None for p in listed
+    ), "the index should have split while it was copied"
+
+
+def test_the_admin_endpoint_splits_an_index_partition_and_a_query_pages_across(
+    cluster: LocalCluster,
+) -> None:
+    client = dynamodb_client(cluster.router_url)
+    name = "index_split_by_hand"
+    create_scores(client, name)
+    writer = Writer(client, name)
+    for user in range(12):
+        writer.put(user, game=1, score=user, level=0)
+    convergence.wait_converged(client, name, "ByGame", CONVERGE_TIMEOUT_S, writer.history)
+    request: dict[str, Any] = {
+        "TableName": name,
+        "IndexName": "ByGame",
+        "KeyConditionExpression": "Game = :g",
+        "ExpressionAttributeValues": {":g": {"S": "game-1"}},
+        "Limit": 5,
+    }
+    first = client.query(**request)
+    [holder] = [
+        p
+        for p in index_partitions(cluster, name, "ByGame")
+        if p["state"] == "SERVING" and p["size_bytes"]
+    ]
+    refused, reply = admin(
+        cluster,
+        f"/admin/tables/{name}/partitions/{holder['id']}/split",
+        {"Key": {"UserId": {"S": "user-1"}}},
+    )
+    assert refused == 400, reply
+    status, reply = admin(cluster, f"/admin/tables/{name}/partitions/{holder['id']}/split", {})
+    assert status == 200, reply
+    assert [c["parent"] for c in reply["children"]] == [holder["id"]] * 2
+    scores = [int(item["Score"]["N"]) for item in first["Items"]]
+    request["ExclusiveStartKey"] = first["LastEvaluatedKey"]
+    while True:
+        page = client.query(**request)
+        scores.extend(int(item["Score"]["N"]) for item in page["Items"])
+        if "LastEvaluatedKey" not in page:
+            break
+        request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+    assert scores == list(range(12))
+    writer.put(12, game=1, score=12, level=0)
+    writer.put(3, game=2, score=3, level=0)
+    result = convergence.wait_converged(client, name, "ByGame", CONVERGE_TIMEOUT_S, writer.history)
+    assert result.converged
+    wait_settled(cluster, client, name, "ByGame")
