@@ -6,7 +6,8 @@ a provisioned table throttles a sustained writer at its rate once the burst is s
 table caps a hot partition but not a load spread over keys; batches hand back the throttled part
 as unprocessed and fail only when all of it was throttled; ReturnConsumedCapacity's shapes for
 every data-plane operation; UpdateTable with DynamoDB's validation, DescribeTable reflecting it
-and the buckets following; DescribeLimits; and the router's admin and metrics endpoints.
+and the buckets following (a global index's Update too, on its own partitions); DescribeLimits;
+and the router's admin and metrics endpoints.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
+from prometheus_client.parser import text_string_to_metric_families
 
 from core.size import item_size_bytes
 from dynalab.cluster import LocalCluster
@@ -461,6 +463,63 @@ def test_the_buckets_follow_update_table(
     time.sleep(0.1)  # 50 units at the new rate pay the debt back.
     for i in range(20):
         dynamodb.put_item(TableName=name, Item=item(f"after{i}"))
+
+
+def rates(cluster: LocalCluster, table: str) -> dict[str, float]:
+    """The rates (units per second, read and write) of the token buckets of the partitions the
+    nodes hold under `table` (a table's name, or `TABLE/index/INDEX` for a global index's),
+    summed, as the router's `/metrics` shows them."""
+    with urllib.request.urlopen(cluster.router_url + "/metrics", timeout=10) as reply:
+        text = reply.read().decode()
+    summed = {"read": 0.0, "write": 0.0}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if (
+                sample.name == "dynalab_partition_rate_units_per_second"
+                and sample.labels["table"] == table
+            ):
+                summed[sample.labels["kind"]] += sample.value
+    return summed
+
+
+def test_an_index_update_reaches_the_index_partitions_buckets(
+    cluster: LocalCluster, dynamodb: Any, table_name: Callable[[], str]
+) -> None:
+    name = table_name()
+    units = {"ReadCapacityUnits": 5, "WriteCapacityUnits": 5}
+    dynamodb.create_table(
+        TableName=name,
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        AttributeDefinitions=[
+            {"AttributeName": "pk", "AttributeType": "S"},
+            {"AttributeName": "g", "AttributeType": "S"},
+        ],
+        ProvisionedThroughput=units,
+        GlobalSecondaryIndexes=[
+            {
+                "IndexName": "ByG",
+                "KeySchema": [{"AttributeName": "g", "KeyType": "HASH"}],
+                "Projection": {"ProjectionType": "KEYS_ONLY"},
+                "ProvisionedThroughput": units,
+            }
+        ],
+    )
+    wait_active(dynamodb, name)
+    assert rates(cluster, f"{name}/index/ByG") == {"read": 5.0, "write": 5.0}
+    dynamodb.update_table(
+        TableName=name,
+        GlobalSecondaryIndexUpdates=[
+            {
+                "Update": {
+                    "IndexName": "ByG",
+                    "ProvisionedThroughput": {"ReadCapacityUnits": 7, "WriteCapacityUnits": 90},
+                }
+            }
+        ],
+    )
+    wait_active(dynamodb, name)  # ACTIVE again once every node holding a partition took it.
+    assert rates(cluster, f"{name}/index/ByG") == {"read": 7.0, "write": 90.0}
+    assert rates(cluster, name) == {"read": 5.0, "write": 5.0}  # The table's own stay.
 
 
 def test_describe_limits(dynamodb: Any) -> None:
