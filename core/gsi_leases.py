@@ -18,6 +18,18 @@ late writes (a backfill page read before the takeover, above all) are refused ev
 
 A lease row also records that its partition's log was drained to its END (a split's retired
 parent), so that a replicator taking over the children need not drain it again.
+
+Rows that can never be used again are deleted (`collectable`): the lease of a (table, partition,
+consumer) the catalog no longer has (a dropped table, a deleted index, a partition gone from the
+table's lineage), and the member row of a replicator that stopped renewing it. Both are proven
+dead, not guessed. Table, index and partition ids are never reused, so an obsolete key is never
+wanted again and deleting its row cannot hand an epoch out twice. A row is collected only once
+the collecting replicator has seen it unchanged (same version) for a grace far longer than a
+catalog poll, by its own monotonic clock (`RowAges`), not by the expiry another replicator's clock
+wrote: a live holder or member changes its row every poll, and a catalog read made after a row had
+already sat unchanged for the grace cannot predate that row's table. Each delete is conditioned on
+the version seen, so a row written meanwhile is left alone. A live replicator whose member row was
+collected (it paused past the grace) writes it again on its next poll.
 """
 
 from __future__ import annotations
@@ -200,3 +212,67 @@ def drained_partitions(leases: Iterable[Lease], table_id: str, consumer: str) ->
         for lease in leases
         if lease.drained and lease.key[0] == table_id and lease.key[2] == consumer
     }
+
+
+# The lease keys a catalog still has: table id -> consumer -> the partition ids of its lineage.
+Followed = Mapping[str, Mapping[str, Collection[str]]]
+
+
+class RowAges:
+    """How long each row of the leases table has been seen unchanged, by the observer's clock."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, tuple[int, float]] = {}  # Row name -> (version, first seen at).
+
+    def observe(
+        self, leases: Iterable[Lease], members: Iterable[Member], now: float
+    ) -> dict[str, float]:
+        """Record the rows read at `now` (a monotonic clock); each row's seconds unchanged."""
+        versions = {lease_name(lease.key): lease.version for lease in leases}
+        versions.update({member_name(member.owner): member.version for member in members})
+        seen: dict[str, tuple[int, float]] = {}
+        for name, version in versions.items():
+            previous = self._seen.get(name)
+            seen[name] = (
+                previous
+                if previous is not None and previous[0] == version
+                else (
+                    version,
+                    now,
+                )
+            )
+        self._seen = seen
+        return {name: now - since for name, (_, since) in seen.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class Garbage:
+    """The rows a replicator deletes this round (each conditioned on the version read)."""
+
+    leases: tuple[Lease, ...]
+    members: tuple[Member, ...]
+
+
+def collectable(
+    leases: Mapping[LeaseKey, Lease],
+    members: Mapping[str, Member],
+    followed: Followed,
+    unchanged_seconds: Mapping[str, float],
+    grace_seconds: float,
+) -> Garbage:
+    """The lease rows whose key `followed` (read from the catalog after the rows were first seen)
+    no longer has, and the member rows, that have been seen unchanged for over `grace_seconds`
+    (`unchanged_seconds` by row name, from `RowAges`)."""
+
+    def obsolete(key: LeaseKey) -> bool:
+        table_id, partition_id, consumer = key
+        partitions = followed.get(table_id, {}).get(consumer)
+        return partitions is None or partition_id not in partitions
+
+    def stale(name: str) -> bool:
+        return unchanged_seconds.get(name, 0.0) > grace_seconds
+
+    return Garbage(
+        tuple(lease for key, lease in leases.items() if obsolete(key) and stale(lease_name(key))),
+        tuple(member for member in members.values() if stale(member_name(member.owner))),
+    )

@@ -274,12 +274,18 @@ GSI_BACKFILL_PAGE_BYTES = 1024 * 1024
 # renewal; a crashed replicator's partitions are taken over within about this long. Renewed every
 # catalog poll once half of it is gone, so it must be several polls long.
 GSI_LEASE_SECONDS = 3.0
+# A lease row whose key the catalog no longer has (a dropped table or index) and a replicator's
+# member row are deleted once a replicator has seen them unchanged this long
+# (`core.gsi_leases.collectable`): far longer than a catalog poll and a lease, so a live row is
+# always rewritten within it. DYNALAB_GSI_LEASE_GC_GRACE_SECONDS on a replicator for tests.
+GSI_LEASE_GC_GRACE_SECONDS = 60.0
 # Feed batches a follower reads ahead while it applies the previous run; the batches waiting when a
 # run starts join it (one index_apply per index partition for all of them), so a run holds at most
 # this plus one batch, each cut near CHANGE_FEED_BATCH_BYTES_TARGET: within one RPC message.
 GSI_FEED_BATCHES_QUEUED_MAX = 8
 assert GSI_RETRY_BACKOFF_SECONDS_MIN < GSI_RETRY_BACKOFF_SECONDS_MAX
 assert GSI_LEASE_SECONDS >= 4 * GSI_CATALOG_POLL_SECONDS
+assert GSI_LEASE_GC_GRACE_SECONDS >= 10 * GSI_LEASE_SECONDS
 assert (GSI_FEED_BATCHES_QUEUED_MAX + 1) * (
     CHANGE_FEED_BATCH_BYTES_TARGET + 2 * ITEM_SIZE_BYTES_MAX
 ) < RPC_MESSAGE_BYTES_MAX

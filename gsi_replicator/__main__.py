@@ -4,9 +4,10 @@
                              --nodes node-1=127.0.0.1:7001,node-2=127.0.0.1:7002
 
 Each flag falls back to an environment variable (DYNALAB_LISTEN, DYNALAB_NODES,
-DYNALAB_GSI_BACKFILL_PAGE_BYTES), which suits containers. `--listen` serves `GET /` (200 once
-running: the readiness probe) and `GET /metrics` (Prometheus: per source partition, its
-checkpoint, changes read, index writes, restarts and the lag of its last batch; its leases).
+DYNALAB_GSI_BACKFILL_PAGE_BYTES, DYNALAB_GSI_LEASE_GC_GRACE_SECONDS), which suits containers.
+`--listen` serves `GET /` (200 once running: the readiness probe) and `GET /metrics`
+(Prometheus: per source partition, its checkpoint, changes read, index writes, restarts and the
+lag of its last batch; its leases, and the dead lease rows it deleted).
 Logs go to stderr; once it serves, it prints `listening on HOST:PORT`.
 """
 
@@ -55,9 +56,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="bytes of a base partition one page of an online index's copy reads (default 1 MB; "
         "small pages make a copy long, for experiments) (env DYNALAB_GSI_BACKFILL_PAGE_BYTES)",
     )
+    parser.add_argument(
+        "--lease-gc-grace-seconds",
+        type=float,
+        default=float(
+            os.environ.get("DYNALAB_GSI_LEASE_GC_GRACE_SECONDS", limits.GSI_LEASE_GC_GRACE_SECONDS)
+        ),
+        help="how long a lease row of a dropped table or index, or a replicator's member row, "
+        "must be seen unchanged before it is deleted (default 60; short for tests) "
+        "(env DYNALAB_GSI_LEASE_GC_GRACE_SECONDS)",
+    )
     args = parser.parse_args(argv)
     if args.backfill_page_bytes < 1:
         parser.error("--backfill-page-bytes must be at least 1")
+    if args.lease_gc_grace_seconds <= limits.GSI_LEASE_SECONDS:
+        parser.error(
+            f"--lease-gc-grace-seconds must be longer than a lease ({limits.GSI_LEASE_SECONDS} s)"
+        )
     if args.listen is None:
         parser.error("--listen (or DYNALAB_LISTEN) is required")
     if args.nodes is None:
@@ -66,7 +81,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 async def serve(args: argparse.Namespace) -> None:
-    replicator = Replicator(args.nodes, backfill_page_bytes=args.backfill_page_bytes)
+    replicator = Replicator(
+        args.nodes,
+        backfill_page_bytes=args.backfill_page_bytes,
+        lease_gc_grace_seconds=args.lease_gc_grace_seconds,
+    )
     stop = asyncio.Event()
 
     async def health(request: web.Request) -> web.Response:

@@ -2,7 +2,8 @@
 
 The table has one partition on the catalog's node, created by the first replicator that needs it
 (`create_partition` is idempotent). Every change is a put conditioned on the row's version (or on
-its absence), so of two replicators changing one row, one wins and the other reads again.
+its absence), so of two replicators changing one row, one wins and the other reads again; rows
+are deleted (`core.gsi_leases.collectable`) under the same condition.
 """
 
 from __future__ import annotations
@@ -89,6 +90,22 @@ async def write(
     try:
         await _client(clients, location).call(
             ops.PUT, _TARGET, put.to_json(), limits.NODE_CALL_SECONDS_MAX
+        )
+    except ConditionalCheckFailed:
+        return False
+    return True
+
+
+async def delete(
+    clients: Mapping[str, NodeTransport], location: CatalogLocation, name: str, version: int
+) -> bool:
+    """Delete row `name` if it is still at `version`; whether it was deleted."""
+    payload = ops.DeletePayload(
+        {"name": {"S": name}}, "#v = :v", {"#v": "version"}, {":v": {"N": str(version)}}
+    )
+    try:
+        await _client(clients, location).call(
+            ops.DELETE, _TARGET, payload.to_json(), limits.NODE_CALL_SECONDS_MAX
         )
     except ConditionalCheckFailed:
         return False

@@ -44,7 +44,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import AsyncGenerator, Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -118,6 +118,20 @@ class ReplicatorStats:
     leases_acquired: int = 0
     leases_released: int = 0
     leases_lost: int = 0  # Renewals refused, or index writes fenced: another holds the lease.
+    leases_collected: int = 0  # Lease rows of dropped tables or deleted indexes deleted.
+    members_collected: int = 0  # Member rows of replicators that stopped renewing them deleted.
+    lease_rows: int = 0  # Lease rows in the leases table, as last read.
+    member_rows: int = 0  # Replicator member rows in the leases table, as last read.
+
+
+def _followed(tables: Iterable[TableDef]) -> gsi_leases.Followed:
+    """The lease keys the catalog's `tables` still have: per table id and consumer, the ids of
+    the table's partitions and of the retired ones of its lineage."""
+    followed: dict[str, dict[str, frozenset[str]]] = {}
+    for table in tables:
+        lineage = frozenset(p.id for p in (*table.partitions, *table.retired))
+        followed[table.id] = {consumer: lineage for consumer in gsi.followed_groups(table)}
+    return followed
 
 
 class _FeedRuns:
@@ -262,12 +276,17 @@ class Replicator:
         owner: str | None = None,
         lease_seconds: float = limits.GSI_LEASE_SECONDS,
         backfill_page_bytes: int = limits.GSI_BACKFILL_PAGE_BYTES,
+        lease_gc_grace_seconds: float = limits.GSI_LEASE_GC_GRACE_SECONDS,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         if not nodes:
             raise ValueError("the replicator needs at least one storage node")
         # Unique per process run: a restarted replicator is a new owner, never its old self.
         self.owner = owner or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.lease_seconds = lease_seconds
+        self.lease_gc_grace_seconds = lease_gc_grace_seconds
+        self.monotonic = monotonic
+        self.row_ages = gsi_leases.RowAges()
         self.backfill_page_bytes = backfill_page_bytes
         self.leases: dict[FollowerKey, Lease] = {}  # The leases this replicator holds.
         self.epochs: dict[FollowerKey, int] = {}  # The lease epoch each follower runs under.
@@ -331,7 +350,7 @@ class Replicator:
         }
         if location is not None:
             try:
-                await self.claim_leases(location)
+                await self.claim_leases(location, _followed(tables.values()))
             except DynamoError as error:
                 log.warning("could not read or change the leases: %s", error)
         self.reconcile()
@@ -351,13 +370,24 @@ class Replicator:
                 )
         return keys
 
-    async def claim_leases(self, location: CatalogLocation) -> None:
-        """One round of leases: read them all, renew the ones kept, take free ones up to this
-        replicator's fair share, release the rest (`core.gsi_leases.plan`)."""
+    async def claim_leases(
+        self, location: CatalogLocation, followed: gsi_leases.Followed | None = None
+    ) -> None:
+        """One round of leases: read them all, delete the dead ones (`followed`: the lease keys
+        the catalog, read just before, still has; None: delete none), renew the ones kept, take
+        free ones up to this replicator's fair share, release the rest
+        (`core.gsi_leases.plan`)."""
         if not self.leases_ready:
             await leases.ensure_table(self.clients, location)
             self.leases_ready = True
         rows, members = await leases.read(self.clients, location)
+        self.stats.lease_rows, self.stats.member_rows = len(rows), len(members)
+        ages = self.row_ages.observe(rows.values(), members.values(), self.monotonic())
+        if followed is not None:
+            garbage = gsi_leases.collectable(
+                rows, members, followed, ages, self.lease_gc_grace_seconds
+            )
+            await self._collect(location, garbage)
         self.lease_rows = rows
         now = self.clock()
         member = members.get(self.owner)
@@ -408,6 +438,24 @@ class Replicator:
                 self.stats.leases_acquired += 1
                 held[row.key] = row
         self.leases = held
+
+    async def _collect(self, location: CatalogLocation, garbage: gsi_leases.Garbage) -> None:
+        """Delete the dead rows, each if still at the version read (another replicator may
+        delete it first, or its owner write it again)."""
+        deleted = await asyncio.gather(
+            *(
+                leases.delete(self.clients, location, gsi_leases.lease_name(row.key), row.version)
+                for row in garbage.leases
+            ),
+            *(
+                leases.delete(
+                    self.clients, location, gsi_leases.member_name(row.owner), row.version
+                )
+                for row in garbage.members
+            ),
+        )
+        self.stats.leases_collected += sum(deleted[: len(garbage.leases)])
+        self.stats.members_collected += sum(deleted[len(garbage.leases) :])
 
     async def _release(self, location: CatalogLocation, lease: Lease) -> bool:
         released = gsi_leases.released(lease)
@@ -841,6 +889,19 @@ class Replicator:
             "# HELP dynalab_gsi_leases_lost_total Leases found taken by another replicator.",
             "# TYPE dynalab_gsi_leases_lost_total counter",
             f"dynalab_gsi_leases_lost_total {self.stats.leases_lost}",
+            "# HELP dynalab_gsi_lease_rows Lease rows in the leases table, as last read.",
+            "# TYPE dynalab_gsi_lease_rows gauge",
+            f"dynalab_gsi_lease_rows {self.stats.lease_rows}",
+            "# HELP dynalab_gsi_member_rows Replicator member rows in the leases table.",
+            "# TYPE dynalab_gsi_member_rows gauge",
+            f"dynalab_gsi_member_rows {self.stats.member_rows}",
+            "# HELP dynalab_gsi_leases_collected_total Lease rows of dropped tables or indexes "
+            "deleted.",
+            "# TYPE dynalab_gsi_leases_collected_total counter",
+            f"dynalab_gsi_leases_collected_total {self.stats.leases_collected}",
+            "# HELP dynalab_gsi_members_collected_total Member rows of dead replicators deleted.",
+            "# TYPE dynalab_gsi_members_collected_total counter",
+            f"dynalab_gsi_members_collected_total {self.stats.members_collected}",
         ]
         families = (
             ("checkpoint_seq", "gauge", "Last seq applied to every index and checkpointed."),

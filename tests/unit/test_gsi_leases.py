@@ -1,5 +1,6 @@
 """The pure rules of the GSI replicators' leases (`core.gsi_leases`): fair shares, renewal,
-release past a share, take-over of an expired lease with the next epoch, rows round-tripped."""
+release past a share, take-over of an expired lease with the next epoch, rows round-tripped, and
+which dead rows are collected."""
 
 from __future__ import annotations
 
@@ -79,3 +80,50 @@ def test_rows_round_trip_and_a_consumer_may_hold_a_slash() -> None:
     assert members == {"host-1-abc": member}
     assert gsi_leases.fair_share(5, 2) == 3
     assert gsi_leases.fair_share(5, 0) == 5
+
+
+# Collecting dead rows -----------------------------------------------------------------------------
+
+GRACE = 60.0
+
+
+def test_row_ages_count_from_the_first_read_of_each_version() -> None:
+    (key,) = keys(1)
+    ages = gsi_leases.RowAges()
+    lease, member = Lease(key, "a", 1, 0.0, 4), Member("b", 0.0, 2)
+    assert ages.observe([lease], [member], 10.0) == {
+        gsi_leases.lease_name(key): 0.0,
+        gsi_leases.member_name("b"): 0.0,
+    }
+    seen = ages.observe([lease], [Member("b", 5.0, 3)], 25.0)  # b wrote its row again.
+    assert seen == {gsi_leases.lease_name(key): 15.0, gsi_leases.member_name("b"): 0.0}
+    assert ages.observe([], [], 30.0) == {}  # Rows gone are forgotten.
+    assert ages.observe([lease], [], 31.0) == {gsi_leases.lease_name(key): 0.0}
+
+
+def test_only_obsolete_lease_rows_unchanged_past_the_grace_are_collected() -> None:
+    live_table, dropped_table = keys(1)[0], ("d" * 32, "d" * 32 + "-0", "gsi_replicator")
+    deleted_index = (live_table[0], live_table[1], "gsi_replicator/" + "e" * 32)
+    gone_partition = (live_table[0], live_table[0] + "-9", live_table[2])
+    rows = {
+        key: Lease(key, "a", 3, 0.0, 7)  # Released long ago (its holder's clock said 0).
+        for key in (live_table, dropped_table, deleted_index, gone_partition)
+    }
+    followed = {live_table[0]: {live_table[2]: frozenset({live_table[1]})}}
+    old = {gsi_leases.lease_name(key): GRACE + 1 for key in rows}
+    garbage = gsi_leases.collectable(rows, {}, followed, old, GRACE)
+    assert {lease.key for lease in garbage.leases} == {dropped_table, deleted_index, gone_partition}
+    # A key still followed is never collected, however long its row sat: its epoch must stay.
+    assert live_table not in {lease.key for lease in garbage.leases}
+    # Rows seen unchanged for less than the grace are not collected yet, whatever their expiry
+    # says (a released row of a table newer than this catalog read is one of them).
+    young = {gsi_leases.lease_name(key): GRACE - 1 for key in rows}
+    assert gsi_leases.collectable(rows, {}, followed, young, GRACE).leases == ()
+    assert gsi_leases.collectable(rows, {}, followed, {}, GRACE).leases == ()
+
+
+def test_member_rows_are_collected_once_unchanged_past_the_grace() -> None:
+    members = {"dead": Member("dead", 0.0, 9), "alive": Member("alive", NOW + SECONDS, 40)}
+    ages = {gsi_leases.member_name("dead"): GRACE + 1, gsi_leases.member_name("alive"): 1.0}
+    garbage = gsi_leases.collectable({}, members, {}, ages, GRACE)
+    assert garbage.members == (members["dead"],) and garbage.leases == ()
