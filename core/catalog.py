@@ -54,8 +54,12 @@ BOOTSTRAP_TABLE_NAME = "__dynalab_bootstrap"
 # The GSI replicators' leases (`core.gsi_leases`), beside the catalog on the catalog's node.
 LEASES_TABLE_ID = "00000000000000000000000000000003"
 LEASES_TABLE_NAME = "__dynalab_gsi_leases"
+# Every node's copy of the catalog (`core.catalog_copy`), read when the catalog's node is down.
+CATALOG_COPY_TABLE_ID = "00000000000000000000000000000004"
 # System tables have one partition each, which never splits or moves.
-SYSTEM_TABLE_IDS = frozenset({CATALOG_TABLE_ID, BOOTSTRAP_TABLE_ID, LEASES_TABLE_ID})
+SYSTEM_TABLE_IDS = frozenset(
+    {CATALOG_TABLE_ID, BOOTSTRAP_TABLE_ID, LEASES_TABLE_ID, CATALOG_COPY_TABLE_ID}
+)
 # All are keyed by one string attribute: a table's name, the bootstrap record's name, a lease's.
 SYSTEM_KEY_SCHEMA: dict[str, Any] = {"hash": ["name", "S"], "range": None}
 BOOTSTRAP_PARTITION_ID = f"{BOOTSTRAP_TABLE_ID}-0"

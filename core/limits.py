@@ -242,6 +242,13 @@ CATALOG_LOCATE_BACKOFF_SECONDS_MAX = 0.2
 # Routers re-read the catalog this often, so tables created or deleted through another router
 # appear and disappear within about this long even without a cache miss.
 CATALOG_REFRESH_SECONDS = 1.0
+# Every node other than the catalog's asks the catalog's node this often whether the catalog
+# changed (one call), and copies it when it did (`storagenode.catalog_copy`): a router starting
+# while the catalog's node is down learns the tables from a copy at most about this old.
+CATALOG_COPY_SECONDS = 1.0
+# A router reading the nodes' copies (the catalog's node not answering) waits this long for each,
+# so a paused node costs the request this, not a whole node call's deadline.
+CATALOG_COPY_READ_SECONDS_MAX = 2.0
 
 # The GSI replicator (dynalab's own bounds). It re-reads the catalog this often to find tables with
 # global indexes and their partitions; writes made meanwhile wait in the change logs, which hold

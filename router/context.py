@@ -23,7 +23,11 @@ A router given a state directory keeps a copy of the last catalog it read there
 (`router.catalog_copy`) and starts from it, so that a router starting while the catalog's node is
 down still serves the partitions on the other nodes. Every call to the catalog's partition that
 finds its node down answers one retryable ServiceUnavailable naming the catalog
-(`CATALOG_UNAVAILABLE`).
+(`CATALOG_UNAVAILABLE`). A read of the whole catalog that fails so first takes what it can from
+the copies the other nodes keep (`core.catalog_copy`), at most once per `CATALOG_REFRESH_SECONDS`:
+the newest copy, and from it only records newer than the cache's. That read still fails, so table
+operations, which need the catalog itself, answer the 503; item operations on a table the copy
+named are served (`table`), so a new router with no state directory serves too.
 """
 
 from __future__ import annotations
@@ -34,10 +38,16 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from core import catalog, limits
 from core.catalog import CatalogDisagreement, CatalogLocation, TableDef
+from core.catalog_copy import (
+    CATALOG_COPY_PARTITION_ID,
+    CatalogCopy,
+    catalog_row,
+    merged,
+    newest,
+    record_of_row,
+)
 from core.errors import (
     ConditionalCheckFailed,
     DynamoError,
@@ -88,21 +98,6 @@ _NAME = {"#n": "name"}
 
 def _system_partition(partition_id: str, node: str) -> dict[str, Any]:
     return {"id": partition_id, "start": "", "end": None, "epoch": _SYSTEM_EPOCH, "node": node}
-
-
-def _catalog_row(table: TableDef) -> dict[str, Any]:
-    """The catalog system table's item for a table record."""
-    return {
-        "name": {"S": table.name},
-        "version": {"N": str(table.version)},
-        "table": {"S": orjson.dumps(table.to_json()).decode()},
-    }
-
-
-def _from_row(item: Mapping[str, Any]) -> TableDef:
-    record = TableDef.from_json(orjson.loads(item["table"]["S"]))
-    assert record.version == int(item["version"]["N"]), f"catalog row {record.name} disagrees"
-    return record
 
 
 class RouterContext:
@@ -157,6 +152,10 @@ class RouterContext:
         self._state_dir = state_dir
         # The cache version last written to the state directory's copy.
         self._copied_version = 0
+        # The seq of the last node copy of the catalog taken, which a later one may not be below,
+        # and when the copies were last read (`sources.clock`), to read them at most once a round.
+        self._node_copy_seq = -1
+        self._node_copies_read_at: float | None = None
         self.metrics = RouterMetrics()
 
     @property
@@ -447,7 +446,15 @@ class RouterContext:
             future.exception()
 
     async def _read_and_install(self) -> None:
-        """Scan the whole catalog, page after page, and install it in the cache."""
+        """Scan the whole catalog, page after page, and install it in the cache; when its node
+        does not answer, take what the nodes' copies add, and fail all the same."""
+        try:
+            await self._scan_and_install()
+        except ServiceUnavailable:
+            await self._take_node_copy()
+            raise
+
+    async def _scan_and_install(self) -> None:
         location = await self.locate_catalog()
         started = self._observations
         records: dict[str, TableDef] = {}
@@ -456,13 +463,67 @@ class RouterContext:
         for _ in range(CATALOG_SCAN_PAGES_MAX):
             reply = await self._catalog_call(location, ops.SCAN, target, payload.to_json())
             for item in reply["items"]:
-                record = _from_row(item)
+                record = record_of_row(item)
                 records[record.name] = record
             if reply["last_key"] is None:
                 self._install_scan(records, started)
                 return
             payload.exclusive_start = reply["last_key"]
         raise ServiceUnavailable("The table catalog did not end within its page bound")
+
+    async def _take_node_copy(self) -> None:
+        """Install the newest of the nodes' copies of the catalog, merged under the cache
+        (`core.catalog_copy.merged`), unless the copies were read less than a refresh round ago
+        or it is older than a copy taken before."""
+        now = self.sources.clock()
+        if (
+            self._node_copies_read_at is not None
+            and now - self._node_copies_read_at < limits.CATALOG_REFRESH_SECONDS
+        ):
+            return
+        self._node_copies_read_at = now
+        nodes = sorted(node for node in self.clients if node != self.catalog_node)
+        replies = await asyncio.gather(
+            *(self._read_node_copy(node) for node in nodes), return_exceptions=True
+        )
+        copies: list[CatalogCopy] = []
+        for node, reply in zip(nodes, replies, strict=True):
+            if isinstance(reply, CatalogCopy):
+                copies.append(reply)
+            elif isinstance(reply, DynamoError):
+                log.debug("no catalog copy from %s: %s", node, reply.message)
+            elif isinstance(reply, BaseException):
+                raise reply
+        copy = newest(copies)
+        if copy is None or copy.seq < self._node_copy_seq:
+            return
+        if self._node_copy_seq < 0:
+            log.warning(
+                "the catalog's node does not answer: serving from a node's copy of the catalog "
+                "(seq %d, %d tables)",
+                copy.seq,
+                len(copy.records),
+            )
+        self._node_copy_seq = copy.seq
+        self._install(merged(self.records, copy))
+
+    async def _read_node_copy(self, node: str) -> CatalogCopy | None:
+        """The copy of the catalog `node` keeps (None: it has none)."""
+        target = _system_target(catalog.CATALOG_COPY_TABLE_ID, CATALOG_COPY_PARTITION_ID, True)
+        payload = ops.ScanPayload(page_bytes=limits.QUERY_PAGE_BYTES_MAX)
+        items: list[dict[str, Any]] = []
+        for _ in range(CATALOG_SCAN_PAGES_MAX):
+            try:
+                reply = await self.clients[node].call(
+                    ops.SCAN, target, payload.to_json(), limits.CATALOG_COPY_READ_SECONDS_MAX
+                )
+            except StaleEpoch:
+                return None  # The node holds no copy partition yet.
+            items.extend(reply["items"])
+            if reply["last_key"] is None:
+                return CatalogCopy.of_items(items)
+            payload.exclusive_start = reply["last_key"]
+        return None
 
     def _install_scan(self, scanned: dict[str, TableDef], started: int) -> None:
         """Make a scan's records the cache, except the rows this router read or wrote itself
@@ -515,7 +576,7 @@ class RouterContext:
         payload = ops.GetPayload({"name": {"S": name}})
         reply = await self._catalog_call(location, ops.GET, target, payload.to_json())
         item = reply["item"]
-        record = None if item is None else _from_row(item)
+        record = None if item is None else record_of_row(item)
         cached = self.records.get(name)
         if record is not None and cached is not None and cached == record:
             record = cached
@@ -576,7 +637,7 @@ class RouterContext:
             delete = ops.DeletePayload({"name": {"S": name}}, condition, names, values)
             await self._catalog_call(location, ops.DELETE, target, delete.to_json())
             return
-        put = ops.PutPayload(_catalog_row(changed), None, condition, names, values)
+        put = ops.PutPayload(catalog_row(changed), None, condition, names, values)
         await self._catalog_call(location, ops.PUT, target, put.to_json())
 
     async def _catalog_call(
@@ -598,7 +659,14 @@ class RouterContext:
         """
         table = self.tables.get(name)
         if table is None or table["status"] not in SERVING_STATUSES:
-            await self.refresh()
+            try:
+                await self.refresh()
+            except ServiceUnavailable:
+                # The catalog cannot be read; a node's copy may have named the table meanwhile.
+                table = self.tables.get(name)
+                if table is None or table["status"] not in SERVING_STATUSES:
+                    raise
+                return table
             table = self.tables.get(name)
             if table is None or table["status"] not in SERVING_STATUSES:
                 raise ResourceNotFound(TABLE_NOT_FOUND)

@@ -41,6 +41,7 @@ from rpc import changefeed_pb2, changefeed_pb2_grpc, codec, node_pb2, node_pb2_g
 from rpc.changefeed import error_to_proto, record_to_proto
 from rpc.client import NodeClient
 from storagenode import metrics, stream_retention
+from storagenode.catalog_copy import CatalogCopier
 from storagenode.commit import GroupCommitter
 from storagenode.node import READ_OPS, SPLITTER_OPS, PartitionRef, StorageNode
 from storagenode.split import Splitter
@@ -447,6 +448,7 @@ class NodeServer:
         self._sweeper: TtlSweeper | None = None
         self._splitter: Splitter | None = None
         self._stream_retention: StreamRetention | None = None
+        self._catalog_copier: CatalogCopier | None = None
 
     async def start(self) -> str:
         """Open the store and serve; return the address actually bound (listen may say port 0)."""
@@ -481,6 +483,8 @@ class NodeServer:
             node, committer.submit, stream_retention.retention_seconds_from_env()
         )
         self._stream_retention.start()
+        self._catalog_copier = CatalogCopier(self.node_id, node, committer.submit, NodeClient)
+        self._catalog_copier.start()
         self._servicer = NodeServicer(node, self._committer, self._splitter)
         node_pb2_grpc.add_StorageNodeServicer_to_server(self._servicer, server)
         self._feed = ChangeFeedServicer(node, self._committer)
@@ -515,6 +519,8 @@ class NodeServer:
             await self._splitter.close()
         if self._stream_retention is not None:
             await self._stream_retention.close()
+        if self._catalog_copier is not None:
+            await self._catalog_copier.close()
         if self._server is not None:
             await self._server.stop(grace)
         if self._committer is not None:

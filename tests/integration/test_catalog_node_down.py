@@ -2,15 +2,19 @@
 
 It used to have no catalog at all, so 20 of 20 requests for partitions on healthy nodes failed.
 Now a router keeps a copy of the last catalog it read in its state directory
-(router/catalog_copy.py) and starts from it. The test creates a table through a router, stops the
-catalog's node, restarts the router (a new process on the same state directory), and checks that
-reads and writes of keys on the healthy nodes succeed, that keys on the stopped node and table
-operations get a retryable 503, and that a router with no copy answers 503 too; then it restarts the
-catalog's node and checks that everything works again.
+(router/catalog_copy.py) and starts from it, and every other node keeps a copy of the catalog
+(storagenode/catalog_copy.py), from which a router with no copy of its own starts. The test creates
+a table through a router, waits for both copies, kills the catalog's node with SIGKILL, restarts the
+router (a new process on the same state directory), and checks that reads and writes of keys on the
+healthy nodes succeed and that keys on the dead node and table operations get a retryable 503; then
+it starts a brand-new router with an empty state directory and checks the same of it, with a Query
+too, and that DescribeTable and ListTables answer the 503 naming the catalog's node; then it
+restarts the catalog's node and checks that everything works again.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,10 +23,15 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
+from core.catalog import CATALOG_COPY_TABLE_ID
+from core.catalog_copy import CATALOG_COPY_PARTITION_ID, CatalogCopy
+from core.errors import ServiceUnavailable, StaleEpoch
 from core.keycodec import encode_storage_key
 from core.placement import PartitionMap
-from dynalab.cluster import LocalCluster, Router, free_ports
+from dynalab.cluster import LocalCluster, Router, StorageNode, free_ports
 from router.catalog_copy import COPY_FILE_NAME
+from rpc import ops
+from rpc.client import NodeClient
 from tests.integration.conftest import (
     create_active_table,
     dynamodb_client,
@@ -53,6 +62,39 @@ def wait_for_copy(state_dir: Path, name: str) -> None:
     path = state_dir / COPY_FILE_NAME
     while not (path.exists() and name.encode() in path.read_bytes()):
         assert time.monotonic() < deadline, f"no catalog copy naming {name} in {state_dir}"
+        time.sleep(POLL_SECONDS)
+
+
+def node_copies(nodes: list[StorageNode]) -> dict[str, CatalogCopy | None]:
+    """Each node's copy of the catalog, read from its copy partition (None: it holds none, or
+    did not answer in time)."""
+    target = ops.Target(CATALOG_COPY_TABLE_ID, CATALOG_COPY_PARTITION_ID, 1, True)
+
+    async def read() -> dict[str, CatalogCopy | None]:
+        copies: dict[str, CatalogCopy | None] = {}
+        for node in nodes:
+            client = NodeClient(node.address)
+            try:
+                reply = await client.call(ops.SCAN, target, ops.ScanPayload().to_json(), 5.0)
+                copies[node.node_id] = CatalogCopy.of_items(reply["items"])
+            except (StaleEpoch, ServiceUnavailable):
+                copies[node.node_id] = None  # No copy partition yet, or the node is slow.
+            finally:
+                await client.close()
+        return copies
+
+    return asyncio.run(read())
+
+
+def wait_for_node_copies(cluster: LocalCluster, home: str, name: str) -> None:
+    """Until every node but the catalog's keeps a copy naming table `name`."""
+    others = [node for node in cluster.nodes if node.node_id != home]
+    deadline = time.monotonic() + COPY_WAIT_SECONDS
+    while True:
+        copies = node_copies(others)
+        if all(copy is not None and name in copy.records for copy in copies.values()):
+            return
+        assert time.monotonic() < deadline, f"the nodes' copies lack {name}: {copies}"
         time.sleep(POLL_SECONDS)
 
 
@@ -89,9 +131,10 @@ def test_a_router_starting_while_the_catalog_node_is_down_serves_healthy_partiti
     for key in keys:
         client.put_item(TableName=name, Item={"pk": {"S": key}, "v": {"S": "before"}})
     wait_for_copy(router.state_dir, name)
+    wait_for_node_copies(cluster, home, name)
 
     catalog_node = cluster.node(home)
-    catalog_node.stop()
+    catalog_node.kill()
     router.stop()
     router.start()
     restarted = dynamodb_client(router.url)
@@ -114,18 +157,34 @@ def test_a_router_starting_while_the_catalog_node_is_down_serves_healthy_partiti
     assert (status, code) == (503, "ServiceUnavailable")
     assert "table catalog is unavailable" in message and home in message, message
 
-    # A router with no copy has nothing to start from: it answers 503, naming the catalog.
+    # A brand-new router with an empty state directory starts from the other nodes' copies.
     port = free_ports(1)[0]
     bare = Router("router-bare", port, cluster.nodes, tmp_path / "bare.log", tmp_path / "bare")
     try:
         bare.start()
-        status, code, message = error_of(
-            lambda: dynamodb_client(bare.url).get_item(
-                TableName=name, Key={"pk": {"S": healthy[0]}}
-            )
+        fresh = dynamodb_client(bare.url)
+        for key in healthy:
+            reply = fresh.get_item(TableName=name, Key={"pk": {"S": key}}, ConsistentRead=True)
+            assert reply["Item"]["v"] == {"S": "during"}, key
+            fresh.put_item(TableName=name, Item={"pk": {"S": key}, "v": {"S": "fresh"}})
+        queried = fresh.query(
+            TableName=name,
+            KeyConditionExpression="pk = :k",
+            ExpressionAttributeValues={":k": {"S": healthy[0]}},
+        )
+        assert queried["Items"] == [{"pk": {"S": healthy[0]}, "v": {"S": "fresh"}}]
+        status, code, _ = error_of(
+            lambda: fresh.get_item(TableName=name, Key={"pk": {"S": down[0]}})
         )
         assert (status, code) == (503, "ServiceUnavailable")
-        assert "table catalog is unavailable" in message, message
+        # Table operations need the catalog itself: DescribeTable and ListTables answer the 503.
+        for operation in (
+            lambda: fresh.describe_table(TableName=name),
+            lambda: fresh.list_tables(),
+        ):
+            status, code, message = error_of(operation)
+            assert (status, code) == (503, "ServiceUnavailable")
+            assert "table catalog is unavailable" in message and home in message, message
     finally:
         bare.stop()
 
@@ -142,4 +201,4 @@ def test_a_router_starting_while_the_catalog_node_is_down_serves_healthy_partiti
     assert later in restarted.list_tables()["TableNames"]
     for key in keys:
         reply = restarted.get_item(TableName=name, Key={"pk": {"S": key}}, ConsistentRead=True)
-        assert reply["Item"]["v"] == {"S": "during" if key in healthy else "before"}, key
+        assert reply["Item"]["v"] == {"S": "fresh" if key in healthy else "before"}, key
