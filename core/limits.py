@@ -14,7 +14,9 @@ MIB = 1024 * KIB
 ITEM_SIZE_BYTES_MAX = 400 * KIB  # "The maximum item size in DynamoDB is 400 KB."
 PARTITION_KEY_BYTES_MAX = 2048  # Partition key value: 2048 bytes.
 SORT_KEY_BYTES_MAX = 1024  # Sort key value: 1024 bytes.
-ATTRIBUTE_NAME_BYTES_MAX = 64 * KIB  # Attribute names: 64 KB (key attributes and projected: 255).
+# "Attribute names must be at least one character long and less than 64 KB in size" (key attributes
+# and projected attributes: at most 255).
+ATTRIBUTE_NAME_BYTES_MAX = 64 * KIB - 1
 KEY_ATTRIBUTE_NAME_BYTES_MAX = 255  # Names of key attributes, secondary index keys and projections.
 NESTING_DEPTH_MAX = 32  # "DynamoDB supports nested attributes up to 32 levels deep."
 
@@ -34,6 +36,9 @@ EXPRESSION_BYTES_MAX = 4 * KIB  # Any one expression string: 4 KB.
 EXPRESSION_IN_OPERANDS_MAX = 100  # "The IN comparator ... up to 100 values."
 EXPRESSION_OPERATORS_MAX = 300  # Operators or functions in one expression.
 EXPRESSION_ATTRIBUTE_NAME_BYTES_MAX = 255  # A single #name placeholder is at most 255 bytes.
+# A list index in a document path is a 32-bit signed integer: DynamoDB refuses a larger one as "not
+# within the allowable range" (DynamoDB Local's INVALID_LIST_INDEX, checked against int's maximum).
+DOCUMENT_PATH_LIST_INDEX_MAX = 2**31 - 1
 EXPRESSION_PLACEHOLDERS_BYTES_MAX = 2 * MIB  # ExpressionAttributeNames+Values together.
 
 # Reads, writes and pages.

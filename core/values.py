@@ -145,6 +145,24 @@ def _canonical_base64(raw: Any, where: str) -> str:
 # Validation ------------------------------------------------------------------------------------
 
 
+# The Developer Guide's rule ("Supported data types and naming rules"); DynamoDB's own message for
+# it is not published, so the refusal states the rule in the Guide's words.
+ATTRIBUTE_NAME_LENGTH = (
+    INVALID_PARAMETERS
+    + "Attribute names must be at least one character long and less than 64 KB in size"
+)
+
+
+def check_attribute_name(name: str) -> None:
+    """Refuse an attribute name that is empty or not less than 64 KB in UTF-8."""
+    # A name of at most a quarter of the bound in characters is within it in bytes: no encoding.
+    if not name or (
+        len(name) > limits.ATTRIBUTE_NAME_BYTES_MAX // 4
+        and len(name.encode()) > limits.ATTRIBUTE_NAME_BYTES_MAX
+    ):
+        raise ValidationError(ATTRIBUTE_NAME_LENGTH)
+
+
 def validate_item(item: Any, *, where: str = "item") -> Item:
     """Validate a whole item (a JSON object of attribute name to value) and return it normalised."""
     if not isinstance(item, dict):
@@ -153,6 +171,7 @@ def validate_item(item: Any, *, where: str = "item") -> Item:
     for name, value in item.items():
         if not isinstance(name, str):
             raise SerializationError("Attribute names must be strings")
+        check_attribute_name(name)
         out[name] = validate_value(value, depth=1, where=name)
     return out
 

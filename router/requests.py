@@ -203,6 +203,7 @@ class RequestReader:
         self,
         member: str,
         *,
+        required: bool = False,
         min_length: int | None = None,
         max_length: int | None = None,
         member_length: tuple[int, int] | None = None,
@@ -212,7 +213,9 @@ class RequestReader:
         `member_length` bounds each string's length (min, max); DynamoDB states a list's member
         constraints once for the whole list, not per element.
         """
-        strings: list[str] | None = self.array(member, min_length=min_length, max_length=max_length)
+        strings: list[str] | None = self.array(
+            member, required=required, min_length=min_length, max_length=max_length
+        )
         if strings is not None and member_length is not None:
             lo, hi = member_length
             if not all(lo <= len(string) <= hi for string in strings):

@@ -123,17 +123,8 @@ async def tag_resource(ctx: RouterContext, body: dict[str, Any]) -> dict[str, An
 async def untag_resource(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
     reader = RequestReader(body)
     arn = _read_arn(reader)
-    keys = reader.string_list("TagKeys") if reader.present("TagKeys") else None
-    if keys is None:
-        reader.violation("TagKeys", None, "Member must not be null")
-    for index, key in enumerate(keys or (), start=1):
-        if not 1 <= len(key) <= limits.TAG_KEY_CHARS_MAX:
-            bound = (
-                "greater than or equal to 1"
-                if not key
-                else f"less than or equal to {limits.TAG_KEY_CHARS_MAX}"
-            )
-            reader.violation(f"TagKeys.{index}.member", key, f"Member must have length {bound}")
+    # The keys' length constraint is stated once for the list, as for every list of strings.
+    keys = reader.string_list("TagKeys", required=True, member_length=(1, limits.TAG_KEY_CHARS_MAX))
     reader.check()
     name = _table_name(arn)
 

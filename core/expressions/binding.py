@@ -90,6 +90,11 @@ def check_names_map(names: Mapping[str, Any] | None) -> None:
     if not names:
         raise ValidationError("ExpressionAttributeNames must not be empty")
     for key, name in names.items():
+        if isinstance(key, str) and len(key.encode()) > limits.EXPRESSION_ATTRIBUTE_NAME_BYTES_MAX:
+            raise ValidationError(
+                "ExpressionAttributeNames contains invalid key: The expression attribute map "
+                f"contains a key that is too long; size of key: {len(key.encode())}"
+            )
         if not _is_placeholder(key, "#"):
             raise ValidationError(
                 f'ExpressionAttributeNames contains invalid key: Syntax error; key: "{key}"'

@@ -27,7 +27,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.errors import INVALID_PARAMETERS, SerializationError, ValidationError
-from core.values import SET_TYPES, AttributeValue, compare, type_of, validate_value
+from core.values import (
+    SET_TYPES,
+    AttributeValue,
+    check_attribute_name,
+    compare,
+    type_of,
+    validate_value,
+)
 
 COMPARISON_OPERATORS = (
     "IN",
@@ -420,6 +427,7 @@ def projection_expression(attributes: Any) -> Translation:
         )
     seen: set[str] = set()
     for attribute in attributes:
+        check_attribute_name(attribute)
         if attribute in seen:
             raise ValidationError(
                 INVALID_PARAMETERS + f"Duplicate value in attribute name: {attribute}"

@@ -203,6 +203,8 @@ class _Parser:
         return token.text
 
     def parse_path(self) -> ast.Path:
+        """A document path: at most `NESTING_DEPTH_MAX` elements (the top-level attribute is the
+        first level), each list index within a 32-bit signed integer, as DynamoDB allows."""
         elements: list[ast.PathElement] = [self.path_name()]
         while True:
             kind = self.tokens[self.pos].kind
@@ -213,9 +215,18 @@ class _Parser:
                 self.pos += 1
                 index = self.expect(INTEGER)
                 self.expect("]")
+                if int(index.text) > limits.DOCUMENT_PATH_LIST_INDEX_MAX:
+                    raise ExpressionSyntaxError(
+                        f"List index is not within the allowable range; index: [{index.text}]"
+                    )
                 elements.append(int(index.text))
             else:
-                return tuple(elements)
+                break
+        if len(elements) > limits.NESTING_DEPTH_MAX:
+            raise ExpressionSyntaxError(
+                f"The document path has too many nesting levels; nesting levels: {len(elements)}"
+            )
+        return tuple(elements)
 
     def parse_atom(self) -> ast.Operand:
         token = self.peek()

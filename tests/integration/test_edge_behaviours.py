@@ -4,7 +4,8 @@ Each test is one behaviour issue #14 found missing: an update that only removes 
 item missing; comparing with a constant that has no order is a ValidationException, not a failed
 condition; functions of the other expression kind are "not allowed"; an unknown function in an
 update expression is a syntax error; AttributeUpdates' type mismatches say "mismatch"; SET's
-functions nest as the API Reference's grammar says.
+functions nest as the API Reference's grammar says; document paths deeper than 32 levels, list
+indexes past a 32-bit integer, `#name` keys over 255 bytes and empty attribute names are refused.
 """
 
 from __future__ import annotations
@@ -210,3 +211,50 @@ def test_set_functions_nest_as_the_api_reference_grammar_says(dynamodb: Any, tab
         "ValidationException",
         'Invalid UpdateExpression: Syntax error; token: "+", near: ":a + :b"',
     )
+
+
+def test_paths_too_deep_huge_list_indexes_and_long_name_keys_are_refused(
+    dynamodb: Any, table: str
+) -> None:
+    deep = "a" + ".b" * 32
+    for call, message in (
+        (
+            lambda: dynamodb.get_item(TableName=table, Key=KEY, ProjectionExpression=deep),
+            "Invalid ProjectionExpression: The document path has too many nesting levels; "
+            "nesting levels: 33",
+        ),
+        (
+            lambda: dynamodb.get_item(
+                TableName=table, Key=KEY, ProjectionExpression="a[2147483648]"
+            ),
+            "Invalid ProjectionExpression: List index is not within the allowable range; "
+            "index: [2147483648]",
+        ),
+        (
+            lambda: dynamodb.get_item(
+                TableName=table,
+                Key=KEY,
+                ProjectionExpression="#" + "n" * 255,
+                ExpressionAttributeNames={"#" + "n" * 255: "a"},
+            ),
+            "ExpressionAttributeNames contains invalid key: The expression attribute map "
+            "contains a key that is too long; size of key: 256",
+        ),
+    ):
+        assert error_of(call) == (400, "ValidationException", message)
+    # The Developer Guide's naming rule, in its words (DynamoDB's message is not published).
+    name_rule = (
+        "One or more parameter values were invalid: Attribute names must be at least one "
+        "character long and less than 64 KB in size"
+    )
+    assert error_of(lambda: dynamodb.put_item(TableName=table, Item={**KEY, "": {"S": "x"}})) == (
+        400,
+        "ValidationException",
+        name_rule,
+    )
+    assert error_of(
+        lambda: dynamodb.get_item(TableName=table, Key=KEY, AttributesToGet=["a", ""])
+    ) == (400, "ValidationException", name_rule)
+    # At the bounds themselves the reads succeed.
+    dynamodb.get_item(TableName=table, Key=KEY, ProjectionExpression="a" + ".b" * 31)
+    dynamodb.get_item(TableName=table, Key=KEY, ProjectionExpression="a[2147483647]")

@@ -98,3 +98,18 @@ def test_projection_and_key_conditions_count_as_uses() -> None:
     key = expressions.key_condition("#k = :h", names, values, "pk", None)
     expressions.check_unused(names, values, projection, key)
     expressions.check_unused(None, None)
+
+
+def test_a_name_key_over_255_bytes_is_too_long() -> None:
+    # "The maximum length of any single expression attribute name or expression attribute value
+    # is 255 bytes. For example, #name is five bytes" (Developer Guide, "Constraints", expression
+    # parameters): the key is measured with its '#'. The words are DynamoDB Local's
+    # PARAMETER_MAP_KEY_SIZE_EXCEEDED, with the size DynamoDB appends, as an emulator checked
+    # against DynamoDB records them; the size is checked before the key's syntax.
+    longest = "#" + "n" * 254
+    assert expressions.check_attribute_maps({longest: "a"}, None) == {}
+    for key in ("#" + "n" * 255, "#" + "é" * 200):
+        assert maps_error({key: "a"}, None) == (
+            "ExpressionAttributeNames contains invalid key: The expression attribute map "
+            f"contains a key that is too long; size of key: {len(key.encode())}"
+        )

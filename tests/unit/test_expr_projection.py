@@ -88,3 +88,39 @@ def test_errors(text: str, message: str) -> None:
     with pytest.raises(ValidationError) as raised:
         expressions.projection(text)
     assert raised.value.message == f"Invalid ProjectionExpression: {message}"
+
+
+def test_a_document_path_has_at_most_32_levels() -> None:
+    # "DynamoDB supports nested attributes up to 32 levels deep" (Developer Guide, "Constraints"),
+    # the top-level attribute being the first level; DynamoDB's words for a deeper path are
+    # "Invalid ProjectionExpression: The document path has too many nesting levels; nesting
+    # levels: 33" (recorded by Alternator's tests against DynamoDB). List indexes are levels too.
+    assert project("m" + ".b" * 31) == {}
+    assert project("l" + "[0]" * 31) == {}
+    for deeper in ("m" + ".b" * 32, "l" + "[0]" * 32, "l[1]" + ".x" * 30 + "[0]"):
+        with pytest.raises(ValidationError) as raised:
+            project(deeper)
+        assert raised.value.message == (
+            "Invalid ProjectionExpression: The document path has too many nesting levels; "
+            "nesting levels: 33"
+        )
+
+
+@pytest.mark.parametrize("index", ["2147483648", "99999999999999999999999"])
+def test_a_list_index_past_a_32_bit_integer_is_out_of_range(index: str) -> None:
+    # DynamoDB Local's INVALID_LIST_INDEX words, for an index above Java's int maximum.
+    assert project("l[2147483647]") == {}
+    with pytest.raises(ValidationError) as raised:
+        project(f"l[{index}]")
+    assert raised.value.message == (
+        f"Invalid ProjectionExpression: List index is not within the allowable range; "
+        f"index: [{index}]"
+    )
+
+
+def test_other_expressions_refuse_deep_paths_and_huge_indexes_under_their_own_name() -> None:
+    deep = "a" + ".b" * 32
+    with pytest.raises(ValidationError, match=r"^Invalid ConditionExpression: The document path"):
+        expressions.condition(f"attribute_exists({deep})", None, None)
+    with pytest.raises(ValidationError, match=r"^Invalid UpdateExpression: List index is not"):
+        expressions.update("SET l[3000000000] = :v", None, {":v": {"S": "x"}})

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from typing import Any, cast
 
 import pytest
 
 from core import expressions
 from core.errors import ValidationError
+from router import tags
 from router.requests import (
     RETURN_VALUES,
     RETURN_VALUES_OLD_ONLY,
@@ -271,3 +273,24 @@ def test_key_paths_refuse_a_document_path_into_a_key_attribute() -> None:
     )
     with pytest.raises(ValidationError, match=r"Key: sk$"):
         check_key_paths(("pk", "sk"), condition)
+
+
+def test_untag_resource_states_its_keys_constraint_once_for_the_list() -> None:
+    # TagKeys is a list of TagKeyString (1 to 128 characters in the service model): its member
+    # constraint is stated once for the whole list, as for AttributesToGet or NonKeyAttributes,
+    # not per element.
+    body = {"ResourceArn": "arn:aws:dynamodb:us-east-1:000000000000:table/T", "TagKeys": ["", "k"]}
+    with pytest.raises(ValidationError) as raised:
+        asyncio.run(tags.untag_resource(cast(Any, None), body))
+    assert raised.value.message == (
+        "1 validation error detected: Value '[, k]' at 'tagKeys' failed to satisfy constraint: "
+        "Member must satisfy constraint: [Member must have length less than or equal to 128, "
+        "Member must have length greater than or equal to 1]"
+    )
+    del body["TagKeys"]
+    with pytest.raises(ValidationError) as raised:
+        asyncio.run(tags.untag_resource(cast(Any, None), body))
+    assert raised.value.message == (
+        "1 validation error detected: Value null at 'tagKeys' failed to satisfy constraint: "
+        "Member must not be null"
+    )

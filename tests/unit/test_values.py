@@ -391,3 +391,21 @@ def test_an_exponent_past_what_decimal_holds_is_out_of_range(text: str, message:
 
 def test_zero_with_an_exponent_past_what_decimal_holds_is_zero() -> None:
     assert normalize_number("0.00e99999999999999999999") == "0"
+
+
+@pytest.mark.parametrize("name", ["", "a" * 65536, "é" * 32768])
+def test_an_attribute_name_is_one_character_to_less_than_64_kb(name: str) -> None:
+    # "Attribute names must be at least one character long and less than 64 KB in size"
+    # (Developer Guide, "Supported data types and naming rules"). DynamoDB's message for it is not
+    # published: the refusal states the documented rule in the Guide's words.
+    with pytest.raises(ValidationError) as raised:
+        validate_item({"pk": {"S": "k"}, name: {"S": "x"}})
+    assert raised.value.message == (
+        "One or more parameter values were invalid: Attribute names must be at least one "
+        "character long and less than 64 KB in size"
+    )
+
+
+def test_an_attribute_name_just_under_64_kb_is_kept() -> None:
+    longest = "a" * 65535
+    assert validate_item({longest: {"S": "x"}}) == {longest: {"S": "x"}}
