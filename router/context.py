@@ -153,7 +153,7 @@ class RouterContext:
         # The cache version last written to the state directory's copy.
         self._copied_version = 0
         # The seq of the last node copy of the catalog taken, which a later one may not be below,
-        # and when the copies were last read (`sources.clock`), to read them at most once a round.
+        # and when a copy was last found (`sources.clock`), to read them at most once a round.
         self._node_copy_seq = -1
         self._node_copies_read_at: float | None = None
         self.metrics = RouterMetrics()
@@ -473,15 +473,15 @@ class RouterContext:
 
     async def _take_node_copy(self) -> None:
         """Install the newest of the nodes' copies of the catalog, merged under the cache
-        (`core.catalog_copy.merged`), unless the copies were read less than a refresh round ago
-        or it is older than a copy taken before."""
+        (`core.catalog_copy.merged`), unless a copy was found less than a refresh round ago or
+        this one is older than a copy taken before. A read that found none is tried again on the
+        next refresh, so a request does not fail for a read that failed just before it."""
         now = self.sources.clock()
         if (
             self._node_copies_read_at is not None
             and now - self._node_copies_read_at < limits.CATALOG_REFRESH_SECONDS
         ):
             return
-        self._node_copies_read_at = now
         nodes = sorted(node for node in self.clients if node != self.catalog_node)
         replies = await asyncio.gather(
             *(self._read_node_copy(node) for node in nodes), return_exceptions=True
@@ -495,7 +495,10 @@ class RouterContext:
             elif isinstance(reply, BaseException):
                 raise reply
         copy = newest(copies)
-        if copy is None or copy.seq < self._node_copy_seq:
+        if copy is None:
+            return
+        self._node_copies_read_at = now
+        if copy.seq < self._node_copy_seq:
             return
         if self._node_copy_seq < 0:
             log.warning(

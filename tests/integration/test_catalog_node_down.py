@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from core.catalog import CATALOG_COPY_TABLE_ID
+from core.catalog import CATALOG_COPY_TABLE_ID, TableStatus
 from core.catalog_copy import CATALOG_COPY_PARTITION_ID, CatalogCopy
 from core.errors import ServiceUnavailable, StaleEpoch
 from core.keycodec import encode_storage_key
@@ -87,12 +87,18 @@ def node_copies(nodes: list[StorageNode]) -> dict[str, CatalogCopy | None]:
 
 
 def wait_for_node_copies(cluster: LocalCluster, home: str, name: str) -> None:
-    """Until every node but the catalog's keeps a copy naming table `name`."""
+    """Until every node but the catalog's keeps a copy in which table `name` is ACTIVE (a copy
+    taken while it was being created names it too, but a router does not serve it from there)."""
     others = [node for node in cluster.nodes if node.node_id != home]
     deadline = time.monotonic() + COPY_WAIT_SECONDS
     while True:
         copies = node_copies(others)
-        if all(copy is not None and name in copy.records for copy in copies.values()):
+        if all(
+            copy is not None
+            and name in copy.records
+            and copy.records[name].status == TableStatus.ACTIVE
+            for copy in copies.values()
+        ):
             return
         assert time.monotonic() < deadline, f"the nodes' copies lack {name}: {copies}"
         time.sleep(POLL_SECONDS)
