@@ -3,12 +3,17 @@
 A replicator follows a source partition for one change-feed consumer (`core.gsi.consumer_of`)
 only while it holds that (table, partition, consumer)'s lease: a row in the leases system table
 (`LEASES_TABLE_ID`, beside the catalog on the catalog's node) naming its owner, an epoch and the
-wall-clock time it expires. Rows are changed only by compare-and-set on their `version`, so two
-replicators never both take a lease. Each replicator also keeps a member row alive; it claims
-leases up to its fair share of the followed partitions (`plan`), renews the ones it holds before
-half their time is gone, releases the ones past its share (they expire at once, keeping their
-epoch), and takes over a lease whose owner let it expire (a crashed replicator) with the epoch
-plus one.
+time it expires by its owner's clock. Rows are changed only by compare-and-set on their
+`version`, so two replicators never both take a lease. Each replicator also keeps a member row
+alive; it claims leases up to its fair share of the followed partitions (`plan`), renews the ones
+it holds before half their time is gone, releases the ones past its share (they expire at once,
+keeping their epoch), and takes over a lease whose owner let it expire (a crashed replicator)
+with the epoch plus one.
+
+Expiry does not assume the replicators' clocks agree. A holder judges its own lease by the expiry
+its clock wrote; another replicator judges it, and a member's liveness, by whether the row
+changed within a lease time as its own monotonic clock measures (`RowAges`). A row's `expires`
+from another clock only says whether it was released (0).
 
 The epoch fences a replicator that lost its lease without noticing (paused, or its renewal late):
 every `index_apply` carries it, and an index partition refuses a source's changes under an epoch
@@ -76,10 +81,17 @@ class Lease:
     drained: bool = False
 
     def held_by(self, owner: str, now: float) -> bool:
+        """Whether `owner` holds it at `now`, by `owner`'s own clock (it wrote `expires`)."""
         return self.owner == owner and self.expires > now
 
-    def free(self, now: float) -> bool:
-        return self.expires <= now
+    def free(
+        self, owner: str, now: float, unchanged_seconds: Mapping[str, float], seconds: float
+    ) -> bool:
+        """Whether `owner` may take it: released, or (another's) seen unchanged for a whole
+        lease time by `owner`'s own clock (`RowAges`), whatever the holder's clock wrote."""
+        if self.expires <= 0 or self.owner == owner:
+            return self.expires <= now
+        return unchanged_seconds.get(lease_name(self.key), 0.0) >= seconds
 
     def to_item(self) -> dict[str, Any]:
         return {
@@ -158,12 +170,17 @@ def plan(
     owner: str,
     now: float,
     lease_seconds: float,
+    unchanged_seconds: Mapping[str, float],
 ) -> Plan:
     """The lease changes for `owner`, given the keys some replicator should follow (`wanted`,
-    in the order to prefer them), the rows read at `now` and the members alive then (`owner`
-    counts as one whatever its row says). A lease is renewed once less than half its time is
-    left; a held lease not wanted any more is released."""
-    alive = {name for name, member in members.items() if member.expires > now} | {owner}
+    in the order to prefer them), the rows read at `now` and how long `owner` has seen each
+    unchanged (`RowAges`). A member is alive while its row changed within a lease time (`owner`
+    counts as one whatever its row says); another's lease is free once released or unchanged for
+    a lease time (`Lease.free`). A lease is renewed once less than half its time is left; a held
+    lease not wanted any more is released."""
+    alive = {
+        name for name in members if unchanged_seconds.get(member_name(name), 0.0) < lease_seconds
+    } | {owner}
     share = fair_share(len(wanted), len(alive))
     mine = [key for key in wanted if key in leases and leases[key].held_by(owner, now)]
     kept = mine[:share]
@@ -173,7 +190,11 @@ def plan(
         for key, lease in leases.items()
         if key not in wanted and lease.held_by(owner, now) and not lease.drained
     )
-    free = [key for key in wanted if key not in leases or leases[key].free(now)]
+    free = [
+        key
+        for key in wanted
+        if key not in leases or leases[key].free(owner, now, unchanged_seconds, lease_seconds)
+    ]
     acquire = free[: max(0, share - len(kept))]
     keep = tuple(leases[key] for key in kept)
     renew = tuple(lease for lease in keep if lease.expires - now < lease_seconds / 2)

@@ -399,7 +399,7 @@ class Replicator:
             if await leases.write(self.clients, location, alive.to_item(), version):
                 members[self.owner] = alive
         wanted = self.wanted()
-        plan = gsi_leases.plan(wanted, rows, members, self.owner, now, self.lease_seconds)
+        plan = gsi_leases.plan(wanted, rows, members, self.owner, now, self.lease_seconds, ages)
         held = {lease.key: lease for lease in plan.keep}
         for lease in plan.release:
             held.pop(lease.key, None)

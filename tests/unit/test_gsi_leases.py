@@ -17,7 +17,7 @@ def keys(count: int) -> list[LeaseKey]:
 
 def test_the_first_replicator_takes_every_free_lease_alone() -> None:
     wanted = keys(4)
-    plan = gsi_leases.plan(wanted, {}, {}, "a", NOW, SECONDS)
+    plan = gsi_leases.plan(wanted, {}, {}, "a", NOW, SECONDS, {})
     assert plan.acquire == tuple(wanted)
     assert (plan.keep, plan.renew, plan.release) == ((), (), ())
 
@@ -26,21 +26,21 @@ def test_a_second_member_gets_half_and_the_first_releases_what_is_past_its_share
     wanted = keys(4)
     rows = {k: Lease(k, "a", 1, NOW + SECONDS, 1) for k in wanted}
     members = {"a": Member("a", NOW + SECONDS, 1), "b": Member("b", NOW + SECONDS, 1)}
-    first = gsi_leases.plan(wanted, rows, members, "a", NOW, SECONDS)
+    first = gsi_leases.plan(wanted, rows, members, "a", NOW, SECONDS, {})
     assert [lease.key for lease in first.keep] == wanted[:2]
     assert [lease.key for lease in first.release] == wanted[2:]
     assert first.renew == ()  # More than half of their time is left.
     # b sees nothing free until a released; then it takes the released ones.
-    assert gsi_leases.plan(wanted, rows, members, "b", NOW, SECONDS).acquire == ()
+    assert gsi_leases.plan(wanted, rows, members, "b", NOW, SECONDS, {}).acquire == ()
     after = {**rows, **{lease.key: gsi_leases.released(lease) for lease in first.release}}
-    second = gsi_leases.plan(wanted, after, members, "b", NOW, SECONDS)
+    second = gsi_leases.plan(wanted, after, members, "b", NOW, SECONDS, {})
     assert second.acquire == tuple(wanted[2:])
 
 
 def test_a_lease_is_renewed_once_half_its_time_is_gone_with_the_same_epoch() -> None:
     (key,) = keys(1)
     lease = Lease(key, "a", 4, NOW + SECONDS / 2 - 0.1, 7)
-    plan = gsi_leases.plan([key], {key: lease}, {}, "a", NOW, SECONDS)
+    plan = gsi_leases.plan([key], {key: lease}, {}, "a", NOW, SECONDS, {})
     assert plan.renew == (lease,)
     renewal = gsi_leases.renewed(lease, NOW, SECONDS)
     assert (renewal.epoch, renewal.version, renewal.expires) == (4, 8, NOW + SECONDS)
@@ -53,11 +53,46 @@ def test_an_expired_lease_of_a_dead_member_is_taken_over_with_the_next_epoch() -
         wanted[1]: Lease(wanted[1], "b", 1, NOW + SECONDS, 2),
     }
     members = {"dead": Member("dead", NOW - 1, 5), "b": Member("b", NOW + SECONDS, 1)}
-    plan = gsi_leases.plan(wanted, rows, members, "a", NOW, SECONDS)
+    # a has seen the dead one's rows unchanged for a lease time; b's changed just now.
+    ages = {
+        gsi_leases.lease_name(wanted[0]): SECONDS,
+        gsi_leases.member_name("dead"): SECONDS,
+        gsi_leases.lease_name(wanted[1]): 0.2,
+        gsi_leases.member_name("b"): 0.2,
+    }
+    plan = gsi_leases.plan(wanted, rows, members, "a", NOW, SECONDS, ages)
     assert plan.acquire == (wanted[0],)  # b's live lease is not touched.
     taken = gsi_leases.taken(rows[wanted[0]], wanted[0], "a", NOW, SECONDS)
     assert (taken.owner, taken.epoch, taken.version) == ("a", 4, 10)
     assert gsi_leases.taken(None, wanted[1], "a", NOW, SECONDS).epoch == 1
+
+
+def test_expiry_is_judged_by_the_takers_own_clock_not_the_holders() -> None:
+    behind, ahead, released = keys(3)
+    rows = {
+        # Its holder's clock runs 10 s behind a's: by a's clock the row expired long ago, but a
+        # saw it change a second ago, so the holder is alive and the lease is not free.
+        behind: Lease(behind, "slow", 2, NOW - 10, 5),
+        # Its holder's clock ran 10 s ahead and then it died: the row says a future expiry, but
+        # a has seen it unchanged for a whole lease time, so it is free.
+        ahead: Lease(ahead, "fast", 7, NOW + 10, 3),
+        # Released by its holder (expiry 0): free at once, however recently written.
+        released: Lease(released, "gone", 1, 0.0, 2),
+    }
+    members = {"slow": Member("slow", NOW - 10, 9), "fast": Member("fast", NOW + 10, 4)}
+    ages = {
+        gsi_leases.lease_name(behind): 1.0,
+        gsi_leases.member_name("slow"): 1.0,
+        gsi_leases.lease_name(ahead): SECONDS,
+        gsi_leases.member_name("fast"): SECONDS,
+        gsi_leases.lease_name(released): 0.0,
+    }
+    plan = gsi_leases.plan([behind, ahead, released], rows, members, "a", NOW, SECONDS, ages)
+    assert plan.acquire == (ahead, released)  # a and slow are alive: a's share is 2 of 3.
+    # Before a has watched a row for a lease time (a replicator just started), nothing of
+    # another's that was not released is free.
+    fresh = gsi_leases.plan([behind, ahead], rows, members, "a", NOW, SECONDS, {})
+    assert fresh.acquire == ()
 
 
 def test_a_held_lease_no_longer_wanted_is_released_unless_drained() -> None:
@@ -66,7 +101,7 @@ def test_a_held_lease_no_longer_wanted_is_released_unless_drained() -> None:
         gone: Lease(gone, "a", 1, NOW + SECONDS, 1),
         drained: Lease(drained, "a", 1, NOW + SECONDS, 1, drained=True),
     }
-    plan = gsi_leases.plan([], rows, {}, "a", NOW, SECONDS)
+    plan = gsi_leases.plan([], rows, {}, "a", NOW, SECONDS, {})
     assert [lease.key for lease in plan.release] == [gone]
     assert gsi_leases.drained_partitions(rows.values(), drained[0], drained[2]) == {drained[1]}
 
