@@ -1,6 +1,7 @@
 """Benchmark a partition split under a mixed load: how long it takes, and what clients see.
 
-    python bench/split.py [--partition-mb 1024] [--phase-seconds 10] [--concurrency 16]
+    python bench/split.py [--partition-mb 1024] [--load-mb 16] [--phase-seconds 10]
+                          [--concurrency 16]
     python bench/split.py --heat [--heat-seconds 40]
 
 It starts its own cluster (3 nodes, 1 router, throttling off, the size trigger out of the way,
@@ -16,6 +17,14 @@ reply also says how long the install took, the one step that makes the node's wr
 client shares the machine with the cluster, so the numbers describe this machine as loaded at the
 time.
 Use `--partition-mb 20` for a quick run.
+
+So that a 1 GB partition is built in a minute or two rather than an hour of 4 KB puts, the mixed
+load's items (`--item-bytes` each, collections of 64) fill only `--load-mb` of it, and the rest is
+ballast: items of `--ballast-item-bytes` (380 KB by default, under DynamoDB's 400 KB item bound),
+each its own item collection on keys of the same partition that the load never touches, written
+by BatchWriteItem a few at a time (`BALLAST_BATCH_ITEMS`, under the 16 MB request bound). The
+split halves the bytes, so the ballast is cut in two like any data; the load's p99 is that of
+4 KB items. The fill prints its rate.
 
 With `--heat` it measures split for heat instead, on a cluster that enforces throughput (1 s of
 burst): `--concurrency` clients put 20 KB items (20 write units each) on many keys of one
@@ -45,6 +54,7 @@ TABLE = "splitbench"
 TABLE_ACTIVE_TIMEOUT_S = 60.0
 COLLECTION_ITEMS = 64  # Items per partition key value: Query reads one collection.
 BATCH_ITEMS = 25
+BALLAST_BATCH_ITEMS = 8  # 8 x 380 KB: about 3 MB a BatchWriteItem, well under its 16 MB.
 
 
 def first_partition_keys(count: int) -> list[str]:
@@ -89,12 +99,26 @@ async def create_table(client: DynamoDBClient) -> None:
         await asyncio.sleep(0.1)
 
 
-async def fill(client: DynamoDBClient, keys: list[str], pad: str, concurrency: int) -> None:
-    batches = [
-        [item(pk, sk, pad) for sk in range(start, start + BATCH_ITEMS)]
+def load_batches(keys: list[str], pad: str) -> list[list[dict[str, Any]]]:
+    """The mixed load's items: COLLECTION_ITEMS per key, BATCH_ITEMS a request."""
+    return [
+        [item(pk, sk, pad) for sk in range(start, min(start + BATCH_ITEMS, COLLECTION_ITEMS))]
         for pk in keys
         for start in range(0, COLLECTION_ITEMS, BATCH_ITEMS)
     ]
+
+
+def ballast_batches(keys: list[str], pad: str) -> list[list[dict[str, Any]]]:
+    """One large item per key, BALLAST_BATCH_ITEMS a request."""
+    return [
+        [item(pk, 0, pad) for pk in keys[start : start + BALLAST_BATCH_ITEMS]]
+        for start in range(0, len(keys), BALLAST_BATCH_ITEMS)
+    ]
+
+
+async def fill(
+    client: DynamoDBClient, batches: list[list[dict[str, Any]]], concurrency: int
+) -> None:
     queue = list(reversed(batches))
 
     async def worker() -> None:
@@ -179,16 +203,26 @@ async def run(args: argparse.Namespace, endpoint: str) -> None:
         client = DynamoDBClient(session, endpoint, signer)
         await create_table(client)
         pad = "x" * args.item_bytes
-        collections = max(2, int(args.partition_mb * 2**20 / args.item_bytes / COLLECTION_ITEMS))
-        keys = first_partition_keys(collections)
+        load_mb = min(args.load_mb, args.partition_mb)
+        collections = max(2, int(load_mb * 2**20 / args.item_bytes / COLLECTION_ITEMS))
+        ballast_items = int((args.partition_mb - load_mb) * 2**20 / args.ballast_item_bytes)
+        every_key = first_partition_keys(collections + ballast_items)
+        keys, ballast_keys = every_key[:collections], every_key[collections:]
         started = time.monotonic()
-        await fill(client, keys, pad, args.concurrency)
+        await fill(client, load_batches(keys, pad), args.concurrency)
+        # Fewer at once: each request is a few MB.
+        ballast = ballast_batches(ballast_keys, "x" * args.ballast_item_bytes)
+        await fill(client, ballast, min(args.concurrency, 4))
+        filled = time.monotonic() - started
         listing_url = f"{endpoint}/admin/tables/{TABLE}/partitions"
         listing = await admin(session, listing_url)
         partition = max(listing["partitions"], key=lambda p: p["size_bytes"] or 0)
+        size_mib = partition["size_bytes"] / 2**20
         print(
-            f"filled partition {partition['id']} with {partition['size_bytes'] / 2**20:.1f} MiB "
-            f"({collections * COLLECTION_ITEMS} items) in {time.monotonic() - started:.1f} s"
+            f"filled partition {partition['id']} with {size_mib:.1f} MiB "
+            f"({collections * COLLECTION_ITEMS} items of {args.item_bytes} B for the load, "
+            f"{ballast_items} of {args.ballast_item_bytes} B of ballast) in {filled:.1f} s "
+            f"({size_mib / filled:.1f} MiB/s)"
         )
         recorder = Recorder()
         stop = asyncio.Event()
@@ -298,6 +332,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--partition-mb", type=float, default=1024.0, help="size to fill, MiB")
     parser.add_argument("--item-bytes", type=int, default=4000, help="padding per item")
+    parser.add_argument("--load-mb", type=float, default=16.0, help="MiB of the load's items")
+    parser.add_argument(
+        "--ballast-item-bytes", type=int, default=380_000, help="padding per ballast item"
+    )
     parser.add_argument("--phase-seconds", type=float, default=10.0, help="before and after")
     parser.add_argument("--concurrency", type=int, default=16, help="clients")
     parser.add_argument("--heat", action="store_true", help="measure split for heat instead")
