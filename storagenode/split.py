@@ -22,6 +22,12 @@ router's admin endpoint sends) or when its size passes `split_bytes` (checked ev
    creates both children with their counters and retires the parent with an END record, in one
    batch; a write naming the parent's epoch that reaches the node after it gets StaleEpoch.
 
+A global index's partitions split the same way (`is_index_partition`: the node holds them under
+the name `core.catalog.index_storage_name` gives, so the splitter reaches the catalog by the
+table's name and records the children in the index's entry). Their install also hands each
+child the parent's per-source rows (`_carry_index_sources`: the replicator's applied seq and
+lease fence), and counts the low child by the walk, as they keep no change log.
+
 At start the splitter reconciles: every partition the catalog records as split but the node still
 holds is installed (`core.splits.recovery`), so a crash between the record and the install
 completes on restart, and a crash before the record leaves nothing to undo.

@@ -148,6 +148,10 @@ def test_children_carry_the_source_seq_the_fence_and_exact_counts(seed: int) -> 
         low, high = (child["id"] for child in reply["children"])
         children = [node.partitions[index_id, c] for c in (low, high)]
         assert all(c.epoch == parent.epoch + 1 for c in children), f"seed {seed}"
+        # Each child meters half the parent's share of the index's throughput.
+        assert held.throughput is not None
+        halves = 2 * held.throughput["partition_count"]
+        assert all(c.throughput and c.throughput["partition_count"] == halves for c in children)
         assert [c.item_count for c in children] != [count, 0], f"seed {seed}: no halving"
         assert sum(c.item_count for c in children) == count, f"seed {seed}"
         assert sum(c.size_bytes for c in children) == size, f"seed {seed}"
