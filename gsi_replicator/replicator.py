@@ -842,17 +842,18 @@ class Replicator:
         target: gsi.IndexTarget,
         source: str,
         changes: list[dict[str, Any]],
-        epoch: int,
+        lease_epoch: int,
         backfill: bool = False,
     ) -> dict[str, Any]:
-        """One index_apply, retried a bounded number of times on a node that does not answer or
+        """One index_apply under the lease of `lease_epoch` (the index partition's own epoch is
+        `target`'s), retried a bounded number of times on a node that does not answer or
         throttles (a retry of an applied payload applies nothing)."""
-        index_id, partition_id, epoch, node = target
+        index_id, partition_id, partition_epoch, node = target
         client = self.clients.get(node)
         if client is None:
             raise ServiceUnavailable(f"Storage node {node} is not known here")
-        payload = ops.IndexApplyPayload(source, changes, backfill, epoch).to_json()
-        address = ops.Target(index_id, partition_id, epoch)
+        payload = ops.IndexApplyPayload(source, changes, backfill, lease_epoch).to_json()
+        address = ops.Target(index_id, partition_id, partition_epoch)
         backoff = limits.GSI_RETRY_BACKOFF_SECONDS_MIN
         for attempt in range(1, limits.GSI_APPLY_ATTEMPTS_MAX + 1):
             try:
