@@ -99,6 +99,26 @@ HEAT_SAMPLE_RECORDS_MAX = 1000
 # keys, so a large one takes a while (dynalab's choice).
 SPLIT_CALL_SECONDS_MAX = 120.0
 ITEM_COLLECTION_BYTES_MAX = 10 * KIB * MIB  # An item collection of a table with an LSI: 10 GB.
+# Moving a partition to another node (`storagenode/move.py`; dynalab's choices). The copy goes in
+# pages of at most this many bytes or rows (items are at most 400 KB, so a page stays well under
+# gRPC's 4 MiB message bound); the catch-up from the change log repeats while more than the lag
+# bound of records is left, at most the rounds bound, then the source fences and drains the rest
+# (clients are refused for that drain, the catalog switch and the target's activation: about
+# four calls). The fence waits for transactions in flight on the node (locks resolve within
+# about 5 s) for at most the attempts bound, this long apart, else the move rolls back.
+MOVE_PAGE_BYTES_MAX = MIB
+MOVE_PAGE_ROWS_MAX = 1_000
+MOVE_FENCE_LAG_RECORDS_MAX = 100
+MOVE_CATCH_UP_ROUNDS_MAX = 20
+MOVE_FENCE_ATTEMPTS_MAX = 60
+MOVE_FENCE_BACKOFF_SECONDS = 0.1
+# How often a node settles moves left half-done (a restart, a failed step) and looks at the
+# copies moved to it; an INCOMING copy its source has not touched for this long, and that the
+# catalog does not name, is dropped (its source rolled back without reaching it).
+MOVE_CHECK_SECONDS = 1.0
+MOVE_ABANDONED_SECONDS = 60.0
+# How long the admin endpoint waits for a node to move a partition (a copy of its whole data).
+MOVE_CALL_SECONDS_MAX = 300.0
 
 # Free disk space a node keeps: below it, writes that add data are refused (deletes, and what lets
 # the change log be trimmed, go on), so RocksDB never meets a full disk, after which its log writer
@@ -232,8 +252,9 @@ CONTROL_CALL_SECONDS_MAX = 10.0
 # DescribeTable waits this long for the nodes' item counts and sizes before answering without them.
 TABLE_STATS_SECONDS_MAX = 2.0
 # A request refused for a stale epoch is retried on a refreshed catalog at most this many times,
-# with a backoff doubling from the minimum while the catalog has not caught up (a split committing).
-STALE_EPOCH_ATTEMPTS_MAX = 6
+# with a backoff doubling from the minimum while the catalog has not caught up (a split committing,
+# or a move's fence: its drain, catalog switch and activation, a few calls): about 1.3 s in all.
+STALE_EPOCH_ATTEMPTS_MAX = 8
 STALE_EPOCH_BACKOFF_SECONDS_MIN = 0.01
 # Compare-and-set attempts of one catalog change before giving up as unavailable; a conflict is
 # retried after a random pause up to the backoff, so racing routers do not collide in lockstep.

@@ -31,6 +31,7 @@ change-feed consumer (the GSI replicator, Streams) reads on from its checkpoint 
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 
 from core import catalog
 from core.catalog import IllegalTransition, PartitionDef, TableDef
@@ -143,13 +144,18 @@ def target_recovery(
     return TargetAction.WAIT
 
 
-def misplaced(table: TableDef, owner: dict[str, str]) -> list[tuple[PartitionDef, str]]:
-    """The split children of `table` that are not on the node the ring places them on, with that
-    node: `owner` maps each serving partition's id to its ring owner (among the nodes known)."""
-    return [
-        (partition, owner[partition.id])
-        for partition in table.partitions
-        if partition.parent is not None
-        and partition.id in owner
-        and owner[partition.id] != partition.node
-    ]
+def misplaced(table: TableDef, owner: Callable[[str], str]) -> list[tuple[PartitionDef, str]]:
+    """The split children of `table` that are not on the node the ring places them on
+    (`owner` of a partition id), with that node, if they have not moved since their split (an
+    epoch one past their parent's): each child is moved once, so routers whose rings differ
+    (other node lists) cannot pass a partition back and forth."""
+    parents = {partition.id: partition for partition in table.retired}
+    found: list[tuple[PartitionDef, str]] = []
+    for partition in table.partitions:
+        parent = None if partition.parent is None else parents.get(partition.parent)
+        if parent is None or partition.epoch != parent.epoch + 1:
+            continue
+        node = owner(partition.id)
+        if node != partition.node:
+            found.append((partition, node))
+    return found

@@ -30,6 +30,8 @@ from core import limits
 from router.app import GUARD, create_app, load_operations
 from router.context import RouterContext
 from router.limits import GuardedSite, limits_for_process
+from router.placement import PlacementMover
+from router.placement import enabled_from_env as placement_enabled
 from router.sources import Sources
 from router.tables import TableReconciler
 from rpc import lifeline
@@ -109,6 +111,9 @@ async def serve(args: argparse.Namespace) -> None:
             ctx.advertise = listening
         reconciler = BackgroundTask("table-reconciler", TableReconciler(ctx).run)
         reconciler.start()
+        placement = BackgroundTask("placement", PlacementMover(ctx).run)
+        if placement_enabled():
+            placement.start()
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
@@ -117,6 +122,7 @@ async def serve(args: argparse.Namespace) -> None:
         print(f"listening on {listening}", flush=True)
         await stop.wait()
         log.info("stopping")
+        await placement.close()
         await reconciler.close()
     finally:
         await runner.cleanup()

@@ -12,6 +12,11 @@
                                            start), else where it halves its bytes; {id}
                                            may name a global index's partition (listed by
                                            the GET with its "index"), which takes no Key
+    POST /admin/tables/{name}/partitions/{id}/move
+                                           the partition's node moves it to the node the body
+                                           names ({"Node": "n2"}): copy, catch-up, fence,
+                                           catalog switch (`storagenode.move`); a table's
+                                           partitions only
     GET /metrics                           the same counters in Prometheus' text format, and the
                                            router's own request metrics (`router.metrics`)
     GET /health                            which storage nodes this router can reach: 200 when it
@@ -39,10 +44,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from core import keycodec, limits
-from core.errors import DynamoError
+from core.errors import DynamoError, StaleEpoch
 from router import transactions
 from rpc import ops
-from rpc.partition_metrics import partition_families, split_families
+from rpc.partition_metrics import move_families, partition_families, split_families
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -84,6 +89,7 @@ async def gather(ctx: RouterContext, table_id: str | None = None) -> dict[str, A
             "enforced": reply["enforced"],
             "burst_seconds": reply["burst_seconds"],
             "splits": reply["splits"],
+            "moves": reply.get("moves"),
         }
         partitions.extend({**partition, "node": node} for partition in reply["partitions"])
     partitions.sort(key=lambda p: (p["table_name"], p["partition_id"]))
@@ -218,16 +224,72 @@ async def _split(ctx: RouterContext, request: web.Request) -> web.Response:
     except ValueError as error:
         return _json({"error": str(error)}, 400)
     payload = ops.SplitPartitionPayload(storage_id, partition_id, split_key)
+    return await _to_owner(
+        ctx, name, partition, ops.SPLIT_PARTITION, payload.to_json(), limits.SPLIT_CALL_SECONDS_MAX
+    )
+
+
+async def _to_owner(
+    ctx: RouterContext,
+    name: str,
+    partition: dict[str, Any],
+    op: str,
+    body: dict[str, Any],
+    timeout: float,
+) -> web.Response:
+    """Send a split or a move to the partition's node; if it has moved meanwhile (StaleEpoch:
+    a router's own placement check may have moved it), to its node as the catalog now says."""
+    for _ in range(limits.STALE_EPOCH_ATTEMPTS_MAX):
+        try:
+            reply = await ctx.control(partition["node"], op, body, timeout)
+        except StaleEpoch as error:
+            stale = error
+            with contextlib.suppress(DynamoError):
+                await ctx.refresh()
+            table = ctx.tables.get(name) or {"id": "", "partitions": []}
+            current = _serving_partition(table, partition["id"])[1]
+            if current is None:
+                return _json({"error": f"partition {partition['id']} is no longer serving"}, 404)
+            partition = current
+            continue
+        except DynamoError as error:
+            status = 400 if error.type_name == "ValidationException" else 503
+            return _json({"error": error.message, "__type": error.type_name}, status)
+        with contextlib.suppress(DynamoError):
+            await ctx.refresh()  # Done; a router that cannot re-read it now will later.
+        return _json(reply)
+    return _json({"error": stale.message, "__type": stale.type_name}, 503)
+
+
+async def _move(ctx: RouterContext, request: web.Request) -> web.Response:
+    """Ask a partition's node to move it to the node the body names
+    (`rpc.ops.MovePartitionPayload`); answer what the node answered: the partition as the
+    catalog now records it, and how long the move and its fence took."""
+    name, partition_id = request.match_info["name"], request.match_info["id"]
     try:
-        reply = await ctx.control(
-            partition["node"], ops.SPLIT_PARTITION, payload.to_json(), limits.SPLIT_CALL_SECONDS_MAX
-        )
+        body = orjson.loads(await request.read() or b"{}")
+    except orjson.JSONDecodeError:
+        return _json({"error": "the body is not JSON"}, 400)
+    if not isinstance(body, dict) or set(body) != {"Node"} or not isinstance(body["Node"], str):
+        return _json({"error": 'the body is {"Node": node id}'}, 400)
+    target = body["Node"]
+    address = ctx.addresses.get(target)
+    if address is None:
+        return _json({"error": f"no node {target} is known to this router"}, 400)
+    try:
+        await ctx.refresh()
     except DynamoError as error:
-        status = 400 if error.type_name == "ValidationException" else 503
-        return _json({"error": error.message, "__type": error.type_name}, status)
-    with contextlib.suppress(DynamoError):
-        await ctx.refresh()  # The split is done; a router that cannot re-read it now will later.
-    return _json(reply)
+        return _json({"error": f"the catalog cannot be read: {error.message}"}, 503)
+    table = ctx.tables.get(name)
+    if table is None:
+        return _json({"error": f"no table named {name}"}, 404)
+    partition = next((p for p in table["partitions"] if p["id"] == partition_id), None)
+    if partition is None:
+        return _json({"error": f"table {name} has no serving partition {partition_id}"}, 404)
+    payload = ops.MovePartitionPayload(table["id"], partition_id, target, address)
+    return await _to_owner(
+        ctx, name, partition, ops.MOVE_PARTITION, payload.to_json(), limits.MOVE_CALL_SECONDS_MAX
+    )
 
 
 def _serving_partition(
@@ -283,6 +345,14 @@ class _Snapshot:
         yield from split_families(
             (((node,), answered[node]["splits"]) for node in sorted(answered)), ("node",)
         )
+        yield from move_families(
+            (
+                ((node,), answered[node]["moves"])
+                for node in sorted(answered)
+                if answered[node]["moves"]
+            ),
+            ("node",),
+        )
         up = GaugeMetricFamily(
             "dynalab_node_up", "Whether the node answered this scrape", labels=["node"]
         )
@@ -335,6 +405,11 @@ def add_routes(app: web.Application, ctx: RouterContext) -> None:
 
     app.router.add_get("/admin/tables/{name}/partitions", table_partitions)
     app.router.add_post("/admin/tables/{name}/partitions/{id}/split", split)
+
+    async def move(request: web.Request) -> web.Response:
+        return await _move(ctx, request)
+
+    app.router.add_post("/admin/tables/{name}/partitions/{id}/move", move)
 
     async def health(request: web.Request) -> web.Response:
         return await _health(ctx, request)

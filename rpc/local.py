@@ -157,6 +157,9 @@ class LocalNetwork:
             await asyncio.sleep(delay)
             if address in self._cut:  # Cut off while the request was on its way.
                 raise ServiceUnavailable(f"Node {address} is unavailable: it cannot be reached")
+            # It reaches whatever serves the address when it arrives: a node restarted while it
+            # was on its way (a new process over the same store), never the one that died.
+            node = self._nodes.get(address, node)
         request = orjson.dumps(payload)
         copies = 2 if is_write and draws[3] < faults.duplicate else 1
         if copies == 2:

@@ -93,6 +93,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Self
 
+from core.errors import ValidationError
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Target:
@@ -130,6 +132,8 @@ UPDATE_THROUGHPUT = "update_throughput"
 UPDATE_TTL = "update_ttl"
 PARTITION_THROUGHPUT = "partition_throughput"
 SPLIT_PARTITION = "split_partition"
+MOVE_PARTITION = "move_partition"
+MOVE_RECEIVE = "move_receive"
 
 # Change-feed consumers (the ChangeFeed service, or unary Call).
 REGISTER_CONSUMER = "register_consumer"
@@ -162,6 +166,8 @@ CONTROL_OPS = frozenset(
         UPDATE_TTL,
         PARTITION_THROUGHPUT,
         SPLIT_PARTITION,
+        MOVE_PARTITION,
+        MOVE_RECEIVE,
         TXN_APPLY,
         TXN_SWEEP,
     }
@@ -747,6 +753,90 @@ class SplitPartitionPayload:
             "partition_id": self.partition_id,
             "split_key": self.split_key,
         }
+
+
+@dataclasses.dataclass(slots=True)
+class MovePartitionPayload:
+    """move_partition: the owner moves one of its partitions to node `target_node` at
+    `target_address` (`storagenode.move`), and answers once the catalog names the target.
+
+    Reply: {"partition": PARTITION (as the catalog now records it), "from": node id,
+    "seconds": float, "fenced_seconds": float (how long clients were refused), "items": int,
+    "records": int (change-log records applied on the target after the copy)}.
+    StaleEpoch if the partition is not on the node; ValidationException if it cannot move (to
+    the node holding it, a system table's, or one with transactions in flight that did not
+    finish while it waited).
+    """
+
+    table_id: str
+    partition_id: str
+    target_node: str
+    target_address: str
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> Self:
+        return cls(
+            body["table_id"], body["partition_id"], body["target_node"], body["target_address"]
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(slots=True)
+class MoveReceivePayload:
+    """move_receive: one step of a move on its target, from the source (`storagenode.move`).
+
+    `step` is one of:
+    - "create": an INCOMING copy from `partition` (a partition's metadata document, at the
+      epoch the move gives it), refusing client requests; ResourceInUse if a copy is here;
+    - "log": append `records` (the source's change-log records, JSON text, in seq order) as
+      they are, from the copy's first seq: the log the source kept;
+    - "items": store `items` (items as JSON text) without logging them (the bulk copy);
+    - "apply": apply `records` written on the source since the copy, each stored as it is (a
+      record at or below the copy's last seq changes nothing);
+    - "drain": check the copy holds every record to `seq`; take `partition`'s settings (TTL,
+      throughput, TTL cursor and deletions), the consumers' checkpoints `consumers` and the
+      finished transaction records `transactions` ([[key hex, value text], ...]);
+    - "activate": serve the copy at `epoch` (the catalog names this node);
+    - "abort": drop an INCOMING copy (a served one is never dropped).
+    Reply: {"epoch", "first_seq", "last_seq", "items", "bytes"} of the copy as it now is ({} after
+    an abort, or an activate of a copy served already).
+    """
+
+    table_id: str
+    partition_id: str
+    step: str
+    epoch: int = 0
+    seq: int = 0
+    partition: dict[str, Any] | None = None
+    records: list[str] | None = None
+    items: list[str] | None = None
+    consumers: dict[str, int] | None = None
+    transactions: list[list[str]] | None = None
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> Self:
+        if body.get("step") not in MOVE_STEPS:
+            raise ValidationError(f"move_receive's step is one of {sorted(MOVE_STEPS)}")
+        return cls(
+            body["table_id"],
+            body["partition_id"],
+            body["step"],
+            int(body.get("epoch", 0)),
+            int(body.get("seq", 0)),
+            body.get("partition"),
+            body.get("records"),
+            body.get("items"),
+            body.get("consumers"),
+            body.get("transactions"),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {key: value for key, value in dataclasses.asdict(self).items() if value is not None}
+
+
+MOVE_STEPS = frozenset({"create", "log", "items", "apply", "drain", "activate", "abort"})
 
 
 # Change-feed consumers (the ChangeFeed service in proto/rpc/changefeed.proto; also unary Call,

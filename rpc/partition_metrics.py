@@ -88,11 +88,36 @@ def split_families(
     A `splits` report is {"count", "seconds_sum", "buckets": [[upper bound, count at or
     below it], ...]} over SPLIT_SECONDS_BUCKETS.
     """
-    labels = list(extra_labels)
-    count = CounterMetricFamily("dynalab_splits", "Partitions split in place", labels=labels)
-    seconds = HistogramMetricFamily(
-        "dynalab_split_seconds", "How long a split took, from plan to install", labels=labels
+    return _counted_durations(
+        ("dynalab_splits", "Partitions split in place"),
+        ("dynalab_split_seconds", "How long a split took, from plan to install"),
+        reports,
+        extra_labels,
     )
+
+
+def move_families(
+    reports: Iterable[tuple[Sequence[str], Mapping[str, Any]]], extra_labels: Sequence[str] = ()
+) -> list[Metric]:
+    """Metric families of the `moves` of partition_throughput replies (the partitions a node
+    moved to other nodes, and how long each move took), shaped as `split_families`."""
+    return _counted_durations(
+        ("dynalab_moves", "Partitions moved to another node"),
+        ("dynalab_move_seconds", "How long a move took, from the target's copy to the drop"),
+        reports,
+        extra_labels,
+    )
+
+
+def _counted_durations(
+    counter: tuple[str, str],
+    histogram: tuple[str, str],
+    reports: Iterable[tuple[Sequence[str], Mapping[str, Any]]],
+    extra_labels: Sequence[str],
+) -> list[Metric]:
+    labels = list(extra_labels)
+    count = CounterMetricFamily(*counter, labels=labels)
+    seconds = HistogramMetricFamily(*histogram, labels=labels)
     for values, report in reports:
         count.add_metric(list(values), float(report["count"]))
         buckets = [(str(bound), float(number)) for bound, number in report["buckets"]]

@@ -39,6 +39,8 @@ The splitter's (`storagenode.split`), unlabelled here and labelled with the node
 
     dynalab_splits_total              partitions this node split in place
     dynalab_split_seconds             a histogram of how long each split took, plan to install
+    dynalab_moves_total               partitions this node moved to another node
+    dynalab_move_seconds              a histogram of how long each move took, copy to drop
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ from prometheus_client.core import (
     UnknownMetricFamily,
 )
 
-from rpc.partition_metrics import partition_families, split_families
+from rpc.partition_metrics import move_families, partition_families, split_families
 from storagenode.throughput import NodeThroughput
 
 logger = logging.getLogger(__name__)
@@ -116,6 +118,14 @@ def watch_splits(stats: SplitReporter) -> None:
     _splits.add(stats)
 
 
+_moves: weakref.WeakSet[SplitReporter] = weakref.WeakSet()
+
+
+def watch_moves(stats: SplitReporter) -> None:
+    """Report a node's move counts and durations (`storagenode.move.MoveStats`)."""
+    _moves.add(stats)
+
+
 def watch_ttl(sweeper: TtlReporter) -> None:
     """Report a TTL sweeper's tables (`storagenode.sweeper.TtlSweeper`) on the metrics server."""
     _sweepers.add(sweeper)
@@ -167,6 +177,7 @@ class _NodeCollector:
             partitions.extend(throughput.report()["partitions"])
         yield from partition_families(partitions)
         yield from split_families(((), stats.to_json()) for stats in list(_splits))
+        yield from move_families(((), stats.to_json()) for stats in list(_moves))
         tables: list[Mapping[str, Any]] = []
         for sweeper in list(_sweepers):
             tables.extend(sweeper.report())

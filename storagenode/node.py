@@ -70,7 +70,7 @@ from rpc.transactions import (
     TxnRecordPayload,
     TxnSweepPayload,
 )
-from storagenode import changefeed, environment, expiry, metrics, replica, split
+from storagenode import changefeed, environment, expiry, metrics, move, replica, split
 from storagenode import transactions as txn
 from storagenode.layout import (
     Family,
@@ -118,12 +118,13 @@ WRITE_OPS = frozenset(
         ops.TXN_PREPARE,
         ops.TXN_APPLY,
         ops.TXN_SWEEP,
+        ops.MOVE_RECEIVE,
     }
 )
 # Writes the node makes itself, never sent over the wire: the TTL sweeper's (`expiry.py`) and
 # the splitter's (`split.py`).
 INTERNAL_WRITE_OPS = frozenset(
-    {expiry.TTL_EXPIRE, expiry.TTL_BACKFILL, split.SPLIT_INSTALL, split.SPLIT_PIN}
+    {expiry.TTL_EXPIRE, expiry.TTL_BACKFILL, split.SPLIT_INSTALL, split.SPLIT_PIN, move.MOVE_SOURCE}
 )
 # The writes a node still takes when its disk is down to its reserve (StorageNode
 # _keep_disk_reserve): those that free space or let the change log be trimmed; and, below a
@@ -134,9 +135,11 @@ _SPACE_FREEING_OPS = _ALWAYS_ALLOWED_OPS | {
     ops.CHECKPOINT,
     ops.UNREGISTER_CONSUMER,
     expiry.TTL_EXPIRE,
+    move.MOVE_SOURCE,  # A move's source fences, then drops the partition.
 }
-# Operations that take more than one step on the event loop: the splitter's (`split.py`).
-SPLITTER_OPS = frozenset({ops.SPLIT_PARTITION})
+# Operations that take more than one step on the event loop: the splitter's (`split.py`) and
+# the mover's (`move.py`).
+SPLITTER_OPS = frozenset({ops.SPLIT_PARTITION, ops.MOVE_PARTITION})
 assert READ_OPS | WRITE_OPS | SPLITTER_OPS == ops.CONTROL_OPS | ops.DATA_OPS | ops.FEED_OPS
 # The operations that spend a partition's read or write units.
 METERED_READS = frozenset({ops.GET, ops.QUERY, ops.SCAN})
@@ -170,6 +173,8 @@ WritePayload = (
     | expiry.BackfillPayload
     | split.InstallPayload
     | split.PinPayload
+    | move.SourceStepPayload
+    | ops.MoveReceivePayload
 )
 # How each write's JSON body decodes into its payload (`rpc.ops`), once, before its group runs.
 WRITE_PAYLOADS: dict[str, Callable[[dict[str, Any]], WritePayload]] = {
@@ -193,6 +198,8 @@ WRITE_PAYLOADS: dict[str, Callable[[dict[str, Any]], WritePayload]] = {
     expiry.TTL_BACKFILL: expiry.BackfillPayload.from_json,
     split.SPLIT_INSTALL: split.InstallPayload.from_json,
     split.SPLIT_PIN: split.PinPayload.from_json,
+    move.MOVE_SOURCE: move.SourceStepPayload.from_json,
+    ops.MOVE_RECEIVE: ops.MoveReceivePayload.from_json,
 }
 assert WRITE_PAYLOADS.keys() == WRITE_OPS | INTERNAL_WRITE_OPS
 
@@ -287,6 +294,11 @@ class StorageNode:
         # The splits this node made (`split.Splitter`), reported with its throughput.
         self.split_stats = split.SplitStats()
         metrics.watch_splits(self.split_stats)
+        # The partitions this node moved away (`move.Mover`), reported with its splits; and when
+        # each copy moving to it last heard from its source (node clock), to drop abandoned ones.
+        self.move_stats = move.MoveStats()
+        metrics.watch_moves(self.move_stats)
+        self.move_heard: dict[PartitionRef, float] = {}
         # The keys of the newest throttled reads per partition: what a read-heat split balances.
         self.read_heat: heat.ThrottledKeys[PartitionRef] = heat.ThrottledKeys()
         # Replaced or updated only by the writer after each commit, so a reader on another thread
@@ -469,8 +481,8 @@ class StorageNode:
         partitions = {}
         feeds = self.feeds
         for partition in list(self.partitions.values()):
-            if partition.table_id != table_id:
-                continue
+            if partition.table_id != table_id or partition.incoming_from is not None:
+                continue  # A copy moving here is counted where it moves from.
             stats: dict[str, Any] = {
                 "items": partition.item_count,
                 "bytes": partition.size_bytes,
@@ -488,7 +500,11 @@ class StorageNode:
     def _partition_throughput(
         self, target: Target | None, payload: ops.PartitionThroughputPayload
     ) -> dict[str, Any]:
-        return {**self.throughput.report(payload.table_id), "splits": self.split_stats.to_json()}
+        return {
+            **self.throughput.report(payload.table_id),
+            "splits": self.split_stats.to_json(),
+            "moves": self.move_stats.to_json(),
+        }
 
     def _txn_get(self, target: Target | None, payload: TxnGetPayload) -> dict[str, Any]:
         partition = self._partition(target)
@@ -799,6 +815,10 @@ class _WriteGroup:
                 return split.install(self, payload), 0.0
             case split.PinPayload():
                 return split.pin(self.node, payload), 0.0
+            case move.SourceStepPayload():
+                return move.source_step(self, payload), 0.0
+            case ops.MoveReceivePayload():
+                return move.receive(self, payload), 0.0
             case TxnApplyPayload():
                 return txn.apply(self.txn_group(), payload), 0.0
             case TxnSweepPayload():
@@ -1003,6 +1023,12 @@ class _WriteGroup:
             "units": units,
         }
 
+    def stage(self, ref: PartitionRef) -> Partition:
+        """The group's private copy of a partition's metadata, which must be on this node."""
+        staged = self._staged(ref)
+        assert staged is not None, f"partition {ref[1]} is on this node"
+        return staged
+
     def _staged(self, ref: PartitionRef) -> Partition | None:
         """The group's private copy of a partition's metadata, made on first use."""
         partition = self._lookup(ref)
@@ -1021,17 +1047,19 @@ class _WriteGroup:
 
     def ttl_expire(self, payload: expiry.ExpirePayload) -> dict[str, Any]:
         """The sweeper's deletes on one partition: never metered (TTL deletes are free)."""
-        partition = self._staged((payload.table_id, payload.partition_id))
-        if partition is None:
-            return {"deleted": 0}
+        partition = self._lookup((payload.table_id, payload.partition_id))
+        if partition is None or not partition.serving:
+            return {"deleted": 0}  # Moving: its log is final, or not yet its own.
+        partition = self.stage((payload.table_id, payload.partition_id))
         deleted = expiry.expire(self.batch, partition, payload.keys, self.now, self.apply)
         return {"deleted": deleted}
 
     def ttl_backfill(self, payload: expiry.BackfillPayload) -> dict[str, Any]:
         """One bounded step of indexing the items a partition held when TTL was enabled."""
-        partition = self._staged((payload.table_id, payload.partition_id))
-        if partition is None:
-            return {"done": True}
+        partition = self._lookup((payload.table_id, payload.partition_id))
+        if partition is None or not partition.serving:
+            return {"done": True}  # Moving: a later sweep indexes it where it serves.
+        partition = self.stage((payload.table_id, payload.partition_id))
         return {"done": expiry.backfill(self.node.store, self.batch, partition, self.now)}
 
     def apply(
@@ -1044,6 +1072,8 @@ class _WriteGroup:
         by_service: bool = False,
         now: float,
         capped: bool = True,
+        logged: bool = True,
+        record_json: bytes | None = None,
     ) -> replica.Applied:
         """`replica.apply` with the node's item collection cap (`capped` False: a transaction's
         commit, whose prepare checked it), noting the size of the change-log record it appended,
@@ -1056,6 +1086,8 @@ class _WriteGroup:
             by_service=by_service,
             now=now,
             collection_bytes_max=self.node.item_collection_bytes_max if capped else None,
+            logged=logged,
+            record_json=record_json,
         )
         if applied.record_bytes:
             ref = (partition.table_id, partition.partition_id)

@@ -98,6 +98,10 @@ class Partition:
     indexes: tuple[IndexDef, ...] = ()
     # Per local index: [entries, bytes] of this partition (bytes with each entry's overhead).
     index_stats: dict[str, list[int]] = field(default_factory=dict)
+    # A move (`storagenode/move.py`): on the source, the node it is fenced for (clients are
+    # refused); on the target, the node its INCOMING copy comes from (clients are refused).
+    moving_to: str | None = None
+    incoming_from: str | None = None
     item_prefix: bytes = field(init=False, repr=False)
     log_prefix: bytes = field(init=False, repr=False)
     local_indexes: tuple[IndexDef, ...] = field(init=False, repr=False)
@@ -179,6 +183,8 @@ class Partition:
                 "ttl_deleted": self.ttl_deleted,
                 "indexes": [index.to_json() for index in self.indexes],
                 "index_stats": self.index_stats,
+                "moving_to": self.moving_to,
+                "incoming_from": self.incoming_from,
             }
         )
 
@@ -187,6 +193,12 @@ class Partition:
         """The attribute TTL indexes and sweeps on this partition; None while TTL is off."""
         ttl = self.ttl
         return ttl["attribute"] if ttl is not None and ttl["enabled"] else None
+
+    @property
+    def serving(self) -> bool:
+        """Whether it takes client requests and the node's own writes (not moving, not
+        incoming)."""
+        return self.moving_to is None and self.incoming_from is None
 
     def same_definition(self, other: Partition) -> bool:
         """Whether `other` describes this same partition (create_partition's idempotence)."""
@@ -207,6 +219,14 @@ class Partition:
         if epoch != self.epoch:
             raise StaleEpoch(
                 f"Partition {self.partition_id} is at epoch {self.epoch}, the request at {epoch}"
+            )
+        # A partition being moved refuses before anything is planned, so a refused write was
+        # not applied and its retry (on the catalog's next epoch) applies it once.
+        if self.moving_to is not None:
+            raise StaleEpoch(f"Partition {self.partition_id} is moving to {self.moving_to}")
+        if self.incoming_from is not None:
+            raise StaleEpoch(
+                f"Partition {self.partition_id} is being moved here from {self.incoming_from}"
             )
 
     def named_global_indexes(

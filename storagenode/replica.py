@@ -57,6 +57,8 @@ def apply(
     by_service: bool = False,
     now: float,
     collection_bytes_max: int | None = limits.ITEM_COLLECTION_BYTES_MAX,
+    logged: bool = True,
+    record_json: bytes | None = None,
 ) -> Applied:
     """Store `effect` on `partition` (a copy private to the batch) under `items_key`; return what
     it did beyond the item (`Applied`: index entries, collection size, change-record bytes).
@@ -69,6 +71,10 @@ def apply(
     would grow its item collection past `collection_bytes_max` raises
     ItemCollectionSizeLimitExceeded (None: the cap was checked before, as a transaction's commit
     after its prepare checked it).
+
+    A move (`storagenode/move.py`) copies a partition's items with `logged` False (nothing is
+    appended to the change log, whose records are copied as they are) and applies the source's
+    records written since with `record_json`, the source's record, stored as it is.
     """
     local = partition.local_indexes
     collection_key = None
@@ -91,7 +97,7 @@ def apply(
     item_value = (
         None if effect.new is None else encode_item(orjson.dumps(effect.new), effect.new_bytes)
     )
-    record = orjson.dumps(
+    record = record_json or orjson.dumps(
         {
             "seq": seq,
             "kind": kind.value,
@@ -122,7 +128,8 @@ def apply(
             )
         else:
             batch.delete(Family.ITEM_COLLECTIONS, collection_key)
-    batch.put(Family.CHANGE_LOG, partition.log_prefix + seq_bytes(seq), record)
+    if logged:
+        batch.put(Family.CHANGE_LOG, partition.log_prefix + seq_bytes(seq), record)
     expiry.write_index_changes(batch, ttl_changes)
     if kind is ChangeKind.INSERT:
         partition.item_count += 1
@@ -137,6 +144,8 @@ def apply(
             counts[0] += (change.new is not None) - (change.old is not None)
             counts[1] += change.bytes_delta
         partition.index_stats = stats
+    if not logged:
+        return Applied(changes, collection_bytes)
     partition.last_seq = seq
     partition.log_bytes += len(record)
     return Applied(changes, collection_bytes, len(record))

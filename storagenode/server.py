@@ -43,6 +43,7 @@ from rpc.client import NodeClient
 from storagenode import metrics, stream_retention
 from storagenode.catalog_copy import CatalogCopier
 from storagenode.commit import GroupCommitter
+from storagenode.move import Mover
 from storagenode.node import READ_OPS, SPLITTER_OPS, PartitionRef, StorageNode
 from storagenode.split import Splitter
 from storagenode.store import Store
@@ -72,10 +73,13 @@ SERVER_OPTIONS = [
 class NodeServicer(node_pb2_grpc.StorageNodeServicer):  # type: ignore[misc]
     """The StorageNode gRPC service over one StorageNode and its group committer."""
 
-    def __init__(self, node: StorageNode, committer: GroupCommitter, splitter: Splitter) -> None:
+    def __init__(
+        self, node: StorageNode, committer: GroupCommitter, splitter: Splitter, mover: Mover
+    ) -> None:
         self.node = node
         self.committer = committer
         self.splitter = splitter
+        self.mover = mover
         self.draining = False
         self._streams: set[_ResponseStream] = set()
 
@@ -103,6 +107,14 @@ class NodeServicer(node_pb2_grpc.StorageNodeServicer):  # type: ignore[misc]
             body = codec.decode_body(request.body)
             if op in READ_OPS:
                 deliver(codec.ok_response(request.id, self.node.read(op, target, body)))
+            elif op == ops.MOVE_PARTITION:
+                move = ops.MovePartitionPayload.from_json(body)
+                task = asyncio.ensure_future(
+                    self.mover.move(
+                        move.table_id, move.partition_id, move.target_node, move.target_address
+                    )
+                )
+                task.add_done_callback(partial(_deliver_write, request.id, deliver))
             elif op in SPLITTER_OPS:
                 split = ops.SplitPartitionPayload.from_json(body)
                 key = None if split.split_key is None else bytes.fromhex(split.split_key)
@@ -447,6 +459,7 @@ class NodeServer:
         self._store: Store | None = None
         self._sweeper: TtlSweeper | None = None
         self._splitter: Splitter | None = None
+        self._mover: Mover | None = None
         self._stream_retention: StreamRetention | None = None
         self._catalog_copier: CatalogCopier | None = None
 
@@ -479,13 +492,15 @@ class NodeServer:
         metrics.watch_ttl(self._sweeper)
         self._splitter = Splitter(node, submit, NodeClient, split_bytes=self.split_bytes)
         self._splitter.start()
+        self._mover = Mover(self._splitter, self.node_id)
+        self._mover.start()
         self._stream_retention = StreamRetention(
             node, committer.submit, stream_retention.retention_seconds_from_env()
         )
         self._stream_retention.start()
         self._catalog_copier = CatalogCopier(self.node_id, node, committer.submit, NodeClient)
         self._catalog_copier.start()
-        self._servicer = NodeServicer(node, self._committer, self._splitter)
+        self._servicer = NodeServicer(node, self._committer, self._splitter, self._mover)
         node_pb2_grpc.add_StorageNodeServicer_to_server(self._servicer, server)
         self._feed = ChangeFeedServicer(node, self._committer)
         changefeed_pb2_grpc.add_ChangeFeedServicer_to_server(self._feed, server)
@@ -515,6 +530,8 @@ class NodeServer:
             self._feed.drain()
         if self._sweeper is not None:
             await self._sweeper.close()
+        if self._mover is not None:
+            await self._mover.close()
         if self._splitter is not None:
             await self._splitter.close()
         if self._stream_retention is not None:

@@ -540,6 +540,19 @@ class Splitter:
         self._refused: set[tuple[str, str, int]] = set()  # Size splits that found no key.
         self._recovered = False
 
+    @property
+    def lock(self) -> asyncio.Lock:
+        """Held for each split, and by the mover (`storagenode.move`) for each move, so a
+        partition is never split and moved at once."""
+        return self._lock
+
+    def client(self, address: str) -> NodeTransport:
+        """A transport to the node at `address`, made once and kept."""
+        client = self._clients.get(address)
+        if client is None:
+            client = self._clients[address] = self.connect(address)
+        return client
+
     def start(self) -> None:
         self._task.start()
 
@@ -571,6 +584,8 @@ class Splitter:
         for ref, partition in list(self.node.partitions.items()):
             if ref[0] in _SYSTEM_TABLES or partition.size_bytes <= self.split_bytes:
                 continue
+            if not partition.serving:
+                continue  # Moving: it splits where it ends up (`storagenode.move`).
             marker = (*ref, partition.size_bytes)
             if marker in self._refused:
                 continue
@@ -606,9 +621,14 @@ class Splitter:
         for entry in self.node.throughput.report()["partitions"]:
             ref = (entry["table_id"], entry["partition_id"])
             partition = self.node.partitions.get(ref)
-            if partition is None or ref[0] in _SYSTEM_TABLES or is_index_partition(partition):
+            if (
+                partition is None
+                or ref[0] in _SYSTEM_TABLES
+                or is_index_partition(partition)
+                or not partition.serving
+            ):
                 # A global index partition has no change log to sample its writes from: it
-                # splits for size (and by hand), not for heat.
+                # splits for size (and by hand), not for heat; a moving one where it ends up.
                 continue
             hot: str | None = None
             for kind in _HEAT_KINDS:
@@ -681,9 +701,9 @@ class Splitter:
         async with self._lock:
             started = time.monotonic()
             partition = self.node.partitions.get((table_id, partition_id))
-            if partition is None:
+            if partition is None or not partition.serving:
                 raise StaleEpoch(
-                    f"Partition {partition_id} of table {table_id} is not on this node"
+                    f"Partition {partition_id} of table {table_id} is not served by this node"
                 )
             logger.info("split of %s (%d bytes): planning", partition_id, partition.size_bytes)
             pin_payload = PinPayload(table_id, partition_id, partition.epoch)
@@ -784,10 +804,9 @@ class Splitter:
 
     def _catalog(self) -> tuple[NodeTransport, ops.Target]:
         location = self._location()
-        client = self._clients.get(location.address)
-        if client is None:
-            client = self._clients[location.address] = self.connect(location.address)
-        return client, ops.Target(catalog.CATALOG_TABLE_ID, location.partition, _SYSTEM_EPOCH, True)
+        return self.client(location.address), ops.Target(
+            catalog.CATALOG_TABLE_ID, location.partition, _SYSTEM_EPOCH, True
+        )
 
     async def read_table(self, name: str) -> TableDef | None:
         client, target = self._catalog()

@@ -27,6 +27,7 @@ from router.context import RouterContext
 from router.sources import Sources
 from rpc.local import Faults, LocalNetwork
 from storagenode.memory_store import MemoryStore
+from storagenode.move import Mover
 from storagenode.node import WRITE_OPS, StorageNode
 from storagenode.split import Splitter
 from storagenode.throughput import NodeThroughput
@@ -95,6 +96,7 @@ class SimCluster:
         self.stores: dict[str, MemoryStore] = {}
         self.nodes: dict[str, StorageNode] = {}
         self.splitters: dict[str, Splitter] = {}
+        self.movers: dict[str, Mover] = {}
         self.addresses: dict[str, str] = {}
         for number in range(1, nodes + 1):
             self.add_node(f"node{number}")
@@ -112,7 +114,21 @@ class SimCluster:
         self.network.register(address, node, WRITE_OPS)
         self.stores[node_id], self.nodes[node_id] = store, node
         self.splitters[node_id] = self.splitter(node)
+        self.movers[node_id] = Mover(self.splitters[node_id], node_id)
         self.addresses[node_id] = address
+
+    async def restart_node(self, node_id: str) -> None:
+        """Restart a node, as after kill -9: a new `StorageNode` over the same store (what it
+        committed), with a new splitter and mover (what it held in memory is gone)."""
+        restarted = StorageNode(
+            self.stores[node_id], throughput=NodeThroughput(enforced=False), clock=virtual_unix_time
+        )
+        self.network.register(self.addresses[node_id], restarted, WRITE_OPS)
+        self.nodes[node_id] = restarted
+        await self.movers[node_id].close()
+        await self.splitters[node_id].close()
+        self.splitters[node_id] = self.splitter(restarted)
+        self.movers[node_id] = Mover(self.splitters[node_id], node_id)
 
     def add_router(self, node_ids: Iterable[str] | None = None) -> RouterContext:
         """Start one more router, knowing `node_ids` (default: every node), as its --nodes."""
@@ -144,6 +160,8 @@ class SimCluster:
     async def close(self) -> None:
         for router in self.routers:
             await router.close()
+        for mover in self.movers.values():
+            await mover.close()
         for splitter in self.splitters.values():
             await splitter.close()
 
@@ -209,6 +227,16 @@ class SimCluster:
         reply = await self.splitters[parent.node].split(table.id, parent.id, at)
         low, high = reply["children"]
         return reply["parent"], low, high
+
+    async def move(self, name: str, partition_id: str, target: str) -> dict[str, Any]:
+        """Have the owner of partition `partition_id` of table `name` move it to node `target`
+        (`storagenode.move.Mover`); its reply."""
+        table = await self.routers[0].read_table(name)
+        assert table is not None, f"seed {self.seed}: no table {name}"
+        source = table.partition(partition_id).node
+        return await self.movers[source].move(
+            table.id, partition_id, target, self.addresses[target]
+        )
 
 
 def storage_key(item: dict[str, Any]) -> bytes:

@@ -13,6 +13,7 @@ from core.errors import InternalServerError, StaleEpoch
 from rpc import codec, node_pb2, ops
 from rpc.client import NodeClient
 from storagenode.commit import GroupCommitter
+from storagenode.move import Mover
 from storagenode.node import StorageNode
 from storagenode.server import NodeServicer
 from storagenode.split import Splitter
@@ -36,7 +37,8 @@ def servicer(tmp_path: Path) -> Iterator[NodeServicer]:
     async def submit(op: str, body: dict[str, Any]) -> dict[str, Any]:
         return await committer.submit(op, None, body)
 
-    yield NodeServicer(node, committer, Splitter(node, submit, NodeClient))
+    splitter = Splitter(node, submit, NodeClient)
+    yield NodeServicer(node, committer, splitter, Mover(splitter, "n1"))
     store.close()
 
 

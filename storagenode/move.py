@@ -1,0 +1,836 @@
+"""Moving a partition to another node: the source drives the move, the target receives it.
+
+The states and the rules are `core.moves`; this module does their IO. `Mover` (one per node, on
+the event loop, sharing the splitter's lock so a partition is never split and moved at once)
+moves a partition when asked (the `move_partition` control op, which the router's admin endpoint
+and its placement check send), in steps each idempotent:
+
+1. **incoming**: the target drops any copy left by an earlier try and creates an INCOMING copy
+   at the next epoch, which refuses every client request (`move_receive` "abort", "create");
+2. **pin**: an internal write (`move_source` "pin") registers the `__move` consumer on the
+   source's log, from its first retained record, and makes iterators over the retained log and
+   the items, which pin the committed state of the partition's last seq S;
+3. **copy**: the retained log records, as they are ("log"), then the items in bounded pages
+   ("items", stored without logging: the target's own apply maintains local index entries,
+   collection sizes, the TTL index and the counters, so they are exact);
+4. **catch-up**: the records after S, read from the source's log and applied on the target in
+   seq order, each stored as the source's record ("apply": a replay changes nothing), until
+   fewer than MOVE_FENCE_LAG_RECORDS_MAX are left;
+5. **fence**: an internal write (`move_source` "fence") records `moving_to` in the source's
+   metadata, after which every client request is refused with StaleEpoch before it is planned,
+   and answers the final seq; it waits while transactions are in flight on the node;
+6. **drain**: the records to the final seq, then the source's settings, its consumers'
+   checkpoints and its finished transaction records ("drain");
+7. **switch**: the table's catalog row, by compare-and-set (`core.moves.switched`): the target's
+   node and the next epoch. This is the decision;
+8. **activate** the target's copy ("activate"), and **drop** the source's (`move_source`
+   "drop": its items, index entries, collections, TTL entries, log and consumers).
+
+A failure before the switch rolls back (unfence, and drop the target's copy); after it, or when
+the switch's outcome is unknown (decided by reading the catalog once its call's deadline has
+passed), the move is finished. A restarted node settles what it finds the same way every
+MOVE_CHECK_SECONDS (`core.moves.source_recovery`), and a target activates a copy the catalog
+names it for, or drops one the catalog went past (`core.moves.target_recovery`), so a source
+that dies after the switch leaves the partition served by its target within a second.
+
+The target's log is the source's: the same seqs and records, from the source's first retained
+one, and every consumer's checkpoint is carried, so the GSI replicator and Streams read on from
+their checkpoint on the new node (they look a partition up in the catalog again when its node
+answers that it is not there).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import os
+import signal
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from core import catalog, limits, moves
+from core.catalog import PartitionDef, TableDef
+from core.errors import DynamoError, ResourceInUse, StaleEpoch
+from core.keycodec import successor
+from core.size import item_size_bytes
+from core.transactions import Record
+from core.writes import WriteEffect
+from rpc import ops
+from rpc.background import BackgroundTask
+from rpc.partition_metrics import SPLIT_SECONDS_BUCKETS
+from rpc.transport import NodeTransport
+from storagenode import changefeed, expiry
+from storagenode import transactions as txn
+from storagenode.layout import Family, item_json_of, item_size_of, seq_bytes
+from storagenode.partition import Partition
+from storagenode.store import PUT
+
+if TYPE_CHECKING:
+    from storagenode.node import PartitionRef, StorageNode, _WriteGroup
+    from storagenode.split import Splitter
+
+logger = logging.getLogger(__name__)
+
+MOVE_SOURCE = "move_source"  # The source's internal writes of a move (never on the wire).
+# The change-feed consumer holding a partition's log while it moves, on the source and the target.
+MOVE_CONSUMER = "__move"
+MOVE_CRASH_AT_ENV = "DYNALAB_MOVE_CRASH_AT"
+MOVE_CRASH_STEPS = (
+    "incoming",
+    "pinned",
+    "copied",
+    "fenced",
+    "drained",
+    "switched",
+)
+_SOURCE_STEPS = frozenset({"pin", "fence", "unfence", "drop"})
+
+
+@dataclasses.dataclass(slots=True)
+class SourceStepPayload:
+    """move_source: one of the source's own steps of moving partition `partition_id` at `epoch`:
+    "pin", "fence" (for node `target`), "unfence" or "drop". Replies: pin {"pinned": Pinned}
+    (an object: the op never leaves the node); fence {"seq": final seq}; unfence {}; drop
+    {"dropped": bool}."""
+
+    table_id: str
+    partition_id: str
+    epoch: int
+    step: str
+    target: str = ""
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> SourceStepPayload:
+        if body["step"] not in _SOURCE_STEPS:
+            raise ValueError(f"move_source's step is one of {sorted(_SOURCE_STEPS)}")
+        return cls(
+            body["table_id"], body["partition_id"], body["epoch"], body["step"], body["target"]
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(slots=True)
+class Pinned:
+    """A partition's committed metadata with iterators over its retained change log and its
+    items, made on the writer thread between two commits: the state of `partition.last_seq`."""
+
+    partition: Partition
+    log: Iterator[tuple[bytes, bytes]]
+    items: Iterator[tuple[bytes, bytes]]
+
+
+class MoveStats:
+    """How many partitions this node moved away and how long each move took (reported with its
+    splits in the partition_throughput reply's `moves`)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.seconds_sum = 0.0
+        self.buckets = [0] * len(SPLIT_SECONDS_BUCKETS)
+
+    def record(self, seconds: float) -> None:
+        self.count += 1
+        self.seconds_sum += seconds
+        for index, bound in enumerate(SPLIT_SECONDS_BUCKETS):
+            if seconds <= bound:
+                self.buckets[index] += 1
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "count": self.count,
+            "seconds_sum": self.seconds_sum,
+            "buckets": [
+                [bound, count]
+                for bound, count in zip(SPLIT_SECONDS_BUCKETS, self.buckets, strict=True)
+            ],
+        }
+
+
+# The source's steps, in a write group ------------------------------------------------------------
+
+
+def source_step(group: _WriteGroup, payload: SourceStepPayload) -> dict[str, Any]:
+    """Run one of the source's steps in the group's batch (the writer thread)."""
+    ref = (payload.table_id, payload.partition_id)
+    partition = group.lookup(ref)
+    if payload.step == "drop":
+        if partition is None or partition.epoch != payload.epoch:
+            return {"dropped": False}
+        _drop(group, ref, partition)
+        return {"dropped": True}
+    if payload.step == "unfence":
+        if partition is None or partition.epoch != payload.epoch:
+            return {}
+        if partition.moving_to is not None:
+            staged = group.stage(ref)
+            staged.moving_to = None
+        group.feed.unregister(ref, MOVE_CONSUMER)
+        return {}
+    if partition is None or partition.epoch != payload.epoch or partition.incoming_from:
+        raise StaleEpoch(
+            f"Partition {payload.partition_id} at epoch {payload.epoch} is not on this node"
+        )
+    if payload.step == "pin":
+        committed = group.node.partitions.get(ref)
+        assert committed is not None and committed.epoch == partition.epoch
+        return {"pinned": _pin(group, ref, committed)}
+    if partition.moving_to is not None:
+        if partition.moving_to != payload.target:
+            raise moves.MoveConflict(
+                f"Partition {partition.partition_id} is moving to {partition.moving_to}"
+            )
+        return {"seq": partition.last_seq}
+    _check_no_transactions(group, partition)
+    staged = group.stage(ref)
+    staged.moving_to = payload.target
+    return {"seq": staged.last_seq}
+
+
+def _pin(group: _WriteGroup, ref: PartitionRef, partition: Partition) -> Pinned:
+    """Iterators over the committed state of `partition` (its committed metadata, so a write
+    earlier in this group is one of the records after the pin), and the move's consumer."""
+    if partition.moving_to is not None:
+        raise moves.MoveRefused(
+            f"Partition {partition.partition_id} is moving to {partition.moving_to}"
+        )
+    bounds = changefeed.LogBounds(partition.first_seq, partition.last_seq)
+    group.feed.unregister(ref, MOVE_CONSUMER)  # Left by an earlier try: start from this pin.
+    group.feed.register(ref, MOVE_CONSUMER, max(0, partition.first_seq - 1), bounds)
+    store = group.node.store
+    log = store.walk(
+        Family.CHANGE_LOG,
+        partition.log_prefix + seq_bytes(partition.first_seq),
+        partition.log_prefix + seq_bytes(partition.last_seq + 1),
+        forward=True,
+    )
+    items = store.walk(Family.ITEMS, *_bounds(partition.item_prefix, partition), forward=True)
+    return Pinned(partition, log, items)
+
+
+def _check_no_transactions(group: _WriteGroup, partition: Partition) -> None:
+    """Refuse to fence a partition holding transaction locks, or while this node holds the
+    record of an unfinished transaction (which may be homed on this partition): a moved
+    partition would lose them. The mover waits and tries again."""
+    lo, hi = _bounds(txn.LOCK_PREFIX + partition.item_prefix, partition)
+    pending = [
+        (key, value)
+        for kind, family, key, value in group.batch.ops
+        if kind == PUT and family is Family.TRANSACTIONS and value is not None
+    ]
+    store = group.node.store
+    if any(lo <= key < hi for key, _ in pending) or next(
+        iter(store.walk(Family.TRANSACTIONS, lo, hi, forward=True)), None
+    ):
+        raise moves.MoveRefused(
+            f"Partition {partition.partition_id} holds transaction locks; it moves once they "
+            "are released"
+        )
+    records = store.walk(
+        Family.TRANSACTIONS, txn.RECORD_PREFIX, bytes([txn.RECORD_PREFIX[0] + 1]), forward=True
+    )
+    staged = [(k, v) for k, v in pending if k.startswith(txn.RECORD_PREFIX)]
+    for _, value in (*records, *staged):
+        if Record.from_json(orjson.loads(value)).finished is None:
+            raise moves.MoveRefused(
+                f"A transaction is in flight on this node; partition {partition.partition_id} "
+                "moves once it finishes"
+            )
+
+
+def _drop(group: _WriteGroup, ref: PartitionRef, partition: Partition) -> None:
+    """Delete a partition's data and its feed from this node, in the group's batch."""
+    batch = group.batch
+    lo, hi = _bounds(partition.item_prefix, partition)
+    if partition.ttl_attribute is not None:
+        skip = len(partition.item_prefix)
+        for key, value in group.node.store.walk(Family.ITEMS, lo, hi, forward=True):
+            item = orjson.loads(item_json_of(value))
+            changes = expiry.index_changes(partition, key[skip:], item, None, group.now)
+            expiry.write_index_changes(batch, changes)
+    batch.delete_range(Family.ITEMS, lo, hi)
+    batch.delete_range(Family.ITEM_COLLECTIONS, lo, hi)
+    for prefix, _ in partition.index_layout.values():
+        batch.delete_range(Family.INDEX_ENTRIES, *_bounds(prefix, partition))
+    group.dirty[ref] = None
+    group.feed.forget(ref)
+    group.node.move_heard.pop(ref, None)
+
+
+def _bounds(prefix: bytes, partition: Partition) -> tuple[bytes, bytes]:
+    """The keys under `prefix` of the partition's range (its end, or the prefix's end)."""
+    if partition.end is not None:
+        return prefix + partition.start, prefix + partition.end
+    end = successor(prefix)
+    assert end is not None, "table ids and index prefixes are never all 0xff"
+    return prefix + partition.start, end
+
+
+# The target's steps, in a write group ------------------------------------------------------------
+
+
+def receive(group: _WriteGroup, payload: ops.MoveReceivePayload) -> dict[str, Any]:
+    """Run one step of a move on its target in the group's batch (`rpc.ops.MoveReceivePayload`)."""
+    ref = (payload.table_id, payload.partition_id)
+    partition = group.lookup(ref)
+    step = payload.step
+    if step == "abort":
+        if partition is not None and partition.incoming_from is not None:
+            logger.info("move of %s: the INCOMING copy is dropped", payload.partition_id)
+            _drop(group, ref, partition)
+        return {}
+    if step == "create":
+        return _create(group, ref, partition, payload)
+    if partition is None or partition.incoming_from is None:
+        if step == "activate" and partition is not None and partition.epoch == payload.epoch:
+            return {}  # Served already: a retry, or the target's own check came first.
+        raise StaleEpoch(f"No copy of partition {payload.partition_id} is moving to this node")
+    group.node.move_heard[ref] = group.now
+    staged = group.stage(ref)
+    if step == "log":
+        for text in payload.records or ():
+            _append(group, ref, staged, text)
+    elif step == "items":
+        for text in payload.items or ():
+            _copy_item(group, staged, orjson.loads(text))
+    elif step == "apply":
+        for text in payload.records or ():
+            _apply_record(group, staged, text)
+    elif step == "drain":
+        _drain(group, ref, staged, payload)
+    else:
+        if payload.epoch != staged.epoch:
+            raise StaleEpoch(
+                f"The copy of partition {staged.partition_id} is at epoch {staged.epoch}, "
+                f"not {payload.epoch}"
+            )
+        staged.incoming_from = None
+        group.feed.unregister(ref, MOVE_CONSUMER)
+        group.node.move_heard.pop(ref, None)
+    return _summary(staged)
+
+
+def _create(
+    group: _WriteGroup,
+    ref: PartitionRef,
+    existing: Partition | None,
+    payload: ops.MoveReceivePayload,
+) -> dict[str, Any]:
+    assert payload.partition is not None, "a create names the partition"
+    created = Partition.from_meta(payload.partition)
+    if existing is not None:
+        if existing.incoming_from is not None and existing.same_definition(created):
+            return _summary(existing)
+        raise ResourceInUse(
+            f"Partition {created.partition_id} is on this node already, at epoch "
+            f"{existing.epoch}{' (incoming)' if existing.incoming_from else ''}"
+        )
+    if group.feed.retired(ref) is not None:
+        group.feed.forget(ref)  # The log it left when it moved or split away is past.
+    group.dirty[ref] = created
+    group.created.add(ref)
+    # Holds the copied log until the consumers' checkpoints arrive with the drain.
+    bounds = changefeed.LogBounds(created.first_seq, created.last_seq)
+    group.feed.register(ref, MOVE_CONSUMER, max(0, created.first_seq - 1), bounds)
+    group.node.move_heard[ref] = group.now
+    logger.info(
+        "move of %s: an INCOMING copy at epoch %d from %s",
+        created.partition_id,
+        created.epoch,
+        created.incoming_from,
+    )
+    return _summary(created)
+
+
+def _next_record(staged: Partition, text: str) -> dict[str, Any] | None:
+    """The record `text` if it is the copy's next one; None if it has it already."""
+    record: dict[str, Any] = orjson.loads(text)
+    seq = int(record["seq"])
+    if seq <= staged.last_seq:
+        return None
+    if seq != staged.last_seq + 1:
+        raise moves.MoveConflict(
+            f"The copy of partition {staged.partition_id} holds records to {staged.last_seq}, "
+            f"and was sent {seq}"
+        )
+    return record
+
+
+def _append(group: _WriteGroup, ref: PartitionRef, staged: Partition, text: str) -> None:
+    record = _next_record(staged, text)
+    if record is None:
+        return
+    value = text.encode()
+    seq = staged.last_seq + 1
+    group.batch.put(Family.CHANGE_LOG, staged.log_prefix + seq_bytes(seq), value)
+    staged.last_seq = seq
+    staged.log_bytes += len(value)
+    group.appended.setdefault(ref, []).append((seq, len(value)))
+
+
+def _copy_item(group: _WriteGroup, staged: Partition, item: dict[str, Any]) -> None:
+    key = staged.key_shape.key_of(item)
+    items_key = staged.item_prefix + staged.storage_key(key)
+    raw = group.batch.get(Family.ITEMS, items_key)
+    old = None if raw is None else orjson.loads(item_json_of(raw))
+    old_bytes = 0 if raw is None else item_size_of(raw)
+    effect = WriteEffect(key, old, item, old_bytes, item_size_bytes(item), 0.0, None)
+    group.apply(group.batch, staged, items_key, effect, now=group.now, capped=False, logged=False)
+
+
+def _apply_record(group: _WriteGroup, staged: Partition, text: str) -> None:
+    record = _next_record(staged, text)
+    if record is None:
+        return
+    if record.get("keys") is None:
+        raise moves.MoveConflict(f"Partition {staged.partition_id}'s log ended while it moved")
+    key = record["keys"]
+    items_key = staged.item_prefix + staged.storage_key(key)
+    raw = group.batch.get(Family.ITEMS, items_key)
+    old = None if raw is None else orjson.loads(item_json_of(raw))
+    new = record["new"]
+    effect = WriteEffect(
+        key,
+        old,
+        new,
+        0 if raw is None else item_size_of(raw),
+        0 if new is None else item_size_bytes(new),
+        0.0,
+        None,
+    )
+    if effect.kind is None or effect.kind.value != record["kind"]:
+        raise moves.MoveConflict(
+            f"The copy of partition {staged.partition_id} does not hold record "
+            f"{record['seq']}'s old image"
+        )
+    group.apply(
+        group.batch,
+        staged,
+        items_key,
+        effect,
+        by_service=bool(record.get("by_service")),
+        now=float(record["at"]),
+        capped=False,
+        record_json=text.encode(),
+    )
+
+
+def _drain(
+    group: _WriteGroup, ref: PartitionRef, staged: Partition, payload: ops.MoveReceivePayload
+) -> None:
+    if staged.last_seq != payload.seq:
+        raise moves.MoveConflict(
+            f"The copy of partition {staged.partition_id} holds records to {staged.last_seq}, "
+            f"not {payload.seq}"
+        )
+    source = payload.partition or {}
+    staged.throughput = source.get("throughput")
+    staged.ttl = source.get("ttl")
+    staged.ttl_backfill = source.get("ttl_backfill")
+    staged.ttl_deleted = int(source.get("ttl_deleted", 0))
+    bounds = changefeed.LogBounds(staged.first_seq, staged.last_seq)
+    for consumer, seq in (payload.consumers or {}).items():
+        if consumer == MOVE_CONSUMER:
+            continue
+        if seq + 1 < staged.first_seq:
+            # Behind the source's retained log already: it re-registers, as it would there.
+            logger.warning("move of %s: consumer %s is past its log", staged.partition_id, consumer)
+            continue
+        group.feed.register(ref, consumer, min(seq, staged.last_seq), bounds)
+    for key_hex, value in payload.transactions or ():
+        key = bytes.fromhex(key_hex)
+        if group.batch.get(Family.TRANSACTIONS, key) is None:
+            group.batch.put(Family.TRANSACTIONS, key, value.encode())
+
+
+def _summary(partition: Partition) -> dict[str, Any]:
+    return {
+        "epoch": partition.epoch,
+        "first_seq": partition.first_seq,
+        "last_seq": partition.last_seq,
+        "items": partition.item_count,
+        "bytes": partition.size_bytes,
+    }
+
+
+# The driver -------------------------------------------------------------------------------------
+
+
+class Mover:
+    """Moves partitions of one node to others, and settles moves left half-done, as source and
+    as target (`core.moves`)."""
+
+    def __init__(
+        self,
+        splitter: Splitter,
+        node_id: str,
+        *,
+        check_seconds: float = limits.MOVE_CHECK_SECONDS,
+    ) -> None:
+        self.splitter = splitter
+        self.node: StorageNode = splitter.node
+        self.node_id = node_id
+        self.check_seconds = check_seconds
+        # DYNALAB_MOVE_CRASH_AT (one of MOVE_CRASH_STEPS) makes the node kill itself at that
+        # step of each move it drives, for the kill -9 tests; a simulation replaces `die`.
+        self.crash_at = os.environ.get(MOVE_CRASH_AT_ENV)
+        self.die: Callable[[str], None] = _kill_self
+        self._task = BackgroundTask("mover", self._run)
+
+    def _reached(self, step: str) -> None:
+        if step == self.crash_at:
+            self.die(step)
+
+    @staticmethod
+    def _now() -> float:
+        return asyncio.get_running_loop().time()
+
+    def start(self) -> None:
+        self._task.start()
+
+    async def close(self) -> None:
+        await self._task.close()
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self.settle()
+            except DynamoError as error:
+                logger.warning("settling moves failed, retrying: %s", error.message)
+            except Exception:
+                logger.exception("settling moves failed on a bug")
+            await asyncio.sleep(self.check_seconds)
+
+    # One move -------------------------------------------------------------------------------------
+
+    async def move(
+        self, table_id: str, partition_id: str, target_node: str, target_address: str
+    ) -> dict[str, Any]:
+        """Move one partition of this node to `target_node`; return it as the catalog now
+        records it, with how long the move and its fence took."""
+        async with self.splitter.lock:
+            return await self._move(table_id, partition_id, target_node, target_address)
+
+    async def _move(
+        self, table_id: str, partition_id: str, target_node: str, target_address: str
+    ) -> dict[str, Any]:
+        started = self._now()
+        ref = (table_id, partition_id)
+        partition = self.node.partitions.get(ref)
+        if partition is None or not partition.serving:
+            raise StaleEpoch(f"Partition {partition_id} of table {table_id} is not served here")
+        if table_id in catalog.SYSTEM_TABLE_IDS:
+            raise moves.MoveRefused(f"Partition {partition_id} of a system table never moves")
+        if target_node == self.node_id:
+            raise moves.MoveRefused(f"Partition {partition_id} is on node {target_node} already")
+        table = await self.splitter.read_table(partition.table_name)
+        source = _serving_def(table, partition, self.node_id)
+        target = self.splitter.client(target_address)
+        epoch = partition.epoch + 1
+        logger.info(
+            "move of %s to %s (%d bytes): creating its INCOMING copy",
+            partition_id,
+            target_node,
+            partition.size_bytes,
+        )
+        await self._receive(target, ref, "abort")
+        document = orjson.loads(partition.to_meta())
+        document.update(
+            epoch=epoch,
+            item_count=0,
+            size_bytes=0,
+            last_seq=partition.first_seq - 1,
+            log_bytes=0,
+            index_stats={},
+            moving_to=None,
+            incoming_from=self.node_id,
+        )
+        try:
+            await self._receive(target, ref, "create", partition=document)
+            self._reached("incoming")
+            pinned = await self._source(partition, "pin")
+            self._reached("pinned")
+            pinned_partition: Partition = pinned["pinned"].partition
+            logger.info(
+                "move of %s: copying, pinned at seq %d", partition_id, pinned_partition.last_seq
+            )
+            items = await self._copy(target, ref, pinned["pinned"])
+            applied = pinned_partition.last_seq
+            records = 0
+            for _ in range(limits.MOVE_CATCH_UP_ROUNDS_MAX):
+                current = self.node.partitions.get(ref)
+                if current is None or current.epoch != partition.epoch:
+                    raise moves.MoveConflict(f"Partition {partition_id} changed while it moved")
+                if current.last_seq - applied <= limits.MOVE_FENCE_LAG_RECORDS_MAX:
+                    break
+                caught = await self._catch_up(target, current, applied, current.last_seq)
+                records += caught - applied
+                applied = caught
+            self._reached("copied")
+            logger.info("move of %s: fencing at seq %d", partition_id, applied)
+            fenced_at = self._now()
+            final = await self._fence(partition, target_node)
+            self._reached("fenced")
+            caught = await self._catch_up(target, partition, applied, final)
+            records += caught - applied
+            await self._receive(
+                target,
+                ref,
+                "drain",
+                seq=final,
+                partition=orjson.loads(self.node.partitions[ref].to_meta()),
+                consumers=dict(self.node.feeds.consumers(ref)),
+                transactions=self._finished_transactions(),
+            )
+            self._reached("drained")
+        except Exception:
+            # (Not a cancellation or a simulated death: a restart settles those by the catalog.)
+            logger.warning("move of %s failed before the switch: rolling back", partition_id)
+            await asyncio.shield(self._roll_back(partition, target))
+            raise
+        logger.info("move of %s: drained to seq %d, switching the catalog", partition_id, final)
+        try:
+            after = await self.splitter.change_table(
+                partition.table_name,
+                lambda current: moves.switched(current, table_id, source, target_node),
+            )
+        except Exception:
+            await asyncio.shield(self._settle_unknown(partition, target_node, target))
+            raise
+        self._reached("switched")
+        await self._finish(partition, target)
+        ended = self._now()
+        self.node.move_stats.record(ended - started)
+        fenced = ended - fenced_at
+        logger.info(
+            "move of %s to %s: done in %.3f s (clients refused for %.3f s)",
+            partition_id,
+            target_node,
+            ended - started,
+            fenced,
+        )
+        return {
+            "partition": after.partition(partition_id).to_json(),
+            "from": self.node_id,
+            "seconds": ended - started,
+            "fenced_seconds": fenced,
+            "items": items,
+            "records": records,
+        }
+
+    async def _source(self, partition: Partition, step: str, target: str = "") -> dict[str, Any]:
+        payload = SourceStepPayload(
+            partition.table_id, partition.partition_id, partition.epoch, step, target
+        )
+        return await self.splitter.submit(MOVE_SOURCE, payload.to_json())
+
+    async def _receive(
+        self, target: NodeTransport, ref: PartitionRef, step: str, **fields: Any
+    ) -> dict[str, Any]:
+        payload = ops.MoveReceivePayload(ref[0], ref[1], step, **fields)
+        reply: dict[str, Any] = await target.control(
+            ops.MOVE_RECEIVE, payload.to_json(), limits.CONTROL_CALL_SECONDS_MAX
+        )
+        return reply
+
+    async def _copy(self, target: NodeTransport, ref: PartitionRef, pinned: Pinned) -> int:
+        """Send the pinned log, then the pinned items, in pages; the items sent."""
+        while page := await self.splitter.offload(lambda: _page(pinned.log, json_of=bytes.decode)):
+            await self._receive(target, ref, "log", records=page)
+        items = 0
+        while page := await self.splitter.offload(lambda: _page(pinned.items, json_of=_item_text)):
+            await self._receive(target, ref, "items", items=page)
+            items += len(page)
+        return items
+
+    async def _catch_up(
+        self, target: NodeTransport, partition: Partition, after: int, last: int
+    ) -> int:
+        """Apply the source's records after seq `after` to `last` on the target; `last`."""
+        store = self.node.store
+        while after < last:
+            lo = partition.log_prefix + seq_bytes(after + 1)
+            hi = partition.log_prefix + seq_bytes(last + 1)
+
+            def read(lo: bytes = lo, hi: bytes = hi) -> list[str]:
+                return _page(store.walk(Family.CHANGE_LOG, lo, hi, forward=True), bytes.decode)
+
+            page = await self.splitter.offload(read)
+            if not page or orjson.loads(page[0])["seq"] != after + 1:
+                raise moves.MoveConflict(
+                    f"Partition {partition.partition_id}'s log was trimmed past seq {after} "
+                    "while it moved"
+                )
+            await self._receive(
+                target, (partition.table_id, partition.partition_id), "apply", records=page
+            )
+            after = int(orjson.loads(page[-1])["seq"])
+        return after
+
+    async def _fence(self, partition: Partition, target_node: str) -> int:
+        for attempt in range(limits.MOVE_FENCE_ATTEMPTS_MAX):
+            try:
+                return int((await self._source(partition, "fence", target_node))["seq"])
+            except moves.MoveRefused as refusal:
+                if attempt + 1 == limits.MOVE_FENCE_ATTEMPTS_MAX:
+                    raise
+                if attempt == 0:
+                    logger.info("move of %s waits: %s", partition.partition_id, refusal.message)
+            await asyncio.sleep(limits.MOVE_FENCE_BACKOFF_SECONDS)
+        raise AssertionError("unreachable")
+
+    def _finished_transactions(self) -> list[list[str]]:
+        """The finished transaction records this node holds (a ClientRequestToken's retry finds
+        its record on the moved partition's new node)."""
+        prefix = txn.RECORD_PREFIX
+        walk = self.node.store.walk(
+            Family.TRANSACTIONS, prefix, bytes([prefix[0] + 1]), forward=True
+        )
+        return [[key.hex(), value.decode()] for key, value in walk]
+
+    async def _roll_back(self, partition: Partition, target: NodeTransport) -> None:
+        """Clear the fence and the move's consumer, and drop the target's copy (best effort: a
+        copy left behind is dropped by its node once abandoned)."""
+        await self._source(partition, "unfence")
+        try:
+            await self._receive(target, (partition.table_id, partition.partition_id), "abort")
+        except (DynamoError, OSError) as error:
+            logger.warning(
+                "move of %s: the target's copy stays for now: %s", partition.partition_id, error
+            )
+        logger.info("move of %s: rolled back", partition.partition_id)
+
+    async def _finish(self, partition: Partition, target: NodeTransport) -> None:
+        """The catalog names the target: activate its copy (it also does so itself from the
+        catalog), and drop this node's."""
+        try:
+            await self._receive(
+                target,
+                (partition.table_id, partition.partition_id),
+                "activate",
+                epoch=partition.epoch + 1,
+            )
+        except (DynamoError, OSError) as error:
+            logger.warning(
+                "move of %s: the target activates it itself: %s", partition.partition_id, error
+            )
+        await self._source(partition, "drop")
+        logger.info("move of %s: switched; this node's copy is dropped", partition.partition_id)
+
+    async def _settle_unknown(
+        self, partition: Partition, target_node: str, target: NodeTransport
+    ) -> None:
+        """The switch failed or its outcome is unknown: once no call of it can still be applied
+        (its deadline and the grace have passed), the catalog says whether it happened."""
+        await asyncio.sleep(limits.NODE_CALL_SECONDS_MAX + limits.RPC_DEADLINE_GRACE_SECONDS)
+        await self._settle_source(partition, target_node, target)
+
+    async def _settle_source(
+        self, partition: Partition, target_node: str, target: NodeTransport
+    ) -> None:
+        table = await self.splitter.read_table(partition.table_name)
+        action = moves.source_recovery(
+            table, partition.table_id, partition.partition_id, partition.epoch, target_node
+        )
+        if action is moves.SourceAction.FINISH:
+            await self._finish(partition, target)
+        else:
+            await self._roll_back(partition, target)
+
+    # Settling what a restart or a failure left -------------------------------------------------
+
+    async def settle(self) -> None:
+        """Finish or roll back the moves this node was the source of and left half-done, and
+        activate or drop the copies moved to it, as the catalog says."""
+        refs = [
+            ref
+            for ref, partition in self.node.partitions.items()
+            if partition.moving_to is not None
+            or partition.incoming_from is not None
+            or MOVE_CONSUMER in self.node.feeds.consumers(ref)
+        ]
+        if not refs:
+            return
+        async with self.splitter.lock:
+            tables: dict[str, TableDef | None] = {}
+            for ref in refs:
+                partition = self.node.partitions.get(ref)
+                if partition is None:
+                    continue
+                name = partition.table_name
+                if name not in tables:
+                    tables[name] = await self.splitter.read_table(name)
+                await self._settle_one(partition, tables[name])
+
+    async def _settle_one(self, partition: Partition, table: TableDef | None) -> None:
+        ref = (partition.table_id, partition.partition_id)
+        if partition.incoming_from is not None:
+            action = moves.target_recovery(
+                table, partition.table_id, partition.partition_id, partition.epoch, self.node_id
+            )
+            heard = self.node.move_heard.setdefault(ref, self.node.clock())
+            abandoned = self.node.clock() - heard > limits.MOVE_ABANDONED_SECONDS
+            if action is moves.TargetAction.ACTIVATE:
+                logger.info(
+                    "move of %s: the catalog names this node: serving", partition.partition_id
+                )
+                await self._local(ref, "activate", epoch=partition.epoch)
+            elif action is moves.TargetAction.DROP or abandoned:
+                logger.info(
+                    "move of %s: the copy here is not wanted: dropping", partition.partition_id
+                )
+                await self._local(ref, "abort")
+            return
+        if partition.moving_to is None:
+            await self._source(partition, "unfence")  # Only the consumer of a move never fenced.
+            return
+        decision = moves.source_recovery(
+            table, partition.table_id, partition.partition_id, partition.epoch, partition.moving_to
+        )
+        logger.info("move of %s was left fenced: %s", partition.partition_id, decision.value)
+        # The target needs no call: it serves or drops its copy as the catalog says.
+        finish = decision is moves.SourceAction.FINISH
+        await self._source(partition, "drop" if finish else "unfence")
+
+    async def _local(self, ref: PartitionRef, step: str, **fields: Any) -> None:
+        payload = ops.MoveReceivePayload(ref[0], ref[1], step, **fields)
+        await self.splitter.submit(ops.MOVE_RECEIVE, payload.to_json())
+
+
+def _serving_def(table: TableDef | None, partition: Partition, node_id: str) -> PartitionDef:
+    """The partition as the catalog records it, which must be what this node holds."""
+    current = None
+    if table is not None and table.id == partition.table_id:
+        current = next((p for p in table.partitions if p.id == partition.partition_id), None)
+    if current is None or (current.epoch, current.node) != (partition.epoch, node_id):
+        raise moves.MoveConflict(
+            f"Partition {partition.partition_id} at epoch {partition.epoch} on {node_id} is not "
+            "serving in the catalog"
+        )
+    return current
+
+
+def _kill_self(step: str) -> None:
+    logger.error("%s=%s: this node kills itself", MOVE_CRASH_AT_ENV, step)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _item_text(value: bytes) -> str:
+    return bytes(item_json_of(value)).decode()
+
+
+def _page(rows: Iterator[tuple[bytes, bytes]], json_of: Any) -> list[str]:
+    """The next page of `rows`' values as JSON text: at most MOVE_PAGE_ROWS_MAX rows, and past
+    MOVE_PAGE_BYTES_MAX bytes no more."""
+    page: list[str] = []
+    size = 0
+    for _, value in rows:
+        page.append(json_of(value))
+        size += len(value)
+        if len(page) >= limits.MOVE_PAGE_ROWS_MAX or size >= limits.MOVE_PAGE_BYTES_MAX:
+            break
+    return page

@@ -1,0 +1,366 @@
+"""Partitions moved to another node under writes, on real in-process nodes (`storagenode.move`).
+
+A move copies a partition to its target, catches up from the change log, fences the source,
+drains, switches the catalog and drops the source's copy. These tests write and increment
+counters through the routers while a partition moves, kill the source or the target at each step
+of the move (a restart is a new node over the same store), and check that every acknowledged
+write is there exactly once, every counter equals its acknowledged increments (give or take the
+increments whose outcome the client never learnt), and exactly one node holds the partition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import orjson
+import pytest
+
+from core import limits, moves
+from core.errors import DynamoError
+from router import items, queries, tables
+from router.placement import PlacementMover
+from rpc import ops
+from rpc.local import Faults
+from storagenode.layout import Family, item_size_of
+from storagenode.move import MOVE_CONSUMER, MOVE_CRASH_STEPS
+from tests.sim.cluster import SimCluster, run, storage_key
+
+SEEDS = [5, 17]
+COUNTERS = 4
+
+
+class Died(BaseException):
+    """The node died at this step (a BaseException: nothing of the mover runs after it)."""
+
+
+def item(n: int) -> dict[str, Any]:
+    return {"pk": {"S": f"k{n % 7}"}, "sk": {"N": str(n)}, "v": {"S": "x" * (1 + n % 50)}}
+
+
+async def create_table_with_lsi(cluster: SimCluster, name: str) -> None:
+    await tables.create_table(
+        cluster.routers[0],
+        {
+            "TableName": name,
+            "KeySchema": [
+                {"AttributeName": "pk", "KeyType": "HASH"},
+                {"AttributeName": "sk", "KeyType": "RANGE"},
+            ],
+            "AttributeDefinitions": [
+                {"AttributeName": "pk", "AttributeType": "S"},
+                {"AttributeName": "sk", "AttributeType": "N"},
+                {"AttributeName": "v", "AttributeType": "S"},
+            ],
+            "LocalSecondaryIndexes": [
+                {
+                    "IndexName": "byV",
+                    "KeySchema": [
+                        {"AttributeName": "pk", "KeyType": "HASH"},
+                        {"AttributeName": "v", "KeyType": "RANGE"},
+                    ],
+                    "Projection": {"ProjectionType": "ALL"},
+                }
+            ],
+            "BillingMode": "PAY_PER_REQUEST",
+        },
+    )
+
+
+async def moved_partition(cluster: SimCluster, name: str) -> tuple[str, str, str]:
+    """(partition id, its node, another node) of the table's first partition."""
+    table = await cluster.routers[0].read_table(name)
+    assert table is not None
+    partition = table.partitions[0]
+    other = next(n for n in sorted(cluster.nodes) if n != partition.node)
+    return partition.id, partition.node, other
+
+
+def holders(cluster: SimCluster, table_id: str, partition_id: str) -> dict[str, Any]:
+    """Each node holding the partition, with its metadata."""
+    return {
+        node_id: node.partitions[table_id, partition_id]
+        for node_id, node in cluster.nodes.items()
+        if (table_id, partition_id) in node.partitions
+    }
+
+
+def counted(cluster: SimCluster, node_id: str, table_id: str, partition_id: str) -> tuple[int, int]:
+    """(items, bytes) of the partition on a node, walked from its store."""
+    node = cluster.nodes[node_id]
+    partition = node.partitions[table_id, partition_id]
+    lo = partition.item_prefix + partition.start
+    hi = partition.item_prefix + (partition.end or b"\xff" * 9)
+    rows = list(node.store.walk(Family.ITEMS, lo, hi, forward=True))
+    return len(rows), sum(item_size_of(value) for _, value in rows)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_moved_partition_is_served_by_its_target_with_its_items_counts_and_log(
+    seed: int,
+) -> None:
+    async def scenario(cluster: SimCluster) -> None:
+        await create_table_with_lsi(cluster, "Moved")
+        entries = [item(n) for n in range(120)]
+        for entry in entries:
+            await cluster.put("Moved", entry)
+        for n in range(0, 120, 3):  # Overwrites and deletes: records the log must carry.
+            key = {"pk": entries[n]["pk"], "sk": entries[n]["sk"]}
+            if n % 2:
+                await items.delete_item(cluster.routers[0], {"TableName": "Moved", "Key": key})
+            else:
+                await cluster.put("Moved", {**entries[n], "v": {"S": "changed"}})
+        table = await cluster.routers[0].read_table("Moved")
+        assert table is not None
+        partition_id, source, target = await moved_partition(cluster, "Moved")
+        before = cluster.nodes[source].partitions[table.id, partition_id]
+        log_before = cluster.nodes[source].changes(table.id, partition_id, 0, 10_000)
+        stale = cluster.routers[1]
+        await stale.refresh()
+        reply = await cluster.move("Moved", partition_id, target)
+        assert reply["partition"]["node"] == target, f"seed {seed}"
+        assert reply["partition"]["epoch"] == before.epoch + 1, f"seed {seed}"
+        held = holders(cluster, table.id, partition_id)
+        assert list(held) == [target], f"seed {seed}: only the target holds it"
+        moved = held[target]
+        assert moved.serving and moved.epoch == before.epoch + 1, f"seed {seed}"
+        assert (moved.item_count, moved.size_bytes, moved.index_stats) == (
+            before.item_count,
+            before.size_bytes,
+            before.index_stats,
+        ), f"seed {seed}: the counters are exact"
+        assert counted(cluster, target, table.id, partition_id) == (
+            moved.item_count,
+            moved.size_bytes,
+        ), f"seed {seed}"
+        log_after = cluster.nodes[target].changes(table.id, partition_id, 0, 10_000)
+        assert log_after == log_before, f"seed {seed}: the log carries on with the same seqs"
+        assert (moved.first_seq, moved.last_seq) == (before.first_seq, before.last_seq)
+        assert MOVE_CONSUMER not in cluster.nodes[target].feeds.consumers((table.id, partition_id))
+        source_store = cluster.nodes[source].store
+        lo = before.item_prefix + before.start
+        hi = before.item_prefix + (before.end or b"\xff" * 9)
+        assert not list(source_store.walk(Family.ITEMS, lo, hi, forward=True)), f"seed {seed}"
+        # A router that still has the old map is refused by the source, refreshes and retries.
+        found = await cluster.scan_all("Moved", router=1, Limit=7)
+        expected = await cluster.scan_all("Moved", router=0)
+        assert sorted(map(storage_key, found)) == sorted(map(storage_key, expected))
+        live = [e for n, e in enumerate(entries) if n % 3 or n % 2 == 0]
+        assert len(found) == len(live), f"seed {seed}"
+        by_v = await cluster.read_all(
+            queries.query,
+            {
+                "TableName": "Moved",
+                "IndexName": "byV",
+                "KeyConditionExpression": "pk = :p AND v = :v",
+                "ExpressionAttributeValues": {":p": {"S": "k0"}, ":v": {"S": "changed"}},
+            },
+        )
+        assert by_v and all(e["v"] == {"S": "changed"} for e in by_v), f"seed {seed}"
+        # Writes go to the target now, and it logs them after the moved records.
+        inside = next(e for e in entries if moved.holds(storage_key(e)))
+        await cluster.put("Moved", {**inside, "v": {"S": "after the move"}}, router=1)
+        assert cluster.nodes[target].partitions[table.id, partition_id].last_seq > before.last_seq
+
+    run(seed, scenario)
+
+
+async def workload(
+    cluster: SimCluster, name: str, stop: asyncio.Event, log: dict[str, Any]
+) -> None:
+    """Puts of new items and conditional ADDs of counters through router 0 until `stop`:
+    what was acknowledged, and what failed (its outcome unknown to the client)."""
+    n = 0
+    while not stop.is_set():
+        n += 1
+        entry = item(10_000 + n)
+        try:
+            await items.put_item(cluster.routers[0], {"TableName": name, "Item": entry})
+            log["acked"].append(entry)
+        except DynamoError:
+            log["failed"].append(entry)
+        counter = n % COUNTERS
+        try:
+            await items.update_item(
+                cluster.routers[0],
+                {
+                    "TableName": name,
+                    "Key": {"pk": {"S": "counter"}, "sk": {"N": str(counter)}},
+                    "UpdateExpression": "ADD c :one",
+                    "ConditionExpression": "attribute_not_exists(c) OR c < :max",
+                    "ExpressionAttributeValues": {":one": {"N": "1"}, ":max": {"N": "1000000"}},
+                },
+            )
+            log["increments"][counter] += 1
+        except DynamoError:
+            log["unknown"][counter] += 1
+        await asyncio.sleep(0.001)
+
+
+async def check(cluster: SimCluster, name: str, log: dict[str, Any], seed: int) -> None:
+    found = await cluster.scan_all(name, Limit=9)
+    keys = [storage_key(e) for e in found]
+    assert len(keys) == len(set(keys)), f"seed {seed}: an item was scanned twice"
+    present = set(keys)
+    for entry in log["acked"]:
+        assert storage_key(entry) in present, f"seed {seed}: an acknowledged put was lost"
+    allowed = {storage_key(e) for e in (*log["acked"], *log["failed"], *log["base"])}
+    counters = {storage_key(e) for e in found if e["pk"] == {"S": "counter"}}
+    assert present - counters <= allowed, f"seed {seed}: an item nobody wrote"
+    for counter in range(COUNTERS):
+        key = {"pk": {"S": "counter"}, "sk": {"N": str(counter)}}
+        reply = await items.get_item(
+            cluster.routers[0], {"TableName": name, "Key": key, "ConsistentRead": True}
+        )
+        value = int(reply.get("Item", {}).get("c", {"N": "0"})["N"])
+        acked, unknown = log["increments"][counter], log["unknown"][counter]
+        assert acked <= value <= acked + unknown, (
+            f"seed {seed}: counter {counter} is {value}, acknowledged {acked} (+{unknown} unknown)"
+        )
+
+
+async def settle_all(cluster: SimCluster) -> None:
+    for mover in list(cluster.movers.values()):
+        await mover.settle()
+
+
+@pytest.mark.parametrize("who", ["source", "target", "router"])
+@pytest.mark.parametrize("step", MOVE_CRASH_STEPS)
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_move_killed_at_any_step_loses_nothing_and_applies_nothing_twice(
+    seed: int, step: str, who: str
+) -> None:
+    async def scenario(cluster: SimCluster) -> None:
+        await cluster.create_table("Killed")
+        base = [item(n) for n in range(60)]
+        for entry in base:
+            await cluster.put("Killed", entry)
+        table = await cluster.routers[0].read_table("Killed")
+        assert table is not None
+        partition_id, source, target = await moved_partition(cluster, "Killed")
+        log: dict[str, Any] = {
+            "acked": [],
+            "failed": [],
+            "base": base,
+            "increments": [0] * COUNTERS,
+            "unknown": [0] * COUNTERS,
+        }
+        cluster.faults(Faults(delay=0.5, delay_seconds_max=0.003))
+        stop = asyncio.Event()
+        writes = asyncio.create_task(workload(cluster, "Killed", stop, log))
+        await asyncio.sleep(0.05)
+        mover = cluster.movers[source]
+        mover.crash_at = step
+
+        def die(reached: str) -> None:
+            if who == "source":
+                raise Died(reached)
+            if who == "target":
+                # The target restarts between two steps; the source's next call meets it anew.
+                asyncio.get_running_loop().create_task(cluster.restart_node(target))
+            else:
+                cluster.routers[0] = cluster.add_router()  # The old one is simply dropped.
+
+        mover.die = die
+        try:
+            await cluster.move("Killed", partition_id, target)
+        except Died:
+            await cluster.restart_node(source)
+        except DynamoError:
+            pass  # The move failed and rolled back (a restarted target lost its place).
+        await asyncio.sleep(0.05)
+        await settle_all(cluster)
+        stop.set()
+        await writes
+        # A copy its source rolled back without reaching it is dropped once abandoned.
+        await asyncio.sleep(limits.MOVE_ABANDONED_SECONDS + 1)
+        await settle_all(cluster)
+        current = await cluster.routers[0].read_table("Killed")
+        assert current is not None
+        owner = current.partition(partition_id).node
+        held = holders(cluster, table.id, partition_id)
+        assert list(held) == [owner], f"seed {seed}: held by {sorted(held)}, owner {owner}"
+        assert held[owner].serving, f"seed {seed}: the owner serves it"
+        if who == "source":
+            # Killed before the switch it rolls back; after it, the target serves.
+            assert owner == (target if step == "switched" else source), f"seed {seed}: {owner}"
+        elif who == "router":
+            assert owner == target, f"seed {seed}: a router has no part in a move"
+        assert counted(cluster, owner, table.id, partition_id) == (
+            held[owner].item_count,
+            held[owner].size_bytes,
+        ), f"seed {seed}: the counters match the items"
+        consumers = cluster.nodes[owner].feeds.consumers((table.id, partition_id))
+        assert MOVE_CONSUMER not in consumers, f"seed {seed}"
+        await check(cluster, "Killed", log, seed)
+
+    run(seed, scenario)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_move_waits_for_transaction_locks_and_refuses_when_they_stay(seed: int) -> None:
+    async def scenario(cluster: SimCluster) -> None:
+        await cluster.create_table("Locked")
+        for n in range(10):
+            await cluster.put("Locked", item(n))
+        table = await cluster.routers[0].read_table("Locked")
+        assert table is not None
+        partition_id, source, target = await moved_partition(cluster, "Locked")
+        partition = cluster.nodes[source].partitions[table.id, partition_id]
+        key = partition.item_prefix + partition.start + b"\x00"
+        store = cluster.stores[source]
+        batch = store.batch()
+        batch.put(Family.TRANSACTIONS, b"L" + key, orjson.dumps({"attempt": "t.1"}))
+        store.commit(batch)
+        with pytest.raises(moves.MoveRefused):
+            await cluster.move("Locked", partition_id, target)
+        assert list(holders(cluster, table.id, partition_id)) == [source], f"seed {seed}"
+        assert cluster.nodes[source].partitions[table.id, partition_id].serving
+        assert MOVE_CONSUMER not in cluster.nodes[source].feeds.consumers((table.id, partition_id))
+        await cluster.put("Locked", item(99))  # Rolled back: the source serves again.
+
+    run(seed, scenario)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_routers_move_a_split_child_to_its_ring_owner_once(seed: int) -> None:
+    async def scenario(cluster: SimCluster) -> None:
+        await cluster.create_table("Placed")
+        for n in range(40):
+            await cluster.put("Placed", item(n))
+        router = cluster.routers[0]
+        asked: list[tuple[str, str]] = []
+
+        async def control(node: str, op: str, body: dict[str, Any], timeout: float) -> Any:
+            # The in-process network carries no move_partition: the mover is called directly.
+            assert op == ops.MOVE_PARTITION
+            asked.append((body["partition_id"], body["target_node"]))
+            return await cluster.movers[node].move(
+                body["table_id"], body["partition_id"], body["target_node"], body["target_address"]
+            )
+
+        router.control = control  # type: ignore[method-assign]
+        placement = PlacementMover(router)
+        await router.refresh()
+        assert not await placement.move_one(), f"seed {seed}: nothing to move before a split"
+        table = await router.read_table("Placed")
+        assert table is not None
+        # Split partitions until a child lands off its ring owner.
+        for parent in list(table.partitions):
+            await cluster.splitters[parent.node].split(table.id, parent.id)
+        await router.refresh()
+        table = await router.read_table("Placed")
+        assert table is not None
+        wanted = moves.misplaced(table, router.ring.owner)
+        assert wanted, f"seed {seed}: some child should be off its ring owner"
+        while await placement.move_one():
+            pass
+        table = await router.read_table("Placed")
+        assert table is not None
+        for partition, node in wanted:
+            assert table.partition(partition.id).node == node, f"seed {seed}"
+        assert len(asked) == len(wanted), f"seed {seed}: each child is moved once"
+        found = await cluster.scan_all("Placed")
+        assert len(found) == 40, f"seed {seed}"
+
+    run(seed, scenario)
