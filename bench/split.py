@@ -12,10 +12,12 @@ item collection) and prints, for the `--phase-seconds` before the split, while t
 (`POST /admin/tables/{name}/partitions/{id}/split`, where the partition halves its bytes) and
 the `--phase-seconds` after it: the operations per second and the p50 / p99 latency.
 
-Moving a child to another node is not built yet, so the split is all there is to time; the node's
-reply also says how long the install took, the one step that makes the node's writes wait. The
-client shares the machine with the cluster, so the numbers describe this machine as loaded at the
-time.
+Then it moves the split's larger child to another node (`move_phase`: `POST .../move`; the
+routers' own placement moves are off, DYNALAB_MOVE_SPLIT_CHILDREN=off, so this is the one move)
+and prints the same figures while the move runs and the `--phase-seconds` after it. The node's
+split reply says how long the install took, the one step that makes the node's writes wait; its
+move reply how long clients were refused (the fence). The client shares the machine with the
+cluster, so the numbers describe this machine as loaded at the time.
 Use `--partition-mb 20` for a quick run.
 
 So that a 1 GB partition is built in a minute or two rather than an hour of 4 KB puts, the mixed
@@ -137,7 +139,7 @@ async def admin(session: aiohttp.ClientSession, url: str, body: Any = None) -> A
             return orjson.loads(await reply.read())
     async with session.post(url, data=orjson.dumps(body)) as reply:
         if reply.status != 200:
-            raise RuntimeError(f"split refused: {reply.status} {await reply.text()}")
+            raise RuntimeError(f"{url} refused: {reply.status} {await reply.text()}")
         return orjson.loads(await reply.read())
 
 
@@ -236,6 +238,7 @@ async def run(args: argparse.Namespace, endpoint: str) -> None:
         reply = await admin(session, f"{listing_url}/{partition['id']}/split", {})
         split_ended = time.monotonic()
         await asyncio.sleep(args.phase_seconds)
+        moved = await move_phase(session, listing_url, reply["children"], args.phase_seconds)
         stop.set()
         await asyncio.gather(*workers)
         after = time.monotonic()
@@ -254,7 +257,45 @@ async def run(args: argparse.Namespace, endpoint: str) -> None:
         print(f"mixed load, {args.concurrency} clients (60% get, 30% put, 10% query):")
         recorder.report("before", before, split_started)
         recorder.report("during", split_started, split_ended)
-        recorder.report("after", split_ended, after)
+        recorder.report("after", split_ended, moved.started)
+        moved.report(recorder, after)
+
+
+class Moved:
+    """When a move of a split child began and ended, and the node's reply."""
+
+    def __init__(self, started: float, ended: float, reply: dict[str, Any]) -> None:
+        self.started = started
+        self.ended = ended
+        self.reply = reply
+
+    def report(self, recorder: Recorder, after: float) -> None:
+        partition = self.reply["partition"]
+        print(
+            f"moved child {partition['id'].split('-')[1]} from {self.reply['from']} to "
+            f"{partition['node']} in {self.ended - self.started:.3f} s as the admin call saw it "
+            f"({self.reply['seconds']:.3f} s on the node, {self.reply['items']} items copied, "
+            f"{self.reply['records']} writes caught up; clients refused for "
+            f"{self.reply['fenced_seconds'] * 1000:.1f} ms)"
+        )
+        recorder.report("moving", self.started, self.ended)
+        recorder.report("moved", self.ended, after)
+
+
+async def move_phase(
+    session: aiohttp.ClientSession, listing_url: str, children: list[dict[str, Any]], wait: float
+) -> Moved:
+    """Move the split's larger child to another node (`POST .../move`) under the same load, then
+    keep the load on for `wait` seconds."""
+    sizes = {p["id"]: p for p in (await admin(session, listing_url))["partitions"]}
+    child = max((sizes[c["id"]] for c in children), key=lambda p: p["size_bytes"] or 0)
+    nodes = sorted({p["node"] for p in sizes.values()} | {"node-1", "node-2", "node-3"})
+    target = next(node for node in nodes if node != child["node"])
+    started = time.monotonic()
+    reply = await admin(session, f"{listing_url}/{child['id']}/move", {"Node": target})
+    ended = time.monotonic()
+    await asyncio.sleep(wait)
+    return Moved(started, ended, reply)
 
 
 async def heat_phase(
@@ -343,6 +384,7 @@ def main() -> None:
     args = parser.parse_args()
     cpu = time.process_time()
     os.environ["DYNALAB_THROTTLING"] = "on" if args.heat else "off"
+    os.environ["DYNALAB_MOVE_SPLIT_CHILDREN"] = "off"  # The one move is `move_phase`'s.
     if args.heat:
         os.environ["DYNALAB_BURST_SECONDS"] = "1"
     with tempfile.TemporaryDirectory() as data, LocalCluster(data, nodes=3, routers=1) as cluster:

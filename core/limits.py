@@ -117,6 +117,9 @@ MOVE_FENCE_BACKOFF_SECONDS = 0.1
 # catalog does not name, is dropped (its source rolled back without reaching it).
 MOVE_CHECK_SECONDS = 1.0
 MOVE_ABANDONED_SECONDS = 60.0
+# A router that asked for a split child's move and was refused (its target down, transactions in
+# flight) asks for that child again only after this long, and for the others meanwhile.
+MOVE_RETRY_SECONDS = 10.0
 # How long the admin endpoint waits for a node to move a partition (a copy of its whole data).
 MOVE_CALL_SECONDS_MAX = 300.0
 

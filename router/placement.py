@@ -37,15 +37,23 @@ class PlacementMover:
 
     def __init__(self, ctx: RouterContext) -> None:
         self.ctx = ctx
+        self._refused: dict[str, float] = {}  # Partition id -> when its move was refused.
 
     async def move_one(self) -> bool:
-        """Ask for one move of a misplaced split child and wait for it; whether one was asked."""
+        """Ask for one move of a misplaced split child and wait for it; whether one was made
+        (a refused or failed one is asked again after MOVE_RETRY_SECONDS, not at once)."""
+        now = self.ctx.sources.clock()
+        self._refused = {
+            pid: when
+            for pid, when in self._refused.items()
+            if now - when < limits.MOVE_RETRY_SECONDS
+        }
         for table in list(self.ctx.records.values()):
             if not table.serving:
                 continue
             for partition, node in moves.misplaced(table, self.ctx.ring.owner):
                 address = self.ctx.addresses.get(node)
-                if address is None:
+                if address is None or partition.id in self._refused:
                     continue
                 payload = ops.MovePartitionPayload(table.id, partition.id, node, address)
                 log.info("moving split child %s of %s to %s", partition.id, table.name, node)
@@ -58,14 +66,15 @@ class PlacementMover:
                     )
                 except DynamoError as error:
                     log.info("the move of %s was not made: %s", partition.id, error.message)
-                else:
-                    log.info("moved %s in %.3f s", partition.id, reply["seconds"])
+                    self._refused[partition.id] = now
+                    return False
+                log.info("moved %s in %.3f s", partition.id, reply["seconds"])
                 await self.ctx.refresh()
                 return True
         return False
 
     async def run(self) -> None:
-        """Look every `MOVE_CHECK_SECONDS` until cancelled."""
+        """Look every `MOVE_CHECK_SECONDS` until cancelled, moving children while moves succeed."""
         while True:
             await asyncio.sleep(limits.MOVE_CHECK_SECONDS)
             try:
