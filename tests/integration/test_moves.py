@@ -274,8 +274,11 @@ def test_a_global_index_and_a_stream_follow_moved_partitions(cluster: LocalClust
             for partition in serving(cluster, name):
                 target = NODES[(NODES.index(partition["node"]) + 1) % len(NODES)]
                 status, reply = move(cluster, name, partition, target)
-                assert status == 200, reply
-                moved += 1
+                if status == 200:
+                    moved += 1
+                else:
+                    # Split past 4 KB (or moved by a router's placement check) meanwhile.
+                    assert status in (400, 404), reply
     result = convergence.wait_converged(
         client, indexed, "ByGame", CONVERGE_TIMEOUT_S, writer.history
     )
