@@ -24,6 +24,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+import orjson
+
 from core import expressions, limits, values
 from core.catalog import IndexDef
 from core.errors import ValidationError
@@ -323,10 +325,19 @@ def key_identity(key: Mapping[str, Any]) -> tuple[Any, ...]:
     """
     return tuple(
         sorted(
-            (name, values.type_of(value), value[values.type_of(value)])
+            (name, tag, _hashable(value[tag]))
             for name, value in key.items()
+            for tag in (values.type_of(value),)
         )
     )
+
+
+def _hashable(raw: Any) -> Any:
+    """A key value's payload as a hashable: a scalar's is one already; a list, map or set's (not
+    a key type, which the key's schema check refuses later) is its canonical JSON."""
+    if isinstance(raw, (str, bool)):
+        return raw
+    return orjson.dumps(raw, option=orjson.OPT_SORT_KEYS)
 
 
 def check_conditional_operator(

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dynalab.cluster import LocalCluster
-from tests.integration.conftest import create_active_table, dynamodb_client
+from tests.integration.conftest import create_active_table, dynamodb_client, error_of
 
 TABLE = "robustness"
 HTTP_TIMEOUT_S = 15.0
@@ -245,6 +245,25 @@ def test_mutated_requests_get_dynamodb_shaped_answers(
 def test_malformed_bodies(robust_cluster: LocalCluster, operation: str, payload: bytes) -> None:
     status, reply = _post(robust_cluster.router_url, operation, payload)
     _check_reply(status, reply, f"{operation} {payload[:40]!r}")
+
+
+@pytest.mark.parametrize(
+    "value",
+    [{"L": [{"S": "a"}]}, {"M": {"a": {"S": "a"}}}, {"SS": ["a", "b"]}],
+    ids=["list", "map", "set"],
+)
+def test_batch_get_item_with_a_document_or_a_set_in_a_key_is_refused(
+    robust_cluster: LocalCluster, dynamodb_for: Callable[[str], Any], value: dict[str, Any]
+) -> None:
+    # It answered 500: the batch's duplicate check hashed each key's values, and a list, a map
+    # or a set is not hashable. The key's schema check refuses it, as DynamoDB does.
+    client = dynamodb_for(robust_cluster.router_url)
+    keys = [{"pk": value, "sk": {"N": "1"}}, KEY]
+    assert error_of(lambda: client.batch_get_item(RequestItems={TABLE: {"Keys": keys}})) == (
+        400,
+        "ValidationException",
+        "The provided key element does not match the schema",
+    )
 
 
 def test_cluster_is_whole_after_the_fuzz(

@@ -294,3 +294,14 @@ def test_untag_resource_states_its_keys_constraint_once_for_the_list() -> None:
         "1 validation error detected: Value null at 'tagKeys' failed to satisfy constraint: "
         "Member must not be null"
     )
+
+
+def test_key_identity_of_a_key_holding_a_list_a_map_or_a_set() -> None:
+    # Not key types, but a batch checks for duplicates before the schema refuses them.
+    listed = key_identity({"pk": {"L": [{"S": "a"}]}})
+    assert listed == key_identity({"pk": {"L": [{"S": "a"}]}})
+    assert listed != key_identity({"pk": {"L": [{"S": "b"}]}})
+    assert key_identity({"pk": {"M": {"a": {"N": "1"}, "b": {"S": "x"}}}}) == key_identity(
+        {"pk": {"M": {"b": {"S": "x"}, "a": {"N": "1"}}}}
+    )
+    assert len({key_identity({"pk": {"SS": ["a"]}}), key_identity({"pk": {"S": "a"}})}) == 2
