@@ -271,6 +271,16 @@ def test_compose_up_returns_a_usable_cluster_with_two_stateless_routers(
             TableName="compose_smoke", Key={"pk": {"S": "a"}}, ConsistentRead=True
         )
         assert reply["Item"] == {"pk": {"S": "a"}, "v": {"N": "1"}}
+        # Each router keeps its copy of the catalog in its own state volume.
+        for service in ("router", "router-2"):
+            wait_until(
+                f"{service}'s catalog copy to name compose_smoke",
+                TABLE_ACTIVE_SECONDS_MAX,
+                lambda service=service: (
+                    "compose_smoke"
+                    in run("exec", "-T", service, "cat", "/state/catalog.json").stdout
+                ),
+            )
 
         # The replicator container keeps a global secondary index (eventually consistent).
         first.create_table(

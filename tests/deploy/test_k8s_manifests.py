@@ -147,6 +147,16 @@ def test_routers_and_the_replicator_read_the_node_list_from_the_configmap(
     }
 
 
+def test_routers_keep_their_catalog_copy_in_a_writable_state_directory() -> None:
+    router = the("Deployment", "dynalab-router")
+    env = env_of(router)
+    mounts = {m["name"]: m["mountPath"] for m in container(router)["volumeMounts"]}
+    volumes = {v["name"]: v for v in router["spec"]["template"]["spec"]["volumes"]}
+    # The root filesystem is read-only: the state directory must be a volume of its own.
+    assert mounts["state"] == env["DYNALAB_ROUTER_STATE_DIR"] == "/state"
+    assert volumes["state"] == {"name": "state", "emptyDir": {}}
+
+
 def test_the_replicator_probes_its_health_port() -> None:
     replicator = container(the("Deployment", "dynalab-gsi-replicator"))
     port_names = {p["name"] for p in replicator["ports"]}
