@@ -185,6 +185,12 @@ class TokenBucket:
         if self._peak is not None:
             self._peak_balance = min(parent._peak_balance, self._peak)
 
+    def hold(self, balance: float, now: float) -> None:
+        """Hold `balance` at `now`, a debt too, never past this bucket's bank (a partition moved
+        to another node carries what its bucket held on the node it left)."""
+        self._refill(now)
+        self._balance = min(balance, self.capacity)
+
     def _take(self, units: float) -> None:
         # A negative charge is a refund, which never lifts a balance past what it may hold.
         self._balance = min(self._balance - units, self.capacity)
@@ -303,6 +309,11 @@ class PartitionThroughput:
         """Start both buckets from `share` of the parent's (a split's child; see `inherit`)."""
         self.read.inherit(parent.read, share, now)
         self.write.inherit(parent.write, share, now)
+
+    def hold(self, read: float, write: float, now: float) -> None:
+        """Hold these balances in the read and the write bucket (a moved partition; see `hold`)."""
+        self.read.hold(read, now)
+        self.write.hold(write, now)
 
     def admit_read(self, units: float, now: float) -> None:
         """Admit a read estimated at `units`, or raise ProvisionedThroughputExceededException."""

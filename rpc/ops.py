@@ -798,7 +798,8 @@ class MoveReceivePayload:
     - "drain": check the copy holds every record to `seq`; take `partition`'s settings (TTL,
       throughput, TTL cursor and deletions), the consumers' checkpoints `consumers` and the
       finished transaction records `transactions` ([[key hex, value text], ...]);
-    - "activate": serve the copy at `epoch` (the catalog names this node);
+    - "activate": serve the copy at `epoch` (the catalog names this node), its token buckets
+      holding `balances` ({"read", "write"}: what the source's held; none: fresh buckets);
     - "abort": drop an INCOMING copy (a served one is never dropped).
     Reply: {"epoch", "first_seq", "last_seq", "items", "bytes"} of the copy as it now is ({} after
     an abort, or an activate of a copy served already).
@@ -814,6 +815,7 @@ class MoveReceivePayload:
     items: list[str] | None = None
     consumers: dict[str, int] | None = None
     transactions: list[list[str]] | None = None
+    balances: dict[str, float] | None = None
 
     @classmethod
     def from_json(cls, body: dict[str, Any]) -> Self:
@@ -830,6 +832,7 @@ class MoveReceivePayload:
             body.get("items"),
             body.get("consumers"),
             body.get("transactions"),
+            body.get("balances"),
         )
 
     def to_json(self) -> dict[str, Any]:

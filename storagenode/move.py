@@ -311,6 +311,8 @@ def receive(group: _WriteGroup, payload: ops.MoveReceivePayload) -> dict[str, An
         staged.incoming_from = None
         group.feed.unregister(ref, MOVE_CONSUMER)
         group.node.move_heard.pop(ref, None)
+        if payload.balances is not None:
+            group.carried.append((ref, payload.balances))
     return _summary(staged)
 
 
@@ -713,6 +715,10 @@ class Mover:
                 (partition.table_id, partition.partition_id),
                 "activate",
                 epoch=partition.epoch + 1,
+                # What its buckets hold now: the move gives it no fresh burst.
+                balances=self.node.throughput.balances(
+                    (partition.table_id, partition.partition_id)
+                ),
             )
         except (DynamoError, OSError) as error:
             logger.warning(

@@ -621,6 +621,8 @@ class StorageNode:
             for parent, children in group.splits:
                 self.throughput.split(parent, children)  # Before the children are tracked.
             self._install(group.dirty)
+            for ref, balances in group.carried:
+                self.throughput.carry(ref, balances)  # Once the moved partition is tracked.
             if self.on_commit is not None:
                 self.on_commit(group.dirty.keys() | group.feed.touched)
         self._settle_writes(writes, charged, consumed)
@@ -788,6 +790,8 @@ class _WriteGroup:
         self.created: set[PartitionRef] = set()
         # The splits installed in this group, whose children's buckets share the parent's.
         self.splits: list[split.SplitMeters] = []
+        # The partitions moved here that this group activated, with their source's balances.
+        self.carried: list[tuple[PartitionRef, dict[str, float]]] = []
 
     def write(
         self, op: str, target: Target | None, payload: WritePayload

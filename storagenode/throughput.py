@@ -170,6 +170,28 @@ class NodeThroughput:
                 child.buckets.inherit(meter.buckets, share, now)
             self._meters[key] = child
 
+    def balances(self, key: PartitionKey) -> dict[str, float] | None:
+        """What partition `key`'s read and write buckets hold now (None: not metered), for a
+        move to carry to the partition's next node."""
+        meter = self._meters.get(key) if self.enforced else None
+        if meter is None:
+            return None
+        now = self.clock()
+        with meter.lock:
+            return {
+                "read": meter.buckets.read.balance(now),
+                "write": meter.buckets.write.balance(now),
+            }
+
+    def carry(self, key: PartitionKey, balances: Mapping[str, float]) -> None:
+        """Start partition `key`'s buckets from what they held on the node it moved from
+        (`balances`), as a split's children start from their parent's: no fresh burst."""
+        meter = self._meters.get(key) if self.enforced else None
+        if meter is None:
+            return
+        with meter.lock:
+            meter.buckets.hold(float(balances["read"]), float(balances["write"]), self.clock())
+
     # Reads --------------------------------------------------------------------------------------
 
     def admit_read(self, key: PartitionKey, consistent: bool) -> float:

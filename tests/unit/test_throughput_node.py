@@ -13,6 +13,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from core import limits
@@ -449,3 +450,44 @@ def test_a_transact_get_is_charged_only_when_asked(make: Any) -> None:
         envelope.read(node.node, ops.TXN_GET, {**body, "charge": True})
     reply = envelope.read(node.node, ops.TXN_GET, {**body, "charge": True})
     assert reply["throttled"]["code"] == "ProvisionedThroughputExceeded"
+
+
+def test_a_moved_partition_starts_with_what_its_buckets_held_on_its_source(
+    make: Any, tmp_path: Path
+) -> None:
+    source = make(provisioned(100, 100), burst_seconds=10)  # A bank of 1,000 write units.
+    for i in range(6):
+        source.put(f"k{i}", size=100 * 1024 - 10)  # 100 units each: 600 of the bank spent.
+    ref = (TABLE["id"], "p0")
+    held = source.node.throughput.balances(ref)
+    assert held is not None and held["write"] == pytest.approx(400)
+    meta = orjson.loads(source.node.partitions[ref].to_meta())
+    meta.update(
+        epoch=2,
+        item_count=0,
+        size_bytes=0,
+        last_seq=meta["first_seq"] - 1,
+        log_bytes=0,
+        index_stats={},
+        incoming_from="n1",
+    )
+    store = Store(tmp_path / "target")
+    meter = NodeThroughput(clock=source.clock, burst_seconds=10)
+    target = StorageNode(store, throughput=meter)
+    try:
+        for step, extra in (
+            ("create", {"partition": meta}),
+            ("drain", {"seq": meta["last_seq"], "partition": meta}),
+            ("activate", {"epoch": 2, "balances": held}),
+        ):
+            payload = ops.MoveReceivePayload(TABLE["id"], "p0", step, **extra)
+            [result] = target.apply_writes([(ops.MOVE_RECEIVE, None, payload.to_json())])
+            assert not isinstance(result, DynamoError), result
+        (entry,) = envelope.read(target, ops.PARTITION_THROUGHPUT, {"table_id": TABLE["id"]})[
+            "partitions"
+        ]
+        # Not a fresh bank (a new partition's is full: 1,000): what it held where it was.
+        assert entry["write"]["balance"] == pytest.approx(400)
+        assert entry["read"]["balance"] == pytest.approx(held["read"])
+    finally:
+        store.close()

@@ -434,3 +434,12 @@ def test_a_child_partition_shares_both_buckets_and_keeps_the_partition_peak() ->
     # The parent spent its peak for this second: a child cannot burst past the partition cap.
     assert acquire_all(child.write, 1, T0, 10) == 0
     assert acquire_all(child.write, 1, T0 + 1, 5000) == limits.PARTITION_WCU_MAX
+
+
+def test_hold_keeps_a_moved_partitions_balance_or_debt_never_past_the_bank() -> None:
+    bucket = TokenBucket(10, now=T0)  # A bank of 300 s of 10 units.
+    bucket.hold(-25.0, T0)
+    assert bucket.balance(T0) == -25.0
+    assert bucket.balance(T0 + 1) == -15.0  # Refilled at its rate from there.
+    bucket.hold(1e9, T0 + 1)
+    assert bucket.balance(T0 + 1) == bucket.capacity
