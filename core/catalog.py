@@ -847,8 +847,8 @@ def split(
     The children, `low_id` below the key and `high_id` from it, are at the parent's epoch + 1 on
     its node, name it as their parent and share its throughput share equally; the parent is
     RETIRED and kept (with the other retired partitions still some child's parent) for lineage.
-    While the table has an enabled stream every retired partition is kept: its log is one of the
-    stream's shards until the stream no longer holds it (`retired_dropped`).
+    While the table has an enabled stream or global indexes every retired partition is kept
+    (`keeps_lineage`) until no follower holds its log (`retired_dropped`).
     Returns (table, low child, high child).
     """
     if not table.serving:
@@ -861,9 +861,23 @@ def split(
         partition_id,
         split_key,
         (low_id, high_id),
-        keep_retired=table.stream is not None and table.stream.enabled,
+        keep_retired=keeps_lineage(table),
     )
     return _changed(table, partitions=partitions, retired=retired), low, high
+
+
+def keeps_lineage(table: TableDef) -> bool:
+    """Whether `table`'s splits keep every retired partition, not only a serving one's parent.
+
+    Its followers learn the lineage from the catalog: an enabled stream reads each retired log
+    as a shard, and the GSI replicator (one consumer per group of indexes) reads a parent's log
+    to its END before it follows the children. Were a grandparent dropped once its children
+    split in turn, a replicator that had not yet drained it (down, or behind) would follow the
+    grandchildren at once and never apply the rest of the grandparent's log.
+    """
+    if table.stream is not None and table.stream.enabled:
+        return True
+    return any(i.is_global and i.status is not IndexStatus.DELETING for i in table.indexes)
 
 
 def index_split(
@@ -1341,15 +1355,15 @@ def stream_disabled(table: TableDef, shards: Iterable[ClosedShard], now: float) 
 
 
 def lineage_only(table: TableDef) -> tuple[PartitionDef, ...]:
-    """The retired partitions kept only for the table's stream: no serving partition names them
-    as its parent (`split` keeps them while the stream is enabled)."""
+    """The retired partitions kept only for the table's followers: no serving partition names
+    them as its parent (`split` keeps them while `keeps_lineage`)."""
     parents = {partition.parent for partition in table.partitions}
     return tuple(partition for partition in table.retired if partition.id not in parents)
 
 
 def retired_dropped(table: TableDef, partition_ids: Iterable[str]) -> TableDef:
-    """The table without the retired partitions `partition_ids` whose logs its stream no longer
-    holds (a serving partition's parent stays, for lineage)."""
+    """The table without the retired partitions `partition_ids` whose logs no follower holds any
+    more (a serving partition's parent stays, for lineage)."""
     gone = set(partition_ids) & {partition.id for partition in lineage_only(table)}
     if not gone:
         return table

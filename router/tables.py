@@ -913,9 +913,10 @@ class TableReconciler:
         await self.prune_lineage()
 
     async def prune_lineage(self) -> None:
-        """Drop the retired partitions kept only for a stream (`catalog.lineage_only`) once the
-        stream no longer holds their logs: the node dropped the log once the stream's consumer
-        passed its END (all its records expired), or the table's stream is no longer enabled.
+        """Drop the retired partitions kept only for the table's followers (`catalog.lineage_only`)
+        once none of them holds their logs: the node dropped a log once every consumer passed
+        its END (the stream's once all its records expired, the GSI replicator's once it drained
+        the parent), or the stream is no longer enabled and the table has no global indexes.
         Every quarter of the retention, at most every `STREAM_RETENTION_ROUND_SECONDS_MAX`."""
         now = self.ctx.sources.clock()
         if now < self._next_prune:
@@ -924,13 +925,11 @@ class TableReconciler:
             limits.STREAM_RETENTION_ROUND_SECONDS_MAX, STREAM_RETENTION_SECONDS / 4
         )
         for table in list(self.ctx.records.values()):
-            stream = table.stream
+            followers = _lineage_followers(table)
             gone = [
                 partition.id
                 for partition in catalog.lineage_only(table)
-                if stream is None
-                or not stream.enabled
-                or not await _holds(self.ctx, table, stream, partition)
+                if not await _held(self.ctx, table, followers, partition)
             ]
             if not gone:
                 continue
@@ -976,19 +975,36 @@ async def _let_go(ctx: RouterContext, table: TableDef, stream: catalog.StreamDef
             continue  # A retired partition whose log is gone already.
 
 
-async def _holds(
-    ctx: RouterContext, table: TableDef, stream: catalog.StreamDef, partition: catalog.PartitionDef
+def _lineage_followers(table: TableDef) -> list[str]:
+    """The consumers that read a retired partition's log before its children's: the GSI
+    replicator's (one per group of indexes) and the enabled stream's."""
+    consumers = list(gsi.followed_groups(table))
+    if table.stream is not None and table.stream.enabled:
+        consumers.append(table.stream.consumer)
+    return consumers
+
+
+async def _held(
+    ctx: RouterContext,
+    table: TableDef,
+    consumers: Iterable[str],
+    partition: catalog.PartitionDef,
 ) -> bool:
-    """Whether a retired partition's log is still held for `stream`, its consumer not past END
+    """Whether a retired partition's log is still held for one of `consumers`, not past its END
     (when unsure, it is)."""
-    body = ops.CheckpointPayload(stream.consumer, 0).to_json()  # Never moves a consumer back.
-    try:
-        position = await ctx.feed_call(partition.node, ops.CHECKPOINT, table.id, partition.id, body)
-    except (StaleEpoch, ResourceNotFound):
-        return False
-    except DynamoError:
-        return True
-    return bool(position["seq"] < position["last_seq"])
+    for consumer in consumers:
+        body = ops.CheckpointPayload(consumer, 0).to_json()  # Never moves a consumer back.
+        try:
+            position = await ctx.feed_call(
+                partition.node, ops.CHECKPOINT, table.id, partition.id, body
+            )
+        except (StaleEpoch, ResourceNotFound):
+            continue
+        except DynamoError:
+            return True
+        if position["seq"] < position["last_seq"]:
+            return True
+    return False
 
 
 def _drop_retired(table_id: str, partition_ids: list[str]) -> TableChange:

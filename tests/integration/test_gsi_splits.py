@@ -4,10 +4,15 @@ the copy. The parent's copy stops at the split; the replicator applies the paren
 where the copy began to its END (deletes and key changes of items the copy had already written
 included), then copies and follows the children: the index converges exactly
 (`dynalab.convergence`).
+
+And a partition split, and its children split again, while the replicator is down: the catalog
+keeps the grandparent, whose log still holds changes the replicator has not applied, until the
+replicator has read it to its END.
 """
 
 from __future__ import annotations
 
+import time
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
@@ -17,7 +22,7 @@ import pytest
 from dynalab import convergence
 from dynalab.cluster import LocalCluster
 from tests.integration.conftest import dynamodb_client
-from tests.integration.test_gsi_faults import Writer
+from tests.integration.test_gsi_faults import Writer, create_scores
 from tests.integration.test_gsi_online import (
     add_by_game,
     create_users,
@@ -29,6 +34,7 @@ from tests.integration.test_splits import admin
 
 CONVERGE_TIMEOUT_S = 60.0
 METRICS_TIMEOUT_S = 5.0
+PRUNE_TIMEOUT_S = 150.0  # Two rounds of the reconciler's lineage pruning, and its start.
 PAGE_BYTES = 512  # A few small items a page: a partition's copy takes a hundred pages or more.
 
 
@@ -87,3 +93,51 @@ def test_a_base_partition_split_under_its_backfill_and_the_index_converges(
         if line.startswith("dynalab_gsi_backfill_done{") and f'partition="{largest["id"]}"' in line
     )
     assert done.endswith(" 0"), done
+
+
+def split(cluster: LocalCluster, name: str, partition_id: str) -> list[dict[str, Any]]:
+    """Split a partition by hand; the table's partitions listed after."""
+    status, reply = admin(cluster, f"/admin/tables/{name}/partitions/{partition_id}/split", {})
+    assert status == 200, reply
+    status, listing = admin(cluster, f"/admin/tables/{name}/partitions")
+    assert status == 200, listing
+    partitions: list[dict[str, Any]] = listing["partitions"]
+    return partitions
+
+
+def test_a_partition_split_twice_while_the_replicator_is_down_is_drained_first(
+    slow_copy: LocalCluster,
+) -> None:
+    client = dynamodb_client(slow_copy.router_url)
+    name = "split_twice_unfollowed"
+    create_scores(client, name)
+    writer = Writer(client, name)
+    writer.burst(0, 120, 0)
+    assert convergence.wait_converged(
+        client, name, "ByGame", CONVERGE_TIMEOUT_S, writer.history
+    ).converged
+    (replicator,) = slow_copy.replicators
+    replicator.kill()
+    writer.burst(0, 120, 1)  # Deletes and key changes the replicator has not applied.
+    _, listing = admin(slow_copy, f"/admin/tables/{name}/partitions")
+    parent = max(listing["partitions"], key=lambda p: p["size_bytes"])
+    children = [
+        p["id"] for p in split(slow_copy, name, parent["id"]) if p["parent"] == parent["id"]
+    ]
+    assert len(children) == 2
+    for child in children:
+        listed = split(slow_copy, name, child)
+    # No serving partition names the first parent now; its log still holds round 1.
+    assert parent["id"] in {p["id"] for p in listed}, listed
+    writer.burst(60, 120, 2)
+    replicator.start()
+    result = convergence.wait_converged(client, name, "ByGame", CONVERGE_TIMEOUT_S, writer.history)
+    assert result.converged
+    # Drained, the grandparent's log is gone from its node, and a router's reconciler drops it
+    # from the catalog (a round a minute at most).
+    deadline = time.monotonic() + PRUNE_TIMEOUT_S
+    while parent["id"] in {
+        p["id"] for p in admin(slow_copy, f"/admin/tables/{name}/partitions")[1]["partitions"]
+    }:
+        assert time.monotonic() < deadline, "the drained grandparent stayed in the catalog"
+        time.sleep(1.0)

@@ -185,3 +185,20 @@ def test_an_index_throughput_update_is_checked_and_leaves_the_table_updating() -
     deleting = catalog.index_deleting(table, "GameTitleIndex")
     with pytest.raises(ResourceInUse, match="Index is being deleted"):
         catalog.index_throughput_updated(deleting, {"GameTitleIndex": units}, "r")
+
+
+def test_a_table_with_a_global_index_keeps_its_retired_partitions_for_the_replicator() -> None:
+    """The replicator reads a parent's log to its END before its children's, and learns the
+    lineage from the catalog: a grandparent stays after its children split in turn, until
+    `retired_dropped` (the router's, once no follower holds its log)."""
+    table = catalog.activated(table_with(gsi(BillingMode.PROVISIONED, Throughput(5, 5))))
+    first = table.partitions[0]
+    once, low, high = catalog.split(table, first.id, bytes.fromhex("20" * 8), "a", "b")
+    twice = catalog.split(once, low.id, bytes.fromhex("10" * 8), "c", "d")[0]
+    twice = catalog.split(twice, high.id, bytes.fromhex("30" * 8), "e", "f")[0]
+    assert catalog.keeps_lineage(twice)
+    assert [p.id for p in twice.retired] == [first.id, "a", "b"]
+    assert [p.id for p in catalog.lineage_only(twice)] == [first.id]
+    assert [p.id for p in catalog.retired_dropped(twice, [first.id]).retired] == ["a", "b"]
+    # An index being deleted has no follower left to wait for.
+    assert not catalog.keeps_lineage(catalog.index_deleting(table, "GameTitleIndex"))
