@@ -23,6 +23,7 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
+from core.placement import HashRing
 from dynalab import convergence
 from dynalab.checkers import check_stream
 from dynalab.cluster import LocalCluster
@@ -39,6 +40,7 @@ SETTLE_SECONDS = 30.0
 CONVERGE_TIMEOUT_S = 90.0
 DRAIN_SECONDS_MAX = 90.0
 NODES = ("node-1", "node-2", "node-3")
+PLACEMENT_WAIT_SECONDS = 90.0  # Splits, then one placement move a second per router.
 
 
 @pytest.fixture(scope="module")
@@ -289,3 +291,36 @@ def test_a_global_index_and_a_stream_follow_moved_partitions(cluster: LocalClust
         time.sleep(0.1)
     assert check_stream(acknowledged, reader.seen) == []
     assert moved >= 8
+
+
+def test_split_children_move_to_the_node_the_ring_places_them_on(cluster: LocalCluster) -> None:
+    client = dynamodb_client(cluster.router_url)
+    create(client, "Placed")
+    entries = [
+        {"pk": {"S": f"p{n % 40}"}, "sk": {"N": str(n)}, "pad": {"S": "p" * 80}} for n in range(400)
+    ]
+    for entry in entries:
+        client.put_item(TableName="Placed", Item=entry)
+    ring = HashRing(NODES)
+    deadline = time.monotonic() + PLACEMENT_WAIT_SECONDS
+    while True:
+        status, listing = admin(cluster, "/admin/tables/Placed/partitions")
+        assert status == 200, listing
+        epochs = {p["id"]: p["epoch"] for p in listing["partitions"]}
+        children = [
+            p for p in listing["partitions"] if p["state"] == "SERVING" and p["parent"] is not None
+        ]
+        unmoved = [p for p in children if p["epoch"] == epochs.get(p["parent"], -2) + 1]
+        misplaced = [p for p in unmoved if p["node"] != ring.owner(p["id"])]
+        sized = all(
+            p["size_bytes"] is not None and p["size_bytes"] <= SPLIT_BYTES for p in children
+        )
+        if children and sized and not misplaced:
+            break
+        assert time.monotonic() < deadline, misplaced
+        time.sleep(0.5)
+    moved = [p for p in children if p["epoch"] == epochs.get(p["parent"], -2) + 2]
+    assert moved, "no split child was off its ring owner (or none was moved)"
+    assert all(p["node"] == ring.owner(p["id"]) for p in moved)
+    found = scan_all(client, "Placed")
+    assert sorted(map(key_of, found)) == sorted(map(key_of, entries))
