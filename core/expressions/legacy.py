@@ -111,6 +111,9 @@ class _Placeholders:
     def name(self, attribute: str) -> str:
         placeholder = self._by_attribute.get(attribute)
         if placeholder is None:
+            # Refused here as the attribute name it is, not later as the value of a placeholder
+            # the client never sent.
+            check_attribute_name(attribute)
             placeholder = f"#{self.prefix}{len(self.names)}"
             self.names[placeholder] = attribute
             self._by_attribute[attribute] = placeholder
@@ -427,7 +430,6 @@ def projection_expression(attributes: Any) -> Translation:
         )
     seen: set[str] = set()
     for attribute in attributes:
-        check_attribute_name(attribute)
         if attribute in seen:
             raise ValidationError(
                 INVALID_PARAMETERS + f"Duplicate value in attribute name: {attribute}"

@@ -463,13 +463,19 @@ def test_placeholders_without_expressions() -> None:
 
 
 @pytest.mark.parametrize("name", ["", "a" * 65536])
-def test_attributes_to_get_names_are_one_character_to_less_than_64_kb(name: str) -> None:
+def test_legacy_parameters_name_attributes_of_one_character_to_less_than_64_kb(name: str) -> None:
     # The Developer Guide's naming rule, in its words (DynamoDB's own message is not published);
     # without the check an empty name was refused as an empty ExpressionAttributeNames value of a
     # placeholder the client never sent.
-    with pytest.raises(ValidationError) as raised:
-        legacy.projection_expression(["a", name])
-    assert raised.value.message == (
-        "One or more parameter values were invalid: Attribute names must be at least one "
-        "character long and less than 64 KB in size"
-    )
+    for translate in (
+        lambda: legacy.projection_expression(["a", name]),
+        lambda: legacy.update_expression({name: {"Action": "DELETE"}}),
+        lambda: legacy.expected_condition({name: {"Exists": False}}),
+        lambda: legacy.filter_condition({name: {"ComparisonOperator": "NULL"}}, None),
+    ):
+        with pytest.raises(ValidationError) as raised:
+            translate()
+        assert raised.value.message == (
+            "One or more parameter values were invalid: Attribute names must be at least one "
+            "character long and less than 64 KB in size"
+        )
