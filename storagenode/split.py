@@ -45,6 +45,7 @@ import asyncio
 import dataclasses
 import logging
 import os
+import signal
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -82,6 +83,16 @@ SPLIT_FOR_HEAT_ENV = "DYNALAB_SPLIT_FOR_HEAT"
 _SYSTEM_TABLES = catalog.SYSTEM_TABLE_IDS
 _SYSTEM_EPOCH = 1  # The system tables' one partition never splits.
 _HEAT_KINDS = ("write", "read")  # Write heat first: a partition hot both ways splits for writes.
+# Names a step of a split at which the node kills itself, as `kill -9` would: how tests leave a
+# split recorded in the catalog but not installed (tests/integration/test_gsi_index_splits.py).
+SPLIT_CRASH_AT_ENV = "DYNALAB_SPLIT_CRASH_AT"
+SPLIT_CRASH_POINTS = ("recorded",)
+
+
+def _crash_point(step: str) -> None:
+    assert step in SPLIT_CRASH_POINTS, step
+    if os.environ.get(SPLIT_CRASH_AT_ENV) == step:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def split_bytes_from_env() -> int:
@@ -719,6 +730,7 @@ class Splitter:
             )
             children = splits.children_of(after, partition_id, table_id)
             assert children is not None, "a recorded split names two children"
+            _crash_point("recorded")
             low = (
                 # A global index partition keeps no change log to carry counts over (its
                 # writes are the replicator's index_apply): the install counts by a walk.

@@ -25,6 +25,7 @@ from core import limits
 from core.size import item_size_bytes
 from dynalab import convergence
 from dynalab.cluster import LocalCluster
+from storagenode.split import SPLIT_CRASH_AT_ENV
 from tests.integration.conftest import dynamodb_client, wait_active
 from tests.integration.test_gsi_faults import Writer, create_scores
 from tests.integration.test_gsi_online import (
@@ -40,6 +41,7 @@ PAGE_BYTES = 512  # An online index's copy reads a few items a page: splits land
 CONVERGE_TIMEOUT_S = 90.0
 SETTLE_TIMEOUT_S = 60.0
 POLL_S = 0.5
+NODE_EXIT_WAIT_S = 30.0
 
 
 @pytest.fixture(scope="module")
@@ -242,6 +244,39 @@ def test_the_admin_endpoint_splits_an_index_partition_and_a_query_pages_across(
     assert scores == list(range(12))
     writer.put(12, game=1, score=12, level=0)
     writer.put(3, game=2, score=3, level=0)
+    result = convergence.wait_converged(client, name, "ByGame", CONVERGE_TIMEOUT_S, writer.history)
+    assert result.converged
+    wait_settled(cluster, client, name, "ByGame")
+
+
+def test_an_index_node_killed_between_the_record_and_the_install_completes_the_split(
+    cluster: LocalCluster,
+) -> None:
+    """The node of an index partition dies (SIGKILL, `DYNALAB_SPLIT_CRASH_AT`) just after the
+    catalog recorded the partition's split; restarted, it installs the children (with the
+    source rows and counts), and the index, written to meanwhile, converges exactly."""
+    client = dynamodb_client(cluster.router_url)
+    name = "index_split_killed"
+    create_wide_scores(client, name)
+    writer = Writer(client, name)
+    for user in range(30):
+        writer.put(user, game=user % 2, score=user, level=0)
+    convergence.wait_converged(client, name, "ByGame", CONVERGE_TIMEOUT_S, writer.history)
+    [parent] = index_partitions(cluster, name, "ByGame")
+    node = cluster.node(parent["node"])
+    node.stop()
+    with pytest.MonkeyPatch.context() as environment:
+        environment.setenv(SPLIT_CRASH_AT_ENV, "recorded")
+        node.start()
+    status, reply = admin(cluster, f"/admin/tables/{name}/partitions/{parent['id']}/split", {})
+    assert status == 503, reply
+    assert node.process is not None and node.process.wait(NODE_EXIT_WAIT_S) == -9
+    recorded = index_partitions(cluster, name, "ByGame")
+    assert [p["parent"] for p in recorded if p["state"] == "SERVING"] == [parent["id"]] * 2
+    node.start()  # Without the crash point: it installs what the catalog recorded.
+    for user in range(20, 50):
+        writer.put(user, game=user % 3, score=user, level=1)
+    writer.delete(3)
     result = convergence.wait_converged(client, name, "ByGame", CONVERGE_TIMEOUT_S, writer.history)
     assert result.converged
     wait_settled(cluster, client, name, "ByGame")
