@@ -228,6 +228,11 @@ def _global_key_schemas(table: dict[str, Any]) -> list[dict[str, Any]]:
     return [
         {
             **{key: index[key] for key in ("name", "key", "projection", "status")},
+            **(
+                {"non_key_attributes": index["non_key_attributes"]}
+                if index.get("non_key_attributes")
+                else {}
+            ),
             **({"table_id": index["table_id"], "online": True} if index.get("online") else {}),
         }
         for index in table.get("indexes") or ()

@@ -529,6 +529,12 @@ def test_consumed_capacity_reports_each_global_index(
     unprojected = put(score("1", "Comet Quest", 6, Wins=n(1), Losses=n(3)))
     assert "GlobalSecondaryIndexes" not in unprojected
     assert unprojected["CapacityUnits"] == 1.0
+    # A change to an attribute the index projects (INCLUDE's NonKeyAttributes) rewrites its
+    # entry: one write, priced by the entry's size (here past 2 KB: three units).
+    projected = put(score("1", "Comet Quest", 6, Wins=n(2), Losses=n(3)))
+    assert projected["GlobalSecondaryIndexes"] == {"GameTitleIndex": {"CapacityUnits": 1.0}}
+    large = put(score("1", "Comet Quest", 6, Wins=s("w" * 2100), Losses=n(3)))
+    assert large["GlobalSecondaryIndexes"] == {"GameTitleIndex": {"CapacityUnits": 3.0}}
     total = dynamodb.put_item(
         TableName=name, Item=score("2", "Comet Quest", 1), ReturnConsumedCapacity="TOTAL"
     )["ConsumedCapacity"]
@@ -536,7 +542,7 @@ def test_consumed_capacity_reports_each_global_index(
     # An index read is charged to the index.
     eventually(
         comet(dynamodb, name),
-        [score("1", "Comet Quest", 6, Wins=n(1)), score("2", "Comet Quest", 1)],
+        [score("1", "Comet Quest", 6, Wins=s("w" * 2100)), score("2", "Comet Quest", 1)],
     )
     read = dynamodb.query(
         TableName=name,
