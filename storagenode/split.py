@@ -87,6 +87,9 @@ _HEAT_KINDS = ("write", "read")  # Write heat first: a partition hot both ways s
 # split recorded in the catalog but not installed (tests/integration/test_gsi_index_splits.py).
 SPLIT_CRASH_AT_ENV = "DYNALAB_SPLIT_CRASH_AT"
 SPLIT_CRASH_POINTS = ("recorded",)
+# The plan reads values only for their size prefix, holding the GIL while the store reads them:
+# after each this many bytes it lets the node's event loop run (`_following`).
+SPLIT_WALK_YIELD_BYTES = 1 << 20
 
 
 def _crash_point(step: str) -> None:
@@ -481,9 +484,15 @@ def plan(
 def _following(
     walk: Iterator[tuple[bytes, bytes]], follow: Callable[[], None]
 ) -> Iterator[tuple[bytes, bytes]]:
+    read = 0
     for number, row in enumerate(walk, 1):
         if number % limits.SPLIT_FOLLOW_ROWS_MAX == 0:
             follow()
+        read += len(row[1])
+        if read >= SPLIT_WALK_YIELD_BYTES:
+            # The walk holds the GIL while the store reads; let the event loop in between.
+            read = 0
+            time.sleep(0)
         yield row
 
 
