@@ -79,6 +79,33 @@ def partition_families(
 SPLIT_SECONDS_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
+class Durations:
+    """How many splits (or moves) a node made and how long each took: the partition_throughput
+    reply's `splits` and `moves`, rendered by `split_families`."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.seconds_sum = 0.0
+        self.buckets = [0] * len(SPLIT_SECONDS_BUCKETS)
+
+    def record(self, seconds: float) -> None:
+        self.count += 1
+        self.seconds_sum += seconds
+        for index, bound in enumerate(SPLIT_SECONDS_BUCKETS):
+            if seconds <= bound:
+                self.buckets[index] += 1
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "count": self.count,
+            "seconds_sum": self.seconds_sum,
+            "buckets": [
+                [bound, count]
+                for bound, count in zip(SPLIT_SECONDS_BUCKETS, self.buckets, strict=True)
+            ],
+        }
+
+
 def split_families(
     reports: Iterable[tuple[Sequence[str], Mapping[str, Any]]], extra_labels: Sequence[str] = ()
 ) -> list[Metric]:

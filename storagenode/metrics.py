@@ -114,7 +114,7 @@ _splits: weakref.WeakSet[SplitReporter] = weakref.WeakSet()
 
 
 def watch_splits(stats: SplitReporter) -> None:
-    """Report a node's split counts and durations (`storagenode.split.SplitStats`)."""
+    """Report a node's split counts and durations (`rpc.partition_metrics.Durations`)."""
     _splits.add(stats)
 
 
@@ -122,7 +122,7 @@ _moves: weakref.WeakSet[SplitReporter] = weakref.WeakSet()
 
 
 def watch_moves(stats: SplitReporter) -> None:
-    """Report a node's move counts and durations (`storagenode.move.MoveStats`)."""
+    """Report a node's move counts and durations (`rpc.partition_metrics.Durations`)."""
     _moves.add(stats)
 
 

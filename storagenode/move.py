@@ -60,7 +60,6 @@ from core.transactions import Record
 from core.writes import WriteEffect
 from rpc import ops
 from rpc.background import BackgroundTask
-from rpc.partition_metrics import SPLIT_SECONDS_BUCKETS
 from rpc.transport import NodeTransport
 from storagenode import changefeed, expiry
 from storagenode import transactions as txn
@@ -122,33 +121,6 @@ class Pinned:
     partition: Partition
     log: Iterator[tuple[bytes, bytes]]
     items: Iterator[tuple[bytes, bytes]]
-
-
-class MoveStats:
-    """How many partitions this node moved away and how long each move took (reported with its
-    splits in the partition_throughput reply's `moves`)."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self.seconds_sum = 0.0
-        self.buckets = [0] * len(SPLIT_SECONDS_BUCKETS)
-
-    def record(self, seconds: float) -> None:
-        self.count += 1
-        self.seconds_sum += seconds
-        for index, bound in enumerate(SPLIT_SECONDS_BUCKETS):
-            if seconds <= bound:
-                self.buckets[index] += 1
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "count": self.count,
-            "seconds_sum": self.seconds_sum,
-            "buckets": [
-                [bound, count]
-                for bound, count in zip(SPLIT_SECONDS_BUCKETS, self.buckets, strict=True)
-            ],
-        }
 
 
 # The source's steps, in a write group ------------------------------------------------------------

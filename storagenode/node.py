@@ -63,6 +63,7 @@ from core.writes import (
 )
 from rpc import ops
 from rpc.ops import Target
+from rpc.partition_metrics import Durations
 from rpc.transactions import (
     TxnApplyPayload,
     TxnGetPayload,
@@ -292,11 +293,11 @@ class StorageNode:
         self.throughput = NodeThroughput.from_env() if throughput is None else throughput
         metrics.watch(self.throughput)
         # The splits this node made (`split.Splitter`), reported with its throughput.
-        self.split_stats = split.SplitStats()
+        self.split_stats = Durations()
         metrics.watch_splits(self.split_stats)
         # The partitions this node moved away (`move.Mover`), reported with its splits; and when
         # each copy moving to it last heard from its source (node clock), to drop abandoned ones.
-        self.move_stats = move.MoveStats()
+        self.move_stats = Durations()
         metrics.watch_moves(self.move_stats)
         self.move_heard: dict[PartitionRef, float] = {}
         # The keys of the newest throttled reads per partition: what a read-heat split balances.

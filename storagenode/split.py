@@ -64,7 +64,6 @@ from core.errors import (
 from core.keycodec import HASH_BYTES, decode_key_value, successor
 from rpc import ops
 from rpc.background import BackgroundTask
-from rpc.partition_metrics import SPLIT_SECONDS_BUCKETS
 from rpc.transport import NodeTransport
 from storagenode import changefeed, environment
 from storagenode.layout import Family, item_size_of, seq_bytes
@@ -183,33 +182,6 @@ def pin(node: StorageNode, payload: PinPayload) -> dict[str, Any]:
     }
     items = node.store.walk(Family.ITEMS, lo, hi, forward=True)
     return {"pinned": Pinned(partition, items, entries)}
-
-
-class SplitStats:
-    """How many splits this node made and how long each took (the partition_throughput
-    reply's `splits`, rendered by `rpc.partition_metrics.split_families`)."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self.seconds_sum = 0.0
-        self.buckets = [0] * len(SPLIT_SECONDS_BUCKETS)
-
-    def record(self, seconds: float) -> None:
-        self.count += 1
-        self.seconds_sum += seconds
-        for index, bound in enumerate(SPLIT_SECONDS_BUCKETS):
-            if seconds <= bound:
-                self.buckets[index] += 1
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "count": self.count,
-            "seconds_sum": self.seconds_sum,
-            "buckets": [
-                [bound, count]
-                for bound, count in zip(SPLIT_SECONDS_BUCKETS, self.buckets, strict=True)
-            ],
-        }
 
 
 # A split's parent, and each child's (key, table name, throughput settings), for the node to
