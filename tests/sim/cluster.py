@@ -172,19 +172,33 @@ class SimCluster:
     # Shorthand for the handlers --------------------------------------------------------------
 
     async def create_table(
-        self, name: str, *, sort: bool = True, router: int = 0
+        self, name: str, *, sort: bool = True, router: int = 0, lsi: str | None = None
     ) -> dict[str, Any]:
+        """An on-demand table keyed by pk (S) and, with `sort`, sk (N); with `lsi`, a local
+        index "by" + that attribute's name capitalised (its sort key, S), projecting ALL."""
         key_schema = [{"AttributeName": "pk", "KeyType": "HASH"}]
         definitions = [{"AttributeName": "pk", "AttributeType": "S"}]
         if sort:
             key_schema.append({"AttributeName": "sk", "KeyType": "RANGE"})
             definitions.append({"AttributeName": "sk", "AttributeType": "N"})
-        body = {
+        body: dict[str, Any] = {
             "TableName": name,
             "KeySchema": key_schema,
             "AttributeDefinitions": definitions,
             "BillingMode": "PAY_PER_REQUEST",
         }
+        if lsi is not None:
+            definitions.append({"AttributeName": lsi, "AttributeType": "S"})
+            body["LocalSecondaryIndexes"] = [
+                {
+                    "IndexName": "by" + lsi[0].upper() + lsi[1:],
+                    "KeySchema": [
+                        {"AttributeName": "pk", "KeyType": "HASH"},
+                        {"AttributeName": lsi, "KeyType": "RANGE"},
+                    ],
+                    "Projection": {"ProjectionType": "ALL"},
+                }
+            ]
         return await tables.create_table(self.routers[router], body)
 
     async def put(self, name: str, item: dict[str, Any], router: int = 0, **extra: Any) -> None:

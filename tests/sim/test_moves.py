@@ -18,7 +18,7 @@ import pytest
 
 from core import limits, moves
 from core.errors import DynamoError
-from router import items, queries, tables
+from router import items, queries
 from router.placement import PlacementMover
 from rpc import ops
 from rpc.local import Faults
@@ -36,35 +36,6 @@ class Died(BaseException):
 
 def item(n: int) -> dict[str, Any]:
     return {"pk": {"S": f"k{n % 7}"}, "sk": {"N": str(n)}, "v": {"S": "x" * (1 + n % 50)}}
-
-
-async def create_table_with_lsi(cluster: SimCluster, name: str) -> None:
-    await tables.create_table(
-        cluster.routers[0],
-        {
-            "TableName": name,
-            "KeySchema": [
-                {"AttributeName": "pk", "KeyType": "HASH"},
-                {"AttributeName": "sk", "KeyType": "RANGE"},
-            ],
-            "AttributeDefinitions": [
-                {"AttributeName": "pk", "AttributeType": "S"},
-                {"AttributeName": "sk", "AttributeType": "N"},
-                {"AttributeName": "v", "AttributeType": "S"},
-            ],
-            "LocalSecondaryIndexes": [
-                {
-                    "IndexName": "byV",
-                    "KeySchema": [
-                        {"AttributeName": "pk", "KeyType": "HASH"},
-                        {"AttributeName": "v", "KeyType": "RANGE"},
-                    ],
-                    "Projection": {"ProjectionType": "ALL"},
-                }
-            ],
-            "BillingMode": "PAY_PER_REQUEST",
-        },
-    )
 
 
 async def moved_partition(cluster: SimCluster, name: str) -> tuple[str, str, str]:
@@ -100,7 +71,7 @@ def test_a_moved_partition_is_served_by_its_target_with_its_items_counts_and_log
     seed: int,
 ) -> None:
     async def scenario(cluster: SimCluster) -> None:
-        await create_table_with_lsi(cluster, "Moved")
+        await cluster.create_table("Moved", lsi="v")
         entries = [item(n) for n in range(120)]
         for entry in entries:
             await cluster.put("Moved", entry)

@@ -366,7 +366,7 @@ def test_children_count_exactly_what_was_written_while_the_split_read_off_the_wr
     both sides, inserts, overwrites and deletes, with a local index, all land in the counts."""
 
     async def scenario(cluster: SimCluster) -> None:
-        await create_local_table(cluster, "Exact")
+        await cluster.create_table("Exact", lsi="other")
         owner_key = storage_key(item("c0", 0))
         table = await cluster.routers[0].read_table("Exact")
         assert table is not None
@@ -413,32 +413,3 @@ def test_children_count_exactly_what_was_written_while_the_split_read_off_the_wr
             assert partition.item_count > 0, f"seed {seed}"
 
     run(seed, scenario)
-
-
-async def create_local_table(cluster: SimCluster, name: str) -> None:
-    await tables.create_table(
-        cluster.routers[0],
-        {
-            "TableName": name,
-            "KeySchema": [
-                {"AttributeName": "pk", "KeyType": "HASH"},
-                {"AttributeName": "sk", "KeyType": "RANGE"},
-            ],
-            "AttributeDefinitions": [
-                {"AttributeName": "pk", "AttributeType": "S"},
-                {"AttributeName": "sk", "AttributeType": "N"},
-                {"AttributeName": "other", "AttributeType": "S"},
-            ],
-            "LocalSecondaryIndexes": [
-                {
-                    "IndexName": "byOther",
-                    "KeySchema": [
-                        {"AttributeName": "pk", "KeyType": "HASH"},
-                        {"AttributeName": "other", "KeyType": "RANGE"},
-                    ],
-                    "Projection": {"ProjectionType": "ALL"},
-                }
-            ],
-            "BillingMode": "PAY_PER_REQUEST",
-        },
-    )
