@@ -87,6 +87,10 @@ SPLIT_INSTALL_BACKOFF_SECONDS = 0.01
 # (tens of milliseconds), long before the change log's retention (32 MiB) can trim them
 # (dynalab's choice).
 SPLIT_FOLLOW_ROWS_MAX = 10_000
+# The plan reads values only for their size prefix, holding the GIL while the store reads them:
+# after each this many bytes it lets the node's event loop run, so requests wait for at most a
+# mebibyte's read (dynalab's choice; see bench/split.py for p99 during a split).
+SPLIT_WALK_YIELD_BYTES = MIB
 # Split for heat (dynalab's choices; DynamoDB documents the behaviour, not its parameters): a
 # partition throttled in at least this share of the checks of a window this long splits, unless
 # one key carries at least HOT_KEY_LOAD_SHARE_MAX of its sampled load. The samples are the keys

@@ -16,6 +16,8 @@ instances.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from core.errors import DynamoError, OutcomeUnknown, ServiceUnavailable
@@ -51,3 +53,22 @@ class NodeTransport(Protocol):
     async def close(self) -> None:
         """Fail every call in flight and release the connection."""
         ...
+
+
+class Transports:
+    """One transport per node address, made by `connect` when first asked for and kept until
+    `close`: how a node's background work (splits, moves, catalog copies) calls its peers."""
+
+    def __init__(self, connect: Callable[[str], NodeTransport]) -> None:
+        self.connect = connect
+        self._made: dict[str, NodeTransport] = {}
+
+    def to(self, address: str) -> NodeTransport:
+        transport = self._made.get(address)
+        if transport is None:
+            transport = self._made[address] = self.connect(address)
+        return transport
+
+    async def close(self) -> None:
+        made, self._made = self._made, {}
+        await asyncio.gather(*(transport.close() for transport in made.values()))

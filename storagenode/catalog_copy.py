@@ -35,7 +35,7 @@ from core.errors import DynamoError, ServiceUnavailable, StaleEpoch
 from rpc import ops
 from rpc.background import BackgroundTask
 from rpc.ratelog import RateLimitedLog
-from rpc.transport import NodeTransport
+from rpc.transport import NodeTransport, Transports
 from storagenode.node import StorageNode
 
 logger = logging.getLogger(__name__)
@@ -65,9 +65,8 @@ class CatalogCopier:
         self.node_id = node_id
         self.node = node
         self.submit = submit
-        self.connect = connect
         self.interval = interval
-        self._clients: dict[str, NodeTransport] = {}
+        self._peers = Transports(connect)
         self._task = BackgroundTask("catalog-copy", self._run)
         self._failures = RateLimitedLog(logger)
 
@@ -76,8 +75,7 @@ class CatalogCopier:
 
     async def close(self) -> None:
         await self._task.close()
-        await asyncio.gather(*(client.close() for client in self._clients.values()))
-        self._clients.clear()
+        await self._peers.close()
 
     async def _run(self) -> None:
         while True:
@@ -98,9 +96,7 @@ class CatalogCopier:
             or (catalog.CATALOG_TABLE_ID, location.partition) in self.node.partitions
         ):
             return False  # No catalog yet, or this node holds it: it answers from the catalog.
-        client = self._clients.get(location.address)
-        if client is None:
-            client = self._clients[location.address] = self.connect(location.address)
+        client = self._peers.to(location.address)
         seq = await _catalog_seq(client, location)
         held = self.held()
         if seq is None or (

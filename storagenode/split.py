@@ -64,7 +64,7 @@ from core.errors import (
 from core.keycodec import HASH_BYTES, decode_key_value, successor
 from rpc import ops
 from rpc.background import BackgroundTask
-from rpc.transport import NodeTransport
+from rpc.transport import NodeTransport, Transports
 from storagenode import changefeed, environment
 from storagenode.layout import Family, item_size_of, seq_bytes
 from storagenode.partition import Partition
@@ -86,9 +86,6 @@ _HEAT_KINDS = ("write", "read")  # Write heat first: a partition hot both ways s
 # split recorded in the catalog but not installed (tests/integration/test_gsi_index_splits.py).
 SPLIT_CRASH_AT_ENV = "DYNALAB_SPLIT_CRASH_AT"
 SPLIT_CRASH_POINTS = ("recorded",)
-# The plan reads values only for their size prefix, holding the GIL while the store reads them:
-# after each this many bytes it lets the node's event loop run (`_following`).
-SPLIT_WALK_YIELD_BYTES = 1 << 20
 
 
 def _crash_point(step: str) -> None:
@@ -461,7 +458,7 @@ def _following(
         if number % limits.SPLIT_FOLLOW_ROWS_MAX == 0:
             follow()
         read += len(row[1])
-        if read >= SPLIT_WALK_YIELD_BYTES:
+        if read >= limits.SPLIT_WALK_YIELD_BYTES:
             # The walk holds the GIL while the store reads; let the event loop in between.
             read = 0
             time.sleep(0)
@@ -517,7 +514,6 @@ class Splitter:
         the event loop (a simulation runs it in place)."""
         self.node = node
         self.submit = submit
-        self.connect = connect
         self.split_bytes = split_bytes_from_env() if split_bytes is None else split_bytes
         self.offload = offload
         self.check_seconds = check_seconds
@@ -526,7 +522,7 @@ class Splitter:
         )
         self.clock = clock
         self._heat: dict[tuple[PartitionRef, str], heat.HeatWindow] = {}
-        self._clients: dict[str, NodeTransport] = {}
+        self._peers = Transports(connect)
         self._lock = asyncio.Lock()
         self._task = BackgroundTask("splitter", self._run)
         self._refused: set[tuple[str, str, int]] = set()  # Size splits that found no key.
@@ -540,18 +536,14 @@ class Splitter:
 
     def client(self, address: str) -> NodeTransport:
         """A transport to the node at `address`, made once and kept."""
-        client = self._clients.get(address)
-        if client is None:
-            client = self._clients[address] = self.connect(address)
-        return client
+        return self._peers.to(address)
 
     def start(self) -> None:
         self._task.start()
 
     async def close(self) -> None:
         await self._task.close()
-        await asyncio.gather(*(client.close() for client in self._clients.values()))
-        self._clients.clear()
+        await self._peers.close()
 
     async def _run(self) -> None:
         while True:
