@@ -919,7 +919,7 @@ class _WriteGroup:
             self._hold_back_for_indexes(
                 partition, [index for index in global_indexes if index.name in global_units]
             )
-        staged = partition if ref in self.dirty else dataclasses.replace(partition)
+        staged = partition if ref in self.dirty else partition.staged()
         applied = self.apply(self.batch, staged, items_key, effect, now=self.now)
         self.dirty[ref] = staged
         reply = effect.reply()
@@ -1000,7 +1000,7 @@ class _WriteGroup:
                     Family.INDEX_SOURCES, source_key, index_source_bytes(applied_seq, fence)
                 )
             return {"applied": 0, "source_seq": applied_seq, "new_bytes": [], "units": 0.0}
-        staged = partition if ref in self.dirty else dataclasses.replace(partition)
+        staged = partition if ref in self.dirty else partition.staged()
         units = 0.0
         for items_key, value in writes:
             old = self.batch.get(Family.ITEMS, items_key)
@@ -1039,7 +1039,7 @@ class _WriteGroup:
         partition = self._lookup(ref)
         if partition is None or ref in self.dirty:
             return partition
-        staged = dataclasses.replace(partition)
+        staged = partition.staged()
         self.dirty[ref] = staged
         return staged
 
@@ -1206,7 +1206,7 @@ class _WriteGroup:
         """Trim a partition's log once a consumer has moved; its bounds as they will be."""
         partition = self._lookup(key)
         if partition is not None:
-            staged = partition if key in self.dirty else dataclasses.replace(partition)
+            staged = partition if key in self.dirty else partition.staged()
             self.dirty[key] = staged  # finish() trims and persists it.
             keep = changefeed.first_retained_seq(
                 staged.first_seq,

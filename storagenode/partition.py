@@ -122,6 +122,14 @@ class Partition:
             for index in self.local_indexes
         }
 
+    def staged(self) -> Partition:
+        """A shallow copy for a write group to change (`StorageNode.dirty`): the same fields,
+        the derived ones copied rather than worked out again, as `dataclasses.replace` would."""
+        copy = object.__new__(Partition)
+        for name in Partition.__slots__:
+            setattr(copy, name, getattr(self, name))
+        return copy
+
     def collection_key(self, partition_value: AttributeValue) -> bytes:
         """The `item_collections` key of one partition key value's collection."""
         return self.item_prefix + self.key_shape.storage_key_of([partition_value])

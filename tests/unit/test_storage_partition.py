@@ -35,6 +35,18 @@ def test_metadata_round_trips() -> None:
     assert restored.log_prefix == original.log_prefix
 
 
+def test_a_staged_copy_is_equal_and_apart() -> None:
+    original = partition("00ff", "8000")
+    original.item_count, original.last_seq = 3, 7
+    staged = original.staged()
+    assert staged == original and staged is not original
+    assert (staged.item_prefix, staged.log_prefix) == (original.item_prefix, original.log_prefix)
+    assert staged.local_indexes == original.local_indexes
+    assert staged.index_layout == original.index_layout
+    staged.item_count, staged.last_seq = 4, 8
+    assert (original.item_count, original.last_seq) == (3, 7)
+
+
 def test_begins_with_on_binary_covers_exactly_the_extensions() -> None:
     p = partition()
     lo, hi = query_bounds(
