@@ -145,6 +145,11 @@ async def _table_partitions(ctx: RouterContext, request: web.Request) -> web.Res
         return _json({"error": f"no table named {name}"}, 404)
     gathered = await gather(ctx, table["id"])
     meters = {p["partition_id"]: p for p in gathered["partitions"]}
+    # A global index's partitions have buckets of their own, under the index's storage id.
+    for index_gathered in await asyncio.gather(
+        *(gather(ctx, index["table_id"]) for index in _global_indexes(table))
+    ):
+        meters.update((p["partition_id"], p) for p in index_gathered["partitions"])
     sizes = await _sizes(ctx, table)
     partitions = []
     listed = [(None, table, sizes)]

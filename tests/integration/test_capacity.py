@@ -520,6 +520,12 @@ def test_an_index_update_reaches_the_index_partitions_buckets(
     wait_active(dynamodb, name)  # ACTIVE again once every node holding a partition took it.
     assert rates(cluster, f"{name}/index/ByG") == {"read": 7.0, "write": 90.0}
     assert rates(cluster, name) == {"read": 5.0, "write": 5.0}  # The table's own stay.
+    # The partitions listing shows the index's partitions with their own buckets.
+    listed = get_json(cluster, f"/admin/tables/{name}/partitions")["partitions"]
+    index_partitions = [p for p in listed if p.get("index") == "ByG"]
+    assert index_partitions
+    assert sum(p["write"]["rate_per_second"] for p in index_partitions) == 90.0
+    assert sum(p["read"]["rate_per_second"] for p in index_partitions) == 7.0
 
 
 def test_describe_limits(dynamodb: Any) -> None:
