@@ -799,7 +799,10 @@ class MoveReceivePayload:
       throughput, TTL cursor and deletions), the consumers' checkpoints `consumers` and the
       finished transaction records `transactions` ([[key hex, value text], ...]);
     - "activate": serve the copy at `epoch` (the catalog names this node), its token buckets
-      holding `balances` ({"read", "write"}: what the source's held; none: fresh buckets);
+      holding `balances` ({"read", "write"}: what the source's held; none: fresh buckets),
+      taking `settings` ({"throughput", "ttl", "stream_consumer"}) of the catalog row the
+      switch wrote where they are newer than the copy's (a push that reached the source after
+      the drain);
     - "abort": drop an INCOMING copy (a served one is never dropped).
     Reply: {"epoch", "first_seq", "last_seq", "items", "bytes"} of the copy as it now is ({} after
     an abort, or an activate of a copy served already).
@@ -816,6 +819,7 @@ class MoveReceivePayload:
     consumers: dict[str, int] | None = None
     transactions: list[list[str]] | None = None
     balances: dict[str, float] | None = None
+    settings: dict[str, Any] | None = None
 
     @classmethod
     def from_json(cls, body: dict[str, Any]) -> Self:
@@ -833,6 +837,7 @@ class MoveReceivePayload:
             body.get("consumers"),
             body.get("transactions"),
             body.get("balances"),
+            body.get("settings"),
         )
 
     def to_json(self) -> dict[str, Any]:

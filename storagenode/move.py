@@ -66,6 +66,7 @@ from storagenode import transactions as txn
 from storagenode.layout import Family, item_json_of, item_size_of, seq_bytes
 from storagenode.partition import Partition
 from storagenode.store import PUT
+from storagenode.throughput import version_of
 
 if TYPE_CHECKING:
     from storagenode.node import PartitionRef, StorageNode, _WriteGroup
@@ -285,7 +286,41 @@ def receive(group: _WriteGroup, payload: ops.MoveReceivePayload) -> dict[str, An
         group.node.move_heard.pop(ref, None)
         if payload.balances is not None:
             group.carried.append((ref, payload.balances))
+        staged = _take_settings(group, ref, staged, payload.settings or {})
     return _summary(staged)
+
+
+def settings_of(table: TableDef) -> dict[str, Any]:
+    """The settings a target takes when it activates: those of the catalog row the switch wrote
+    (or a later one), which holds every UpdateTable and UpdateTimeToLive recorded before it."""
+    stream = table.stream
+    return {
+        "throughput": catalog.throughput_document(table),
+        "ttl": catalog.ttl_document(table),
+        "stream_consumer": None if stream is None or not stream.enabled else stream.consumer,
+    }
+
+
+def _take_settings(
+    group: _WriteGroup, ref: PartitionRef, staged: Partition, settings: dict[str, Any]
+) -> Partition:
+    """Give the activated copy the catalog's settings where they are newer than those the drain
+    brought, with the version checks of the nodes' own settings pushes: a push that reached the
+    source after the drain and settled before the switch is in the switch's row, and the source
+    no longer passes anything on. The stream's consumer is registered at the copy's last seq,
+    the fence's: a registration that reached the fenced source found that same seq."""
+    throughput = settings.get("throughput")
+    if throughput is not None and version_of(staged.throughput) < version_of(throughput):
+        staged.throughput = throughput
+    ttl = settings.get("ttl")
+    if ttl is not None:
+        group.dirty.update(expiry.update_ttl(group.batch, ref[0], ttl, [ref], group.lookup))
+        staged = group.stage(ref)
+    consumer = settings.get("stream_consumer")
+    if consumer is not None and consumer not in group.feed.consumers(ref):
+        bounds = changefeed.LogBounds(staged.first_seq, staged.last_seq)
+        group.feed.register(ref, consumer, staged.last_seq, bounds)
+    return staged
 
 
 def _create(
@@ -576,7 +611,7 @@ class Mover:
             await asyncio.shield(self._settle_unknown(partition, target_node, target))
             raise
         self._reached("switched")
-        await self._finish(partition, target)
+        await self._finish(partition, target, after)
         ended = self._now()
         self.node.move_stats.record(ended - started)
         fenced = ended - fenced_at
@@ -678,9 +713,10 @@ class Mover:
             )
         logger.info("move of %s: rolled back", partition.partition_id)
 
-    async def _finish(self, partition: Partition, target: NodeTransport) -> None:
-        """The catalog names the target: activate its copy (it also does so itself from the
-        catalog), and drop this node's."""
+    async def _finish(self, partition: Partition, target: NodeTransport, table: TableDef) -> None:
+        """The catalog (`table`, the row the switch wrote or a later one) names the target:
+        activate its copy with the row's settings (it also does so itself from the catalog),
+        and drop this node's."""
         try:
             await self._receive(
                 target,
@@ -691,6 +727,7 @@ class Mover:
                 balances=self.node.throughput.balances(
                     (partition.table_id, partition.partition_id)
                 ),
+                settings=settings_of(table),
             )
         except (DynamoError, OSError) as error:
             logger.warning(
@@ -715,7 +752,8 @@ class Mover:
             table, partition.table_id, partition.partition_id, partition.epoch, target_node
         )
         if action is moves.SourceAction.FINISH:
-            await self._finish(partition, target)
+            assert table is not None, "a switched move's table is in the catalog"
+            await self._finish(partition, target, table)
         else:
             await self._roll_back(partition, target)
 
@@ -756,7 +794,10 @@ class Mover:
                 logger.info(
                     "move of %s: the catalog names this node: serving", partition.partition_id
                 )
-                await self._local(ref, "activate", epoch=partition.epoch)
+                assert table is not None, "the catalog names this node for it"
+                await self._local(
+                    ref, "activate", epoch=partition.epoch, settings=settings_of(table)
+                )
             elif action is moves.TargetAction.DROP or abandoned:
                 logger.info(
                     "move of %s: the copy here is not wanted: dropping", partition.partition_id

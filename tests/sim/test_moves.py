@@ -16,9 +16,9 @@ from typing import Any
 import orjson
 import pytest
 
-from core import limits, moves
+from core import catalog, limits, moves
 from core.errors import DynamoError
-from router import items, queries
+from router import items, queries, tables, ttl
 from router.placement import PlacementMover
 from rpc import ops
 from rpc.local import Faults
@@ -354,5 +354,77 @@ def test_routers_move_a_split_child_to_its_ring_owner_once(seed: int) -> None:
         assert len(asked) == len(wanted), f"seed {seed}: each child is moved once"
         found = await cluster.scan_all("Placed")
         assert len(found) == 40, f"seed {seed}"
+
+    run(seed, scenario)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_settings_changed_between_the_drain_and_the_switch_reach_the_target(seed: int) -> None:
+    """An UpdateTable (throughput, stream) and an UpdateTimeToLive whose pushes reach the source
+    after it drained to the target, and settle before the catalog switch: the target takes them
+    from the row the switch wrote when it activates."""
+
+    async def scenario(cluster: SimCluster) -> None:
+        await cluster.create_table("Settings")
+        for n in range(30):
+            await cluster.put("Settings", item(n))
+        router = cluster.routers[0]
+        table = await router.read_table("Settings")
+        assert table is not None
+        partition_id, source, target = await moved_partition(cluster, "Settings")
+        splitter = cluster.splitters[source]
+        switch = splitter.change_table
+
+        async def settings_then_switch(name: str, change: Any) -> Any:
+            # The source has drained: every push now reaches it alone.
+            await tables.update_table(
+                router,
+                {
+                    "TableName": "Settings",
+                    "BillingMode": "PROVISIONED",
+                    "ProvisionedThroughput": {"ReadCapacityUnits": 70, "WriteCapacityUnits": 40},
+                },
+            )
+            await tables.update_table(
+                router,
+                {
+                    "TableName": "Settings",
+                    "StreamSpecification": {"StreamEnabled": True, "StreamViewType": "KEYS_ONLY"},
+                },
+            )
+            await ttl.update_time_to_live(
+                router,
+                {
+                    "TableName": "Settings",
+                    "TimeToLiveSpecification": {"Enabled": True, "AttributeName": "expires"},
+                },
+            )
+            held = cluster.nodes[source].partitions[table.id, partition_id]
+            assert held.moving_to == target and held.ttl is not None, f"seed {seed}"
+            return await switch(name, change)
+
+        splitter.change_table = settings_then_switch  # type: ignore[method-assign]
+        await cluster.move("Settings", partition_id, target)
+        current = await router.read_table("Settings")
+        assert current is not None and current.stream is not None
+        moved = cluster.nodes[target].partitions[table.id, partition_id]
+        assert moved.serving, f"seed {seed}"
+        assert moved.throughput == catalog.throughput_document(current), f"seed {seed}"
+        assert moved.ttl == catalog.ttl_document(current), f"seed {seed}"
+        assert moved.ttl_backfill == moved.start.hex(), f"seed {seed}: TTL indexes from the start"
+        consumers = cluster.nodes[target].feeds.consumers((table.id, partition_id))
+        assert consumers.get(current.stream.consumer) == moved.last_seq, f"seed {seed}"
+        # A later push finds the target on the catalog's map, as before.
+        await tables.update_table(
+            router,
+            {
+                "TableName": "Settings",
+                "ProvisionedThroughput": {"ReadCapacityUnits": 80, "WriteCapacityUnits": 45},
+            },
+        )
+        latest = await router.read_table("Settings")
+        assert latest is not None
+        moved = cluster.nodes[target].partitions[table.id, partition_id]
+        assert moved.throughput == catalog.throughput_document(latest), f"seed {seed}"
 
     run(seed, scenario)
