@@ -126,6 +126,8 @@ MOVE_ABANDONED_SECONDS = 60.0
 MOVE_RETRY_SECONDS = 10.0
 # How long the admin endpoint waits for a node to move a partition (a copy of its whole data).
 MOVE_CALL_SECONDS_MAX = 300.0
+# The longest a source held at a step for a fault test (DYNALAB_MOVE_HOLD_AT) waits to be let go.
+MOVE_HOLD_SECONDS_MAX = 60.0
 
 # Free disk space a node keeps: below it, writes that add data are refused (deletes, and what lets
 # the change log be trimmed, go on), so RocksDB never meets a full disk, after which its log writer

@@ -77,6 +77,10 @@ logger = logging.getLogger(__name__)
 MOVE_SOURCE = "move_source"  # The source's internal writes of a move (never on the wire).
 # The change-feed consumer holding a partition's log while it moves, on the source and the target.
 MOVE_CONSUMER = "__move"
+# For the kill -9 tests, one variable names the step at which a node kills itself: one of
+# MOVE_CRASH_STEPS, reached by the source driving a move, or one of MOVE_TARGET_CRASH_STEPS,
+# "target-" and a step the target receives ("target-items": once the first page of items has
+# committed there), so the target dies with that step durable and its reply unsent.
 MOVE_CRASH_AT_ENV = "DYNALAB_MOVE_CRASH_AT"
 MOVE_CRASH_STEPS = (
     "incoming",
@@ -86,6 +90,15 @@ MOVE_CRASH_STEPS = (
     "drained",
     "switched",
 )
+MOVE_TARGET_CRASH_STEPS = tuple(
+    f"target-{step}" for step in ("create", "items", "apply", "drain", "activate")
+)
+# For the tests that kill a router mid-move: a source reaching step DYNALAB_MOVE_HOLD_AT (one of
+# MOVE_CRASH_STEPS) creates `<step>.held` in DYNALAB_MOVE_HOLD_DIR and waits until `<step>.go`
+# is there (at most MOVE_HOLD_SECONDS_MAX), so a test can act at that exact step.
+MOVE_HOLD_AT_ENV = "DYNALAB_MOVE_HOLD_AT"
+MOVE_HOLD_DIR_ENV = "DYNALAB_MOVE_HOLD_DIR"
+_HOLD_POLL_SECONDS = 0.02
 _SOURCE_STEPS = frozenset({"pin", "fence", "unfence", "drop"})
 
 
@@ -484,15 +497,25 @@ class Mover:
         self.node: StorageNode = splitter.node
         self.node_id = node_id
         self.check_seconds = check_seconds
-        # DYNALAB_MOVE_CRASH_AT (one of MOVE_CRASH_STEPS) makes the node kill itself at that
-        # step of each move it drives, for the kill -9 tests; a simulation replaces `die`.
+        # DYNALAB_MOVE_CRASH_AT makes the node kill itself at that step of each move it drives
+        # or receives, for the kill -9 tests; a simulation replaces `die`.
         self.crash_at = os.environ.get(MOVE_CRASH_AT_ENV)
         self.die: Callable[[str], None] = _kill_self
+        self.hold_at = os.environ.get(MOVE_HOLD_AT_ENV)
+        self.hold_dir = os.environ.get(MOVE_HOLD_DIR_ENV)
         self._task = BackgroundTask("mover", self._run)
 
-    def _reached(self, step: str) -> None:
+    async def _reached(self, step: str) -> None:
         if step == self.crash_at:
             self.die(step)
+        if step == self.hold_at and self.hold_dir is not None:
+            await _hold(self.hold_dir, step)
+
+    def received(self, step: str | None, done: asyncio.Future[Any]) -> None:
+        """A step of a move on this node, its target, has committed (or failed): the node kills
+        itself here when DYNALAB_MOVE_CRASH_AT names it, before its reply is sent."""
+        if not done.cancelled() and done.exception() is None and self.crash_at == f"target-{step}":
+            self.die(self.crash_at)
 
     @staticmethod
     def _now() -> float:
@@ -560,9 +583,9 @@ class Mover:
         )
         try:
             await self._receive(target, ref, "create", partition=document)
-            self._reached("incoming")
+            await self._reached("incoming")
             pinned = await self._source(partition, "pin")
-            self._reached("pinned")
+            await self._reached("pinned")
             pinned_partition: Partition = pinned["pinned"].partition
             logger.info(
                 "move of %s: copying, pinned at seq %d", partition_id, pinned_partition.last_seq
@@ -579,11 +602,11 @@ class Mover:
                 caught = await self._catch_up(target, current, applied, current.last_seq)
                 records += caught - applied
                 applied = caught
-            self._reached("copied")
+            await self._reached("copied")
             logger.info("move of %s: fencing at seq %d", partition_id, applied)
             fenced_at = self._now()
             final = await self._fence(partition, target_node)
-            self._reached("fenced")
+            await self._reached("fenced")
             caught = await self._catch_up(target, partition, applied, final)
             records += caught - applied
             await self._receive(
@@ -595,7 +618,7 @@ class Mover:
                 consumers=dict(self.node.feeds.consumers(ref)),
                 transactions=self._finished_transactions(),
             )
-            self._reached("drained")
+            await self._reached("drained")
         except Exception:
             # (Not a cancellation or a simulated death: a restart settles those by the catalog.)
             logger.warning("move of %s failed before the switch: rolling back", partition_id)
@@ -610,7 +633,7 @@ class Mover:
         except Exception:
             await asyncio.shield(self._settle_unknown(partition, target_node, target))
             raise
-        self._reached("switched")
+        await self._reached("switched")
         await self._finish(partition, target, after)
         ended = self._now()
         self.node.move_stats.record(ended - started)
@@ -831,6 +854,17 @@ def _serving_def(table: TableDef | None, partition: Partition, node_id: str) -> 
             "serving in the catalog"
         )
     return current
+
+
+async def _hold(directory: str, step: str) -> None:
+    """Say that this node holds a move at `step` and wait to be let go (a test's hand)."""
+    held, go = os.path.join(directory, f"{step}.held"), os.path.join(directory, f"{step}.go")
+    with open(held, "w") as marker:
+        marker.write(str(os.getpid()))
+    logger.warning("%s=%s: the move waits for %s", MOVE_HOLD_AT_ENV, step, go)
+    deadline = asyncio.get_running_loop().time() + limits.MOVE_HOLD_SECONDS_MAX
+    while not os.path.exists(go) and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(_HOLD_POLL_SECONDS)
 
 
 def _kill_self(step: str) -> None:

@@ -124,6 +124,8 @@ class NodeServicer(node_pb2_grpc.StorageNodeServicer):  # type: ignore[misc]
                 task.add_done_callback(partial(_deliver_write, request.id, deliver))
             else:
                 future = self.committer.submit(op, target, body)
+                if op == ops.MOVE_RECEIVE:
+                    future.add_done_callback(partial(self.mover.received, body.get("step")))
                 future.add_done_callback(partial(_deliver_write, request.id, deliver))
         except DynamoError as error:
             deliver(codec.error_response(request.id, error))
