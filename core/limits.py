@@ -395,10 +395,6 @@ assert TABLE_STATS_SECONDS_MAX <= CONTROL_CALL_SECONDS_MAX
 # an everyday expression takes a few kilobytes, and even 1024 maximal 4 KB expressions (about
 # 120 KB of trees each) stay near 125 MB.
 EXPRESSION_PARSE_CACHE_ENTRIES = 1024
-# Parentheses, NOT and nested function calls in one expression, so that the recursive-descent
-# parser and the compiled closures stay well inside Python's recursion limit. SDK builders that nest
-# one level per condition ("((a AND b) AND c)") fit 100 conditions, a third of the 300 operators.
-EXPRESSION_NESTING_DEPTH_MAX = 100
 # Canonical texts of ExpressionAttributeValues numbers remembered per process (dynalab's own bound):
 # exact decimal normalisation is the costliest step of binding a request's values, and the same
 # short constants (":one", ":zero", versions) recur. Only texts up to 64 characters (38 digits plus

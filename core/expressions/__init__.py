@@ -24,7 +24,7 @@ as received (``values`` in wire JSON, validated with ``core.values.validate_valu
 be None. Every mistake a client can make raises ``core.errors.ValidationError`` with DynamoDB's
 message; a value of the wrong JSON shape raises ``SerializationError``.
 
-Why a hand-written tokenizer and recursive-descent parser. The language is small (four grammars
+Why a hand-written tokenizer and parser. The language is small (four grammars
 sharing paths and operands, about thirty productions), and what clients depend on is less the
 grammar than DynamoDB's behaviour around it: the exact "Syntax error; token: ..., near: ..." text,
 which needs each token's offsets; a parenthesised group that may be a condition or an operand;
@@ -32,9 +32,11 @@ doubled parentheses rejected as redundant; and a fixed ranking among a dozen sem
 parser generator (Lark, pyparsing, PEG tools) would add a dependency and still need all of that
 written around it, would word syntax errors its own way, and is several times slower in pure
 Python. The hand-written parser is a few hundred lines that read like the Developer Guide's
-grammar, tokenizes with one compiled regular expression, and its output (frozen, hashable trees)
-is cached per distinct text with a bounded ``functools.lru_cache`` (conditions also cache the plan
-of checks DynamoDB makes), so a request whose expression was seen before skips parsing altogether.
+grammar (its nesting kept on explicit stacks, since DynamoDB allows any nesting that fits 4 KB and
+300 operators), tokenizes with one compiled regular expression, and its output (frozen, hashable
+trees) is cached per distinct text with a bounded ``functools.lru_cache`` (conditions also cache
+the plan of checks DynamoDB makes), so a request whose expression was seen before skips parsing
+altogether.
 Binding to the request's placeholders then compiles the tree into closures, one per node,
 specialised for the common comparison of an attribute with a constant, so evaluating a filter
 against each item of a Scan costs a handful of Python calls.
@@ -192,14 +194,15 @@ class Condition:
 
     __slots__ = ("_paths", "_predicate", "kind", "names_used", "text", "tree", "values_used")
 
-    def __init__(self, text: str, kind: str, parsed: Parsed, binder: Binder) -> None:
+    def __init__(self, text: str, kind: str, plan: ConditionPlan, binder: Binder) -> None:
+        parsed = plan.parsed
         self.text = text
         self.kind = kind
         self.tree = cast(ast.Condition, parsed.tree)
         self.names_used = parsed.names_used
         self.values_used = parsed.values_used
         self._paths = binder.paths
-        self._predicate: Predicate = compile_condition(self.tree, binder)
+        self._predicate: Predicate = compile_condition(plan.program, binder)
 
     @property
     def top_level_attributes(self) -> frozenset[str]:
@@ -356,7 +359,7 @@ def condition(
     binder = Binder(kind, CONDITION_RANKS, names, values)
     plan.bind(binder)
     binder.raise_first(parsed.findings)
-    return Condition(text, kind, parsed, binder)
+    return Condition(text, kind, plan, binder)
 
 
 def update(

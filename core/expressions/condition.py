@@ -2,11 +2,12 @@
 
 ``plan_condition`` works out once per text what DynamoDB checks (functions, arity, operand types,
 distinct operands, BETWEEN bounds); ``ConditionPlan.bind`` runs those checks against a request's
-placeholders, and ``compile_condition`` turns the checked tree into small closures, one per node,
-each taking an item and returning a bool or an attribute value. Evaluating a compiled
-condition is then a few Python calls per node with no dispatch on node types; comparisons against
-a constant (the common ``attr > :value``) are specialised so that the constant's number or bytes
-are decoded once, at compile time, instead of once per item.
+placeholders, and ``compile_condition`` turns the checked tree into small closures, one per
+comparison, function and chain of one connective, each taking an item and returning a bool or an
+attribute value. Evaluating a compiled condition is then a few Python calls per node with no
+dispatch on node types, and none of the three steps recurses per level of nesting (see
+``_program``). Comparisons against a constant (the common ``attr > :value``) are specialised so
+that the constant's number or bytes are decoded once, at compile time, instead of once per item.
 
 Evaluation follows the Developer Guide's comparison rules: values of different types are never
 equal and never ordered, so ``<``, ``<=``, ``>``, ``>=`` and BETWEEN are false across types and
@@ -182,6 +183,7 @@ class ConditionPlan:
     tree: ast.Condition
     resolutions: tuple[ast.Path | str, ...]  # paths and value placeholders, in text order
     checks: tuple[Deferred | Check, ...]  # findings known from the text, and binding checks
+    program: Program  # how to compile the tree (``_program``)
 
     def bind(self, binder: Binder) -> None:
         """Resolve the placeholders into ``binder`` and record every finding there."""
@@ -223,23 +225,36 @@ class _Planner:
             self.checks.append(_distinct_check(operator_name, first.path, second.path))
 
     def operand(self, operand: ast.Operand) -> None:
-        if isinstance(operand, ast.PathOperand):
-            self.resolutions[operand.path] = None
-        elif isinstance(operand, ast.ValueOperand):
-            self.resolutions[operand.name] = None
-        elif isinstance(operand, ast.Call):
-            if operand.name not in FUNCTION_ARITY:
-                self.unknown(operand.name)
-            elif operand.name != "size":
-                self.misused(operand.name)
-            self.function(operand)
-        else:
-            # Arithmetic belongs to update expressions; the condition grammar cannot produce it.
-            raise AssertionError(f"unexpected operand {operand!r}")
+        """Record an operand's placeholders and checks, and those of the calls nested in it, in
+        text order; the calls wait on a stack until their arguments are recorded."""
+        stack: list[tuple[ast.Operand, bool]] = [(operand, False)]
+        while stack:
+            entry, arguments_done = stack.pop()
+            if arguments_done:
+                assert isinstance(entry, ast.Call)
+                self.call(entry)
+            elif isinstance(entry, ast.PathOperand):
+                self.resolutions[entry.path] = None
+            elif isinstance(entry, ast.ValueOperand):
+                self.resolutions[entry.name] = None
+            elif isinstance(entry, ast.Call):
+                if entry.name not in FUNCTION_ARITY:
+                    self.unknown(entry.name)
+                elif entry.name != "size":
+                    self.misused(entry.name)
+                stack.append((entry, True))
+                stack.extend((arg, False) for arg in reversed(entry.args))
+            else:
+                # Arithmetic belongs to update expressions; the condition grammar cannot produce it.
+                raise AssertionError(f"unexpected operand {type(entry).__name__}")
 
     def function(self, call: ast.Call) -> None:
         for arg in call.args:
             self.operand(arg)
+        self.call(call)
+
+    def call(self, call: ast.Call) -> None:
+        """The checks of a call itself, once its arguments are recorded."""
         name, args = call.name, call.args
         arity = FUNCTION_ARITY.get(name)
         if arity is None:
@@ -267,13 +282,23 @@ class _Planner:
         elif name == "size" and _has_static_type(args[0]):
             self.checks.append(_operand_types_check(name, args, _SIZE_ALLOWED))
 
-    def condition(self, node: ast.Condition) -> None:
-        if isinstance(node, ast.And | ast.Or):
-            self.condition(node.left)
-            self.condition(node.right)
-        elif isinstance(node, ast.Not):
-            self.condition(node.operand)
-        elif isinstance(node, ast.Compare):
+    def condition(self, root: ast.Condition) -> None:
+        """Plan every comparison and function of a condition in text order, walking AND, OR and
+        NOT on a stack (a tree with more operators than DynamoDB allows is planned too, since
+        its ranked findings decide the error)."""
+        stack = [root]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, ast.And | ast.Or):
+                stack.append(node.right)
+                stack.append(node.left)
+            elif isinstance(node, ast.Not):
+                stack.append(node.operand)
+            else:
+                self.comparison(node)
+
+    def comparison(self, node: ast.Compare | ast.Between | ast.In | ast.Call) -> None:
+        if isinstance(node, ast.Compare):
             self.operand(node.left)
             self.operand(node.right)
             self.distinct(node.op, node.left, node.right)
@@ -312,7 +337,56 @@ def plan_condition(parsed: Parsed) -> ConditionPlan:
     )
     planner = _Planner()
     planner.condition(tree)
-    return ConditionPlan(parsed, tree, tuple(planner.resolutions), tuple(planner.checks))
+    return ConditionPlan(
+        parsed, tree, tuple(planner.resolutions), tuple(planner.checks), _program(tree)
+    )
+
+
+# How a checked condition is compiled, worked out once per text: its comparisons and functions
+# (_LEAF) and connectives in post-order, each chain of one connective (``a AND b AND c``, however
+# parenthesised) as one step over all its terms, and each run of NOTs as one negation or none.
+# Evaluation then nests a Python call only where AND, OR and NOT alternate: at most 200 calls deep
+# within DynamoDB's 300 operators (``NOT (x AND NOT (x AND ...))`` spends 3 operators on 2 levels),
+# however deep the text's nesting; and neither planning nor compiling recurses at all.
+_LEAF, _NOT, _AND, _OR = 0, 1, 2, 3
+Program = tuple[tuple[int, ast.Condition | None, int], ...]  # (step, leaf node, number of terms)
+
+
+def _program(root: ast.Condition) -> Program:
+    program: list[tuple[int, ast.Condition | None, int]] = []
+    stack: list[tuple[ast.Condition, tuple[int, ast.Condition | None, int] | None]] = [(root, None)]
+    while stack:
+        node, after = stack.pop()
+        if after is not None:
+            program.append(after)
+        elif isinstance(node, ast.Not):
+            negations = 0
+            while isinstance(node, ast.Not):
+                node, negations = node.operand, negations + 1
+            if negations % 2:
+                stack.append((node, (_NOT, None, 1)))
+            stack.append((node, None))
+        elif isinstance(node, ast.And | ast.Or):
+            terms = _terms(node)
+            stack.append((node, (_AND if isinstance(node, ast.And) else _OR, None, len(terms))))
+            stack.extend((term, None) for term in reversed(terms))
+        else:
+            program.append((_LEAF, node, 0))
+    return tuple(program)
+
+
+def _terms(node: ast.And | ast.Or) -> list[ast.Condition]:
+    """The operands of the chain of one connective at ``node``, in text order."""
+    connective, terms, pending = type(node), [], [node.right, node.left]
+    while pending:
+        term = pending.pop()
+        if type(term) is connective:
+            assert isinstance(term, ast.And | ast.Or)
+            pending.append(term.right)
+            pending.append(term.left)
+        else:
+            terms.append(term)
+    return terms
 
 
 # Evaluation helpers ----------------------------------------------------------------------------
@@ -414,22 +488,6 @@ class _Compiler:
         assert isinstance(operand, ast.Call) and operand.name == "size"
         inner = self.operand(operand.args[0])
         return lambda item: _size(inner(item))
-
-    def condition(self, node: ast.Condition) -> Predicate:
-        compile_node: Callable[[_Compiler, Any], Predicate] = _COMPILERS[type(node)]
-        return compile_node(self, node)
-
-    def and_(self, node: ast.And) -> Predicate:
-        left, right = self.condition(node.left), self.condition(node.right)
-        return lambda item: left(item) and right(item)
-
-    def or_(self, node: ast.Or) -> Predicate:
-        left, right = self.condition(node.left), self.condition(node.right)
-        return lambda item: left(item) or right(item)
-
-    def not_(self, node: ast.Not) -> Predicate:
-        inner = self.condition(node.operand)
-        return lambda item: not inner(item)
 
     def compare(self, node: ast.Compare) -> Predicate:
         op, left, right = node.op, node.left, node.right
@@ -542,9 +600,6 @@ class _Compiler:
 
 
 _COMPILERS: dict[type, Callable[[_Compiler, Any], Predicate]] = {
-    ast.And: _Compiler.and_,
-    ast.Or: _Compiler.or_,
-    ast.Not: _Compiler.not_,
     ast.Compare: _Compiler.compare,
     ast.Between: _Compiler.between,
     ast.In: _Compiler.in_,
@@ -552,6 +607,67 @@ _COMPILERS: dict[type, Callable[[_Compiler, Any], Predicate]] = {
 }
 
 
-def compile_condition(node: ast.Condition, binder: Binder) -> Predicate:
-    """Closures evaluating a checked condition; ``binder`` must hold its resolved placeholders."""
-    return _Compiler(binder).condition(node)
+def compile_condition(program: Program, binder: Binder) -> Predicate:
+    """Closures evaluating a checked condition, from its plan's ``program``; ``binder`` must hold
+    its resolved placeholders."""
+    compiler = _Compiler(binder)
+    if len(program) == 1:
+        (_, leaf, _) = program[0]
+        assert leaf is not None
+        return _COMPILERS[type(leaf)](compiler, leaf)
+    built: list[Predicate] = []
+    for step, node, terms in program:
+        if node is not None:
+            built.append(_COMPILERS[type(node)](compiler, node))
+        elif step == _NOT:
+            built[-1] = _negation(built[-1])
+        elif terms == 2:
+            right = built.pop()
+            built[-1] = _both(built[-1], right) if step == _AND else _either(built[-1], right)
+        else:
+            predicates = built[-terms:]
+            del built[-terms:]
+            built.append(_connect(step == _AND, predicates))
+    (predicate,) = built
+    return predicate
+
+
+def _negation(inner: Predicate) -> Predicate:
+    return lambda item: not inner(item)
+
+
+def _both(left: Predicate, right: Predicate) -> Predicate:
+    return lambda item: left(item) and right(item)
+
+
+def _either(left: Predicate, right: Predicate) -> Predicate:
+    return lambda item: left(item) or right(item)
+
+
+def _connect(conjunction: bool, predicates: list[Predicate]) -> Predicate:
+    """One closure for a chain of three or more ANDs (``conjunction``) or ORs over its terms'
+    closures."""
+    if len(predicates) == 3:
+        first, second, third = predicates
+        if conjunction:
+            return lambda item: first(item) and second(item) and third(item)
+        return lambda item: first(item) or second(item) or third(item)
+    terms = tuple(predicates)
+    if conjunction:
+        # A loop, not all() over a generator: the generator's frame would add one Python call per
+        # level of nesting to the evaluation's depth.
+        def every(item: Item) -> bool:
+            for term in terms:  # noqa: SIM110
+                if not term(item):
+                    return False
+            return True
+
+        return every
+
+    def some(item: Item) -> bool:
+        for term in terms:  # noqa: SIM110
+            if term(item):
+                return True
+        return False
+
+    return some

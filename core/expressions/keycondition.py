@@ -120,11 +120,12 @@ class _KeyTest:
     values: list[AttributeValue]
 
 
-def _convert(node: ast.Condition, binder: Binder, tests: dict[str, _KeyTest]) -> None:
-    if isinstance(node, ast.And):
-        _convert(node.left, binder, tests)
-        _convert(node.right, binder, tests)
-        return
+def _convert(
+    node: ast.Compare | ast.Between | ast.In | ast.Or | ast.Not | ast.Call,
+    binder: Binder,
+    tests: dict[str, _KeyTest],
+) -> None:
+    """One condition of the ANDed ones, as a test of a key attribute."""
     if isinstance(node, ast.Or | ast.Not | ast.In):
         name = type(node).__name__.upper()
         raise ValidationError(f"Invalid operator used in KeyConditionExpression: {name}")
@@ -195,7 +196,15 @@ def check_key_form(tree: ast.Condition, binder: Binder) -> KeyTests:
     ResourceNotFoundException.
     """
     tests: KeyTests = {}
-    _convert(tree, binder, tests)
+    # The ANDed conditions in text order, walked on a stack however they are parenthesised.
+    pending = [tree]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.And):
+            pending.append(node.right)
+            pending.append(node.left)
+        else:
+            _convert(node, binder, tests)
     return tests
 
 

@@ -1,4 +1,4 @@
-"""Recursive-descent parsers for condition, update and projection expressions.
+"""Parsers for condition, update and projection expressions.
 
 Each public ``parse_*`` function turns text into a tree from ``core.expressions.ast`` or raises
 ``ExpressionSyntaxError`` with DynamoDB's "Syntax error; token: ..., near: ..." words. Problems that
@@ -30,12 +30,18 @@ Grammar (keywords are case-insensitive; function names are case-sensitive, as in
 A parenthesised group is either a condition or an operand, which is only known after its contents,
 so ``primary`` parses the contents with the full condition grammar and lets the caller decide: an
 operand must be followed by a comparator, BETWEEN or IN, a condition must not.
+
+The productions that nest (parenthesised conditions, NOT, function calls, groups of operands and
+of SET values) keep their nesting on explicit stacks, never on Python's: DynamoDB bounds an
+expression only by its 4 KB and its 300 operators, so 299 ``NOT (`` levels are valid, and 2,000
+doubled parentheses must parse before they are refused as redundant. Paths, operands and
+comparisons, which do not nest, are plain methods.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import NoReturn
+from dataclasses import dataclass, field
+from typing import NoReturn, cast
 
 from core import limits
 from core.expressions import ast
@@ -111,6 +117,27 @@ class _Group:
 
 
 _Node = ast.Condition | ast.Operand | _Group
+
+
+@dataclass(slots=True)
+class _Context:
+    """The whole condition or one parenthesised condition while it is parsed: the NOTs read before
+    its current term, and the left operands of an AND and an OR waiting for their right one."""
+
+    nots: int = 0
+    and_left: ast.Condition | None = None
+    or_left: ast.Condition | None = None
+
+
+@dataclass(slots=True)
+class _CallFrame:
+    """A function call whose arguments are being read, and the groups opened before its name."""
+
+    name: str
+    opened: int
+    args: list[ast.Operand] = field(default_factory=list)
+
+
 _CONDITION_TYPES = (ast.Compare, ast.Between, ast.In, ast.And, ast.Or, ast.Not, ast.Call)
 _OPERAND_TYPES = (ast.PathOperand, ast.ValueOperand, ast.Call)
 
@@ -138,7 +165,6 @@ class _Parser:
         self.names_used: set[str] = set()
         self.values_used: set[str] = set()
         self.operators = 0
-        self.depth = 0
 
     # Token helpers ----------------------------------------------------------------------------
 
@@ -171,15 +197,6 @@ class _Parser:
 
     def note(self, category: str, message: str) -> None:
         self.findings.append(Deferred(category, message))
-
-    def descend(self) -> None:
-        """Enter one more level of parentheses, NOT or function call, within the nesting bound."""
-        self.depth += 1
-        if self.depth > limits.EXPRESSION_NESTING_DEPTH_MAX:
-            raise ExpressionSyntaxError(
-                "Expression nesting has exceeded the maximum allowed depth; "
-                f"maximum depth: {limits.EXPRESSION_NESTING_DEPTH_MAX}"
-            )
 
     def finish(self) -> None:
         if self.tokens[self.pos].kind != EOF:
@@ -228,29 +245,36 @@ class _Parser:
             )
         return tuple(elements)
 
-    def parse_atom(self) -> ast.Operand:
+    def _call_start(self) -> bool:
+        """Whether the next tokens open a function call: a name that is not a keyword, then "("."""
+        token = self.tokens[self.pos]
+        return (
+            token.kind == NAME
+            and self.tokens[self.pos + 1].kind == "("
+            and token.text.upper() not in self.keywords
+            and (self.functions is None or token.text in self.functions)
+        )
+
+    def _leaf(self) -> ast.Operand:
         token = self.peek()
         if token.kind == ATTR_VALUE:
             self.pos += 1
             self.values_used.add(token.text)
             return ast.ValueOperand(token.text)
-        if (
-            token.kind == NAME
-            and self.tokens[self.pos + 1].kind == "("
-            and token.text.upper() not in self.keywords
-            and (self.functions is None or token.text in self.functions)
-        ):
-            self.pos += 2
-            self.descend()
-            args = [self.parse_operand()]
-            while self.peek().kind == ",":
-                self.pos += 1
-                args.append(self.parse_operand())
-            self.expect(")")
-            self.depth -= 1
-            self.operators += 1
-            return ast.Call(token.text, tuple(args))
         return ast.PathOperand(self.parse_path())
+
+    def _close_groups(self, node: _Node, count: int) -> _Node:
+        """Consume the ")" of ``count`` groups opened around ``node``; ``((x))`` is redundant."""
+        for _ in range(count):
+            self.expect(")")
+            if isinstance(node, _Group):
+                self.note(PARENS, "The expression has redundant parentheses;")
+            node = _Group(_unwrap(node))
+        return node
+
+    def parse_atom(self) -> ast.Operand:
+        """A path, a value or a function call (whose arguments are operands)."""
+        return cast(ast.Operand, self._operand_group(allow_groups=False))
 
     def parse_operand(self) -> ast.Operand:
         node = self._operand_group()
@@ -258,22 +282,44 @@ class _Parser:
         assert isinstance(inner, _OPERAND_TYPES)
         return inner
 
-    def _operand_group(self) -> _Node:
-        if self.peek().kind != "(":
-            return self.parse_atom()
-        self.pos += 1
-        self.descend()
-        inner = self._operand_group()
-        self.expect(")")
-        self.depth -= 1
-        if isinstance(inner, _Group):
-            self.note(PARENS, "The expression has redundant parentheses;")
-        return _Group(_unwrap(inner))
+    def _operand_group(self, *, allow_groups: bool = True) -> _Node:
+        """``operand := "(" operand ")" | atom``, with function calls nested in their arguments.
+
+        The nesting is kept on ``calls`` (one entry per call whose arguments are being read,
+        with the groups opened before its name), not on Python's stack, so a deep nesting that
+        fits DynamoDB's 4 KB is parsed, and then refused or accepted as DynamoDB does.
+        """
+        calls: list[_CallFrame] = []
+        while True:
+            opened = 0
+            if allow_groups or calls:
+                while self.tokens[self.pos].kind == "(":
+                    self.pos += 1
+                    opened += 1
+            if self._call_start():
+                calls.append(_CallFrame(self.tokens[self.pos].text, opened))
+                self.pos += 2
+                continue
+            node = self._close_groups(self._leaf(), opened)
+            while calls:
+                frame = calls[-1]
+                inner = _unwrap(node)
+                assert isinstance(inner, _OPERAND_TYPES)
+                frame.args.append(inner)
+                if self.tokens[self.pos].kind == ",":
+                    self.pos += 1
+                    break
+                self.expect(")")
+                self.operators += 1
+                calls.pop()
+                node = self._close_groups(ast.Call(frame.name, tuple(frame.args)), frame.opened)
+            else:
+                return node
 
     # Conditions -------------------------------------------------------------------------------
 
     def parse_condition(self) -> ast.Condition:
-        node = _unwrap(self.parse_or())
+        node = _unwrap(self._disjunction())
         self.finish()
         condition = _as_condition(node)
         if condition is None:
@@ -286,38 +332,61 @@ class _Parser:
             self.fail(index)
         return condition
 
-    def parse_or(self) -> _Node:
-        left = self.parse_and()
-        while self.keyword() == "OR":
-            first = self._condition_operand(left, self.pos)
+    def _disjunction(self) -> _Node:
+        """``or`` (module doc), with every parenthesised condition and pending NOT, AND and OR on
+        ``contexts`` instead of Python's stack: DynamoDB bounds an expression only by its 4 KB and
+        300 operators, and 299 nested ``NOT (`` levels must parse like one."""
+        contexts = [_Context()]
+        while True:
+            if self.keyword() == "NOT":
+                self.pos += 1
+                self.operators += 1
+                contexts[-1].nots += 1
+                continue
+            if self.tokens[self.pos].kind == "(":
+                self.pos += 1
+                contexts.append(_Context())
+                continue
+            node: _Node | None = self.parse_atom()
+            while node is not None:
+                node = self._reduce(contexts[-1], self._comparison(node))
+                if node is None:
+                    break  # an AND or OR was read: its right operand follows
+                if len(contexts) == 1:
+                    return node
+                contexts.pop()
+                node = self._close_groups(node, 1)
+
+    def _reduce(self, context: _Context, node: _Node) -> _Node | None:
+        """Apply the NOTs and the pending AND and OR of ``context`` to a finished comparison.
+
+        Returns the context's whole condition, or None after reading an AND or OR whose right
+        operand is still to come. NOT binds tighter than AND, and AND than OR; both are
+        left-associative.
+        """
+        while context.nots:
+            context.nots -= 1
+            node = ast.Not(self._condition_operand(node, self.pos))
+        if context.and_left is not None:
+            node = ast.And(context.and_left, self._condition_operand(node, self.pos))
+            context.and_left = None
+        if self.keyword() == "AND":
+            context.and_left = self._condition_operand(node, self.pos)
             self.pos += 1
             self.operators += 1
-            second = self._condition_operand(self.parse_and(), self.pos)
-            left = ast.Or(first, second)
-        return left
-
-    def parse_and(self) -> _Node:
-        left = self.parse_not()
-        while self.keyword() == "AND":
-            first = self._condition_operand(left, self.pos)
+            return None
+        if context.or_left is not None:
+            node = ast.Or(context.or_left, self._condition_operand(node, self.pos))
+            context.or_left = None
+        if self.keyword() == "OR":
+            context.or_left = self._condition_operand(node, self.pos)
             self.pos += 1
             self.operators += 1
-            second = self._condition_operand(self.parse_not(), self.pos)
-            left = ast.And(first, second)
-        return left
+            return None
+        return node
 
-    def parse_not(self) -> _Node:
-        if self.keyword() == "NOT":
-            self.pos += 1
-            self.operators += 1
-            self.descend()
-            operand = self._condition_operand(self.parse_not(), self.pos)
-            self.depth -= 1
-            return ast.Not(operand)
-        return self.parse_comparison()
-
-    def parse_comparison(self) -> _Node:
-        node = self.parse_primary()
+    def _comparison(self, node: _Node) -> _Node:
+        """``comparison`` after its primary: a comparator, BETWEEN or IN if an operand is first."""
         left = _unwrap(node)
         if not isinstance(left, _OPERAND_TYPES):
             return node
@@ -352,18 +421,6 @@ class _Parser:
                 )
             return ast.In(left, tuple(choices))
         return node
-
-    def parse_primary(self) -> _Node:
-        if self.peek().kind != "(":
-            return self.parse_atom()
-        self.pos += 1
-        self.descend()
-        inner = self.parse_or()
-        self.expect(")")
-        self.depth -= 1
-        if isinstance(inner, _Group):
-            self.note(PARENS, "The expression has redundant parentheses;")
-        return _Group(_unwrap(inner))
 
     # Updates ----------------------------------------------------------------------------------
 
@@ -402,24 +459,24 @@ class _Parser:
         return ast.AddAction(path, value) if keyword == "ADD" else ast.DeleteAction(path, value)
 
     def parse_set_value(self) -> ast.Operand:
-        left = self._set_term()
-        token = self.peek()
-        if token.kind in ("+", "-"):
-            if isinstance(left, ast.Arithmetic):
-                self.fail()
+        """``value := term [("+" | "-") operand]``, ``term := "(" value ")" | atom``, with the
+        groups counted rather than recursed into."""
+        opened = 0
+        while self.tokens[self.pos].kind == "(":
             self.pos += 1
-            return ast.Arithmetic(token.kind, left, self.parse_operand())
-        return left
-
-    def _set_term(self) -> ast.Operand:
-        if self.peek().kind != "(":
-            return self.parse_atom()
-        self.pos += 1
-        self.descend()
-        inner = self.parse_set_value()
-        self.expect(")")
-        self.depth -= 1
-        return inner
+            opened += 1
+        value = self.parse_atom()
+        while True:
+            token = self.peek()
+            if token.kind in ("+", "-"):
+                if isinstance(value, ast.Arithmetic):
+                    self.fail()
+                self.pos += 1
+                value = ast.Arithmetic(token.kind, value, self.parse_operand())
+            if not opened:
+                return value
+            self.expect(")")
+            opened -= 1
 
     # Projections ------------------------------------------------------------------------------
 

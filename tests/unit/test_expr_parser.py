@@ -293,26 +293,6 @@ def test_operator_limit() -> None:
     expressions.condition(within, None, {":v": {"S": "x"}})
 
 
-def test_nesting_depth_limit() -> None:
-    depth = limits.EXPRESSION_NESTING_DEPTH_MAX
-    values = {":v": {"N": "1"}}
-    chained = "(" * depth + "a = :v" + "".join(f" AND b{i} = :v)" for i in range(depth))
-    expressions.condition(chained, None, values)
-    message = (
-        "Expression nesting has exceeded the maximum allowed depth; "
-        f"maximum depth: {limits.EXPRESSION_NESTING_DEPTH_MAX}"
-    )
-    for text in (
-        "(" * (depth + 1) + "a = :v AND b = :v" + " AND c = :v)" * (depth + 1),
-        "NOT " * (depth + 1) + "a = :v",
-        "size(" * (depth + 1) + "a" + ")" * (depth + 1) + " = :v",
-        "a = " + "(" * (depth + 1) + ":v" + ")" * (depth + 1),
-    ):
-        assert condition_error(text, None, values) == f"Invalid ConditionExpression: {message}"
-    with pytest.raises(ValidationError, match="maximum depth"):
-        expressions.update("SET a = " + "(" * (depth + 1) + ":v" + ")" * (depth + 1), None, values)
-
-
 def test_parse_results_are_cached_per_text() -> None:
     text = "attribute_exists(cache_probe) AND cache_probe > :v"
     first = expressions.parse_cached("condition", text)
