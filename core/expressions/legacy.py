@@ -176,6 +176,17 @@ def _check_same_type(values: list[AttributeValue]) -> None:
         )
 
 
+def _check_types(operator: str, values: list[AttributeValue]) -> None:
+    """Each operator takes values of some types only, in Expected as in QueryFilter and
+    ScanFilter: LT with a list, for one, is refused before any item is read."""
+    for value in values:
+        if type_of(value) not in _ALLOWED_TYPES[operator]:
+            raise ValidationError(
+                INVALID_PARAMETERS + f"ComparisonOperator {operator} is not valid for "
+                f"{type_of(value)} AttributeValue type"
+            )
+
+
 def _check_bounds(operator: str, values: list[AttributeValue]) -> None:
     if operator == "BETWEEN" and compare(values[0], values[1]) == 1:
         raise ValidationError(
@@ -240,12 +251,7 @@ def _filter_conditions(
         values = _value_list(condition, attribute)
         _check_arity(operator, len(values))
         _check_same_type(values)
-        for value in values:
-            if type_of(value) not in _ALLOWED_TYPES[operator]:
-                raise ValidationError(
-                    INVALID_PARAMETERS + f"ComparisonOperator {operator} is not valid for "
-                    f"{type_of(value)} AttributeValue type"
-                )
+        _check_types(operator, values)
         _check_bounds(operator, values)
         parts.append(_comparison(placeholders, attribute, operator, values))
     return parts
@@ -323,6 +329,7 @@ def _expected_comparison(
         values = _value_list(condition, attribute)
     _check_arity(operator, len(values))
     _check_same_type(values)
+    _check_types(operator, values)
     _check_bounds(operator, values)
     return _comparison(placeholders, attribute, operator, values)
 

@@ -97,6 +97,27 @@ def test_ordering_a_constant_without_an_order_is_a_validation_error(
     assert item == {**KEY, "a": {"N": "1"}}
 
 
+@pytest.mark.parametrize("operand", ["Value", "AttributeValueList"])
+def test_expected_ordering_a_value_without_an_order_is_a_validation_error(
+    dynamodb: Any, table: str, operand: str
+) -> None:
+    # The legacy Expected parameter words it as QueryFilter and ScanFilter do, naming the
+    # ComparisonOperator (it was "Invalid ConditionExpression", a parameter the request lacks).
+    value = {"L": []}
+    expected = {
+        "a": {"ComparisonOperator": "LT", operand: value if operand == "Value" else [value]}
+    }
+    dynamodb.put_item(TableName=table, Item={**KEY, "a": {"N": "1"}})
+    assert error_of(lambda: dynamodb.put_item(TableName=table, Item=KEY, Expected=expected)) == (
+        400,
+        "ValidationException",
+        "One or more parameter values were invalid: ComparisonOperator LT is not valid for L "
+        "AttributeValue type",
+    )
+    item = dynamodb.get_item(TableName=table, Key=KEY, ConsistentRead=True)["Item"]
+    assert item == {**KEY, "a": {"N": "1"}}
+
+
 @pytest.mark.parametrize(
     ("expression", "function"),
     [

@@ -479,3 +479,20 @@ def test_legacy_parameters_name_attributes_of_one_character_to_less_than_64_kb(n
             "One or more parameter values were invalid: Attribute names must be at least one "
             "character long and less than 64 KB in size"
         )
+
+
+@pytest.mark.parametrize("operand", ["Value", "AttributeValueList"])
+@pytest.mark.parametrize(
+    ("operator", "value"),
+    [("LT", {"L": []}), ("GT", {"BOOL": True}), ("BEGINS_WITH", {"N": "1"}), ("EQ", {"M": {}})],
+)
+def test_expected_value_types(operator: str, value: dict[str, Any], operand: str) -> None:
+    # Expected's ComparisonOperator takes the types a filter's does: a fuzzed Expected with
+    # LT and a list Value was refused as "Invalid ConditionExpression", a parameter the request
+    # never had.
+    given = value if operand == "Value" else [value]
+    conditions = {"a": {"ComparisonOperator": operator, operand: given}}
+    assert error(legacy.expected_condition, conditions) == (
+        INVALID + f"ComparisonOperator {operator} is not valid for {next(iter(value))} "
+        "AttributeValue type"
+    )
