@@ -954,14 +954,41 @@ def moved(table: TableDef, partition_id: str, node: str) -> TableDef:
     same id, range, share and lineage, so its change log and its consumers carry on there."""
     if not table.serving:
         raise IllegalTransition(f"Table {table.name} is {table.status}: its partitions cannot move")
-    current = table.partition(partition_id)
-    serving = PartitionState.SERVING
-    _check(PARTITION_TRANSITIONS, f"Partition {partition_id}", current.state, serving)
+    return _changed(table, partitions=_moved_partitions(table.partitions, partition_id, node))
+
+
+def index_partition_moved(table: TableDef, index_id: str, partition_id: str, node: str) -> TableDef:
+    """The table with serving partition `partition_id` of its global index stored under
+    `index_id` moved to `node` at its epoch + 1, as `moved` moves a table's: the same id, range,
+    share and lineage. An index being deleted does not move (its partitions are being dropped)."""
+    if not table.serving:
+        raise IllegalTransition(f"Table {table.name} is {table.status}: its partitions cannot move")
+    index = next((i for i in table.indexes if i.table_id == index_id), None)
+    if index is None:
+        raise IllegalTransition(f"Table {table.name} has no global index stored as {index_id}")
+    if index.status == IndexStatus.DELETING:
+        raise IllegalTransition(f"Index {index.name} is DELETING: its partitions cannot move")
+    partitions = _moved_partitions(index.partitions, partition_id, node)
+    indexes = tuple(
+        replace(i, partitions=partitions) if i.table_id == index_id else i for i in table.indexes
+    )
+    return _changed(table, indexes=indexes)
+
+
+def _moved_partitions(
+    serving: tuple[PartitionDef, ...], partition_id: str, node: str
+) -> tuple[PartitionDef, ...]:
+    """A table's or an index's serving partitions with `partition_id` on `node`, epoch + 1."""
+    current = next((p for p in serving if p.id == partition_id), None)
+    if current is None:
+        raise IllegalTransition(f"There is no serving partition {partition_id}")
+    _check(
+        PARTITION_TRANSITIONS, f"Partition {partition_id}", current.state, PartitionState.SERVING
+    )
     if current.node == node:
         raise IllegalTransition(f"Partition {partition_id} is on node {node} already")
     after = replace(current, node=node, epoch=current.epoch + 1)
-    partitions = tuple(after if p.id == partition_id else p for p in table.partitions)
-    return _changed(table, partitions=partitions)
+    return tuple(after if p.id == partition_id else p for p in serving)
 
 
 # Indexes ---------------------------------------------------------------------------------------

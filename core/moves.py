@@ -24,8 +24,11 @@ resumed half-way: a copy made from an older pin could hold items deleted since.
 
 The fence refuses a client request before it is planned, with StaleEpoch: the one refusal a router
 retries, since it proves nothing was applied (an UpdateItem ADD refused so is applied once, by the
-retry). The target's log continues the source's: the same seqs and the same records, so every
-change-feed consumer (the GSI replicator, Streams) reads on from its checkpoint on the new node.
+retry). A global index's partition moves by the same rules: it is looked up among its index's
+partitions (`serving_partition`, by the id it is stored under) and the switch is recorded in the
+index's entry of the table's row. The target's log continues the source's: the same seqs and
+the same records, so every change-feed consumer (the GSI replicator, Streams) reads on from its
+checkpoint on the new node.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 
-from core import catalog
+from core import catalog, splits
 from core.catalog import IllegalTransition, PartitionDef, TableDef
 from core.errors import ValidationError
 
@@ -96,12 +99,15 @@ def switched(table: TableDef | None, table_id: str, source: PartitionDef, target
     `target` at its next epoch, for a compare-and-set: the table changed, or unchanged if it is
     switched already (a retry after a lost reply or a restart).
 
+    `table_id` is the id the partition is stored under: the table's, or one of its global
+    indexes' (an index partition's move is recorded in the index's entry).
+
     Raises MoveConflict when the table is gone or the partition is no longer `source` (split,
     moved otherwise, another epoch), so nothing is recorded.
     """
-    if table is None or table.id != table_id:
+    if table is None or splits.lineage(table, table_id) is None:
         raise MoveConflict(f"The table of partition {source.id} is no longer in the catalog")
-    current = next((p for p in table.partitions if p.id == source.id), None)
+    current = serving_partition(table, table_id, source.id)
     if current is None:
         raise MoveConflict(f"Partition {source.id} is no longer serving in the catalog")
     if (current.node, current.epoch) == (target, source.epoch + 1):
@@ -111,7 +117,20 @@ def switched(table: TableDef | None, table_id: str, source: PartitionDef, target
             f"Partition {source.id} is at epoch {current.epoch} on node {current.node} in the "
             f"catalog, not {source.epoch} on {source.node} as its node holds it"
         )
-    return catalog.moved(table, source.id, target)
+    if table.id == table_id:
+        return catalog.moved(table, source.id, target)
+    return catalog.index_partition_moved(table, table_id, source.id, target)
+
+
+def serving_partition(
+    table: TableDef | None, table_id: str, partition_id: str
+) -> PartitionDef | None:
+    """Serving partition `partition_id` of what is stored under `table_id` (the table, or one
+    of its global indexes: `core.splits.lineage`), as the catalog records it; None if gone."""
+    found = splits.lineage(table, table_id)
+    if found is None:
+        return None
+    return next((p for p in found[0] if p.id == partition_id), None)
 
 
 def source_recovery(
@@ -120,9 +139,9 @@ def source_recovery(
     """What a source holding partition `partition_id` at `epoch`, fenced for a move to node
     `moving_to` (or with the move's consumer still registered), must do after a restart or a
     failed step: finish if the catalog switched it, else roll back."""
-    if table is None or table.id != table_id:
+    if splits.lineage(table, table_id) is None:
         return SourceAction.ROLL_BACK  # The table is gone: dropping it drops this copy too.
-    current = next((p for p in table.partitions if p.id == partition_id), None)
+    current = serving_partition(table, table_id, partition_id)
     if current is not None and (current.node, current.epoch) == (moving_to, epoch + 1):
         return SourceAction.FINISH
     return SourceAction.ROLL_BACK
@@ -134,9 +153,9 @@ def target_recovery(
     """What node `node`, holding an INCOMING copy of partition `partition_id` at `epoch`, must do
     with it given the catalog: serve it once the catalog names this node at that epoch, drop it
     once the catalog has gone past it, else wait for its source."""
-    if table is None or table.id != table_id:
+    if splits.lineage(table, table_id) is None:
         return TargetAction.DROP
-    current = next((p for p in table.partitions if p.id == partition_id), None)
+    current = serving_partition(table, table_id, partition_id)
     if current is None or current.epoch > epoch:
         return TargetAction.DROP
     if current.epoch == epoch:
@@ -149,9 +168,30 @@ def misplaced(table: TableDef, owner: Callable[[str], str]) -> list[tuple[Partit
     (`owner` of a partition id), with that node, if they have not moved since their split (an
     epoch one past their parent's): each child is moved once, so routers whose rings differ
     (other node lists) cannot pass a partition back and forth."""
-    parents = {partition.id: partition for partition in table.retired}
+    return _misplaced(table.partitions, table.retired, owner)
+
+
+def misplaced_index_partitions(
+    table: TableDef, owner: Callable[[str], str]
+) -> list[tuple[str, PartitionDef, str]]:
+    """The split children of `table`'s global indexes that are off their ring owner and have not
+    moved since their split, as `misplaced` finds a table's: (index id, child, node)."""
+    return [
+        (index.table_id, partition, node)
+        for index in catalog.global_indexes(table)
+        if index.table_id is not None and index.status is not catalog.IndexStatus.DELETING
+        for partition, node in _misplaced(index.partitions, index.retired, owner)
+    ]
+
+
+def _misplaced(
+    serving: tuple[PartitionDef, ...],
+    retired: tuple[PartitionDef, ...],
+    owner: Callable[[str], str],
+) -> list[tuple[PartitionDef, str]]:
+    parents = {partition.id: partition for partition in retired}
     found: list[tuple[PartitionDef, str]] = []
-    for partition in table.partitions:
+    for partition in serving:
         parent = None if partition.parent is None else parents.get(partition.parent)
         if parent is None or partition.epoch != parent.epoch + 1:
             continue

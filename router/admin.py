@@ -15,8 +15,8 @@
     POST /admin/tables/{name}/partitions/{id}/move
                                            the partition's node moves it to the node the body
                                            names ({"Node": "n2"}): copy, catch-up, fence,
-                                           catalog switch (`storagenode.move`); a table's
-                                           partitions only
+                                           catalog switch (`storagenode.move`); {id} may
+                                           name a global index's partition, as for a split
     GET /metrics                           the same counters in Prometheus' text format, and the
                                            router's own request metrics (`router.metrics`)
     GET /health                            which storage nodes this router can reach: 200 when it
@@ -288,10 +288,10 @@ async def _move(ctx: RouterContext, request: web.Request) -> web.Response:
     table = ctx.tables.get(name)
     if table is None:
         return _json({"error": f"no table named {name}"}, 404)
-    partition = next((p for p in table["partitions"] if p["id"] == partition_id), None)
+    storage_id, partition = _serving_partition(table, partition_id)
     if partition is None:
         return _json({"error": f"table {name} has no serving partition {partition_id}"}, 404)
-    payload = ops.MovePartitionPayload(table["id"], partition_id, target, address)
+    payload = ops.MovePartitionPayload(storage_id, partition_id, target, address)
     return await _to_owner(
         ctx, name, partition, ops.MOVE_PARTITION, payload.to_json(), limits.MOVE_CALL_SECONDS_MAX
     )

@@ -3,8 +3,9 @@
 A split leaves both children on their parent's node (`storagenode.split`): the split is fast and
 local, and the ring is the router's, not the node's. Every `MOVE_CHECK_SECONDS` each router looks
 at its cached catalog for a split child that the ring places on another node and that has not
-moved since its split (`core.moves.misplaced`), and asks the child's node to move it there
-(`move_partition`), one move at a time. Routers asking for the same move meet at the source,
+moved since its split (`core.moves.misplaced`; a global index's split children too,
+`misplaced_index_partitions`), and asks the child's node to move it there (`move_partition`),
+one move at a time. Routers asking for the same move meet at the source,
 which moves it once (the others are refused: the partition is no longer what they asked about).
 `DYNALAB_MOVE_SPLIT_CHILDREN=off` on the routers turns it off (moves then happen only when asked
 through the admin endpoint).
@@ -51,11 +52,16 @@ class PlacementMover:
         for table in list(self.ctx.records.values()):
             if not table.serving:
                 continue
-            for partition, node in moves.misplaced(table, self.ctx.ring.owner):
+            misplaced = [
+                (table.id, partition, node)
+                for partition, node in moves.misplaced(table, self.ctx.ring.owner)
+            ]
+            misplaced += moves.misplaced_index_partitions(table, self.ctx.ring.owner)
+            for storage_id, partition, node in misplaced:
                 address = self.ctx.addresses.get(node)
                 if address is None or partition.id in self._refused:
                     continue
-                payload = ops.MovePartitionPayload(table.id, partition.id, node, address)
+                payload = ops.MovePartitionPayload(storage_id, partition.id, node, address)
                 log.info("moving split child %s of %s to %s", partition.id, table.name, node)
                 try:
                     reply = await self.ctx.control(

@@ -797,7 +797,8 @@ class MoveReceivePayload:
       record at or below the copy's last seq changes nothing);
     - "drain": check the copy holds every record to `seq`; take `partition`'s settings (TTL,
       throughput, TTL cursor and deletions), the consumers' checkpoints `consumers` and the
-      finished transaction records `transactions` ([[key hex, value text], ...]);
+      finished transaction records `transactions` ([[key hex, value text], ...]), and a global
+      index partition's per-source rows `index_sources` ([[source hex, value hex], ...]);
     - "activate": serve the copy at `epoch` (the catalog names this node), its token buckets
       holding `balances` ({"read", "write"}: what the source's held; none: fresh buckets),
       taking `settings` ({"throughput", "ttl", "stream_consumer"}) of the catalog row the
@@ -820,6 +821,7 @@ class MoveReceivePayload:
     transactions: list[list[str]] | None = None
     balances: dict[str, float] | None = None
     settings: dict[str, Any] | None = None
+    index_sources: list[list[str]] | None = None
 
     @classmethod
     def from_json(cls, body: dict[str, Any]) -> Self:
@@ -838,6 +840,7 @@ class MoveReceivePayload:
             body.get("transactions"),
             body.get("balances"),
             body.get("settings"),
+            body.get("index_sources"),
         )
 
     def to_json(self) -> dict[str, Any]:

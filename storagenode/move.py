@@ -33,6 +33,9 @@ MOVE_CHECK_SECONDS (`core.moves.source_recovery`), and a target activates a copy
 names it for, or drops one the catalog went past (`core.moves.target_recovery`), so a source
 that dies after the switch leaves the partition served by its target within a second.
 
+A global index's partition moves the same way; `storagenode.index_move` holds what it needs
+more (its entry writes logged while it moves, its per-source rows carried by the drain).
+
 The target's log is the source's: the same seqs and records, from the source's first retained
 one, and every consumer's checkpoint is carried, so the GSI replicator and Streams read on from
 their checkpoint on the new node (they look a partition up in the catalog again when its node
@@ -61,7 +64,7 @@ from core.writes import WriteEffect
 from rpc import ops
 from rpc.background import BackgroundTask
 from rpc.transport import NodeTransport
-from storagenode import changefeed, expiry
+from storagenode import changefeed, expiry, index_move
 from storagenode import transactions as txn
 from storagenode.layout import Family, item_json_of, item_size_of, seq_bytes
 from storagenode.partition import Partition
@@ -171,7 +174,8 @@ def source_step(group: _WriteGroup, payload: SourceStepPayload) -> dict[str, Any
                 f"Partition {partition.partition_id} is moving to {partition.moving_to}"
             )
         return {"seq": partition.last_seq}
-    _check_no_transactions(group, partition)
+    if not _is_index_partition(partition):  # A transaction never writes an index partition.
+        _check_no_transactions(group, partition)
     staged = group.stage(ref)
     staged.moving_to = payload.target
     return {"seq": staged.last_seq}
@@ -242,6 +246,7 @@ def _drop(group: _WriteGroup, ref: PartitionRef, partition: Partition) -> None:
     batch.delete_range(Family.ITEM_COLLECTIONS, lo, hi)
     for prefix, _ in partition.index_layout.values():
         batch.delete_range(Family.INDEX_ENTRIES, *_bounds(prefix, partition))
+    index_move.drop_rows(batch, partition)
     group.dirty[ref] = None
     group.feed.forget(ref)
     group.node.move_heard.pop(ref, None)
@@ -303,9 +308,15 @@ def receive(group: _WriteGroup, payload: ops.MoveReceivePayload) -> dict[str, An
     return _summary(staged)
 
 
-def settings_of(table: TableDef) -> dict[str, Any]:
+def settings_of(table: TableDef, storage_id: str) -> dict[str, Any]:
     """The settings a target takes when it activates: those of the catalog row the switch wrote
-    (or a later one), which holds every UpdateTable and UpdateTimeToLive recorded before it."""
+    (or a later one), which holds every UpdateTable and UpdateTimeToLive recorded before it.
+    A global index's partition (`storage_id` the index's id) takes the index's throughput only:
+    TTL and the stream are the table's, and its entries expire or stream with the table's."""
+    index = next((i for i in catalog.global_indexes(table) if i.table_id == storage_id), None)
+    if index is not None:
+        throughput = catalog.index_throughput_document(table, index)
+        return {"throughput": throughput, "ttl": None, "stream_consumer": None}
     stream = table.stream
     return {
         "throughput": catalog.throughput_document(table),
@@ -467,6 +478,8 @@ def _drain(
         key = bytes.fromhex(key_hex)
         if group.batch.get(Family.TRANSACTIONS, key) is None:
             group.batch.put(Family.TRANSACTIONS, key, value.encode())
+    if payload.index_sources is not None:
+        index_move.take_rows(group.batch, staged, payload.index_sources)
 
 
 def _summary(partition: Partition) -> dict[str, Any]:
@@ -559,7 +572,7 @@ class Mover:
             raise moves.MoveRefused(f"Partition {partition_id} of a system table never moves")
         if target_node == self.node_id:
             raise moves.MoveRefused(f"Partition {partition_id} is on node {target_node} already")
-        table = await self.splitter.read_table(partition.table_name)
+        table = await self.splitter.read_table(catalog.base_table_name(partition.table_name))
         source = _serving_def(table, partition, self.node_id)
         target = self.splitter.client(target_address)
         epoch = partition.epoch + 1
@@ -609,6 +622,7 @@ class Mover:
             await self._reached("fenced")
             caught = await self._catch_up(target, partition, applied, final)
             records += caught - applied
+            index = _is_index_partition(partition)
             await self._receive(
                 target,
                 ref,
@@ -616,7 +630,9 @@ class Mover:
                 seq=final,
                 partition=orjson.loads(self.node.partitions[ref].to_meta()),
                 consumers=dict(self.node.feeds.consumers(ref)),
-                transactions=self._finished_transactions(),
+                transactions=[] if index else self._finished_transactions(),
+                # Final: the fence refuses index_apply, the one writer of these rows.
+                index_sources=index_move.source_rows(self.node.store, partition) if index else None,
             )
             await self._reached("drained")
         except Exception:
@@ -627,13 +643,15 @@ class Mover:
         logger.info("move of %s: drained to seq %d, switching the catalog", partition_id, final)
         try:
             after = await self.splitter.change_table(
-                partition.table_name,
+                catalog.base_table_name(partition.table_name),
                 lambda current: moves.switched(current, table_id, source, target_node),
             )
         except Exception:
             await asyncio.shield(self._settle_unknown(partition, target_node, target))
             raise
         await self._reached("switched")
+        moved = moves.serving_partition(after, table_id, partition_id)
+        assert moved is not None, "a switched partition serves"
         await self._finish(partition, target, after)
         ended = self._now()
         self.node.move_stats.record(ended - started)
@@ -646,7 +664,7 @@ class Mover:
             fenced,
         )
         return {
-            "partition": after.partition(partition_id).to_json(),
+            "partition": moved.to_json(),
             "from": self.node_id,
             "seconds": ended - started,
             "fenced_seconds": fenced,
@@ -750,7 +768,7 @@ class Mover:
                 balances=self.node.throughput.balances(
                     (partition.table_id, partition.partition_id)
                 ),
-                settings=settings_of(table),
+                settings=settings_of(table, partition.table_id),
             )
         except (DynamoError, OSError) as error:
             logger.warning(
@@ -770,7 +788,7 @@ class Mover:
     async def _settle_source(
         self, partition: Partition, target_node: str, target: NodeTransport
     ) -> None:
-        table = await self.splitter.read_table(partition.table_name)
+        table = await self.splitter.read_table(catalog.base_table_name(partition.table_name))
         action = moves.source_recovery(
             table, partition.table_id, partition.partition_id, partition.epoch, target_node
         )
@@ -800,7 +818,7 @@ class Mover:
                 partition = self.node.partitions.get(ref)
                 if partition is None:
                     continue
-                name = partition.table_name
+                name = catalog.base_table_name(partition.table_name)
                 if name not in tables:
                     tables[name] = await self.splitter.read_table(name)
                 await self._settle_one(partition, tables[name])
@@ -819,7 +837,7 @@ class Mover:
                 )
                 assert table is not None, "the catalog names this node for it"
                 await self._local(
-                    ref, "activate", epoch=partition.epoch, settings=settings_of(table)
+                    ref, "activate", epoch=partition.epoch, settings=settings_of(table, ref[0])
                 )
             elif action is moves.TargetAction.DROP or abandoned:
                 logger.info(
@@ -845,9 +863,7 @@ class Mover:
 
 def _serving_def(table: TableDef | None, partition: Partition, node_id: str) -> PartitionDef:
     """The partition as the catalog records it, which must be what this node holds."""
-    current = None
-    if table is not None and table.id == partition.table_id:
-        current = next((p for p in table.partitions if p.id == partition.partition_id), None)
+    current = moves.serving_partition(table, partition.table_id, partition.partition_id)
     if current is None or (current.epoch, current.node) != (partition.epoch, node_id):
         raise moves.MoveConflict(
             f"Partition {partition.partition_id} at epoch {partition.epoch} on {node_id} is not "
@@ -865,6 +881,11 @@ async def _hold(directory: str, step: str) -> None:
     deadline = asyncio.get_running_loop().time() + limits.MOVE_HOLD_SECONDS_MAX
     while not os.path.exists(go) and asyncio.get_running_loop().time() < deadline:
         await asyncio.sleep(_HOLD_POLL_SECONDS)
+
+
+def _is_index_partition(partition: Partition) -> bool:
+    """Whether a partition holds a global index's entries (`storagenode.split`'s test)."""
+    return catalog.base_table_name(partition.table_name) != partition.table_name
 
 
 def _kill_self(step: str) -> None:

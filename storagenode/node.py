@@ -71,7 +71,7 @@ from rpc.transactions import (
     TxnRecordPayload,
     TxnSweepPayload,
 )
-from storagenode import changefeed, environment, expiry, metrics, move, replica, split
+from storagenode import changefeed, environment, expiry, index_move, metrics, move, replica, split
 from storagenode import transactions as txn
 from storagenode.layout import (
     Family,
@@ -960,6 +960,9 @@ class _WriteGroup:
         Changes at or below the seq this partition last applied from that source are skipped;
         the new seq is stored in the same batch as the entries. Every entry key is checked and
         every entry encoded before the batch is touched, so a refused payload changes nothing.
+        While the partition is being moved away (its log held by the move's consumer), each
+        entry write is also appended to its change log, which the move's catch-up carries to
+        the target (`storagenode.index_move`); otherwise an index partition logs nothing.
         """
         ref = (target.table_id, target.partition_id)
         partition = _addressed(self._lookup(ref), target)
@@ -974,7 +977,7 @@ class _WriteGroup:
             )
         fenced_at = fence
         fence = max(fence, payload.lease_epoch)
-        writes: list[tuple[bytes, bytes | None]] = []
+        writes: list[tuple[bytes, Item, Item | None, int]] = []
         new_bytes: list[int] = []
         applied = 0
         for change in payload.changes:
@@ -985,12 +988,13 @@ class _WriteGroup:
                 continue
             deleted, entry = change.get("delete"), change.get("put")
             if deleted is not None:
-                key = partition.storage_key(shape.check_key(deleted))
-                writes.append((partition.item_prefix + key, None))
+                key = shape.check_key(deleted)
+                writes.append((partition.item_prefix + partition.storage_key(key), key, None, 0))
             if entry is not None:
-                key = partition.storage_key(shape.key_of(entry))
+                key = shape.key_of(entry)
                 size = item_size_bytes(entry)
-                writes.append((partition.item_prefix + key, encode_item(orjson.dumps(entry), size)))
+                items_key = partition.item_prefix + partition.storage_key(key)
+                writes.append((items_key, key, entry, size))
                 new_bytes.append(size)
             applied_seq = seq
             applied += 1
@@ -1002,21 +1006,27 @@ class _WriteGroup:
             return {"applied": 0, "source_seq": applied_seq, "new_bytes": [], "units": 0.0}
         staged = partition if ref in self.dirty else partition.staged()
         units = 0.0
-        for items_key, value in writes:
+        logged = move.MOVE_CONSUMER in self.feed.consumers(ref)
+        for items_key, key, entry, size in writes:
             old = self.batch.get(Family.ITEMS, items_key)
             old_bytes = None if old is None else item_size_of(old)
+            if entry is None:
+                units += 0.0 if old_bytes is None else write_units(old_bytes)
+            else:
+                units += item_write_units(old_bytes, size)
+            if logged:
+                index_move.apply_logged(self, staged, items_key, key, old, entry, size)
+                continue
             if old is not None:
                 staged.item_count -= 1
                 staged.size_bytes -= item_size_of(old)
-            if value is None:
+            # Deleting an entry costs its size (above); deleting one that is not there, nothing.
+            if entry is None:
                 self.batch.delete(Family.ITEMS, items_key)
-                # Deleting an entry costs its size; deleting one that is not there, nothing.
-                units += 0.0 if old_bytes is None else write_units(old_bytes)
             else:
-                self.batch.put(Family.ITEMS, items_key, value)
+                self.batch.put(Family.ITEMS, items_key, encode_item(orjson.dumps(entry), size))
                 staged.item_count += 1
-                staged.size_bytes += item_size_of(value)
-                units += item_write_units(old_bytes, item_size_of(value))
+                staged.size_bytes += size
         if not payload.backfill or fence > fenced_at:
             # A copy leaves the source's seq where it is (`applied_seq` did not move).
             self.batch.put(Family.INDEX_SOURCES, source_key, index_source_bytes(applied_seq, fence))
