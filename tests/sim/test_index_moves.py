@@ -18,12 +18,12 @@ from typing import Any
 
 import pytest
 
-from core import gsi, limits, moves
+from core import catalog, gsi, limits, moves
 from core.catalog import PartitionDef, TableDef
 from core.errors import DynamoError, LeaseFenced
 from gsi_replicator import catalog as gsi_catalog
 from gsi_replicator.replicator import Replicator
-from router import queries
+from router import queries, tables, ttl
 from router.placement import PlacementMover
 from rpc import ops
 from rpc.changefeed import ChangeFeedClient
@@ -403,5 +403,48 @@ def test_routers_move_an_index_split_child_to_its_ring_owner_once(seed: int) -> 
             ]
         finally:
             await replicator.close()
+
+    run(seed, scenario)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_moved_index_partition_takes_the_index_settings_not_the_table_ttl_or_stream(
+    seed: int,
+) -> None:
+    async def scenario(cluster: SimCluster) -> None:
+        table = await create(cluster, "Settings")
+        index_id = table.indexes[0].table_id
+        assert index_id is not None
+        router = cluster.routers[0]
+        await tables.update_table(
+            router,
+            {
+                "TableName": "Settings",
+                "StreamSpecification": {"StreamEnabled": True, "StreamViewType": "KEYS_ONLY"},
+            },
+        )
+        await ttl.update_time_to_live(
+            router,
+            {
+                "TableName": "Settings",
+                "TimeToLiveSpecification": {"Enabled": True, "AttributeName": "n"},
+            },
+        )
+        current = await router.read_table("Settings")
+        assert current is not None and current.stream is not None and current.ttl is not None
+        partition = hot_partition(current)
+        target = next(n for n in sorted(cluster.nodes) if n != partition.node)
+        await cluster.movers[partition.node].move(
+            index_id, partition.id, target, cluster.addresses[target]
+        )
+        moved = cluster.nodes[target].partitions[index_id, partition.id]
+        assert moved.serving, f"seed {seed}"
+        after = await router.read_table("Settings")
+        assert after is not None
+        expected = catalog.index_throughput_document(after, after.indexes[0])
+        assert moved.throughput == expected, f"seed {seed}: {moved.throughput}"
+        assert moved.ttl is None, f"seed {seed}: an index entry never expires on its own"
+        consumers = cluster.nodes[target].feeds.consumers((index_id, partition.id))
+        assert not consumers, f"seed {seed}: {dict(consumers)} on an index partition"
 
     run(seed, scenario)
