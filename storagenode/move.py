@@ -102,13 +102,15 @@ MOVE_TARGET_CRASH_STEPS = tuple(
 MOVE_HOLD_AT_ENV = "DYNALAB_MOVE_HOLD_AT"
 MOVE_HOLD_DIR_ENV = "DYNALAB_MOVE_HOLD_DIR"
 _HOLD_POLL_SECONDS = 0.02
-_SOURCE_STEPS = frozenset({"pin", "fence", "unfence", "drop"})
+_SOURCE_STEPS = frozenset({"hold", "pin", "fence", "unfence", "drop"})
 
 
 @dataclasses.dataclass(slots=True)
 class SourceStepPayload:
     """move_source: one of the source's own steps of moving partition `partition_id` at `epoch`:
-    "pin", "fence" (for node `target`), "unfence" or "drop". Replies: pin {"pinned": Pinned}
+    "hold" (the move's consumer only, a global index partition's first step: its writes are
+    logged from then on), "pin", "fence" (for node `target`), "unfence" or "drop". Replies:
+    hold {}; pin {"pinned": Pinned}
     (an object: the op never leaves the node); fence {"seq": final seq}; unfence {}; drop
     {"dropped": bool}."""
 
@@ -164,9 +166,12 @@ def source_step(group: _WriteGroup, payload: SourceStepPayload) -> dict[str, Any
         raise StaleEpoch(
             f"Partition {payload.partition_id} at epoch {payload.epoch} is not on this node"
         )
-    if payload.step == "pin":
+    if payload.step in ("hold", "pin"):
         committed = group.node.partitions.get(ref)
         assert committed is not None and committed.epoch == partition.epoch
+        if payload.step == "hold":
+            _hold_log(group, ref, committed)  # A global index partition's: see index_move.
+            return {}
         return {"pinned": _pin(group, ref, committed)}
     if partition.moving_to is not None:
         if partition.moving_to != payload.target:
@@ -184,13 +189,7 @@ def source_step(group: _WriteGroup, payload: SourceStepPayload) -> dict[str, Any
 def _pin(group: _WriteGroup, ref: PartitionRef, partition: Partition) -> Pinned:
     """Iterators over the committed state of `partition` (its committed metadata, so a write
     earlier in this group is one of the records after the pin), and the move's consumer."""
-    if partition.moving_to is not None:
-        raise moves.MoveRefused(
-            f"Partition {partition.partition_id} is moving to {partition.moving_to}"
-        )
-    bounds = changefeed.LogBounds(partition.first_seq, partition.last_seq)
-    group.feed.unregister(ref, MOVE_CONSUMER)  # Left by an earlier try: start from this pin.
-    group.feed.register(ref, MOVE_CONSUMER, max(0, partition.first_seq - 1), bounds)
+    _hold_log(group, ref, partition)
     store = group.node.store
     log = store.walk(
         Family.CHANGE_LOG,
@@ -200,6 +199,17 @@ def _pin(group: _WriteGroup, ref: PartitionRef, partition: Partition) -> Pinned:
     )
     items = store.walk(Family.ITEMS, *_bounds(partition.item_prefix, partition), forward=True)
     return Pinned(partition, log, items)
+
+
+def _hold_log(group: _WriteGroup, ref: PartitionRef, partition: Partition) -> None:
+    """Register the move's consumer on the partition's log from its first retained record."""
+    if partition.moving_to is not None:
+        raise moves.MoveRefused(
+            f"Partition {partition.partition_id} is moving to {partition.moving_to}"
+        )
+    bounds = changefeed.LogBounds(partition.first_seq, partition.last_seq)
+    group.feed.unregister(ref, MOVE_CONSUMER)  # Left by an earlier try: start from this pin.
+    group.feed.register(ref, MOVE_CONSUMER, max(0, partition.first_seq - 1), bounds)
 
 
 def _check_no_transactions(group: _WriteGroup, partition: Partition) -> None:
@@ -597,6 +607,10 @@ class Mover:
         try:
             await self._receive(target, ref, "create", partition=document)
             await self._reached("incoming")
+            if _is_index_partition(partition):
+                # Its index_apply logs from the group after this one on: every entry write the
+                # pin's iterators miss, one earlier in the pin's own group included.
+                await self._source(partition, "hold")
             pinned = await self._source(partition, "pin")
             await self._reached("pinned")
             pinned_partition: Partition = pinned["pinned"].partition

@@ -29,7 +29,7 @@ from rpc import ops
 from rpc.changefeed import ChangeFeedClient
 from rpc.local import Faults
 from storagenode.layout import Family, index_source_key, index_source_of
-from storagenode.move import MOVE_CONSUMER, MOVE_CRASH_STEPS
+from storagenode.move import MOVE_CONSUMER, MOVE_CRASH_STEPS, MOVE_SOURCE
 from tests.sim.cluster import SimCluster, run
 from tests.sim.test_index_splits import create, entry, hot_partition, index_query, walked
 
@@ -446,5 +446,58 @@ def test_a_moved_index_partition_takes_the_index_settings_not_the_table_ttl_or_s
         assert moved.ttl is None, f"seed {seed}: an index entry never expires on its own"
         consumers = cluster.nodes[target].feeds.consumers((index_id, partition.id))
         assert not consumers, f"seed {seed}: {dict(consumers)} on an index partition"
+
+    run(seed, scenario)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_an_index_write_in_the_pins_own_group_reaches_the_target(seed: int) -> None:
+    """The pin's iterators see the store as committed before its group, so an index_apply
+    earlier in that group is in neither the copy nor, unless logged, the catch-up: the move's
+    consumer is registered a group before the pin ("hold"), so it is logged."""
+
+    async def scenario(cluster: SimCluster) -> None:
+        table = await create(cluster, "SameGroup")
+        index_id = table.indexes[0].table_id
+        assert index_id is not None
+        replicator = replicator_for(cluster)
+        replicator.tables = {table.id: table}
+        replicator.location = await gsi_catalog.locate(replicator.clients)
+        model = Model(random.Random(seed))
+        try:
+            for _ in range(30):
+                await follow_once(replicator, table, model, seed)
+            partition = hot_partition(table)
+            source = partition.node
+            target = next(n for n in sorted(cluster.nodes) if n != source)
+            node = cluster.nodes[source]
+            splitter = cluster.splitters[source]
+            submit = splitter.submit
+
+            async def pin_with_a_write(op: str, body: dict[str, Any]) -> dict[str, Any]:
+                if op != MOVE_SOURCE or body["step"] != "pin":
+                    return await submit(op, body)
+                seq, old, new = model.seq + 1, None, entry(500)
+                model.seq, model.items[500] = seq, new
+                writes = gsi.project_change(seq, old, new, table.indexes, table.key_shape)
+                [(where, changes)] = gsi.route(writes, table).items()
+                assert where[1] == partition.id
+                payload = ops.IndexApplyPayload(SOURCE, changes, lease_epoch=LEASE_EPOCH)
+                address = ops.Target(where[0], where[1], where[2], deadline=0)
+                applied, pinned = node.apply_writes(
+                    [(ops.INDEX_APPLY, address, payload.to_json()), (op, None, body)]
+                )
+                assert not isinstance(applied, DynamoError), applied
+                assert not isinstance(pinned, DynamoError), pinned
+                return pinned  # type: ignore[no-any-return]
+
+            splitter.submit = pin_with_a_write  # type: ignore[method-assign]
+            await cluster.movers[source].move(
+                index_id, partition.id, target, cluster.addresses[target]
+            )
+            splitter.submit = submit  # type: ignore[method-assign]
+            await check_index(cluster, "SameGroup", model, seed)
+        finally:
+            await replicator.close()
 
     run(seed, scenario)
