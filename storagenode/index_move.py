@@ -5,7 +5,7 @@ catch-up, fence, drain, catalog switch, activate, drop), because its state maps 
 
 - its entries are items under the index's id, copied page by page like items;
 - it keeps no change log of its own, but while a move holds it (the `__move` consumer is
-  registered by the "hold" step, a write group before the pin, until the switch or the
+  registered by the "register" step, a write group before the pin, until the switch or the
   roll-back) `index_apply` logs every entry write it makes (`apply_logged`), so the catch-up and
   the drain carry what the replicator applied after the pin exactly as they carry a table's
   writes (the pin's iterators see only what committed before its group: a write earlier in that

@@ -102,15 +102,15 @@ MOVE_TARGET_CRASH_STEPS = tuple(
 MOVE_HOLD_AT_ENV = "DYNALAB_MOVE_HOLD_AT"
 MOVE_HOLD_DIR_ENV = "DYNALAB_MOVE_HOLD_DIR"
 _HOLD_POLL_SECONDS = 0.02
-_SOURCE_STEPS = frozenset({"hold", "pin", "fence", "unfence", "drop"})
+_SOURCE_STEPS = frozenset({"register", "pin", "fence", "unfence", "drop"})
 
 
 @dataclasses.dataclass(slots=True)
 class SourceStepPayload:
     """move_source: one of the source's own steps of moving partition `partition_id` at `epoch`:
-    "hold" (the move's consumer only, a global index partition's first step: its writes are
+    "register" (the move's consumer only, a global index partition's first step: its writes are
     logged from then on), "pin", "fence" (for node `target`), "unfence" or "drop". Replies:
-    hold {}; pin {"pinned": Pinned}
+    register {}; pin {"pinned": Pinned}
     (an object: the op never leaves the node); fence {"seq": final seq}; unfence {}; drop
     {"dropped": bool}."""
 
@@ -166,10 +166,10 @@ def source_step(group: _WriteGroup, payload: SourceStepPayload) -> dict[str, Any
         raise StaleEpoch(
             f"Partition {payload.partition_id} at epoch {payload.epoch} is not on this node"
         )
-    if payload.step in ("hold", "pin"):
+    if payload.step in ("register", "pin"):
         committed = group.node.partitions.get(ref)
         assert committed is not None and committed.epoch == partition.epoch
-        if payload.step == "hold":
+        if payload.step == "register":
             _hold_log(group, ref, committed)  # A global index partition's: see index_move.
             return {}
         return {"pinned": _pin(group, ref, committed)}
@@ -610,7 +610,7 @@ class Mover:
             if _is_index_partition(partition):
                 # Its index_apply logs from the group after this one on: every entry write the
                 # pin's iterators miss, one earlier in the pin's own group included.
-                await self._source(partition, "hold")
+                await self._source(partition, "register")
             pinned = await self._source(partition, "pin")
             await self._reached("pinned")
             pinned_partition: Partition = pinned["pinned"].partition

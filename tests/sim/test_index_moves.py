@@ -454,7 +454,7 @@ def test_a_moved_index_partition_takes_the_index_settings_not_the_table_ttl_or_s
 def test_an_index_write_in_the_pins_own_group_reaches_the_target(seed: int) -> None:
     """The pin's iterators see the store as committed before its group, so an index_apply
     earlier in that group is in neither the copy nor, unless logged, the catch-up: the move's
-    consumer is registered a group before the pin ("hold"), so it is logged."""
+    consumer is registered a group before the pin ("register"), so it is logged."""
 
     async def scenario(cluster: SimCluster) -> None:
         table = await create(cluster, "SameGroup")
