@@ -2,8 +2,9 @@
 (`storagenode.move`, `storagenode.index_move`).
 
 A client writes (puts, index key changes, projected-attribute changes, deletes) while the admin
-endpoint moves the index's partitions from node to node, and while the source of such a move is
-killed with SIGKILL at a step (DYNALAB_MOVE_CRASH_AT) and restarted: the replicator follows each
+endpoint moves the index's partitions from node to node, while the source of such a move is
+killed with SIGKILL at a step (DYNALAB_MOVE_CRASH_AT) and restarted, and while the target kills
+itself at each of its steps (DYNALAB_MOVE_CRASH_AT=target-<step>): the replicator follows each
 partition to its new node, the index converges exactly to its table (`dynalab.convergence`),
 and a Scan and a Query of the index through either router return each entry once.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,9 +22,16 @@ from botocore.exceptions import ClientError
 
 from dynalab import convergence
 from dynalab.cluster import LocalCluster
+from storagenode.move import (
+    MOVE_CRASH_AT_ENV,
+    MOVE_HOLD_AT_ENV,
+    MOVE_HOLD_DIR_ENV,
+    MOVE_TARGET_CRASH_STEPS,
+)
 from tests.integration.conftest import dynamodb_client
 from tests.integration.test_gsi_faults import Writer, create_scores
 from tests.integration.test_gsi_index_splits import index_entries, index_partitions
+from tests.integration.test_move_faults import restart as restart_with
 from tests.integration.test_moves import NODES, restart
 from tests.integration.test_splits import admin
 
@@ -30,6 +39,7 @@ CONVERGE_TIMEOUT_S = 90.0
 SETTLE_TIMEOUT_S = 30.0
 WRITER_JOIN_S = 120.0
 POLL_S = 0.5
+HELD_WAIT_S = 60.0  # For a held source to reach its step, and writes to land meanwhile.
 GAMES = 7  # Writer.burst writes games 0 to 6.
 
 
@@ -186,4 +196,72 @@ def test_a_source_killed_mid_index_move_rolls_back_or_finishes_and_the_index_con
     other = next(n for n in NODES if n != current["node"])
     status, reply = move(cluster, name, partition["id"], other)
     assert status == 200, reply
+    check_through_both_routers(cluster, name, writer.history)
+
+
+def wait_for(condition: Any, seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("step", MOVE_TARGET_CRASH_STEPS)
+def test_a_target_killed_at_each_step_of_an_index_move_and_the_index_converges(
+    cluster: LocalCluster, tmp_path: Path, step: str
+) -> None:
+    """The target kills itself once a step of the index partition's move has committed
+    (DYNALAB_MOVE_CRASH_AT=target-<step>); past the copy the source is held there until index
+    writes have landed on it, so the final catch-up applies them."""
+    client = dynamodb_client(cluster.router_url)
+    name = f"index_move_target_{step.replace('-', '_')}"
+    create_scores(client, name)
+    writer = Writer(dynamodb_client(cluster.router_urls[1]), name)
+    writer.burst(0, 80, 0)
+    partition = max(serving_index_partitions(cluster, name), key=lambda p: p["size_bytes"] or 0)
+    source = partition["node"]
+    target = next(n for n in NODES if n != source)
+    restart_with(cluster, target, **{MOVE_CRASH_AT_ENV: step})
+    hold = step not in ("target-create", "target-items")
+    if hold:
+        restart_with(
+            cluster, source, **{MOVE_HOLD_AT_ENV: "copied", MOVE_HOLD_DIR_ENV: str(tmp_path)}
+        )
+    try:
+        with Background(writer, 80):
+            asked: dict[str, Any] = {}
+            asking = threading.Thread(
+                target=lambda: asked.update(reply=move(cluster, name, partition["id"], target))
+            )
+            asking.start()
+            if hold:
+                held = tmp_path / "copied.held"
+                wait_for(held.exists, HELD_WAIT_S, "the source never finished its copy")
+                written = len(writer.history)
+                wait_for(
+                    lambda: len(writer.history) > written + 20,
+                    HELD_WAIT_S,
+                    "no writes while the move was held",
+                )
+                time.sleep(POLL_S)  # The replicator applies them on the held source.
+                (tmp_path / "copied.go").touch()
+            asking.join(timeout=WRITER_JOIN_S)
+            assert not asking.is_alive()
+            wait_for(
+                lambda: not cluster.node(target).is_running(),
+                SETTLE_TIMEOUT_S,
+                f"the target did not kill itself at {step}",
+            )
+            status, reply = asked["reply"]
+            # Killed once it had activated, it serves; before, the source rolled the move back.
+            assert (status == 200) == (step == "target-activate"), (status, reply)
+            restart_with(cluster, target)
+            current = settled(cluster, name, partition["id"])
+    finally:
+        restart_with(cluster, source)
+        if not cluster.node(target).is_running():
+            restart_with(cluster, target)
+    expected = target if step == "target-activate" else source
+    assert current["node"] == expected, current
+    assert current["epoch"] == partition["epoch"] + (expected == target), current
     check_through_both_routers(cluster, name, writer.history)
