@@ -183,7 +183,6 @@ def test_a_moved_index_partition_carries_its_entries_counts_seqs_and_fence(seed:
             partition = hot_partition(table)
             source = partition.node
             target = next(n for n in sorted(cluster.nodes) if n != source)
-            before = cluster.nodes[source].partitions[index_id, partition.id]
             row = source_row(cluster, source, index_id, partition.id)
             assert row is not None and row[1] == LEASE_EPOCH, f"seed {seed}: {row}"
             await cluster.routers[1].refresh()  # Router 1 keeps the map before the move.
@@ -213,7 +212,6 @@ def test_a_moved_index_partition_carries_its_entries_counts_seqs_and_fence(seed:
             assert moved.serving and (moved.item_count, moved.size_bytes) == walked(
                 cluster, target, index_id, partition.id
             ), f"seed {seed}: the counters are exact"
-            assert moved.item_count != before.item_count or moved.size_bytes != before.size_bytes
             [at_drain] = drained
             assert at_drain[0] > row[0], f"seed {seed}: no index write landed during the move"
             assert source_row(cluster, target, index_id, partition.id) == at_drain, (
