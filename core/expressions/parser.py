@@ -289,6 +289,9 @@ class _Parser:
         with the groups opened before its name), not on Python's stack, so a deep nesting that
         fits DynamoDB's 4 KB is parsed, and then refused or accepted as DynamoDB does.
         """
+        token = self.tokens[self.pos]
+        if token.kind != "(" and (token.kind != NAME or self.tokens[self.pos + 1].kind != "("):
+            return self._leaf()  # the common case: a path or a value, nothing nested
         calls: list[_CallFrame] = []
         while True:
             opened = 0

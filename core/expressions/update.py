@@ -79,57 +79,53 @@ def _incorrect_type(binder: Binder, name: str, operand_type: str) -> None:
     )
 
 
-def _operands(operand: ast.Arithmetic | ast.Call) -> tuple[ast.Operand, ...]:
-    return (operand.left, operand.right) if isinstance(operand, ast.Arithmetic) else operand.args
-
-
-def _check_operand(root: ast.Operand, binder: Binder) -> None:
-    """Record the problems of a SET value in text order: each function's or arithmetic's own
-    after its operands', which wait on a stack (functions nest as deep as 4 KB allows)."""
-    stack: list[tuple[ast.Operand, bool]] = [(root, False)]
-    while stack:
-        operand, operands_done = stack.pop()
-        if isinstance(operand, ast.PathOperand):
-            binder.path(operand.path)
-        elif isinstance(operand, ast.ValueOperand):
-            binder.value(operand.name)
-        elif not operands_done:
-            stack.append((operand, True))
-            stack.extend((inner, False) for inner in reversed(_operands(operand)))
-        elif isinstance(operand, ast.Arithmetic):
-            for side in (operand.left, operand.right):
-                side_type = _value_type(side, binder)
-                if side_type is not None and side_type != "N":
-                    _incorrect_type(binder, operand.op, side_type)
-                    break
+def _check_operand(operand: ast.Operand, binder: Binder) -> None:
+    """Record the problems of a SET value in text order. This and ``_compile_value`` recurse once
+    per nested function, as the value's evaluation does: 4 KB hold at most 255 nested calls
+    (``list_append(`` and ``,:l)`` are 16 bytes a level), far inside Python's limit of 1,000
+    (``tests/unit/test_expr_nesting.py`` runs them with 300 frames left). Conditions, whose
+    nesting costs as little as 4 bytes a level, are walked without recursion."""
+    if isinstance(operand, ast.PathOperand):
+        binder.path(operand.path)
+    elif isinstance(operand, ast.ValueOperand):
+        binder.value(operand.name)
+    elif isinstance(operand, ast.Arithmetic):
+        _check_operand(operand.left, binder)
+        _check_operand(operand.right, binder)
+        for side in (operand.left, operand.right):
+            side_type = _value_type(side, binder)
+            if side_type is not None and side_type != "N":
+                _incorrect_type(binder, operand.op, side_type)
+                break
+    else:
+        for arg in operand.args:
+            _check_operand(arg, binder)
+        arity = FUNCTION_ARITY.get(operand.name)
+        if arity is None:
+            # The parser lets only DynamoDB's function names be called: this is a condition's.
+            binder.note(
+                UNKNOWN_FUNCTION,
+                f"The function is not allowed in an update expression; function: {operand.name}",
+            )
+        elif len(operand.args) != arity:
+            binder.note(
+                ARITY,
+                "Incorrect number of operands for operator or function; "
+                f"operator or function: {operand.name}, number of operands: {len(operand.args)}",
+            )
+        elif operand.name == "if_not_exists":
+            if not isinstance(operand.args[0], ast.PathOperand):
+                binder.note(
+                    FUNCTION,
+                    "Operator or function requires a document path; "
+                    "operator or function: if_not_exists",
+                )
         else:
-            assert isinstance(operand, ast.Call)
-            name, arity = operand.name, FUNCTION_ARITY.get(operand.name)
-            if arity is None:
-                # The parser lets only DynamoDB's function names be called: this is a condition's.
-                binder.note(
-                    UNKNOWN_FUNCTION,
-                    f"The function is not allowed in an update expression; function: {name}",
-                )
-            elif len(operand.args) != arity:
-                binder.note(
-                    ARITY,
-                    "Incorrect number of operands for operator or function; "
-                    f"operator or function: {name}, number of operands: {len(operand.args)}",
-                )
-            elif name == "if_not_exists":
-                if not isinstance(operand.args[0], ast.PathOperand):
-                    binder.note(
-                        FUNCTION,
-                        "Operator or function requires a document path; "
-                        "operator or function: if_not_exists",
-                    )
-            else:
-                for arg in operand.args:
-                    arg_type = _value_type(arg, binder)
-                    if arg_type is not None and arg_type != "L":
-                        _incorrect_type(binder, name, arg_type)
-                        break
+            for arg in operand.args:
+                arg_type = _value_type(arg, binder)
+                if arg_type is not None and arg_type != "L":
+                    _incorrect_type(binder, operand.name, arg_type)
+                    break
 
 
 def check_paths(paths: list[ResolvedPath], binder: Binder) -> None:
@@ -184,43 +180,23 @@ def check_update(tree: ast.UpdateExpression, binder: Binder) -> list[ResolvedPat
 # Compiling the right-hand sides of SET ---------------------------------------------------------
 
 
-def _compile_value(root: ast.Operand, binder: Binder) -> ValueOf:
-    """A function computing a checked SET value, built bottom-up from a stack."""
-    built: list[ValueOf] = []
-    stack: list[tuple[ast.Operand, bool]] = [(root, False)]
-    while stack:
-        operand, operands_done = stack.pop()
-        if isinstance(operand, ast.ValueOperand):
-            built.append(_constant(binder.values[operand.name]))
-        elif isinstance(operand, ast.PathOperand):
-            built.append(_reader(binder.paths[operand.path]))
-        elif not operands_done:
-            stack.append((operand, True))
-            stack.extend((inner, False) for inner in reversed(_operands(operand)))
-        else:
-            first, second = built[-2:]  # arithmetic, and both functions, take two operands
-            del built[-2:]
-            built.append(_combined(operand, first, second, binder))
-    (value_of,) = built
-    return value_of
+def _compile_value(operand: ast.Operand, binder: Binder) -> ValueOf:
+    """A function computing a checked SET value (see ``_check_operand`` on its recursion)."""
+    if isinstance(operand, ast.ValueOperand):
+        value = binder.values[operand.name]
+        return lambda item: value
+    if isinstance(operand, ast.PathOperand):
+        path = binder.paths[operand.path]
 
+        def read(item: Item) -> AttributeValue:
+            found = get_path(item, path)
+            if found is None:
+                raise ValidationError(MISSING_ATTRIBUTE)
+            return found
 
-def _constant(value: AttributeValue) -> ValueOf:
-    return lambda item: value
-
-
-def _reader(path: ResolvedPath) -> ValueOf:
-    def read(item: Item) -> AttributeValue:
-        found = get_path(item, path)
-        if found is None:
-            raise ValidationError(MISSING_ATTRIBUTE)
-        return found
-
-    return read
-
-
-def _combined(operand: ast.Operand, left: ValueOf, right: ValueOf, binder: Binder) -> ValueOf:
+        return read
     if isinstance(operand, ast.Arithmetic):
+        left, right = _compile_value(operand.left, binder), _compile_value(operand.right, binder)
         combine = add_numbers if operand.op == "+" else subtract_numbers
 
         def arithmetic(item: Item) -> AttributeValue:
@@ -228,16 +204,21 @@ def _combined(operand: ast.Operand, left: ValueOf, right: ValueOf, binder: Binde
             return {"N": combine(first, _number(right(item)))}
 
         return arithmetic
-    assert isinstance(operand, ast.Call)
+    # Both functions take two operands once checked. Not a comprehension: its frame would add a
+    # second Python call per level of nesting.
+    head_of, tail_of = (
+        _compile_value(operand.args[0], binder),
+        _compile_value(operand.args[1], binder),
+    )
     if operand.name == "if_not_exists":
         first = operand.args[0]
         assert isinstance(first, ast.PathOperand)
         path = binder.paths[first.path]
-        return lambda item: found if (found := get_path(item, path)) is not None else right(item)
+        return lambda item: found if (found := get_path(item, path)) is not None else tail_of(item)
 
     def list_append(item: Item) -> AttributeValue:
-        head = _list(left(item))
-        return {"L": head + _list(right(item))}
+        head = _list(head_of(item))
+        return {"L": head + _list(tail_of(item))}
 
     return list_append
 
