@@ -71,7 +71,13 @@ def build_key_schema(
     secondary indexes (`indexed`) is checked by `check_definitions_used` instead, once the
     indexes' keys are known.
     """
-    definitions = {d["AttributeName"]: d["AttributeType"] for d in attribute_definitions}
+    definitions: dict[str, str] = {}
+    for definition in attribute_definitions:
+        # Declaring one name twice, with one type or two, is refused before anything else, naming
+        # it (DynamoDB: "Attribute Name is duplicated: x"); a map would keep the last silently.
+        if definition["AttributeName"] in definitions:
+            raise ValidationError(f"Attribute Name is duplicated: {definition['AttributeName']}")
+        definitions[definition["AttributeName"]] = definition["AttributeType"]
     names = [element["AttributeName"] for element in key_schema]
     if len(names) > len(attribute_definitions):
         raise ValidationError("Invalid KeySchema: Some index key attribute have no definition")

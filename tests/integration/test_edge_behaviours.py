@@ -279,3 +279,28 @@ def test_paths_too_deep_huge_list_indexes_and_long_name_keys_are_refused(
     # At the bounds themselves the reads succeed.
     dynamodb.get_item(TableName=table, Key=KEY, ProjectionExpression="a" + ".b" * 31)
     dynamodb.get_item(TableName=table, Key=KEY, ProjectionExpression="a[2147483647]")
+
+
+@pytest.mark.parametrize("update", ["ADD n :v", "SET n = n + :v", "SET n = :v - n"])
+def test_arithmetic_past_38_digits_of_magnitude_says_number_overflow(
+    dynamodb: Any, table: str, update: str
+) -> None:
+    # The largest magnitude DynamoDB stores is 9.9999999999999999999999999999999999999E+125.
+    largest = "9.9999999999999999999999999999999999999E+125"
+    dynamodb.put_item(TableName=table, Item={**KEY, "n": {"N": largest}})
+    operand = largest if update != "SET n = :v - n" else f"-{largest}"
+    assert error_of(
+        lambda: dynamodb.update_item(
+            TableName=table,
+            Key=KEY,
+            UpdateExpression=update,
+            ExpressionAttributeValues={":v": {"N": operand}},
+        )
+    ) == (
+        400,
+        "ValidationException",
+        "Number overflow. Attempting to store a number with magnitude larger than supported range",
+    )
+    # Unchanged, and returned as DynamoDB returns numbers: without an exponent.
+    item = dynamodb.get_item(TableName=table, Key=KEY, ConsistentRead=True)["Item"]
+    assert item["n"] == {"N": "9" * 38 + "0" * 88}

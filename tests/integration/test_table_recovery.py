@@ -21,7 +21,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from core import limits
 from dynalab.cluster import LocalCluster, Router
 from router.tables import CRASH_AT_ENV
-from tests.integration.conftest import dynamodb_client
+from tests.integration.conftest import dynamodb_client, error_of
 
 # A stalled operation is finished after the stall bound plus one reconcile round; the rest is
 # slack for a loaded machine.
@@ -109,9 +109,17 @@ def test_a_deletion_left_half_done_is_finished_by_another_router(
     create(client, name)
     wait_for_status(client, name, "ACTIVE")
     client.put_item(TableName=name, Item={"pk": {"S": "old"}})
+    deleting_since = time.monotonic()
     with pytest.raises(BotoCoreError):
         crashing(doomed, step).delete_table(TableName=name)
     died(doomed)
+    # No router finishes the deletion before it has stalled TABLE_TRANSITION_STALL_SECONDS: until
+    # then the name is still taken, and creating the table again is ResourceInUseException, as
+    # in DynamoDB for a table being deleted.
+    refusal = error_of(lambda: create(client, name))
+    assert time.monotonic() - deleting_since < limits.TABLE_TRANSITION_STALL_SECONDS, refusal
+    assert refusal[:2] == (400, "ResourceInUseException")
+    assert name in refusal[2]
     wait_for_status(client, name, None)
     # The name is free again, and the new table holds nothing of the old one.
     create(client, name)

@@ -318,6 +318,22 @@ def _set(member: str, value: Any) -> Callable[[dict[str, Any]], None]:
     return change
 
 
+def _global_index_keyed_on_a_name_declared_twice(request: dict[str, Any]) -> None:
+    request["AttributeDefinitions"] = [
+        {"AttributeName": "pk", "AttributeType": "S"},
+        {"AttributeName": "gk", "AttributeType": "S"},
+        {"AttributeName": "gk", "AttributeType": "N"},
+    ]
+    request["GlobalSecondaryIndexes"] = [
+        {
+            "IndexName": "byGk",
+            "KeySchema": [{"AttributeName": "gk", "KeyType": "HASH"}],
+            "Projection": {"ProjectionType": "ALL"},
+        }
+    ]
+
+
+DUPLICATED_GK = "Attribute Name is duplicated: gk"
 CREATE_TABLE_ERRORS = [
     (
         _without("TableName"),
@@ -401,6 +417,20 @@ CREATE_TABLE_ERRORS = [
         "ValidationException",
         NOT_MATCHING,
     ),
+    (
+        # One name declared twice is named, before the count of definitions is held against the
+        # key (with a global index beside it, the second type used to be kept silently).
+        _set(
+            "AttributeDefinitions",
+            [
+                {"AttributeName": "pk", "AttributeType": "S"},
+                {"AttributeName": "pk", "AttributeType": "N"},
+            ],
+        ),
+        "ValidationException",
+        "Attribute Name is duplicated: pk",
+    ),
+    (_global_index_keyed_on_a_name_declared_twice, "ValidationException", DUPLICATED_GK),
     (
         _set("BillingMode", "FREE"),
         "ValidationException",

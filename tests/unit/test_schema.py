@@ -120,6 +120,16 @@ def test_hash_and_range_keys_take_their_declared_types() -> None:
             INVALID + "Number of attributes in KeySchema does not exactly match number of "
             "attributes defined in AttributeDefinitions",
         ),
+        (
+            definitions(("a", "S"), ("a", "N")),
+            keys(("a", "HASH")),
+            "Attribute Name is duplicated: a",
+        ),
+        (
+            definitions(("a", "S"), ("b", "S"), ("b", "S")),
+            keys(("a", "HASH"), ("b", "RANGE")),
+            "Attribute Name is duplicated: b",
+        ),
     ],
 )
 def test_bad_key_schemas(
