@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from core.errors import SerializationError
 
@@ -69,9 +69,55 @@ UNEXPECTED_VALUE = "Unexpected value type in payload"
 def deserialize(operation: str, body: Any) -> None:
     """Check `body` against `operation`'s input shape; raise DynamoDB's SerializationException.
 
-    `operation` must be an operation of the service model (the router serves no other).
+    `operation` must be an operation of the service model (the router serves no other). Members
+    are checked in document order, depth first, from a stack rather than by recursion: a body
+    may nest as deep as the JSON parser allows (a list of lists 500 levels down is 1,000 levels
+    of JSON), far past Python's recursion limit, and it must get its 400 like any other.
     """
-    _check(OPERATION_INPUTS[operation], body, in_collection=False)
+    pending: list[tuple[str, Any, bool]] = [(OPERATION_INPUTS[operation], body, False)]
+    pop, push = pending.pop, pending.append
+    while pending:
+        shape_name, value, in_collection = pop()
+        if value is None:
+            if in_collection:
+                # A null member of a structure is an absent member; inside a list or a map there
+                # is nothing for it to be absent from, and no handler could take it.
+                raise SerializationError(UNEXPECTED_VALUE)
+            continue
+        shape = SHAPES[shape_name]
+        kind = shape["type"]
+        if kind == "structure":
+            if type(value) is not dict:
+                _refuse_container(shape_name, value, in_collection)
+            members = shape["members"]
+            for member in reversed(value):
+                member_shape = members.get(member)
+                if member_shape is not None:
+                    push((member_shape, value[member], False))
+        elif kind == "list":
+            if type(value) is not list:
+                _refuse_container(shape_name, value, in_collection)
+            member_shape = shape["member"]
+            for item in reversed(value):
+                push((member_shape, item, True))
+        elif kind == "map":
+            if type(value) is not dict:
+                _refuse_container(shape_name, value, in_collection)
+            member_shape = shape["value"]
+            for item in reversed(value.values()):
+                push((member_shape, item, True))
+        else:
+            _check_scalar(kind, value)
+
+
+def _refuse_container(shape_name: str, value: Any, in_collection: bool) -> NoReturn:
+    """DynamoDB's refusal of a value that is not the JSON container its shape calls for."""
+    kind = SHAPES[shape_name]["type"]
+    if not isinstance(value, dict | list):
+        raise SerializationError(UNEXPECTED_VALUE if in_collection else UNEXPECTED_FIELD)
+    if kind == "list":
+        raise SerializationError(START_OF_OBJECT)
+    raise SerializationError(f"Unrecognized collection type {_java_type(shape_name)}")
 
 
 def _token(value: Any) -> str:
@@ -101,18 +147,7 @@ def _java_type(shape_name: str) -> str:
     return f"class {JAVA_CLASSES[kind]}"
 
 
-def _check(shape_name: str, value: Any, *, in_collection: bool) -> None:
-    if value is None:
-        if in_collection:
-            # A null member of a structure is an absent member; inside a list or a map there is
-            # nothing for it to be absent from, and no handler could take it.
-            raise SerializationError(UNEXPECTED_VALUE)
-        return
-    shape = SHAPES[shape_name]
-    kind = shape["type"]
-    if kind in ("structure", "map", "list"):
-        _check_container(shape_name, shape, value, in_collection=in_collection)
-        return
+def _check_scalar(kind: str, value: Any) -> None:
     if isinstance(value, list):
         raise SerializationError(f"Unrecognized collection type class {JAVA_CLASSES[kind]}")
     if isinstance(value, dict):
@@ -144,28 +179,3 @@ def _check_number(kind: str, value: Any) -> None:
         # cannot be converted at all.
         if not low <= int(value) <= high:
             raise SerializationError(f"NUMBER_VALUE cannot be converted to {name}")
-
-
-def _check_container(
-    shape_name: str, shape: dict[str, Any], value: Any, *, in_collection: bool
-) -> None:
-    kind = shape["type"]
-    if not isinstance(value, dict | list):
-        raise SerializationError(UNEXPECTED_VALUE if in_collection else UNEXPECTED_FIELD)
-    if kind == "list":
-        if isinstance(value, dict):
-            raise SerializationError(START_OF_OBJECT)
-        for item in value:
-            _check(shape["member"], item, in_collection=True)
-        return
-    if isinstance(value, list):
-        raise SerializationError(f"Unrecognized collection type {_java_type(shape_name)}")
-    if kind == "map":
-        for item in value.values():
-            _check(shape["value"], item, in_collection=True)
-        return
-    members = shape["members"]
-    for member, item in value.items():
-        member_shape = members.get(member)
-        if member_shape is not None:
-            _check(member_shape, item, in_collection=False)

@@ -131,7 +131,11 @@ def test_an_empty_body_is_a_serialization_error(cluster: LocalCluster) -> None:
     assert (reply.status, reply.json()) == (400, {"__type": SERIALIZATION})
 
 
-@pytest.mark.parametrize("target", [None, "DynamoDB_20120810.ListTable", "whatever"])
+@pytest.mark.parametrize(
+    "target",
+    # A non-ASCII target (sent as Latin-1, as http.client does) once got a plain-text 500.
+    [None, "DynamoDB_20120810.ListTable", "whatever", "DynamoDB_20120810.GetIt\u00e9m"],
+)
 def test_unknown_operation(cluster: LocalCluster, target: str | None) -> None:
     headers = signed(None)
     if target is not None:
@@ -188,6 +192,25 @@ def test_validation_exception_namespace_and_key(cluster: LocalCluster) -> None:
             "message": "1 validation error detected: Value '0' at 'limit' failed to satisfy "
             "constraint: Member must have value greater than or equal to 1",
         },
+    )
+
+
+@pytest.mark.parametrize(("operation", "member"), [("PutItem", "Item"), ("GetItem", "Key")])
+@pytest.mark.parametrize("levels", [100, 500])
+def test_a_value_nested_past_the_recursion_limit_is_refused(
+    cluster: LocalCluster, table: str, operation: str, member: str, levels: int
+) -> None:
+    # 500 lists in lists are 1,000 levels of JSON, which the JSON parser takes: reading the body
+    # against its shapes recursed once per level and answered 500. Such a value is refused as
+    # nested past 32 levels, however deep it goes.
+    nested = '{"L": [' * levels + '{"S": "x"}' + "]}" * levels
+    body = f'{{"TableName": "{table}", "{member}": {{"pk": {{"S": "a"}}, "x": {nested}}}}}'
+    if member == "Key":
+        body = f'{{"TableName": "{table}", "Key": {{"pk": {nested}}}}}'
+    reply = send(cluster, body.encode(), signed(operation))
+    assert (reply.status, reply.json()) == (
+        400,
+        {"__type": VALIDATE, "message": "Nesting Levels have exceeded supported limits"},
     )
 
 
