@@ -397,6 +397,17 @@ INVALID = "One or more parameter values were invalid: "
             INVALID + "Input collection [Yg==, Yg==]of type BS contains duplicates.",
         ),
         ({"S": "a", "N": "x1"}, "The parameter cannot be converted to a numeric value: x1"),
+        # Exponents of 1,000 digits (once a 500 from Decimal) are numbers out of range.
+        (
+            {"N": "1E" + "9" * 1000},
+            "Number overflow. Attempting to store a number with magnitude larger than supported "
+            "range",
+        ),
+        (
+            {"N": "1E-" + "9" * 1000},
+            "Number underflow. Attempting to store a number with magnitude smaller than "
+            "supported range",
+        ),
         (
             {"S": "a", "N": "1"},
             "Supplied AttributeValue has more than one datatypes set, must contain exactly one "
@@ -409,6 +420,28 @@ def test_attribute_value_texts(
 ) -> None:
     reply = call(cluster, "PutItem", {"TableName": table, "Item": {"pk": {"S": "v"}, "a": value}})
     assert (reply.status, reply.json()) == (400, {"__type": VALIDATE, "message": message})
+
+
+@pytest.mark.parametrize("operation", ["Scan", "Query"])
+def test_a_starting_key_with_more_than_a_hash_only_tables_key_is_refused(
+    cluster: LocalCluster, table: str, operation: str
+) -> None:
+    body: dict[str, Any] = {
+        "TableName": table,
+        "ExclusiveStartKey": {"pk": {"S": "a"}, "sk": {"S": "b"}},
+    }
+    if operation == "Query":
+        body["KeyConditionExpression"] = "pk = :p"
+        body["ExpressionAttributeValues"] = {":p": {"S": "a"}}
+    reply = call(cluster, operation, body)
+    assert (reply.status, reply.json()) == (
+        400,
+        {
+            "__type": VALIDATE,
+            "message": "The provided starting key is invalid: "
+            "The provided key element does not match the schema",
+        },
+    )
 
 
 def test_a_boolean_given_as_a_string_in_expression_values(
