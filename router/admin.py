@@ -3,7 +3,8 @@
     GET /admin/partitions                  every metered partition of every table, from every node
     GET /admin/tables/{name}/partitions    one table: its settings and each partition's buckets,
                                            size, range, epoch, state and parent (retired split
-                                           parents too, for lineage), then its global
+                                           parents too, for lineage) and the move its nodes
+                                           report ("move", null if none), then its global
                                            indexes' partitions, each with its "index"
     POST /admin/tables/{name}/partitions/{id}/split
                                            the partition's node splits it in place: at the key
@@ -61,7 +62,8 @@ async def gather(ctx: RouterContext, table_id: str | None = None) -> dict[str, A
     """Every node's partition_throughput reply, with each partition labelled by its node.
 
     Returns {"nodes": {node id: {"enforced", "burst_seconds"}}, "unreachable": {node id: error},
-    "partitions": [...]}, partitions sorted by table name and partition id.
+    "partitions": [...], "moving": [...]}, partitions sorted by table name and partition id, and
+    the partitions each node reports moving away or moving to it (`storagenode.move.moving`).
     """
     nodes = sorted(ctx.clients)
     replies = await asyncio.gather(
@@ -79,6 +81,7 @@ async def gather(ctx: RouterContext, table_id: str | None = None) -> dict[str, A
     answered: dict[str, Any] = {}
     unreachable: dict[str, str] = {}
     partitions: list[dict[str, Any]] = []
+    moving: list[dict[str, Any]] = []
     for node, reply in zip(nodes, replies, strict=True):
         if isinstance(reply, DynamoError):
             unreachable[node] = reply.message
@@ -92,8 +95,14 @@ async def gather(ctx: RouterContext, table_id: str | None = None) -> dict[str, A
             "moves": reply.get("moves"),
         }
         partitions.extend({**partition, "node": node} for partition in reply["partitions"])
+        moving.extend({**partition, "node": node} for partition in reply.get("moving", ()))
     partitions.sort(key=lambda p: (p["table_name"], p["partition_id"]))
-    return {"nodes": answered, "unreachable": unreachable, "partitions": partitions}
+    return {
+        "nodes": answered,
+        "unreachable": unreachable,
+        "partitions": partitions,
+        "moving": moving,
+    }
 
 
 def _json(body: dict[str, Any], status: int = 200) -> web.Response:
@@ -145,18 +154,20 @@ async def _table_partitions(ctx: RouterContext, request: web.Request) -> web.Res
         return _json({"error": f"no table named {name}"}, 404)
     gathered = await gather(ctx, table["id"])
     meters = {p["partition_id"]: p for p in gathered["partitions"]}
+    moving = list(gathered["moving"])
     # A global index's partitions have buckets of their own, under the index's storage id.
     for index_gathered in await asyncio.gather(
         *(gather(ctx, index["table_id"]) for index in _global_indexes(table))
     ):
         meters.update((p["partition_id"], p) for p in index_gathered["partitions"])
+        moving.extend(index_gathered["moving"])
     sizes = await _sizes(ctx, table)
     partitions = []
     listed = [(None, table, sizes)]
     for index in _global_indexes(table):
         listed.append((index["name"], index, await _sizes(ctx, index)))
     for index_name, holder, sizes in listed:
-        partitions.extend(_listed(holder, sizes, meters, index_name))
+        partitions.extend(_listed(holder, sizes, meters, index_name, moving))
     return _json(
         {
             "table": name,
@@ -178,9 +189,12 @@ def _listed(
     sizes: dict[str, int],
     meters: dict[str, dict[str, Any]],
     index_name: str | None,
+    moving: list[dict[str, Any]],
 ) -> list[dict[str, Any]]:
     """The serving and retired partitions of a table (or, with `index_name`, of its global
-    index), as the partitions endpoint lists them."""
+    index), as the partitions endpoint lists them, each serving one with the move its nodes
+    report (`move`: null when none does, or when its nodes did not answer)."""
+    storage_id = holder["table_id"] if "table_id" in holder else holder["id"]
     partitions = []
     for partition in (*holder["partitions"], *holder.get("retired_partitions", ())):
         meter = meters.get(partition["id"])
@@ -199,9 +213,51 @@ def _listed(
                 "end": partition["end"],
                 "read": None if meter is None else meter["read"],
                 "write": None if meter is None else meter["write"],
+                "move": _move_of(partition, storage_id, moving),
             }
         )
     return partitions
+
+
+def _move_of(
+    partition: dict[str, Any], storage_id: str, moving: list[dict[str, Any]]
+) -> dict[str, Any] | None:
+    """A serving partition's move as its nodes report it: MOVING while its node moves it away
+    (`to`: the target, `fenced`: clients refused for the drain), INCOMING while only a copy on
+    another node is left (the source rolled back or switched and has not heard the target yet),
+    with that copy (`incoming`: its node, epoch and counts so far); None when neither reports
+    one."""
+    if partition.get("state", "SERVING") != "SERVING":
+        return None
+    reported = [
+        m for m in moving if m["table_id"] == storage_id and m["partition_id"] == partition["id"]
+    ]
+    out = next(
+        (m for m in reported if m["state"] == "MOVING" and m["node"] == partition["node"]), None
+    )
+    copy = next((m for m in reported if m["state"] == "INCOMING"), None)
+    if out is None and copy is None:
+        return None
+    incoming = None
+    if copy is not None:
+        incoming = {
+            "node": copy["node"],
+            "epoch": copy["epoch"],
+            "items": copy["items"],
+            "size_bytes": copy["bytes"],
+        }
+    if out is not None:
+        state, to, fenced = "MOVING", out["to"], out["fenced"]
+    else:
+        assert incoming is not None
+        state, to, fenced = "INCOMING", incoming["node"], False
+    return {
+        "state": state,
+        "from": partition["node"],
+        "to": to,
+        "fenced": fenced,
+        "incoming": incoming,
+    }
 
 
 async def _split(ctx: RouterContext, request: web.Request) -> web.Response:

@@ -502,6 +502,42 @@ def _summary(partition: Partition) -> dict[str, Any]:
     }
 
 
+def moving(node: StorageNode, table_id: str | None) -> list[dict[str, Any]]:
+    """The partitions (of table `table_id`, or of every table) moving away from `node` (MOVING:
+    to a target, once known to it; fenced or not) or moving to it (INCOMING: the copy's epoch and
+    counts so far), for the partitions listing. A restarted source that has not settled its
+    move yet knows no target before its fence."""
+    found: list[dict[str, Any]] = []
+    for ref, partition in list(node.partitions.items()):
+        if table_id is not None and ref[0] != table_id:
+            continue
+        named = {"table_id": ref[0], "partition_id": ref[1], "epoch": partition.epoch}
+        if partition.incoming_from is not None:
+            found.append(
+                {
+                    **named,
+                    "state": "INCOMING",
+                    "from": partition.incoming_from,
+                    "items": partition.item_count,
+                    "bytes": partition.size_bytes,
+                }
+            )
+        elif (
+            partition.moving_to is not None
+            or ref in node.moving_out
+            or MOVE_CONSUMER in node.feeds.consumers(ref)
+        ):
+            found.append(
+                {
+                    **named,
+                    "state": "MOVING",
+                    "to": partition.moving_to or node.moving_out.get(ref),
+                    "fenced": partition.moving_to is not None,
+                }
+            )
+    return found
+
+
 # The driver -------------------------------------------------------------------------------------
 
 
@@ -568,7 +604,11 @@ class Mover:
         """Move one partition of this node to `target_node`; return it as the catalog now
         records it, with how long the move and its fence took."""
         async with self.splitter.lock:
-            return await self._move(table_id, partition_id, target_node, target_address)
+            self.node.moving_out[table_id, partition_id] = target_node
+            try:
+                return await self._move(table_id, partition_id, target_node, target_address)
+            finally:
+                self.node.moving_out.pop((table_id, partition_id), None)
 
     async def _move(
         self, table_id: str, partition_id: str, target_node: str, target_address: str

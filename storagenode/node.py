@@ -300,6 +300,8 @@ class StorageNode:
         self.move_stats = Durations()
         metrics.watch_moves(self.move_stats)
         self.move_heard: dict[PartitionRef, float] = {}
+        # The partitions this node's mover is moving away now, with their target node.
+        self.moving_out: dict[PartitionRef, str] = {}
         # The keys of the newest throttled reads per partition: what a read-heat split balances.
         self.read_heat: heat.ThrottledKeys[PartitionRef] = heat.ThrottledKeys()
         # Replaced or updated only by the writer after each commit, so a reader on another thread
@@ -505,6 +507,7 @@ class StorageNode:
             **self.throughput.report(payload.table_id),
             "splits": self.split_stats.to_json(),
             "moves": self.move_stats.to_json(),
+            "moving": move.moving(self, payload.table_id),
         }
 
     def _txn_get(self, target: Target | None, payload: TxnGetPayload) -> dict[str, Any]:

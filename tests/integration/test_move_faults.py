@@ -33,7 +33,7 @@ from storagenode.move import (
 )
 from tests.integration.conftest import dynamodb_client
 from tests.integration.test_moves import NODES, fill, move, serving
-from tests.integration.test_splits import create, key_of, scan_all
+from tests.integration.test_splits import admin, create, key_of, scan_all
 
 COUNTERS = 3
 LOAD_SECONDS = 0.5  # Load before the move is asked for, and after the restart.
@@ -206,6 +206,39 @@ def moved_one(cluster: LocalCluster, name: str) -> tuple[dict[str, Any], str, st
     return partition, source, NODES[(NODES.index(source) + 1) % len(NODES)]
 
 
+class AskedMove:
+    """A move asked for through the first router in a thread of its own (its source may be held
+    at a step): the admin endpoint's (status, reply), or the error of a router that died."""
+
+    def __init__(self, cluster: LocalCluster, name: str, partition: dict[str, Any], target: str):
+        self.reply: tuple[int, Any] | None = None
+        self.error: OSError | None = None
+        self.thread = threading.Thread(target=self.ask, args=(cluster, name, partition, target))
+        self.thread.start()
+
+    def ask(self, cluster: LocalCluster, name: str, partition: dict[str, Any], target: str) -> None:
+        try:
+            self.reply = move(cluster, name, partition, target)
+        except OSError as error:  # The router died before it answered.
+            self.error = error
+
+    def answer(self) -> tuple[int, Any] | None:
+        """The reply once the thread has ended (None if the router died)."""
+        self.thread.join(timeout=THREAD_JOIN_SECONDS)
+        assert not self.thread.is_alive(), "the move was never answered"
+        return self.reply
+
+
+def held_at(directory: Path, step: str) -> None:
+    """Wait until the source holds its move at `step` (DYNALAB_MOVE_HOLD_AT)."""
+    held = directory / f"{step}.held"
+    wait_for(held.exists, HELD_WAIT_SECONDS, f"the source never reached {step}")
+
+
+def let_go(directory: Path, step: str) -> None:
+    (directory / f"{step}.go").touch()
+
+
 @pytest.mark.parametrize("step", MOVE_TARGET_CRASH_STEPS)
 def test_a_target_killed_at_each_step_loses_nothing(
     cluster: LocalCluster, tmp_path: Path, step: str
@@ -224,32 +257,35 @@ def test_a_target_killed_at_each_step_loses_nothing(
     try:
         with Workload(cluster, name, base) as load:
             time.sleep(LOAD_SECONDS)
-            asked: dict[str, Any] = {}
-            asking = threading.Thread(
-                target=lambda: asked.update(reply=move(cluster, name, partition, target))
-            )
-            asking.start()
+            asked = AskedMove(cluster, name, partition, target)
             if hold:
-                held = tmp_path / "copied.held"
-                wait_for(held.exists, HELD_WAIT_SECONDS, "the source never finished its copy")
+                held_at(tmp_path, "copied")
                 written = len(load.acknowledged)
                 wait_for(
                     lambda: len(load.acknowledged) > written + 5,
                     HELD_WAIT_SECONDS,
                     "no writes while the move was held",
                 )
-                (tmp_path / "copied.go").touch()
-            asking.join(timeout=THREAD_JOIN_SECONDS)
-            assert not asking.is_alive()
+                let_go(tmp_path, "copied")
+            answer = asked.answer()
             wait_for(
                 lambda: not cluster.node(target).is_running(),
                 DEAD_WAIT_SECONDS,
                 f"the target did not kill itself at {step}",
             )
-            status, reply = asked["reply"]
+            assert answer is not None
+            status, reply = answer
             # Killed once it had activated, it serves; before, the source rolled the move back.
             assert (status == 200) == (step == "target-activate"), (status, reply)
             restart(cluster, target)
+            if step != "target-activate":
+                # Rolled back without reaching the target: its copy waits to be dropped as
+                # abandoned, and the listing shows it.
+                status, listing = admin(cluster, f"/admin/tables/{name}/partitions")
+                assert status == 200, listing
+                listed = next(p for p in listing["partitions"] if p["id"] == partition["id"])
+                assert listed["move"]["state"] == "INCOMING", listed
+                assert listed["move"]["incoming"]["node"] == target, listed
             time.sleep(LOAD_SECONDS)
     finally:
         restart(cluster, source)
@@ -275,22 +311,11 @@ def test_the_router_that_asked_for_a_move_killed_at_each_step(
     try:
         with Workload(cluster, name, base) as load:
             time.sleep(LOAD_SECONDS)
-            asked: dict[str, Any] = {}
-
-            def ask() -> None:
-                try:
-                    asked["reply"] = move(cluster, name, partition, target)
-                except OSError as error:  # The router died before it answered.
-                    asked["error"] = error
-
-            asking = threading.Thread(target=ask)
-            asking.start()
-            held = tmp_path / f"{step}.held"
-            wait_for(held.exists, HELD_WAIT_SECONDS, f"the source never reached {step}")
+            asked = AskedMove(cluster, name, partition, target)
+            held_at(tmp_path, step)
             router.kill()
-            (tmp_path / f"{step}.go").touch()
-            asking.join(timeout=THREAD_JOIN_SECONDS)
-            assert not asking.is_alive() and "error" in asked, asked
+            let_go(tmp_path, step)
+            assert asked.answer() is None and asked.error is not None, asked.reply
             router.start()
             time.sleep(LOAD_SECONDS)
     finally:
@@ -328,23 +353,15 @@ def test_a_ttl_enabled_while_a_move_is_held_after_its_drain_reaches_the_target(
     target = NODES[(NODES.index(source) + 1) % len(NODES)]
     restart(cluster, source, **{MOVE_HOLD_AT_ENV: "drained", MOVE_HOLD_DIR_ENV: str(tmp_path)})
     try:
-        asked: dict[str, Any] = {}
-        asking = threading.Thread(
-            target=lambda: asked.update(reply=move(cluster, name, partition, target))
-        )
-        asking.start()
-        held = tmp_path / "drained.held"
-        wait_for(held.exists, HELD_WAIT_SECONDS, "the source never reached the drain")
+        asked = AskedMove(cluster, name, partition, target)
+        held_at(tmp_path, "drained")
         # Pushed to the source, which has drained already; recorded before the switch.
         client.update_time_to_live(
             TableName=name,
             TimeToLiveSpecification={"Enabled": True, "AttributeName": "expires"},
         )
-        (tmp_path / "drained.go").touch()
-        asking.join(timeout=THREAD_JOIN_SECONDS)
-        assert not asking.is_alive()
-        status, reply = asked["reply"]
-        assert status == 200, reply
+        let_go(tmp_path, "drained")
+        assert asked.answer() is not None and asked.reply[0] == 200, asked.reply
     finally:
         restart(cluster, source)
     served_by(cluster, name, partition["id"], target)
@@ -360,3 +377,39 @@ def test_a_ttl_enabled_while_a_move_is_held_after_its_drain_reaches_the_target(
         SETTLE_SECONDS,
         "expired items stayed: the moved partition does not sweep",
     )
+
+
+@pytest.mark.parametrize("step", ["copied", "fenced"])
+def test_the_partitions_listing_shows_a_move_while_it_runs(
+    cluster: LocalCluster, tmp_path: Path, step: str
+) -> None:
+    client = dynamodb_client(cluster.router_url)
+    name = f"Listed_{step}"
+    create(client, name)
+    fill(client, name, 60)
+    partition, source, target = moved_one(cluster, name)
+    assert partition["move"] is None, partition
+    restart(cluster, source, **{MOVE_HOLD_AT_ENV: step, MOVE_HOLD_DIR_ENV: str(tmp_path)})
+    try:
+        asked = AskedMove(cluster, name, partition, target)
+        held_at(tmp_path, step)
+        status, listing = admin(cluster, f"/admin/tables/{name}/partitions")
+        assert status == 200, listing
+        listed = next(p for p in listing["partitions"] if p["id"] == partition["id"])
+        assert listed["node"] == source and listed["state"] == "SERVING", listed
+        copy = listed["move"].pop("incoming")
+        assert listed["move"] == {
+            "state": "MOVING",
+            "from": source,
+            "to": target,
+            "fenced": step == "fenced",
+        }, listed
+        # The whole copy is there: the source held the move once it had copied every item.
+        assert copy["node"] == target and copy["epoch"] == partition["epoch"] + 1, copy
+        assert copy["size_bytes"] == partition["size_bytes"] and copy["items"] > 0, copy
+        let_go(tmp_path, step)
+        assert asked.answer() is not None and asked.reply[0] == 200, asked.reply
+    finally:
+        restart(cluster, source)
+    done = served_by(cluster, name, partition["id"], target)
+    assert done["move"] is None, done
