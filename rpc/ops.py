@@ -710,11 +710,14 @@ class PartitionThroughputPayload:
     Reply: {"enforced": bool, "burst_seconds": float,
             "partitions": [{"table_id", "table_name", "partition_id", "billing_mode",
                             "partition_count", "version", "read": BUCKET, "write": BUCKET}, ...],
-            "splits": {"count", "seconds_sum", "buckets"}}  # `rpc.partition_metrics.split_families`
+            "splits": {"count", "seconds_sum", "buckets"},  # `rpc.partition_metrics`
+            "moves": (the same for moves),
+            "moving": [{"table_id", "partition_id", "epoch", "state": "MOVING", "to", "fenced"}
+                       or {..., "state": "INCOMING", "from", "items", "bytes"}, ...]}
     with BUCKET = {"rate_per_second": float, "balance": float, "consumed_units": float,
     "throttled_units": float, "admitted_requests": int, "throttled_requests": int}. Counters start
     at zero when the node starts. With enforcement off (DYNALAB_THROTTLING=off) nothing is metered
-    and "partitions" is empty.
+    and "partitions" is empty; "moving" (`storagenode.move.moving`) is there either way.
     """
 
     table_id: str | None = None

@@ -3,7 +3,8 @@
 A move copies a partition to its target, catches up from the change log, fences the source,
 drains, switches the catalog and drops the source's copy. These tests write and increment
 counters through the routers while a partition moves, kill the source or the target at each step
-of the move (a restart is a new node over the same store), and check that every acknowledged
+of the move, or the target once each step it receives has committed on it (a restart is a new
+node over the same store), and check that every acknowledged
 write is there exactly once, every counter equals its acknowledged increments (give or take the
 increments whose outcome the client never learnt), and exactly one node holds the partition.
 """
@@ -11,19 +12,21 @@ increments whose outcome the client never learnt), and exactly one node holds th
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
 from core import catalog, limits, moves
-from core.errors import DynamoError
+from core.errors import DynamoError, ServiceUnavailable
 from router import items, queries, tables, ttl
 from router.placement import PlacementMover
 from rpc import ops
 from rpc.local import Faults
 from storagenode.layout import Family, item_size_of
-from storagenode.move import MOVE_CONSUMER, MOVE_CRASH_STEPS
+from storagenode.move import MOVE_CONSUMER, MOVE_CRASH_STEPS, MOVE_TARGET_CRASH_STEPS
+from storagenode.node import WRITE_OPS
 from tests.sim.cluster import SimCluster, run, storage_key
 
 SEEDS = [5, 17]
@@ -212,11 +215,54 @@ async def settle_all(cluster: SimCluster) -> None:
         await mover.settle()
 
 
-@pytest.mark.parametrize("who", ["source", "target", "router"])
-@pytest.mark.parametrize("step", MOVE_CRASH_STEPS)
+async def let_go_after_writes(directory: Path, log: dict[str, Any]) -> None:
+    """Let a source held once it has copied go on after a few more acknowledged writes."""
+    while not (directory / "copied.held").exists():
+        await asyncio.sleep(0.01)
+    written = len(log["acked"])
+    while len(log["acked"]) < written + 3:
+        await asyncio.sleep(0.01)
+    (directory / "copied.go").touch()
+
+
+class DiesAfter:
+    """A target node that dies once a move step it receives (`move_receive` `step`) has
+    committed on it, before it answers: cut from the network until the test restarts it, the
+    reply to that step lost (the source sees an error)."""
+
+    def __init__(self, cluster: SimCluster, node_id: str, step: str) -> None:
+        self.cluster = cluster
+        self.node = cluster.nodes[node_id]
+        self.address = cluster.addresses[node_id]
+        self.step = step
+        self.died = False
+
+    def check_target(self, op: str, target: Any) -> None:
+        self.node.check_target(op, target)
+
+    def read(self, op: str, target: Any, body: dict[str, Any]) -> dict[str, Any]:
+        return self.node.read(op, target, body)
+
+    def apply_writes(self, writes: Any) -> Any:
+        results = self.node.apply_writes(writes)
+        steps = {body.get("step") for op, _, body in writes if op == ops.MOVE_RECEIVE}
+        if not self.died and self.step in steps and not isinstance(results[0], DynamoError):
+            self.died = True
+            self.cluster.network.cut(self.address)
+            raise ServiceUnavailable(f"{self.address} died after {self.step}")
+        return results
+
+
+KILLED = [
+    *((who, step) for who in ("source", "target", "router") for step in MOVE_CRASH_STEPS),
+    *(("target", step) for step in MOVE_TARGET_CRASH_STEPS),
+]
+
+
+@pytest.mark.parametrize(("who", "step"), KILLED)
 @pytest.mark.parametrize("seed", SEEDS)
 def test_a_move_killed_at_any_step_loses_nothing_and_applies_nothing_twice(
-    seed: int, step: str, who: str
+    seed: int, step: str, who: str, tmp_path: Path
 ) -> None:
     async def scenario(cluster: SimCluster) -> None:
         await cluster.create_table("Killed")
@@ -241,6 +287,15 @@ def test_a_move_killed_at_any_step_loses_nothing_and_applies_nothing_twice(
         await asyncio.sleep(0.05)
         mover = cluster.movers[source]
         mover.crash_at = step
+        dying = None
+        releaser = None
+        if step in MOVE_TARGET_CRASH_STEPS:  # The target kills itself at its own step.
+            dying = DiesAfter(cluster, target, step.removeprefix("target-"))
+            cluster.network.register(cluster.addresses[target], dying, WRITE_OPS)
+        if step == "target-apply":
+            # Held once it has copied while writes land, the source has records to apply.
+            mover.hold_at, mover.hold_dir = "copied", str(tmp_path)
+            releaser = asyncio.create_task(let_go_after_writes(tmp_path, log))
 
         def die(reached: str) -> None:
             if who == "source":
@@ -258,6 +313,12 @@ def test_a_move_killed_at_any_step_loses_nothing_and_applies_nothing_twice(
             await cluster.restart_node(source)
         except DynamoError:
             pass  # The move failed and rolled back (a restarted target lost its place).
+        if releaser is not None:
+            await releaser
+        if dying is not None:
+            assert dying.died, f"seed {seed}: the target never reached {step}"
+            await cluster.restart_node(target)
+            cluster.network.heal(cluster.addresses[target])
         await asyncio.sleep(0.05)
         await settle_all(cluster)
         stop.set()
@@ -278,6 +339,9 @@ def test_a_move_killed_at_any_step_loses_nothing_and_applies_nothing_twice(
             assert owner == (target if step == "switched" else source), f"seed {seed}: {owner}"
         elif who == "router":
             assert owner == target, f"seed {seed}: a router has no part in a move"
+        elif dying is not None:
+            # Killed once it had activated, it serves; before, the source rolled back.
+            assert owner == (target if step == "target-activate" else source), f"seed {seed}"
         assert counted(cluster, owner, table.id, partition_id) == (
             held[owner].item_count,
             held[owner].size_bytes,

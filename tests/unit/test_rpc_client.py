@@ -74,7 +74,14 @@ async def test_data_and_control_calls_round_trip(client: NodeClient) -> None:
     stats = await client.control(ops.TABLE_STATS, {"table_id": TABLE["id"]}, TIMEOUT_SECONDS)
     assert stats["partitions"]["p0"]["items"] == 1
     throughput = await client.control(ops.PARTITION_THROUGHPUT, {}, TIMEOUT_SECONDS)
-    assert set(throughput) == {"enforced", "burst_seconds", "partitions", "splits", "moves"}
+    assert set(throughput) == {
+        "enforced",
+        "burst_seconds",
+        "partitions",
+        "splits",
+        "moves",
+        "moving",
+    }
 
 
 async def test_node_errors_come_back_typed(client: NodeClient) -> None:
