@@ -341,8 +341,10 @@ def _take_settings(
     """Give the activated copy the catalog's settings where they are newer than those the drain
     brought, with the version checks of the nodes' own settings pushes: a push that reached the
     source after the drain and settled before the switch is in the switch's row, and the source
-    no longer passes anything on. The stream's consumer is registered at the copy's last seq,
-    the fence's: a registration that reached the fenced source found that same seq."""
+    no longer passes anything on. A stream's consumer the copy lacks (its registration reached
+    the fenced source after the drain, or none ever reached the partition) is registered owing
+    the copy's whole retained log, as the stream's first read of the shard would register it
+    (`router/streams.py`): never past a record the stream still owes."""
     throughput = settings.get("throughput")
     if throughput is not None and version_of(staged.throughput) < version_of(throughput):
         staged.throughput = throughput
@@ -353,7 +355,7 @@ def _take_settings(
     consumer = settings.get("stream_consumer")
     if consumer is not None and consumer not in group.feed.consumers(ref):
         bounds = changefeed.LogBounds(staged.first_seq, staged.last_seq)
-        group.feed.register(ref, consumer, staged.last_seq, bounds)
+        group.feed.register(ref, consumer, max(0, staged.first_seq - 1), bounds)
     return staged
 
 
