@@ -138,7 +138,7 @@ class GroupCommitter:
                 await asyncio.wait_for(self._task, timeout)
             except TimeoutError:
                 logger.error("queued writes did not commit within %.1f s of shutdown", timeout)
-        abandoned = self._committing + [future for _, _, future in self._queue]
+        abandoned = self._committing + [future for *_, future in self._queue]
         self._queue.clear()
         for future in abandoned:
             if not future.done():

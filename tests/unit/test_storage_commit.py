@@ -119,6 +119,25 @@ async def test_close_commits_what_is_queued_then_refuses_writes() -> None:
         committer.submit("put", None, {})
 
 
+async def test_a_close_that_times_out_fails_the_queued_writes() -> None:
+    apply = SlowBatches()
+    committer = GroupCommitter(apply, batch_ops_max=1)
+    committer.start()
+    committing = committer.submit("put", None, {})
+    await asyncio.sleep(0.05)  # The first batch is now committing, holding one write.
+    queued = [committer.submit("put", None, {}) for _ in range(2)]
+    # The commit is released only after close() has given up waiting, while it joins the thread.
+    release = threading.Timer(0.3, apply.release.set)
+    release.start()
+    try:
+        await committer.close(0.1)
+    finally:
+        release.cancel()
+    for future in (committing, *queued):
+        with pytest.raises(ServiceUnavailable, match="shut down"):
+            future.result()
+
+
 async def test_conditions_and_updates_are_atomic_under_concurrency(tmp_path: Path) -> None:
     store = Store(tmp_path / "node")
     node = StorageNode(store)
