@@ -1,0 +1,100 @@
+"""The architecture index (`docs/architecture/index.md`) stays true: its module table lists every
+module of the services and `core/`, and nothing that is gone; each `path::name` reference of its
+walks names a file that exists and a function or class still defined in it; and it stays short
+enough to be read as a map (issue 29: at most 200 lines)."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+INDEX = ROOT / "docs" / "architecture" / "index.md"
+PACKAGES = ("core", "rpc", "router", "storagenode", "gsi_replicator", "dynalab")
+INDEX_LINES_MAX = 200
+# A row of the module table: its first cell is one path in backticks.
+TABLE_ROW = re.compile(r"^\| `([^`]+)` \|")
+REFERENCE = re.compile(r"`([\w/]+\.py)::([\w.]+)`")
+
+
+def tree_modules() -> set[str]:
+    """Every module of the packages, as the table names it: a package by its directory."""
+    found: set[str] = set()
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            relative = path.relative_to(ROOT)
+            if path.name == "__init__.py":
+                found.add(f"{relative.parent.as_posix()}/")
+            else:
+                found.add(relative.as_posix())
+    return found
+
+
+def listed_modules(text: str) -> list[str]:
+    return [match.group(1) for line in text.splitlines() if (match := TABLE_ROW.match(line))]
+
+
+def expand(listed: str) -> set[str]:
+    """A listed entry as the modules it stands for: a glob (generated code) stands for its files,
+    and must stand for at least one."""
+    if "*" not in listed:
+        return {listed}
+    return {path.relative_to(ROOT).as_posix() for path in ROOT.glob(listed)}
+
+
+def defined_names(path: Path) -> set[str]:
+    """Names of every function and class defined in a module, at any depth."""
+    tree = ast.parse(path.read_text(), str(path))
+    return {
+        node.name
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+    }
+
+
+def test_the_module_table_lists_every_module_of_the_tree_and_nothing_else() -> None:
+    listed = listed_modules(INDEX.read_text())
+    assert len(listed) == len(set(listed)), "a module is listed twice"
+    covered: set[str] = set()
+    for entry in listed:
+        modules = expand(entry)
+        assert modules, f"{entry} in the module table matches no file"
+        covered |= modules
+    tree = tree_modules()
+    missing = sorted(tree - covered)
+    gone = sorted(covered - tree)
+    assert missing == [], f"add these to the module table of {INDEX.relative_to(ROOT)}"
+    assert gone == [], f"these are listed in {INDEX.relative_to(ROOT)} but no longer exist"
+
+
+def test_each_walk_reference_names_an_existing_file_and_definition() -> None:
+    references = REFERENCE.findall(INDEX.read_text())
+    assert len(references) >= 20, "the five walks lost their references"
+    stale = []
+    for file, name in references:
+        path = ROOT / file
+        if not path.is_file():
+            stale.append(f"{file} (no such file)")
+            continue
+        names = defined_names(path)
+        stale.extend(f"{file}::{name}" for part in name.split(".") if part not in names)
+    assert stale == []
+
+
+def test_the_index_is_at_most_200_lines() -> None:
+    assert len(INDEX.read_text().splitlines()) <= INDEX_LINES_MAX
+
+
+def test_every_page_the_index_links_exists() -> None:
+    links = re.findall(r"\]\(([^)#]+\.md)\)", INDEX.read_text())
+    assert links
+    assert [link for link in links if not (INDEX.parent / link).resolve().is_file()] == []
+
+
+def test_the_table_check_sees_a_missing_and_a_gone_module(tmp_path: Path) -> None:
+    text = "| module | what |\n| --- | --- |\n| `core/` | x |\n| `core/gone.py` | y |\n"
+    listed = listed_modules(text)
+    assert listed == ["core/", "core/gone.py"]
+    assert "core/limits.py" in tree_modules() - set(listed)
+    assert "core/gone.py" not in tree_modules()
