@@ -195,6 +195,15 @@ class ConditionalCheckFailed(DynamoError):
         return {"Item": self.item} if self.item is not None else {}
 
 
+class DuplicateItem(DynamoError):
+    """A PartiQL INSERT of an item whose key exists already."""
+
+    type_name = "DuplicateItemException"
+
+    def __init__(self, message: str = "Duplicate primary key exists in table") -> None:
+        super().__init__(message)
+
+
 class ResourceNotFound(DynamoError):
     type_name = "ResourceNotFoundException"
 

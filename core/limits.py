@@ -395,6 +395,18 @@ assert TABLE_STATS_SECONDS_MAX <= CONTROL_CALL_SECONDS_MAX
 # an everyday expression takes a few kilobytes, and even 1024 maximal 4 KB expressions (about
 # 120 KB of trees each) stay near 125 MB.
 EXPRESSION_PARSE_CACHE_ENTRIES = 1024
+
+# PartiQL (the API Reference's constraints on ExecuteStatement, BatchExecuteStatement and
+# ExecuteTransaction). A statement is 1 to 8192 characters, a NextToken 1 to 32768, a batch 1 to
+# 25 statements; a transaction holds 1 to TRANSACT_ITEMS_MAX statements.
+PARTIQL_STATEMENT_CHARS_MAX = 8192
+PARTIQL_NEXT_TOKEN_CHARS_MAX = 32768
+PARTIQL_BATCH_STATEMENTS_MAX = 25
+# ExecuteTransaction's (and TransactWriteItems') ClientRequestToken: 1 to 36 characters.
+CLIENT_REQUEST_TOKEN_CHARS_MAX = 36
+# Distinct statement texts whose parse is cached per process (dynalab's own bound, as for
+# expressions: a statement's tree is a few kilobytes, and applications reuse few texts).
+PARTIQL_PARSE_CACHE_ENTRIES = 1024
 # Canonical texts of ExpressionAttributeValues numbers remembered per process (dynalab's own bound):
 # exact decimal normalisation is the costliest step of binding a request's values, and the same
 # short constants (":one", ":zero", versions) recur. Only texts up to 64 characters (38 digits plus

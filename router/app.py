@@ -14,7 +14,18 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from core import limits
-from router import admin, dashboard, items, queries, streams, tables, tags, transactions, ttl
+from router import (
+    admin,
+    dashboard,
+    items,
+    partiql,
+    queries,
+    streams,
+    tables,
+    tags,
+    transactions,
+    ttl,
+)
 from router.limits import ConnectionGuard, RouterLimits
 from router.protocol import Handler, JsonProtocol
 from rpc.background import BackgroundTask
@@ -26,7 +37,7 @@ if TYPE_CHECKING:
 def load_operations() -> dict[str, Handler]:
     """The registry of every operation the router serves, by DynamoDB operation name."""
     operations: dict[str, Handler] = {}
-    for module in (tables, items, queries, ttl, tags, transactions):
+    for module in (tables, items, queries, ttl, tags, transactions, partiql):
         clashes = operations.keys() & module.OPERATIONS.keys()
         if clashes:
             raise RuntimeError(f"{module.__name__} redefines operations {sorted(clashes)}")
