@@ -327,6 +327,9 @@ def build_parser() -> argparse.ArgumentParser:
         default="http://127.0.0.1:8000",
         help="URL of any router of the cluster (default: that of `dynalab up`)",
     )
+    watch.add_argument(
+        "--json", action="store_true", help="print the router's snapshot as JSON, for scripts"
+    )
 
     node = commands.add_parser(
         "node",
@@ -402,7 +405,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "up":
         return run_up(args, console)
     if args.command == "status":
-        return status.run(args.endpoint, console)
+        return status.run(args.endpoint, console, as_json=args.json)
     if args.command == "node":
         return run_node(args, console)
     if args.command == "scrub":

@@ -1,11 +1,14 @@
-"""`dynalab status`: the dashboard's picture in a terminal.
+"""`dynalab status`: the dashboard's picture in a terminal, readable at 80 columns.
 
 It reads one snapshot from a router's `GET /admin/cluster` (see `router/dashboard.py`), so it works
-against a `dynalab up` cluster and against any router URL, and prints rich tables: the nodes and
-whether each answers, the tables, every partition with its node, key range, size, epoch, state and
-throughput now (consumed / allowed units per second), throttled requests over the router's sample
-window, global indexes, and how far each change-feed consumer (the GSI replicator, a stream) is
-behind.
+against a `dynalab up` cluster and against any router URL, and prints the nodes and whether each
+answers, then each table stacked: its figures (status, capacity, items, size, partitions,
+throttled requests over the router's sample window, TTL deletions), how far each change-feed
+consumer (the GSI replicator, a stream) is behind, its secondary indexes, and for the table and
+each global index where every partition is (node, key range, items, size, epoch) and its
+throughput now (consumed / allowed units per second). Names sit in headings rather than in a
+column, so no table is wider than 80 columns for ordinary names, and a value that still does not
+fit folds onto the next line rather than being cut. `--json` prints the snapshot as it came.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console, Group, RenderableType
@@ -79,10 +83,27 @@ def _short(owner_id: str | None, partition_id: str) -> str:
     return partition_id
 
 
+def _table(
+    title: str, columns: Sequence[str], *, right: Sequence[str] = (), names: Sequence[str] = ()
+) -> Table:
+    """A table whose values are never cut short with an ellipsis. Values stay on one line
+    (`no_wrap`): the layout leaves them room at 80 columns. A column of `names` (ids, nodes,
+    index names: anything a user chose, and so of any length) is the one that gives way: it
+    wraps, and a name longer than its column folds onto the next line, whole."""
+    table = Table(title=title, title_justify="left")
+    for column in columns:
+        table.add_column(
+            column,
+            justify="right" if column in right else "left",
+            overflow="fold",
+            no_wrap=column not in names,
+        )
+    return table
+
+
 def _nodes(document: dict[str, Any]) -> Table:
-    table = Table(title="Nodes", title_justify="left")
-    for column in ("node", "address", "state", "last answered", "catalog"):
-        table.add_column(column)
+    columns = ("node", "address", "state", "last answered", "catalog")
+    table = _table("Nodes", columns, names=("node",))
     for node in document["nodes"]:
         seen = node["last_seen"]
         ago = "-" if seen is None else f"{max(0.0, document['at'] - seen):.0f} s ago"
@@ -101,97 +122,141 @@ def _throttled(partition: dict[str, Any]) -> int:
     return int(window["read_throttled_requests"] + window["write_throttled_requests"])
 
 
-def _tables(document: dict[str, Any]) -> Table:
+def _summary(document: dict[str, Any], entry: dict[str, Any]) -> Table:
+    """A table's figures as label and value pairs, two pairs a line: a row of nine columns
+    named after the table cannot fit 80 columns once the name is longer than a word."""
+    capacity = (
+        f"{entry['provisioned']['read']} RCU / {entry['provisioned']['write']} WCU"
+        if entry["billing_mode"] == "PROVISIONED"
+        else "on demand"
+    )
+    count = len(entry["partitions"])
+    missing = count - entry["partitions_reporting"]
+    throttled = sum(_throttled(p) for p in entry["partitions"])
     minutes = document["window_seconds"] / 60
-    table = Table(title="Tables", title_justify="left")
-    for column in ("table", "status", "capacity", "items", "size", "partitions"):
-        table.add_column(column)
-    table.add_column(f"throttled ({minutes:.0f} min)", justify="right")
-    table.add_column("change feeds behind")
-    table.add_column("TTL deleted", justify="right")
-    for entry in document["tables"]:
-        capacity = (
-            f"{entry['provisioned']['read']} RCU / {entry['provisioned']['write']} WCU"
-            if entry["billing_mode"] == "PROVISIONED"
-            else "on demand"
-        )
-        count = len(entry["partitions"])
-        missing = count - entry["partitions_reporting"]
-        throttled = sum(_throttled(p) for p in entry["partitions"])
-        feeds = ", ".join(
-            f"{c['consumer']} {c['records_behind']}" for c in entry["change_feed_consumers"]
-        )
-        table.add_row(
-            entry["name"],
-            entry["status"],
-            capacity,
-            str(entry["item_count"]),
-            size(entry["size_bytes"]),
-            f"{count} ({missing} not reporting)" if missing else str(count),
+    pairs: list[tuple[str, str | Text]] = [
+        ("status", entry["status"]),
+        ("capacity", capacity),
+        ("items", str(entry["item_count"])),
+        ("size", size(entry["size_bytes"])),
+        ("partitions", f"{count} ({missing} not reporting)" if missing else str(count)),
+        (
+            f"throttled ({minutes:.0f} min)",
             Text(str(throttled), style="bold red" if throttled else ""),
-            feeds or "-",
-            "-" if entry["ttl"] is None else str(entry["ttl"]["deleted_items"]),
-        )
-    return table
+        ),
+    ]
+    if entry["ttl"] is not None:
+        pairs.append(("TTL deleted", str(entry["ttl"]["deleted_items"])))
+    grid = Table.grid(padding=(0, 2))
+    for _ in range(2):
+        grid.add_column(style="dim", no_wrap=True)
+        grid.add_column(no_wrap=True, overflow="fold")
+    for at in range(0, len(pairs), 2):
+        row: list[str | Text] = []
+        for label, value in pairs[at : at + 2]:
+            row += [label, value]
+        grid.add_row(*row)
+    return grid
 
 
-def _partitions(document: dict[str, Any]) -> Table:
-    table = Table(title="Partitions (units/s: consumed / allowed)", title_justify="left")
-    for column in ("table", "partition", "node", "key range", "items", "size", "epoch", "state"):
-        table.add_column(column)
-    table.add_column("read units/s", justify="right")
-    table.add_column("write units/s", justify="right")
-    table.add_column("throttled", justify="right")
-    for entry in document["tables"]:
-        owners: list[tuple[str, str | None, list[dict[str, Any]]]] = [
-            (entry["name"], entry["id"], entry["partitions"])
-        ]
-        for index in entry["indexes"]:
-            if index["kind"] == "global":
-                owners.append(
-                    (f"{entry['name']} / {index['name']}", index["id"], index["partitions"])
-                )
-        for name, owner_id, partitions in owners:
-            for p in partitions:
-                now = p["throughput"]
-                throttled = _throttled(p)
-                node = Text(p["node"])
-                if p["node_state"] != "up":
-                    node.append(f" ({p['node_state']})", style="bold red")
-                table.add_row(
-                    name,
-                    _short(owner_id, p["id"]),
-                    node,
-                    f"{p['range'][0] * 100:.1f}-{p['range'][1] * 100:.1f}%",
-                    "?" if p["item_count"] is None else str(p["item_count"]),
-                    size(p["size_bytes"]),
-                    str(p["epoch"]),
-                    p["state"],
-                    _rate(None if now is None else now["read"]),
-                    _rate(None if now is None else now["write"]),
-                    Text(str(throttled), style="bold red" if throttled else ""),
-                )
-    return table
-
-
-def _indexes(document: dict[str, Any]) -> Table | None:
-    rows = [(entry, index) for entry in document["tables"] for index in entry["indexes"]]
-    if not rows:
+def _feeds(entry: dict[str, Any]) -> Table | None:
+    consumers = entry["change_feed_consumers"]
+    if not consumers:
         return None
-    table = Table(title="Secondary indexes", title_justify="left")
-    for column in ("table", "index", "kind", "projection", "status", "backfilled", "entries"):
-        table.add_column(column)
-    for entry, index in rows:
+    columns = ("consumer", "records behind")
+    table = _table("Change feeds", columns, right=columns[1:], names=columns[:1])
+    for consumer in consumers:
+        table.add_row(consumer["consumer"], str(consumer["records_behind"]))
+    return table
+
+
+def _indexes(entry: dict[str, Any]) -> Table | None:
+    if not entry["indexes"]:
+        return None
+    columns = ("index", "kind", "projection", "status", "copied", "entries")
+    table = _table("Secondary indexes", columns, right=("entries",), names=("index",))
+    for index in entry["indexes"]:
         entries = str(index["item_count"]) if index["kind"] == "global" else "-"
-        kind, projection = index["kind"], index["projection"]
         backfill = index.get("backfill")
         copied = "-"
         if backfill is not None:
             copied = f"{backfill['partitions_done']}/{backfill['partitions']}"
         table.add_row(
-            entry["name"], index["name"], kind, projection, index["status"], copied, entries
+            index["name"], index["kind"], index["projection"], index["status"], copied, entries
         )
     return table
+
+
+def _owners(entry: dict[str, Any]) -> list[tuple[str, str | None, list[dict[str, Any]]]]:
+    """The table and each of its global indexes, with the partitions each one holds. The table is
+    named by the section's heading already; an index is named in its tables' titles."""
+    owners: list[tuple[str, str | None, list[dict[str, Any]]]] = [
+        ("", entry["id"], entry["partitions"])
+    ]
+    for index in entry["indexes"]:
+        if index["kind"] == "global":
+            owners.append((f" of index {index['name']}", index["id"], index["partitions"]))
+    return owners
+
+
+def _partitions(of: str, owner_id: str | None, partitions: list[dict[str, Any]]) -> Table:
+    """Where each partition is and what it holds. Its throughput is a second table
+    (`_throughput`): both in one row need about 130 columns."""
+    columns = ("partition", "node", "key range", "items", "size", "epoch")
+    # A node that does not answer says so beside its id, or under it where the line is short.
+    right = ("items", "size", "epoch")
+    table = _table(f"Partitions{of}", columns, right=right, names=columns[:2])
+    for p in partitions:
+        node = Text(p["node"])
+        if p["node_state"] != "up":
+            node.append(f" ({p['node_state']})", style="bold red")
+        partition = _short(owner_id, p["id"])
+        if p["state"] != "SERVING":
+            partition += f" {p['state']}"
+        table.add_row(
+            partition,
+            node,
+            f"{p['range'][0] * 100:.1f}-{p['range'][1] * 100:.1f}%",
+            "?" if p["item_count"] is None else str(p["item_count"]),
+            size(p["size_bytes"]),
+            str(p["epoch"]),
+        )
+    return table
+
+
+def _throughput(
+    document: dict[str, Any], of: str, owner_id: str | None, partitions: list[dict[str, Any]]
+) -> Table:
+    minutes = document["window_seconds"] / 60
+    throttled_column = f"throttled ({minutes:.0f} min)"
+    columns = ("partition", "read units/s", "write units/s", throttled_column)
+    title = f"Throughput{of} (units/s: consumed / allowed)"
+    table = _table(title, columns, right=columns[1:], names=columns[:1])
+    for p in partitions:
+        now = p["throughput"]
+        throttled = _throttled(p)
+        table.add_row(
+            _short(owner_id, p["id"]),
+            _rate(None if now is None else now["read"]),
+            _rate(None if now is None else now["write"]),
+            Text(str(throttled), style="bold red" if throttled else ""),
+        )
+    return table
+
+
+def _table_section(document: dict[str, Any], entry: dict[str, Any]) -> list[RenderableType]:
+    """One table, stacked: its name on a line of its own, its figures, then one narrow table per
+    kind of detail, so that an 80-column terminal shows every value whole."""
+    parts: list[RenderableType] = [
+        Text(f"Table {entry['name']}", style="bold"),
+        _summary(document, entry),
+    ]
+    parts += [part for part in (_feeds(entry), _indexes(entry)) if part is not None]
+    for of, owner_id, partitions in _owners(entry):
+        if partitions:
+            parts.append(_partitions(of, owner_id, partitions))
+            parts.append(_throughput(document, of, owner_id, partitions))
+    return parts
 
 
 def _transactions(document: dict[str, Any]) -> Text | None:
@@ -208,7 +273,7 @@ def _transactions(document: dict[str, Any]) -> Text | None:
 
 
 def render(document: dict[str, Any]) -> RenderableType:
-    """The snapshot as rich renderables, nodes first."""
+    """The snapshot as rich renderables: the nodes, then each table with its details."""
     parts: list[RenderableType] = [Text(f"router {document['router']}", style="bold")]
     parts.append(_nodes(document))
     catalog = document["catalog"]
@@ -217,22 +282,25 @@ def render(document: dict[str, Any]) -> RenderableType:
     if not document["tables"]:
         parts.append(Text("no tables"))
         return Group(*parts)
-    parts += [_tables(document), _partitions(document)]
-    indexes = _indexes(document)
-    if indexes is not None:
-        parts.append(indexes)
+    for entry in document["tables"]:
+        parts.append(Text())
+        parts += _table_section(document, entry)
     transactions = _transactions(document)
     if transactions is not None:
-        parts.append(transactions)
+        parts += [Text(), transactions]
     return Group(*parts)
 
 
-def run(endpoint: str, console: Console) -> int:
-    """Print the status of the cluster behind `endpoint`; 1 if it cannot be read."""
+def run(endpoint: str, console: Console, *, as_json: bool = False) -> int:
+    """Print the status of the cluster behind `endpoint` (the snapshot's JSON with `as_json`, for
+    scripts); 1 if it cannot be read."""
     try:
         document = fetch(endpoint)
     except StatusError as error:
         console.print(f"[red]dynalab status:[/red] {error}", highlight=False)
         return 1
+    if as_json:
+        console.out(json.dumps(document, indent=2, sort_keys=True), highlight=False)
+        return 0
     console.print(render(document))
     return 0

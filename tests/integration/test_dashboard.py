@@ -69,14 +69,14 @@ def wait_for(cluster: LocalCluster, check: Callable[[dict[str, Any]], bool]) -> 
 
 
 def status(endpoint: str) -> subprocess.CompletedProcess[str]:
-    """`dynalab status --endpoint endpoint`, on a terminal wide enough for every column."""
+    """`dynalab status --endpoint endpoint`, on an 80-column terminal (issue 29)."""
     return subprocess.run(
         [sys.executable, "-m", "dynalab", "status", "--endpoint", endpoint],
         cwd=PROJECT_ROOT,
         capture_output=True,
         text=True,
         timeout=STATUS_TIMEOUT_S,
-        env={**os.environ, "COLUMNS": "250"},
+        env={**os.environ, "COLUMNS": "80"},
     )
 
 
@@ -89,6 +89,24 @@ def rows(output: str, first_cell: str) -> list[list[str]]:
             found.append(cells)
     assert found, f"no row {first_cell!r} in:\n{output}"
     return found
+
+
+def after(output: str, heading: str) -> str:
+    """`output` from the first line that starts with `heading` on."""
+    lines = output.splitlines()
+    start = next((at for at, line in enumerate(lines) if line.startswith(heading)), None)
+    assert start is not None, f"no {heading!r} in:\n{output}"
+    return "\n".join(lines[start:])
+
+
+def first_table(output: str) -> list[list[str]]:
+    """The cells of each row of the first table in `output`."""
+    lines = output.splitlines()
+    start = next(at for at, line in enumerate(lines) if line.startswith("┡"))
+    end = next(at for at in range(start, len(lines)) if lines[at].startswith("└"))
+    return [
+        [cell.strip() for cell in line.strip("│").split("│")] for line in lines[start + 1 : end]
+    ]
 
 
 def row(output: str, first_cell: str) -> list[str]:
@@ -179,10 +197,11 @@ def test_a_hot_key_shows_consumed_against_allowed_units_and_throttling(
     assert shown.returncode == 0, shown.stdout + shown.stderr
     for node in cluster.nodes:
         assert row(shown.stdout, node.node_id)[1:3] == [node.address, "up"]
-    # The table's row in Tables, then one row per partition in Partitions.
-    table_row, *partition_rows = rows(shown.stdout, name)
-    assert table_row[1:3] == ["ACTIVE", "5 RCU / 5 WCU"]
-    assert table_row[6] == str(throttled)
+    # The table's figures under its name, then one row per partition in its Throughput table.
+    figures = after(shown.stdout, f"Table {name}")
+    assert re.search(r"status\s+ACTIVE\s+capacity\s+5 RCU / 5 WCU\n", figures), figures
+    assert re.search(rf"throttled \(\d+ min\)\s+{throttled}\s", figures), figures
+    partition_rows = first_table(after(figures, "Throughput ("))
     assert len(partition_rows) == len(partitions)
     assert sum(int(cells[-1]) for cells in partition_rows) == throttled
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from rich.console import Console
 
 from dynalab.status import render, size
@@ -55,8 +57,8 @@ def snapshot(tables: list) -> dict:
     }
 
 
-def test_nodes_tables_partitions_and_indexes():
-    table = {
+def orders() -> dict:
+    return {
         "name": "orders",
         "id": "t1",
         "status": "ACTIVE",
@@ -91,29 +93,202 @@ def test_nodes_tables_partitions_and_indexes():
         "change_feed_consumers": [{"consumer": "gsi_replicator", "records_behind": 42}],
         "ttl": {"attribute": "exp", "enabled": True, "deleted_items": 9},
     }
-    text = text_of(snapshot([table]))
-    lines = {
-        line.split("│")[1].strip() + "|" + line.split("│")[2].strip(): line
-        for line in text.splitlines()
-        if line.startswith("│")
-    }
-    assert "unreachable" in lines["n2|a:2"] and "60 s ago" in lines["n2|a:2"]
-    assert "up" in lines["n1|a:1"] and "yes" in lines["n1|a:1"]
-    orders = lines["orders|ACTIVE"]
-    for shown in (
-        "5 RCU / 10 WCU",
-        "2.0 KiB",
-        "2 (1 not reporting)",
-        "12",
-        "gsi_replicator 42",
-        "9",
+
+
+def cells(text: str) -> dict[str, list[str]]:
+    """Each table row of `text` by its first cell, with the cells after it (the last row wins)."""
+    found = {}
+    for line in text.splitlines():
+        if line.startswith("│"):
+            row = [cell.strip() for cell in line.strip("│").split("│")]
+            found[row[0]] = row[1:]
+    return found
+
+
+def section(text: str, title: str) -> str:
+    """The lines of `text` from the line `title` to the next blank line or title-like line."""
+    lines = text.splitlines()
+    start = next(at for at, line in enumerate(lines) if line.strip() == title)
+    end = start + 1
+    while end < len(lines) and lines[end].startswith(("┏", "┃", "┡", "│", "└")):
+        end += 1
+    return "\n".join(lines[start:end])
+
+
+def test_nodes_tables_partitions_and_indexes():
+    text = text_of(snapshot([orders()]))
+    nodes = cells(section(text, "Nodes"))
+    assert nodes["n2"][:3] == ["a:2", "unreachable", "60 s ago"]
+    assert nodes["n1"][1:] == ["up", "1 s ago", "yes"]
+    assert "Table orders" in text
+    for label, shown in (
+        ("status", "ACTIVE"),
+        ("capacity", "5 RCU / 10 WCU"),
+        ("size", "2.0 KiB"),
+        ("partitions", "2 (1 not reporting)"),
+        ("throttled (5 min)", "12"),
+        ("TTL deleted", "9"),
     ):
-        assert shown in orders
-    assert "2.5 / 5.0" in lines["orders|p0"] and "0.0-50.0%" in lines["orders|p0"]
-    assert "n2 (unreachable)" in lines["orders|p1"] and "?" in lines["orders|p1"]
-    assert "n1" in lines["orders / by-x|p0"]
-    assert "BACKFILLING" in lines["orders|by-x"] and "1/4" in lines["orders|by-x"]
-    assert "KEYS_ONLY" in lines["orders|by-y"]
+        assert re.search(rf"{re.escape(label)}\s+{re.escape(shown)}(\s|$)", text), label
+    assert cells(section(text, "Change feeds"))["gsi_replicator"] == ["42"]
+    indexes = cells(section(text, "Secondary indexes"))
+    assert indexes["by-x"] == ["global", "ALL", "BACKFILLING", "1/4", "3"]
+    assert indexes["by-y"] == ["local", "KEYS_ONLY", "ACTIVE", "-", "-"]
+    table = cells(section(text, "Partitions"))
+    assert table["p0"] == ["n1", "0.0-50.0%", "7", "2.0 KiB", "3"]
+    assert table["p1"] == ["n2 (unreachable)", "50.0-100.0%", "?", "?", "3"]
+    rates = cells(section(text, "Throughput (units/s: consumed / allowed)"))
+    assert rates["p0"] == ["2.5 / 5.0", "2.5 / 5.0", "12"]
+    assert rates["p1"] == ["-", "-", "0"]
+    assert cells(section(text, "Partitions of index by-x"))["p0"][0] == "n1"
+
+
+LONG_NAME = "test_a_hot_key_shows_consumed_against_allowed_units_and_throttling-2"
+
+
+def realistic() -> dict:
+    """A cluster as a laptop runs it after a while: five nodes, one of them dead, table names and
+    index names as people write them, split partitions, busy provisioned capacity, an online
+    index being copied, a stream and TTL."""
+    music, genre = "8f14e45fceea167a5a36dedd4bea2543", "c9f0f895fb98ab9159f51fd0297e236d"
+
+    def busy(pid: str, node: str, state: str, low: float, high: float) -> dict:
+        p = partition(pid, node, state, low, high)
+        if p["throughput"] is not None:
+            rate = {"consumed_per_second": 2999.5, "allowed_per_second": 3000.0}
+            p["throughput"] = {"read": rate, "write": {**rate, "allowed_per_second": 1000.0}}
+            p["item_count"], p["size_bytes"] = 1234567, 537_182_208
+            p["window"]["write_throttled_requests"] = 123456
+        return p
+
+    document = snapshot(
+        [
+            {
+                "name": "MusicCollection",
+                "id": music,
+                "status": "UPDATING",
+                "billing_mode": "PROVISIONED",
+                "provisioned": {"read": 12000, "write": 4000},
+                "item_count": 3703701,
+                "size_bytes": 1_611_546_624,
+                "partitions_reporting": 3,
+                "partitions": [
+                    busy(f"{music}-0.2a", "node-1", "up", 0, 0.125),
+                    busy(f"{music}-0.2b.3a", "node-12", "up", 0.125, 0.1875),
+                    busy(f"{music}-0.2b.3b", "node-5", "unreachable", 0.1875, 0.25),
+                    busy(f"{music}-1", "node-3", "up", 0.25, 1),
+                ],
+                "indexes": [
+                    {
+                        "name": "GenreAlbumTitleIndex",
+                        "id": genre,
+                        "kind": "global",
+                        "status": "BACKFILLING",
+                        "backfill": {"partitions_done": 3, "partitions": 4},
+                        "projection": "INCLUDE",
+                        "item_count": 2469134,
+                        "partitions": [
+                            busy(f"{genre}-0", "node-2", "up", 0, 0.5),
+                            busy(f"{genre}-1", "node-5", "unreachable", 0.5, 1),
+                        ],
+                    },
+                    {
+                        "name": "AlbumTitleLocalIndex",
+                        "id": None,
+                        "kind": "local",
+                        "status": "ACTIVE",
+                        "projection": "KEYS_ONLY",
+                    },
+                ],
+                "change_feed_consumers": [
+                    {"consumer": f"gsi_replicator/{genre}", "records_behind": 1234567},
+                    {"consumer": "stream/1732712345678", "records_behind": 98765},
+                ],
+                "ttl": {"attribute": "expires_at", "enabled": True, "deleted_items": 4567890},
+            },
+            {
+                # As the integration tests name theirs: the longest that still fits its heading.
+                "name": LONG_NAME,
+                "id": "45c48cce2e2d7fbdea1afc51c7c6ad26",
+                "status": "ACTIVE",
+                "billing_mode": "PAY_PER_REQUEST",
+                "provisioned": {"read": 0, "write": 0},
+                "item_count": 0,
+                "size_bytes": 0,
+                "partitions_reporting": 1,
+                "partitions": [busy("45c48cce2e2d7fbdea1afc51c7c6ad26-0", "node-4", "up", 0, 1)],
+                "indexes": [],
+                "change_feed_consumers": [],
+                "ttl": None,
+            },
+        ]
+    )
+    document["nodes"] = [
+        {
+            "id": f"node-{n}",
+            "address": f"127.0.0.1:{41230 + n}",
+            "state": "unreachable" if n == 5 else "up",
+            "last_seen": 40.0 if n == 5 else 99.0,
+            "holds_catalog": n == 1,
+        }
+        for n in (1, 2, 3, 4, 5, 12)
+    ]
+    return document
+
+
+def test_at_80_columns_every_value_is_shown_whole():
+    console = Console(record=True, width=80, color_system=None)
+    console.print(render(realistic()))
+    text = console.export_text()
+    lines = text.splitlines()
+    assert "…" not in text
+    assert max(len(line.rstrip()) for line in lines) <= 80
+    whole = [
+        "MusicCollection",
+        f"Table {LONG_NAME}",
+        "GenreAlbumTitleIndex",
+        "AlbumTitleLocalIndex",
+        "12000 RCU / 4000 WCU",
+        "on demand",
+        "UPDATING",
+        "BACKFILLING",
+        "KEYS_ONLY",
+        "INCLUDE",
+        "3/4",
+        "1.5 GiB",
+        "512.3 MiB",
+        "4 (1 not reporting)",
+        "4567890",
+        "gsi_replicator/c9f0f895fb98ab9159f51fd0297e236d",
+        "stream/1732712345678",
+        "127.0.0.1:41242",
+        "unreachable",
+        "2999.5 / 3000.0",
+        "2999.5 / 1000.0",
+        "123456",
+        "12.5-18.8%",
+        "p0.2b.3a",
+        "p0.2b.3b",
+    ]
+    whole += [f"node-{n}" for n in (1, 2, 3, 4, 5, 12)]
+    assert [value for value in whole if not any(value in line for line in lines)] == []
+    # Every partition of the table and of its global index, with its node, on one line.
+    for partition_id, node in (("p0.2a", "node-1"), ("p0.2b.3a", "node-12"), ("p1", "node-3")):
+        assert any(f"│ {partition_id} " in line and f"│ {node} " in line for line in lines)
+    assert sum("(unreachable)" in line for line in lines) == 2  # node-5's partitions
+
+
+def test_a_value_too_wide_for_80_columns_folds_instead_of_being_cut():
+    document = realistic()
+    long_name = "an-index-name-of-eighty-characters-that-no-row-of-80-columns-can-hold-beside-more"
+    document["tables"][0]["indexes"][1]["name"] = long_name
+    console = Console(record=True, width=80, color_system=None)
+    console.print(render(document))
+    text = console.export_text()
+    assert "…" not in text
+    assert long_name in "".join(
+        cell.strip() for line in text.splitlines() for cell in line.split("│")[1:2]
+    )
 
 
 def test_an_empty_cluster_and_an_unreadable_catalog():
