@@ -1,11 +1,12 @@
-"""Group commit: many writes per synced LMDB transaction, each acknowledged only after its commit.
+"""Group commit: many writes per synced RocksDB write batch, each acknowledged only after its
+commit.
 
-An fsync costs about as much for one write as for a thousand, so writes that arrive while a
-transaction is committing wait in a queue, and the next transaction takes the whole queue at once.
-The transaction runs on one dedicated thread: LMDB allows one writer at a time anyway, and the
-thread releases the GIL while it fsyncs, so the event loop keeps receiving requests (and the next
-batch keeps forming) during the commit. A write's future resolves only after the commit that holds
-it returned, so every acknowledged write is on disk.
+An fsync costs about as much for one write as for a thousand, so writes that arrive while a batch
+is committing wait in a queue, and the next batch takes the whole queue at once (up to
+`WRITE_BATCH_OPS_MAX`). The batch is planned, applied and committed on one dedicated thread, so
+the writes of a group see each other in order while the event loop goes on receiving requests
+(and the next batch keeps forming). A write's future resolves only after the commit that holds it
+returned, so every acknowledged write is on disk.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`MemoryStore`: the node store's interface (`storagenode.store.Store`) over dictionaries.
+"""`MemoryStore`: the node store's interface (`storagenode.store.NodeStore`) over dictionaries.
 
 For simulation (`tests/sim`): a whole cluster in one process, with nothing on disk. Each column
 family is a dict of key -> value plus a sorted list of its keys (kept with `bisect`), so walks are

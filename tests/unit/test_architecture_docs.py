@@ -98,3 +98,60 @@ def test_the_table_check_sees_a_missing_and_a_gone_module(tmp_path: Path) -> Non
     assert listed == ["core/", "core/gone.py"]
     assert "core/limits.py" in tree_modules() - set(listed)
     assert "core/gone.py" not in tree_modules()
+
+
+# A module named in a package docstring: a lowercase dotted name in single backticks, such as
+# `ops`, `router.protocol` or `replicator.py` (double backticks quote code, not modules).
+MODULE_NAME = re.compile(r"(?<!`)`([a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)*)`(?!`)")
+
+
+def missing_modules(package: Path, docstring: str) -> list[str]:
+    """The names in `docstring` that are neither a module of `package` (`ops`, `lab`) nor a
+    module of the tree with, after it, optionally one name it defines (`router.protocol`,
+    `core.catalog.split`)."""
+    missing = []
+    for name in MODULE_NAME.findall(docstring):
+        parts = name.removesuffix(".py").split(".")
+        if parts[0] not in PACKAGES:
+            parts = [*package.relative_to(ROOT).parts, *parts]
+        if not resolves(parts):
+            missing.append(name)
+    return missing
+
+
+def resolves(parts: list[str]) -> bool:
+    for length in range(len(parts), 0, -1):
+        base = ROOT.joinpath(*parts[:length])
+        module = base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
+        if module.is_file():
+            rest = parts[length:]
+            return not rest or (len(rest) == 1 and rest[0] in defined_names(module))
+    return False
+
+
+def package_docstrings() -> list[tuple[Path, str]]:
+    found = []
+    for package in PACKAGES:
+        for init in sorted((ROOT / package).rglob("__init__.py")):
+            docstring = ast.get_docstring(ast.parse(init.read_text()))
+            assert docstring, f"{init.relative_to(ROOT)} has no docstring"
+            found.append((init.parent, docstring))
+    return found
+
+
+def test_package_docstrings_name_only_modules_that_exist() -> None:
+    named = {
+        str(package.relative_to(ROOT)): missing_modules(package, docstring)
+        for package, docstring in package_docstrings()
+    }
+    assert {package: names for package, names in named.items() if names} == {}
+
+
+def test_the_docstring_check_sees_a_module_that_is_gone() -> None:
+    rpc = ROOT / "rpc"
+    assert missing_modules(rpc, "`ops`, `transport`, `rpc.local` and `core.catalog.split`") == []
+    assert missing_modules(rpc, "`ops` and `lmdb_env`, ``names`` and `NodeClient`") == ["lmdb_env"]
+    assert missing_modules(rpc, "`router.gone` and `core.catalog.no_such_name`") == [
+        "router.gone",
+        "core.catalog.no_such_name",
+    ]
