@@ -7,8 +7,8 @@ the lab: `ok` (the server acknowledged it), `failed` (the server said it did not
 or a 503 ServiceUnavailable, which dynalab answers only for a request it did not apply), and
 `unknown` (it may or may not have happened: a 500 InternalServerError, which dynalab answers when a
 write was sent to its node and no answer came back, "may or may not have been applied"; or the
-client's own timeout or a connection broken after the request was sent). See ARCHITECTURE.md,
-"Deadlines, and when the outcome of a write is unknown".
+client's own timeout or a connection broken after the request was sent). See
+docs/architecture/failures.md, "Deadlines, and when the outcome of a write is unknown".
 """
 
 from __future__ import annotations

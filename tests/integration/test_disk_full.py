@@ -21,7 +21,7 @@ from tests.integration.conftest import create_active_table, dynamodb_client
 
 DISK_BYTES = 128 * 1024 * 1024
 # Half the disk: the reserve must also hold what a compaction writes before it deletes its inputs,
-# which at this scale is most of the data (see ARCHITECTURE.md, storage layout).
+# which at this scale is most of the data (see docs/architecture/storage.md).
 RESERVE_BYTES = 64 * 1024 * 1024
 ITEM_BYTES = 300 * 1024  # Items of about 300 KB fill the disk in about a hundred puts.
 PUTS_MAX = 2 * DISK_BYTES // ITEM_BYTES
