@@ -177,9 +177,12 @@ async def _read(
     consistent: bool | None,
     capacity: str | None,
     next_token: str | None,
-    digest: str,
+    digest: Callable[[], str],
 ) -> dict[str, Any]:
-    """One page of a SELECT: what its requests return from where the NextToken left them."""
+    """One page of a SELECT: what its requests return from where the NextToken left them.
+
+    `digest` gives what a NextToken is tied to; a GetItem, which pages nothing, never asks.
+    """
     handler = _READ_HANDLERS[plan.operation]
     if plan.operation == "GetItem":
         if next_token is not None:
@@ -192,7 +195,7 @@ async def _read(
         return result
     number, start = (0, None)
     if next_token is not None:
-        number, start = _decode_token(next_token, digest, len(plan.requests))
+        number, start = _decode_token(next_token, digest(), len(plan.requests))
     found: list[Item] = []
     found_bytes = 0
     consumed: dict[str, Any] | None = None
@@ -214,7 +217,7 @@ async def _read(
         if remaining is not None:
             remaining -= reply["ScannedCount"]
         if last is not None:
-            result["NextToken"] = _encode_token(digest, number, last)
+            result["NextToken"] = _encode_token(digest(), number, last)
             result["LastEvaluatedKey"] = last
             break
         number, start = number + 1, None
@@ -223,7 +226,7 @@ async def _read(
         # A page of several Queries stops where one of them would: at Limit items read, or at
         # 1 MB of items; the NextToken then starts the next Query.
         if (remaining is not None and remaining <= 0) or found_bytes >= limits.QUERY_PAGE_BYTES_MAX:
-            result["NextToken"] = _encode_token(digest, number, None)
+            result["NextToken"] = _encode_token(digest(), number, None)
             break
     result["Items"] = found
     if consumed is not None:
@@ -287,7 +290,7 @@ async def execute_statement(ctx: RouterContext, body: dict[str, Any]) -> dict[st
             consistent=consistent,
             capacity=capacity,
             next_token=next_token,
-            digest=_digest(text, parameters),
+            digest=lambda: _digest(text, parameters),
         )
     if next_token is not None:
         raise ValidationError(NEXT_TOKEN_WRITE)
@@ -374,7 +377,7 @@ async def batch_execute_statement(ctx: RouterContext, body: dict[str, Any]) -> d
                     consistent=entry.get("ConsistentRead"),
                     capacity=capacity,
                     next_token=None,
-                    digest="",
+                    digest=lambda: "",
                 )
                 if reply["Items"]:
                     response["Item"] = reply["Items"][0]

@@ -64,6 +64,9 @@ UPDATE_FUNCTION_ARGUMENTS = "{name} takes two arguments"
 _SET_TYPES = {"S": "SS", "N": "NS", "B": "BS"}
 _FLIPPED = {"=": "=", "<>": "<>", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
 _SORT_KEY_OPS = ("=", "<", "<=", ">", ">=")
+# Type tuples for isinstance on the hot path: a `A | B` union is built anew at every call.
+_NOT_VALUES = (ast.Path, ast.Size)
+_JUNCTIONS = (ast.And, ast.Or)
 # The placeholder of a Query's partition-key value (the others are :v0, :v1, ...).
 _PARTITION_VALUE = ":key"
 
@@ -224,7 +227,7 @@ class _Expressions:
         if isinstance(condition, ast.Function):
             path = self.path(condition.path)
             return f"{condition.name}({path}, {self.operand(condition.argument)})"
-        if isinstance(condition, ast.And | ast.Or):
+        if isinstance(condition, _JUNCTIONS):
             joiner = " AND " if isinstance(condition, ast.And) else " OR "
             return joiner.join(f"({self.condition(item)})" for item in condition.items)
         return f"NOT ({self.condition(condition.item)})"
@@ -253,7 +256,7 @@ def _key_path(operand: ast.Operand, name: str | None) -> bool:
 
 
 def _is_value(operand: ast.Operand) -> bool:
-    return not isinstance(operand, ast.Path | ast.Size)
+    return not isinstance(operand, _NOT_VALUES)
 
 
 def _equality_value(condition: ast.Condition, name: str) -> ast.Value | None:
@@ -261,10 +264,10 @@ def _equality_value(condition: ast.Condition, name: str) -> ast.Value | None:
     if not isinstance(condition, ast.Comparison) or condition.op != "=":
         return None
     if _key_path(condition.left, name) and _is_value(condition.right):
-        assert not isinstance(condition.right, ast.Path | ast.Size)
+        assert not isinstance(condition.right, _NOT_VALUES)
         return condition.right
     if _key_path(condition.right, name) and _is_value(condition.left):
-        assert not isinstance(condition.left, ast.Path | ast.Size)
+        assert not isinstance(condition.left, _NOT_VALUES)
         return condition.left
     return None
 
@@ -276,7 +279,7 @@ def _partition_values(condition: ast.Condition, name: str) -> list[ast.Value] | 
         return [single]
     if isinstance(condition, ast.In) and _key_path(condition.operand, name):
         if all(_is_value(v) for v in condition.values):
-            return [v for v in condition.values if not isinstance(v, ast.Path | ast.Size)]
+            return [v for v in condition.values if not isinstance(v, _NOT_VALUES)]
         return None
     if isinstance(condition, ast.Or):
         found: list[ast.Value] = []
@@ -315,7 +318,7 @@ def _sort_condition_text(condition: ast.Condition, expressions: _Expressions) ->
 
 def _top_level_names(condition: ast.Condition) -> set[str]:
     """The top-level attributes a condition reads."""
-    if isinstance(condition, ast.And | ast.Or):
+    if isinstance(condition, _JUNCTIONS):
         return set().union(*(_top_level_names(item) for item in condition.items))
     if isinstance(condition, ast.Not):
         return _top_level_names(condition.item)
@@ -416,7 +419,7 @@ def plan_select(
         if keys.sort is not None:
             assert isinstance(sort, ast.Comparison)
             sort_value = sort.right if _key_path(sort.left, keys.sort) else sort.left
-            assert not isinstance(sort_value, ast.Path | ast.Size)
+            assert not isinstance(sort_value, _NOT_VALUES)
             key[keys.sort] = _bound(sort_value, parameters)
         request = dict(base, Key=key)
         if "ProjectionExpression" in request:
