@@ -407,6 +407,11 @@ CLIENT_REQUEST_TOKEN_CHARS_MAX = 36
 # Distinct statement texts whose parse is cached per process (dynalab's own bound, as for
 # expressions: a statement's tree is a few kilobytes, and applications reuse few texts).
 PARTIQL_PARSE_CACHE_ENTRIES = 1024
+# NOTs, parentheses and list, map and set literals open at once in a statement (dynalab's own
+# bound): the parser and planner recurse once or a few times a level, and 100 levels keep them
+# far inside Python's recursion limit. A condition that deep is past the expression language's
+# 300 operators anyway, and a document literal past its 32 levels (NESTING_DEPTH_MAX).
+PARTIQL_NESTING_DEPTH_MAX = 100
 # Canonical texts of ExpressionAttributeValues numbers remembered per process (dynalab's own bound):
 # exact decimal normalisation is the costliest step of binding a request's values, and the same
 # short constants (":one", ":zero", versions) recur. Only texts up to 64 characters (38 digits plus

@@ -80,7 +80,6 @@ TRANSACTION_INDEX = (
     "within transactions."
 )
 DUPLICATE_KEYS = "Provided list of item keys contains duplicates"
-TRANSACTION_DUPLICATE_KEYS = "Transaction request cannot include multiple operations on one item"
 
 
 # Planning --------------------------------------------------------------------------------------

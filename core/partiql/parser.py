@@ -31,6 +31,7 @@ most faults; the details here are dynalab's own, written in the same form.
 
 from __future__ import annotations
 
+from core import limits
 from core.errors import ValidationError
 from core.partiql import ast
 from core.partiql.tokens import BAD, EOF, NUMBER, PARAMETER, QUOTED, STRING, WORD, Token, tokenize
@@ -58,6 +59,17 @@ class _Parser:
         self.tokens = tokenize(text)
         self.position = 0
         self.parameters = 0
+        self.depth = 0  # NOTs, parentheses and literal containers open around the token
+
+    def enter(self, token: Token) -> None:
+        """Go one level deeper at `token`, refusing a statement nested past the bound."""
+        self.depth += 1
+        if self.depth > limits.PARTIQL_NESTING_DEPTH_MAX:
+            # DynamoDB does not publish its words for this; the bound is dynalab's.
+            raise ValidationError(
+                f"{WELL_FORMED}nested deeper than {limits.PARTIQL_NESTING_DEPTH_MAX} levels, "
+                f"at {token.place}"
+            )
 
     # Token helpers ----------------------------------------------------------------------------
 
@@ -300,16 +312,22 @@ class _Parser:
         return items[0] if len(items) == 1 else ast.And(tuple(items))
 
     def factor(self) -> ast.Condition:
+        token = self.token
         if self.accept_word("NOT"):
-            return ast.Not(self.factor())
+            self.enter(token)
+            inner = self.factor()
+            self.depth -= 1
+            return ast.Not(inner)
         return self.predicate()
 
     def predicate(self) -> ast.Condition:
         self.fail_bad()
         token = self.token
         if self.accept("("):
+            self.enter(token)
             inner = self.condition()
             self.expect(")", "')'")
+            self.depth -= 1
             return inner
         if token.kind == WORD and self.peek().kind == "(":
             name = token.text.upper()
@@ -445,29 +463,32 @@ class _Parser:
         if token.is_word("MISSING"):
             self.advance()
             return ast.Missing()
-        if token.kind == "[":
-            self.advance()
-            items = self.values_until("]")
-            return ast.ListValue(items)
-        if token.kind == "<<":
-            self.advance()
-            items = self.values_until(">>")
-            return ast.SetValue(items, token)
-        if token.kind == "{":
-            self.advance()
-            entries: list[tuple[str, ast.Value]] = []
-            if not self.accept("}"):
-                while True:
-                    key = self.expect(STRING, "a map key in single quotes")
-                    self.expect(":", "':'")
-                    entries.append((key.text, self.value()))
-                    if not self.accept(","):
-                        break
-                self.expect("}", "'}'")
-            return ast.MapValue(tuple(entries))
+        if token.kind in ("[", "<<", "{"):
+            self.enter(token)
+            value = self.container(token)
+            self.depth -= 1
+            return value
         if token.kind == "`":
             raise ValidationError(f"{UNSUPPORTED}Ion literals, at {token.place}")
         raise syntax_error("expected a value", token)
+
+    def container(self, token: Token) -> ast.Value:
+        """A list, set or map literal, whose opening token is `token`."""
+        self.advance()
+        if token.kind == "[":
+            return ast.ListValue(self.values_until("]"))
+        if token.kind == "<<":
+            return ast.SetValue(self.values_until(">>"), token)
+        entries: list[tuple[str, ast.Value]] = []
+        if not self.accept("}"):
+            while True:
+                key = self.expect(STRING, "a map key in single quotes")
+                self.expect(":", "':'")
+                entries.append((key.text, self.value()))
+                if not self.accept(","):
+                    break
+            self.expect("}", "'}'")
+        return ast.MapValue(tuple(entries))
 
     def values_until(self, closer: str) -> tuple[ast.Value, ...]:
         if self.accept(closer):

@@ -346,3 +346,79 @@ def test_the_aws_cli_runs_statements(cluster: LocalCluster, music: str) -> None:
         check=True,
     )
     assert titles(json.loads(done.stdout)["Items"])[0] == "Happy Day"
+
+
+def test_an_index_is_read_by_its_key_and_writes_refuse_what_they_cannot_do(
+    dynamodb: Any, table_name: Callable[[], str], music: str
+) -> None:
+    name = table_name()
+    dynamodb.create_table(
+        TableName=name,
+        KeySchema=[
+            {"AttributeName": "Artist", "KeyType": "HASH"},
+            {"AttributeName": "SongTitle", "KeyType": "RANGE"},
+        ],
+        AttributeDefinitions=[
+            {"AttributeName": "Artist", "AttributeType": "S"},
+            {"AttributeName": "SongTitle", "AttributeType": "S"},
+            {"AttributeName": "Year", "AttributeType": "N"},
+        ],
+        LocalSecondaryIndexes=[
+            {
+                "IndexName": "ByYear",
+                "KeySchema": [
+                    {"AttributeName": "Artist", "KeyType": "HASH"},
+                    {"AttributeName": "Year", "KeyType": "RANGE"},
+                ],
+                "Projection": {"ProjectionType": "ALL"},
+            }
+        ],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    dynamodb.get_waiter("table_exists").wait(TableName=name)
+    for title, year in [("B", 2001), ("A", 2003), ("C", 2002)]:
+        dynamodb.execute_statement(
+            Statement=f"INSERT INTO \"{name}\" VALUE {{'Artist': 'x', 'SongTitle': ?, 'Year': ?}}",
+            Parameters=[{"S": title}, {"N": str(year)}],
+        )
+    reply = dynamodb.execute_statement(
+        Statement=f'SELECT SongTitle FROM "{name}"."ByYear" WHERE Artist = \'x\' '
+        'AND "Year" >= 2002 ORDER BY "Year" DESC'
+    )
+    assert titles(reply["Items"]) == ["A", "C"]
+    refusals = [
+        (f"DELETE FROM \"{name}\".\"ByYear\" WHERE Artist = 'x' AND SongTitle = 'A'", "index"),
+        (f"EXISTS(SELECT * FROM \"{name}\" WHERE Artist = 'x' AND SongTitle = 'A')", "EXISTS"),
+    ]
+    for statement, word in refusals:
+        _, code, text = error_of(
+            lambda statement=statement: dynamodb.execute_statement(Statement=statement)
+        )
+        assert code == "ValidationException" and word in text, text
+    _, code, text = error_of(
+        lambda: dynamodb.execute_statement(
+            Statement=f"DELETE FROM \"{name}\" WHERE Artist = 'x' AND SongTitle = 'A'",
+            NextToken="abc",
+        )
+    )
+    assert code == "ValidationException" and "NextToken" in text
+    _, code, text = error_of(
+        lambda: dynamodb.execute_transaction(
+            TransactStatements=[
+                {"Statement": f"DELETE FROM \"{name}\" WHERE Artist = 'x' AND SongTitle = 'A'"},
+                {
+                    "Statement": f'UPDATE "{name}" SET n = 1 '
+                    "WHERE Artist = 'x' AND SongTitle = 'A'"
+                },
+            ]
+        )
+    )
+    assert code == "ValidationException" and "multiple operations on one item" in text
+    _, code, text = error_of(
+        lambda: dynamodb.execute_transaction(
+            TransactStatements=[
+                {"Statement": f'SELECT * FROM "{name}"."ByYear" WHERE Artist = \'x\''},
+            ]
+        )
+    )
+    assert code == "ValidationException" and "Reads on indices" in text

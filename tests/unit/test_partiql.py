@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core import partiql
+from core import limits, partiql
 from core.errors import ValidationError
 from core.partiql import KeyNames, ReadPlan, WritePlan, ast
 from core.partiql.parser import WELL_FORMED, parse
@@ -488,3 +488,21 @@ def test_parameters_are_numbered_in_order() -> None:
     assert action.source == ast.ListValue(
         (ast.Parameter(1), ast.MapValue((("k", ast.Parameter(2)),)))
     )
+
+
+def test_nesting_is_bounded_before_recursion_could_fail() -> None:
+    depth = limits.PARTIQL_NESTING_DEPTH_MAX
+    deepest = "SELECT * FROM t WHERE " + "NOT " * (depth - 1) + "(a = 1)"
+    assert isinstance(planned(deepest, keys=HASH_ONLY), ReadPlan)
+    for text, place in [
+        ("SELECT * FROM t WHERE " + "(" * (depth + 1) + "a = 1" + ")" * (depth + 1), "1:123:1"),
+        ("SELECT * FROM t WHERE " + "NOT " * (depth + 1) + "a = 1", "1:423:3"),
+        ("INSERT INTO t VALUE " + "[" * depth + "{}" + "]" * depth, "1:121:1"),
+    ]:
+        with pytest.raises(ValidationError) as raised:
+            parse(text)
+        assert raised.value.message == (
+            f"{WELL_FORMED}nested deeper than {depth} levels, at {place}"
+        )
+    list_text = "INSERT INTO t VALUE {'id': 1, 'l': " + "[" * (depth - 1) + "]" * (depth - 1) + "}"
+    assert isinstance(planned(list_text, keys=HASH_ONLY), WritePlan)
