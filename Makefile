@@ -1,4 +1,5 @@
-# One command each: make install | proto | shapes | operations | lint | typecheck | test | bench | up
+# One command each: make install | proto | shapes | operations | lint | typecheck | test | test-fast
+# | bench | up
 PY ?= python3
 
 install:
@@ -23,10 +24,14 @@ typecheck:
 test:
 	$(PY) -m pytest -q
 
+# A first check in under three minutes: the pure cores and the simulated clusters, no processes.
+test-fast:
+	$(PY) -m pytest -q tests/unit tests/sim
+
 bench:
 	$(PY) bench/expressions.py
 
 up:
 	dynalab up
 
-.PHONY: install proto shapes operations lint typecheck test bench up
+.PHONY: install proto shapes operations lint typecheck test test-fast bench up

@@ -1,14 +1,18 @@
-"""The README's code blocks run as written, against a `dynalab up` started as the README says.
+"""The code blocks of README.md and docs/guide/ run as written, against one `dynalab up`.
 
-Every fenced `python` and `bash` block of README.md runs, in the order they appear, in a scratch
-directory where `dynalab up` runs (so `./dynalab-data` is its data directory), the python blocks
-in one namespace as a reader would paste them into one session. Two things differ from a
-reader's terminal, both mechanical: the router listens on a free port rather than 8000
-(the blocks' `127.0.0.1:8000` is rewritten to it, and `dynalab status` and `dynalab bench`, whose
-endpoint defaults to that address, are given this one), and `dynalab` runs this checkout's code
-(`python -m dynalab`, like every other test here). The bash lines that `SKIPPED` names do not run
-here, each for the reason given beside it; any other line does, so a new example cannot be left
-out by accident. Every block must succeed (a bash block exit 0 within BLOCK_TIMEOUT_S).
+Every fenced `python` and `bash` block of README.md, then of each guide page in GUIDE_PAGES'
+order, runs in the order it appears, in a scratch directory where `dynalab up` runs (so
+`./dynalab-data` is its data directory). Each document's python blocks share one namespace, as a
+reader would paste one page into one session; each page makes its own client and its own tables
+(no two documents create a table of the same name), so a page reads on its own. Three things
+differ from a reader's terminal, all mechanical: the router listens on a free port rather than
+8000 (the blocks' `127.0.0.1:8000` is rewritten to it, and `dynalab status` and `dynalab bench`,
+whose endpoint defaults to that address, are given this one), `dynalab` runs this checkout's code
+(`python -m dynalab`, like every other test here), and no `DYNALAB_` setting of the test run
+reaches the cluster or the blocks (the docs describe the defaults). The bash lines that `SKIPPED`
+names do not run here, each for the reason given beside it; any other line does, so a new example
+cannot be left out by accident. Every block must succeed (a bash block exit 0 within
+BLOCK_TIMEOUT_S).
 """
 
 from __future__ import annotations
@@ -29,6 +33,23 @@ import pytest
 from dynalab.cluster import PROJECT_ROOT, answers_http, free_ports
 
 README = PROJECT_ROOT / "README.md"
+GUIDE = PROJECT_ROOT / "docs" / "guide"
+# The guide's pages, in the order their blocks run after the README's: watching.md kills and
+# pauses nodes (and starts them again), so it goes last, after the pages that only read and write.
+GUIDE_PAGES = (
+    "cluster.md",
+    "tables-and-items.md",
+    "gsi.md",
+    "lsi.md",
+    "ttl.md",
+    "streams.md",
+    "transactions.md",
+    "splits-and-moves.md",
+    "throughput.md",
+    "lab.md",
+    "differences.md",
+    "watching.md",
+)
 BLOCK_TIMEOUT_S = 300.0
 UP_TIMEOUT_S = 90.0
 EXIT_TIMEOUT_S = 60.0
@@ -40,22 +61,29 @@ SKIPPED = {
     "docker": "containers: tests/deploy/test_compose_cluster.py runs these",
     "dynalab lab run": "a fault experiment with its own cluster: tests/integration/test_lab.py",
     "dynalab lab replay": "replays a `dynalab lab run`: tests/integration/test_lab.py",
+    "python -m tests.sim.lab": "the lab's scenarios in simulation: tests/sim/test_lab_sim.py",
 }
 
 
 @dataclass
 class Block:
+    document: str  # The file the block is in, relative to the checkout, for messages.
     language: str
-    line: int  # Where the block starts in README.md, for messages.
+    line: int  # Where the block starts in its document.
     code: str
 
 
-def readme_blocks() -> list[Block]:
-    text = README.read_text()
+def documents() -> list[Path]:
+    return [README, *(GUIDE / name for name in GUIDE_PAGES)]
+
+
+def code_blocks(path: Path) -> list[Block]:
+    text = path.read_text()
+    name = str(path.relative_to(PROJECT_ROOT))
     blocks = []
     for match in re.finditer(r"^```(\w+)\n(.*?)^```", text, re.MULTILINE | re.DOTALL):
         line = text.count("\n", 0, match.start()) + 1
-        blocks.append(Block(match.group(1), line, match.group(2)))
+        blocks.append(Block(name, match.group(1), line, match.group(2)))
     return blocks
 
 
@@ -115,6 +143,9 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, in
         "AWS_PROFILE",
     ):
         environment.pop(variable, None)  # What the README says to export is all there is.
+    for variable in [name for name in environment if name.startswith("DYNALAB_")]:
+        # The docs describe the defaults (throughput enforced, say), not a test run's settings.
+        del environment[variable]
     output = directory / "up.out"
     with output.open("wb") as sink:
         up = subprocess.Popen(
@@ -141,17 +172,19 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, in
             up.wait(EXIT_TIMEOUT_S)
 
 
-# Runs the blocks in order in one interpreter, as a reader pasting them into one session would:
-# python blocks share one namespace (a later one uses the client an earlier one made), and bash
-# blocks run in between, each with its own deadline.
+# Runs the blocks in order in one interpreter, as a reader pasting each page into one session
+# would: a document's python blocks share one namespace (a later one uses the client an earlier
+# one made), and bash blocks run in between, each with its own deadline.
 DRIVER = """
 import json, subprocess, sys
 blocks = json.load(open(sys.argv[1]))
-namespace = {"__name__": "__main__"}
+namespaces = {}
 for block in blocks:
-    print(f"=== README.md line {block['line']} ({block['language']})", flush=True)
+    where = f"{block['document']}:{block['line']}"
+    print(f"=== {where} ({block['language']})", flush=True)
     if block["language"] == "python":
-        exec(compile(block["code"], f"README.md:{block['line']}", "exec"), namespace)
+        namespace = namespaces.setdefault(block["document"], {"__name__": "__main__"})
+        exec(compile(block["code"], where, "exec"), namespace)
     else:
         subprocess.run(["bash", "-e", "-c", block["code"]], check=True, timeout=float(sys.argv[2]))
     sys.stdout.flush()
@@ -160,7 +193,7 @@ for block in blocks:
 
 def test_every_code_block_runs_as_written(workdir: tuple[Path, int, dict[str, str]]) -> None:
     directory, port, environment = workdir
-    blocks = readme_blocks()
+    blocks = [block for path in documents() for block in code_blocks(path)]
     assert {block.language for block in blocks} <= {"python", "bash"}, "a block nobody runs"
     runs = []
     for block in blocks:
@@ -170,8 +203,15 @@ def test_every_code_block_runs_as_written(workdir: tuple[Path, int, dict[str, st
             code = "".join(f"{command}\n" for command in commands if command)
             if not code:
                 continue
-        runs.append({"language": block.language, "line": block.line, "code": code})
-    assert len(runs) >= 8, f"only {len(runs)} blocks to run"
+        runs.append(
+            {
+                "document": block.document,
+                "language": block.language,
+                "line": block.line,
+                "code": code,
+            }
+        )
+    assert len(runs) >= 20, f"only {len(runs)} blocks to run"
     plan = directory / "blocks.json"
     plan.write_text(json.dumps(runs))
     run = subprocess.run(
@@ -183,12 +223,21 @@ def test_every_code_block_runs_as_written(workdir: tuple[Path, int, dict[str, st
         timeout=BLOCK_TIMEOUT_S * len(runs),
     )
     assert run.returncode == 0, f"--- stdout\n{run.stdout}\n--- stderr\n{run.stderr}"
-    assert run.stdout.count("=== README.md line") == len(runs)
+    assert len(re.findall(r"^=== ", run.stdout, re.MULTILINE)) == len(runs)
+
+
+def test_every_guide_page_runs_and_is_linked_from_the_readme() -> None:
+    """A new page cannot be left out of the run, nor be more than a click away from the README."""
+    assert sorted(GUIDE_PAGES) == sorted(path.name for path in GUIDE.glob("*.md"))
+    readme = README.read_text()
+    for name in GUIDE_PAGES:
+        assert f"](docs/guide/{name})" in readme, f"README.md does not link docs/guide/{name}"
 
 
 def test_the_skipped_commands_are_the_ones_named() -> None:
     assert runnable("pip install '.[client]' && dynalab up") == ""
     assert runnable("pip install '.[lab]'") == ""
+    assert runnable("python -m tests.sim.lab mixed-chaos --seeds 1-20") == ""
     assert runnable("dynalab lab list") == "dynalab lab list"
     assert runnable("aws dynamodb list-tables") == "aws dynamodb list-tables"
     assert bash_commands("a \\\n  b\n# note\nc  # trailing\n") == ["a \\\n  b\n", "c  # trailing\n"]
