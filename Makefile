@@ -24,9 +24,10 @@ typecheck:
 test:
 	$(PY) -m pytest -q
 
-# A first check in under three minutes: the pure cores and the simulated clusters, no processes.
+# A first check in under three minutes: the pure cores and the simulated clusters, no processes,
+# without the few tests marked slow (fuzzing, the longest simulations), which `make test` runs.
 test-fast:
-	$(PY) -m pytest -q tests/unit tests/sim
+	$(PY) -m pytest -q -m "not slow" tests/unit tests/sim
 
 bench:
 	$(PY) bench/expressions.py

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -100,6 +101,7 @@ def _restyle(text: str, seed: int) -> str:
     return chooser.choice(["  ", " ", "\t", "\n "]).join(out)
 
 
+@pytest.mark.slow  # 200 deep trees: the full suite runs it, `make test-fast` leaves it out.
 @settings(max_examples=200, deadline=None)
 @given(conditions)
 def test_condition_render_parse_round_trip(tree: ast.Condition) -> None:
@@ -119,6 +121,7 @@ def test_parse_render_parse_is_stable_for_restyled_text(tree: ast.Condition, see
     assert parse_condition(ast.render_condition(first)).tree == first
 
 
+@pytest.mark.slow  # As above, for updates.
 @settings(max_examples=100, deadline=None)
 @given(updates)
 def test_update_render_parse_round_trip(tree: ast.UpdateExpression) -> None:

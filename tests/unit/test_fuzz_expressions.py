@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -26,6 +27,8 @@ RUNTIME_ERRORS = {
     "An operand in the update expression has an incorrect data type",
     "The provided expression refers to an attribute that does not exist in the item",
 }
+# Thousands of examples in all: the full suite runs them, `make test-fast` leaves them out.
+pytestmark = pytest.mark.slow
 FUZZ = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 # Random JSON, as a request body can hold anything where a map or a value is expected.

@@ -434,6 +434,7 @@ async def test_bug_is_a_logged_500(
     assert b"a bug" not in body
 
 
+@pytest.mark.slow  # Builds and sends a 16 MB body: `make test-fast` leaves it out.
 async def test_oversized_request() -> None:
     # The connection guard answers it, as in a router process: wrapped around the application by
     # the listening site, it refuses the body before reading it.
