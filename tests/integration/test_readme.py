@@ -44,6 +44,7 @@ GUIDE_PAGES = (
     "ttl.md",
     "streams.md",
     "transactions.md",
+    "partiql.md",
     "splits-and-moves.md",
     "throughput.md",
     "lab.md",
