@@ -422,3 +422,31 @@ def test_an_index_is_read_by_its_key_and_writes_refuse_what_they_cannot_do(
         )
     )
     assert code == "ValidationException" and "Reads on indices" in text
+
+
+def test_a_batch_naming_one_item_twice_is_refused_and_tokens_bind_their_statement(
+    dynamodb: Any, music: str
+) -> None:
+    get = f"SELECT * FROM {music} WHERE Artist = 'Acme Band' AND SongTitle = 'Happy Day'"
+    _, code, text = error_of(
+        lambda: dynamodb.batch_execute_statement(
+            Statements=[{"Statement": get}, {"Statement": get}]
+        )
+    )
+    assert (code, text) == ("ValidationException", "Provided list of item keys contains duplicates")
+    statement = f"SELECT * FROM {music} WHERE Artist = ?"
+    page = dynamodb.execute_statement(Statement=statement, Parameters=[{"S": "Acme Band"}], Limit=1)
+    token = page["NextToken"]
+    assert page["LastEvaluatedKey"]["SongTitle"] == {"S": "Happy Day"}
+    following = dynamodb.execute_statement(
+        Statement=statement, Parameters=[{"S": "Acme Band"}], Limit=1, NextToken=token
+    )
+    assert titles(following["Items"]) == ["PartiQL Rocks"]
+    for other in ([{"S": "No One You Know"}], None):
+        request: dict[str, Any] = {"Statement": statement, "NextToken": token}
+        if other is None:
+            request["Statement"] = f"SELECT * FROM {music}"
+        else:
+            request["Parameters"] = other
+        _, code, _ = error_of(lambda request=request: dynamodb.execute_statement(**request))
+        assert code == "ValidationException"
