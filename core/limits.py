@@ -269,6 +269,10 @@ STALE_EPOCH_BACKOFF_SECONDS_MIN = 0.01
 # retried after a random pause up to the backoff, so racing routers do not collide in lockstep.
 CATALOG_CAS_ATTEMPTS_MAX = 20
 CATALOG_CAS_BACKOFF_SECONDS_MAX = 0.05
+# No further compare-and-set attempt of one catalog change starts this long after the first
+# (dynalab's choice): contention costs milliseconds, so this only cuts off a catalog node that
+# answers each call just before its deadline; the caller gets ServiceUnavailable and retries.
+CATALOG_CHANGE_SECONDS_MAX = 60.0
 # Locating the catalog: rounds of reading every node's bootstrap record (and writing it where it
 # is missing) before giving up as unavailable; a round that finds nodes disagreeing (two routers
 # bootstrapping at once, one still correcting its own first writes) waits up to the backoff.
@@ -382,9 +386,13 @@ TABLE_CREATION_SECONDS_MAX = 600.0
 assert BATCH_WRITE_BYTES_MAX <= HTTP_REQUEST_BYTES_MAX
 # One maximal request always fits in the router's in-flight bound.
 assert HTTP_REQUEST_BYTES_MAX <= ROUTER_BODY_BYTES_IN_FLIGHT_MAX
-# Creation is bounded by one round of create_partition calls and one catalog change after it.
+# Creation is bounded by one round of create_partition calls and one catalog change after it (a
+# change's last attempt may start just before its deadline: a read, a write and a read-back).
 assert TABLE_CREATION_SECONDS_MAX > CONTROL_CALL_SECONDS_MAX + CATALOG_CAS_ATTEMPTS_MAX * (
     2 * CONTROL_CALL_SECONDS_MAX + CATALOG_CAS_BACKOFF_SECONDS_MAX
+)
+assert TABLE_CREATION_SECONDS_MAX > (
+    CONTROL_CALL_SECONDS_MAX + CATALOG_CHANGE_SECONDS_MAX + 3 * NODE_CALL_SECONDS_MAX
 )
 assert PROVISIONED_UNITS_PER_TABLE_MAX <= PROVISIONED_UNITS_PER_ACCOUNT_MAX
 assert PROVISIONED_UNITS_PER_TABLE_MAX <= PROVISIONED_UNITS_VALUE_MAX
@@ -461,3 +469,10 @@ TRANSACT_GET_LOG_RECORDS_MAX = 10_000
 assert TRANSACTION_RESOLVE_SECONDS > TRANSACTION_PREPARE_SECONDS + RPC_DEADLINE_GRACE_SECONDS
 assert TRANSACTION_PREPARE_SECONDS <= NODE_CALL_SECONDS_MAX
 assert TRANSACTION_RESOLVE_INTERVAL_SECONDS < TRANSACTION_RESOLVE_SECONDS
+
+# Retry policies (`core.retry`; dynalab's own bounds). No loop retries more often than this, and
+# no pause between two attempts is longer: a longer wait is a poll, not a retry.
+RETRY_ATTEMPTS_MAX = 100
+RETRY_PAUSE_SECONDS_MAX = 10.0
+assert CATALOG_CAS_ATTEMPTS_MAX <= RETRY_ATTEMPTS_MAX
+assert CATALOG_LOCATE_ATTEMPTS_MAX <= RETRY_ATTEMPTS_MAX
