@@ -1,6 +1,6 @@
 """The replicator: one follower per base partition of every table with global indexes.
 
-Every `GSI_CATALOG_POLL_SECONDS` the replicator reads the catalog (`catalog.py`), works out the
+Every `GSI_CATALOG_POLL_SECONDS` the replicator reads the catalog (`catalog_client`), works out the
 partitions `core.gsi.followable` allows (the serving partitions, and the retired parents of a split
 until their logs are drained to END: their children wait until then), and claims, renews or
 releases its leases on them (`core.gsi_leases`, `leases.py`): several replicators share the
@@ -41,6 +41,7 @@ import contextlib
 import functools
 import logging
 import os
+import random
 import socket
 import time
 import uuid
@@ -66,8 +67,8 @@ from core.errors import (
     ThroughputExceeded,
 )
 from core.gsi_leases import Lease
-from gsi_replicator import catalog, leases
-from rpc import ops
+from gsi_replicator import leases
+from rpc import catalog_client, ops
 from rpc.changefeed import Change, ChangeFeedClient
 from rpc.client import NodeClient
 from rpc.transport import NodeTransport
@@ -278,11 +279,15 @@ class Replicator:
         backfill_page_bytes: int = limits.GSI_BACKFILL_PAGE_BYTES,
         lease_gc_grace_seconds: float = limits.GSI_LEASE_GC_GRACE_SECONDS,
         monotonic: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
+        new_id: Callable[[], str] = lambda: uuid.uuid4().hex,
     ) -> None:
+        """`rng` draws the pauses of catalog changes and `new_id` makes the owner's suffix
+        (default: fresh entropy; a simulation passes seeded ones)."""
         if not nodes:
             raise ValueError("the replicator needs at least one storage node")
         # Unique per process run: a restarted replicator is a new owner, never its old self.
-        self.owner = owner or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.owner = owner or f"{socket.gethostname()}-{os.getpid()}-{new_id()[:8]}"
         self.lease_seconds = lease_seconds
         self.lease_gc_grace_seconds = lease_gc_grace_seconds
         self.monotonic = monotonic
@@ -299,7 +304,13 @@ class Replicator:
         self.followers: dict[FollowerKey, asyncio.Task[None]] = {}
         # (Table id, consumer) -> partitions read to their END under that consumer.
         self.drained: dict[tuple[str, str], set[str]] = {}
-        self.location: catalog.CatalogLocation | None = None
+        self.location: CatalogLocation | None = None
+        self.catalog = catalog_client.CatalogClient(
+            self._located,
+            self._catalog_transport,
+            rng=random.Random() if rng is None else rng,
+            clock=monotonic,
+        )
         self.stats = ReplicatorStats()
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -337,9 +348,8 @@ class Replicator:
     async def poll(self) -> None:
         """Read the catalog once and start or stop followers to match it."""
         try:
-            location = await catalog.locate(self.clients)
-            tables = {} if location is None else await catalog.read_tables(self.clients, location)
-            self.location = location
+            self.location = await catalog_client.locate(self.clients)
+            tables = {} if self.location is None else await self.catalog.scan()
         except DynamoError as error:
             self.stats.catalog_failures += 1
             log.warning("could not read the catalog: %s", error)
@@ -348,9 +358,9 @@ class Replicator:
         self.tables = {
             table.id: table for table in tables.values() if table.serving and global_indexes(table)
         }
-        if location is not None:
+        if self.location is not None:
             try:
-                await self.claim_leases(location, _followed(tables.values()))
+                await self.claim_leases(self.location, _followed(tables.values()))
             except DynamoError as error:
                 log.warning("could not read or change the leases: %s", error)
         self.reconcile()
@@ -688,11 +698,22 @@ class Replicator:
         stats.backfill_done = True
         log.info("partition %s copied into index %s", partition.id, index.name)
 
-    async def _change_table(self, name: str, change: Callable[[TableDef], TableDef]) -> None:
-        location = self.location
-        if location is None:
+    async def _located(self) -> CatalogLocation:
+        if self.location is None:
             raise ServiceUnavailable("The catalog's location is not known yet")
-        changed = await catalog.change_table(self.clients, location, name, change)
+        return self.location
+
+    def _catalog_transport(self, location: CatalogLocation) -> NodeTransport:
+        client = self.clients.get(location.node)
+        if client is None:
+            raise ServiceUnavailable(f"The catalog's node {location.node} is not known here")
+        return client
+
+    async def _change_table(self, name: str, change: Callable[[TableDef], TableDef]) -> None:
+        """`change` applied to table `name`'s record, if the table is still there."""
+        changed = await self.catalog.change_table(
+            name, lambda current: current if current is None else change(current)
+        )
         if changed is not None and changed.id in self.tables:
             self.tables[changed.id] = changed
 
@@ -808,10 +829,9 @@ class Replicator:
 
     async def _reread(self, table: TableDef) -> None:
         """Take table `table`'s newest catalog row (its index partitions after a split)."""
-        location = self.location
-        if location is None:
+        if self.location is None:
             return
-        current = await catalog.read_table(self.clients, location, table.name)
+        current = await self.catalog.read_table(table.name)
         if current is not None and current.id == table.id and current.version > table.version:
             self.tables[table.id] = current
 

@@ -6,10 +6,12 @@ means (`table`), where a key or a partition lives and how to call it (`call_key`
 
 The catalog is the system table `__dynalab_catalog` (`core.catalog`): one item per table, keyed
 by the table's name, holding its `TableDef` and the row's `version`, in one partition on one
-storage node. It is read and written with the ordinary data-plane operations: `scan` (page after
-page) to read it all, `get` to read one table, and `put`/`delete` conditional on the row's
-version to change one, so routers (and later a splitting node or the GSI replicator) changing
-different tables never contend. Where that partition lives is not inferred from this router's
+storage node. It is read and written by the one catalog client every process uses
+(`rpc.catalog_client.CatalogClient`, `catalog_client` here) with the ordinary data-plane
+operations: `scan` to read it all, `get` to read one table, and `put`/`delete` conditional on the
+row's version to change one, so routers, splitting nodes and the GSI replicator changing different
+tables never contend; every row it reads or writes goes into this router's cache (`_observe`).
+Where that partition lives is not inferred from this router's
 `--nodes` list, which another router (or this one, restarted with one more node) may see
 differently: it is recorded in a bootstrap record that every node holds (`locate_catalog`).
 
@@ -40,14 +42,7 @@ from typing import Any
 
 from core import catalog, limits
 from core.catalog import CatalogDisagreement, CatalogLocation, TableDef
-from core.catalog_copy import (
-    CATALOG_COPY_PARTITION_ID,
-    CatalogCopy,
-    catalog_row,
-    merged,
-    newest,
-    record_of_row,
-)
+from core.catalog_copy import CATALOG_COPY_PARTITION_ID, CatalogCopy, merged, newest
 from core.errors import (
     ConditionalCheckFailed,
     DynamoError,
@@ -65,6 +60,15 @@ from router.metrics import RouterMetrics
 from router.sources import Sources
 from rpc import ops
 from rpc.background import BackgroundTask
+from rpc.catalog_client import (
+    CATALOG_SCAN_PAGES_MAX,
+    CATALOG_UNAVAILABLE,
+    SYSTEM_EPOCH,
+    CatalogClient,
+    TableChange,
+    bootstrap_record,
+    system_target,
+)
 from rpc.changefeed import ChangeFeedClient
 from rpc.client import NodeClient
 from rpc.transport import NodeTransport
@@ -74,9 +78,6 @@ log = logging.getLogger("router.context")
 Table = dict[str, Any]
 Partition = Mapping[str, Any]
 Catalog = dict[str, Table]
-# A change of one table's record: given the current record (None: no such table), the new one,
-# None to remove the table, or the current record itself for no change. It may raise to refuse.
-TableChange = Callable[[TableDef | None], TableDef | None]
 
 # Item operations on a table that does not exist, or is not ready for them (still being created or
 # already being deleted), fail with this message and no table name, as DynamoDB's data plane does.
@@ -84,20 +85,11 @@ TABLE_NOT_FOUND = "Requested resource not found"
 # Statuses in which a table serves reads and writes (an UPDATING table still does in DynamoDB).
 SERVING_STATUSES = catalog.SERVING_STATUSES
 
-# A scan of the catalog reads at most this many pages: every page holds at least one table.
-CATALOG_SCAN_PAGES_MAX = limits.TABLES_PER_REGION_MAX + 1
-_SYSTEM_EPOCH = 1  # The system partitions never split or move yet.
-# What a request that needs the catalog (a table operation, or a table this router has not seen)
-# is answered while the catalog's node is down: 503, which SDKs retry.
-CATALOG_UNAVAILABLE = (
-    "The table catalog is unavailable (its storage node {node} does not answer); "
-    "item operations on known tables go on, table operations can be retried later"
-)
 _NAME = {"#n": "name"}
 
 
 def _system_partition(partition_id: str, node: str) -> dict[str, Any]:
-    return {"id": partition_id, "start": "", "end": None, "epoch": _SYSTEM_EPOCH, "node": node}
+    return {"id": partition_id, "start": "", "end": None, "epoch": SYSTEM_EPOCH, "node": node}
 
 
 class RouterContext:
@@ -157,6 +149,15 @@ class RouterContext:
         self._node_copy_seq = -1
         self._node_copies_read_at: float | None = None
         self.metrics = RouterMetrics()
+        # The one catalog client (`rpc.catalog_client`): every row it reads or writes is
+        # installed in the cache at once (`_observe`).
+        self.catalog_client = CatalogClient(
+            self.locate_catalog,
+            lambda location: self._client(location.node),
+            rng=self.sources.rng,
+            clock=self.sources.clock,
+            observe=self._observe,
+        )
 
     @property
     def catalog_node(self) -> str | None:
@@ -367,16 +368,7 @@ class RouterContext:
         return found, unreachable
 
     async def _get_bootstrap(self, node: str) -> CatalogLocation | None:
-        payload = ops.GetPayload({"name": {"S": catalog.BOOTSTRAP_RECORD_NAME}})
-        target = _system_target(catalog.BOOTSTRAP_TABLE_ID, catalog.BOOTSTRAP_PARTITION_ID, True)
-        try:
-            reply = await self._client(node).call(
-                ops.GET, target, payload.to_json(), limits.NODE_CALL_SECONDS_MAX
-            )
-        except StaleEpoch:
-            return None  # The node has no bootstrap partition yet: it never held a record.
-        item = reply["item"]
-        return None if item is None else CatalogLocation.from_item(item)
+        return await bootstrap_record(self._client(node))
 
     async def _put_bootstrap(
         self, node: str, location: CatalogLocation, expected: CatalogLocation | None
@@ -415,7 +407,7 @@ class RouterContext:
                     },
                     return_on_failure=True,
                 )
-            target = _system_target(catalog.BOOTSTRAP_TABLE_ID, catalog.BOOTSTRAP_PARTITION_ID)
+            target = system_target(catalog.BOOTSTRAP_TABLE_ID, catalog.BOOTSTRAP_PARTITION_ID)
             await self._client(node).call(
                 ops.PUT, target, payload.to_json(), limits.NODE_CALL_SECONDS_MAX
             )
@@ -455,21 +447,9 @@ class RouterContext:
             raise
 
     async def _scan_and_install(self) -> None:
-        location = await self.locate_catalog()
+        await self.locate_catalog()
         started = self._observations
-        records: dict[str, TableDef] = {}
-        payload = ops.ScanPayload(page_bytes=limits.QUERY_PAGE_BYTES_MAX)
-        target = _system_target(catalog.CATALOG_TABLE_ID, location.partition, True)
-        for _ in range(CATALOG_SCAN_PAGES_MAX):
-            reply = await self._catalog_call(location, ops.SCAN, target, payload.to_json())
-            for item in reply["items"]:
-                record = record_of_row(item)
-                records[record.name] = record
-            if reply["last_key"] is None:
-                self._install_scan(records, started)
-                return
-            payload.exclusive_start = reply["last_key"]
-        raise ServiceUnavailable("The table catalog did not end within its page bound")
+        self._install_scan(await self.catalog_client.scan(), started)
 
     async def _take_node_copy(self) -> None:
         """Install the newest of the nodes' copies of the catalog, merged under the cache
@@ -512,7 +492,7 @@ class RouterContext:
 
     async def _read_node_copy(self, node: str) -> CatalogCopy | None:
         """The copy of the catalog `node` keeps (None: it has none)."""
-        target = _system_target(catalog.CATALOG_COPY_TABLE_ID, CATALOG_COPY_PARTITION_ID, True)
+        target = system_target(catalog.CATALOG_COPY_TABLE_ID, CATALOG_COPY_PARTITION_ID, True)
         payload = ops.ScanPayload(page_bytes=limits.QUERY_PAGE_BYTES_MAX)
         items: list[dict[str, Any]] = []
         for _ in range(CATALOG_SCAN_PAGES_MAX):
@@ -550,7 +530,11 @@ class RouterContext:
         self._install(records)
 
     def _observe(self, name: str, record: TableDef | None) -> None:
-        """Install one row this router has just read or written (None: there is none)."""
+        """Install one row this router has just read or written (None: there is none); a record
+        equal to the cached one keeps the cached object, so its partition map stays cached."""
+        cached = self.records.get(name)
+        if record is not None and cached is not None and cached == record:
+            record = cached
         self._observations += 1
         self._observed[name] = self._observations
         records = dict(self.records)
@@ -574,85 +558,13 @@ class RouterContext:
 
     async def read_table(self, name: str) -> TableDef | None:
         """Read table `name`'s record from the catalog (None: no such table) and cache it."""
-        location = await self.locate_catalog()
-        target = _system_target(catalog.CATALOG_TABLE_ID, location.partition, True)
-        payload = ops.GetPayload({"name": {"S": name}})
-        reply = await self._catalog_call(location, ops.GET, target, payload.to_json())
-        item = reply["item"]
-        record = None if item is None else record_of_row(item)
-        cached = self.records.get(name)
-        if record is not None and cached is not None and cached == record:
-            record = cached
-        self._observe(name, record)
-        return record
+        return await self.catalog_client.read_table(name)
 
     async def change_table(self, name: str, change: TableChange) -> TableDef | None:
-        """Apply `change` to table `name`'s newest record by compare-and-set; return the record
-        after it (None: the table is not in the catalog).
-
-        The row is written conditionally on the version read (created only if absent), so a
-        change made by another router or a node in between makes the write fail; the change is
-        then computed again on the newer record, a bounded number of times, after a random pause
-        so racing routers do not collide in lockstep.
-        """
-        location = await self.locate_catalog()
-        for _ in range(limits.CATALOG_CAS_ATTEMPTS_MAX):
-            current = await self.read_table(name)
-            changed = change(current)
-            if changed is current:
-                return current
-            if changed is not None:
-                assert changed.name == name, f"a change of table {name} renamed it {changed.name}"
-                changed = catalog.versioned(changed, 1 if current is None else current.version + 1)
-            try:
-                await self._write_row(location, name, current, changed)
-            except ConditionalCheckFailed:
-                pause = self.sources.rng.uniform(0, limits.CATALOG_CAS_BACKOFF_SECONDS_MAX)
-                await asyncio.sleep(pause)
-                continue
-            except OutcomeUnknown:
-                # Past the write's deadline the node will not apply it any more, so the row says
-                # whether it was: the written record (its version, ids and times) is found, or
-                # the change is computed again on what is there.
-                if await self.read_table(name) != changed:
-                    continue
-            self._observe(name, changed)
-            return changed
-        raise ServiceUnavailable("The table catalog is changing too often; try again later")
-
-    async def _write_row(
-        self,
-        location: CatalogLocation,
-        name: str,
-        current: TableDef | None,
-        changed: TableDef | None,
-    ) -> None:
-        """Write `changed` (None: delete) as table `name`'s row if it is still at `current`'s
-        version."""
-        target = _system_target(catalog.CATALOG_TABLE_ID, location.partition)
-        # Created only if absent, else replaced or removed only at the version read.
-        condition, names, values = (
-            ("attribute_not_exists(#n)", _NAME, None)
-            if current is None
-            else ("#v = :v", {"#v": "version"}, {":v": {"N": str(current.version)}})
-        )
-        if changed is None:
-            delete = ops.DeletePayload({"name": {"S": name}}, condition, names, values)
-            await self._catalog_call(location, ops.DELETE, target, delete.to_json())
-            return
-        put = ops.PutPayload(catalog_row(changed), None, condition, names, values)
-        await self._catalog_call(location, ops.PUT, target, put.to_json())
-
-    async def _catalog_call(
-        self, location: CatalogLocation, op: str, target: ops.Target, body: dict[str, Any]
-    ) -> dict[str, Any]:
-        """One call to the catalog's partition; its node not answering is `CATALOG_UNAVAILABLE`."""
-        try:
-            return await self._client(location.node).call(
-                op, target, body, limits.NODE_CALL_SECONDS_MAX
-            )
-        except ServiceUnavailable as error:
-            raise ServiceUnavailable(CATALOG_UNAVAILABLE.format(node=location.node)) from error
+        """Apply `change` to table `name`'s newest record by compare-and-set
+        (`rpc.catalog_client.CatalogClient.change_table`); return the record after it (None: the
+        table is not in the catalog). Every row read or written meanwhile is cached."""
+        return await self.catalog_client.change_table(name, change)
 
     async def table(self, name: str) -> Table:
         """The descriptor of table `name` if it serves reads and writes; else ResourceNotFound.
@@ -857,11 +769,6 @@ def global_index_view(
         "key_schema": entry_key_schema,
         "partitions": document["partitions"],
     }
-
-
-def _system_target(table_id: str, partition_id: str, consistent: bool = False) -> ops.Target:
-    """The envelope of a request to a system table's one partition (at its fixed epoch)."""
-    return ops.Target(table_id, partition_id, _SYSTEM_EPOCH, consistent)
 
 
 _STALE_GIVE_UP = (

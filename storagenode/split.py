@@ -45,9 +45,10 @@ import asyncio
 import dataclasses
 import logging
 import os
+import random
 import signal
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import orjson
@@ -55,15 +56,14 @@ import orjson
 from core import catalog, heat, limits, splits
 from core.catalog import CatalogLocation, PartitionDef, TableDef
 from core.errors import (
-    ConditionalCheckFailed,
     DynamoError,
-    OutcomeUnknown,
     ServiceUnavailable,
     StaleEpoch,
 )
 from core.keycodec import HASH_BYTES, decode_key_value, successor
 from rpc import ops
 from rpc.background import BackgroundTask
+from rpc.catalog_client import CatalogClient
 from rpc.transport import NodeTransport, Transports
 from storagenode import changefeed, environment
 from storagenode.layout import Family, item_size_of, seq_bytes
@@ -508,10 +508,12 @@ class Splitter:
         check_seconds: float = limits.SPLIT_CHECK_SECONDS,
         split_for_heat: bool | None = None,
         clock: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
     ) -> None:
         """`submit` queues an internal write on the node's group commit; `connect` makes a
         transport to a node from its address (the catalog's); `offload` runs a store walk off
-        the event loop (a simulation runs it in place)."""
+        the event loop (a simulation runs it in place); `rng` draws the pauses of catalog
+        changes (default: fresh entropy; a simulation passes a seeded one)."""
         self.node = node
         self.submit = submit
         self.split_bytes = split_bytes_from_env() if split_bytes is None else split_bytes
@@ -523,6 +525,13 @@ class Splitter:
         self.clock = clock
         self._heat: dict[tuple[PartitionRef, str], heat.HeatWindow] = {}
         self._peers = Transports(connect)
+        # The one catalog client, finding the catalog through this node's own bootstrap record.
+        self.catalog = CatalogClient(
+            self._locate,
+            lambda location: self.client(location.address),
+            rng=random.Random() if rng is None else rng,
+            clock=clock,
+        )
         self._lock = asyncio.Lock()
         self._task = BackgroundTask("splitter", self._run)
         self._refused: set[tuple[str, str, int]] = set()  # Size splits that found no key.
@@ -773,7 +782,7 @@ class Splitter:
 
     # The catalog, as this node reaches it -------------------------------------------------------
 
-    def _location(self) -> CatalogLocation:
+    async def _locate(self) -> CatalogLocation:
         """Where the catalog is, from this node's own bootstrap record."""
         target = ops.Target(
             catalog.BOOTSTRAP_TABLE_ID, catalog.BOOTSTRAP_PARTITION_ID, _SYSTEM_EPOCH, True
@@ -787,65 +796,15 @@ class Splitter:
             raise ServiceUnavailable("This node holds no bootstrap record: no catalog yet")
         return CatalogLocation.from_item(item)
 
-    def _catalog(self) -> tuple[NodeTransport, ops.Target]:
-        location = self._location()
-        return self.client(location.address), ops.Target(
-            catalog.CATALOG_TABLE_ID, location.partition, _SYSTEM_EPOCH, True
-        )
-
     async def read_table(self, name: str) -> TableDef | None:
-        client, target = self._catalog()
-        payload = ops.GetPayload({"name": {"S": name}})
-        reply = await client.call(ops.GET, target, payload.to_json(), limits.NODE_CALL_SECONDS_MAX)
-        item = reply["item"]
-        return None if item is None else _from_row(item)
+        """Table `name`'s newest catalog record (None: no such table)."""
+        return await self.catalog.read_table(name)
 
     async def change_table(
         self, name: str, change: Callable[[TableDef | None], TableDef]
     ) -> TableDef:
-        """`change` applied to table `name`'s row by compare-and-set on its version, as a router
-        changes a table (`router.context.RouterContext.change_table`)."""
-        for _ in range(limits.CATALOG_CAS_ATTEMPTS_MAX):
-            current = await self.read_table(name)
-            changed = change(current)
-            if changed is current:
-                return changed
-            assert current is not None
-            changed = catalog.versioned(changed, current.version + 1)
-            client, target = self._catalog()
-            put = ops.PutPayload(
-                _catalog_row(changed),
-                None,
-                "#v = :v",
-                {"#v": "version"},
-                {":v": {"N": str(current.version)}},
-            )
-            try:
-                await client.call(
-                    ops.PUT,
-                    dataclasses.replace(target, consistent=False),
-                    put.to_json(),
-                    limits.NODE_CALL_SECONDS_MAX,
-                )
-            except ConditionalCheckFailed:
-                await asyncio.sleep(limits.CATALOG_CAS_BACKOFF_SECONDS_MAX / 2)
-                continue
-            except OutcomeUnknown:
-                # Past its deadline the catalog's node will not apply it: the row tells.
-                if await self.read_table(name) != changed:
-                    continue
-            return changed
-        raise ServiceUnavailable("The table catalog is changing too often; try again later")
-
-
-def _catalog_row(table: TableDef) -> dict[str, Any]:
-    """The catalog system table's item for a table record (as `router.context` writes it)."""
-    return {
-        "name": {"S": table.name},
-        "version": {"N": str(table.version)},
-        "table": {"S": orjson.dumps(table.to_json()).decode()},
-    }
-
-
-def _from_row(item: Mapping[str, Any]) -> TableDef:
-    return TableDef.from_json(orjson.loads(item["table"]["S"]))
+        """`change` applied to table `name`'s row by compare-and-set on its version, by the one
+        catalog client (`rpc.catalog_client`), as a router changes a table."""
+        changed = await self.catalog.change_table(name, change)
+        assert changed is not None, f"a change of table {name} removed it"
+        return changed

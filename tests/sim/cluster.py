@@ -155,7 +155,11 @@ class SimCluster:
         async def inline(work: Callable[[], T]) -> T:
             return work()
 
-        return Splitter(node, submit, self.network.connect, split_bytes=1 << 62, offload=inline)
+        # Seeded apart from the cluster's own source, so the routers' seeds stay as they were.
+        rng = random.Random(f"splitter {self.seed} {len(self.splitters)}")
+        return Splitter(
+            node, submit, self.network.connect, split_bytes=1 << 62, offload=inline, rng=rng
+        )
 
     async def close(self) -> None:
         for router in self.routers:

@@ -21,10 +21,10 @@ import pytest
 from core import catalog, gsi, limits, moves
 from core.catalog import PartitionDef, TableDef
 from core.errors import DynamoError, LeaseFenced
-from gsi_replicator import catalog as gsi_catalog
 from gsi_replicator.replicator import Replicator
 from router import queries, tables, ttl
 from router.placement import PlacementMover
+from rpc import catalog_client as gsi_catalog
 from rpc import ops
 from rpc.changefeed import ChangeFeedClient
 from rpc.local import Faults

@@ -184,9 +184,9 @@ async def test_catalog_backoff_draws_from_the_injected_random(
         pauses.append(seconds)
         await real_sleep(0)
 
-    monkeypatch.setattr(ctx, "read_table", read_table)
-    monkeypatch.setattr(ctx, "_write_row", write_row)
-    monkeypatch.setattr(asyncio, "sleep", sleep)
+    monkeypatch.setattr(ctx.catalog_client, "read_table", read_table)
+    monkeypatch.setattr(ctx.catalog_client, "_write", write_row)
+    monkeypatch.setattr(ctx.catalog_client, "sleep", sleep)
     try:
         with pytest.raises(ServiceUnavailable):
             await ctx.change_table(table.name, lambda current: table)
@@ -195,9 +195,10 @@ async def test_catalog_backoff_draws_from_the_injected_random(
         await ctx.close()
 
     reference = Sources.seeded(3, START).rng
+    # A pause between attempts, none after the last (it gives up at once).
     expected = [
         reference.uniform(0, limits.CATALOG_CAS_BACKOFF_SECONDS_MAX)
-        for _ in range(limits.CATALOG_CAS_ATTEMPTS_MAX)
+        for _ in range(limits.CATALOG_CAS_ATTEMPTS_MAX - 1)
     ]
     assert pauses == expected
     other = Sources.seeded(4, START).rng
