@@ -1,8 +1,9 @@
 """dynalab's command line: `dynalab up` runs a cluster on this machine, `dynalab node` stops and
 starts its processes (`dynalab.nodes`), `dynalab bench` loads any DynamoDB endpoint with a
 workload and prints what it measured, `dynalab status` prints the state of a running cluster
-(`dynalab.status`), `dynalab scrub` reads storage node data directories in full
-and reports damaged data, `dynalab lab` runs fault-injection experiments (`dynalab.lab`).
+(`dynalab.status`, `--json` for scripts), `dynalab scrub` reads storage node data directories in
+full and reports damaged data, `dynalab gsi violations` lists the items a global secondary index
+leaves out (`dynalab.violations`), `dynalab lab` runs fault-injection experiments (`dynalab.lab`).
 
 `dynalab up` stays in the foreground until Ctrl-C or SIGTERM and then stops every process it
 started, so an orchestrator (a terminal, systemd, a test) only ever has one process to manage.

@@ -68,10 +68,10 @@ def wait_for(cluster: LocalCluster, check: Callable[[dict[str, Any]], bool]) -> 
         time.sleep(POLL_S)
 
 
-def status(endpoint: str) -> subprocess.CompletedProcess[str]:
+def status(endpoint: str, *flags: str) -> subprocess.CompletedProcess[str]:
     """`dynalab status --endpoint endpoint`, on an 80-column terminal (issue 29)."""
     return subprocess.run(
-        [sys.executable, "-m", "dynalab", "status", "--endpoint", endpoint],
+        [sys.executable, "-m", "dynalab", "status", "--endpoint", endpoint, *flags],
         cwd=PROJECT_ROOT,
         capture_output=True,
         text=True,
@@ -358,6 +358,13 @@ def test_status_shows_the_dead_node(cluster):
     assert shown.returncode == 0, shown.stdout + shown.stderr
     assert row(shown.stdout, victim.node_id)[2] == "unreachable"
     assert "(unreachable)" in shown.stdout  # its partitions
+    # --json, for scripts: the router's snapshot itself, whatever the terminal's width.
+    scripted = status(cluster.router_url, "--json")
+    assert scripted.returncode == 0, scripted.stdout + scripted.stderr
+    document = json.loads(scripted.stdout)
+    states = {node["id"]: node["state"] for node in document["nodes"]}
+    assert states[victim.node_id] == "unreachable"
+    assert {node.node_id for node in cluster.nodes} == set(states)
 
 
 def test_status_of_a_router_that_is_not_there():

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 from rich.console import Console
 
+from dynalab import status
 from dynalab.status import render, size
 
 
@@ -340,3 +342,11 @@ def test_transactions_are_one_line_once_there_are_any():
         "transactions: 1 cancelled, 7 committed · 2 conflicts · 1 in doubt (oldest 4 s)"
         in text_of(document)
     )
+
+
+def test_json_prints_the_snapshot_as_it_came(monkeypatch):
+    document = realistic()
+    monkeypatch.setattr(status, "fetch", lambda endpoint: document)
+    console = Console(record=True, width=80, color_system=None)
+    assert status.run("http://router", console, as_json=True) == 0
+    assert json.loads(console.export_text()) == document
