@@ -278,6 +278,9 @@ CATALOG_CHANGE_SECONDS_MAX = 60.0
 # bootstrapping at once, one still correcting its own first writes) waits up to the backoff.
 CATALOG_LOCATE_ATTEMPTS_MAX = 10
 CATALOG_LOCATE_BACKOFF_SECONDS_MAX = 0.2
+# No round read again after a disagreement starts this long after the first (dynalab's choice): a
+# round calls each node, and ten rounds of calls running to their deadlines would take minutes.
+CATALOG_LOCATE_SECONDS_MAX = 60.0
 # Routers re-read the catalog this often, so tables created or deleted through another router
 # appear and disappear within about this long even without a cache miss.
 CATALOG_REFRESH_SECONDS = 1.0
@@ -462,6 +465,10 @@ TRANSACTION_SWEEP_ITEMS_MAX = 256
 # TransactGetItems reads every item, then checks that none was written or locked meanwhile: this
 # many times (waiting 10, 20, 40... ms between) before it gives up with TransactionConflict.
 TRANSACT_GET_ATTEMPTS_MAX = 5
+# A transaction's record step (decide, finish, resolve) on a node that does not answer, or a commit
+# or release of its locks on one node, is tried this many times (waiting 10, 20 ms between) before
+# the coordinator leaves it to a resolver.
+TRANSACTION_RECORD_ATTEMPTS_MAX = 3
 # A round of TransactGetItems looks through at most this many change-log records of a partition
 # for writes to its items since the last round; more count as a change (`storagenode/transactions`).
 TRANSACT_GET_LOG_RECORDS_MAX = 10_000
@@ -476,3 +483,8 @@ RETRY_ATTEMPTS_MAX = 100
 RETRY_PAUSE_SECONDS_MAX = 10.0
 assert CATALOG_CAS_ATTEMPTS_MAX <= RETRY_ATTEMPTS_MAX
 assert CATALOG_LOCATE_ATTEMPTS_MAX <= RETRY_ATTEMPTS_MAX
+assert TRANSACTION_RECORD_ATTEMPTS_MAX <= RETRY_ATTEMPTS_MAX
+assert TRANSACT_GET_ATTEMPTS_MAX <= RETRY_ATTEMPTS_MAX
+assert GSI_APPLY_ATTEMPTS_MAX <= RETRY_ATTEMPTS_MAX
+assert GSI_REROUTE_ATTEMPTS_MAX <= RETRY_ATTEMPTS_MAX
+assert GSI_RETRY_BACKOFF_SECONDS_MAX <= RETRY_PAUSE_SECONDS_MAX

@@ -86,3 +86,63 @@ CATALOG_CHANGE = RetryPolicy(
     cap_seconds=limits.CATALOG_CAS_BACKOFF_SECONDS_MAX,
     deadline_seconds=limits.CATALOG_CHANGE_SECONDS_MAX,
 )
+
+# Locating the catalog (`router.context`): a round that finds the nodes' bootstrap records
+# disagreeing (two routers bootstrapping at once) reads them again after a pause drawn up to the
+# backoff.
+CATALOG_LOCATE = RetryPolicy(
+    attempts_max=limits.CATALOG_LOCATE_ATTEMPTS_MAX,
+    base_seconds=limits.CATALOG_LOCATE_BACKOFF_SECONDS_MAX,
+    cap_seconds=limits.CATALOG_LOCATE_BACKOFF_SECONDS_MAX,
+    deadline_seconds=limits.CATALOG_LOCATE_SECONDS_MAX,
+)
+
+# A transaction's record step (decide, finish, resolve) or the commit or release of its locks on
+# one node, while the node does not answer: 10, 20 ms apart. The deadline never cuts the attempts
+# short (each is one node call); they bound it.
+TRANSACTION_RECORD = RetryPolicy(
+    attempts_max=limits.TRANSACTION_RECORD_ATTEMPTS_MAX,
+    base_seconds=limits.STALE_EPOCH_BACKOFF_SECONDS_MIN,
+    cap_seconds=limits.STALE_EPOCH_BACKOFF_SECONDS_MIN
+    * 2 ** (limits.TRANSACTION_RECORD_ATTEMPTS_MAX - 2),
+    deadline_seconds=limits.TRANSACTION_RECORD_ATTEMPTS_MAX * limits.NODE_CALL_SECONDS_MAX,
+    jitter=0.0,
+)
+
+# TransactGetItems' read rounds while an item was written or locked between two: 10, 20, 40... ms
+# apart; each round reads every partition once, within a node call's deadline.
+TRANSACT_GET = RetryPolicy(
+    attempts_max=limits.TRANSACT_GET_ATTEMPTS_MAX,
+    base_seconds=limits.STALE_EPOCH_BACKOFF_SECONDS_MIN,
+    cap_seconds=limits.STALE_EPOCH_BACKOFF_SECONDS_MIN
+    * 2 ** (limits.TRANSACT_GET_ATTEMPTS_MAX - 2),
+    deadline_seconds=limits.TRANSACT_GET_ATTEMPTS_MAX * limits.NODE_CALL_SECONDS_MAX,
+    jitter=0.0,
+)
+
+# The replicator's index_apply on a node that does not answer or throttles: from the GSI minimum
+# doubling to its maximum, each attempt one node call.
+GSI_APPLY = RetryPolicy(
+    attempts_max=limits.GSI_APPLY_ATTEMPTS_MAX,
+    base_seconds=limits.GSI_RETRY_BACKOFF_SECONDS_MIN,
+    cap_seconds=limits.GSI_RETRY_BACKOFF_SECONDS_MAX,
+    deadline_seconds=limits.GSI_APPLY_ATTEMPTS_MAX
+    * (limits.NODE_CALL_SECONDS_MAX + limits.GSI_RETRY_BACKOFF_SECONDS_MAX),
+    jitter=0.0,
+)
+
+# The replicator routing a batch again after an index partition refused it as stale (split, or
+# not installed yet): the same doubling; each attempt is a catalog read and one GSI_APPLY run.
+GSI_REROUTE = RetryPolicy(
+    attempts_max=limits.GSI_REROUTE_ATTEMPTS_MAX,
+    base_seconds=limits.GSI_RETRY_BACKOFF_SECONDS_MIN,
+    cap_seconds=limits.GSI_RETRY_BACKOFF_SECONDS_MAX,
+    deadline_seconds=limits.GSI_REROUTE_ATTEMPTS_MAX
+    * (
+        limits.NODE_CALL_SECONDS_MAX
+        + GSI_APPLY.deadline_seconds
+        + limits.NODE_CALL_SECONDS_MAX
+        + limits.GSI_RETRY_BACKOFF_SECONDS_MAX
+    ),
+    jitter=0.0,
+)

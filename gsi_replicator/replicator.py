@@ -67,6 +67,7 @@ from core.errors import (
     ThroughputExceeded,
 )
 from core.gsi_leases import Lease
+from core.retry import GSI_APPLY, GSI_REROUTE
 from gsi_replicator import leases
 from rpc import catalog_client, ops
 from rpc.changefeed import Change, ChangeFeedClient
@@ -809,22 +810,22 @@ class Replicator:
         when one of those partitions refuses them as stale (the index partition split), re-read
         the table's catalog row and place them again (the partitions that applied them already
         skip them: the source's seq is stored with its entries). The write units charged."""
-        backoff = limits.GSI_RETRY_BACKOFF_SECONDS_MIN
-        for attempt in range(1, limits.GSI_REROUTE_ATTEMPTS_MAX + 1):
+        started = self.monotonic()
+        for attempt in range(GSI_REROUTE.attempts_max):
             table = self.tables.get(table_id)
             if table is None:
                 raise ServiceUnavailable(f"Table {table_id} is no longer followed")
             try:
                 return await self._apply_all(routing(table), source, epoch, backfill=backfill)
             except _IndexPartitionStale as stale:
-                if attempt == limits.GSI_REROUTE_ATTEMPTS_MAX:
+                pause = GSI_REROUTE.pause(attempt, self.monotonic() - started, 0.0)
+                if pause is None:
                     raise ServiceUnavailable(
                         f"Index partition {stale.partition_id} kept refusing as stale"
                     ) from None
                 log.info("index partition %s is stale; routing again", stale.partition_id)
                 await self._reread(table)
-                await asyncio.sleep(backoff)
-                backoff = min(2 * backoff, limits.GSI_RETRY_BACKOFF_SECONDS_MAX)
+                await asyncio.sleep(pause)
         raise AssertionError("unreachable: the last attempt returns or raises")
 
     async def _reread(self, table: TableDef) -> None:
@@ -874,8 +875,8 @@ class Replicator:
             raise ServiceUnavailable(f"Storage node {node} is not known here")
         payload = ops.IndexApplyPayload(source, changes, backfill, lease_epoch).to_json()
         address = ops.Target(index_id, partition_id, partition_epoch)
-        backoff = limits.GSI_RETRY_BACKOFF_SECONDS_MIN
-        for attempt in range(1, limits.GSI_APPLY_ATTEMPTS_MAX + 1):
+        started = self.monotonic()
+        for attempt in range(GSI_APPLY.attempts_max):
             try:
                 return await client.call(
                     ops.INDEX_APPLY, address, payload, limits.NODE_CALL_SECONDS_MAX
@@ -883,10 +884,10 @@ class Replicator:
             except StaleEpoch:
                 raise _IndexPartitionStale(partition_id) from None
             except (ServiceUnavailable, ThroughputExceeded):
-                if attempt == limits.GSI_APPLY_ATTEMPTS_MAX:
+                pause = GSI_APPLY.pause(attempt, self.monotonic() - started, 0.0)
+                if pause is None:
                     raise
-            await asyncio.sleep(backoff)
-            backoff = min(2 * backoff, limits.GSI_RETRY_BACKOFF_SECONDS_MAX)
+                await asyncio.sleep(pause)
         raise AssertionError("unreachable: the last attempt returns or raises")
 
     def metrics(self) -> str:

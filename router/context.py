@@ -54,6 +54,7 @@ from core.errors import (
 )
 from core.keycodec import encode_storage_key
 from core.placement import HashRing, PartitionMap
+from core.retry import CATALOG_LOCATE
 from core.values import AttributeValue
 from router import catalog_copy
 from router.metrics import RouterMetrics
@@ -256,16 +257,20 @@ class RouterContext:
 
     async def _locate(self) -> CatalogLocation:
         disagreement: CatalogDisagreement | None = None
-        for _ in range(limits.CATALOG_LOCATE_ATTEMPTS_MAX):
+        started = self.sources.clock()
+        for attempt in range(CATALOG_LOCATE.attempts_max):
             found, unreachable = await self._bootstrap_records()
             try:
                 agreed = catalog.agreed_location(found)
             except CatalogDisagreement as error:
                 log.warning("%s; reading again", error)
                 disagreement = error
-                await asyncio.sleep(
-                    self.sources.rng.uniform(0, limits.CATALOG_LOCATE_BACKOFF_SECONDS_MAX)
-                )
+                # A wall clock may step back: the time spent is never taken as negative.
+                elapsed = max(0.0, self.sources.clock() - started)
+                pause = CATALOG_LOCATE.pause(attempt, elapsed, self.sources.rng.random())
+                if pause is None:
+                    break
+                await asyncio.sleep(pause)
                 continue
             if agreed is None:
                 if unreachable:

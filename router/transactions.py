@@ -61,6 +61,7 @@ from core.errors import (
 )
 from core.indexes import size_estimate_range_gb
 from core.keycodec import encode_storage_key
+from core.retry import TRANSACT_GET, TRANSACTION_RECORD
 from core.size import check_item_size, item_size_bytes
 from router.context import RouterContext
 from router.items import (
@@ -97,9 +98,6 @@ _ACTION_OPS = {
 }
 # ClientRequestToken: 1 to 36 characters (the service model).
 _TOKEN_CHARS_MAX = 36
-# A decision or a record step is retried this many times before the coordinator gives up on it
-# and leaves it to a resolver.
-_RECORD_ATTEMPTS_MAX = 3
 # About how long a transaction left behind stays unresolved: its record becomes resolvable, then
 # the next sweep finds it.
 _SETTLED_SECONDS = limits.TRANSACTION_RESOLVE_SECONDS + limits.TRANSACTION_RESOLVE_INTERVAL_SECONDS
@@ -300,17 +298,26 @@ async def _record_call(
     return None if record is None else txn.Record.from_json(record)
 
 
-async def _retried(step: Callable[[], Awaitable[txn.Record | None]]) -> txn.Record | None:
+async def _retried(
+    ctx: RouterContext, step: Callable[[], Awaitable[txn.Record | None]]
+) -> txn.Record | None:
     """A record step that is safe to repeat (decide, finish, resolve), retried while its node
-    does not answer; the last failure is raised."""
-    for attempt in range(_RECORD_ATTEMPTS_MAX):
+    does not answer (`core.retry.TRANSACTION_RECORD`); the last failure is raised."""
+    started = ctx.sources.clock()
+    for attempt in range(TRANSACTION_RECORD.attempts_max):
         try:
             return await step()
         except (ServiceUnavailable, OutcomeUnknown):
-            if attempt == _RECORD_ATTEMPTS_MAX - 1:
+            pause = TRANSACTION_RECORD.pause(attempt, _since(ctx, started), 0.0)
+            if pause is None:
                 raise
-            await asyncio.sleep(limits.STALE_EPOCH_BACKOFF_SECONDS_MIN * 2**attempt)
+            await asyncio.sleep(pause)
     raise AssertionError("unreachable")
+
+
+def _since(ctx: RouterContext, started: float) -> float:
+    """Seconds since `started` on the router's wall clock, which may step back: never below 0."""
+    return max(0.0, ctx.sources.clock() - started)
 
 
 async def transact_write_items(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
@@ -434,11 +441,12 @@ async def transact_write_items(ctx: RouterContext, body: dict[str, Any]) -> dict
     outcome = coordinator.outcome()
     try:
         decided = await _retried(
+            ctx,
             lambda: _record_call(
                 ctx,
                 home,
                 TxnRecordPayload("decide", record_id, attempt=record.attempt, outcome=outcome),
-            )
+            ),
         )
     except (ServiceUnavailable, OutcomeUnknown):
         COUNTERS.count("unknown")
@@ -453,9 +461,10 @@ async def transact_write_items(ctx: RouterContext, body: dict[str, Any]) -> dict
     if await _apply_everywhere(ctx, attempt, touched, committed):
         try:
             await _retried(
+                ctx,
                 lambda: _record_call(
                     ctx, home, TxnRecordPayload("finish", record_id, attempt=record.attempt)
-                )
+                ),
             )
         except (ServiceUnavailable, OutcomeUnknown):
             logger.info("transaction %s: finish left to a resolver", attempt)
@@ -531,13 +540,17 @@ async def _apply_everywhere(
     payload = TxnApplyPayload(attempt, commit).to_json()
 
     async def apply(node: str) -> bool:
-        for number in range(_RECORD_ATTEMPTS_MAX):
+        started = ctx.sources.clock()
+        for number in range(TRANSACTION_RECORD.attempts_max):
             try:
                 await ctx.control(node, ops.TXN_APPLY, payload, limits.NODE_CALL_SECONDS_MAX)
                 return True
             except DynamoError as error:
                 logger.info("transaction %s: apply on %s failed: %s", attempt, node, error)
-                await asyncio.sleep(limits.STALE_EPOCH_BACKOFF_SECONDS_MIN * 2**number)
+                pause = TRANSACTION_RECORD.pause(number, _since(ctx, started), 0.0)
+                if pause is None:
+                    break
+                await asyncio.sleep(pause)
         return False
 
     results = await asyncio.gather(*(apply(node) for node in sorted(nodes)))
@@ -581,7 +594,8 @@ async def resolve(
     in the record) and finish the record. True when done."""
     attempt_id = f"{record_id}.{attempt}"
     record = await _retried(
-        lambda: _record_call(ctx, home, TxnRecordPayload("resolve", record_id, attempt=attempt))
+        ctx,
+        lambda: _record_call(ctx, home, TxnRecordPayload("resolve", record_id, attempt=attempt)),
     )
     if record is not None and record.attempt == attempt and record.state is txn.State.PENDING:
         return False  # Its coordinator still has time.
@@ -726,7 +740,8 @@ async def transact_get_items(ctx: RouterContext, body: dict[str, Any]) -> dict[s
                 votes[index] = txn.Vote.from_json(vote)
         raise txn.cancellation(votes)
     conflicts: set[int] = set()
-    for number in range(limits.TRANSACT_GET_ATTEMPTS_MAX):
+    started = ctx.sources.clock()
+    for number in range(TRANSACT_GET.attempts_max):
         current = await read_round(charge=False, since=previous)
         conflicts = set()
         for ref, indexes in groups.items():
@@ -740,7 +755,10 @@ async def transact_get_items(ctx: RouterContext, body: dict[str, Any]) -> dict[s
         if not conflicts:
             return _get_reply(body, gets, groups, current)
         previous = current
-        await asyncio.sleep(limits.STALE_EPOCH_BACKOFF_SECONDS_MIN * 2**number)
+        pause = TRANSACT_GET.pause(number, _since(ctx, started), 0.0)
+        if pause is None:
+            break
+        await asyncio.sleep(pause)
     COUNTERS.conflicts += 1
     raise txn.cancellation([txn.CONFLICT if i in conflicts else txn.YES for i in range(len(gets))])
 

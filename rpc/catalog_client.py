@@ -212,7 +212,7 @@ class CatalogClient:
             else:
                 self._observed(name, changed)
                 return changed
-            pause = self.policy.pause(attempt, self.clock() - started, self.rng.random())
+            pause = self.policy.pause(attempt, self._elapsed(started), self.rng.random())
             if pause is None:
                 break
             await self.sleep(pause)
@@ -227,7 +227,7 @@ class CatalogClient:
             try:
                 found = await self._read(location, name)
             except ServiceUnavailable:
-                pause = self.policy.pause(attempt, self.clock() - started, self.rng.random())
+                pause = self.policy.pause(attempt, self._elapsed(started), self.rng.random())
                 if pause is None:
                     break
                 await self.sleep(pause)
@@ -273,6 +273,10 @@ class CatalogClient:
             return await self.connect(location).call(op, target, body, limits.NODE_CALL_SECONDS_MAX)
         except ServiceUnavailable as error:
             raise ServiceUnavailable(CATALOG_UNAVAILABLE.format(node=location.node)) from error
+
+    def _elapsed(self, started: float) -> float:
+        """Seconds since `started`; a wall clock (a router's) may step back, never below 0."""
+        return max(0.0, self.clock() - started)
 
     def _observed(self, name: str, record: TableDef | None) -> None:
         if self.observe is not None:

@@ -271,6 +271,35 @@ async def test_no_attempt_starts_past_the_deadline() -> None:
     assert cluster.calls.count(ops.PUT) == 3  # The creation, the rival's, one of ours.
 
 
+async def test_a_wall_clock_stepping_back_counts_as_no_time_spent() -> None:
+    cluster = Cluster()
+    await created(cluster)
+    rival = cluster.client(seed=99)
+    readings = iter([100.0, 40.0])  # A router's wall clock, set back by a minute meanwhile.
+
+    async def race() -> None:
+        await rival.change_table("Music", tagged("rival"))
+
+    transport = FaultyTransport(cluster)
+
+    async def located() -> CatalogLocation:
+        return LOCATION
+
+    async def sleep(seconds: float) -> None:
+        return None
+
+    client = CatalogClient(
+        located,
+        lambda _: transport,
+        rng=random.Random(1),
+        clock=lambda: next(readings, 40.0),
+        sleep=sleep,
+    )
+    cluster.after[ops.GET] = race
+    changed = await client.change_table("Music", tagged("mine"))
+    assert changed is not None and changed.tags == (("rival", ""), ("mine", ""))
+
+
 # Unknown outcomes --------------------------------------------------------------------------------
 
 

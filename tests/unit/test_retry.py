@@ -7,7 +7,15 @@ import random
 import pytest
 
 from core import limits
-from core.retry import CATALOG_CHANGE, RetryPolicy
+from core.retry import (
+    CATALOG_CHANGE,
+    CATALOG_LOCATE,
+    GSI_APPLY,
+    GSI_REROUTE,
+    TRANSACT_GET,
+    TRANSACTION_RECORD,
+    RetryPolicy,
+)
 
 POLICY = RetryPolicy(attempts_max=5, base_seconds=0.01, cap_seconds=0.05, deadline_seconds=1.0)
 
@@ -79,3 +87,36 @@ def test_the_catalog_policy_keeps_the_catalog_bounds() -> None:
     assert CATALOG_CHANGE.ceiling(0) == CATALOG_CHANGE.ceiling(19)
     assert CATALOG_CHANGE.ceiling(0) == limits.CATALOG_CAS_BACKOFF_SECONDS_MAX
     assert CATALOG_CHANGE.deadline_seconds == limits.CATALOG_CHANGE_SECONDS_MAX
+
+
+def schedule(policy: RetryPolicy) -> list[float | None]:
+    """A policy's pauses after each failed attempt, for a zero draw and no time spent."""
+    return [policy.pause(n, 0.0, 0.0) for n in range(policy.attempts_max)]
+
+
+@pytest.mark.parametrize(
+    ("policy", "pauses"),
+    [
+        # The loops these replaced: the transaction record steps and lock applies waited
+        # 10 ms * 2**n; TransactGetItems' rounds the same; the replicator's index_apply and its
+        # rerouting from the GSI minimum doubling up to the maximum. None: no pause after the
+        # last attempt (the lock apply and TransactGetItems used to wait once more, then give up).
+        (TRANSACTION_RECORD, [0.01, 0.02, None]),
+        (TRANSACT_GET, [0.01, 0.02, 0.04, 0.08, None]),
+        (GSI_APPLY, [0.05, 0.1, 0.2, 0.4, None]),
+        (GSI_REROUTE, [0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 2.0, None]),
+    ],
+)
+def test_the_fixed_policies_keep_the_pauses_of_the_loops_they_replaced(
+    policy: RetryPolicy, pauses: list[float | None]
+) -> None:
+    assert schedule(policy) == pytest.approx(pauses)
+    # No jitter: the draw does not matter.
+    assert [policy.pause(n, 0.0, 0.99) for n in range(policy.attempts_max)] == pytest.approx(pauses)
+
+
+def test_the_locate_policy_draws_up_to_its_backoff_as_the_router_did() -> None:
+    assert CATALOG_LOCATE.attempts_max == limits.CATALOG_LOCATE_ATTEMPTS_MAX
+    draw = random.Random(3).random()
+    expected = random.Random(3).uniform(0, limits.CATALOG_LOCATE_BACKOFF_SECONDS_MAX)
+    assert CATALOG_LOCATE.pause(0, 0.0, draw) == expected
