@@ -24,21 +24,37 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
 from core import limits, ttl
 from core.keycodec import successor
 from core.values import Item
-from core.writes import DeleteRequest, plan
+from core.writes import DeleteRequest, WriteEffect, plan
 from storagenode.layout import Family, item_json_of, table_prefix, ttl_index_entry, ttl_index_key
 from storagenode.partition import Partition
 from storagenode.store import NodeStore, WriteBatchView
 
 PartitionRef = tuple[str, str]
 Lookup = Callable[[PartitionRef], Partition | None]
-Apply = Callable[..., None]
+
+
+class Apply(Protocol):
+    """The write group's one apply (`writes.WriteContext.apply`, around `replica.apply`, which
+    imports this module); what it returns is not used here."""
+
+    def __call__(
+        self,
+        batch: WriteBatchView,
+        partition: Partition,
+        items_key: bytes,
+        effect: WriteEffect,
+        *,
+        by_service: bool,
+        now: float,
+    ) -> object: ...
+
 
 # The node's own writes (never on the wire): the sweeper's deletes and the backfill's steps, run
 # by the group committer like any write.

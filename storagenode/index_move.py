@@ -6,10 +6,11 @@ catch-up, fence, drain, catalog switch, activate, drop), because its state maps 
 - its entries are items under the index's id, copied page by page like items;
 - it keeps no change log of its own, but while a move holds it (the `__move` consumer is
   registered by the "register" step, a write group before the pin, until the switch or the
-  roll-back) `index_apply` logs every entry write it makes (`apply_logged`), so the catch-up and
-  the drain carry what the replicator applied after the pin exactly as they carry a table's
-  writes (the pin's iterators see only what committed before its group: a write earlier in that
-  group is caught up only because it was logged);
+  roll-back) `index_apply` logs every entry write it makes (through the group's one `apply`,
+  as a table's writes are logged), so the catch-up and the drain carry what the replicator
+  applied after the pin exactly as they carry a table's writes (the pin's iterators see only
+  what committed before its group: a write earlier in that group is caught up only because it
+  was logged);
 - its per-source rows (`index_sources`: the seq last applied from each base partition and the
   lease epoch it fences at) change only with `index_apply`, which the fence refuses with
   StaleEpoch (the refusal the replicator re-routes on), so the drain takes them as final
@@ -22,43 +23,10 @@ The catalog switch records the new node in the index's entry of the table's row
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-import orjson
-
 from core.keycodec import successor
-from core.values import Item
-from core.writes import WriteEffect
-from storagenode.layout import Family, item_json_of, item_size_of
+from storagenode.layout import Family
 from storagenode.partition import Partition
 from storagenode.store import NodeStore, WriteBatchView
-
-if TYPE_CHECKING:
-    from storagenode.node import _WriteGroup
-
-
-def apply_logged(
-    group: _WriteGroup,
-    staged: Partition,
-    items_key: bytes,
-    key: Item,
-    old: bytes | None,
-    entry: Item | None,
-    size: int,
-) -> None:
-    """Store one entry write of `index_apply` on `staged` through the node's apply, which
-    appends it to the partition's change log as a table write is (a write that leaves the entry
-    as it was changes and logs nothing, and the counters move as `index_apply`'s own do)."""
-    effect = WriteEffect(
-        key,
-        None if old is None else orjson.loads(item_json_of(old)),
-        entry,
-        0 if old is None else item_size_of(old),
-        0 if entry is None else size,
-        0.0,
-        None,
-    )
-    group.apply(group.batch, staged, items_key, effect, now=group.now, capped=False)
 
 
 def _rows_range(partition: Partition) -> tuple[bytes, bytes]:

@@ -60,19 +60,18 @@ from core.errors import DynamoError, ResourceInUse, StaleEpoch
 from core.keycodec import successor
 from core.size import item_size_bytes
 from core.transactions import Record
-from core.writes import WriteEffect
 from rpc import ops
 from rpc.background import BackgroundTask
 from rpc.transport import NodeTransport
 from storagenode import changefeed, expiry, index_move
 from storagenode import transactions as txn
-from storagenode.layout import Family, item_json_of, item_size_of, seq_bytes
+from storagenode.layout import Family, item_json_of, seq_bytes
 from storagenode.partition import Partition
 from storagenode.store import PUT
 from storagenode.throughput import version_of
+from storagenode.writes import NodeState, PartitionRef, WriteContext
 
 if TYPE_CHECKING:
-    from storagenode.node import PartitionRef, StorageNode, _WriteGroup
     from storagenode.split import Splitter
 
 logger = logging.getLogger(__name__)
@@ -145,7 +144,9 @@ class Pinned:
 # The source's steps, in a write group ------------------------------------------------------------
 
 
-def source_step(group: _WriteGroup, payload: SourceStepPayload) -> dict[str, Any]:
+def source_step(
+    group: WriteContext, target: ops.Target | None, payload: SourceStepPayload
+) -> dict[str, Any]:
     """Run one of the source's steps in the group's batch (the writer thread)."""
     ref = (payload.table_id, payload.partition_id)
     partition = group.lookup(ref)
@@ -186,7 +187,7 @@ def source_step(group: _WriteGroup, payload: SourceStepPayload) -> dict[str, Any
     return {"seq": staged.last_seq}
 
 
-def _pin(group: _WriteGroup, ref: PartitionRef, partition: Partition) -> Pinned:
+def _pin(group: WriteContext, ref: PartitionRef, partition: Partition) -> Pinned:
     """Iterators over the committed state of `partition` (its committed metadata, so a write
     earlier in this group is one of the records after the pin), and the move's consumer."""
     _hold_log(group, ref, partition)
@@ -201,7 +202,7 @@ def _pin(group: _WriteGroup, ref: PartitionRef, partition: Partition) -> Pinned:
     return Pinned(partition, log, items)
 
 
-def _hold_log(group: _WriteGroup, ref: PartitionRef, partition: Partition) -> None:
+def _hold_log(group: WriteContext, ref: PartitionRef, partition: Partition) -> None:
     """Register the move's consumer on the partition's log from its first retained record."""
     if partition.moving_to is not None:
         raise moves.MoveRefused(
@@ -212,7 +213,7 @@ def _hold_log(group: _WriteGroup, ref: PartitionRef, partition: Partition) -> No
     group.feed.register(ref, MOVE_CONSUMER, max(0, partition.first_seq - 1), bounds)
 
 
-def _check_no_transactions(group: _WriteGroup, partition: Partition) -> None:
+def _check_no_transactions(group: WriteContext, partition: Partition) -> None:
     """Refuse to fence a partition holding transaction locks, or while this node holds the
     record of an unfinished transaction (which may be homed on this partition): a moved
     partition would lose them. The mover waits and tries again."""
@@ -242,7 +243,7 @@ def _check_no_transactions(group: _WriteGroup, partition: Partition) -> None:
             )
 
 
-def _drop(group: _WriteGroup, ref: PartitionRef, partition: Partition) -> None:
+def _drop(group: WriteContext, ref: PartitionRef, partition: Partition) -> None:
     """Delete a partition's data and its feed from this node, in the group's batch."""
     batch = group.batch
     lo, hi = _bounds(partition.item_prefix, partition)
@@ -257,7 +258,7 @@ def _drop(group: _WriteGroup, ref: PartitionRef, partition: Partition) -> None:
     for prefix, _ in partition.index_layout.values():
         batch.delete_range(Family.INDEX_ENTRIES, *_bounds(prefix, partition))
     index_move.drop_rows(batch, partition)
-    group.dirty[ref] = None
+    group.put_partition(ref, None)
     group.feed.forget(ref)
     group.node.move_heard.pop(ref, None)
 
@@ -274,7 +275,9 @@ def _bounds(prefix: bytes, partition: Partition) -> tuple[bytes, bytes]:
 # The target's steps, in a write group ------------------------------------------------------------
 
 
-def receive(group: _WriteGroup, payload: ops.MoveReceivePayload) -> dict[str, Any]:
+def receive(
+    group: WriteContext, target: ops.Target | None, payload: ops.MoveReceivePayload
+) -> dict[str, Any]:
     """Run one step of a move on its target in the group's batch (`rpc.ops.MoveReceivePayload`)."""
     ref = (payload.table_id, payload.partition_id)
     partition = group.lookup(ref)
@@ -294,7 +297,7 @@ def receive(group: _WriteGroup, payload: ops.MoveReceivePayload) -> dict[str, An
     staged = group.stage(ref)
     if step == "log":
         for text in payload.records or ():
-            _append(group, ref, staged, text)
+            _append(group, staged, text)
     elif step == "items":
         for text in payload.items or ():
             _copy_item(group, staged, orjson.loads(text))
@@ -313,7 +316,7 @@ def receive(group: _WriteGroup, payload: ops.MoveReceivePayload) -> dict[str, An
         group.feed.unregister(ref, MOVE_CONSUMER)
         group.node.move_heard.pop(ref, None)
         if payload.balances is not None:
-            group.carried.append((ref, payload.balances))
+            group.note_carried(ref, payload.balances)
         staged = _take_settings(group, ref, staged, payload.settings or {})
     return _summary(staged)
 
@@ -336,7 +339,7 @@ def settings_of(table: TableDef, storage_id: str) -> dict[str, Any]:
 
 
 def _take_settings(
-    group: _WriteGroup, ref: PartitionRef, staged: Partition, settings: dict[str, Any]
+    group: WriteContext, ref: PartitionRef, staged: Partition, settings: dict[str, Any]
 ) -> Partition:
     """Give the activated copy the catalog's settings where they are newer than those the drain
     brought, with the version checks of the nodes' own settings pushes: a push that reached the
@@ -350,7 +353,10 @@ def _take_settings(
         staged.throughput = throughput
     ttl = settings.get("ttl")
     if ttl is not None:
-        group.dirty.update(expiry.update_ttl(group.batch, ref[0], ttl, [ref], group.lookup))
+        for changed, partition in expiry.update_ttl(
+            group.batch, ref[0], ttl, [ref], group.lookup
+        ).items():
+            group.put_partition(changed, partition)
         staged = group.stage(ref)
     consumer = settings.get("stream_consumer")
     if consumer is not None and consumer not in group.feed.consumers(ref):
@@ -360,7 +366,7 @@ def _take_settings(
 
 
 def _create(
-    group: _WriteGroup,
+    group: WriteContext,
     ref: PartitionRef,
     existing: Partition | None,
     payload: ops.MoveReceivePayload,
@@ -376,8 +382,8 @@ def _create(
         )
     if group.feed.retired(ref) is not None:
         group.feed.forget(ref)  # The log it left when it moved or split away is past.
-    group.dirty[ref] = created
-    group.created.add(ref)
+    group.put_partition(ref, created)
+    group.note_created(ref)
     # Holds the copied log until the consumers' checkpoints arrive with the drain.
     bounds = changefeed.LogBounds(created.first_seq, created.last_seq)
     group.feed.register(ref, MOVE_CONSUMER, max(0, created.first_seq - 1), bounds)
@@ -405,29 +411,19 @@ def _next_record(staged: Partition, text: str) -> dict[str, Any] | None:
     return record
 
 
-def _append(group: _WriteGroup, ref: PartitionRef, staged: Partition, text: str) -> None:
-    record = _next_record(staged, text)
-    if record is None:
-        return
-    value = text.encode()
-    seq = staged.last_seq + 1
-    group.batch.put(Family.CHANGE_LOG, staged.log_prefix + seq_bytes(seq), value)
-    staged.last_seq = seq
-    staged.log_bytes += len(value)
-    group.appended.setdefault(ref, []).append((seq, len(value)))
+def _append(group: WriteContext, staged: Partition, text: str) -> None:
+    if _next_record(staged, text) is not None:
+        group.append_record(staged, text.encode())
 
 
-def _copy_item(group: _WriteGroup, staged: Partition, item: dict[str, Any]) -> None:
+def _copy_item(group: WriteContext, staged: Partition, item: dict[str, Any]) -> None:
     key = staged.key_shape.key_of(item)
     items_key = staged.item_prefix + staged.storage_key(key)
-    raw = group.batch.get(Family.ITEMS, items_key)
-    old = None if raw is None else orjson.loads(item_json_of(raw))
-    old_bytes = 0 if raw is None else item_size_of(raw)
-    effect = WriteEffect(key, old, item, old_bytes, item_size_bytes(item), 0.0, None)
+    effect = group.replacing(staged, items_key, key, item, item_size_bytes(item))
     group.apply(group.batch, staged, items_key, effect, now=group.now, capped=False, logged=False)
 
 
-def _apply_record(group: _WriteGroup, staged: Partition, text: str) -> None:
+def _apply_record(group: WriteContext, staged: Partition, text: str) -> None:
     record = _next_record(staged, text)
     if record is None:
         return
@@ -435,17 +431,9 @@ def _apply_record(group: _WriteGroup, staged: Partition, text: str) -> None:
         raise moves.MoveConflict(f"Partition {staged.partition_id}'s log ended while it moved")
     key = record["keys"]
     items_key = staged.item_prefix + staged.storage_key(key)
-    raw = group.batch.get(Family.ITEMS, items_key)
-    old = None if raw is None else orjson.loads(item_json_of(raw))
     new = record["new"]
-    effect = WriteEffect(
-        key,
-        old,
-        new,
-        0 if raw is None else item_size_of(raw),
-        0 if new is None else item_size_bytes(new),
-        0.0,
-        None,
+    effect = group.replacing(
+        staged, items_key, key, new, 0 if new is None else item_size_bytes(new)
     )
     if effect.kind is None or effect.kind.value != record["kind"]:
         raise moves.MoveConflict(
@@ -465,7 +453,7 @@ def _apply_record(group: _WriteGroup, staged: Partition, text: str) -> None:
 
 
 def _drain(
-    group: _WriteGroup, ref: PartitionRef, staged: Partition, payload: ops.MoveReceivePayload
+    group: WriteContext, ref: PartitionRef, staged: Partition, payload: ops.MoveReceivePayload
 ) -> None:
     if staged.last_seq != payload.seq:
         raise moves.MoveConflict(
@@ -504,7 +492,7 @@ def _summary(partition: Partition) -> dict[str, Any]:
     }
 
 
-def moving(node: StorageNode, table_id: str | None) -> list[dict[str, Any]]:
+def moving(node: NodeState, table_id: str | None) -> list[dict[str, Any]]:
     """The partitions (of table `table_id`, or of every table) moving away from `node` (MOVING:
     to a target, once known to it; fenced or not) or moving to it (INCOMING: the copy's epoch and
     counts so far), for the partitions listing. A restarted source that has not settled its
@@ -555,7 +543,7 @@ class Mover:
         check_seconds: float = limits.MOVE_CHECK_SECONDS,
     ) -> None:
         self.splitter = splitter
-        self.node: StorageNode = splitter.node
+        self.node: NodeState = splitter.node
         self.node_id = node_id
         self.check_seconds = check_seconds
         # DYNALAB_MOVE_CRASH_AT makes the node kill itself at that step of each move it drives

@@ -97,17 +97,20 @@ def apply(
     item_value = (
         None if effect.new is None else encode_item(orjson.dumps(effect.new), effect.new_bytes)
     )
-    record = record_json or orjson.dumps(
-        {
-            "seq": seq,
-            "kind": kind.value,
-            "keys": effect.key,
-            "old": effect.old,
-            "new": effect.new,
-            "by_service": by_service,
-            "at": now,
-        }
-    )
+    # A copy's write (`logged` False) appends nothing, so it encodes no record either.
+    record = b""
+    if logged:
+        record = record_json or orjson.dumps(
+            {
+                "seq": seq,
+                "kind": kind.value,
+                "keys": effect.key,
+                "old": effect.old,
+                "new": effect.new,
+                "by_service": by_service,
+                "at": now,
+            }
+        )
     ttl_changes = expiry.index_changes(
         partition, items_key[len(partition.item_prefix) :], effect.old, effect.new, now
     )

@@ -44,11 +44,13 @@ from storagenode import metrics, stream_retention
 from storagenode.catalog_copy import CatalogCopier
 from storagenode.commit import GroupCommitter
 from storagenode.move import Mover
-from storagenode.node import READ_OPS, SPLITTER_OPS, PartitionRef, StorageNode
+from storagenode.node import StorageNode
+from storagenode.operations import OPERATIONS, Kind
 from storagenode.split import Splitter
 from storagenode.store import Store
 from storagenode.stream_retention import StreamRetention
 from storagenode.sweeper import TtlSweeper
+from storagenode.writes import PartitionRef
 
 logger = logging.getLogger(__name__)
 
@@ -105,22 +107,13 @@ class NodeServicer(node_pb2_grpc.StorageNodeServicer):  # type: ignore[misc]
             # From the envelope alone: a stale request is refused before its body is decoded.
             self.node.check_target(op, target)
             body = codec.decode_body(request.body)
-            if op in READ_OPS:
+            operation = OPERATIONS[op]  # Every op of the wire is declared (test_operations).
+            if operation.kind is Kind.READ:
                 deliver(codec.ok_response(request.id, self.node.read(op, target, body)))
-            elif op == ops.MOVE_PARTITION:
-                move = ops.MovePartitionPayload.from_json(body)
-                task = asyncio.ensure_future(
-                    self.mover.move(
-                        move.table_id, move.partition_id, move.target_node, move.target_address
-                    )
-                )
-                task.add_done_callback(partial(_deliver_write, request.id, deliver))
-            elif op in SPLITTER_OPS:
-                split = ops.SplitPartitionPayload.from_json(body)
-                key = None if split.split_key is None else bytes.fromhex(split.split_key)
-                task = asyncio.ensure_future(
-                    self.splitter.split(split.table_id, split.partition_id, key)
-                )
+            elif operation.kind is Kind.DRIVER:
+                # A split or a move: many steps on the event loop, answered when they are done.
+                handler: Any = operation.handler
+                task = asyncio.ensure_future(handler(self, operation.payload.from_json(body)))
                 task.add_done_callback(partial(_deliver_write, request.id, deliver))
             else:
                 future = self.committer.submit(op, target, body)

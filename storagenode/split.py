@@ -68,9 +68,9 @@ from rpc.transport import NodeTransport, Transports
 from storagenode import changefeed, environment
 from storagenode.layout import Family, item_size_of, seq_bytes
 from storagenode.partition import Partition
+from storagenode.writes import NodeState, PartitionRef, WriteContext
 
 if TYPE_CHECKING:
-    from storagenode.node import PartitionRef, StorageNode
     from storagenode.store import NodeStore, WriteBatchView
 
 logger = logging.getLogger(__name__)
@@ -164,7 +164,7 @@ class Pinned:
     entries: dict[str, Iterator[tuple[bytes, bytes]]]
 
 
-def pin(node: StorageNode, payload: PinPayload) -> dict[str, Any]:
+def pin(node: NodeState, payload: PinPayload) -> dict[str, Any]:
     """Pin the committed state of a partition (run in a group, on the writer thread: no commit
     is under way, and `node.partitions` is what the store holds)."""
     partition = node.partitions.get((payload.table_id, payload.partition_id))
@@ -181,24 +181,9 @@ def pin(node: StorageNode, payload: PinPayload) -> dict[str, Any]:
     return {"pinned": Pinned(partition, items, entries)}
 
 
-# A split's parent, and each child's (key, table name, throughput settings), for the node to
-# give the children their share of the parent's token buckets once the install commits.
-SplitMeters = tuple[tuple[str, str], list[tuple[tuple[str, str], str, dict[str, Any] | None]]]
-
-
-class _Group(Protocol):
-    """What `install` needs of the node's write group (`storagenode.node._WriteGroup`)."""
-
-    node: StorageNode
-    batch: WriteBatchView
-    dirty: dict[PartitionRef, Partition | None]
-    feed: changefeed.FeedChanges
-    splits: list[SplitMeters]
-
-    def lookup(self, key: PartitionRef) -> Partition | None: ...
-
-
-def install(group: _Group, payload: InstallPayload) -> dict[str, Any]:
+def install(
+    group: WriteContext, target: ops.Target | None, payload: InstallPayload
+) -> dict[str, Any]:
     """Create the children and retire the parent with an END naming them, in the group's batch.
 
     Idempotent: children already here (a retried install) change nothing. The parent must not
@@ -217,7 +202,7 @@ def install(group: _Group, payload: InstallPayload) -> dict[str, Any]:
             f"Partition {parent.partition_id} is at epoch {parent.epoch}, "
             f"the split at {payload.parent_epoch}"
         )
-    if ref in group.dirty:
+    if group.changed(ref):
         raise ServiceUnavailable(f"Partition {parent.partition_id} was written in this group")
     split_key = bytes.fromhex(high_def.start)
     low = _child(parent, low_def)
@@ -243,13 +228,13 @@ def install(group: _Group, payload: InstallPayload) -> dict[str, Any]:
     consumers = dict(group.feed.consumers(ref))
     for child in (low, high):
         child_ref = (child.table_id, child.partition_id)
-        group.dirty[child_ref] = child
+        group.put_partition(child_ref, child)
         for consumer in consumers:
             group.feed.register(child_ref, consumer, 0, changefeed.LogBounds(1, 0))
     if is_index_partition(parent):
         _carry_index_sources(group.batch, group.node.store, parent, (low, high))
-    group.dirty[ref] = None
-    group.splits.append(
+    group.put_partition(ref, None)
+    group.note_split(
         (ref, [((c.table_id, c.partition_id), c.table_name, c.throughput) for c in (low, high)])
     )
     children = [low.partition_id, high.partition_id]
@@ -334,7 +319,7 @@ class Following:
     """The parent's change log as a split reads it while it plans: every record committed since
     the pin, read before retention can trim it (`core.splits.LogSince`)."""
 
-    def __init__(self, node: StorageNode, pinned: Pinned) -> None:
+    def __init__(self, node: NodeState, pinned: Pinned) -> None:
         parent = pinned.partition
         self.node = node
         self.parent = parent
@@ -366,7 +351,7 @@ def _records(
         yield record
 
 
-def _count(node: StorageNode, parent: Partition, child: Partition) -> None:
+def _count(node: NodeState, parent: Partition, child: Partition) -> None:
     """Count a child's items, bytes and local index entries from the committed store."""
     lo, hi = _bounds(parent.item_prefix, child)
     for _, value in node.store.walk(Family.ITEMS, lo, hi, forward=True):
@@ -499,7 +484,7 @@ class Splitter:
 
     def __init__(
         self,
-        node: StorageNode,
+        node: NodeState,
         submit: Submit,
         connect: Callable[[str], NodeTransport],
         *,
@@ -604,7 +589,7 @@ class Splitter:
         balances (`core.heat`); never one whose load goes nearly all to one key.
 
         The samples of write load are the keys of the partition's newest change-log records;
-        those of read load the keys of its newest throttled reads (`StorageNode.read_heat`).
+        those of read load the keys of its newest throttled reads (`NodeState.read_heat`).
         """
         if not self.split_for_heat:
             return

@@ -1,7 +1,7 @@
 """A node's side of transactions: records, prepares, commits and releases, in the group commit.
 
-Every operation here runs inside a group commit (`node._WriteGroup`), so what it writes is durable
-when it is acknowledged and sees every earlier write of its group. The decisions are
+Every operation here runs inside a group commit (`writes.WriteContext`), so what it writes is
+durable when it is acknowledged and sees every earlier write of its group. The decisions are
 `core.transactions`'; this module only reads and writes the `transactions` column family:
 
 - `R` ‖ record id -> the transaction's record (`core.transactions.Record`), on the node holding
@@ -52,6 +52,7 @@ from storagenode.layout import (
 )
 from storagenode.partition import Partition
 from storagenode.store import NodeStore, WriteBatchView
+from storagenode.writes import WriteContext
 
 logger = logging.getLogger(__name__)
 
@@ -84,6 +85,25 @@ class Group:
     collection_bytes_max: int
     # The partition of a table on this node holding an items key (after a split: a child).
     holder: Callable[[str, bytes], PartitionRef | None]
+
+
+def group_of(
+    ctx: WriteContext, write_request: Callable[[ops.ItemWritePayload, Partition], WriteRequest]
+) -> Group:
+    """The write group `ctx` as the transaction operations see it; `write_request` is the item
+    writes' (`storagenode.items.write_request`), which checks a write against its partition."""
+    node = ctx.node
+    return Group(
+        ctx.batch,
+        ctx.now,
+        ctx.lookup,
+        ctx.staged,
+        ctx.apply,
+        write_request,
+        node.admit_transaction,
+        node.item_collection_bytes_max,
+        ctx.holder,
+    )
 
 
 PREPARE_SECONDS = limits.TRANSACTION_PREPARE_SECONDS

@@ -1,0 +1,288 @@
+"""The public write interface: what a node operation's handler may do inside a write group.
+
+A write group (`StorageNode.apply_writes`) runs the handlers of many requests, in order, against
+one write batch and one overlay of partition metadata, and commits them as one synced batch. A
+handler (`storagenode.operations`) is written against `WriteContext` alone, never against the
+node's private parts: it reads the store through the batch (`batch`, `read_item`) and partitions
+as the group sees them (`lookup`), plans a write (`core.writes.plan`, or `replacing` for a copy
+that decides nothing), stages it through the one `apply` (`replica.apply`: the item, its local
+index entries, its expiry entry, its change record, the partition's counters) on the group's
+private copy of the partition (`stage`), and notes what must happen once the group has committed
+(`note_split`, `note_carried`). Metadata changes go to copies that become visible only after the
+commit, so a failed commit leaves the node's view untouched.
+
+`NodeState` is what handlers and the node's drivers (`split.Splitter`, `move.Mover`, the
+sweepers) read of the node: a protocol here, so that none of them imports `storagenode.node`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterator
+from typing import Any, Protocol
+
+import orjson
+
+from core import heat
+from core.errors import StaleEpoch
+from core.transactions import Vote
+from core.values import Item
+from core.writes import WriteEffect
+from rpc.ops import Target
+from rpc.partition_metrics import Durations
+from storagenode import changefeed, replica
+from storagenode.layout import Family, item_json_of, item_size_of, partition_meta_key, seq_bytes
+from storagenode.partition import Partition
+from storagenode.store import NodeStore, WriteBatchView
+from storagenode.throughput import NodeThroughput
+
+PartitionRef = tuple[str, str]  # (table id, partition id)
+# A split's parent, and each child's (key, table name, throughput settings), for the node to
+# give the children their share of the parent's token buckets once the install commits.
+SplitMeters = tuple[PartitionRef, list[tuple[PartitionRef, str, dict[str, Any] | None]]]
+
+
+class NodeState(Protocol):
+    """The node as its handlers and drivers read it (`storagenode.node.StorageNode`)."""
+
+    store: NodeStore
+    clock: Callable[[], float]
+    partitions: dict[PartitionRef, Partition]
+    feeds: changefeed.FeedState
+    throughput: NodeThroughput
+    item_collection_bytes_max: int
+    change_log_records_max: int
+    change_log_bytes_max: int
+    gsi_lag_records_max: int
+    split_stats: Durations
+    move_stats: Durations
+    move_heard: dict[PartitionRef, float]
+    moving_out: dict[PartitionRef, str]
+    read_heat: heat.ThrottledKeys[PartitionRef]
+    on_commit: Callable[[Collection[PartitionRef]], None] | None
+
+    def read(self, op: str, target: Target | None, body: dict[str, Any]) -> dict[str, Any]: ...
+
+    def changes(
+        self, table_id: str, partition_id: str, after_seq: int, limit: int
+    ) -> list[dict[str, Any]]: ...
+
+    def feed_bounds(self, table_id: str, partition_id: str) -> changefeed.LogBounds: ...
+
+    def read_feed(
+        self, table_id: str, partition_id: str, after_seq: int, records_max: int = ...
+    ) -> changefeed.FeedBatch: ...
+
+    def consumer_checkpoint(
+        self, table_id: str, partition_id: str, consumer: str
+    ) -> int | None: ...
+
+    def admit_transaction(self, ref: PartitionRef, units: float) -> Vote | None: ...
+
+    def admit_transaction_read(self, ref: PartitionRef, units: float) -> Vote | None: ...
+
+    def log_sizes(self, log: bytes, first_seq: int, last_seq: int) -> Iterator[tuple[int, int]]: ...
+
+
+class WriteContext:
+    """One write group as its handlers see it: the batch, the overlay, the one apply, and the
+    notes of what the node does once the group has committed."""
+
+    def __init__(self, node: NodeState, batch: WriteBatchView) -> None:
+        self.node = node
+        self.batch = batch
+        # The group's clock (Unix time): every write of the group is stamped with it.
+        self.now = node.clock()
+        # The partitions this group changed, as they will be once it commits (None: dropped).
+        self.dirty: dict[PartitionRef, Partition | None] = {}
+        self.feed = changefeed.FeedChanges(node.feeds, batch)
+        # (seq, bytes) of the change-log records this group appended, per partition, and the
+        # partitions created in it (whose log starts in this group), for retention in `finish`.
+        self.appended: dict[PartitionRef, list[tuple[int, int]]] = {}
+        self.created: set[PartitionRef] = set()
+        # The splits installed in this group, whose children's buckets share the parent's.
+        self.splits: list[SplitMeters] = []
+        # The partitions moved here that this group activated, with their source's balances.
+        self.carried: list[tuple[PartitionRef, dict[str, float]]] = []
+        # The units the running write consumed (a metered write's handler sets it).
+        self.consumed = 0.0
+
+    # Reading through the overlay ----------------------------------------------------------------
+
+    def lookup(self, ref: PartitionRef) -> Partition | None:
+        """A partition's metadata as this group sees it (None: not on this node)."""
+        if ref in self.dirty:
+            return self.dirty[ref]
+        return self.node.partitions.get(ref)
+
+    def refs(self, table_id: str) -> set[PartitionRef]:
+        """The partitions of a table this group knows of, committed or created in it (some may
+        have been dropped in it: `lookup` says None)."""
+        return {ref for ref in (*self.node.partitions, *self.dirty) if ref[0] == table_id}
+
+    def holder(self, table_id: str, items_key: bytes) -> PartitionRef | None:
+        """The partition of table `table_id` on this node, as this group sees it, whose range
+        holds the item stored under `items_key`; None when no partition here does."""
+        for ref in self.refs(table_id):
+            partition = self.lookup(ref)
+            if partition is None:
+                continue
+            prefix = partition.item_prefix
+            if items_key.startswith(prefix) and partition.holds(items_key[len(prefix) :]):
+                return ref
+        return None
+
+    def read_item(self, items_key: bytes) -> tuple[Item | None, int]:
+        """The item stored under `items_key` as this group sees it, and its size (0: none)."""
+        raw = self.batch.get(Family.ITEMS, items_key)
+        if raw is None:
+            return None, 0
+        return orjson.loads(item_json_of(raw)), item_size_of(raw)
+
+    # Staging --------------------------------------------------------------------------------------
+
+    def staged(self, ref: PartitionRef) -> Partition | None:
+        """The group's private copy of a partition's metadata, made on first use."""
+        partition = self.lookup(ref)
+        if partition is None or ref in self.dirty:
+            return partition
+        staged = partition.staged()
+        self.dirty[ref] = staged
+        return staged
+
+    def stage(self, ref: PartitionRef) -> Partition:
+        """The group's private copy of a partition's metadata, which must be on this node."""
+        staged = self.staged(ref)
+        assert staged is not None, f"partition {ref[1]} is on this node"
+        return staged
+
+    def changed(self, ref: PartitionRef) -> bool:
+        """Whether a write earlier in this group changed the partition's metadata."""
+        return ref in self.dirty
+
+    def put_partition(self, ref: PartitionRef, partition: Partition | None) -> None:
+        """Make `partition` (None: none) what the group holds under `ref` once it commits."""
+        self.dirty[ref] = partition
+
+    def replacing(
+        self, partition: Partition, items_key: bytes, key: Item, new: Item | None, new_bytes: int
+    ) -> WriteEffect:
+        """The effect of storing `new` (None: nothing) over what this group holds under
+        `items_key`: a copy's write, which decides nothing and consumes no units."""
+        old, old_bytes = self.read_item(items_key)
+        return WriteEffect(key, old, new, old_bytes, new_bytes, 0.0, None)
+
+    def apply(
+        self,
+        batch: WriteBatchView,
+        partition: Partition,
+        items_key: bytes,
+        effect: WriteEffect,
+        *,
+        by_service: bool = False,
+        now: float,
+        capped: bool = True,
+        logged: bool = True,
+        record_json: bytes | None = None,
+    ) -> replica.Applied:
+        """`replica.apply` with the node's item collection cap (`capped` False: a transaction's
+        commit, whose prepare checked it, or a copy), noting the size of the change-log record it
+        appended, which `finish` needs to keep the log within its bytes bound."""
+        applied = replica.apply(
+            batch,
+            partition,
+            items_key,
+            effect,
+            by_service=by_service,
+            now=now,
+            collection_bytes_max=self.node.item_collection_bytes_max if capped else None,
+            logged=logged,
+            record_json=record_json,
+        )
+        if applied.record_bytes:
+            ref = (partition.table_id, partition.partition_id)
+            self.appended.setdefault(ref, []).append((partition.last_seq, applied.record_bytes))
+        return applied
+
+    def append_record(self, partition: Partition, value: bytes) -> None:
+        """Append a record, as it is, to a staged partition's change log (a move's copy)."""
+        seq = partition.last_seq + 1
+        self.batch.put(Family.CHANGE_LOG, partition.log_prefix + seq_bytes(seq), value)
+        partition.last_seq = seq
+        partition.log_bytes += len(value)
+        ref = (partition.table_id, partition.partition_id)
+        self.appended.setdefault(ref, []).append((seq, len(value)))
+
+    # What happens once the group has committed ----------------------------------------------------
+
+    def note_created(self, ref: PartitionRef) -> None:
+        """A partition created in this group: its log starts here."""
+        self.created.add(ref)
+
+    def note_split(self, meters: SplitMeters) -> None:
+        """A split installed in this group: its children share the parent's buckets."""
+        self.splits.append(meters)
+
+    def note_carried(self, ref: PartitionRef, balances: dict[str, float]) -> None:
+        """A moved partition activated in this group takes its source's bucket balances."""
+        self.carried.append((ref, balances))
+
+    def _log_sizes(self, ref: PartitionRef, partition: Partition) -> Iterator[tuple[int, int]]:
+        """(seq, bytes) of every record of a partition's log as this group sees it, oldest first:
+        the committed ones from the store, then those this group appended."""
+        committed = None if ref in self.created else self.node.partitions.get(ref)
+        if committed is not None:
+            yield from self.node.log_sizes(
+                partition.log_prefix, partition.first_seq, committed.last_seq
+            )
+        yield from self.appended.get(ref, ())
+
+    def finish(self) -> None:
+        """Persist the touched partitions' metadata and trim their change logs.
+
+        A log is trimmed below the oldest record some registered consumer has not passed, and
+        always to the hard bounds of `change_log_records_max` records and `change_log_bytes_max`
+        bytes (`changefeed`).
+        """
+        node = self.node
+        for ref, partition in self.dirty.items():
+            meta_key = partition_meta_key(*ref)
+            if partition is None:
+                self.batch.delete(Family.PARTITIONS, meta_key)
+                continue
+            keep = changefeed.first_retained_seq(
+                partition.first_seq,
+                partition.last_seq,
+                node.change_log_records_max,
+                self.feed.consumers(ref).values(),
+            )
+            if keep > partition.first_seq or partition.log_bytes > node.change_log_bytes_max:
+                keep, partition.log_bytes = changefeed.first_retained_within_bytes(
+                    keep,
+                    partition.last_seq,
+                    partition.log_bytes,
+                    node.change_log_bytes_max,
+                    self._log_sizes(ref, partition),
+                )
+            if keep > partition.first_seq:
+                log = partition.log_prefix
+                self.batch.delete_range(
+                    Family.CHANGE_LOG, log + seq_bytes(partition.first_seq), log + seq_bytes(keep)
+                )
+                partition.first_seq = keep
+            self.batch.put(Family.PARTITIONS, meta_key, partition.to_meta())
+
+
+def addressed(partition: Partition | None, target: Target) -> Partition:
+    """The partition a request is addressed to, refused with StaleEpoch if it is not here or at
+    another epoch."""
+    if partition is None:
+        raise StaleEpoch(
+            f"Partition {target.partition_id} of table {target.table_id} is not on this node"
+        )
+    partition.check_epoch(target.epoch)
+    return partition
+
+
+def where(target: Target) -> str:
+    """A request's partition, for messages."""
+    return f"partition {target.partition_id} of table {target.table_id}"
