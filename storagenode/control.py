@@ -1,9 +1,13 @@
-"""The handlers of a partition's lifecycle and settings: create, drop, retire, throughput, TTL.
+"""The handlers of a partition's lifecycle, settings and change-feed consumers.
 
 Each runs in a write group against `storagenode.writes.WriteContext`, like every write: its
 metadata changes go to the group's copies of the partitions and become visible once the group
-has committed. The TTL sweeper's own writes (`expiry.TTL_EXPIRE`, `expiry.TTL_BACKFILL`) are here
-too: they change a partition's items through the group's one `apply`.
+has committed. Here are creating, dropping and retiring partitions, their throughput and TTL
+settings; the TTL sweeper's own writes (`expiry.TTL_EXPIRE`, `expiry.TTL_BACKFILL`), which change
+a partition's items through the group's one `apply`; and a change feed's consumers (register,
+checkpoint, unregister), whose checkpoint commits with the group, the log it lets go of trimmed
+in the same batch. A partition's log may be live or retired and kept for its consumers
+(`changefeed.RetiredLog`).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from storagenode import changefeed, expiry
 from storagenode.layout import Family, seq_bytes, table_prefix
 from storagenode.partition import Partition
 from storagenode.throughput import version_of
-from storagenode.writes import WriteContext
+from storagenode.writes import PartitionRef, WriteContext
 
 logger = logging.getLogger(__name__)
 
@@ -162,6 +166,65 @@ def ttl_backfill(
     if partition is None or not partition.serving:
         return {"done": True}  # Moving: a later sweep indexes it where it serves.
     return {"done": expiry.backfill(ctx.node.store, ctx.batch, ctx.stage(ref), ctx.now)}
+
+
+def register_consumer(
+    ctx: WriteContext, target: Target | None, payload: ops.RegisterConsumerPayload
+) -> dict[str, Any]:
+    ref, bounds = _feed_bounds(ctx, target)
+    seq = ctx.feed.register(ref, payload.consumer, payload.seq, bounds)
+    return {"seq": seq, **_feed_moved(ctx, ref)}
+
+
+def checkpoint(
+    ctx: WriteContext, target: Target | None, payload: ops.CheckpointPayload
+) -> dict[str, Any]:
+    ref, bounds = _feed_bounds(ctx, target)
+    seq = ctx.feed.checkpoint(ref, payload.consumer, payload.seq, bounds)
+    return {"seq": seq, **_feed_moved(ctx, ref)}
+
+
+def unregister_consumer(
+    ctx: WriteContext, target: Target | None, payload: ops.UnregisterConsumerPayload
+) -> dict[str, Any]:
+    ref, _ = _feed_bounds(ctx, target)
+    unregistered = ctx.feed.unregister(ref, payload.consumer)
+    return {"unregistered": unregistered, **_feed_moved(ctx, ref)}
+
+
+def _feed_bounds(
+    ctx: WriteContext, target: Target | None
+) -> tuple[PartitionRef, changefeed.LogBounds]:
+    """A partition's log bounds as this group sees them (live, or retired and kept)."""
+    assert target is not None, "a consumer's write names its partition"
+    ref = (target.table_id, target.partition_id)
+    partition = ctx.lookup(ref)
+    if partition is not None:
+        return ref, changefeed.LogBounds(partition.first_seq, partition.last_seq)
+    retired = ctx.feed.retired(ref)
+    if retired is not None:
+        return ref, retired.bounds()
+    raise StaleEpoch(
+        f"Partition {target.partition_id} of table {target.table_id} is not on this node"
+    )
+
+
+def _feed_moved(ctx: WriteContext, ref: PartitionRef) -> dict[str, Any]:
+    """Trim a partition's log once a consumer has moved; its bounds as they will be."""
+    if ctx.lookup(ref) is not None:
+        staged = ctx.stage(ref)  # `finish` trims and persists it.
+        keep = changefeed.first_retained_seq(
+            staged.first_seq,
+            staged.last_seq,
+            ctx.node.change_log_records_max,
+            ctx.feed.consumers(ref).values(),
+        )
+        return {"first_seq": keep, "last_seq": staged.last_seq}
+    ctx.feed.trim_retired(ref, ctx.node.change_log_records_max)
+    retired = ctx.feed.retired(ref)
+    if retired is None:  # Every consumer has read to END: the log is gone.
+        return {"first_seq": 0, "last_seq": 0}
+    return {"first_seq": retired.first_seq, "last_seq": retired.end_seq}
 
 
 def _end_of(prefix: bytes) -> bytes:

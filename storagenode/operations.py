@@ -34,7 +34,7 @@ from rpc.transactions import (
     TxnRecordPayload,
     TxnSweepPayload,
 )
-from storagenode import consumers, control, expiry, items, move, reads, split
+from storagenode import control, expiry, items, move, reads, split
 from storagenode import transactions as txn
 from storagenode.writes import NodeState, WriteContext, addressed
 
@@ -188,16 +188,14 @@ OPERATIONS: Mapping[str, Operation] = {
         Operation(ops.MOVE_RECEIVE, ops.MoveReceivePayload, _W, move.receive),
         # A change feed's consumers: a checkpoint and an unregister let the log be trimmed.
         Operation(
-            ops.REGISTER_CONSUMER, ops.RegisterConsumerPayload, _W, consumers.register_consumer
+            ops.REGISTER_CONSUMER, ops.RegisterConsumerPayload, _W, control.register_consumer
         ),
-        Operation(
-            ops.CHECKPOINT, ops.CheckpointPayload, _W, consumers.checkpoint, disk_full=_FREES
-        ),
+        Operation(ops.CHECKPOINT, ops.CheckpointPayload, _W, control.checkpoint, disk_full=_FREES),
         Operation(
             ops.UNREGISTER_CONSUMER,
             ops.UnregisterConsumerPayload,
             _W,
-            consumers.unregister_consumer,
+            control.unregister_consumer,
             disk_full=_FREES,
         ),
         # Transactions (`storagenode/transactions.py`).
