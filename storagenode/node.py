@@ -24,12 +24,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 from core import heat, limits
 from core.errors import (
-    ConditionalCheckFailed,
     DynamoError,
     InternalServerError,
     ServiceUnavailable,
@@ -48,7 +47,7 @@ from storagenode.operations import OPERATIONS, DiskFull, Kind, Operation
 from storagenode.partition import Partition
 from storagenode.store import DataCorruption, NodeStore
 from storagenode.throughput import NodeThroughput
-from storagenode.writes import PartitionRef, WriteContext, addressed, where
+from storagenode.writes import PartitionRef, Ready, WriteContext, addressed, where
 
 logger = logging.getLogger(__name__)
 
@@ -323,12 +322,34 @@ class StorageNode:
     def apply_writes(self, writes: Sequence[Write]) -> list[WriteResult]:
         """Run writes in order as one synced batch; return each one's reply or error.
 
+        The group's loop: run it (`run_group`: admit, run the handlers, give the outcome as a
+        `writes.Ready` value), persist that value's batch with one synced write, then install it
+        (`install`) and charge each write what it consumed. With replication, persisting becomes
+        appending to the partition's log and waiting for a quorum.
+
         A write refused with a typed error (a failed condition, a stale epoch, a validation
         error) changes nothing and the others go ahead. A write that fails with anything else is
         a bug: it is logged and answered InternalServerError, and it too changes nothing, because
         nothing of a write reaches the batch before the write has been planned and encoded. A
         failure of the commit (the disk) fails every write of the group that had not failed.
         """
+        ready = self.run_group(writes)
+        try:
+            self.store.commit(ready.batch)
+        except Exception as error:
+            logger.exception("group commit of %d writes failed", len(writes))
+            replies, consumed = ready.lost(error)
+        else:
+            self.install(ready)
+            replies, consumed = list(ready.replies), list(ready.consumed)
+        self._settle_writes(writes, ready.charged, consumed)
+        return replies
+
+    def run_group(self, writes: Sequence[Write]) -> Ready:
+        """Admit a group of writes and run their handlers in order against one write context:
+        the group's outcome as a value, nothing of it persisted or visible to readers yet.
+
+        Admission charges the partitions' token buckets (`_settle_writes` settles them)."""
         results: list[WriteResult | None] = [None] * len(writes)
         self._refuse_expired(writes, results)
         self._keep_disk_reserve(writes, results)
@@ -351,29 +372,21 @@ class StorageNode:
                 consumed[index] = group.consumed
             except Exception as error:
                 results[index] = _refusal(op, error)
-        try:
-            group.finish()
-            self.store.commit(group.batch)
-        except Exception as error:
-            logger.exception("group commit of %d writes failed", len(writes))
-            for index, result in enumerate(results):
-                # A failed condition was decided against writes that are now lost as well.
-                if isinstance(result, dict | ConditionalCheckFailed):
-                    results[index] = InternalServerError(f"The node could not commit: {error}")
-                    consumed[index] = 0.0
-        else:
-            # Feeds first: a reader that finds a retired partition gone finds its kept log.
-            self.feeds = group.feed.install()
-            for parent, children in group.splits:
-                self.throughput.split(parent, children)  # Before the children are tracked.
-            self._install(group.dirty)
-            for ref, balances in group.carried:
-                self.throughput.carry(ref, balances)  # Once the moved partition is tracked.
-            if self.on_commit is not None:
-                self.on_commit(group.dirty.keys() | group.feed.touched)
-        self._settle_writes(writes, charged, consumed)
         assert all(result is not None for result in results)
-        return results  # type: ignore[return-value]
+        return group.ready(results, charged, consumed)  # type: ignore[arg-type]
+
+    def install(self, ready: Ready) -> None:
+        """Make a persisted group's outcome visible: the feeds' state, the partitions' metadata
+        and their meters; then wake the followers of the feeds it moved."""
+        # Feeds first: a reader that finds a retired partition gone finds its kept log.
+        self.feeds = ready.feeds
+        for parent, children in ready.splits:
+            self.throughput.split(parent, children)  # Before the children are tracked.
+        self._install(ready.partitions)
+        for ref, balances in ready.carried:
+            self.throughput.carry(ref, balances)  # Once the moved partition is tracked.
+        if self.on_commit is not None:
+            self.on_commit(ready.woken)
 
     def _refuse_expired(self, writes: Sequence[Write], results: list[WriteResult | None]) -> None:
         """Refuse the writes whose deadline has passed, before anything of them is planned.
@@ -454,8 +467,8 @@ class StorageNode:
     def _settle_writes(
         self,
         writes: Sequence[Write],
-        charged: list[float],
-        consumed: list[float],
+        charged: Sequence[float],
+        consumed: Sequence[float],
     ) -> None:
         """Charge each admitted write what it consumed (refund what was not applied)."""
         for index, units in enumerate(charged):
@@ -465,7 +478,7 @@ class StorageNode:
                 key = (target.table_id, target.partition_id)
                 self.throughput.settle_write(key, consumed[index], units)
 
-    def _install(self, dirty: dict[PartitionRef, Partition | None]) -> None:
+    def _install(self, dirty: Mapping[PartitionRef, Partition | None]) -> None:
         """Make a committed batch's partition metadata visible to readers, and meter it."""
         for key, partition in dirty.items():
             if partition is None:

@@ -17,13 +17,19 @@ sweepers) read of the node: a protocol here, so that none of them imports `stora
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterator
+import dataclasses
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 import orjson
 
 from core import heat
-from core.errors import StaleEpoch
+from core.errors import (
+    ConditionalCheckFailed,
+    DynamoError,
+    InternalServerError,
+    StaleEpoch,
+)
 from core.transactions import Vote
 from core.values import Item
 from core.writes import WriteEffect
@@ -81,6 +87,48 @@ class NodeState(Protocol):
     def admit_transaction_read(self, ref: PartitionRef, units: float) -> Vote | None: ...
 
     def log_sizes(self, log: bytes, first_seq: int, last_seq: int) -> Iterator[tuple[int, int]]: ...
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Ready:
+    """A write group's outcome, as one value: what to persist, what to answer, and what the node
+    does once it is persisted. Nothing of it is visible to readers until it is installed.
+
+    This is where a replication log goes: persisting becomes "append to the log, wait for a
+    quorum"; installing stays what it is.
+    """
+
+    # The write batch to persist with one synced write: items, index entries, change records,
+    # checkpoints and the partitions' metadata.
+    batch: WriteBatchView
+    # Each write's reply or refusal, in order, as it stands if the batch persists.
+    replies: tuple[dict[str, Any] | DynamoError, ...]
+    # The units each write was charged at admission, and those it consumed (0: none).
+    charged: tuple[float, ...]
+    consumed: tuple[float, ...]
+    # The change records the group appended: (seq, bytes) per partition.
+    appended: Mapping[PartitionRef, Sequence[tuple[int, int]]]
+    # Installs: the partitions' metadata (None: gone from this node) and the feeds' state.
+    partitions: Mapping[PartitionRef, Partition | None]
+    feeds: changefeed.FeedState
+    # Meters: the splits installed (children share the parent's buckets), and the partitions
+    # moved here and activated, with their source's balances.
+    splits: tuple[SplitMeters, ...]
+    carried: tuple[tuple[PartitionRef, dict[str, float]], ...]
+    # Wake-ups: the partitions whose change feed moved (their followers look again).
+    woken: frozenset[PartitionRef]
+
+    def lost(self, error: Exception) -> tuple[list[dict[str, Any] | DynamoError], list[float]]:
+        """The replies and consumed units if the batch could not be persisted: every write that
+        would have been acknowledged fails, and a failed condition too (it was decided against
+        writes that are lost as well); refusals stand."""
+        replies: list[dict[str, Any] | DynamoError] = list(self.replies)
+        consumed = list(self.consumed)
+        for index, reply in enumerate(replies):
+            if isinstance(reply, dict | ConditionalCheckFailed):
+                replies[index] = InternalServerError(f"The node could not commit: {error}")
+                consumed[index] = 0.0
+        return replies, consumed
 
 
 class WriteContext:
@@ -270,6 +318,27 @@ class WriteContext:
                 )
                 partition.first_seq = keep
             self.batch.put(Family.PARTITIONS, meta_key, partition.to_meta())
+
+    def ready(
+        self,
+        replies: Sequence[dict[str, Any] | DynamoError],
+        charged: Sequence[float],
+        consumed: Sequence[float],
+    ) -> Ready:
+        """Close the group (`finish`) and give its outcome as one value."""
+        self.finish()
+        return Ready(
+            self.batch,
+            tuple(replies),
+            tuple(charged),
+            tuple(consumed),
+            self.appended,
+            self.dirty,
+            self.feed.install(),
+            tuple(self.splits),
+            tuple(self.carried),
+            frozenset(self.dirty.keys() | self.feed.touched),
+        )
 
 
 def addressed(partition: Partition | None, target: Target) -> Partition:
