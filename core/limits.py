@@ -116,6 +116,9 @@ MOVE_FENCE_LAG_RECORDS_MAX = 100
 MOVE_CATCH_UP_ROUNDS_MAX = 20
 MOVE_FENCE_ATTEMPTS_MAX = 60
 MOVE_FENCE_BACKOFF_SECONDS = 0.1
+# How often a move whose catalog switch failed or went unanswered reads the catalog back before
+# its call gives up; its record stays, and the source's periodic check decides it later.
+MOVE_SWITCH_READS_MAX = 3
 # How often a node settles moves left half-done (a restart, a failed step) and looks at the
 # copies moved to it; an INCOMING copy its source has not touched for this long, and that the
 # catalog does not name, is dropped (its source rolled back without reaching it).
@@ -126,8 +129,9 @@ MOVE_ABANDONED_SECONDS = 60.0
 MOVE_RETRY_SECONDS = 10.0
 # How long the admin endpoint waits for a node to move a partition (a copy of its whole data).
 MOVE_CALL_SECONDS_MAX = 300.0
-# The longest a source held at a step for a fault test (DYNALAB_MOVE_HOLD_AT) waits to be let go.
-MOVE_HOLD_SECONDS_MAX = 60.0
+# The longest a process held at a machine's crash point for a fault test (DYNALAB_HOLD_AT,
+# `rpc/machines.py`) waits to be let go.
+MACHINE_HOLD_SECONDS_MAX = 60.0
 
 # Free disk space a node keeps: below it, writes that add data are refused (deletes, and what lets
 # the change log be trimmed, go on), so RocksDB never meets a full disk, after which its log writer

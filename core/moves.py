@@ -2,19 +2,9 @@
 restarted source or target must do. Pure, no IO; the node's `storagenode/move.py` does the
 reading, the copying and the calls.
 
-The source (the partition's owner) drives a move, as it drives a split, in steps each recorded
-in one place and each idempotent:
-
-| state | recorded in | after a restart |
-| --- | --- | --- |
-| PLANNED | the source's memory only | nothing: it never happened |
-| INCOMING | the target's metadata: an empty copy at the next epoch, refusing clients | back |
-| COPYING | the source's feed: a `move` consumer holding its log from the pin | back |
-| FENCED | the source's metadata (`moving_to`): clients refused with StaleEpoch | back |
-| DRAINED | the target's metadata: every record to the fence's seq, checkpoints | back |
-| SWITCHED | the table's catalog row (compare-and-set): the target node, next epoch | forward |
-| ACTIVE | the target's metadata: INCOMING cleared, it serves | forward |
-| DONE | the source no longer holds the partition | nothing |
+The source (the partition's owner) drives a move, as it drives a split: its states, its
+transitions and the effect each state has are the move machine's (`core.machines.move`), run by
+the driver (`rpc.machines`), its record kept in the source partition's metadata.
 
 The catalog row is the decision: once it names the target at the next epoch the move has
 happened and only going forward is left (`source_recovery`, `target_recovery`); before it,
@@ -37,41 +27,8 @@ import enum
 from collections.abc import Callable
 
 from core import catalog, splits
-from core.catalog import IllegalTransition, PartitionDef, TableDef
+from core.catalog import PartitionDef, TableDef
 from core.errors import ValidationError
-
-
-class MoveState(enum.StrEnum):
-    PLANNED = "PLANNED"
-    INCOMING = "INCOMING"
-    COPYING = "COPYING"
-    FENCED = "FENCED"
-    DRAINED = "DRAINED"
-    SWITCHED = "SWITCHED"
-    ACTIVE = "ACTIVE"
-    DONE = "DONE"
-    ROLLED_BACK = "ROLLED_BACK"
-
-
-# Every step a move takes: forward, or, before the catalog switch, back.
-MOVE_TRANSITIONS: dict[MoveState, frozenset[MoveState]] = {
-    MoveState.PLANNED: frozenset({MoveState.INCOMING, MoveState.ROLLED_BACK}),
-    MoveState.INCOMING: frozenset({MoveState.COPYING, MoveState.ROLLED_BACK}),
-    MoveState.COPYING: frozenset({MoveState.FENCED, MoveState.ROLLED_BACK}),
-    MoveState.FENCED: frozenset({MoveState.DRAINED, MoveState.ROLLED_BACK}),
-    MoveState.DRAINED: frozenset({MoveState.SWITCHED, MoveState.ROLLED_BACK}),
-    MoveState.SWITCHED: frozenset({MoveState.ACTIVE}),
-    MoveState.ACTIVE: frozenset({MoveState.DONE}),
-    MoveState.DONE: frozenset(),
-    MoveState.ROLLED_BACK: frozenset(),
-}
-
-
-def step(state: MoveState, to: MoveState) -> MoveState:
-    """`to`, if a move in `state` may go there; IllegalTransition (a bug) if not."""
-    if to not in MOVE_TRANSITIONS[state]:
-        raise IllegalTransition(f"A move cannot go from {state} to {to}")
-    return to
 
 
 class MoveRefused(ValidationError):

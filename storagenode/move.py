@@ -26,12 +26,16 @@ and its placement check send), in steps each idempotent:
 8. **activate** the target's copy ("activate"), and **drop** the source's (`move_source`
    "drop": its items, index entries, collections, TTL entries, log and consumers).
 
-A failure before the switch rolls back (unfence, and drop the target's copy); after it, or when
-the switch's outcome is unknown (decided by reading the catalog once its call's deadline has
-passed), the move is finished. A restarted node settles what it finds the same way every
-MOVE_CHECK_SECONDS (`core.moves.source_recovery`), and a target activates a copy the catalog
-names it for, or drops one the catalog went past (`core.moves.target_recovery`), so a source
-that dies after the switch leaves the partition served by its target within a second.
+These steps are the effects of the move machine (`core.machines.move`), which `Mover` runs
+through the one driver (`rpc.machines.Driver`): its record is kept in the source partition's
+metadata (`move_source` "record") before each effect, so a process may die between any two
+effects (the driver's crash points) and the record says what comes next. A failure before the
+switch rolls back (unfence, and drop the target's copy); after it, or when the switch's outcome
+is unknown (decided by reading the catalog once its call's deadline has passed), the move is
+finished. A restarted source drives each record it finds on with RESTARTED every
+MOVE_CHECK_SECONDS, and a target activates a copy the catalog names it for, or drops one the
+catalog went past (`core.moves.target_recovery`), so a source that dies after the switch leaves
+the partition served by its target within a second.
 
 A global index's partition moves the same way; `storagenode.index_move` holds what it needs
 more (its entry writes logged while it moves, its per-source rows carried by the drain).
@@ -47,21 +51,23 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import os
-import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from core import catalog, limits, moves
+from core import catalog, limits, machines, moves
 from core.catalog import PartitionDef, TableDef
 from core.errors import DynamoError, ResourceInUse, StaleEpoch
 from core.keycodec import successor
+from core.machines import Effect, Event
+from core.machines import move as move_machine
+from core.machines.move import MoveRecord, MoveState
 from core.size import item_size_bytes
 from core.transactions import Record
 from rpc import ops
 from rpc.background import BackgroundTask
+from rpc.machines import CrashPoints, Driver, Handler, HoldPoints
 from rpc.transport import NodeTransport
 from storagenode import changefeed, expiry, index_move
 from storagenode import transactions as txn
@@ -79,37 +85,35 @@ logger = logging.getLogger(__name__)
 MOVE_SOURCE = "move_source"  # The source's internal writes of a move (never on the wire).
 # The change-feed consumer holding a partition's log while it moves, on the source and the target.
 MOVE_CONSUMER = "__move"
-# For the kill -9 tests, one variable names the step at which a node kills itself: one of
-# MOVE_CRASH_STEPS, reached by the source driving a move, or one of MOVE_TARGET_CRASH_STEPS,
-# "target-" and a step the target receives ("target-items": once the first page of items has
-# committed there), so the target dies with that step durable and its reply unsent.
-MOVE_CRASH_AT_ENV = "DYNALAB_MOVE_CRASH_AT"
-MOVE_CRASH_STEPS = (
-    "incoming",
-    "pinned",
-    "copied",
-    "fenced",
-    "drained",
-    "switched",
+# Points of a move where a test may stop or kill a node (`rpc.machines` crash points): the
+# source's, between two effects of the move machine (its recorded states, lower case; these are
+# those of every move of a table partition that succeeds), and the
+# target's, "target-" and a step it receives ("target-items": once the first page of items has
+# committed there, before its reply is sent).
+MOVE_CRASH_STEPS = tuple(
+    state.value.lower()
+    for state in (
+        MoveState.INCOMING,
+        MoveState.PINNED,
+        MoveState.COPIED,
+        MoveState.FENCED,
+        MoveState.DRAINED,
+        MoveState.SWITCHED,
+    )
 )
 MOVE_TARGET_CRASH_STEPS = tuple(
     f"target-{step}" for step in ("create", "items", "apply", "drain", "activate")
 )
-# For the tests that kill a router mid-move: a source reaching step DYNALAB_MOVE_HOLD_AT (one of
-# MOVE_CRASH_STEPS) creates `<step>.held` in DYNALAB_MOVE_HOLD_DIR and waits until `<step>.go`
-# is there (at most MOVE_HOLD_SECONDS_MAX), so a test can act at that exact step.
-MOVE_HOLD_AT_ENV = "DYNALAB_MOVE_HOLD_AT"
-MOVE_HOLD_DIR_ENV = "DYNALAB_MOVE_HOLD_DIR"
-_HOLD_POLL_SECONDS = 0.02
-_SOURCE_STEPS = frozenset({"register", "pin", "fence", "unfence", "drop"})
+_SOURCE_STEPS = frozenset({"record", "register", "pin", "fence", "unfence", "drop"})
 
 
 @dataclasses.dataclass(slots=True)
 class SourceStepPayload:
     """move_source: one of the source's own steps of moving partition `partition_id` at `epoch`:
-    "register" (the move's consumer only, a global index partition's first step: its writes are
-    logged from then on), "pin", "fence" (for node `target`), "unfence" or "drop". Replies:
-    register {}; pin {"pinned": Pinned}
+    "record" (the move machine's `record` kept in the partition's metadata, None once the move
+    has ended), "register" (the move's consumer only, a global index partition's first step: its
+    writes are logged from then on), "pin", "fence" (for node `target`), "unfence" or "drop".
+    Replies: record {}; register {}; pin {"pinned": Pinned}
     (an object: the op never leaves the node); fence {"seq": final seq}; unfence {}; drop
     {"dropped": bool}."""
 
@@ -118,13 +122,19 @@ class SourceStepPayload:
     epoch: int
     step: str
     target: str = ""
+    record: dict[str, Any] | None = None
 
     @classmethod
     def from_json(cls, body: dict[str, Any]) -> SourceStepPayload:
         if body["step"] not in _SOURCE_STEPS:
             raise ValueError(f"move_source's step is one of {sorted(_SOURCE_STEPS)}")
         return cls(
-            body["table_id"], body["partition_id"], body["epoch"], body["step"], body["target"]
+            body["table_id"],
+            body["partition_id"],
+            body["epoch"],
+            body["step"],
+            body["target"],
+            body.get("record"),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -150,6 +160,12 @@ def source_step(
     """Run one of the source's steps in the group's batch (the writer thread)."""
     ref = (payload.table_id, payload.partition_id)
     partition = group.lookup(ref)
+    if payload.step == "record":
+        # Gone once dropped (a finished move's last record has nowhere to go, nor need to).
+        if partition is not None and partition.epoch == payload.epoch:
+            staged = group.stage(ref)
+            staged.move = payload.record
+        return {}
     if payload.step == "drop":
         if partition is None or partition.epoch != payload.epoch:
             return {"dropped": False}
@@ -532,8 +548,9 @@ def moving(node: NodeState, table_id: str | None) -> list[dict[str, Any]]:
 
 
 class Mover:
-    """Moves partitions of one node to others, and settles moves left half-done, as source and
-    as target (`core.moves`)."""
+    """Moves partitions of one node to others on the move machine (`core.machines.move`) through
+    the driver (`rpc.machines`), and settles moves left half-done, as source (its record, stepped
+    RESTARTED) and as target (`core.moves.target_recovery`)."""
 
     def __init__(
         self,
@@ -541,30 +558,44 @@ class Mover:
         node_id: str,
         *,
         check_seconds: float = limits.MOVE_CHECK_SECONDS,
+        crash_points: CrashPoints | None = None,
     ) -> None:
         self.splitter = splitter
         self.node: NodeState = splitter.node
         self.node_id = node_id
         self.check_seconds = check_seconds
-        # DYNALAB_MOVE_CRASH_AT makes the node kill itself at that step of each move it drives
-        # or receives, for the kill -9 tests; a simulation replaces `die`.
-        self.crash_at = os.environ.get(MOVE_CRASH_AT_ENV)
-        self.die: Callable[[str], None] = _kill_self
-        self.hold_at = os.environ.get(MOVE_HOLD_AT_ENV)
-        self.hold_dir = os.environ.get(MOVE_HOLD_DIR_ENV)
+        handlers: dict[str, Handler[MoveRecord]] = {
+            "create": self._create,
+            "register": self._register,
+            "pin": self._pin,
+            "copy": self._copy_all,
+            "fence": self._fence,
+            "drain": self._drain,
+            "switch": self._switch,
+            "settle": self._settle,
+            "activate": self._activate,
+            "drop": self._drop,
+            "unfence": self._unfence,
+            "abort": self._abort,
+        }
+        self.driver = Driver(
+            move_machine.MACHINE,
+            handlers,
+            self._persist,
+            HoldPoints.from_env() if crash_points is None else crash_points,
+            self._now,
+        )
+        # The pin's iterators, from the pin to the copy of the move that made them: they do not
+        # outlive the process, and a move never resumes a copy (it rolls back).
+        self._pinned: dict[PartitionRef, Pinned] = {}
         self._task = BackgroundTask("mover", self._run)
 
-    async def _reached(self, step: str) -> None:
-        if step == self.crash_at:
-            self.die(step)
-        if step == self.hold_at and self.hold_dir is not None:
-            await _hold(self.hold_dir, step)
-
-    def received(self, step: str | None, done: asyncio.Future[Any]) -> None:
-        """A step of a move on this node, its target, has committed (or failed): the node kills
-        itself here when DYNALAB_MOVE_CRASH_AT names it, before its reply is sent."""
-        if not done.cancelled() and done.exception() is None and self.crash_at == f"target-{step}":
-            self.die(self.crash_at)
+    async def received(self, step: str | None, done: asyncio.Future[Any]) -> Any:
+        """The result of a step of a move on this node, its target, once committed: a crash point
+        ("target-<step>") before its reply is sent."""
+        result = await done
+        await self.driver.crash_points.reached(move_machine.NAME, f"target-{step}")
+        return result
 
     @staticmethod
     def _now() -> float:
@@ -599,6 +630,7 @@ class Mover:
                 return await self._move(table_id, partition_id, target_node, target_address)
             finally:
                 self.node.moving_out.pop((table_id, partition_id), None)
+                self._pinned.pop((table_id, partition_id), None)
 
     async def _move(
         self, table_id: str, partition_id: str, target_node: str, target_address: str
@@ -612,94 +644,38 @@ class Mover:
             raise moves.MoveRefused(f"Partition {partition_id} of a system table never moves")
         if target_node == self.node_id:
             raise moves.MoveRefused(f"Partition {partition_id} is on node {target_node} already")
-        table = await self.splitter.read_table(catalog.base_table_name(partition.table_name))
+        if partition.move is not None:
+            raise moves.MoveRefused(
+                f"Partition {partition_id}'s last move is not decided yet; it is settled first"
+            )
+        name = catalog.base_table_name(partition.table_name)
+        table = await self.splitter.read_table(name)
         source = _serving_def(table, partition, self.node_id)
-        target = self.splitter.client(target_address)
-        epoch = partition.epoch + 1
         logger.info(
             "move of %s to %s (%d bytes): creating its INCOMING copy",
             partition_id,
             target_node,
             partition.size_bytes,
         )
-        await self._receive(target, ref, "abort")
-        document = orjson.loads(partition.to_meta())
-        document.update(
-            epoch=epoch,
-            item_count=0,
-            size_bytes=0,
-            last_seq=partition.first_seq - 1,
-            log_bytes=0,
-            index_stats={},
-            moving_to=None,
-            incoming_from=self.node_id,
+        record = MoveRecord(
+            table_id=table_id,
+            partition_id=partition_id,
+            table_name=name,
+            epoch=partition.epoch,
+            source=source.to_json(),
+            target_node=target_node,
+            target_address=target_address,
+            index=_is_index_partition(partition),
+            started=started,
         )
-        try:
-            await self._receive(target, ref, "create", partition=document)
-            await self._reached("incoming")
-            if _is_index_partition(partition):
-                # Its index_apply logs from the group after this one on: every entry write the
-                # pin's iterators miss, one earlier in the pin's own group included.
-                await self._source(partition, "register")
-            pinned = await self._source(partition, "pin")
-            await self._reached("pinned")
-            pinned_partition: Partition = pinned["pinned"].partition
-            logger.info(
-                "move of %s: copying, pinned at seq %d", partition_id, pinned_partition.last_seq
-            )
-            items = await self._copy(target, ref, pinned["pinned"])
-            applied = pinned_partition.last_seq
-            records = 0
-            for _ in range(limits.MOVE_CATCH_UP_ROUNDS_MAX):
-                current = self.node.partitions.get(ref)
-                if current is None or current.epoch != partition.epoch:
-                    raise moves.MoveConflict(f"Partition {partition_id} changed while it moved")
-                if current.last_seq - applied <= limits.MOVE_FENCE_LAG_RECORDS_MAX:
-                    break
-                caught = await self._catch_up(target, current, applied, current.last_seq)
-                records += caught - applied
-                applied = caught
-            await self._reached("copied")
-            logger.info("move of %s: fencing at seq %d", partition_id, applied)
-            fenced_at = self._now()
-            final = await self._fence(partition, target_node)
-            await self._reached("fenced")
-            caught = await self._catch_up(target, partition, applied, final)
-            records += caught - applied
-            index = _is_index_partition(partition)
-            await self._receive(
-                target,
-                ref,
-                "drain",
-                seq=final,
-                partition=orjson.loads(self.node.partitions[ref].to_meta()),
-                consumers=dict(self.node.feeds.consumers(ref)),
-                transactions=[] if index else self._finished_transactions(),
-                # Final: the fence refuses index_apply, the one writer of these rows.
-                index_sources=index_move.source_rows(self.node.store, partition) if index else None,
-            )
-            await self._reached("drained")
-        except Exception:
-            # (Not a cancellation or a simulated death: a restart settles those by the catalog.)
-            logger.warning("move of %s failed before the switch: rolling back", partition_id)
-            await asyncio.shield(self._roll_back(partition, target))
-            raise
-        logger.info("move of %s: drained to seq %d, switching the catalog", partition_id, final)
-        try:
-            after = await self.splitter.change_table(
-                catalog.base_table_name(partition.table_name),
-                lambda current: moves.switched(current, table_id, source, target_node),
-            )
-        except Exception:
-            await asyncio.shield(self._settle_unknown(partition, target_node, target))
-            raise
-        await self._reached("switched")
-        moved = moves.serving_partition(after, table_id, partition_id)
-        assert moved is not None, "a switched partition serves"
-        await self._finish(partition, target, after)
+        record, failure = await self.driver.drive(record, Event(machines.STARTED))
+        if failure is not None:
+            raise failure
+        assert record.state is MoveState.DONE and record.moved is not None, record
+        assert record.fenced_at is not None, "a done move was fenced"
         ended = self._now()
         self.node.move_stats.record(ended - started)
-        fenced = ended - fenced_at
+        fenced = ended - record.fenced_at
         logger.info(
             "move of %s to %s: done in %.3f s (clients refused for %.3f s)",
             partition_id,
@@ -708,17 +684,180 @@ class Mover:
             fenced,
         )
         return {
-            "partition": moved.to_json(),
+            "partition": dict(record.moved),
             "from": self.node_id,
             "seconds": ended - started,
             "fenced_seconds": fenced,
-            "items": items,
-            "records": records,
+            "items": record.items,
+            "records": record.records,
         }
 
-    async def _source(self, partition: Partition, step: str, target: str = "") -> dict[str, Any]:
+    async def _persist(self, record: MoveRecord) -> None:
+        """Keep the move's record in the source partition's metadata (cleared once it ends)."""
+        document = None if move_machine.MACHINE.finished(record) else record.to_json()
         payload = SourceStepPayload(
-            partition.table_id, partition.partition_id, partition.epoch, step, target
+            record.table_id, record.partition_id, record.epoch, "record", record=document
+        )
+        await self.splitter.submit(MOVE_SOURCE, payload.to_json())
+
+    # The move machine's effects ------------------------------------------------------------------
+
+    async def _create(self, record: MoveRecord, effect: Effect) -> Event:
+        """Drop any copy an earlier try left on the target, and create an empty INCOMING one at
+        the next epoch."""
+        target = self.splitter.client(record.target_address)
+        ref = (record.table_id, record.partition_id)
+        await self._receive(target, ref, "abort")
+        partition = self._held(record)
+        document = orjson.loads(partition.to_meta())
+        document.update(
+            epoch=record.epoch + 1,
+            item_count=0,
+            size_bytes=0,
+            last_seq=partition.first_seq - 1,
+            log_bytes=0,
+            index_stats={},
+            moving_to=None,
+            incoming_from=self.node_id,
+            move=None,
+        )
+        await self._receive(target, ref, "create", partition=document)
+        return Event(effect.done)
+
+    async def _register(self, record: MoveRecord, effect: Effect) -> Event:
+        # An index partition's index_apply logs from the group after this one on: every entry
+        # write the pin's iterators miss, one earlier in the pin's own group included.
+        await self._source(record, "register")
+        return Event(effect.done)
+
+    async def _pin(self, record: MoveRecord, effect: Effect) -> Event:
+        pinned: Pinned = (await self._source(record, "pin"))["pinned"]
+        self._pinned[record.table_id, record.partition_id] = pinned
+        logger.info(
+            "move of %s: copying, pinned at seq %d",
+            record.partition_id,
+            pinned.partition.last_seq,
+        )
+        return Event(effect.done)
+
+    async def _copy_all(self, record: MoveRecord, effect: Effect) -> Event:
+        """Copy the pinned log and items, then catch up until few records are left."""
+        ref = (record.table_id, record.partition_id)
+        pinned = self._pinned.pop(ref, None)
+        if pinned is None:
+            raise moves.MoveConflict(f"Partition {record.partition_id}'s pin did not survive")
+        target = self.splitter.client(record.target_address)
+        items = await self._copy(target, ref, pinned)
+        applied = pinned.partition.last_seq
+        records = 0
+        for _ in range(limits.MOVE_CATCH_UP_ROUNDS_MAX):
+            current = self._held(record)
+            if current.last_seq - applied <= limits.MOVE_FENCE_LAG_RECORDS_MAX:
+                break
+            caught = await self._catch_up(target, current, applied, current.last_seq)
+            records += caught - applied
+            applied = caught
+        logger.info("move of %s: fencing at seq %d", record.partition_id, applied)
+        return Event(effect.done, {"applied": applied, "records": records, "items": items})
+
+    async def _fence(self, record: MoveRecord, effect: Effect) -> Event:
+        reply = await self._source(record, "fence", record.target_node)
+        return Event(effect.done, {"seq": int(reply["seq"])})
+
+    async def _drain(self, record: MoveRecord, effect: Effect) -> Event:
+        """Apply the records to the fence's seq, then hand over the source's settings, its
+        consumers' checkpoints and its finished transaction records."""
+        assert record.final_seq is not None, "a fenced move knows its final seq"
+        ref = (record.table_id, record.partition_id)
+        partition = self._held(record)
+        target = self.splitter.client(record.target_address)
+        caught = await self._catch_up(target, partition, record.applied, record.final_seq)
+        index = record.index
+        await self._receive(
+            target,
+            ref,
+            "drain",
+            seq=record.final_seq,
+            partition=orjson.loads(partition.to_meta()),
+            consumers=dict(self.node.feeds.consumers(ref)),
+            transactions=[] if index else self._finished_transactions(),
+            # Final: the fence refuses index_apply, the one writer of these rows.
+            index_sources=index_move.source_rows(self.node.store, partition) if index else None,
+        )
+        logger.info(
+            "move of %s: drained to seq %d, switching the catalog",
+            record.partition_id,
+            record.final_seq,
+        )
+        return Event(effect.done, {"applied": caught, "records": caught - record.applied})
+
+    async def _switch(self, record: MoveRecord, effect: Effect) -> Event:
+        source = PartitionDef.from_json(record.source)
+        after = await self.splitter.change_table(
+            record.table_name,
+            lambda current: moves.switched(current, record.table_id, source, record.target_node),
+        )
+        return _switched(effect, after, record)
+
+    async def _settle(self, record: MoveRecord, effect: Effect) -> Event:
+        """The switch failed or its outcome is unknown: the catalog says whether it happened."""
+        table = await self.splitter.read_table(record.table_name)
+        action = moves.source_recovery(
+            table, record.table_id, record.partition_id, record.epoch, record.target_node
+        )
+        logger.info("move of %s was undecided: %s", record.partition_id, action.value)
+        if action is moves.SourceAction.ROLL_BACK:
+            return Event(move_machine.NOT_SWITCHED)
+        assert table is not None, "a switched move's table is in the catalog"
+        return _switched(effect, table, record)
+
+    async def _activate(self, record: MoveRecord, effect: Effect) -> Event:
+        """Activate the target's copy with the switch row's settings (it also does so itself
+        from the catalog)."""
+        ref = (record.table_id, record.partition_id)
+        await self._receive(
+            self.splitter.client(record.target_address),
+            ref,
+            "activate",
+            epoch=record.epoch + 1,
+            # What its buckets hold now: the move gives it no fresh burst.
+            balances=self.node.throughput.balances(ref),
+            settings=None if record.settings is None else dict(record.settings),
+        )
+        return Event(effect.done)
+
+    async def _drop(self, record: MoveRecord, effect: Effect) -> Event:
+        await self._source(record, "drop")
+        logger.info("move of %s: switched; this node's copy is dropped", record.partition_id)
+        return Event(effect.done)
+
+    async def _unfence(self, record: MoveRecord, effect: Effect) -> Event:
+        logger.warning(
+            "move of %s failed before the switch: rolling back (%s)",
+            record.partition_id,
+            record.error,
+        )
+        await self._source(record, "unfence")
+        return Event(effect.done)
+
+    async def _abort(self, record: MoveRecord, effect: Effect) -> Event:
+        """Drop the target's copy (best effort: a copy left behind is dropped by its node once
+        abandoned)."""
+        target = self.splitter.client(record.target_address)
+        await self._receive(target, (record.table_id, record.partition_id), "abort")
+        logger.info("move of %s: rolled back", record.partition_id)
+        return Event(effect.done)
+
+    def _held(self, record: MoveRecord) -> Partition:
+        """The source partition of `record` as this node holds it, which the move needs."""
+        current = self.node.partitions.get((record.table_id, record.partition_id))
+        if current is None or current.epoch != record.epoch:
+            raise moves.MoveConflict(f"Partition {record.partition_id} changed while it moved")
+        return current
+
+    async def _source(self, record: MoveRecord, step: str, target: str = "") -> dict[str, Any]:
+        payload = SourceStepPayload(
+            record.table_id, record.partition_id, record.epoch, step, target
         )
         return await self.splitter.submit(MOVE_SOURCE, payload.to_json())
 
@@ -765,18 +904,6 @@ class Mover:
             after = int(orjson.loads(page[-1])["seq"])
         return after
 
-    async def _fence(self, partition: Partition, target_node: str) -> int:
-        for attempt in range(limits.MOVE_FENCE_ATTEMPTS_MAX):
-            try:
-                return int((await self._source(partition, "fence", target_node))["seq"])
-            except moves.MoveRefused as refusal:
-                if attempt + 1 == limits.MOVE_FENCE_ATTEMPTS_MAX:
-                    raise
-                if attempt == 0:
-                    logger.info("move of %s waits: %s", partition.partition_id, refusal.message)
-            await asyncio.sleep(limits.MOVE_FENCE_BACKOFF_SECONDS)
-        raise AssertionError("unreachable")
-
     def _finished_transactions(self) -> list[list[str]]:
         """The finished transaction records this node holds (a ClientRequestToken's retry finds
         its record on the moved partition's new node)."""
@@ -786,73 +913,15 @@ class Mover:
         )
         return [[key.hex(), value.decode()] for key, value in walk]
 
-    async def _roll_back(self, partition: Partition, target: NodeTransport) -> None:
-        """Clear the fence and the move's consumer, and drop the target's copy (best effort: a
-        copy left behind is dropped by its node once abandoned)."""
-        await self._source(partition, "unfence")
-        try:
-            await self._receive(target, (partition.table_id, partition.partition_id), "abort")
-        except (DynamoError, OSError) as error:
-            logger.warning(
-                "move of %s: the target's copy stays for now: %s", partition.partition_id, error
-            )
-        logger.info("move of %s: rolled back", partition.partition_id)
-
-    async def _finish(self, partition: Partition, target: NodeTransport, table: TableDef) -> None:
-        """The catalog (`table`, the row the switch wrote or a later one) names the target:
-        activate its copy with the row's settings (it also does so itself from the catalog),
-        and drop this node's."""
-        try:
-            await self._receive(
-                target,
-                (partition.table_id, partition.partition_id),
-                "activate",
-                epoch=partition.epoch + 1,
-                # What its buckets hold now: the move gives it no fresh burst.
-                balances=self.node.throughput.balances(
-                    (partition.table_id, partition.partition_id)
-                ),
-                settings=settings_of(table, partition.table_id),
-            )
-        except (DynamoError, OSError) as error:
-            logger.warning(
-                "move of %s: the target activates it itself: %s", partition.partition_id, error
-            )
-        await self._source(partition, "drop")
-        logger.info("move of %s: switched; this node's copy is dropped", partition.partition_id)
-
-    async def _settle_unknown(
-        self, partition: Partition, target_node: str, target: NodeTransport
-    ) -> None:
-        """The switch failed or its outcome is unknown: once no call of it can still be applied
-        (its deadline and the grace have passed), the catalog says whether it happened."""
-        await asyncio.sleep(limits.NODE_CALL_SECONDS_MAX + limits.RPC_DEADLINE_GRACE_SECONDS)
-        await self._settle_source(partition, target_node, target)
-
-    async def _settle_source(
-        self, partition: Partition, target_node: str, target: NodeTransport
-    ) -> None:
-        table = await self.splitter.read_table(catalog.base_table_name(partition.table_name))
-        action = moves.source_recovery(
-            table, partition.table_id, partition.partition_id, partition.epoch, target_node
-        )
-        if action is moves.SourceAction.FINISH:
-            assert table is not None, "a switched move's table is in the catalog"
-            await self._finish(partition, target, table)
-        else:
-            await self._roll_back(partition, target)
-
     # Settling what a restart or a failure left -------------------------------------------------
 
     async def settle(self) -> None:
-        """Finish or roll back the moves this node was the source of and left half-done, and
-        activate or drop the copies moved to it, as the catalog says."""
+        """Drive the moves this node was the source of and left half-done on from their records
+        (RESTARTED), and activate or drop the copies moved to it, as the catalog says."""
         refs = [
             ref
             for ref, partition in self.node.partitions.items()
-            if partition.moving_to is not None
-            or partition.incoming_from is not None
-            or MOVE_CONSUMER in self.node.feeds.consumers(ref)
+            if partition.move is not None or partition.incoming_from is not None
         ]
         if not refs:
             return
@@ -862,47 +931,53 @@ class Mover:
                 partition = self.node.partitions.get(ref)
                 if partition is None:
                     continue
+                if partition.move is not None:
+                    await self._resume(MoveRecord.from_json(partition.move))
+                    continue
+                if partition.incoming_from is None:
+                    continue
                 name = catalog.base_table_name(partition.table_name)
                 if name not in tables:
                     tables[name] = await self.splitter.read_table(name)
-                await self._settle_one(partition, tables[name])
+                await self._settle_incoming(partition, tables[name])
 
-    async def _settle_one(self, partition: Partition, table: TableDef | None) -> None:
+    async def _resume(self, record: MoveRecord) -> None:
+        logger.info("move of %s was left at %s: resuming", record.partition_id, record.state)
+        record, failure = await self.driver.drive(record, Event(machines.RESTARTED))
+        logger.info("move of %s: %s", record.partition_id, record.state)
+        if failure is not None:
+            logger.warning("move of %s, resumed: %s", record.partition_id, failure)
+
+    async def _settle_incoming(self, partition: Partition, table: TableDef | None) -> None:
         ref = (partition.table_id, partition.partition_id)
-        if partition.incoming_from is not None:
-            action = moves.target_recovery(
-                table, partition.table_id, partition.partition_id, partition.epoch, self.node_id
-            )
-            heard = self.node.move_heard.setdefault(ref, self.node.clock())
-            abandoned = self.node.clock() - heard > limits.MOVE_ABANDONED_SECONDS
-            if action is moves.TargetAction.ACTIVATE:
-                logger.info(
-                    "move of %s: the catalog names this node: serving", partition.partition_id
-                )
-                assert table is not None, "the catalog names this node for it"
-                await self._local(
-                    ref, "activate", epoch=partition.epoch, settings=settings_of(table, ref[0])
-                )
-            elif action is moves.TargetAction.DROP or abandoned:
-                logger.info(
-                    "move of %s: the copy here is not wanted: dropping", partition.partition_id
-                )
-                await self._local(ref, "abort")
-            return
-        if partition.moving_to is None:
-            await self._source(partition, "unfence")  # Only the consumer of a move never fenced.
-            return
-        decision = moves.source_recovery(
-            table, partition.table_id, partition.partition_id, partition.epoch, partition.moving_to
+        action = moves.target_recovery(
+            table, partition.table_id, partition.partition_id, partition.epoch, self.node_id
         )
-        logger.info("move of %s was left fenced: %s", partition.partition_id, decision.value)
-        # The target needs no call: it serves or drops its copy as the catalog says.
-        finish = decision is moves.SourceAction.FINISH
-        await self._source(partition, "drop" if finish else "unfence")
+        heard = self.node.move_heard.setdefault(ref, self.node.clock())
+        abandoned = self.node.clock() - heard > limits.MOVE_ABANDONED_SECONDS
+        if action is moves.TargetAction.ACTIVATE:
+            logger.info("move of %s: the catalog names this node: serving", partition.partition_id)
+            assert table is not None, "the catalog names this node for it"
+            await self._local(
+                ref, "activate", epoch=partition.epoch, settings=settings_of(table, ref[0])
+            )
+        elif action is moves.TargetAction.DROP or abandoned:
+            logger.info("move of %s: the copy here is not wanted: dropping", partition.partition_id)
+            await self._local(ref, "abort")
 
     async def _local(self, ref: PartitionRef, step: str, **fields: Any) -> None:
         payload = ops.MoveReceivePayload(ref[0], ref[1], step, **fields)
         await self.splitter.submit(ops.MOVE_RECEIVE, payload.to_json())
+
+
+def _switched(effect: Effect, table: TableDef, record: MoveRecord) -> Event:
+    """The event of a switch the catalog row `table` records (written by it, or later)."""
+    moved = moves.serving_partition(table, record.table_id, record.partition_id)
+    assert moved is not None, "a switched partition serves"
+    return Event(
+        effect.done,
+        {"settings": settings_of(table, record.table_id), "moved": moved.to_json()},
+    )
 
 
 def _serving_def(table: TableDef | None, partition: Partition, node_id: str) -> PartitionDef:
@@ -916,25 +991,9 @@ def _serving_def(table: TableDef | None, partition: Partition, node_id: str) -> 
     return current
 
 
-async def _hold(directory: str, step: str) -> None:
-    """Say that this node holds a move at `step` and wait to be let go (a test's hand)."""
-    held, go = os.path.join(directory, f"{step}.held"), os.path.join(directory, f"{step}.go")
-    with open(held, "w") as marker:
-        marker.write(str(os.getpid()))
-    logger.warning("%s=%s: the move waits for %s", MOVE_HOLD_AT_ENV, step, go)
-    deadline = asyncio.get_running_loop().time() + limits.MOVE_HOLD_SECONDS_MAX
-    while not os.path.exists(go) and asyncio.get_running_loop().time() < deadline:
-        await asyncio.sleep(_HOLD_POLL_SECONDS)
-
-
 def _is_index_partition(partition: Partition) -> bool:
     """Whether a partition holds a global index's entries (`storagenode.split`'s test)."""
     return catalog.base_table_name(partition.table_name) != partition.table_name
-
-
-def _kill_self(step: str) -> None:
-    logger.error("%s=%s: this node kills itself", MOVE_CRASH_AT_ENV, step)
-    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _item_text(value: bytes) -> str:

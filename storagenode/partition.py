@@ -102,6 +102,9 @@ class Partition:
     # refused); on the target, the node its INCOMING copy comes from (clients are refused).
     moving_to: str | None = None
     incoming_from: str | None = None
+    # On a move's source, the move machine's record (`core.machines.move.MoveRecord` as JSON),
+    # from before its first effect until it has ended: what a restart drives on.
+    move: dict[str, Any] | None = None
     item_prefix: bytes = field(init=False, repr=False)
     log_prefix: bytes = field(init=False, repr=False)
     local_indexes: tuple[IndexDef, ...] = field(init=False, repr=False)
@@ -193,6 +196,7 @@ class Partition:
                 "index_stats": self.index_stats,
                 "moving_to": self.moving_to,
                 "incoming_from": self.incoming_from,
+                "move": self.move,
             }
         )
 

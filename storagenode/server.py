@@ -118,7 +118,8 @@ class NodeServicer(node_pb2_grpc.StorageNodeServicer):  # type: ignore[misc]
             else:
                 future = self.committer.submit(op, target, body)
                 if op == ops.MOVE_RECEIVE:
-                    future.add_done_callback(partial(self.mover.received, body.get("step")))
+                    # A move's target may be held at its step, once committed, before it answers.
+                    future = asyncio.ensure_future(self.mover.received(body.get("step"), future))
                 future.add_done_callback(partial(_deliver_write, request.id, deliver))
         except DynamoError as error:
             deliver(codec.error_response(request.id, error))

@@ -21,6 +21,7 @@ import pytest
 from core import catalog, gsi, limits, moves
 from core.catalog import PartitionDef, TableDef
 from core.errors import DynamoError, LeaseFenced
+from core.machines.move import NAME as MOVE
 from gsi_replicator.replicator import Replicator
 from router import queries, tables, ttl
 from router.placement import PlacementMover
@@ -31,6 +32,7 @@ from rpc.local import Faults
 from storagenode.layout import Family, index_source_key, index_source_of
 from storagenode.move import MOVE_CONSUMER, MOVE_CRASH_STEPS, MOVE_SOURCE
 from tests.sim.cluster import SimCluster, run
+from tests.sim.crash import DieAt
 from tests.sim.test_index_splits import create, entry, hot_partition, index_query, walked
 
 SEEDS = [5, 17]
@@ -284,14 +286,13 @@ def test_an_index_move_killed_at_any_step_loses_no_entry_and_doubles_none(
         following = asyncio.create_task(follow(replicator, table, model, stop, seed))
         await asyncio.sleep(0.03)
         mover = cluster.movers[source]
-        mover.crash_at = step
 
         def die(reached: str) -> None:
             if who == "source":
                 raise Died(reached)
             asyncio.get_running_loop().create_task(cluster.restart_node(target))
 
-        mover.die = die
+        mover.driver.crash_points = DieAt(MOVE, step, die)
         try:
             await mover.move(index_id, partition.id, target, cluster.addresses[target])
         except Died:

@@ -20,14 +20,17 @@ import pytest
 
 from core import catalog, limits, moves
 from core.errors import DynamoError, ServiceUnavailable
+from core.machines.move import NAME as MOVE
 from router import items, queries, tables, ttl
 from router.placement import PlacementMover
 from rpc import ops
 from rpc.local import Faults
+from rpc.machines import HoldPoints
 from storagenode.layout import Family, item_size_of
 from storagenode.move import MOVE_CONSUMER, MOVE_CRASH_STEPS, MOVE_TARGET_CRASH_STEPS
 from storagenode.node import WRITE_OPS
 from tests.sim.cluster import SimCluster, run, storage_key
+from tests.sim.crash import DieAt
 
 SEEDS = [5, 17]
 COUNTERS = 4
@@ -217,12 +220,12 @@ async def settle_all(cluster: SimCluster) -> None:
 
 async def let_go_after_writes(directory: Path, log: dict[str, Any]) -> None:
     """Let a source held once it has copied go on after a few more acknowledged writes."""
-    while not (directory / "copied.held").exists():
+    while not (directory / "move-copied.held").exists():
         await asyncio.sleep(0.01)
     written = len(log["acked"])
     while len(log["acked"]) < written + 3:
         await asyncio.sleep(0.01)
-    (directory / "copied.go").touch()
+    (directory / "move-copied.go").touch()
 
 
 class DiesAfter:
@@ -286,15 +289,15 @@ def test_a_move_killed_at_any_step_loses_nothing_and_applies_nothing_twice(
         scans = asyncio.create_task(scanner(cluster, "Killed", stop, log, seed))
         await asyncio.sleep(0.05)
         mover = cluster.movers[source]
-        mover.crash_at = step
         dying = None
         releaser = None
+        hold = None
         if step in MOVE_TARGET_CRASH_STEPS:  # The target kills itself at its own step.
             dying = DiesAfter(cluster, target, step.removeprefix("target-"))
             cluster.network.register(cluster.addresses[target], dying, WRITE_OPS)
         if step == "target-apply":
             # Held once it has copied while writes land, the source has records to apply.
-            mover.hold_at, mover.hold_dir = "copied", str(tmp_path)
+            hold = HoldPoints(frozenset({"move:copied"}), str(tmp_path))
             releaser = asyncio.create_task(let_go_after_writes(tmp_path, log))
 
         def die(reached: str) -> None:
@@ -306,7 +309,7 @@ def test_a_move_killed_at_any_step_loses_nothing_and_applies_nothing_twice(
             else:
                 cluster.routers[0] = cluster.add_router()  # The old one is simply dropped.
 
-        mover.die = die
+        mover.driver.crash_points = DieAt(MOVE, step, die, hold)
         try:
             await cluster.move("Killed", partition_id, target)
         except Died:

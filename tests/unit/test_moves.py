@@ -1,4 +1,5 @@
-"""The pure rules of a move (`core.moves`): its states, the catalog switch, and recovery."""
+"""The pure rules of a move (`core.moves`): the catalog switch, and recovery (its states are the
+move machine's: `test_move_machine.py`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from core import catalog, moves, splits
 from core.catalog import BillingMode, IllegalTransition, PartitionDef, TableDef, Throughput
 from core.keycodec import encode_storage_key
 from core.keys import KeyShape
-from core.moves import MoveState, SourceAction, TargetAction
+from core.moves import SourceAction, TargetAction
 
 TABLE_ID = "cd" * 16
 
@@ -33,19 +34,6 @@ def split_table() -> tuple[TableDef, PartitionDef, PartitionDef]:
     low_id, high_id = splits.child_ids(parent.id, parent.epoch)
     key = encode_storage_key({"S": "m"}, None)
     return catalog.split(start, parent.id, key, low_id, high_id)
-
-
-def test_every_state_reaches_an_end_and_none_goes_back_after_the_switch() -> None:
-    ends = {MoveState.DONE, MoveState.ROLLED_BACK}
-    for state, nexts in moves.MOVE_TRANSITIONS.items():
-        assert state in ends or nexts, state
-    for state in (MoveState.SWITCHED, MoveState.ACTIVE):
-        assert MoveState.ROLLED_BACK not in moves.MOVE_TRANSITIONS[state]
-    assert moves.step(MoveState.PLANNED, MoveState.INCOMING) is MoveState.INCOMING
-    with pytest.raises(IllegalTransition):
-        moves.step(MoveState.SWITCHED, MoveState.ROLLED_BACK)
-    with pytest.raises(IllegalTransition):
-        moves.step(MoveState.PLANNED, MoveState.FENCED)
 
 
 def test_switch_moves_the_partition_at_the_next_epoch_keeping_range_share_and_lineage() -> None:
