@@ -3,10 +3,11 @@
 
 A client writes (puts, index key changes, projected-attribute changes, deletes) while the admin
 endpoint moves the index's partitions from node to node, while the source of such a move is
-killed with SIGKILL at a step (DYNALAB_MOVE_CRASH_AT) and restarted, and while the target kills
-itself at each of its steps (DYNALAB_MOVE_CRASH_AT=target-<step>): the replicator follows each
-partition to its new node, the index converges exactly to its table (`dynalab.convergence`),
-and a Scan and a Query of the index through either router return each entry once.
+killed with SIGKILL at a step (held there by DYNALAB_HOLD_AT=move:<step>) and restarted, and while
+the target is killed at each of its steps (DYNALAB_HOLD_AT=move:target-<step>): the replicator
+follows each partition to its new node, the index converges exactly to its table
+(`dynalab.convergence`), and a Scan and a Query of the index through either router return each
+entry once.
 """
 
 from __future__ import annotations
@@ -22,13 +23,9 @@ from botocore.exceptions import ClientError
 
 from dynalab import convergence
 from dynalab.cluster import LocalCluster
-from storagenode.move import (
-    MOVE_CRASH_AT_ENV,
-    MOVE_HOLD_AT_ENV,
-    MOVE_HOLD_DIR_ENV,
-    MOVE_TARGET_CRASH_STEPS,
-)
+from storagenode.move import MOVE_TARGET_CRASH_STEPS
 from tests.integration.conftest import dynamodb_client
+from tests.integration.crash_points import KillAt, held_at, hold_environment, let_go
 from tests.integration.test_gsi_faults import Writer, create_scores
 from tests.integration.test_gsi_index_splits import index_entries, index_partitions
 from tests.integration.test_move_faults import restart as restart_with
@@ -168,7 +165,7 @@ def settled(cluster: LocalCluster, name: str, partition_id: str) -> dict[str, An
 
 @pytest.mark.parametrize("step", ["copied", "fenced", "drained", "switched"])
 def test_a_source_killed_mid_index_move_rolls_back_or_finishes_and_the_index_converges(
-    cluster: LocalCluster, step: str
+    cluster: LocalCluster, tmp_path: Path, step: str
 ) -> None:
     client = dynamodb_client(cluster.router_url)
     name = f"index_move_killed_{step}"
@@ -178,10 +175,12 @@ def test_a_source_killed_mid_index_move_rolls_back_or_finishes_and_the_index_con
     partition = max(serving_index_partitions(cluster, name), key=lambda p: p["size_bytes"] or 0)
     source = partition["node"]
     target = next(n for n in NODES if n != source)
-    restart(cluster, source, crash_at=step)
+    restart(cluster, source, hold_environment(tmp_path, step))
     try:
         with Background(writer, 80):
-            status, reply = move(cluster, name, partition["id"], target)
+            with KillAt(cluster.node(source), tmp_path, step) as killer:
+                status, reply = move(cluster, name, partition["id"], target)
+            assert killer.killed, f"the source never reached {step}"
             assert status != 200, reply  # The source died before it answered.
             restart(cluster, source)
             current = settled(cluster, name, partition["id"])
@@ -210,8 +209,8 @@ def wait_for(condition: Any, seconds: float, what: str) -> None:
 def test_a_target_killed_at_each_step_of_an_index_move_and_the_index_converges(
     cluster: LocalCluster, tmp_path: Path, step: str
 ) -> None:
-    """The target kills itself once a step of the index partition's move has committed
-    (DYNALAB_MOVE_CRASH_AT=target-<step>); past the copy the source is held there until index
+    """The target is killed once a step of the index partition's move has committed, before it
+    answers (DYNALAB_HOLD_AT=move:target-<step>); past the copy the source is held there until index
     writes have landed on it, so the final catch-up applies them."""
     client = dynamodb_client(cluster.router_url)
     name = f"index_move_target_{step.replace('-', '_')}"
@@ -221,36 +220,35 @@ def test_a_target_killed_at_each_step_of_an_index_move_and_the_index_converges(
     partition = max(serving_index_partitions(cluster, name), key=lambda p: p["size_bytes"] or 0)
     source = partition["node"]
     target = next(n for n in NODES if n != source)
-    restart_with(cluster, target, **{MOVE_CRASH_AT_ENV: step})
+    restart_with(cluster, target, **hold_environment(tmp_path, step))
     hold = step not in ("target-create", "target-items")
     if hold:
-        restart_with(
-            cluster, source, **{MOVE_HOLD_AT_ENV: "copied", MOVE_HOLD_DIR_ENV: str(tmp_path)}
-        )
+        restart_with(cluster, source, **hold_environment(tmp_path, "copied"))
     try:
         with Background(writer, 80):
             asked: dict[str, Any] = {}
             asking = threading.Thread(
                 target=lambda: asked.update(reply=move(cluster, name, partition["id"], target))
             )
-            asking.start()
-            if hold:
-                held = tmp_path / "copied.held"
-                wait_for(held.exists, HELD_WAIT_S, "the source never finished its copy")
-                written = len(writer.history)
-                wait_for(
-                    lambda: len(writer.history) > written + 20,
-                    HELD_WAIT_S,
-                    "no writes while the move was held",
-                )
-                time.sleep(POLL_S)  # The replicator applies them on the held source.
-                (tmp_path / "copied.go").touch()
-            asking.join(timeout=WRITER_JOIN_S)
+            # Held once that step has committed on it, before it answers, the target is killed.
+            with KillAt(cluster.node(target), tmp_path, step):
+                asking.start()
+                if hold:
+                    held_at(tmp_path, "copied")
+                    written = len(writer.history)
+                    wait_for(
+                        lambda: len(writer.history) > written + 20,
+                        HELD_WAIT_S,
+                        "no writes while the move was held",
+                    )
+                    time.sleep(POLL_S)  # The replicator applies them on the held source.
+                    let_go(tmp_path, "copied")
+                asking.join(timeout=WRITER_JOIN_S)
             assert not asking.is_alive()
             wait_for(
                 lambda: not cluster.node(target).is_running(),
                 SETTLE_TIMEOUT_S,
-                f"the target did not kill itself at {step}",
+                f"the target was not killed at {step}",
             )
             status, reply = asked["reply"]
             # Killed once it had activated, it serves; before, the source rolled the move back.

@@ -1,9 +1,10 @@
 """The target and the router of a move killed with SIGKILL at each step, on a real 3-node cluster.
 
 Clients put new items, increment counters (conditional ADD) and scan through both routers while a
-partition moves. A target started with DYNALAB_MOVE_CRASH_AT=target-<step> kills itself once
-that step of the move has committed on it, before it answers; a source started with
-DYNALAB_MOVE_HOLD_AT=<step> waits at that step of the move until the test lets it go, which is
+partition moves. A target started with DYNALAB_HOLD_AT=move:target-<step> holds once that step
+of the move has committed on it, before it answers, and the test kills it there with SIGKILL; a
+source started with DYNALAB_HOLD_AT=move:<step> waits at that step of the move (a crash point of
+the move machine's driver) until the test lets it go, which is
 when the test kills the router that asked for the move. After the restart: every acknowledged
 write is readable, a scan sees every item once and nothing nobody wrote, and every counter
 equals its acknowledged increments (give or take those whose answer was an error). A move whose
@@ -24,21 +25,16 @@ import pytest
 from botocore.exceptions import BotoCoreError, ClientError
 
 from dynalab.cluster import LocalCluster
-from storagenode.move import (
-    MOVE_CRASH_AT_ENV,
-    MOVE_CRASH_STEPS,
-    MOVE_HOLD_AT_ENV,
-    MOVE_HOLD_DIR_ENV,
-    MOVE_TARGET_CRASH_STEPS,
-)
+from storagenode.move import MOVE_CRASH_STEPS, MOVE_TARGET_CRASH_STEPS
 from tests.integration.conftest import dynamodb_client
+from tests.integration.crash_points import HOLD_ENV, KillAt, held_at, hold_environment, let_go
 from tests.integration.test_moves import NODES, fill, move, serving
 from tests.integration.test_splits import admin, create, key_of, scan_all
 
 COUNTERS = 3
 LOAD_SECONDS = 0.5  # Load before the move is asked for, and after the restart.
-HELD_WAIT_SECONDS = 60.0  # For a source to reach the step it is held at.
-DEAD_WAIT_SECONDS = 30.0  # For a target to kill itself once the move is asked for.
+HELD_WAIT_SECONDS = 60.0  # For the writes a held move waits for.
+DEAD_WAIT_SECONDS = 30.0  # For a target to be killed once the move is asked for.
 SETTLE_SECONDS = 30.0  # For the partition to be served by the node the catalog names.
 THREAD_JOIN_SECONDS = 120.0
 
@@ -53,11 +49,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 
 
 def restart(cluster: LocalCluster, node_id: str, **environment: str) -> None:
-    """SIGKILL a node (if it still runs) and start it again with `environment` for its moves."""
+    """SIGKILL a node (if it still runs) and start it again with `environment` for its crash
+    points (`tests.integration.crash_points.hold_environment`)."""
     node = cluster.node(node_id)
     node.kill()
     with pytest.MonkeyPatch.context() as patch:
-        for name in (MOVE_CRASH_AT_ENV, MOVE_HOLD_AT_ENV, MOVE_HOLD_DIR_ENV):
+        for name in HOLD_ENV:
             if name in environment:
                 patch.setenv(name, environment[name])
             else:
@@ -229,16 +226,6 @@ class AskedMove:
         return self.reply
 
 
-def held_at(directory: Path, step: str) -> None:
-    """Wait until the source holds its move at `step` (DYNALAB_MOVE_HOLD_AT)."""
-    held = directory / f"{step}.held"
-    wait_for(held.exists, HELD_WAIT_SECONDS, f"the source never reached {step}")
-
-
-def let_go(directory: Path, step: str) -> None:
-    (directory / f"{step}.go").touch()
-
-
 @pytest.mark.parametrize("step", MOVE_TARGET_CRASH_STEPS)
 def test_a_target_killed_at_each_step_loses_nothing(
     cluster: LocalCluster, tmp_path: Path, step: str
@@ -248,30 +235,32 @@ def test_a_target_killed_at_each_step_loses_nothing(
     create(client, name)
     base = fill(client, name, 150)
     partition, source, target = moved_one(cluster, name)
-    restart(cluster, target, **{MOVE_CRASH_AT_ENV: step})
+    restart(cluster, target, **hold_environment(tmp_path, step))
     # Past the copy, the source holds the move once it has copied, so writes land before the
     # fence: records the target applies ("apply") in the final catch-up.
     hold = step not in ("target-create", "target-items")
     if hold:
-        restart(cluster, source, **{MOVE_HOLD_AT_ENV: "copied", MOVE_HOLD_DIR_ENV: str(tmp_path)})
+        restart(cluster, source, **hold_environment(tmp_path, "copied"))
     try:
         with Workload(cluster, name, base) as load:
             time.sleep(LOAD_SECONDS)
-            asked = AskedMove(cluster, name, partition, target)
-            if hold:
-                held_at(tmp_path, "copied")
-                written = len(load.acknowledged)
-                wait_for(
-                    lambda: len(load.acknowledged) > written + 5,
-                    HELD_WAIT_SECONDS,
-                    "no writes while the move was held",
-                )
-                let_go(tmp_path, "copied")
-            answer = asked.answer()
+            # Held once that step has committed on it, before it answers, the target is killed.
+            with KillAt(cluster.node(target), tmp_path, step):
+                asked = AskedMove(cluster, name, partition, target)
+                if hold:
+                    held_at(tmp_path, "copied")
+                    written = len(load.acknowledged)
+                    wait_for(
+                        lambda: len(load.acknowledged) > written + 5,
+                        HELD_WAIT_SECONDS,
+                        "no writes while the move was held",
+                    )
+                    let_go(tmp_path, "copied")
+                answer = asked.answer()
             wait_for(
                 lambda: not cluster.node(target).is_running(),
                 DEAD_WAIT_SECONDS,
-                f"the target did not kill itself at {step}",
+                f"the target was not killed at {step}",
             )
             assert answer is not None
             status, reply = answer
@@ -306,7 +295,7 @@ def test_the_router_that_asked_for_a_move_killed_at_each_step(
     create(client, name)
     base = fill(client, name, 150)
     partition, source, target = moved_one(cluster, name)
-    restart(cluster, source, **{MOVE_HOLD_AT_ENV: step, MOVE_HOLD_DIR_ENV: str(tmp_path)})
+    restart(cluster, source, **hold_environment(tmp_path, step))
     router = cluster.routers[0]
     try:
         with Workload(cluster, name, base) as load:
@@ -351,7 +340,7 @@ def test_a_ttl_enabled_while_a_move_is_held_after_its_drain_reaches_the_target(
     [partition] = serving(cluster, name)
     source = partition["node"]
     target = NODES[(NODES.index(source) + 1) % len(NODES)]
-    restart(cluster, source, **{MOVE_HOLD_AT_ENV: "drained", MOVE_HOLD_DIR_ENV: str(tmp_path)})
+    restart(cluster, source, **hold_environment(tmp_path, "drained"))
     try:
         asked = AskedMove(cluster, name, partition, target)
         held_at(tmp_path, "drained")
@@ -389,7 +378,7 @@ def test_the_partitions_listing_shows_a_move_while_it_runs(
     fill(client, name, 60)
     partition, source, target = moved_one(cluster, name)
     assert partition["move"] is None, partition
-    restart(cluster, source, **{MOVE_HOLD_AT_ENV: step, MOVE_HOLD_DIR_ENV: str(tmp_path)})
+    restart(cluster, source, **hold_environment(tmp_path, step))
     try:
         asked = AskedMove(cluster, name, partition, target)
         held_at(tmp_path, step)

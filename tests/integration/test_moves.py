@@ -4,10 +4,10 @@ Clients write, read, query, scan and increment counters (conditional ADD) throug
 while the nodes split partitions past 4 KB and a client moves serving partitions to other nodes
 through the admin endpoint; afterwards every acknowledged write is readable, a scan sees every
 item exactly once, and every counter equals its acknowledged increments (give or take those whose
-answer was an error). A source killed with SIGKILL at a step of a move (DYNALAB_MOVE_CRASH_AT)
-and restarted rolls the move back or finishes it, as the catalog says; so does a target killed
-mid-move. A global index on a moved table converges (`dynalab.convergence`), and a stream on one
-still gives every change exactly once (`dynalab.checkers.check_stream`).
+answer was an error). A source killed with SIGKILL at a step of a move (held there by
+DYNALAB_HOLD_AT) and restarted rolls the move back or finishes it, as the catalog says; so does
+a target killed mid-move. A global index on a moved table converges (`dynalab.convergence`), and
+a stream on one still gives every change exactly once (`dynalab.checkers.check_stream`).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -28,6 +29,7 @@ from dynalab import convergence
 from dynalab.checkers import check_stream
 from dynalab.cluster import LocalCluster
 from tests.integration.conftest import DUMMY_CREDENTIALS, REGION, dynamodb_client
+from tests.integration.crash_points import HOLD_ENV, KillAt, hold_environment
 from tests.integration.test_gsi_faults import Writer
 from tests.integration.test_splits import Load, admin, create, key_of, scan_all
 from tests.integration.test_streams import create_streamed, stream_arn_of
@@ -143,14 +145,17 @@ def fill(client: Any, name: str, count: int) -> list[dict[str, Any]]:
     return entries
 
 
-def restart(cluster: LocalCluster, node_id: str, crash_at: str | None = None) -> None:
+def restart(cluster: LocalCluster, node_id: str, environment: dict[str, str] | None = None) -> None:
+    """SIGKILL a node (if it still runs) and start it again, held at the crash points
+    `environment` names (`tests.integration.crash_points.hold_environment`), or at none."""
     node = cluster.node(node_id)
     node.kill()
-    with pytest.MonkeyPatch.context() as environment:
-        if crash_at is None:
-            environment.delenv("DYNALAB_MOVE_CRASH_AT", raising=False)
-        else:
-            environment.setenv("DYNALAB_MOVE_CRASH_AT", crash_at)
+    with pytest.MonkeyPatch.context() as patch:
+        for name in HOLD_ENV:
+            if environment is not None and name in environment:
+                patch.setenv(name, environment[name])
+            else:
+                patch.delenv(name, raising=False)
         node.start()
 
 
@@ -174,7 +179,7 @@ def settled(cluster: LocalCluster, name: str, partition_id: str) -> dict[str, An
 
 @pytest.mark.parametrize("step", ["copied", "fenced", "drained", "switched"])
 def test_a_source_killed_mid_move_rolls_back_or_finishes_when_it_restarts(
-    cluster: LocalCluster, step: str
+    cluster: LocalCluster, tmp_path: Path, step: str
 ) -> None:
     client = dynamodb_client(cluster.router_url)
     name = f"Killed_{step}"
@@ -183,9 +188,11 @@ def test_a_source_killed_mid_move_rolls_back_or_finishes_when_it_restarts(
     partition = max(serving(cluster, name), key=lambda p: p["size_bytes"] or 0)
     source = partition["node"]
     target = next(n for n in NODES if n != source)
-    restart(cluster, source, crash_at=step)
+    restart(cluster, source, hold_environment(tmp_path, step))
     try:
-        status, reply = move(cluster, name, partition, target)
+        with KillAt(cluster.node(source), tmp_path, step) as killer:
+            status, reply = move(cluster, name, partition, target)
+        assert killer.killed, f"the source never reached {step}"
         assert status != 200, reply  # The source died before it answered.
     finally:
         restart(cluster, source)
