@@ -7,7 +7,8 @@ releases its leases on them (`core.gsi_leases`, `leases.py`): several replicator
 partitions, each following only those it holds the lease of. A follower of a table that is gone,
 no longer serving, or whose lease was lost or released, is cancelled.
 
-A follower is a loop over its partition's change feed (`rpc.changefeed`), from the replicator
+A follower is a loop over its partition's change feed (the node transport's `feed()`,
+`rpc.transport.FeedTransport`: gRPC, or in-process under `tests/sim`), from the replicator
 consumer's checkpoint. The consumer is registered at seq 0 with the partition itself
 (CreateTable sends it in `create_partition`), so the log holds every change until the replicator
 has passed it; registering again here changes nothing. For each batch the feed sends, it:
@@ -59,6 +60,7 @@ from core.catalog import (
     TableDef,
     global_indexes,
 )
+from core.changes import Change
 from core.errors import (
     DynamoError,
     LeaseFenced,
@@ -70,9 +72,8 @@ from core.gsi_leases import Lease
 from core.retry import GSI_APPLY, GSI_REROUTE
 from gsi_replicator import leases
 from rpc import catalog_client, ops
-from rpc.changefeed import Change, ChangeFeedClient
 from rpc.client import NodeClient
-from rpc.transport import NodeTransport
+from rpc.transport import FeedTransport, NodeTransport
 
 log = logging.getLogger("gsi_replicator")
 
@@ -209,7 +210,7 @@ class _Checkpoints:
 
     def __init__(
         self,
-        feed: ChangeFeedClient,
+        feed: FeedTransport,
         ref: tuple[str, str, str],
         stats: FollowerStats,
         clock: Callable[[], float],
@@ -273,7 +274,6 @@ class Replicator:
         nodes: Mapping[str, str],
         *,
         connect: Callable[[str], NodeTransport] = NodeClient,
-        connect_feed: Callable[[str], ChangeFeedClient] = ChangeFeedClient,
         clock: Callable[[], float] = time.time,
         owner: str | None = None,
         lease_seconds: float = limits.GSI_LEASE_SECONDS,
@@ -299,7 +299,6 @@ class Replicator:
         self.lease_rows: dict[FollowerKey, Lease] = {}  # Every lease, as last read.
         self.leases_ready = False  # The leases table exists on the catalog's node.
         self.clients: dict[str, NodeTransport] = {n: connect(a) for n, a in nodes.items()}
-        self.feeds: dict[str, ChangeFeedClient] = {n: connect_feed(a) for n, a in nodes.items()}
         self.clock = clock
         self.tables: dict[str, TableDef] = {}  # By table id: the tables with global indexes.
         self.followers: dict[FollowerKey, asyncio.Task[None]] = {}
@@ -341,9 +340,7 @@ class Replicator:
                     limits.NODE_CALL_SECONDS_MAX,
                 )
         await asyncio.gather(
-            *(client.close() for client in self.clients.values()),
-            *(feed.close() for feed in self.feeds.values()),
-            return_exceptions=True,
+            *(client.close() for client in self.clients.values()), return_exceptions=True
         )
 
     async def poll(self) -> None:
@@ -623,11 +620,11 @@ class Replicator:
         table = self.tables.get(table_id)
         return table is not None and any(p.id == partition_id for p in table.retired)
 
-    def _feed(self, partition: PartitionDef) -> ChangeFeedClient:
-        feed = self.feeds.get(partition.node)
-        if feed is None:
+    def _feed(self, partition: PartitionDef) -> FeedTransport:
+        client = self.clients.get(partition.node)
+        if client is None:
             raise ServiceUnavailable(f"Storage node {partition.node} is not known here")
-        return feed
+        return client.feed()
 
     async def _backfill(
         self,

@@ -70,9 +70,8 @@ from rpc.catalog_client import (
     bootstrap_record,
     system_target,
 )
-from rpc.changefeed import ChangeFeedClient
 from rpc.client import NodeClient
-from rpc.transport import NodeTransport
+from rpc.transport import FeedTransport, NodeTransport
 
 log = logging.getLogger("router.context")
 
@@ -121,7 +120,6 @@ class RouterContext:
             node_id: connect(address) for node_id, address in nodes.items()
         }
         self.ring = HashRing(self.clients)
-        self._feed_clients: dict[str, ChangeFeedClient] = {}
         # Where the catalog lives, once read from (or, on a new cluster, written to) the nodes.
         self.location: CatalogLocation | None = None
         self._locating: asyncio.Lock | None = None
@@ -188,8 +186,6 @@ class RouterContext:
         """Stop the background refresh and close every node client."""
         await self._refresher.close()
         await asyncio.gather(*(client.close() for client in self.clients.values()))
-        await asyncio.gather(*(client.close() for client in self._feed_clients.values()))
-        self._feed_clients.clear()
 
     async def _refresh_forever(self) -> None:
         while True:
@@ -628,14 +624,10 @@ class RouterContext:
         target = ops.Target(table_id, partition_id)
         return await self._client(node_id).call(op, target, body, timeout)
 
-    def feed_client(self, node_id: str) -> ChangeFeedClient:
-        """The ChangeFeed client of one node (made on first use, closed with the context): the
-        Streams API reads shards with it."""
-        client = self._feed_clients.get(node_id)
-        if client is None:
-            client = ChangeFeedClient(self._client(node_id).address)
-            self._feed_clients[node_id] = client
-        return client
+    def feed_client(self, node_id: str) -> FeedTransport:
+        """The change feed of one node, on its transport (made on first use, closed with it):
+        the Streams API reads shards with it."""
+        return self._client(node_id).feed()
 
     def _client(self, node_id: str) -> NodeTransport:
         client = self.clients.get(node_id)

@@ -5,7 +5,7 @@ A table's stream is in its catalog record (`core.catalog.StreamDef`); its shards
 partitions, retired and serving (`core.streams`: shard ids, lineage, sequence numbers, iterators
 and record shaping are pure). Each partition's log is held for the stream by a change-feed
 consumer named after the stream's label, registered when the stream is enabled (or the
-partition created); this module reads the logs with `rpc.changefeed.ChangeFeedClient.read`, one
+partition created); this module reads the logs with `rpc.transport.FeedTransport.read`, one
 batch per GetRecords, and moves that consumer's checkpoint past what the stream no longer owes
 (records older than the retention, 24 hours, and records the log's bounds trimmed) whenever it
 positions a reader at a shard's TRIM_HORIZON or describes the stream, as each node also does on

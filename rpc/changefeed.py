@@ -1,9 +1,9 @@
-"""`ChangeFeedClient`: follow a partition's change feed on a storage node, and checkpoint it.
+"""`ChangeFeedClient`: a storage node's change feed over gRPC (`rpc.transport.FeedTransport`).
 
 The contract is `proto/rpc/changefeed.proto` (rules in `rpc.ops`, "Change feed"). This module also
-holds the one translation between change records as a node stores them (dicts, `rpc.ops` CHANGE)
-and as they travel (`ChangeRecord`), and between `core.errors` and the feed's `FeedError`, for the
-node's servicer and this client alike.
+holds the one translation between change records (`core.changes.Change`) and the `ChangeRecord`
+messages they travel as, and between `core.errors` and the feed's `FeedError`, for the node's
+servicer and this client alike. Its in-process twin is `rpc.local.LocalFeed`.
 
 Every call has a deadline and never hangs. `follow` is a long-lived stream with no overall
 deadline, but each message must arrive within `idle_seconds_max` (the node sends an empty batch
@@ -18,13 +18,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncGenerator
-from dataclasses import dataclass
 from typing import Any, cast
 
 import grpc
 import orjson
 
 from core import limits
+from core.changes import Change
 from core.errors import (
     ERROR_TYPES,
     ChangeLogTrimmed,
@@ -34,6 +34,7 @@ from core.errors import (
 )
 from rpc import changefeed_pb2, changefeed_pb2_grpc
 from rpc.client import CHANNEL_OPTIONS
+from rpc.transport import ConsumerPosition, FeedPage
 
 logger = logging.getLogger(__name__)
 
@@ -48,55 +49,20 @@ _KINDS = {
 _KIND_NAMES = {number: name for name, number in _KINDS.items()}
 
 
-@dataclass(frozen=True, slots=True)
-class Change:
-    """One change record as a follower sees it (`rpc.ops` CHANGE)."""
-
-    seq: int
-    kind: str  # INSERT, MODIFY, REMOVE or END
-    keys: dict[str, Any] | None
-    old: dict[str, Any] | None
-    new: dict[str, Any] | None
-    by_service: bool = False
-    children: tuple[str, ...] = ()
-    at: float = 0.0  # When the change was committed (epoch seconds); 0 for END.
-
-
-@dataclass(frozen=True, slots=True)
-class FeedPage:
-    """One batch of a partition's log read at once: its records (END included), whether they end
-    the log, and the log's retained bounds when it was read."""
-
-    records: tuple[Change, ...]
-    end_of_log: bool
-    first_seq: int
-    last_seq: int
-
-
-@dataclass(frozen=True, slots=True)
-class ConsumerPosition:
-    """A consumer's checkpoint and the log's bounds, as a Register or Checkpoint answered."""
-
-    seq: int
-    first_seq: int
-    last_seq: int
-    unregistered: bool = False
-
-
 # Translation, shared by the node's servicer and this client ---------------------------------------
 
 
-def record_to_proto(record: dict[str, Any]) -> changefeed_pb2.ChangeRecord:
-    """A stored change record (`rpc.ops` CHANGE) as it travels."""
+def record_to_proto(change: Change) -> changefeed_pb2.ChangeRecord:
+    """A change record as it travels."""
     return changefeed_pb2.ChangeRecord(
-        seq=record["seq"],
-        kind=_KINDS[record["kind"]],
-        keys=_json(record.get("keys")),
-        old=_json(record.get("old")),
-        new=_json(record.get("new")),
-        by_service=bool(record.get("by_service", False)),
-        children=record.get("children") or (),
-        at=record.get("at") or 0.0,
+        seq=change.seq,
+        kind=_KINDS[change.kind],
+        keys=_json(change.keys),
+        old=_json(change.old),
+        new=_json(change.new),
+        by_service=change.by_service,
+        children=change.children,
+        at=change.at,
     )
 
 
@@ -145,7 +111,8 @@ def _object(data: bytes) -> dict[str, Any] | None:
 
 
 class ChangeFeedClient:
-    """Follows and checkpoints change feeds on one storage node over gRPC."""
+    """Follows and checkpoints change feeds on one storage node over gRPC
+    (`rpc.transport.FeedTransport`)."""
 
     def __init__(self, address: str) -> None:
         self.address = address

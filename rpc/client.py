@@ -32,7 +32,7 @@ import dataclasses
 import itertools
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -41,6 +41,9 @@ from core.errors import ServiceUnavailable
 from rpc import codec, node_pb2, node_pb2_grpc, ops
 from rpc.ratelog import RateLimitedLog
 from rpc.transport import unanswered
+
+if TYPE_CHECKING:
+    from rpc.changefeed import ChangeFeedClient
 
 logger = logging.getLogger(__name__)
 # A node that is down or restarting fails every stream opened to it: one line per node now and
@@ -66,7 +69,8 @@ CHANNEL_OPTIONS = [
 
 
 class NodeClient:
-    """Calls one storage node: `call` over the shared stream, `control` as unary calls."""
+    """Calls one storage node: `call` over the shared stream, `control` as unary calls, and its
+    change feed (`feed`: the ChangeFeed service, on a channel of its own)."""
 
     def __init__(self, address: str) -> None:
         self.address = address
@@ -78,6 +82,7 @@ class NodeClient:
         self._reconnect_at = 0.0  # Loop time before which no new stream is opened.
         self._closed = False
         self._closing_channels: set[asyncio.Task[None]] = set()
+        self._feed: ChangeFeedClient | None = None
 
     async def call(
         self, op: str, target: ops.Target, payload: dict[str, Any], timeout: float
@@ -146,9 +151,24 @@ class NodeClient:
             task.add_done_callback(self._closing_channels.discard)
             self._channel, self._stub = None, None
 
+    def feed(self) -> ChangeFeedClient:
+        """The node's change feed. Its own channel, as before the feed was on this seam: a
+        follow's long stream and its flow control stay apart from the shared Exchange stream."""
+        if self._closed:
+            raise ServiceUnavailable(f"The client of node {self.address} is closed")
+        if self._feed is None:
+            # Imported here: rpc.changefeed opens its channel with this module's options.
+            from rpc.changefeed import ChangeFeedClient
+
+            self._feed = ChangeFeedClient(self.address)
+        return self._feed
+
     async def close(self) -> None:
-        """Fail every call in flight and close the connection."""
+        """Fail every call in flight and close the connections (the feed's too)."""
         self._closed = True
+        feed, self._feed = self._feed, None
+        if feed is not None:
+            await feed.close()
         if self._stream is not None:
             self._stream.fail(ServiceUnavailable(f"The client of node {self.address} closed"))
         channel, self._channel, self._stub = self._channel, None, None

@@ -28,6 +28,21 @@ draws for every call, so a run whose calls happen in the same order replays exac
 - duplicate (writes only): the write is applied twice, the copy right after the original; the
   caller gets the original's reply.
 
+The change feed is on the same network (`LocalTransport.feed()`, a `LocalFeed`:
+`rpc.transport.FeedTransport`). Register, checkpoint and unregister are delivered as the node's
+consumer writes (`rpc.ops.FEED_OPS`), with the faults above, as the gRPC servicer submits them. A
+follow is served by the node's feed endpoint (`storagenode.feed_service.FeedService`, registered
+with the node), its batches JSON-encoded as well; opening one draws the faults of a call (a
+dropped request fails it once the simulated timeout passes), and so does each batch:
+
+- drop: the stream breaks (a stream loses no single message, it fails): ServiceUnavailable, after
+  the simulated timeout;
+- delay: the batch arrives a seeded duration later (past the follower's idle bound: it fails);
+- duplicate: the batch arrives twice, as a follow resumed from an older checkpoint would send it;
+
+and a follow to a node that is cut, or replaced by a restart, fails as over gRPC
+(ServiceUnavailable).
+
 `cut(address)` makes a node unreachable (every call fails at once with ServiceUnavailable, nothing
 is applied) until `heal(address)`. A data-plane request carries its deadline (`Target.deadline`,
 from the network's `clock`, virtual under `tests/sim`) for the node to check. Every decision is
@@ -41,15 +56,18 @@ import dataclasses
 import itertools
 import random
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import AsyncGenerator, Callable, Collection, Sequence
 from typing import Any, Protocol
 
 import orjson
 
+from core import limits
+from core.changes import Change
 from core.errors import DynamoError, InternalServerError, ServiceUnavailable
-from rpc import codec
+from rpc import codec, ops
+from rpc.changefeed import error_from_proto, error_to_proto
 from rpc.ops import Target
-from rpc.transport import unanswered
+from rpc.transport import ConsumerPosition, FeedPage, unanswered
 
 
 class Endpoint(Protocol):
@@ -62,6 +80,23 @@ class Endpoint(Protocol):
     def apply_writes(
         self, writes: Sequence[tuple[str, Target | None, dict[str, Any]]]
     ) -> Sequence[dict[str, Any] | DynamoError]: ...
+
+
+class FeedEndpoint(Protocol):
+    """A node's change feed as the network serves it (`storagenode.feed_service.FeedService`)."""
+
+    def follow(
+        self,
+        table_id: str,
+        partition_id: str,
+        *,
+        consumer: str,
+        after_seq: int | None,
+        records_max: int,
+        encode: Callable[[FeedPage], bytes],
+    ) -> AsyncGenerator[bytes, None]: ...
+
+    def drain(self) -> None: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,6 +118,7 @@ NO_FAULTS = Faults()
 class _Node:
     endpoint: Endpoint
     write_ops: Collection[str]
+    feed: FeedEndpoint | None = None
 
 
 class LocalNetwork:
@@ -102,9 +138,19 @@ class LocalNetwork:
         self._cut: set[str] = set()
         self._ids = itertools.count(1)
 
-    def register(self, address: str, endpoint: Endpoint, write_ops: Collection[str]) -> None:
-        """Serve `endpoint` at `address`; ops in `write_ops` go to its apply_writes."""
-        self._nodes[address] = _Node(endpoint, write_ops)
+    def register(
+        self,
+        address: str,
+        endpoint: Endpoint,
+        write_ops: Collection[str],
+        feed: FeedEndpoint | None = None,
+    ) -> None:
+        """Serve `endpoint` at `address`; ops in `write_ops` go to its apply_writes, follows to
+        `feed`. A node registered again (a restart) replaces the one before, whose follows end."""
+        previous = self._nodes.get(address)
+        if previous is not None and previous.feed is not None and previous.feed is not feed:
+            previous.feed.drain()
+        self._nodes[address] = _Node(endpoint, write_ops, feed)
 
     def connect(self, address: str) -> LocalTransport:
         """A transport to the node at `address` (the `connect` a RouterContext takes)."""
@@ -172,6 +218,113 @@ class LocalNetwork:
         self.log.append(f"{call_id} {address} {op} ok")
         return codec.reply_from_response(responses[0])
 
+    async def follow(
+        self,
+        address: str,
+        table_id: str,
+        partition_id: str,
+        *,
+        consumer: str,
+        after_seq: int | None,
+        records_max: int,
+        idle_seconds_max: float,
+    ) -> AsyncGenerator[FeedPage, None]:
+        """One follow of a partition's feed on the node at `address`, its batches carried with
+        the faults the seed decides (module docstring)."""
+        call_id = next(self._ids)
+        name = f"{call_id} {address} follow {partition_id}"
+        faults = self.faults
+        draws = [self.rng.random() for _ in range(5)]  # As for every call.
+        node = self._nodes.get(address)
+        if node is None or node.feed is None or address in self._cut:
+            self.log.append(f"{name} unreachable")
+            await asyncio.sleep(0)
+            raise ServiceUnavailable(f"Node {address} is unavailable: it cannot be reached")
+        wait = min(idle_seconds_max, faults.timeout_seconds)
+        if draws[0] < faults.drop_request:
+            self.log.append(f"{name} request dropped")
+            await asyncio.sleep(wait)
+            raise _feed_broke(address, partition_id, "the request was lost")
+        feed = node.feed
+        batches = feed.follow(
+            table_id,
+            partition_id,
+            consumer=consumer,
+            after_seq=after_seq,
+            records_max=records_max,
+            encode=_encode_page,
+        )
+        try:
+            while True:
+                try:
+                    data = await asyncio.wait_for(anext(batches), idle_seconds_max)
+                except StopAsyncIteration:
+                    # Only a stopping node (here: one restarted or replaced) ends a follow early.
+                    self.log.append(f"{name} ended by the node")
+                    raise ServiceUnavailable(
+                        f"Node {address} ended the change feed of {partition_id} before its end "
+                        "(it is stopping)"
+                    ) from None
+                except TimeoutError:
+                    self.log.append(f"{name} silent")
+                    raise _feed_broke(address, partition_id, "nothing arrived") from None
+                except DynamoError as error:
+                    self.log.append(f"{name} refused {error.type_name}")
+                    raise error_from_proto(error_to_proto(error)) from None
+                drop, delay, duration, duplicate = (self.rng.random() for _ in range(4))
+                faults = self.faults  # Faults change while a follow lasts.
+                if address in self._cut or self._nodes.get(address) is not node:
+                    self.log.append(f"{name} cut")
+                    raise _feed_broke(address, partition_id, "the node cannot be reached")
+                if drop < faults.drop_reply:
+                    self.log.append(f"{name} broke")
+                    await asyncio.sleep(min(idle_seconds_max, faults.timeout_seconds))
+                    raise _feed_broke(address, partition_id, "a batch was lost")
+                if delay < faults.delay:
+                    late = duration * faults.delay_seconds_max
+                    self.log.append(f"{name} delayed {late:.6f}")
+                    if late >= idle_seconds_max:
+                        await asyncio.sleep(idle_seconds_max)
+                        raise _feed_broke(address, partition_id, "nothing arrived")
+                    await asyncio.sleep(late)
+                page = _decode_page(data)
+                copies = 2 if page.records and duplicate < faults.duplicate else 1
+                self.log.append(f"{name} batch {len(page.records)}" + " twice" * (copies - 1))
+                for _ in range(copies):
+                    yield page
+                if page.end_of_log:
+                    return
+        finally:
+            await batches.aclose()
+
+
+def _encode_page(page: FeedPage) -> bytes:
+    """A batch as it crosses the in-process network: JSON, so nothing mutable is shared."""
+    return orjson.dumps(
+        {
+            "records": [change.to_record() for change in page.records],
+            "end_of_log": page.end_of_log,
+            "first_seq": page.first_seq,
+            "last_seq": page.last_seq,
+        }
+    )
+
+
+def _decode_page(data: bytes) -> FeedPage:
+    body = orjson.loads(data)
+    return FeedPage(
+        tuple(Change.from_record(record) for record in body["records"]),
+        body["end_of_log"],
+        body["first_seq"],
+        body["last_seq"],
+    )
+
+
+def _feed_broke(address: str, partition_id: str, reason: str) -> ServiceUnavailable:
+    return ServiceUnavailable(
+        f"The change feed of {partition_id} on node {address} broke: {reason}"
+    )
+
 
 def _serve(node: _Node, op: str, target: Target | None, request: bytes, is_write: bool) -> Any:
     """Run one request on the node; its response as the gRPC server would encode it."""
@@ -204,6 +357,7 @@ class LocalTransport:
         self.network = network
         self.address = address
         self._closed = False
+        self._feed: LocalFeed | None = None
 
     async def call(
         self, op: str, target: Target, payload: dict[str, Any], timeout: float
@@ -213,8 +367,17 @@ class LocalTransport:
     async def control(self, op: str, payload: dict[str, Any], timeout: float) -> dict[str, Any]:
         return await self._send(op, None, payload, timeout)
 
+    def feed(self) -> LocalFeed:
+        if self._closed:
+            raise ServiceUnavailable(f"The client of node {self.address} is closed")
+        if self._feed is None:
+            self._feed = LocalFeed(self.network, self.address)
+        return self._feed
+
     async def close(self) -> None:
         self._closed = True
+        if self._feed is not None:
+            await self._feed.close()
 
     async def _send(
         self, op: str, target: Target | None, payload: dict[str, Any], timeout: float
@@ -222,3 +385,104 @@ class LocalTransport:
         if self._closed:
             raise ServiceUnavailable(f"The client of node {self.address} is closed")
         return await self.network.deliver(self.address, op, target, payload, timeout)
+
+
+class LocalFeed:
+    """The change feed of one in-process node (`rpc.transport.FeedTransport`), the twin of
+    `rpc.changefeed.ChangeFeedClient`."""
+
+    def __init__(self, network: LocalNetwork, address: str) -> None:
+        self.network = network
+        self.address = address
+        self._closed = False
+
+    async def register(
+        self, table_id: str, partition_id: str, consumer: str, seq: int | None, timeout: float
+    ) -> ConsumerPosition:
+        body = ops.RegisterConsumerPayload(consumer, seq).to_json()
+        return await self._write(ops.REGISTER_CONSUMER, table_id, partition_id, body, timeout)
+
+    async def checkpoint(
+        self, table_id: str, partition_id: str, consumer: str, seq: int, timeout: float
+    ) -> ConsumerPosition:
+        body = ops.CheckpointPayload(consumer, seq).to_json()
+        return await self._write(ops.CHECKPOINT, table_id, partition_id, body, timeout)
+
+    async def unregister(
+        self, table_id: str, partition_id: str, consumer: str, timeout: float
+    ) -> ConsumerPosition:
+        body = ops.UnregisterConsumerPayload(consumer).to_json()
+        return await self._write(ops.UNREGISTER_CONSUMER, table_id, partition_id, body, timeout)
+
+    async def follow_batches(
+        self,
+        table_id: str,
+        partition_id: str,
+        *,
+        consumer: str = "",
+        after_seq: int | None = None,
+        max_records_per_batch: int = 0,
+        idle_seconds_max: float = limits.CHANGE_FEED_IDLE_SECONDS_MAX,
+    ) -> AsyncGenerator[list[Change], None]:
+        self._check_open()
+        pages = self.network.follow(
+            self.address,
+            table_id,
+            partition_id,
+            consumer=consumer,
+            after_seq=after_seq,
+            records_max=max_records_per_batch,
+            idle_seconds_max=idle_seconds_max,
+        )
+        try:
+            async for page in pages:
+                if page.records:
+                    yield list(page.records)
+        finally:
+            await pages.aclose()
+
+    async def read(
+        self,
+        table_id: str,
+        partition_id: str,
+        after_seq: int,
+        *,
+        max_records: int,
+        timeout: float,
+    ) -> FeedPage:
+        self._check_open()
+        pages = self.network.follow(
+            self.address,
+            table_id,
+            partition_id,
+            consumer="",
+            after_seq=after_seq,
+            records_max=max_records,
+            idle_seconds_max=timeout,
+        )
+        try:
+            return await anext(pages)
+        finally:
+            await pages.aclose()
+
+    async def close(self) -> None:
+        self._closed = True
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ServiceUnavailable(f"The client of node {self.address} is closed")
+
+    async def _write(
+        self, op: str, table_id: str, partition_id: str, body: dict[str, Any], timeout: float
+    ) -> ConsumerPosition:
+        """A consumer write, as the node's servicer submits it: a target with no epoch."""
+        self._check_open()
+        reply = await self.network.deliver(
+            self.address, op, Target(table_id, partition_id), body, timeout
+        )
+        return ConsumerPosition(
+            reply.get("seq", 0),
+            reply["first_seq"],
+            reply["last_seq"],
+            reply.get("unregistered", False),
+        )

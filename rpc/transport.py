@@ -3,8 +3,13 @@
 Two implementations satisfy it: `rpc.client.NodeClient` over gRPC, and `rpc.local.LocalTransport`,
 an in-process twin that calls a node in the same process and can drop, delay, duplicate and cut
 calls from a seeded random source (DESIGN.md, "Seams for faults and simulation"). Code that calls
-nodes (the router's `RouterContext`) depends on this Protocol only, and is handed a `connect`
-callable that makes one transport per node address.
+nodes (the router's `RouterContext`, the GSI replicator, a node's splitter and mover) depends on
+this Protocol only, and is handed a `connect` callable that makes one transport per node address.
+
+The change feed is on the same seam: `NodeTransport.feed()` is the node's `FeedTransport`
+(follow a partition's log, read one page of it, register, checkpoint and unregister a consumer),
+over gRPC's ChangeFeed service (`rpc.changefeed.ChangeFeedClient`) or in-process
+(`rpc.local.LocalFeed`, with the same seeded faults). Records cross it as `core.changes.Change`.
 
 Both keep the same contract: every call has a deadline, carried to the node in the envelope
 (`Target.deadline`), and never hangs. A call that could not be sent raises
@@ -17,9 +22,12 @@ instances.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
+from core import limits
+from core.changes import Change
 from core.errors import DynamoError, OutcomeUnknown, ServiceUnavailable
 from rpc.ops import ITEM_WRITE_OPS, Target
 
@@ -32,8 +40,96 @@ def unanswered(op: str, reason: str) -> DynamoError:
     return ServiceUnavailable(reason)
 
 
+@dataclass(frozen=True, slots=True)
+class FeedPage:
+    """One batch of a partition's log read at once: its records (END included), whether they end
+    the log, and the log's retained bounds when it was read."""
+
+    records: tuple[Change, ...]
+    end_of_log: bool
+    first_seq: int
+    last_seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerPosition:
+    """A consumer's checkpoint and the log's bounds, as a register or checkpoint answered."""
+
+    seq: int
+    first_seq: int
+    last_seq: int
+    unregistered: bool = False
+
+
+class FeedTransport(Protocol):
+    """The change feed of one storage node (the ChangeFeed service's contract,
+    `proto/rpc/changefeed.proto`; its rules in `rpc.ops`, "Change feed").
+
+    Every call has a deadline and never hangs. A follow has no overall deadline, but each batch
+    must arrive within `idle_seconds_max` (an idle node sends an empty batch every
+    `limits.CHANGE_FEED_HEARTBEAT_SECONDS`), so a dead node or a cut link fails it with
+    `ServiceUnavailable`. Delivery is at-least-once from the point followed: a follower that
+    fails follows again from its checkpoint, and dedupes by seq (a batch may also arrive twice).
+    The node's refusals come back as the same `core.errors` instances: `ChangeLogTrimmed`
+    (re-snapshot), `StaleEpoch` (the partition is neither live nor kept retired on the node).
+    """
+
+    @property
+    def address(self) -> str: ...
+
+    async def register(
+        self, table_id: str, partition_id: str, consumer: str, seq: int | None, timeout: float
+    ) -> ConsumerPosition:
+        """Register `consumer` at `seq` (None: the log's last seq); answer its checkpoint.
+        Registering again changes nothing and answers the checkpoint the consumer has."""
+        ...
+
+    async def checkpoint(
+        self, table_id: str, partition_id: str, consumer: str, seq: int, timeout: float
+    ) -> ConsumerPosition:
+        """Record durably that `consumer` has passed every record up to `seq`."""
+        ...
+
+    async def unregister(
+        self, table_id: str, partition_id: str, consumer: str, timeout: float
+    ) -> ConsumerPosition:
+        """Stop holding the log for `consumer`."""
+        ...
+
+    def follow_batches(
+        self,
+        table_id: str,
+        partition_id: str,
+        *,
+        consumer: str = "",
+        after_seq: int | None = None,
+        max_records_per_batch: int = 0,
+        idle_seconds_max: float = limits.CHANGE_FEED_IDLE_SECONDS_MAX,
+    ) -> AsyncGenerator[list[Change], None]:
+        """The partition's changes after `after_seq` (None: after `consumer`'s checkpoint), one
+        list per batch the node sent (never empty: heartbeats are not yielded), in seq order,
+        waiting for new ones; ends after an END record."""
+        ...
+
+    async def read(
+        self,
+        table_id: str,
+        partition_id: str,
+        after_seq: int,
+        *,
+        max_records: int,
+        timeout: float,
+    ) -> FeedPage:
+        """The first batch of the records after `after_seq`, without waiting for new ones: a
+        poll, how the Streams API's GetRecords reads a shard."""
+        ...
+
+    async def close(self) -> None: ...
+
+
 class NodeTransport(Protocol):
-    """Calls one storage node: data-plane `call`, control-plane `control`, and `close`."""
+    """Calls one storage node: data-plane `call`, control-plane `control`, its change `feed`, and
+    `close`."""
 
     @property
     def address(self) -> str:
@@ -50,8 +146,12 @@ class NodeTransport(Protocol):
         """Send one control-plane request (`rpc.ops.CONTROL_OPS`); return its reply body."""
         ...
 
+    def feed(self) -> FeedTransport:
+        """The node's change feed, on the same seam (made on first use, closed with this)."""
+        ...
+
     async def close(self) -> None:
-        """Fail every call in flight and release the connection."""
+        """Fail every call in flight and release the connection (the feed's too)."""
         ...
 
 

@@ -9,18 +9,17 @@ control-plane operations (and any other, for tools). The standard gRPC health se
 SERVING once the store is open.
 
 The `ChangeFeed` service (`proto/rpc/changefeed.proto`) streams each partition's change log to
-its followers: `Follow` sends what the log holds after the follower's seq in bounded batches,
-read on the loop's default executor, then waits until a commit moves that partition's feed (the
-node calls back after each commit and the waiting followers' events are set on the loop), never
-longer than a heartbeat, after which it sends an empty batch. Register, Checkpoint and Unregister
-go through the group committer like any write. On shutdown every follow ends at once, cleanly.
+its followers: the servicer only translates messages, and the node's `feed_service.FeedService`
+decides what a follow sends and when (the same one the in-process network serves). Register,
+Checkpoint and Unregister go through the group committer like any write. On shutdown every follow
+ends at once, cleanly.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable, Collection
+from collections.abc import AsyncIterator, Callable, Coroutine
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -35,14 +34,15 @@ from core.errors import (
     InternalServerError,
     ServiceUnavailable,
     UnknownOperation,
-    ValidationError,
 )
 from rpc import changefeed_pb2, changefeed_pb2_grpc, codec, node_pb2, node_pb2_grpc, ops
 from rpc.changefeed import error_to_proto, record_to_proto
 from rpc.client import NodeClient
+from rpc.transport import ConsumerPosition, FeedPage
 from storagenode import metrics, stream_retention
 from storagenode.catalog_copy import CatalogCopier
 from storagenode.commit import GroupCommitter
+from storagenode.feed_service import FeedService
 from storagenode.move import Mover
 from storagenode.node import StorageNode
 from storagenode.operations import OPERATIONS, Kind
@@ -50,7 +50,6 @@ from storagenode.split import Splitter
 from storagenode.store import Store
 from storagenode.stream_retention import StreamRetention
 from storagenode.sweeper import TtlSweeper
-from storagenode.writes import PartitionRef
 
 logger = logging.getLogger(__name__)
 
@@ -245,174 +244,60 @@ class _ResponseStream:
         return not self.receiving and self.outstanding == 0 and not self.outbox
 
 
-class _FollowerHub:
-    """The events of the followers waiting on each partition's feed, set after its commits."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._waiting: dict[PartitionRef, set[asyncio.Event]] = {}
-        self.closed = False
-
-    def watch(self, ref: PartitionRef) -> asyncio.Event:
-        event = asyncio.Event()
-        self._waiting.setdefault(ref, set()).add(event)
-        if self.closed:
-            event.set()
-        return event
-
-    def unwatch(self, ref: PartitionRef, event: asyncio.Event) -> None:
-        events = self._waiting.get(ref)
-        if events is not None:
-            events.discard(event)
-            if not events:
-                del self._waiting[ref]
-
-    def committed(self, refs: Collection[PartitionRef]) -> None:
-        """On the writer thread, after a commit: wake the followers of the partitions it moved.
-
-        A follower registers its event before it reads, so a commit it did not see in its read
-        finds the event here; without followers this costs one dictionary lookup per partition.
-        """
-        woken = [ref for ref in refs if ref in self._waiting]
-        if woken:
-            self._loop.call_soon_threadsafe(self._wake, woken)
-
-    def _wake(self, refs: list[PartitionRef]) -> None:
-        for ref in refs:
-            for event in self._waiting.get(ref, ()):
-                event.set()
-
-    def close(self) -> None:
-        self.closed = True
-        for events in self._waiting.values():
-            for event in events:
-                event.set()
-
-
 class ChangeFeedServicer(changefeed_pb2_grpc.ChangeFeedServicer):  # type: ignore[misc]
-    """The ChangeFeed gRPC service over one StorageNode and its group committer."""
+    """The ChangeFeed gRPC service: translates between its messages and the node's transport-
+    neutral `FeedService` (which the in-process network serves too)."""
 
-    def __init__(self, node: StorageNode, committer: GroupCommitter) -> None:
-        self.node = node
-        self.committer = committer
-        self.hub = _FollowerHub(asyncio.get_running_loop())
-        node.on_commit = self.hub.committed
-        self._reads: set[asyncio.Future[Any]] = set()
-
-    def drain(self) -> None:
-        """Begin shutdown: every follow ends after its current batch."""
-        self.hub.close()
-
-    async def wait_reads(self, timeout: float) -> None:
-        """Wait for the reads still running on the executor, before the store closes."""
-        if self._reads:
-            await asyncio.wait(set(self._reads), timeout=timeout)
+    def __init__(self, service: FeedService) -> None:
+        self.service = service
 
     async def Follow(self, request: changefeed_pb2.FollowRequest, context: Any) -> None:
-        ref = (request.table_id, request.partition_id)
-        event = self.hub.watch(ref)
+        batches = self.service.follow(
+            request.table_id,
+            request.partition_id,
+            consumer=request.consumer,
+            after_seq=int(request.after_seq) if request.HasField("after_seq") else None,
+            records_max=request.max_records_per_batch,
+            encode=_batch_to_proto,
+        )
         try:
-            after_seq = self._start_seq(request)
-            idle = True  # The first batch goes out even empty: the follow is accepted.
-            while not self.hub.closed:
-                event.clear()
-                batch = await self._read(ref, after_seq, request.max_records_per_batch)
-                if batch.records or batch.end_of_log or idle:
-                    async with asyncio.timeout(limits.RPC_SEND_SECONDS_MAX):
-                        await context.write(batch)
-                if batch.end_of_log:
-                    return
-                if batch.records:
-                    after_seq = batch.records[-1].seq
-                    idle = False
-                    continue
-                # Woken by a commit of this partition (or shutdown); bounded by the heartbeat.
-                try:
-                    await asyncio.wait_for(event.wait(), limits.CHANGE_FEED_HEARTBEAT_SECONDS)
-                    idle = False
-                except TimeoutError:
-                    idle = True
+            async for batch in batches:
+                async with asyncio.timeout(limits.RPC_SEND_SECONDS_MAX):
+                    await context.write(batch)
         except DynamoError as error:
             refusal = changefeed_pb2.ChangeBatch(error=error_to_proto(error))
             await asyncio.wait_for(context.write(refusal), limits.RPC_SEND_SECONDS_MAX)
         finally:
-            self.hub.unwatch(ref, event)
-
-    def _start_seq(self, request: changefeed_pb2.FollowRequest) -> int:
-        if request.HasField("after_seq"):
-            bounds = self.node.feed_bounds(request.table_id, request.partition_id)
-            if request.after_seq > bounds.last_seq:
-                raise ValidationError(
-                    f"Partition {request.partition_id}'s change log ends at seq {bounds.last_seq}, "
-                    f"before {request.after_seq}"
-                )
-            return int(request.after_seq)
-        if not request.consumer:
-            raise ValidationError("Follow needs after_seq, or a registered consumer to resume")
-        checkpoint = self.node.consumer_checkpoint(
-            request.table_id, request.partition_id, request.consumer
-        )
-        if checkpoint is None:
-            self.node.feed_bounds(request.table_id, request.partition_id)  # StaleEpoch first.
-            raise ValidationError(
-                f"Consumer {request.consumer!r} is not registered on partition "
-                f"{request.partition_id}; register it or follow from an after_seq"
-            )
-        return checkpoint
-
-    async def _read(
-        self, ref: PartitionRef, after_seq: int, records_max: int
-    ) -> changefeed_pb2.ChangeBatch:
-        """One batch read and encoded on the default executor: a batch may hold megabytes."""
-        future = asyncio.get_running_loop().run_in_executor(
-            None,
-            self._read_batch,
-            ref,
-            after_seq,
-            records_max or limits.CHANGE_FEED_BATCH_RECORDS_MAX,
-        )
-        self._reads.add(future)
-        future.add_done_callback(self._reads.discard)
-        return await future
-
-    def _read_batch(
-        self, ref: PartitionRef, after_seq: int, records_max: int
-    ) -> changefeed_pb2.ChangeBatch:
-        batch = self.node.read_feed(*ref, after_seq, records_max)
-        return changefeed_pb2.ChangeBatch(
-            records=[record_to_proto(record) for record in batch.records],
-            end_of_log=batch.end_of_log,
-            first_seq=batch.first_seq,
-            last_seq=batch.last_seq,
-        )
+            await batches.aclose()
 
     async def Register(
         self, request: changefeed_pb2.RegisterRequest, context: Any
     ) -> changefeed_pb2.ConsumerReply:
         seq = request.seq if request.HasField("seq") else None
-        body = ops.RegisterConsumerPayload(request.consumer, seq).to_json()
-        return await self._write(ops.REGISTER_CONSUMER, request, body, context)
+        write = self.service.register(request.table_id, request.partition_id, request.consumer, seq)
+        return await self._answer(ops.REGISTER_CONSUMER, write, context)
 
     async def Checkpoint(
         self, request: changefeed_pb2.CheckpointRequest, context: Any
     ) -> changefeed_pb2.ConsumerReply:
-        body = ops.CheckpointPayload(request.consumer, request.seq).to_json()
-        return await self._write(ops.CHECKPOINT, request, body, context)
+        write = self.service.checkpoint(
+            request.table_id, request.partition_id, request.consumer, request.seq
+        )
+        return await self._answer(ops.CHECKPOINT, write, context)
 
     async def Unregister(
         self, request: changefeed_pb2.UnregisterRequest, context: Any
     ) -> changefeed_pb2.ConsumerReply:
-        body = ops.UnregisterConsumerPayload(request.consumer).to_json()
-        return await self._write(ops.UNREGISTER_CONSUMER, request, body, context)
+        write = self.service.unregister(request.table_id, request.partition_id, request.consumer)
+        return await self._answer(ops.UNREGISTER_CONSUMER, write, context)
 
-    async def _write(
-        self, op: str, request: Any, body: dict[str, Any], context: Any
+    async def _answer(
+        self, op: str, write: Coroutine[Any, Any, ConsumerPosition], context: Any
     ) -> changefeed_pb2.ConsumerReply:
         """Run a consumer write through the group commit; answer after it committed."""
-        target = ops.Target(request.table_id, request.partition_id)
         timeout = context.time_remaining() or limits.WRITE_COMMIT_SECONDS_MAX
         try:
-            reply = await asyncio.wait_for(self.committer.submit(op, target, body), timeout)
+            position = await asyncio.wait_for(write, timeout)
         except TimeoutError:
             late = ServiceUnavailable(f"{op} did not finish within {timeout:.1f} s")
             return changefeed_pb2.ConsumerReply(error=error_to_proto(late))
@@ -423,11 +308,20 @@ class ChangeFeedServicer(changefeed_pb2_grpc.ChangeFeedServicer):  # type: ignor
             bug = InternalServerError(repr(error))
             return changefeed_pb2.ConsumerReply(error=error_to_proto(bug))
         return changefeed_pb2.ConsumerReply(
-            seq=reply.get("seq", 0),
-            first_seq=reply["first_seq"],
-            last_seq=reply["last_seq"],
-            unregistered=reply.get("unregistered", False),
+            seq=position.seq,
+            first_seq=position.first_seq,
+            last_seq=position.last_seq,
+            unregistered=position.unregistered,
         )
+
+
+def _batch_to_proto(page: FeedPage) -> changefeed_pb2.ChangeBatch:
+    return changefeed_pb2.ChangeBatch(
+        records=[record_to_proto(change) for change in page.records],
+        end_of_log=page.end_of_log,
+        first_seq=page.first_seq,
+        last_seq=page.last_seq,
+    )
 
 
 class NodeServer:
@@ -449,7 +343,7 @@ class NodeServer:
         self.address = ""
         self._server: grpc.aio.Server | None = None
         self._servicer: NodeServicer | None = None
-        self._feed: ChangeFeedServicer | None = None
+        self._feed: FeedService | None = None
         self._health: health_aio.HealthServicer | None = None
         self._committer: GroupCommitter | None = None
         self._store: Store | None = None
@@ -498,8 +392,8 @@ class NodeServer:
         self._catalog_copier.start()
         self._servicer = NodeServicer(node, self._committer, self._splitter, self._mover)
         node_pb2_grpc.add_StorageNodeServicer_to_server(self._servicer, server)
-        self._feed = ChangeFeedServicer(node, self._committer)
-        changefeed_pb2_grpc.add_ChangeFeedServicer_to_server(self._feed, server)
+        self._feed = FeedService(node, committer.submit)
+        changefeed_pb2_grpc.add_ChangeFeedServicer_to_server(ChangeFeedServicer(self._feed), server)
         self._health = health_aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         self._server = server

@@ -9,12 +9,18 @@ reply body or raises a `core.errors.DynamoError`, as `router.protocol` would tur
 jumps to the next timer whenever nothing is ready, so sleeps, timeouts and backoffs cost no real
 time and every interleaving is decided by the program and the seed alone. With the network's and
 the routers' randomness drawn from the same seed, a failing seed replays exactly: the tests print
-their seed and name it in their assertion messages.
+their seed and name it in their assertion messages, and a failing one prints the pytest command
+that runs that seed alone.
+
+Each node's change feed is served on the network too (`storagenode.feed_service.FeedService`
+behind `rpc.local.LocalFeed`), so the GSI replicator (`start_replicator`) and the Streams API run
+here through the same seam as over gRPC.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import selectors
 from collections.abc import Awaitable, Callable, Iterable
@@ -26,6 +32,8 @@ from router import items, queries, tables
 from router.context import RouterContext
 from router.sources import Sources
 from rpc.local import Faults, LocalNetwork
+from rpc.ops import Target
+from storagenode.feed_service import FeedService
 from storagenode.memory_store import MemoryStore
 from storagenode.move import Mover
 from storagenode.node import WRITE_OPS, StorageNode
@@ -69,7 +77,8 @@ def virtual_unix_time() -> float:
 
 
 def run(seed: int, scenario: Callable[[SimCluster], Awaitable[T]], **options: Any) -> T:
-    """Run `scenario` on a fresh cluster built from `seed`, on a fresh virtual-time loop."""
+    """Run `scenario` on a fresh cluster built from `seed`, on a fresh virtual-time loop; if it
+    fails under pytest, print the one command that replays that seed."""
     print(f"sim seed {seed}")
     loop = VirtualTimeLoop()
     try:
@@ -82,6 +91,11 @@ def run(seed: int, scenario: Callable[[SimCluster], Awaitable[T]], **options: An
                 await cluster.close()
 
         return loop.run_until_complete(main())
+    except BaseException:
+        test = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" ", 1)[0]
+        if test:
+            print(f"sim seed {seed} failed; replay it with: python -m pytest -q '{test}'")
+        raise
     finally:
         loop.close()
 
@@ -111,11 +125,29 @@ class SimCluster:
         node = StorageNode(
             store, throughput=NodeThroughput(enforced=False), clock=virtual_unix_time
         )
-        self.network.register(address, node, WRITE_OPS)
-        self.stores[node_id], self.nodes[node_id] = store, node
+        self.addresses[node_id] = address
+        self.serve(node_id, node)
+        self.stores[node_id] = store
         self.splitters[node_id] = self.splitter(node)
         self.movers[node_id] = Mover(self.splitters[node_id], node_id)
-        self.addresses[node_id] = address
+
+    def serve(self, node_id: str, node: StorageNode) -> None:
+        """Put `node` on the network at `node_id`'s address, its change feed served in-process
+        (`storagenode.feed_service`, its reads inline); a node there before is replaced, and the
+        follows it served end as a stopped node's do."""
+
+        async def submit(op: str, target: Target, body: dict[str, Any]) -> dict[str, Any]:
+            [result] = node.apply_writes([(op, target, body)])
+            if isinstance(result, DynamoError):
+                raise result
+            return result
+
+        async def inline(work: Callable[[], T]) -> T:
+            return work()
+
+        feed = FeedService(node, submit, offload=inline)
+        self.network.register(self.addresses[node_id], node, WRITE_OPS, feed)
+        self.nodes[node_id] = node
 
     async def restart_node(self, node_id: str) -> None:
         """Restart a node, as after kill -9: a new `StorageNode` over the same store (what it
@@ -123,8 +155,7 @@ class SimCluster:
         restarted = StorageNode(
             self.stores[node_id], throughput=NodeThroughput(enforced=False), clock=virtual_unix_time
         )
-        self.network.register(self.addresses[node_id], restarted, WRITE_OPS)
-        self.nodes[node_id] = restarted
+        self.serve(node_id, restarted)
         await self.movers[node_id].close()
         await self.splitters[node_id].close()
         self.splitters[node_id] = self.splitter(restarted)

@@ -54,7 +54,7 @@ from router.context import RouterContext
 from router.protocol import error_body
 from rpc.local import Faults
 from storagenode.memory_store import MemoryStore
-from storagenode.node import WRITE_OPS, StorageNode
+from storagenode.node import StorageNode
 from storagenode.throughput import NodeThroughput
 from tests.sim.cluster import SimCluster, run, virtual_unix_time
 
@@ -163,8 +163,7 @@ class SimNemesis:
                 throughput=NodeThroughput(enforced=False),
                 clock=virtual_unix_time,
             )
-            cluster.nodes[node_id] = node
-            cluster.network.register(address, node, WRITE_OPS)
+            cluster.serve(node_id, node)
             cluster.network.heal(address)
         elif fault in ("resume-node", "heal-partition"):
             cluster.network.heal(address)

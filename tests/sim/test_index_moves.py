@@ -27,7 +27,6 @@ from router import queries, tables, ttl
 from router.placement import PlacementMover
 from rpc import catalog_client as gsi_catalog
 from rpc import ops
-from rpc.changefeed import ChangeFeedClient
 from rpc.local import Faults
 from storagenode.layout import Family, index_source_key, index_source_of
 from storagenode.move import MOVE_CONSUMER, MOVE_CRASH_STEPS, MOVE_SOURCE
@@ -69,9 +68,7 @@ class Model:
 
 
 def replicator_for(cluster: SimCluster) -> Replicator:
-    return Replicator(
-        cluster.addresses, connect=cluster.network.connect, connect_feed=ChangeFeedClient
-    )
+    return Replicator(cluster.addresses, connect=cluster.network.connect)
 
 
 async def follow_once(replicator: Replicator, table: TableDef, model: Model, seed: int) -> None:

@@ -17,7 +17,6 @@ from core import gsi
 from core.catalog import PartitionDef
 from core.errors import LeaseFenced
 from gsi_replicator.replicator import Replicator
-from rpc.changefeed import ChangeFeedClient
 from storagenode.layout import Family, index_source_key, index_source_of
 from tests.sim.cluster import SimCluster, run
 from tests.sim.test_index_splits import create, entry
@@ -44,9 +43,7 @@ def stored_fences(
 def test_the_lease_epoch_fences_every_index_partition(seed: int) -> None:
     async def scenario(cluster: SimCluster) -> None:
         table = await create(cluster, "Fenced")
-        replicator = Replicator(
-            cluster.addresses, connect=cluster.network.connect, connect_feed=ChangeFeedClient
-        )
+        replicator = Replicator(cluster.addresses, connect=cluster.network.connect)
         try:
             replicator.tables = {table.id: table}
             (consumer,) = gsi.followed_groups(table)

@@ -156,7 +156,7 @@ def test_records_and_errors_cross_the_wire_unchanged() -> None:
          "children": ["a", "b"]},
     ]  # fmt: skip
     for record in records:
-        change = record_from_proto(record_to_proto(record))
+        change = record_from_proto(record_to_proto(Change.from_record(record)))
         assert change == Change(
             record["seq"],
             record["kind"],
