@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import time
@@ -71,11 +72,15 @@ class TtlSweeper:
         interval: float = limits.TTL_SWEEP_SECONDS_DEFAULT,
         *,
         monotonic: Callable[[], float] = time.monotonic,
+        offload: Callable[[Callable[[], Any]], Awaitable[Any]] | None = None,
     ) -> None:
+        """`offload` runs a walk of the expiry index off the event loop (default: the loop's
+        executor; the simulated cluster runs it inline, on its virtual-time loop)."""
         self.node = node
         self.submit = submit
         self.interval = interval
         self.monotonic = monotonic
+        self.offload = offload or _on_executor
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.rounds = 0
@@ -123,16 +128,16 @@ class TtlSweeper:
                 done = reply["done"]
 
     async def _sweep_table(self, table_id: str) -> int:
-        loop = asyncio.get_running_loop()
         deleted = 0
         while not self._stop.is_set():
-            entries = await loop.run_in_executor(
-                None,
-                expiry.expired_entries,
-                self.node.store,
-                table_id,
-                self.node.clock(),
-                limits.TTL_SWEEP_BATCH_ITEMS_MAX,
+            entries = await self.offload(
+                functools.partial(
+                    expiry.expired_entries,
+                    self.node.store,
+                    table_id,
+                    self.node.clock(),
+                    limits.TTL_SWEEP_BATCH_ITEMS_MAX,
+                )
             )
             if not entries:
                 break
@@ -172,6 +177,10 @@ class TtlSweeper:
         """Wait `seconds`, or less if the sweeper is stopped meanwhile."""
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._stop.wait(), seconds)
+
+
+async def _on_executor(work: Callable[[], Any]) -> Any:
+    return await asyncio.get_running_loop().run_in_executor(None, work)
 
 
 def report(node: StorageNode) -> list[dict[str, Any]]:

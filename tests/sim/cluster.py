@@ -26,8 +26,9 @@ import selectors
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
-from core import keycodec
+from core import keycodec, limits
 from core.errors import DynamoError
+from gsi_replicator.replicator import Replicator
 from router import items, queries, tables
 from router.context import RouterContext
 from router.sources import Sources
@@ -38,6 +39,7 @@ from storagenode.memory_store import MemoryStore
 from storagenode.move import Mover
 from storagenode.node import WRITE_OPS, StorageNode
 from storagenode.split import Splitter
+from storagenode.sweeper import TtlSweeper
 from storagenode.throughput import NodeThroughput
 
 T = TypeVar("T")
@@ -69,6 +71,10 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
 
     def time(self) -> float:
         return self.now
+
+
+def _loop_time() -> float:
+    return asyncio.get_running_loop().time()
 
 
 def virtual_unix_time() -> float:
@@ -117,6 +123,9 @@ class SimCluster:
         self.routers: list[RouterContext] = []
         for _ in range(routers):
             self.add_router()
+        # The GSI replicator processes running, by name: each its replicator and polling task.
+        self.replicators: dict[str, tuple[Replicator, asyncio.Task[None]]] = {}
+        self._replicators_started = 0
 
     def add_node(self, node_id: str) -> None:
         """Start one more storage node, on an empty memory store."""
@@ -192,7 +201,69 @@ class SimCluster:
             node, submit, self.network.connect, split_bytes=1 << 62, offload=inline, rng=rng
         )
 
+    def ttl_sweeper(self, node_id: str) -> TtlSweeper:
+        """A TTL sweeper of the node (not started: a test calls `sweep`), its writes applied in
+        place and its walks of the expiry index inline."""
+        node = self.nodes[node_id]
+
+        async def submit(op: str, body: dict[str, Any]) -> dict[str, Any]:
+            [result] = node.apply_writes([(op, None, body)])
+            if isinstance(result, DynamoError):
+                raise result
+            return result
+
+        async def inline(work: Callable[[], T]) -> T:
+            return work()
+
+        return TtlSweeper(node, submit, monotonic=_loop_time, offload=inline)
+
+    def start_replicator(self) -> Replicator:
+        """Start one more GSI replicator process (a new lease owner, as every restart is, its
+        catalog pauses drawn from the seed), calling the nodes over the network: it polls the
+        catalog, takes leases and follows the partitions' feeds as `gsi_replicator` does, on the
+        virtual clock."""
+        self._replicators_started += 1
+        name = f"replicator{self._replicators_started}"
+        replicator = Replicator(
+            self.addresses,
+            connect=self.network.connect,
+            clock=virtual_unix_time,
+            owner=name,
+            monotonic=_loop_time,
+            rng=random.Random(self.rng.getrandbits(64)),
+        )
+        task = asyncio.ensure_future(self._poll_forever(replicator))
+        self.replicators[name] = (replicator, task)
+        return replicator
+
+    @staticmethod
+    async def _poll_forever(replicator: Replicator) -> None:
+        """`Replicator.run`'s loop without its graceful close: a kill leaves the leases held."""
+        while True:
+            await replicator.poll()
+            await asyncio.sleep(limits.GSI_CATALOG_POLL_SECONDS)
+
+    async def kill_replicator(self, name: str) -> None:
+        """The replicator process dies (kill -9): its polling and its followers stop where they
+        are, its leases stay held until they expire, its calls in flight are lost."""
+        replicator, task = self.replicators.pop(name)
+        tasks = [task, *replicator.followers.values()]
+        for running in tasks:
+            running.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for client in replicator.clients.values():
+            await client.close()
+
+    async def stop_replicator(self, name: str) -> None:
+        """The replicator process stops gracefully: it releases its leases."""
+        replicator, task = self.replicators.pop(name)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await replicator.close()
+
     async def close(self) -> None:
+        for name in list(self.replicators):
+            await self.kill_replicator(name)
         for router in self.routers:
             await router.close()
         for mover in self.movers.values():
