@@ -21,8 +21,11 @@ How each fault is played in one process (the real lab's faults are processes and
 - `kill-router`: the router's requests in flight are cancelled (their clients see a broken
   connection: unknown outcome) and new ones are refused (failed) until a new router, knowing only
   what it reads from the catalog, takes its place.
-- Scenarios with the indexed workload need the GSI replicator, and those with a split size need
-  the nodes' splitter, which the in-process cluster does not run; `simulate` refuses them.
+- `kill-replicator`: the GSI replicator (`SimCluster.start_replicator`, run when the workload is
+  indexed) dies as by kill -9, its leases held until they expire; its restart is a new replicator
+  process, which resumes from the checkpoints and the backfill progress in the catalog.
+- Scenarios with a split size need the nodes' size-triggered splitter and the routers' placement
+  mover, which the in-process cluster does not run; `simulate` refuses them.
 
 Each client request takes a seeded 20-100 ms of virtual time (the network and the client's own
 work), so clients interleave, the virtual clock moves, and a scenario's own duration and fault
@@ -109,8 +112,10 @@ class SimRouterClient(DynamoDBClient):
         if router is not None:
             await router.close()
 
-    def restart_router(self) -> None:
-        self.router = self.cluster.add_router()
+    async def restart_router(self) -> None:
+        router = self.cluster.add_router()
+        await router.start()  # As the router process does: its catalog refreshes every second.
+        self.router = router
 
 
 class SimNemesis:
@@ -173,10 +178,16 @@ class SimNemesis:
             cluster.faults(SLOW)
         elif fault in ("stop-dropping", "restore-link", "restore-node"):
             cluster.faults(None)
+        elif fault == "kill-replicator":
+            for name in list(cluster.replicators):
+                await cluster.kill_replicator(name)
+        elif fault == "restart-replicator":
+            if not cluster.replicators:
+                cluster.start_replicator()
         elif fault == "kill-router":
             await self.api.kill_router()
         elif fault == "restart-router":
-            self.api.restart_router()
+            await self.api.restart_router()
         else:
             raise ValueError(f"the simulation cannot play {fault!r}")
 
@@ -191,18 +202,27 @@ def simulate(
     """Run one scenario and seed on the in-process cluster: (verdict, history, executed); the
     scenario's own duration unless `duration_s` is given, in virtual seconds."""
     duration_s = scenario.duration_s if duration_s is None else duration_s
-    if scenario.indexed:
-        raise ValueError(f"scenario {scenario.name}: the in-process cluster has no GSI replicator")
     if scenario.split_bytes is not None:
         raise ValueError(f"scenario {scenario.name}: the in-process cluster's nodes do not split")
 
     async def experiment(cluster: SimCluster) -> tuple[list[Operation], list[dict[str, Any]]]:
         rng = random.Random(f"{scenario.name}/{seed}/requests")
+        # As the router process does: its catalog refreshes every second, so it sees what others
+        # change (an index the replicator makes ACTIVE) without a miss or a stale epoch.
+        await cluster.routers[0].start()
         api = SimRouterClient(cluster, rng)
         keys = workloads.Keys.make(
-            scenario.registers, scenario.counters, scenario.lists, accounts=scenario.accounts
+            scenario.registers,
+            scenario.counters,
+            scenario.lists,
+            scenario.indexed,
+            scenario.accounts,
         )
-        await workloads.create_tables(api, keys)
+        plan = scenario.index_plan
+        if scenario.indexed:
+            # As `dynalab lab run` runs one replicator when the workload has an indexed table.
+            cluster.start_replicator()
+        await workloads.create_tables(api, keys, plan)
         await workloads.open_accounts(api, keys)
         # Every dynalab router runs the transaction resolver (`router.app`); so does this one.
         resolver = asyncio.ensure_future(_resolve_forever(api))
@@ -210,7 +230,7 @@ def simulate(
         nemesis = SimNemesis(cluster, api, recorder, forget_recent_writes)
         faults = asyncio.ensure_future(nemesis.run(schedule(scenario, seed, duration_s)))
         await workloads.run_clients(
-            api, recorder, keys, scenario.clients, duration_s, f"{scenario.name}/{seed}"
+            api, recorder, keys, scenario.clients, duration_s, f"{scenario.name}/{seed}", plan
         )
         await faults
         # As `dynalab lab run` heals everything before the final reads.
