@@ -23,11 +23,12 @@ import aiohttp
 from rich.console import Console
 from rich.table import Table
 
+from core import settings
 from dynalab import bench, nodes, status, violations
 from dynalab.cluster import ClusterError, LocalCluster
 from dynalab.lab import command as lab_command
 from storagenode.scrub import scrub
-from storagenode.throughput import THROTTLING_ENV, NodeThroughput
+from storagenode.settings import NodeSettings
 
 WATCH_INTERVAL_S = 0.5  # How often `dynalab up` looks for processes of the cluster that died.
 
@@ -118,8 +119,12 @@ def run_up(args: argparse.Namespace, console: Console) -> int:
     signal.signal(signal.SIGTERM, _request_stop)
     if args.throttling is not None:
         # The nodes read it from their environment, which they inherit from this process.
-        os.environ[THROTTLING_ENV] = args.throttling
-    enforced = NodeThroughput.from_env().enforced
+        os.environ[settings.variable(NodeSettings, "throttling")] = args.throttling
+    try:
+        enforced = settings.from_environ(NodeSettings, os.environ, {}).throttling
+    except settings.SettingError as error:
+        console.print(f"[red]dynalab up:[/red] {error}")
+        return 2
     try:
         cluster = LocalCluster(
             args.data_dir,

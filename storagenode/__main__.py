@@ -2,13 +2,14 @@
 
     python -m storagenode --node-id node-1 --listen 127.0.0.1:7001 --data-dir DIR
 
-Each flag falls back to an environment variable (DYNALAB_NODE_ID, DYNALAB_LISTEN, DYNALAB_DATA_DIR)
-so containers can be configured without a command line. The node logs to stderr, every line tagged
-with its node id, and prints "listening on <addr>" once it serves, which is what scripts and tests
-wait for. SIGTERM or SIGINT stops it gracefully. With --metrics-listen HOST:PORT (or
-DYNALAB_METRICS_LISTEN) it also serves Prometheus metrics (`storagenode.metrics`). Its TTL sweeper
-runs every --ttl-sweep-seconds (DYNALAB_TTL_SWEEP_SECONDS; default 1 s). A partition past
---split-bytes (DYNALAB_SPLIT_BYTES; default 10 GB) of items splits in place, and so does one whose
+Each flag falls back to an environment variable (DYNALAB_NODE_ID, DYNALAB_LISTEN,
+DYNALAB_DATA_DIR, and the node's settings that --help lists, `storagenode.settings`) so
+containers can be configured without a command line; the environment is read here, once. The
+node logs to stderr, every line tagged with its node id, and prints "listening on <addr>" once it
+serves, which is what scripts and tests wait for. SIGTERM or SIGINT stops it gracefully. With
+--metrics-listen HOST:PORT (or DYNALAB_METRICS_LISTEN) it also serves Prometheus metrics
+(`storagenode.metrics`). Its TTL sweeper runs every --ttl-sweep-seconds (default 1 s). A
+partition past --split-bytes (default 10 GB) of items splits in place, and so does one whose
 writes are throttled at its ceiling (DYNALAB_SPLIT_FOR_HEAT=off turns that off).
 """
 
@@ -24,19 +25,23 @@ from pathlib import Path
 
 import uvloop
 
-from core import limits
+from core import limits, settings
 from rpc import lifeline
 from storagenode import metrics
 from storagenode.server import NodeServer
-from storagenode.split import SPLIT_BYTES_ENV
+from storagenode.settings import NodeSettings
 from storagenode.store import StoreCorruption, StoreFormatError
-from storagenode.sweeper import TTL_SWEEP_SECONDS_ENV, sweep_seconds
 
 logger = logging.getLogger("storagenode")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m storagenode", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m storagenode",
+        description=__doc__,
+        epilog="Environment variables (read once at start):\n" + settings.describe(NodeSettings),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--node-id", default=os.environ.get("DYNALAB_NODE_ID"))
     parser.add_argument("--listen", default=os.environ.get("DYNALAB_LISTEN"))
     parser.add_argument("--data-dir", default=os.environ.get("DYNALAB_DATA_DIR"))
@@ -47,26 +52,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="how long in-flight requests may finish after SIGTERM",
     )
     parser.add_argument(
-        "--metrics-listen",
-        default=os.environ.get(metrics.METRICS_LISTEN_ENV),
-        help="HOST:PORT or PORT for Prometheus metrics; unset or 0: off",
+        "--metrics-listen", help="HOST:PORT or PORT for Prometheus metrics; unset or 0: off"
     )
     parser.add_argument(
         "--ttl-sweep-seconds",
-        default=os.environ.get(TTL_SWEEP_SECONDS_ENV),
         help=f"how often the TTL sweeper looks for expired items (default "
-        f"{limits.TTL_SWEEP_SECONDS_DEFAULT} s; {TTL_SWEEP_SECONDS_ENV})",
+        f"{limits.TTL_SWEEP_SECONDS_DEFAULT} s)",
     )
     parser.add_argument(
-        "--split-bytes",
-        type=int,
-        default=None,
-        help=f"split a partition past this many bytes of items (default: {SPLIT_BYTES_ENV}, "
-        "else 10 GB)",
+        "--split-bytes", help="split a partition past this many bytes of items (default 10 GB)"
     )
     args = parser.parse_args(argv)
-    if args.split_bytes is not None and args.split_bytes < 1:
-        parser.error(f"--split-bytes must be at least 1, not {args.split_bytes}")
     for flag, value in (
         ("--node-id/DYNALAB_NODE_ID", args.node_id),
         ("--listen/DYNALAB_LISTEN", args.listen),
@@ -74,27 +70,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ):
         if not value:
             parser.error(f"{flag} is required")
+    flags = {
+        "metrics_listen": args.metrics_listen,
+        "ttl_sweep_seconds": args.ttl_sweep_seconds,
+        "split_bytes": args.split_bytes,
+    }
     try:
-        args.ttl_sweep_seconds = sweep_seconds(args.ttl_sweep_seconds)
-    except ValueError as error:
-        parser.error(f"--ttl-sweep-seconds: {error}")
+        args.settings = settings.from_environ(NodeSettings, os.environ, flags)
+    except settings.SettingError as error:
+        parser.error(str(error))
     return args
 
 
 async def run(args: argparse.Namespace) -> None:
-    server = NodeServer(
-        args.node_id,
-        args.listen,
-        Path(args.data_dir),
-        ttl_sweep_seconds=args.ttl_sweep_seconds,
-        split_bytes=args.split_bytes,
-    )
+    server = NodeServer(args.node_id, args.listen, Path(args.data_dir), args.settings)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     address = await server.start()
-    metrics.serve(args.metrics_listen)
+    metrics.serve(args.settings.metrics_listen)
     logger.info("listening on %s", address)
     print(f"node {args.node_id} listening on {address}", flush=True)
     try:

@@ -66,7 +66,6 @@ from storagenode.throughput import NodeThroughput
 
 logger = logging.getLogger(__name__)
 
-METRICS_LISTEN_ENV = "DYNALAB_METRICS_LISTEN"
 _watched: weakref.WeakSet[NodeThroughput] = weakref.WeakSet()
 
 

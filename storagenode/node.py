@@ -41,7 +41,7 @@ from core.transactions import Vote, throttled
 from rpc import ops
 from rpc.ops import Target
 from rpc.partition_metrics import Durations
-from storagenode import changefeed, environment, metrics
+from storagenode import changefeed, metrics
 from storagenode.layout import Family, seq_bytes
 from storagenode.operations import OPERATIONS, DiskFull, Kind, Operation
 from storagenode.partition import Partition
@@ -57,23 +57,6 @@ WRITE_OPS = frozenset(name for name, op in OPERATIONS.items() if op.kind is Kind
 WriteResult = dict[str, Any] | DynamoError
 # A write: its op, the partition it is addressed to (None: a control-plane write), its JSON body.
 Write = tuple[str, Target | None, dict[str, Any]]
-
-ITEM_COLLECTION_BYTES_MAX_ENV = "DYNALAB_ITEM_COLLECTION_BYTES_MAX"
-GSI_LAG_RECORDS_MAX_ENV = "DYNALAB_GSI_LAG_RECORDS_MAX"
-
-
-def gsi_lag_records_max_from_env() -> int:
-    """The back-pressure bound from DYNALAB_GSI_LAG_RECORDS_MAX (change records, at least 1), or
-    `limits.GSI_LAG_RECORDS_MAX`; experiments set it low to reach it quickly."""
-    return environment.positive_int(GSI_LAG_RECORDS_MAX_ENV, limits.GSI_LAG_RECORDS_MAX, "record")
-
-
-def collection_bytes_max_from_env() -> int:
-    """The item collection cap from DYNALAB_ITEM_COLLECTION_BYTES_MAX (bytes, at least 1), or
-    DynamoDB's 10 GB when it is not set; experiments set it low to reach the cap quickly."""
-    return environment.positive_int(
-        ITEM_COLLECTION_BYTES_MAX_ENV, limits.ITEM_COLLECTION_BYTES_MAX, "byte"
-    )
 
 
 def _refusal(op: str, error: Exception) -> DynamoError:
@@ -98,29 +81,23 @@ class StorageNode:
         change_log_bytes_max: int = limits.CHANGE_LOG_BYTES_MAX,
         throughput: NodeThroughput | None = None,
         clock: Callable[[], float] = time.time,
-        item_collection_bytes_max: int | None = None,
-        gsi_lag_records_max: int | None = None,
+        item_collection_bytes_max: int = limits.ITEM_COLLECTION_BYTES_MAX,
+        gsi_lag_records_max: int = limits.GSI_LAG_RECORDS_MAX,
     ) -> None:
         self.store = store
         # Back-pressure of global indexes on base writes (`limits.GSI_LAG_RECORDS_MAX`).
-        self.gsi_lag_records_max = (
-            gsi_lag_records_max_from_env() if gsi_lag_records_max is None else gsi_lag_records_max
-        )
+        self.gsi_lag_records_max = gsi_lag_records_max
         # Unix time: TTL compares items' expiry times with it, and requests' deadlines are
         # checked against it.
         self.clock = clock
         self.change_log_records_max = change_log_records_max
         self.change_log_bytes_max = change_log_bytes_max
-        # The cap on an item collection of a table with local indexes; by default as the
-        # environment says (DYNALAB_ITEM_COLLECTION_BYTES_MAX), else DynamoDB's 10 GB.
-        self.item_collection_bytes_max = (
-            collection_bytes_max_from_env()
-            if item_collection_bytes_max is None
-            else item_collection_bytes_max
-        )
-        # Token buckets per partition; by default as the environment says (DYNALAB_THROTTLING,
-        # DYNALAB_BURST_SECONDS), on the monotonic clock. Tests pass one with a clock of their own.
-        self.throughput = NodeThroughput.from_env() if throughput is None else throughput
+        # The cap on an item collection of a table with local indexes: DynamoDB's 10 GB unless
+        # the node's settings say (`NodeSettings.item_collection_bytes_max`).
+        self.item_collection_bytes_max = item_collection_bytes_max
+        # Token buckets per partition, enforced, on the monotonic clock, unless the node's
+        # settings say otherwise. Tests pass one with a clock of their own.
+        self.throughput = NodeThroughput() if throughput is None else throughput
         metrics.watch(self.throughput)
         # The splits this node made (`split.Splitter`), reported with its throughput.
         self.split_stats = Durations()

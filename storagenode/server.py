@@ -39,17 +39,19 @@ from rpc import changefeed_pb2, changefeed_pb2_grpc, codec, node_pb2, node_pb2_g
 from rpc.changefeed import error_to_proto, record_to_proto
 from rpc.client import NodeClient
 from rpc.transport import ConsumerPosition, FeedPage
-from storagenode import metrics, stream_retention
+from storagenode import metrics
 from storagenode.catalog_copy import CatalogCopier
 from storagenode.commit import GroupCommitter
 from storagenode.feed_service import FeedService
 from storagenode.move import Mover
 from storagenode.node import StorageNode
 from storagenode.operations import OPERATIONS, Kind
+from storagenode.settings import NodeSettings
 from storagenode.split import Splitter
 from storagenode.store import Store
 from storagenode.stream_retention import StreamRetention
 from storagenode.sweeper import TtlSweeper
+from storagenode.throughput import NodeThroughput
 
 logger = logging.getLogger(__name__)
 
@@ -332,12 +334,10 @@ class NodeServer:
         node_id: str,
         listen: str,
         data_dir: Path,
-        ttl_sweep_seconds: float = limits.TTL_SWEEP_SECONDS_DEFAULT,
-        split_bytes: int | None = None,
+        settings: NodeSettings | None = None,
     ) -> None:
         self.node_id = node_id
-        self.split_bytes = split_bytes
-        self.ttl_sweep_seconds = ttl_sweep_seconds
+        self.settings = NodeSettings() if settings is None else settings
         self.listen = listen
         self.data_dir = data_dir
         self.address = ""
@@ -363,9 +363,17 @@ class NodeServer:
             raise OSError(f"Cannot listen on {self.listen}: {error}") from None
         if port == 0:
             raise OSError(f"Cannot listen on {self.listen}")
-        self._store = Store(self.data_dir)
+        settings = self.settings
+        self._store = Store(self.data_dir, disk_reserve_bytes=settings.disk_reserve_bytes)
         try:
-            node = StorageNode(self._store)
+            node = StorageNode(
+                self._store,
+                throughput=NodeThroughput(
+                    enforced=settings.throttling, burst_seconds=settings.burst_seconds
+                ),
+                item_collection_bytes_max=settings.item_collection_bytes_max,
+                gsi_lag_records_max=settings.gsi_lag_records_max,
+            )
         except BaseException:
             self._store.close()
             self._store = None
@@ -377,15 +385,21 @@ class NodeServer:
         async def submit(op: str, body: dict[str, Any]) -> dict[str, Any]:
             return await committer.submit(op, None, body)
 
-        self._sweeper = TtlSweeper(node, submit, self.ttl_sweep_seconds)
+        self._sweeper = TtlSweeper(node, submit, settings.ttl_sweep_seconds)
         self._sweeper.start()
         metrics.watch_ttl(self._sweeper)
-        self._splitter = Splitter(node, submit, NodeClient, split_bytes=self.split_bytes)
+        self._splitter = Splitter(
+            node,
+            submit,
+            NodeClient,
+            split_bytes=settings.split_bytes,
+            split_for_heat=settings.split_for_heat,
+        )
         self._splitter.start()
         self._mover = Mover(self._splitter, self.node_id)
         self._mover.start()
         self._stream_retention = StreamRetention(
-            node, committer.submit, stream_retention.retention_seconds_from_env()
+            node, committer.submit, settings.stream_retention_seconds
         )
         self._stream_retention.start()
         self._catalog_copier = CatalogCopier(self.node_id, node, committer.submit, NodeClient)

@@ -65,7 +65,7 @@ from rpc import ops
 from rpc.background import BackgroundTask
 from rpc.catalog_client import CatalogClient
 from rpc.transport import NodeTransport, Transports
-from storagenode import changefeed, environment
+from storagenode import changefeed
 from storagenode.layout import Family, item_size_of, seq_bytes
 from storagenode.partition import Partition
 from storagenode.writes import NodeState, PartitionRef, WriteContext
@@ -77,8 +77,6 @@ logger = logging.getLogger(__name__)
 
 SPLIT_INSTALL = "split_install"  # The internal write that installs a split (never on the wire).
 SPLIT_PIN = "split_pin"  # The internal write that pins a partition's committed state (idem).
-SPLIT_BYTES_ENV = "DYNALAB_SPLIT_BYTES"
-SPLIT_FOR_HEAT_ENV = "DYNALAB_SPLIT_FOR_HEAT"
 _SYSTEM_TABLES = catalog.SYSTEM_TABLE_IDS
 _SYSTEM_EPOCH = 1  # The system tables' one partition never splits.
 _HEAT_KINDS = ("write", "read")  # Write heat first: a partition hot both ways splits for writes.
@@ -92,19 +90,6 @@ def _crash_point(step: str) -> None:
     assert step in SPLIT_CRASH_POINTS, step
     if os.environ.get(SPLIT_CRASH_AT_ENV) == step:
         os.kill(os.getpid(), signal.SIGKILL)
-
-
-def split_bytes_from_env() -> int:
-    """The size past which a partition splits, from DYNALAB_SPLIT_BYTES (bytes, at least 1), or
-    DynamoDB's 10 GB when it is not set; tests and experiments set kilobytes."""
-    return environment.positive_int(SPLIT_BYTES_ENV, limits.PARTITION_SPLIT_BYTES_DEFAULT, "byte")
-
-
-def split_for_heat_from_env() -> bool:
-    """Whether partitions split for heat: DYNALAB_SPLIT_FOR_HEAT, on unless "off", "0" or
-    "false"."""
-    text = os.environ.get(SPLIT_FOR_HEAT_ENV, "on").strip().lower()
-    return text not in ("off", "0", "false")
 
 
 @dataclasses.dataclass(slots=True)
@@ -488,10 +473,10 @@ class Splitter:
         submit: Submit,
         connect: Callable[[str], NodeTransport],
         *,
-        split_bytes: int | None = None,
+        split_bytes: int = limits.PARTITION_SPLIT_BYTES_DEFAULT,
         offload: Offload = _in_thread,
         check_seconds: float = limits.SPLIT_CHECK_SECONDS,
-        split_for_heat: bool | None = None,
+        split_for_heat: bool = True,
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
     ) -> None:
@@ -501,12 +486,10 @@ class Splitter:
         changes (default: fresh entropy; a simulation passes a seeded one)."""
         self.node = node
         self.submit = submit
-        self.split_bytes = split_bytes_from_env() if split_bytes is None else split_bytes
+        self.split_bytes = split_bytes
         self.offload = offload
         self.check_seconds = check_seconds
-        self.split_for_heat = (
-            split_for_heat_from_env() if split_for_heat is None else split_for_heat
-        )
+        self.split_for_heat = split_for_heat
         self.clock = clock
         self._heat: dict[tuple[PartitionRef, str], heat.HeatWindow] = {}
         self._peers = Transports(connect)

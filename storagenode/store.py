@@ -47,13 +47,12 @@ from rocksdict import (
 
 from core import limits
 from core.errors import InternalServerError
-from storagenode import environment, metrics
+from storagenode import metrics
 from storagenode.layout import FORMAT_KEY, FORMAT_VERSION, Family
 
 _LMDB_DATA_FILE = "data.mdb"  # The file that marks a data directory of format 1.
 _ROCKSDB_CURRENT_FILE = "CURRENT"
 _LOG_FILES_KEPT = 3
-DISK_RESERVE_BYTES_ENV = "DYNALAB_DISK_RESERVE_BYTES"
 
 logger = logging.getLogger(__name__)
 
@@ -96,11 +95,6 @@ def options(memory_table_bytes: int | None = None) -> Options:
         settings.set_db_write_buffer_size(memory_table_bytes)
         settings.set_max_total_wal_size(memory_table_bytes)
     return settings
-
-
-def disk_reserve_bytes_from_env() -> int:
-    """The free space a node keeps (DYNALAB_DISK_RESERVE_BYTES, else `DISK_RESERVE_BYTES`)."""
-    return environment.positive_int(DISK_RESERVE_BYTES_ENV, limits.DISK_RESERVE_BYTES, "byte")
 
 
 class _Reader(Protocol):
@@ -193,16 +187,14 @@ class NodeStore(Protocol):
 class Store:
     """A node's RocksDB database with its column families."""
 
-    def __init__(self, path: Path, *, disk_reserve_bytes: int | None = None) -> None:
+    def __init__(self, path: Path, *, disk_reserve_bytes: int = limits.DISK_RESERVE_BYTES) -> None:
         path.mkdir(parents=True, exist_ok=True)
         _check_format(path)
         created = not (path / _ROCKSDB_CURRENT_FILE).exists()
         self.path = path
         # Free space kept on the disk (see core.limits.DISK_RESERVE_BYTES); a quarter of it bounds
         # the memory tables, so a restart's recovery flush fits in what is kept.
-        self.disk_reserve_bytes = (
-            disk_reserve_bytes_from_env() if disk_reserve_bytes is None else disk_reserve_bytes
-        )
+        self.disk_reserve_bytes = disk_reserve_bytes
         memory_table_bytes = max(1 * limits.MIB, self.disk_reserve_bytes // 4)
         families = {family.value: options(memory_table_bytes) for family in Family}
         # A node that starts on a full disk serves reads: RocksDB cannot open for writing there

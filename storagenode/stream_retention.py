@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -42,11 +41,6 @@ logger = logging.getLogger(__name__)
 
 # Hands a change-feed write (op, target, body) to the group committer and resolves with its reply.
 Submit = Callable[[str, Target, dict[str, Any]], Awaitable[dict[str, Any]]]
-
-
-def retention_seconds_from_env() -> float:
-    """The stream retention: `limits.STREAM_RETENTION_SECONDS`, or shorter for tests."""
-    return float(os.environ.get(streams.RETENTION_ENV, limits.STREAM_RETENTION_SECONDS))
 
 
 def round_seconds(retention: float) -> float:

@@ -26,7 +26,6 @@ import asyncio
 import contextlib
 import functools
 import logging
-import os
 import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
@@ -39,27 +38,8 @@ from storagenode.node import StorageNode
 
 logger = logging.getLogger(__name__)
 
-TTL_SWEEP_SECONDS_ENV = "DYNALAB_TTL_SWEEP_SECONDS"
 # Hands a node write (op, body) to the group committer and resolves with its reply.
 Submit = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
-
-
-def sweep_seconds(value: str | float | None) -> float:
-    """The sweep interval from a flag or DYNALAB_TTL_SWEEP_SECONDS (None: the default), checked
-    against `limits`."""
-    if value is None or value == "":
-        return limits.TTL_SWEEP_SECONDS_DEFAULT
-    seconds = float(value)
-    if not limits.TTL_SWEEP_SECONDS_MIN <= seconds <= limits.TTL_SWEEP_SECONDS_MAX:
-        raise ValueError(
-            f"the TTL sweep interval is {limits.TTL_SWEEP_SECONDS_MIN} to "
-            f"{limits.TTL_SWEEP_SECONDS_MAX} seconds, not {value}"
-        )
-    return seconds
-
-
-def sweep_seconds_from_env() -> float:
-    return sweep_seconds(os.environ.get(TTL_SWEEP_SECONDS_ENV))
 
 
 class TtlSweeper:

@@ -27,7 +27,6 @@ burst in seconds; it is never meant for production.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -37,10 +36,6 @@ from core import limits
 from core.capacity import read_consistency, read_units, write_units
 from core.errors import ThroughputExceeded
 from core.token_bucket import BillingMode, PartitionThroughput, ThroughputSettings, TokenBucket
-
-THROTTLING_ENV = "DYNALAB_THROTTLING"
-BURST_SECONDS_ENV = "DYNALAB_BURST_SECONDS"
-_OFF_VALUES = frozenset({"off", "0", "false", "no", "disabled"})
 
 PartitionKey = tuple[str, str]  # (table id, partition id)
 Clock = Callable[[], float]
@@ -109,19 +104,6 @@ class NodeThroughput:
         self.clock = clock
         self.burst_seconds = float(burst_seconds)
         self._meters: dict[PartitionKey, _PartitionMeter] = {}
-
-    @classmethod
-    def from_env(
-        cls, environ: Mapping[str, str] = os.environ, clock: Clock = time.monotonic
-    ) -> NodeThroughput:
-        """Settings from DYNALAB_THROTTLING (on unless "off") and DYNALAB_BURST_SECONDS."""
-        enforced = environ.get(THROTTLING_ENV, "on").strip().lower() not in _OFF_VALUES
-        burst = environ.get(BURST_SECONDS_ENV)
-        return cls(
-            enforced=enforced,
-            clock=clock,
-            burst_seconds=float(burst) if burst else limits.BURST_SECONDS_MAX,
-        )
 
     # Partitions ---------------------------------------------------------------------------------
 

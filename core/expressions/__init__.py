@@ -41,12 +41,12 @@ Binding to the request's placeholders then compiles the tree into closures, one 
 specialised for the common comparison of an attribute with a constant, so evaluating a filter
 against each item of a Scan costs a handful of Python calls.
 
-Module map: ``tokens`` (tokenizer, syntax-error text), ``parser`` (grammars), ``ast`` (trees and
-rendering back to text), ``binding`` (placeholders and DynamoDB's error ranking), ``condition``,
-``update``, ``projection`` and ``keycondition`` (checks and evaluation per kind), ``document``
-(reading and projecting paths), ``reserved`` (DynamoDB's reserved words) and ``legacy``
-(Expected, AttributeUpdates, AttributesToGet, KeyConditions, QueryFilter and ScanFilter translated
-into expressions).
+Module map: `tokens` (tokenizer, syntax-error text), `parser` (grammars), `ast` (trees and
+rendering back to text), `binding` (placeholders and DynamoDB's error ranking), `condition`,
+`update`, `projection` and `keycondition` (checks and evaluation per kind), `document` (reading
+and projecting paths), `reserved` (DynamoDB's reserved words) and `legacy` (Expected,
+AttributeUpdates, AttributesToGet, KeyConditions, QueryFilter and ScanFilter translated into
+expressions).
 """
 
 from __future__ import annotations

@@ -16,12 +16,13 @@ from typing import Any
 import orjson
 import pytest
 
-from core import limits
+from core import limits, settings
 from core.catalog import PartitionDef
 from core.errors import ConditionalCheckFailed, DynamoError, StaleEpoch, ThroughputExceeded
 from rpc import ops
 from storagenode import split
 from storagenode.node import StorageNode
+from storagenode.settings import NodeSettings
 from storagenode.store import Store
 from storagenode.throughput import NodeThroughput
 from tests import envelope
@@ -366,12 +367,17 @@ def test_dropping_a_table_forgets_its_buckets(make: Any) -> None:
 
 
 def test_settings_come_from_the_environment() -> None:
-    assert NodeThroughput.from_env({}).enforced
-    assert NodeThroughput.from_env({}).burst_seconds == limits.BURST_SECONDS_MAX
-    assert not NodeThroughput.from_env({"DYNALAB_THROTTLING": "off"}).enforced
-    assert NodeThroughput.from_env({"DYNALAB_BURST_SECONDS": "2.5"}).burst_seconds == 2.5
+    def read(environ: dict[str, str]) -> NodeSettings:
+        return settings.from_environ(NodeSettings, environ, {})
+
+    assert read({}).throttling
+    assert read({}).burst_seconds == limits.BURST_SECONDS_MAX
+    assert not read({"DYNALAB_THROTTLING": "off"}).throttling
+    assert read({"DYNALAB_BURST_SECONDS": "2.5"}).burst_seconds == 2.5
     with pytest.raises(ValueError):
-        NodeThroughput.from_env({"DYNALAB_BURST_SECONDS": "301"})
+        read({"DYNALAB_BURST_SECONDS": "301"})
+    with pytest.raises(ValueError):
+        NodeThroughput(burst_seconds=301)
 
 
 def test_a_splits_children_start_with_their_share_of_the_parents_buckets(make: Any) -> None:

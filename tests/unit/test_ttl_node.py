@@ -25,7 +25,7 @@ from storagenode import expiry, metrics
 from storagenode.layout import Family
 from storagenode.node import StorageNode
 from storagenode.store import Store
-from storagenode.sweeper import TtlSweeper, report, sweep_seconds
+from storagenode.sweeper import TtlSweeper, report
 from storagenode.throughput import NodeThroughput
 from tests import envelope
 
@@ -352,12 +352,3 @@ def test_metrics_show_deletions_under_both_names_and_the_lag() -> None:
     assert 'dynalab_ttl_deleted_items_total{table="Sessions"} 7.0' in text
     assert 'TimeToLiveDeletedItemCount{table="Sessions"} 7.0' in text
     assert 'dynalab_ttl_sweep_lag_seconds{table="Sessions"} 2.5' in text
-
-
-def test_the_sweep_interval_is_bounded() -> None:
-    assert sweep_seconds(None) == limits.TTL_SWEEP_SECONDS_DEFAULT
-    assert sweep_seconds("0.2") == 0.2
-    with pytest.raises(ValueError):
-        sweep_seconds("0")
-    with pytest.raises(ValueError):
-        sweep_seconds(str(limits.TTL_SWEEP_SECONDS_MAX + 1))
