@@ -3,8 +3,8 @@
     python -m gsi_replicator --listen 127.0.0.1:8100 \\
                              --nodes node-1=127.0.0.1:7001,node-2=127.0.0.1:7002
 
-Each flag falls back to an environment variable (DYNALAB_LISTEN, DYNALAB_NODES,
-DYNALAB_GSI_BACKFILL_PAGE_BYTES, DYNALAB_GSI_LEASE_GC_GRACE_SECONDS), which suits containers.
+Each flag falls back to an environment variable (DYNALAB_LISTEN, DYNALAB_NODES, and the settings
+--help lists, `gsi_replicator.settings`), read once here, which suits containers.
 `--listen` serves `GET /` (200 once running: the readiness probe) and `GET /metrics`
 (Prometheus: per source partition, its checkpoint, changes read, index writes, restarts and the
 lag of its last batch; its leases, and the dead lease rows it deleted).
@@ -23,8 +23,9 @@ import sys
 import uvloop
 from aiohttp import web
 
-from core import limits
+from core import settings
 from gsi_replicator.replicator import Replicator
+from gsi_replicator.settings import ReplicatorSettings
 from rpc import lifeline
 from rpc.addresses import parse_address, parse_nodes
 
@@ -33,7 +34,11 @@ log = logging.getLogger("gsi_replicator")
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m gsi_replicator", description=__doc__.split("\n")[0]
+        prog="python -m gsi_replicator",
+        description=__doc__.split("\n")[0],
+        epilog="Environment variables (read once at start):\n"
+        + settings.describe(ReplicatorSettings),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "--listen",
@@ -49,42 +54,35 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--backfill-page-bytes",
-        type=int,
-        default=int(
-            os.environ.get("DYNALAB_GSI_BACKFILL_PAGE_BYTES", limits.GSI_BACKFILL_PAGE_BYTES)
-        ),
         help="bytes of a base partition one page of an online index's copy reads (default 1 MB; "
-        "small pages make a copy long, for experiments) (env DYNALAB_GSI_BACKFILL_PAGE_BYTES)",
+        "small pages make a copy long, for experiments)",
     )
     parser.add_argument(
         "--lease-gc-grace-seconds",
-        type=float,
-        default=float(
-            os.environ.get("DYNALAB_GSI_LEASE_GC_GRACE_SECONDS", limits.GSI_LEASE_GC_GRACE_SECONDS)
-        ),
         help="how long a lease row of a dropped table or index, or a replicator's member row, "
-        "must be seen unchanged before it is deleted (default 60; short for tests) "
-        "(env DYNALAB_GSI_LEASE_GC_GRACE_SECONDS)",
+        "must be seen unchanged before it is deleted (default 60; short for tests)",
     )
     args = parser.parse_args(argv)
-    if args.backfill_page_bytes < 1:
-        parser.error("--backfill-page-bytes must be at least 1")
-    if args.lease_gc_grace_seconds <= limits.GSI_LEASE_SECONDS:
-        parser.error(
-            f"--lease-gc-grace-seconds must be longer than a lease ({limits.GSI_LEASE_SECONDS} s)"
-        )
     if args.listen is None:
         parser.error("--listen (or DYNALAB_LISTEN) is required")
     if args.nodes is None:
         parser.error("--nodes (or DYNALAB_NODES) is required")
+    flags = {
+        "backfill_page_bytes": args.backfill_page_bytes,
+        "lease_gc_grace_seconds": args.lease_gc_grace_seconds,
+    }
+    try:
+        args.settings = settings.from_environ(ReplicatorSettings, os.environ, flags)
+    except settings.SettingError as error:
+        parser.error(str(error))
     return args
 
 
 async def serve(args: argparse.Namespace) -> None:
     replicator = Replicator(
         args.nodes,
-        backfill_page_bytes=args.backfill_page_bytes,
-        lease_gc_grace_seconds=args.lease_gc_grace_seconds,
+        backfill_page_bytes=args.settings.backfill_page_bytes,
+        lease_gc_grace_seconds=args.settings.lease_gc_grace_seconds,
     )
     stop = asyncio.Event()
 

@@ -26,12 +26,12 @@ from pathlib import Path
 import uvloop
 from aiohttp import web
 
-from core import limits
+from core import limits, settings
 from router.app import GUARD, create_app, load_operations
 from router.context import RouterContext
 from router.limits import GuardedSite, limits_for_process
 from router.placement import PlacementMover
-from router.placement import enabled_from_env as placement_enabled
+from router.settings import RouterSettings
 from router.sources import Sources
 from router.tables import TableReconciler
 from rpc import lifeline
@@ -42,7 +42,12 @@ log = logging.getLogger("router")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m router", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m router",
+        description=__doc__.split("\n")[0],
+        epilog="Environment variables (read once at start):\n" + settings.describe(RouterSettings),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument(
         "--listen",
         type=parse_address,
@@ -73,6 +78,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--listen (or DYNALAB_LISTEN) is required")
     if args.nodes is None:
         parser.error("--nodes (or DYNALAB_NODES) is required")
+    try:
+        args.settings = settings.from_environ(RouterSettings, os.environ, {})
+    except settings.SettingError as error:
+        parser.error(str(error))
     return args
 
 
@@ -84,8 +93,9 @@ async def serve(args: argparse.Namespace) -> None:
         advertise=f"{host}:{port}",
         sources=Sources.system(),
         state_dir=args.state_dir,
+        settings=args.settings,
     )
-    router_limits = limits_for_process()
+    router_limits = limits_for_process(args.settings)
     app = create_app(ctx, load_operations(), router_limits)
     # No access log: formatting a line per request would cost more than serving many of them.
     # aiohttp's keep-alive timer closes a connection with no request in progress (see
@@ -112,7 +122,7 @@ async def serve(args: argparse.Namespace) -> None:
         reconciler = BackgroundTask("table-reconciler", TableReconciler(ctx).run)
         reconciler.start()
         placement = BackgroundTask("placement", PlacementMover(ctx).run)
-        if placement_enabled():
+        if args.settings.move_split_children:
             placement.start()
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

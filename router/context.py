@@ -58,6 +58,7 @@ from core.retry import CATALOG_LOCATE
 from core.values import AttributeValue
 from router import catalog_copy
 from router.metrics import RouterMetrics
+from router.settings import RouterSettings
 from router.sources import Sources
 from rpc import ops
 from rpc.background import BackgroundTask
@@ -103,6 +104,7 @@ class RouterContext:
         *,
         connect: Callable[[str], NodeTransport] = NodeClient,
         state_dir: Path | None = None,
+        settings: RouterSettings | None = None,
     ) -> None:
         """`sources` default to the system's (`Sources.system()`); tests pass seeded ones.
 
@@ -114,6 +116,8 @@ class RouterContext:
             raise ValueError("a router needs at least one storage node")
         self.advertise = advertise
         self.sources = Sources.system() if sources is None else sources
+        # Read once by the router's entry point (`router.settings`); defaults elsewhere.
+        self.settings = RouterSettings() if settings is None else settings
         self._connect = connect
         self.addresses: dict[str, str] = dict(nodes)  # Node id -> host:port, as configured.
         self.clients: dict[str, NodeTransport] = {

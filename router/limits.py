@@ -32,9 +32,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-import os
 import resource
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, TypeAlias, cast
@@ -44,15 +43,13 @@ from aiohttp.web_protocol import RequestPayloadError
 
 from core import limits
 from core.errors import DynamoError, SerializationError, ServiceUnavailable
+from router.settings import RouterSettings
 
 log = logging.getLogger("router.limits")
 
 # What aiohttp's server calls for each request (the application's `_handle`).
 RequestHandler: TypeAlias = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
 
-IDLE_SECONDS_ENV = "DYNALAB_ROUTER_IDLE_SECONDS"
-BODY_READ_SECONDS_ENV = "DYNALAB_ROUTER_BODY_READ_SECONDS"
-BODY_BYTES_IN_FLIGHT_ENV = "DYNALAB_ROUTER_BODY_BYTES_IN_FLIGHT"
 
 BODY_ADMISSION_REFUSED = (
     "The router is holding as many request bytes as it admits at once; retry with backoff"
@@ -73,21 +70,16 @@ class RouterLimits:
     connections: int = limits.ROUTER_CONNECTIONS_MAX
 
     @classmethod
-    def for_process(cls, environ: Mapping[str, str], descriptors: int) -> RouterLimits:
-        """The defaults, with the connection cap below `descriptors` and the environment's
-        overrides (`DYNALAB_ROUTER_*`, for experiments and tests)."""
+    def for_process(cls, settings: RouterSettings, descriptors: int) -> RouterLimits:
+        """The router's settings, with the connection cap below `descriptors`."""
         connections = min(
             limits.ROUTER_CONNECTIONS_MAX,
             max(1, descriptors - limits.ROUTER_RESERVED_DESCRIPTORS_MIN),
         )
         return cls(
-            body_bytes_in_flight=int(
-                environ.get(BODY_BYTES_IN_FLIGHT_ENV, limits.ROUTER_BODY_BYTES_IN_FLIGHT_MAX)
-            ),
-            body_read_seconds=float(
-                environ.get(BODY_READ_SECONDS_ENV, limits.ROUTER_BODY_READ_SECONDS_MAX)
-            ),
-            idle_seconds=float(environ.get(IDLE_SECONDS_ENV, limits.ROUTER_IDLE_SECONDS_MAX)),
+            body_bytes_in_flight=settings.body_bytes_in_flight,
+            body_read_seconds=settings.body_read_seconds,
+            idle_seconds=settings.idle_seconds,
             connections=connections,
         )
 
@@ -338,10 +330,10 @@ class GuardedSite(web.TCPSite):
         self._bound_port = self._server.sockets[0].getsockname()[1]
 
 
-def limits_for_process() -> RouterLimits:
+def limits_for_process(settings: RouterSettings) -> RouterLimits:
     """Raise the descriptor limit and derive this router process's limits from it."""
     descriptors = raise_descriptor_limit()
-    router_limits = RouterLimits.for_process(os.environ, descriptors)
+    router_limits = RouterLimits.for_process(settings, descriptors)
     log.info(
         "limits: %d connections (%d descriptors), %d body bytes in flight, idle %.0f s",
         router_limits.connections,

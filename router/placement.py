@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 
 from core import limits, moves
 from core.errors import DynamoError
@@ -23,14 +22,6 @@ from router.context import RouterContext
 from rpc import ops
 
 log = logging.getLogger("router.placement")
-
-MOVE_SPLIT_CHILDREN_ENV = "DYNALAB_MOVE_SPLIT_CHILDREN"
-
-
-def enabled_from_env() -> bool:
-    """DYNALAB_MOVE_SPLIT_CHILDREN: on unless "off", "0" or "false"."""
-    text = os.environ.get(MOVE_SPLIT_CHILDREN_ENV, "on").strip().lower()
-    return text not in ("off", "0", "false")
 
 
 class PlacementMover:

@@ -17,13 +17,12 @@ TrimmedDataAccessException.
 A table's streams are served while readable: the latest while enabled, and a disabled one (the
 latest or a previous one) for the retention after disabling, with the shards it closed then
 (`core.streams.stream_shards`: each ends at the last seq its log had when the stream was
-disabled, which GetRecords does not read past). `DYNALAB_STREAM_RETENTION_SECONDS` (read at
-start) shortens the retention, for tests.
+disabled, which GetRecords does not read past). The router's settings (`router.settings`,
+DYNALAB_STREAM_RETENTION_SECONDS) may shorten the retention, for tests.
 """
 
 from __future__ import annotations
 
-import os
 from bisect import bisect_right
 from typing import TYPE_CHECKING, Any
 
@@ -41,7 +40,6 @@ from rpc import ops
 if TYPE_CHECKING:
     from router.context import RouterContext
 
-RETENTION_SECONDS = float(os.environ.get(streams.RETENTION_ENV, limits.STREAM_RETENTION_SECONDS))
 TRIMMED = "The operation attempted to read past the oldest stream record in a shard."
 SHARD_NOT_FOUND = "Requested resource not found: Shard does not exist"
 SHARD_FILTER_TYPES = ("CHILD_SHARDS",)
@@ -63,11 +61,11 @@ def _trimmed() -> ChangeLogTrimmed:
     return ChangeLogTrimmed(TRIMMED)
 
 
-def _readable(table: TableDef, now: float) -> list[StreamDef]:
+def _readable(table: TableDef, now: float, retention: float) -> list[StreamDef]:
     """The table's streams a reader may read at `now`: the latest, and any disabled one within
     the retention of its disabling."""
     every = (*table.previous_streams, *(() if table.stream is None else (table.stream,)))
-    return [stream for stream in every if stream.readable(now, RETENTION_SECONDS)]
+    return [stream for stream in every if stream.readable(now, retention)]
 
 
 async def _stream_of(ctx: RouterContext, arn: str, now: float) -> tuple[TableDef, StreamDef]:
@@ -78,7 +76,7 @@ async def _stream_of(ctx: RouterContext, arn: str, now: float) -> tuple[TableDef
     table = ctx.records.get(name)
     if table is None or arn != stream_arn(name, label):
         raise _stream_not_found(arn)
-    for stream in _readable(table, now):
+    for stream in _readable(table, now, ctx.settings.stream_retention_seconds):
         if stream.label == label:
             return table, stream
     raise _stream_not_found(arn)
@@ -134,7 +132,9 @@ async def _position(
             passed = error.first_retained_seq - 1
         else:
             changes = [{"seq": c.seq, "kind": c.kind, "at": c.at} for c in page.records]
-            passed = streams.retention_checkpoint(position["seq"], changes, now, RETENTION_SECONDS)
+            passed = streams.retention_checkpoint(
+                position["seq"], changes, now, ctx.settings.stream_retention_seconds
+            )
             if passed == position["seq"]:
                 break
         position = await ctx.feed_call(
@@ -170,7 +170,7 @@ async def list_streams(ctx: RouterContext, body: dict[str, Any]) -> dict[str, An
     for name, table in ctx.records.items():
         if table_name is not None and name != table_name:
             continue
-        for stream in _readable(table, now):
+        for stream in _readable(table, now, ctx.settings.stream_retention_seconds):
             arn = stream_arn(name, stream.label)
             listed.append({"StreamArn": arn, "TableName": name, "StreamLabel": stream.label})
     # Pages follow ARN order (a table's name sorts otherwise inside its ARN: "a-b" < "a/").
@@ -337,7 +337,15 @@ async def get_records(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any
     await ctx.refresh()
     table = _table_by_id(ctx, iterator.table_id)
     stream = next(
-        (s for s in (() if table is None else _readable(table, now)) if s.label == iterator.label),
+        (
+            s
+            for s in (
+                ()
+                if table is None
+                else _readable(table, now, ctx.settings.stream_retention_seconds)
+            )
+            if s.label == iterator.label
+        ),
         None,
     )
     if table is None or stream is None:
@@ -372,7 +380,7 @@ async def get_records(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any
         if change.kind == "END" or (end_seq is not None and change.seq > end_seq):
             closed = True
             break
-        if now - change.at > RETENTION_SECONDS:
+        if now - change.at > ctx.settings.stream_retention_seconds:
             raise _trimmed()
         record = streams.stream_record(
             stream,

@@ -59,7 +59,6 @@ from core.keys import KeyShape
 from core.token_bucket import BillingMode
 from router.protocol import request_region
 from router.requests import NAME_PATTERN, RequestReader
-from router.streams import RETENTION_SECONDS as STREAM_RETENTION_SECONDS
 from router.tags import check_reserved, read_tags, stream_arn, table_arn
 from rpc import ops
 
@@ -922,7 +921,8 @@ class TableReconciler:
         if now < self._next_prune:
             return
         self._next_prune = now + min(
-            limits.STREAM_RETENTION_ROUND_SECONDS_MAX, STREAM_RETENTION_SECONDS / 4
+            limits.STREAM_RETENTION_ROUND_SECONDS_MAX,
+            self.ctx.settings.stream_retention_seconds / 4,
         )
         for table in list(self.ctx.records.values()):
             followers = _lineage_followers(table)
@@ -944,7 +944,9 @@ class TableReconciler:
         by DescribeTable, with its shards forgotten)."""
         now = self.ctx.sources.clock()
         for table in list(self.ctx.records.values()):
-            expired = catalog.streams_expired(table, now, STREAM_RETENTION_SECONDS)
+            expired = catalog.streams_expired(
+                table, now, self.ctx.settings.stream_retention_seconds
+            )
             try:
                 for stream in expired:
                     await _let_go(self.ctx, table, stream)

@@ -17,7 +17,6 @@ with DYNALAB_TTL_CHANGE_INTERVAL_SECONDS uses that many seconds instead, for exp
 from __future__ import annotations
 
 import logging
-import os
 from typing import TYPE_CHECKING, Any
 
 from core import catalog, limits
@@ -31,15 +30,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("router.ttl")
 
-TTL_CHANGE_INTERVAL_ENV = "DYNALAB_TTL_CHANGE_INTERVAL_SECONDS"
 TABLE_ARN_CHARS_MAX = 1024  # TableName of these operations is a TableArn: a name or an ARN.
 _ARN_TABLE_MARKER = ":table/"
-
-
-def change_interval_seconds() -> float:
-    """The least time between two TTL changes of a table: an hour unless the environment says."""
-    text = os.environ.get(TTL_CHANGE_INTERVAL_ENV)
-    return limits.TTL_CHANGE_INTERVAL_SECONDS if not text else float(text)
 
 
 def _table_not_found(name: str) -> ResourceNotFound:
@@ -106,7 +98,7 @@ async def _push(ctx: RouterContext, table: TableDef, timeout: float) -> TableDef
 async def update_time_to_live(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
     name, enabled, attribute = _read_update(body)
     now = ctx.sources.clock()
-    interval = change_interval_seconds()
+    interval = ctx.settings.ttl_change_interval_seconds
 
     def update(current: TableDef | None) -> TableDef:
         if current is None:

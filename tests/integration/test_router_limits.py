@@ -20,10 +20,13 @@ from pathlib import Path
 
 import pytest
 
-from core import limits
+from core import limits, settings
 from dynalab.cluster import LocalCluster, Router, free_ports
-from router.limits import BODY_READ_SECONDS_ENV, IDLE_SECONDS_ENV
+from router.settings import RouterSettings
 from tests.integration.conftest import dynamodb_client
+
+IDLE_SECONDS_ENV = settings.variable(RouterSettings, "idle_seconds")
+BODY_READ_SECONDS_ENV = settings.variable(RouterSettings, "body_read_seconds")
 
 IDLE_SECONDS = 2.0
 BODY_READ_SECONDS = 2.0

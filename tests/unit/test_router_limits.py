@@ -6,15 +6,14 @@ import asyncio
 
 import pytest
 
-from core import limits
+from core import limits, settings
 from core.errors import ServiceUnavailable
 from router.limits import (
     BODY_ADMISSION_REFUSED,
-    BODY_BYTES_IN_FLIGHT_ENV,
-    IDLE_SECONDS_ENV,
     BodyBudget,
     RouterLimits,
 )
+from router.settings import RouterSettings
 
 WAIT_SECONDS = 5.0  # Bound on every wait below; the grants themselves are immediate.
 
@@ -85,16 +84,19 @@ def test_a_cancelled_waiter_holds_nothing() -> None:
 
 
 def test_the_connection_cap_stays_below_the_descriptor_limit() -> None:
-    assert RouterLimits.for_process({}, 1024).connections == (
+    assert RouterLimits.for_process(RouterSettings(), 1024).connections == (
         1024 - limits.ROUTER_RESERVED_DESCRIPTORS_MIN
     )
-    assert RouterLimits.for_process({}, 1_048_576).connections == limits.ROUTER_CONNECTIONS_MAX
+    assert (
+        RouterLimits.for_process(RouterSettings(), 1_048_576).connections
+        == limits.ROUTER_CONNECTIONS_MAX
+    )
 
 
 def test_the_environment_overrides_the_defaults() -> None:
-    router_limits = RouterLimits.for_process(
-        {IDLE_SECONDS_ENV: "2.5", BODY_BYTES_IN_FLIGHT_ENV: "1000"}, 20_000
-    )
+    environ = {"DYNALAB_ROUTER_IDLE_SECONDS": "2.5", "DYNALAB_ROUTER_BODY_BYTES_IN_FLIGHT": "1000"}
+    read = settings.from_environ(RouterSettings, environ, {})
+    router_limits = RouterLimits.for_process(read, 20_000)
     assert router_limits.idle_seconds == 2.5
     assert router_limits.body_bytes_in_flight == 1000
     assert router_limits.body_read_seconds == limits.ROUTER_BODY_READ_SECONDS_MAX

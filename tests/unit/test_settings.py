@@ -12,14 +12,22 @@ import pytest
 
 from core import limits, settings
 from core.settings import SettingError
+from gsi_replicator.settings import ReplicatorSettings
+from router.settings import RouterSettings
 from storagenode.__main__ import parse_args
 from storagenode.settings import NodeSettings
+
+SERVICES = (NodeSettings, RouterSettings, ReplicatorSettings)
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_an_empty_environment_gives_the_defaults() -> None:
-    assert settings.from_environ(NodeSettings, {}, {}) == NodeSettings()
+@pytest.mark.parametrize("service", SERVICES)
+def test_an_empty_environment_gives_the_defaults(service: type[NodeSettings]) -> None:
+    assert settings.from_environ(service, {}, {}) == service()
+
+
+def test_the_node_defaults_are_the_named_limits() -> None:
     assert NodeSettings().split_bytes == limits.PARTITION_SPLIT_BYTES_DEFAULT
     assert NodeSettings().ttl_sweep_seconds == limits.TTL_SWEEP_SECONDS_DEFAULT
 
@@ -89,20 +97,34 @@ def test_the_node_command_line_reads_its_settings_once(monkeypatch: pytest.Monke
         parse_args(["--node-id", "n", "--listen", "127.0.0.1:1", "--data-dir", "/d"])
 
 
-def test_help_lists_every_variable_once() -> None:
-    described = settings.describe(NodeSettings).splitlines()
-    declared = settings.variables(NodeSettings)
+@pytest.mark.parametrize("service", SERVICES)
+def test_help_lists_every_variable_once(service: type[NodeSettings]) -> None:
+    described = settings.describe(service).splitlines()
+    declared = settings.variables(service)
     assert sorted(line.split(" ", 1)[0] for line in described) == sorted(declared)
-    assert len(declared) == len(dataclasses.fields(NodeSettings))
+    assert len(declared) == len(dataclasses.fields(service))
+
+
+def test_the_router_and_replicator_refuse_what_they_cannot_use() -> None:
+    with pytest.raises(SettingError, match="DYNALAB_ROUTER_IDLE_SECONDS"):
+        settings.from_environ(RouterSettings, {"DYNALAB_ROUTER_IDLE_SECONDS": "0"}, {})
+    lease = str(limits.GSI_LEASE_SECONDS)
+    with pytest.raises(SettingError, match="--lease-gc-grace-seconds"):
+        settings.from_environ(ReplicatorSettings, {}, {"lease_gc_grace_seconds": lease})
+    read = settings.from_environ(RouterSettings, {"DYNALAB_MOVE_SPLIT_CHILDREN": "off"}, {})
+    assert not read.move_split_children
 
 
 # Where a service may read its environment: its entry point, and the process-level hooks every
 # service shares (the lifeline to a parent process, the test-only hold points of machines).
 ENVIRONMENT_READERS = {
     "storagenode/__main__.py",
+    "router/__main__.py",
+    "gsi_replicator/__main__.py",
     "rpc/lifeline.py",
     "rpc/machines.py",
     "storagenode/split.py",  # DYNALAB_SPLIT_CRASH_AT, until the split machine's hold points land.
+    "router/tables.py",  # DYNALAB_ROUTER_CRASH_AT, until the table machine's hold points land.
 }
 
 
@@ -119,10 +141,10 @@ def _reads_environment(path: Path) -> bool:
     return False
 
 
-def test_no_storage_node_module_reads_the_environment_on_its_own() -> None:
+def test_no_module_of_a_service_reads_the_environment_on_its_own() -> None:
     readers = {
         str(path.relative_to(ROOT))
-        for package in ("storagenode", "core")
+        for package in ("storagenode", "router", "gsi_replicator", "rpc", "core")
         for path in (ROOT / package).rglob("*.py")
         if _reads_environment(path)
     }
