@@ -276,7 +276,7 @@ def _drop(group: WriteContext, ref: PartitionRef, partition: Partition) -> None:
     index_move.drop_rows(batch, partition)
     group.put_partition(ref, None)
     group.feed.forget(ref)
-    group.node.move_heard.pop(ref, None)
+    group.note_heard(ref, incoming=False)
 
 
 def _bounds(prefix: bytes, partition: Partition) -> tuple[bytes, bytes]:
@@ -309,7 +309,7 @@ def receive(
         if step == "activate" and partition is not None and partition.epoch == payload.epoch:
             return {}  # Served already: a retry, or the target's own check came first.
         raise StaleEpoch(f"No copy of partition {payload.partition_id} is moving to this node")
-    group.node.move_heard[ref] = group.now
+    group.note_heard(ref, incoming=True)
     staged = group.stage(ref)
     if step == "log":
         for text in payload.records or ():
@@ -330,7 +330,7 @@ def receive(
             )
         staged.incoming_from = None
         group.feed.unregister(ref, MOVE_CONSUMER)
-        group.node.move_heard.pop(ref, None)
+        group.note_heard(ref, incoming=False)
         if payload.balances is not None:
             group.note_carried(ref, payload.balances)
         staged = _take_settings(group, ref, staged, payload.settings or {})
@@ -403,7 +403,7 @@ def _create(
     # Holds the copied log until the consumers' checkpoints arrive with the drain.
     bounds = changefeed.LogBounds(created.first_seq, created.last_seq)
     group.feed.register(ref, MOVE_CONSUMER, max(0, created.first_seq - 1), bounds)
-    group.node.move_heard[ref] = group.now
+    group.note_heard(ref, incoming=True)
     logger.info(
         "move of %s: an INCOMING copy at epoch %d from %s",
         created.partition_id,

@@ -362,6 +362,11 @@ class StorageNode:
         self._install(ready.partitions)
         for ref, balances in ready.carried:
             self.throughput.carry(ref, balances)  # Once the moved partition is tracked.
+        for ref, heard in ready.heard.items():
+            if heard is None:
+                self.move_heard.pop(ref, None)
+            else:
+                self.move_heard[ref] = heard
         if self.on_commit is not None:
             self.on_commit(ready.woken)
 

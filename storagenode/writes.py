@@ -115,6 +115,9 @@ class Ready:
     # moved here and activated, with their source's balances.
     splits: tuple[SplitMeters, ...]
     carried: tuple[tuple[PartitionRef, dict[str, float]], ...]
+    # Moves: when each incoming copy the group wrote to last heard from its source (group time),
+    # or None for a copy the group activated or dropped (`storagenode.move`'s abandoned-copy check).
+    heard: Mapping[PartitionRef, float | None]
     # Wake-ups: the partitions whose change feed moved (their followers look again).
     woken: frozenset[PartitionRef]
 
@@ -151,6 +154,8 @@ class WriteContext:
         self.splits: list[SplitMeters] = []
         # The partitions moved here that this group activated, with their source's balances.
         self.carried: list[tuple[PartitionRef, dict[str, float]]] = []
+        # The incoming copies this group heard of from their source (None: no longer incoming).
+        self.heard: dict[PartitionRef, float | None] = {}
         # The units the running write consumed (a metered write's handler sets it).
         self.consumed = 0.0
 
@@ -274,6 +279,11 @@ class WriteContext:
         """A moved partition activated in this group takes its source's bucket balances."""
         self.carried.append((ref, balances))
 
+    def note_heard(self, ref: PartitionRef, incoming: bool) -> None:
+        """The source of an incoming copy was heard from in this group (`incoming`), or the copy
+        stopped being incoming (activated or dropped): when it last heard, as of the group."""
+        self.heard[ref] = self.now if incoming else None
+
     def _log_sizes(self, ref: PartitionRef, partition: Partition) -> Iterator[tuple[int, int]]:
         """(seq, bytes) of every record of a partition's log as this group sees it, oldest first:
         the committed ones from the store, then those this group appended."""
@@ -337,6 +347,7 @@ class WriteContext:
             self.feed.install(),
             tuple(self.splits),
             tuple(self.carried),
+            dict(self.heard),
             frozenset(self.dirty.keys() | self.feed.touched),
         )
 

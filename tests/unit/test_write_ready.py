@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import orjson
 import pytest
 
 from core.errors import ConditionalCheckFailed, InternalServerError, StaleEpoch
@@ -123,3 +124,28 @@ def test_a_dropped_table_is_installed_as_gone(node: StorageNode) -> None:
     node.store.commit(ready.batch)
     node.install(ready)
     assert REF not in node.partitions
+
+
+def test_when_an_incoming_copy_last_heard_from_its_source_is_installed_not_written(
+    node: StorageNode,
+) -> None:
+    """A move's target notes in the group when it heard from the source; the node's record of it
+    (read by the check that drops abandoned copies) changes only when the group is installed."""
+    meta = orjson.loads(node.partitions[REF].to_meta())
+    meta.update(epoch=2, item_count=0, size_bytes=0, last_seq=meta["first_seq"] - 1)
+    meta.update(log_bytes=0, index_stats={}, incoming_from="n1")
+    target = StorageNode(MemoryStore(), clock=lambda: 1000.0)
+    create = ops.MoveReceivePayload(TABLE["id"], "p0", "create", partition=meta)
+    ready = target.run_group([envelope.write(ops.MOVE_RECEIVE, create.to_json())])
+    assert isinstance(ready.replies[0], dict), ready.replies
+    assert ready.heard == {REF: 1000.0}
+    assert target.move_heard == {}  # Nothing of the group is visible before it is installed.
+    target.store.commit(ready.batch)
+    target.install(ready)
+    assert target.move_heard == {REF: 1000.0}
+    abort = ops.MoveReceivePayload(TABLE["id"], "p0", "abort")
+    ready = target.run_group([envelope.write(ops.MOVE_RECEIVE, abort.to_json())])
+    assert ready.heard == {REF: None} and target.move_heard == {REF: 1000.0}
+    target.store.commit(ready.batch)
+    target.install(ready)
+    assert target.move_heard == {}
