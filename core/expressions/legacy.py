@@ -51,8 +51,9 @@ COMPARISON_OPERATORS = (
     "GE",
     "CONTAINS",
 )
-# The value types each ComparisonOperator accepts in QueryFilter, ScanFilter and KeyConditions
-# (API Reference, "Condition"): only scalars are ordered, sets only compare for equality.
+# The value types each ComparisonOperator accepts in Expected and KeyConditions (API Reference,
+# "Condition"): only scalars are ordered, sets only compare for equality. QueryFilter and
+# ScanFilter take EQ and NE on a value of any type (`_ANY_TYPE_FILTER_OPERATORS`).
 _ALLOWED_TYPES = {
     "EQ": frozenset({"S", "N", "B", "SS", "NS", "BS"}),
     "NE": frozenset({"S", "N", "B", "SS", "NS", "BS"}),
@@ -66,6 +67,11 @@ _ALLOWED_TYPES = {
     "IN": frozenset({"S", "N", "B"}),
     "BETWEEN": frozenset({"S", "N", "B"}),
 }
+# What DynamoDB does beyond the API Reference's words: a QueryFilter or ScanFilter compares a BOOL,
+# NULL, list or map attribute for equality too (ScyllaDB's test_query_filter.py, which runs against
+# DynamoDB, filters with EQ on numbers, strings, binaries, lists, maps, number sets and booleans).
+# A value of another type than the attribute's is simply not equal, as everywhere.
+_ANY_TYPE_FILTER_OPERATORS = frozenset({"EQ", "NE"})
 _COMPARATORS = {"EQ": "=", "NE": "<>", "LE": "<=", "LT": "<", "GE": ">=", "GT": ">"}
 # Operators a Query can serve from the key order ("Attempted conditional constraint is not an
 # indexable operation" for the others).
@@ -176,9 +182,11 @@ def _check_same_type(values: list[AttributeValue]) -> None:
         )
 
 
-def _check_types(operator: str, values: list[AttributeValue]) -> None:
-    """Each operator takes values of some types only, in Expected as in QueryFilter and
-    ScanFilter: LT with a list, for one, is refused before any item is read."""
+def _check_types(operator: str, values: list[AttributeValue], *, filtering: bool = False) -> None:
+    """Each operator takes values of some types only: LT with a list, for one, is refused before
+    any item is read. A filter (`filtering`) compares values of any type for equality."""
+    if filtering and operator in _ANY_TYPE_FILTER_OPERATORS:
+        return
     for value in values:
         if type_of(value) not in _ALLOWED_TYPES[operator]:
             raise ValidationError(
@@ -251,7 +259,7 @@ def _filter_conditions(
         values = _value_list(condition, attribute)
         _check_arity(operator, len(values))
         _check_same_type(values)
-        _check_types(operator, values)
+        _check_types(operator, values, filtering=parameter != "KeyConditions")
         _check_bounds(operator, values)
         parts.append(_comparison(placeholders, attribute, operator, values))
     return parts

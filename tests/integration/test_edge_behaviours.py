@@ -304,3 +304,17 @@ def test_arithmetic_past_38_digits_of_magnitude_says_number_overflow(
     # Unchanged, and returned as DynamoDB returns numbers: without an exponent.
     item = dynamodb.get_item(TableName=table, Key=KEY, ConsistentRead=True)["Item"]
     assert item["n"] == {"N": "9" * 38 + "0" * 88}
+
+
+def test_a_scan_filter_compares_booleans_lists_and_maps_for_equality(
+    dynamodb: Any, table: str
+) -> None:
+    # DynamoDB filters with EQ and NE on every type (the API Reference's list for EQ is narrower).
+    kinds = {"b": {"BOOL": True}, "l": {"L": [{"N": "1"}]}, "m": {"M": {"x": {"S": "y"}}}}
+    dynamodb.put_item(TableName=table, Item={**KEY, **kinds})
+    dynamodb.put_item(TableName=table, Item={"pk": {"S": "other"}, "b": {"BOOL": False}})
+    for attribute, value in kinds.items():
+        for operator, expected in (("EQ", ["k"]), ("NE", ["other"])):
+            condition = {"ComparisonOperator": operator, "AttributeValueList": [value]}
+            items = dynamodb.scan(TableName=table, ScanFilter={attribute: condition})["Items"]
+            assert sorted(item["pk"]["S"] for item in items) == expected, (attribute, operator)

@@ -216,7 +216,7 @@ def test_filter_arity(operator: str, values: list[dict[str, Any]]) -> None:
         ("CONTAINS", {"L": []}),
         ("NOT_CONTAINS", {"NS": ["1"]}),
         ("BEGINS_WITH", {"N": "1"}),
-        ("EQ", {"BOOL": False}),
+        ("NOT_CONTAINS", {"BOOL": False}),
     ],
 )
 def test_filter_value_types(operator: str, value: dict[str, Any]) -> None:
@@ -225,6 +225,30 @@ def test_filter_value_types(operator: str, value: dict[str, Any]) -> None:
     type_name = next(iter(value))
     assert error(legacy.filter_condition, conditions, parameter="QueryFilter") == (
         INVALID + f"ComparisonOperator {operator} is not valid for {type_name} AttributeValue type"
+    )
+
+
+@pytest.mark.parametrize("parameter", ["QueryFilter", "ScanFilter"])
+@pytest.mark.parametrize(
+    "value",
+    [{"BOOL": True}, {"NULL": True}, {"L": [{"N": "1"}, {"S": "x"}]}, {"M": {"k": {"N": "2"}}}],
+)
+def test_a_filter_compares_any_type_for_equality(parameter: str, value: dict[str, Any]) -> None:
+    # EQ and NE on BOOL, NULL, lists and maps, as DynamoDB filters (the API Reference's type list
+    # for EQ is narrower than what DynamoDB serves); another type is simply not equal.
+    for operator, matches in (("EQ", True), ("NE", False)):
+        conditions = {"a": {"ComparisonOperator": operator, "AttributeValueList": [value]}}
+        translation = legacy.filter_condition(conditions, parameter=parameter)
+        assert evaluate(translation, {"a": value}) is matches
+        assert evaluate(translation, {"a": {"S": "other"}}) is not matches
+    missing = {"a": {"ComparisonOperator": "NE", "AttributeValueList": [value]}}
+    assert evaluate(legacy.filter_condition(missing, parameter=parameter), {})
+
+
+def test_key_conditions_still_refuse_equality_on_a_type_keys_cannot_have() -> None:
+    conditions = {"a": {"ComparisonOperator": "EQ", "AttributeValueList": [{"BOOL": True}]}}
+    assert error(legacy.key_condition_expression, conditions) == (
+        INVALID + "ComparisonOperator EQ is not valid for BOOL AttributeValue type"
     )
 
 
