@@ -253,6 +253,9 @@ TABLES_PER_REGION_MAX = 2500  # Default quota: 2,500 tables per account per Regi
 PROVISIONED_UNITS_VALUE_MAX = 1_000_000_000_000
 # DynamoDB answers 413 to an HTTP request body over 16 MB (BatchWriteItem's own limit is 16 MB).
 HTTP_REQUEST_BYTES_MAX = 16 * MIB
+# How long a browser may cache the answer to a CORS preflight (Access-Control-Max-Age): the two
+# days DynamoDB's endpoints answer.
+CORS_PREFLIGHT_MAX_AGE_SECONDS = 172_800
 # Deadline of one router-to-node data-plane call. The node refuses a request it would start past
 # it; a read not answered by then fails as ServiceUnavailable, a write as OutcomeUnknown.
 NODE_CALL_SECONDS_MAX = 10.0

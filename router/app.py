@@ -27,7 +27,7 @@ from router import (
     ttl,
 )
 from router.limits import ConnectionGuard, RouterLimits
-from router.protocol import Handler, JsonProtocol
+from router.protocol import Handler, JsonProtocol, add_cors_headers
 from rpc.background import BackgroundTask
 
 if TYPE_CHECKING:
@@ -66,6 +66,7 @@ def create_app(
     # DynamoDB serves every path and answers every other method itself (with a 404), so the
     # protocol takes whatever the routes above do not.
     app.router.add_route("*", "/{path:.*}", protocol.handle)
+    app.on_response_prepare.append(add_cors_headers)
 
     # Transactions left behind by a router that died are finished by every other router.
     resolver = BackgroundTask("txn-resolver", lambda: transactions.resolve_forever(ctx))

@@ -25,6 +25,14 @@ the request id.
 Every reply carries `x-amzn-RequestId` (52 characters of [0-9A-Z], like DynamoDB's) and
 `x-amz-crc32` (the CRC32 of the body bytes, which the AWS SDKs verify).
 
+CORS, so that a page's script (DynamoDB's JS SDK in a browser) can call the router directly: a
+request with an `Origin` header is answered with `Access-Control-Allow-Origin: *` and the headers
+the SDKs read exposed (`add_cors_headers`, on every reply); an `OPTIONS` preflight with an `Origin`
+is answered 200 with the method and headers it asked for allowed, for two days
+(`preflight`). A request without an `Origin` gets none of these headers, as from DynamoDB.
+DynamoDB publishes none of this; the behaviour is what its endpoints answer and what ScyllaDB's
+tests, run against DynamoDB, check; the exposed header list is ours (the ones an SDK reads).
+
 This is the hot path of every request, so it does the least it can: one header lookup for the
 operation, orjson in both directions, and no per-request objects beyond the reply.
 """
@@ -43,6 +51,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from aiohttp import web
 
+from core import limits
 from core.errors import (
     DynamoError,
     IncompleteSignature,
@@ -70,6 +79,11 @@ CONTENT_TYPES = frozenset({CONTENT_TYPE_AMZ_JSON, CONTENT_TYPE_JSON})
 # DynamoDB's answer to a request that is not a DynamoDB call at all: another method, or a body
 # under a content type it does not read. The body is XML, the one place DynamoDB speaks it.
 NOT_FOUND_BODY = b"<UnknownOperationException/>\n"
+CORS_MAX_AGE = str(limits.CORS_PREFLIGHT_MAX_AGE_SECONDS)
+# The reply headers a browser lets a cross-origin script read: the ones the AWS SDKs look at.
+CORS_EXPOSED_HEADERS = (
+    "x-amzn-RequestId,x-amzn-ErrorType,x-amzn-ErrorMessage,x-amz-crc32,x-amz-user-agent,Date"
+)
 
 REQUEST_ID_CHARS = 52
 _REQUEST_ID_DIGITS = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -141,6 +155,27 @@ def _reply(status: int, payload: bytes, request_id: str, content_type: str | Non
     if content_type is not None:
         headers["Content-Type"] = content_type
     return web.Response(status=status, body=payload, headers=headers)
+
+
+def preflight(headers: Mapping[str, str], request_id: str) -> web.Response:
+    """The answer to a CORS preflight: the method and headers it asks for, allowed for two days
+    (`add_cors_headers` adds the origin and the exposed headers, as to every reply)."""
+    allowed = {"x-amzn-RequestId": request_id, "Access-Control-Max-Age": CORS_MAX_AGE}
+    method = headers.get("Access-Control-Request-Method")
+    if method is not None:
+        allowed["Access-Control-Allow-Methods"] = method
+    asked = headers.get("Access-Control-Request-Headers")
+    if asked is not None:
+        allowed["Access-Control-Allow-Headers"] = asked
+    return web.Response(status=200, headers=allowed)
+
+
+async def add_cors_headers(request: web.BaseRequest, response: web.StreamResponse) -> None:
+    """Let a cross-origin script read the reply to a request that names its `Origin` (an
+    `on_response_prepare` signal of the application: every reply passes here)."""
+    if "Origin" in request.headers:
+        response.headers["Access-Control-Allow-Origin"] = "*"
+        response.headers["Access-Control-Expose-Headers"] = CORS_EXPOSED_HEADERS
 
 
 def _content_type(header: str) -> str | None:
@@ -234,6 +269,8 @@ class JsonProtocol:
     async def _serve(self, request: web.Request) -> _Served:
         request_id = self.new_request_id()
         headers = request.headers
+        if request.method == "OPTIONS" and "Origin" in headers:
+            return _Served(preflight(headers, request_id), b"", 0)
         # The body was admitted and read within the router's limits (router/limits.py).
         raw = await request.read() if request.method == "POST" else b""
         accepted = _content_type(headers.get("Content-Type", ""))
