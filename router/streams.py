@@ -158,10 +158,10 @@ async def list_streams(ctx: RouterContext, body: dict[str, Any]) -> dict[str, An
         min_length=limits.TABLE_NAME_CHARS_MIN,
         max_length=limits.TABLE_NAME_CHARS_MAX,
     )
-    limit = reader.integer("Limit", minimum=1)
+    limit = reader.integer("Limit", minimum=1, maximum=limits.LIST_STREAMS_LIMIT_MAX)
     start = reader.string("ExclusiveStartStreamArn", min_length=STREAM_ARN_CHARS[0])
     reader.check()
-    limit = min(limit or limits.LIST_STREAMS_LIMIT_MAX, limits.LIST_STREAMS_LIMIT_MAX)
+    limit = limit or limits.LIST_STREAMS_LIMIT_MAX
     await ctx.refresh()
     if table_name is not None and table_name not in ctx.records:
         raise ResourceNotFound(f"Requested resource not found: Table: {table_name} not found")
@@ -192,14 +192,14 @@ async def describe_stream(ctx: RouterContext, body: dict[str, Any]) -> dict[str,
     arn = reader.string(
         "StreamArn", required=True, min_length=STREAM_ARN_CHARS[0], max_length=STREAM_ARN_CHARS[1]
     )
-    limit = reader.integer("Limit", minimum=1)
+    limit = reader.integer("Limit", minimum=1, maximum=limits.DESCRIBE_STREAM_LIMIT_MAX)
     start = reader.string(
         "ExclusiveStartShardId", min_length=SHARD_ID_CHARS[0], max_length=SHARD_ID_CHARS[1]
     )
     parent_shard = _read_shard_filter(reader)
     reader.check()
     assert arn is not None
-    limit = min(limit or limits.DESCRIBE_STREAM_LIMIT_MAX, limits.DESCRIBE_STREAM_LIMIT_MAX)
+    limit = limit or limits.DESCRIBE_STREAM_LIMIT_MAX
     now = ctx.sources.clock()
     table, stream = await _stream_of(ctx, arn, now)
     every = [
@@ -328,10 +328,10 @@ async def get_records(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any
     text = reader.string(
         "ShardIterator", required=True, min_length=1, max_length=limits.SHARD_ITERATOR_CHARS_MAX
     )
-    limit = reader.integer("Limit", minimum=1)
+    limit = reader.integer("Limit", minimum=1, maximum=limits.GET_RECORDS_LIMIT_MAX)
     reader.check()
     assert text is not None
-    limit = min(limit or limits.GET_RECORDS_LIMIT_MAX, limits.GET_RECORDS_LIMIT_MAX)
+    limit = limit or limits.GET_RECORDS_LIMIT_MAX
     now = ctx.sources.clock()
     iterator = ShardIterator.decode(text, now)
     await ctx.refresh()

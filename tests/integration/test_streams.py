@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import threading
 import time
 from collections.abc import Callable
@@ -754,3 +755,33 @@ async def _read_table(cluster: LocalCluster, name: str) -> catalog.TableDef:
         return table
     finally:
         await ctx.close()
+
+
+def test_a_limit_past_its_range_is_refused(
+    dynamodb: Any, streams: Any, table_name: Callable[[], str]
+) -> None:
+    # ListStreams and DescribeStream take 1-100, GetRecords 1-1000 (API Reference): a Limit past
+    # the range is a ValidationException, not a page of the largest size.
+    name = table_name()
+    create_streamed(dynamodb, name, "KEYS_ONLY")
+    arn = stream_arn_of(dynamodb, name)
+    shard_id = streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"][0]["ShardId"]
+    iterator = streams.get_shard_iterator(
+        StreamArn=arn, ShardId=shard_id, ShardIteratorType="TRIM_HORIZON"
+    )["ShardIterator"]
+    calls = {
+        "ListStreams": (100, lambda limit: streams.list_streams(TableName=name, Limit=limit)),
+        "DescribeStream": (100, lambda limit: streams.describe_stream(StreamArn=arn, Limit=limit)),
+        "GetRecords": (
+            1000,
+            lambda limit: streams.get_records(ShardIterator=iterator, Limit=limit),
+        ),
+    }
+    for operation, (most, call) in calls.items():
+        call(most)  # The largest page is served.
+        assert error_of(functools.partial(call, most + 1)) == (
+            400,
+            "ValidationException",
+            f"1 validation error detected: Value '{most + 1}' at 'limit' failed to satisfy "
+            f"constraint: Member must have value less than or equal to {most}",
+        ), operation
