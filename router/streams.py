@@ -23,6 +23,7 @@ DYNALAB_STREAM_RETENTION_SECONDS) may shorten the retention, for tests.
 
 from __future__ import annotations
 
+import re
 from bisect import bisect_right
 from typing import TYPE_CHECKING, Any
 
@@ -68,8 +69,25 @@ def _readable(table: TableDef, now: float, retention: float) -> list[StreamDef]:
     return [stream for stream in every if stream.readable(now, retention)]
 
 
+# A stream ARN's shape: a table's ARN (any partition, Region and 12-digit account), then
+# `/stream/` and the stream's label, a creation time to the millisecond. DynamoDB refuses a
+# StreamArn of another shape as a ValidationException before it looks for a table (ScyllaDB's
+# test_streams.py checks it against DynamoDB), and an unknown one of this shape as
+# ResourceNotFoundException. DynamoDB's text for the refusal is not published; this one is ours.
+_STREAM_ARN = re.compile(
+    r"arn:aws[a-z-]*:dynamodb:[a-z0-9-]+:\d{12}:table/[a-zA-Z0-9_.-]{3,255}"
+    r"/stream/\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}"
+)
+
+
+def _check_stream_arn(arn: str) -> None:
+    if _STREAM_ARN.fullmatch(arn) is None:
+        raise ValidationError(f"Invalid StreamArn: {arn}")
+
+
 async def _stream_of(ctx: RouterContext, arn: str, now: float) -> tuple[TableDef, StreamDef]:
     """The table and stream an ARN names (`<table ARN>/stream/<label>`), while readable."""
+    _check_stream_arn(arn)
     table_part, _, label = arn.rpartition("/stream/")
     name = table_part.rpartition(":table/")[2]
     await ctx.refresh()
@@ -161,6 +179,8 @@ async def list_streams(ctx: RouterContext, body: dict[str, Any]) -> dict[str, An
     limit = reader.integer("Limit", minimum=1, maximum=limits.LIST_STREAMS_LIMIT_MAX)
     start = reader.string("ExclusiveStartStreamArn", min_length=STREAM_ARN_CHARS[0])
     reader.check()
+    if start is not None:
+        _check_stream_arn(start)
     limit = limit or limits.LIST_STREAMS_LIMIT_MAX
     await ctx.refresh()
     if table_name is not None and table_name not in ctx.records:

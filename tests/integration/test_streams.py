@@ -785,3 +785,31 @@ def test_a_limit_past_its_range_is_refused(
             f"1 validation error detected: Value '{most + 1}' at 'limit' failed to satisfy "
             f"constraint: Member must have value less than or equal to {most}",
         ), operation
+
+
+def test_a_malformed_stream_arn_is_a_validation_error(
+    dynamodb: Any, streams: Any, table_name: Callable[[], str]
+) -> None:
+    # A StreamArn not of a stream ARN's shape is refused before any table is looked for; one of
+    # that shape that names no stream is not found (test_streams_errors).
+    name = table_name()
+    create_streamed(dynamodb, name, "KEYS_ONLY")
+    arn = stream_arn_of(dynamodb, name)
+    shard_id = streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"][0]["ShardId"]
+    for malformed in (
+        "sdfadfsdfnlfkajakfgjalksfgklasjklasdjfklasdfasdfgasf",
+        arn.replace("/stream/", "/streams/"),
+        arn + "x",
+    ):
+        calls = (
+            functools.partial(streams.describe_stream, StreamArn=malformed),
+            functools.partial(streams.list_streams, ExclusiveStartStreamArn=malformed),
+            functools.partial(
+                streams.get_shard_iterator,
+                StreamArn=malformed,
+                ShardId=shard_id,
+                ShardIteratorType="LATEST",
+            ),
+        )
+        for call in calls:
+            assert error_of(call) == (400, "ValidationException", f"Invalid StreamArn: {malformed}")
