@@ -76,7 +76,7 @@ class NodeClient:
         self.address = address
         self._ids = itertools.count(1)
         self._channel: grpc.aio.Channel | None = None
-        self._stub: node_pb2_grpc.StorageNodeStub | None = None
+        self._stub: node_pb2_grpc.StorageNodeAsyncStub | None = None
         self._stream: _Stream | None = None
         self._failures = 0  # Consecutive broken streams; reset once a stream answers.
         self._reconnect_at = 0.0  # Loop time before which no new stream is opened.
@@ -170,14 +170,14 @@ class NodeClient:
         if feed is not None:
             await feed.close()
         if self._stream is not None:
-            self._stream.fail(ServiceUnavailable(f"The client of node {self.address} closed"))
+            self._stream.fail(f"The client of node {self.address} closed")
         channel, self._channel, self._stub = self._channel, None, None
         if channel is not None:
             await channel.close()
         if self._closing_channels:
             await asyncio.wait(self._closing_channels, timeout=limits.RPC_KEEPALIVE_TIMEOUT_SECONDS)
 
-    def _ensure_stub(self) -> node_pb2_grpc.StorageNodeStub:
+    def _ensure_stub(self) -> node_pb2_grpc.StorageNodeAsyncStub:
         if self._stub is None:
             self._channel = grpc.aio.insecure_channel(self.address, options=CHANNEL_OPTIONS)
             self._stub = node_pb2_grpc.StorageNodeStub(self._channel)
@@ -226,6 +226,11 @@ class NodeClient:
 class _Unanswered(ServiceUnavailable):
     """A request that went out (or may have) and got no answer; `call` tells reads from writes."""
 
+    message: str  # Always said: `unanswered` builds the caller's error from it.
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+
 
 def _expire(future: asyncio.Future[Any], address: str, op: str, timeout: float) -> None:
     if not future.done():
@@ -237,7 +242,7 @@ def _expire(future: asyncio.Future[Any], address: str, op: str, timeout: float) 
 class _Stream:
     """One Exchange stream: an outbox of requests, a sender, a receiver and the calls in flight."""
 
-    def __init__(self, stub: node_pb2_grpc.StorageNodeStub, client: NodeClient) -> None:
+    def __init__(self, stub: node_pb2_grpc.StorageNodeAsyncStub, client: NodeClient) -> None:
         self.client = client
         self.call = stub.Exchange()
         self.pending: dict[int, asyncio.Future[node_pb2.Response]] = {}
@@ -276,7 +281,7 @@ class _Stream:
         except asyncio.CancelledError:
             raise
         except TimeoutError:
-            self.fail(ServiceUnavailable(f"Node {self.client.address} stopped reading its stream"))
+            self.fail(f"Node {self.client.address} stopped reading its stream")
         except grpc.aio.AioRpcError as error:
             # Expected while a node is down or restarting: one line, no traceback, and at most
             # one per LOG_REPEAT_SECONDS_MIN for each node (`rpc.ratelog`).
@@ -285,11 +290,11 @@ class _Stream:
             unreachable_log.warning(
                 address, f"stream to node {address} broke while sending: {reason}"
             )
-            self.fail(ServiceUnavailable(f"Stream to node {address} broke: {reason}"))
+            self.fail(f"Stream to node {address} broke: {reason}")
         except Exception as error:
             address = self.client.address
             logger.warning("stream to node %s broke while sending", address, exc_info=True)
-            self.fail(ServiceUnavailable(f"Stream to node {address} broke: {_describe(error)}"))
+            self.fail(f"Stream to node {address} broke: {_describe(error)}")
 
     def _take_batch(self) -> list[node_pb2.Request]:
         """The outbox's oldest requests, up to about RPC_BATCH_BYTES_TARGET."""
@@ -308,6 +313,8 @@ class _Stream:
                 batch = await self.call.read()
                 if batch is grpc.aio.EOF:
                     break
+                # read() is typed `object | ResponseBatch`: the check names what EOF left.
+                assert isinstance(batch, node_pb2.ResponseBatch)
                 if not self.answered:
                     self.answered = True
                     self.client.stream_answered()
@@ -320,10 +327,10 @@ class _Stream:
             raise
         except Exception as error:
             reason = _describe(error)
-        self.fail(ServiceUnavailable(f"Node {self.client.address} is unavailable: {reason}"))
+        self.fail(f"Node {self.client.address} is unavailable: {reason}")
 
-    def fail(self, error: ServiceUnavailable) -> None:
-        """Break the stream: fail every call in flight with `error` and stop its tasks."""
+    def fail(self, reason: str) -> None:
+        """Break the stream: fail each call in flight as unavailable for `reason`; end its tasks."""
         if self.broken:
             return
         self.broken = True
@@ -333,7 +340,7 @@ class _Stream:
         for request_id, future in pending.items():
             if not future.done():
                 kind = ServiceUnavailable if request_id in unsent else _Unanswered
-                future.set_exception(kind(error.message))
+                future.set_exception(kind(reason))
         self.call.cancel()
         current = asyncio.current_task()
         for task in (self.sender, self.receiver):

@@ -23,11 +23,11 @@ from core.errors import (
 from rpc import node_pb2, ops
 
 # Each op's value of the proto's `Op` enum, and back: the enum's names are the ops' names.
-OP_TO_WIRE: dict[str, int] = {
+OP_TO_WIRE: dict[str, node_pb2.Op.ValueType] = {
     op: node_pb2.Op.Value(f"OP_{op.upper()}")
     for op in ops.DATA_OPS | ops.CONTROL_OPS | ops.FEED_OPS
 }
-OP_FROM_WIRE: dict[int, str] = {number: op for op, number in OP_TO_WIRE.items()}
+OP_FROM_WIRE: dict[node_pb2.Op.ValueType, str] = {number: op for op, number in OP_TO_WIRE.items()}
 assert len(OP_FROM_WIRE) == len(node_pb2.Op.keys()) - 1, "every Op but OP_UNSPECIFIED is an op"
 
 

@@ -254,7 +254,7 @@ class PutPayload:
         )
 
     def to_json(self) -> dict[str, Any]:
-        body = {
+        body: dict[str, Any] = {
             "item": self.item,
             "item_bytes": self.item_bytes,
             "condition": self.condition,
@@ -308,7 +308,7 @@ class UpdatePayload:
         )
 
     def to_json(self) -> dict[str, Any]:
-        body = {
+        body: dict[str, Any] = {
             "key": self.key,
             "update": self.update,
             "condition": self.condition,
@@ -354,7 +354,7 @@ class DeletePayload:
         )
 
     def to_json(self) -> dict[str, Any]:
-        body = {
+        body: dict[str, Any] = {
             "key": self.key,
             "condition": self.condition,
             "names": self.names,

@@ -58,7 +58,7 @@ def partition_families(
     Each entry may carry values for `extra_labels` under the same keys (the router adds "node").
     """
     labels = ["table", "partition", *extra_labels, "kind"]
-    families: list[tuple[Metric, str]] = []
+    families: list[tuple[CounterMetricFamily | GaugeMetricFamily, str]] = []
     for name, documentation, field, counter in _SERIES:
         family_type = CounterMetricFamily if counter else GaugeMetricFamily
         families.append((family_type(name, documentation, labels=labels), field))

@@ -206,7 +206,7 @@ def serve(listen: str | None) -> tuple[str, int] | None:
     if address is None:
         return None
     registry = CollectorRegistry()
-    registry.register(_NodeCollector())  # type: ignore[arg-type]
+    registry.register(_NodeCollector())
     server, _ = start_http_server(address[1], addr=address[0], registry=registry)
     bound = server.server_address[0], server.server_address[1]
     logger.info("metrics on http://%s:%d/metrics", *bound)

@@ -440,11 +440,13 @@ def read_page(
         or fetch is not None
     )
     for _, value in rows:
-        row = orjson.loads(item_json_of(value)) if decode else None
-        if key_matches is not None and not key_matches(row):
-            if matched:
-                break
-            continue
+        row: Item | None = orjson.loads(item_json_of(value)) if decode else None
+        if key_matches is not None:
+            assert row is not None  # decode is set whenever there is a key condition
+            if not key_matches(row):
+                if matched:
+                    break
+                continue
         matched = True
         item = row
         row_bytes = item_size_of(value)
@@ -461,6 +463,7 @@ def read_page(
         if request.filter is None or request.filter.evaluate(item):
             count += 1
             if not request.count_only:
+                assert item is not None  # decode is set whenever items are returned
                 items.append(item if request.projection is None else request.projection.apply(item))
         if (request.limit is not None and scanned >= request.limit) or (
             read_bytes >= request.page_bytes

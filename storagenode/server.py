@@ -73,7 +73,7 @@ SERVER_OPTIONS = [
 ]
 
 
-class NodeServicer(node_pb2_grpc.StorageNodeServicer):  # type: ignore[misc]
+class NodeServicer(node_pb2_grpc.StorageNodeServicer):
     """The StorageNode gRPC service over one StorageNode and its group committer."""
 
     def __init__(
@@ -128,8 +128,12 @@ class NodeServicer(node_pb2_grpc.StorageNodeServicer):  # type: ignore[misc]
             logger.exception("%s request %d failed", op, request.id)
             deliver(codec.error_response(request.id, InternalServerError(repr(error))))
 
-    async def Exchange(
-        self, request_iterator: AsyncIterator[node_pb2.RequestBatch], context: Any
+    # gRPC's asyncio server lets a streaming handler write through its context and return None;
+    # mypy-protobuf's stub types only the other form, a handler that returns an iterator.
+    async def Exchange(  # type: ignore[override]
+        self,
+        request_iterator: AsyncIterator[node_pb2.RequestBatch],
+        context: grpc.aio.ServicerContext[node_pb2.RequestBatch, node_pb2.ResponseBatch],
     ) -> None:
         stream = _ResponseStream()
         stream.receiving = not self.draining
@@ -172,7 +176,11 @@ class NodeServicer(node_pb2_grpc.StorageNodeServicer):  # type: ignore[misc]
             stream.receiving = False
             stream.ready.set()
 
-    async def Call(self, request: node_pb2.Request, context: Any) -> node_pb2.Response:
+    async def Call(
+        self,
+        request: node_pb2.Request,
+        context: grpc.aio.ServicerContext[node_pb2.Request, node_pb2.Response],
+    ) -> node_pb2.Response:
         answer: asyncio.Future[node_pb2.Response] = asyncio.get_running_loop().create_future()
 
         def deliver(response: node_pb2.Response) -> None:
@@ -246,14 +254,19 @@ class _ResponseStream:
         return not self.receiving and self.outstanding == 0 and not self.outbox
 
 
-class ChangeFeedServicer(changefeed_pb2_grpc.ChangeFeedServicer):  # type: ignore[misc]
+class ChangeFeedServicer(changefeed_pb2_grpc.ChangeFeedServicer):
     """The ChangeFeed gRPC service: translates between its messages and the node's transport-
     neutral `FeedService` (which the in-process network serves too)."""
 
     def __init__(self, service: FeedService) -> None:
         self.service = service
 
-    async def Follow(self, request: changefeed_pb2.FollowRequest, context: Any) -> None:
+    # Written through the context, as Exchange is (see there).
+    async def Follow(  # type: ignore[override]
+        self,
+        request: changefeed_pb2.FollowRequest,
+        context: grpc.aio.ServicerContext[changefeed_pb2.FollowRequest, changefeed_pb2.ChangeBatch],
+    ) -> None:
         batches = self.service.follow(
             request.table_id,
             request.partition_id,
@@ -273,31 +286,49 @@ class ChangeFeedServicer(changefeed_pb2_grpc.ChangeFeedServicer):  # type: ignor
             await batches.aclose()
 
     async def Register(
-        self, request: changefeed_pb2.RegisterRequest, context: Any
+        self,
+        request: changefeed_pb2.RegisterRequest,
+        context: grpc.aio.ServicerContext[
+            changefeed_pb2.RegisterRequest, changefeed_pb2.ConsumerReply
+        ],
     ) -> changefeed_pb2.ConsumerReply:
         seq = request.seq if request.HasField("seq") else None
         write = self.service.register(request.table_id, request.partition_id, request.consumer, seq)
-        return await self._answer(ops.REGISTER_CONSUMER, write, context)
+        return await self._answer(ops.REGISTER_CONSUMER, write, context.time_remaining())
 
     async def Checkpoint(
-        self, request: changefeed_pb2.CheckpointRequest, context: Any
+        self,
+        request: changefeed_pb2.CheckpointRequest,
+        context: grpc.aio.ServicerContext[
+            changefeed_pb2.CheckpointRequest, changefeed_pb2.ConsumerReply
+        ],
     ) -> changefeed_pb2.ConsumerReply:
         write = self.service.checkpoint(
             request.table_id, request.partition_id, request.consumer, request.seq
         )
-        return await self._answer(ops.CHECKPOINT, write, context)
+        return await self._answer(ops.CHECKPOINT, write, context.time_remaining())
 
     async def Unregister(
-        self, request: changefeed_pb2.UnregisterRequest, context: Any
+        self,
+        request: changefeed_pb2.UnregisterRequest,
+        context: grpc.aio.ServicerContext[
+            changefeed_pb2.UnregisterRequest, changefeed_pb2.ConsumerReply
+        ],
     ) -> changefeed_pb2.ConsumerReply:
         write = self.service.unregister(request.table_id, request.partition_id, request.consumer)
-        return await self._answer(ops.UNREGISTER_CONSUMER, write, context)
+        return await self._answer(ops.UNREGISTER_CONSUMER, write, context.time_remaining())
 
     async def _answer(
-        self, op: str, write: Coroutine[Any, Any, ConsumerPosition], context: Any
+        self,
+        op: str,
+        write: Coroutine[Any, Any, ConsumerPosition],
+        time_remaining: float | None,
     ) -> changefeed_pb2.ConsumerReply:
-        """Run a consumer write through the group commit; answer after it committed."""
-        timeout = context.time_remaining() or limits.WRITE_COMMIT_SECONDS_MAX
+        """Run a consumer write through the group commit; answer after it committed.
+
+        `time_remaining` is the caller's deadline (None: it set none).
+        """
+        timeout = time_remaining or limits.WRITE_COMMIT_SECONDS_MAX
         try:
             position = await asyncio.wait_for(write, timeout)
         except TimeoutError:

@@ -162,6 +162,7 @@ def record(group: Group, payload: TxnRecordPayload) -> dict[str, Any]:
     if existing is None:
         return {"record": None}
     if action == "decide":
+        assert payload.outcome is not None
         changed = txn.decide(existing, payload.attempt, txn.State(payload.outcome), group.now)
     elif action == "resolve":
         outcome = txn.resolution(existing, payload.attempt, group.now)
@@ -361,7 +362,12 @@ def apply(group: Group, payload: TxnApplyPayload) -> dict[str, Any]:
     part_key = PART_PREFIX + attempt.encode()
     part = _load(group.batch, part_key)
     outcome = txn.State.COMMITTED if payload.commit else txn.State.ABORTED
-    done = {"state": outcome.value, "keys": [], "record": None, "prepared": group.now}
+    done: dict[str, Any] = {
+        "state": outcome.value,
+        "keys": [],
+        "record": None,
+        "prepared": group.now,
+    }
     if part is None:
         # Nothing prepared here (every vote was no, or the prepare has not arrived): remember the
         # outcome so that a late prepare is refused.
