@@ -33,7 +33,7 @@ from router.limits import GuardedSite, limits_for_process
 from router.placement import PlacementMover
 from router.settings import RouterSettings
 from router.sources import Sources
-from router.tables import TableReconciler
+from router.table_lifecycle import TableReconciler
 from rpc import lifeline
 from rpc.addresses import parse_address, parse_nodes
 from rpc.background import BackgroundTask

@@ -72,6 +72,7 @@ from rpc.catalog_client import (
     system_target,
 )
 from rpc.client import NodeClient
+from rpc.machines import CrashPoints, HoldPoints
 from rpc.transport import FeedTransport, NodeTransport
 
 log = logging.getLogger("router.context")
@@ -105,12 +106,14 @@ class RouterContext:
         connect: Callable[[str], NodeTransport] = NodeClient,
         state_dir: Path | None = None,
         settings: RouterSettings | None = None,
+        crash_points: CrashPoints | None = None,
     ) -> None:
         """`sources` default to the system's (`Sources.system()`); tests pass seeded ones.
 
         `connect` makes the transport to one node from its address: gRPC's `NodeClient` by
         default; a simulation passes `rpc.local.LocalNetwork.connect`. `state_dir`, if given,
-        holds this router's copy of the catalog (`router.catalog_copy`).
+        holds this router's copy of the catalog (`router.catalog_copy`). `crash_points` are the
+        table machine's driver's (`rpc.machines`): by default those DYNALAB_HOLD_AT names.
         """
         if not nodes:
             raise ValueError("a router needs at least one storage node")
@@ -152,6 +155,7 @@ class RouterContext:
         self._node_copy_seq = -1
         self._node_copies_read_at: float | None = None
         self.metrics = RouterMetrics()
+        self.crash_points = HoldPoints.from_env() if crash_points is None else crash_points
         # The one catalog client (`rpc.catalog_client`): every row it reads or writes is
         # installed in the cache at once (`_observe`).
         self.catalog_client = CatalogClient(

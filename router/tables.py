@@ -14,8 +14,10 @@ the table's row so that concurrent routers never lose each other's changes:
 - DeleteTable marks the table DELETING, so item operations fail as on a missing table, drops its
   partitions on their nodes, then removes it from the catalog. If a node cannot be reached the
   table stays DELETING and the error is returned; calling DeleteTable again finishes the job.
-- A CreateTable or DeleteTable left half done by a router that died is finished by any router's
-  `TableReconciler` within seconds (every step is idempotent).
+- CreateTable, DeleteTable and UpdateTable's index and stream changes run on the table machine
+  (`core/machines/table.py`) through the one driver; their effects are
+  `router/table_lifecycle.py`'s, whose `TableReconciler` finishes, on any router, what a router
+  that died left half done (every step is idempotent).
 - UpdateTable changes the billing mode and provisioned throughput: it records the new settings
   with status UPDATING (and a new `throughput_version`), sends them to every node holding a
   partition (`update_throughput`, which re-sizes the partitions' token buckets), then marks the
@@ -35,35 +37,33 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import os
-import signal
 import uuid
 import weakref
 from bisect import bisect_right
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from core import catalog, gsi, indexes, limits, schema, streams
+from core import catalog, gsi, indexes, limits, schema
 from core.catalog import IndexDef, IndexStatus, StreamViewType, TableDef, TableStatus, Throughput
 from core.errors import (
     INVALID_PARAMETERS,
     DynamoError,
     LimitExceeded,
-    ResourceInUse,
-    ResourceNotFound,
-    ServiceUnavailable,
-    StaleEpoch,
     ValidationError,
 )
 from core.keys import KeyShape
+from core.machines import table as table_machine
+from core.machines.table import Flow, TableState
 from core.token_bucket import BillingMode
+from router import table_lifecycle
 from router.protocol import request_region
 from router.requests import NAME_PATTERN, RequestReader
+from router.table_lifecycle import table_not_found
 from router.tags import check_reserved, read_tags, stream_arn, table_arn
 from rpc import ops
 
 if TYPE_CHECKING:
-    from router.context import RouterContext, TableChange
+    from router.context import RouterContext
     from router.sources import Sources
 
 log = logging.getLogger("router.tables")
@@ -88,11 +88,6 @@ _UPDATE_MEMBERS_UNSUPPORTED = (
     "WarmThroughput",
     "MultiRegionConsistency",
 )
-
-
-def _table_not_found(name: str) -> ResourceNotFound:
-    # The control plane names the table; the data plane says only "Requested resource not found".
-    return ResourceNotFound(f"Requested resource not found: Table: {name} not found")
 
 
 # Reading requests ------------------------------------------------------------------------------
@@ -575,62 +570,6 @@ async def _partition_counts(
     }
 
 
-async def _all(calls: list[Awaitable[dict[str, Any]]]) -> None:
-    """Await node calls concurrently; once all have finished, raise the first failure if any.
-
-    Waiting for every call, rather than failing on the first, leaves no call still running when
-    the caller reacts to the failure (by undoing a creation, say).
-    """
-    for result in await asyncio.gather(*calls, return_exceptions=True):
-        if isinstance(result, BaseException):
-            raise result
-
-
-async def _drop_partitions(ctx: RouterContext, table: TableDef) -> None:
-    """Drop the table's partitions, with their items and change logs, and its global indexes'
-    partitions, on every node holding one."""
-    stored = [(table.id, {p.node for p in table.partitions})]
-    for index in catalog.global_indexes(table):
-        assert index.table_id is not None
-        stored.append((index.table_id, {p.node for p in index.partitions}))
-    await _all(
-        [
-            ctx.control(node, ops.DROP_TABLE, ops.DropTablePayload(stored_id).to_json())
-            for stored_id, nodes in stored
-            for node in sorted(nodes)
-        ]
-    )
-
-
-def _activate(table_id: str, throughput_version: int | None = None) -> TableChange:
-    """A change making table `table_id` ACTIVE, if it is still that table, may become ACTIVE
-    and (for an UpdateTable) still has the throughput version `throughput_version`."""
-
-    def change(current: TableDef | None) -> TableDef | None:
-        if (
-            current is None
-            or current.id != table_id
-            or not catalog.may_activate(current)
-            or (throughput_version is not None and current.throughput_version != throughput_version)
-        ):
-            return current
-        return catalog.activated(current)
-
-    return change
-
-
-def _without(table_id: str) -> TableChange:
-    """A change removing the table from the catalog, if it is still the table `table_id` and
-    may leave it (deleted, or its creation abandoned)."""
-
-    def change(current: TableDef | None) -> TableDef | None:
-        if current is None or current.id != table_id or not catalog.may_remove(current):
-            return current
-        return None
-
-    return change
-
-
 # Operations ------------------------------------------------------------------------------------
 
 
@@ -662,119 +601,16 @@ def _new_table(
 
 
 async def create_table(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
+    """CreateTable: the table machine's create flow (`router/table_lifecycle.py`) from the row
+    CREATING to ACTIVE; the reply describes the row as created, CREATING, as DynamoDB's does."""
     definition = _read_create_table(body)
     name = definition["name"]
     table = _new_table(definition, ctx.sources, ctx.ring.owner)
-    # The count of tables is as of this read: two routers creating the last table at once may
-    # both succeed, a bound that is soft by one round.
-    await ctx.refresh()
-
-    def add(current: TableDef | None) -> TableDef:
-        if current is not None:
-            raise ResourceInUse(f"Table already exists: {name}")
-        if len(ctx.tables) >= limits.TABLES_PER_REGION_MAX:
-            raise LimitExceeded(
-                "Subscriber limit exceeded: the number of tables is limited to "
-                f"{limits.TABLES_PER_REGION_MAX}"
-            )
-        return table
-
-    table = await ctx.change_table(name, add) or table
-    _crash_point("create-recorded")
-    await _complete_creation(ctx, table)
-    return {"TableDescription": _description(table, _Stats(), ctx.sources.clock())}
-
-
-async def _complete_creation(ctx: RouterContext, table: TableDef) -> None:
-    """Create a CREATING table's partitions and its global indexes' (again: creating a partition
-    that exists with the same definition does nothing), then make it ACTIVE; if a partition cannot
-    be created, take the table out of the catalog again."""
-    schema_for_nodes = {
-        "id": table.id,
-        "name": table.name,
-        "key_schema": table.key_shape.to_key_schema(),
-        # Each index's key and projection: the nodes check every write's index key types, and
-        # maintain local indexes; a global index's partitions are the replicator's business.
-        "indexes": [
-            {k: v for k, v in index.to_json().items() if k not in ("partitions", "throughput")}
-            for index in table.indexes
-        ],
-    }
-    throughput_for_nodes = catalog.throughput_document(table)
-    # A table with global indexes holds its change logs for the GSI replicator from the start,
-    # and one with a stream for the stream.
-    consumers = [gsi.REPLICATOR_CONSUMER] if catalog.global_indexes(table) else []
-    if table.stream is not None:
-        consumers.append(table.stream.consumer)
-    try:
-        await _all(
-            [
-                *(
-                    ctx.control(
-                        partition.node,
-                        ops.CREATE_PARTITION,
-                        ops.CreatePartitionPayload(
-                            schema_for_nodes,
-                            partition.to_json(),
-                            throughput_for_nodes,
-                            consumers or None,
-                        ).to_json(),
-                    )
-                    for partition in table.partitions
-                ),
-                *_create_index_partitions(ctx, table),
-            ]
-        )
-    except Exception:
-        await _abandon_creation(ctx, table)
-        raise
-    _crash_point("create-partitions")
-    await ctx.change_table(table.name, _activate(table.id))
-
-
-def _index_schema(table: TableDef, index: IndexDef) -> dict[str, Any]:
-    """What a node needs to hold a global index's partitions: its id, a name for metrics, and
-    its entry key (the index key, then the table key attributes not already in it)."""
-    assert index.table_id is not None
-    shape = indexes.entry_shape(index, table.key_shape)
-    return {
-        "id": index.table_id,
-        "name": catalog.index_storage_name(table.name, index.name),
-        "key_schema": [[a.name, a.type, a.role] for a in shape.attributes],
-    }
-
-
-def _create_index_partitions(
-    ctx: RouterContext, table: TableDef, only: IndexDef | None = None
-) -> list[Awaitable[dict[str, Any]]]:
-    """The create_partition calls of every partition of the table's global indexes (or of the
-    index `only`)."""
-    calls: list[Awaitable[dict[str, Any]]] = []
-    for index in catalog.global_indexes(table) if only is None else (only,):
-        index_schema = _index_schema(table, index)
-        throughput = catalog.index_throughput_document(table, index)
-        calls.extend(
-            ctx.control(
-                partition.node,
-                ops.CREATE_PARTITION,
-                ops.CreatePartitionPayload(index_schema, partition.to_json(), throughput).to_json(),
-            )
-            for partition in index.partitions
-        )
-    return calls
-
-
-async def _abandon_creation(ctx: RouterContext, table: TableDef) -> None:
-    """Take a table whose partitions could not all be created out of the catalog again."""
-    try:
-        # Another router may have finished the creation meanwhile (see TableReconciler): then
-        # the table stays, and so do its partitions.
-        if await ctx.change_table(table.name, _without(table.id)) is None:
-            await _drop_partitions(ctx, table)
-    except DynamoError as error:
-        # The table stays CREATING (DeleteTable can remove it once its creation is overdue) or
-        # leaves partitions behind under an id no table uses any more.
-        log.warning("could not undo the creation of table %s: %s", table.name, error)
+    record = table_machine.started(Flow.CREATE, name, table=table)
+    change = table_lifecycle.created(name, table, lambda: len(ctx.tables))
+    ended = await table_lifecycle.run(ctx, record, first=change)
+    assert ended.table is not None
+    return {"TableDescription": _description(ended.table, _Stats(), ctx.sources.clock())}
 
 
 async def describe_table(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
@@ -782,7 +618,7 @@ async def describe_table(ctx: RouterContext, body: dict[str, Any]) -> dict[str, 
     await ctx.refresh()
     table = ctx.records.get(name)
     if table is None:
-        raise _table_not_found(name)
+        raise table_not_found(name)
     if table.status == TableStatus.UPDATING:
         table = await _finish_update(ctx, table, limits.TABLE_STATS_SECONDS_MAX)
     stats = await _table_stats(ctx, table)
@@ -811,220 +647,28 @@ _NOT_IN_DELETE_DESCRIPTION = ("KeySchema", "AttributeDefinitions", "CreationDate
 
 
 async def delete_table(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
+    """DeleteTable: the table machine's delete flow, from the row DELETING to no row; the reply
+    describes the table as it goes, with the counts read once it was marked."""
     name = _read_table_name(body)
+    seen: list[tuple[TableDef, _Stats]] = []
 
-    def mark_deleting(current: TableDef | None) -> TableDef:
-        if current is None:
-            raise _table_not_found(name)
-        if current.status == TableStatus.DELETING:
-            # A deletion that stopped half-way (a node was down): finish it.
-            return current
-        return catalog.deleting(current, ctx.sources.clock())
+    async def marked(table: TableDef) -> None:
+        seen.append((table, await _table_stats(ctx, table)))
 
-    table = await ctx.change_table(name, mark_deleting)
-    assert table is not None, f"DeleteTable of {name} found no table after marking it"
-    _crash_point("delete-marked")
-    stats = await _table_stats(ctx, table)
-    await _finish_deletion(ctx, table)
+    record = table_machine.started(Flow.DELETE, name)
+    change = table_lifecycle.marked_deleting(name, ctx.sources.clock)
+    ended = await table_lifecycle.run(ctx, record, first=change, marked=marked)
+    table, stats = seen[-1]
+    known = _last_counts.get(ctx, {})
+    for key in [key for key in known if key[0] == table.id]:
+        del known[key]
+    assert ended.state == TableState.GONE, ended.state
     description = _description(table, stats, ctx.sources.clock())
     # DeleteTable describes what is going, not how it was defined: DynamoDB's TableDescription
     # here has no key schema, attribute definitions or creation time (API Reference, DeleteTable).
     for member in _NOT_IN_DELETE_DESCRIPTION:
         description.pop(member, None)
     return {"TableDescription": description}
-
-
-async def _finish_deletion(ctx: RouterContext, table: TableDef) -> None:
-    """Drop a DELETING table's partitions (again: dropping what is gone does nothing), then take
-    it out of the catalog."""
-    await _drop_partitions(ctx, table)
-    _crash_point("delete-dropped")
-    await ctx.change_table(table.name, _without(table.id))
-    known = _last_counts.get(ctx, {})
-    for key in [key for key in known if key[0] == table.id]:
-        del known[key]
-
-
-# Recovery of half-done table operations -------------------------------------------------------
-
-# Names a step of CreateTable or DeleteTable at which the router kills itself, as `kill -9`
-# would: how tests leave a table half created or half deleted (test_table_recovery.py).
-CRASH_AT_ENV = "DYNALAB_ROUTER_CRASH_AT"
-CRASH_POINTS = ("create-recorded", "create-partitions", "delete-marked", "delete-dropped")
-
-
-def _crash_point(step: str) -> None:
-    assert step in CRASH_POINTS, step
-    if os.environ.get(CRASH_AT_ENV) == step:
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
-class TableReconciler:
-    """Finishes the CreateTable and DeleteTable operations that a dead router left half done.
-
-    Every step of both is idempotent (creating a partition that exists with the same definition
-    and dropping one that is gone do nothing; activating and removing the row are compare-and-sets
-    that apply once), so any router may run the rest of one. Each router looks at the catalog
-    every `TABLE_RECONCILE_SECONDS`; a table seen CREATING (or DELETING) for
-    `TABLE_TRANSITION_STALL_SECONDS` is rolled forward: its partitions created and the table made
-    ACTIVE, or rolled back as its own router would if a partition cannot be created; or its
-    partitions dropped and its row removed. A live router that is merely slow loses nothing: the
-    two finish the same steps, and whichever activates (or removes) first wins the row.
-    """
-
-    def __init__(self, ctx: RouterContext) -> None:
-        self.ctx = ctx
-        self._since: dict[tuple[str, TableStatus], float] = {}
-        self._next_prune = 0.0
-
-    def stalled(self, tables: Iterable[TableDef], now: float) -> list[TableDef]:
-        """The tables in CREATING or DELETING that have been so for the stall bound, as of
-        `now`; remembers when each was first seen in its status."""
-        pending = {
-            (table.id, table.status): table
-            for table in tables
-            if table.status in (TableStatus.CREATING, TableStatus.DELETING)
-        }
-        self._since = {key: self._since.get(key, now) for key in pending}
-        return [
-            table
-            for key, table in pending.items()
-            if now - self._since[key] >= limits.TABLE_TRANSITION_STALL_SECONDS
-        ]
-
-    async def reconcile(self) -> None:
-        """One look at the cached catalog (the context re-reads it every second on its own, so
-        the reconciler adds no calls to a node that is down), finishing every stalled table
-        operation it shows."""
-        for table in self.stalled(self.ctx.records.values(), self.ctx.sources.clock()):
-            log.warning("finishing table %s, left %s by another router", table.name, table.status)
-            try:
-                if table.status == TableStatus.CREATING:
-                    await _complete_creation(self.ctx, table)
-                else:
-                    await _finish_deletion(self.ctx, table)
-            except DynamoError as error:
-                log.warning("could not finish table %s yet: %s", table.name, error)
-            # Tried: wait for another stall period before trying again.
-            self._since.pop((table.id, table.status), None)
-
-        await self.drop_expired_streams()
-        await self.prune_lineage()
-
-    async def prune_lineage(self) -> None:
-        """Drop the retired partitions kept only for the table's followers (`catalog.lineage_only`)
-        once none of them holds their logs: the node dropped a log once every consumer passed
-        its END (the stream's once all its records expired, the GSI replicator's once it drained
-        the parent), or the stream is no longer enabled and the table has no global indexes.
-        Every quarter of the retention, at most every `STREAM_RETENTION_ROUND_SECONDS_MAX`."""
-        now = self.ctx.sources.clock()
-        if now < self._next_prune:
-            return
-        self._next_prune = now + min(
-            limits.STREAM_RETENTION_ROUND_SECONDS_MAX,
-            self.ctx.settings.stream_retention_seconds / 4,
-        )
-        for table in list(self.ctx.records.values()):
-            followers = _lineage_followers(table)
-            gone = [
-                partition.id
-                for partition in catalog.lineage_only(table)
-                if not await _held(self.ctx, table, followers, partition)
-            ]
-            if not gone:
-                continue
-            try:
-                await self.ctx.change_table(table.name, _drop_retired(table.id, gone))
-            except DynamoError as error:
-                log.warning("could not drop %s's expired shards yet: %s", table.name, error)
-
-    async def drop_expired_streams(self) -> None:
-        """Let go of the disabled streams past their retention: their consumers unregistered on
-        every partition, then the streams dropped from the catalog (a latest stream stays named
-        by DescribeTable, with its shards forgotten)."""
-        now = self.ctx.sources.clock()
-        for table in list(self.ctx.records.values()):
-            expired = catalog.streams_expired(
-                table, now, self.ctx.settings.stream_retention_seconds
-            )
-            try:
-                for stream in expired:
-                    await _let_go(self.ctx, table, stream)
-                if expired:
-                    labels = [stream.label for stream in expired]
-                    await self.ctx.change_table(table.name, _drop_streams(table.id, labels))
-            except DynamoError as error:
-                log.warning("could not let go of %s's expired streams yet: %s", table.name, error)
-
-    async def run(self) -> None:
-        """Reconcile every `TABLE_RECONCILE_SECONDS` until cancelled."""
-        while True:
-            await asyncio.sleep(limits.TABLE_RECONCILE_SECONDS)
-            await self.reconcile()
-
-
-async def _let_go(ctx: RouterContext, table: TableDef, stream: catalog.StreamDef) -> None:
-    """Unregister `stream`'s consumer on every partition that may hold it: the table's, retired
-    and serving, and the stream's closed shards (a retired log goes once no consumer holds it)."""
-    partitions = {p.id: p for p in (*streams.lineage(table), *(s.partition for s in stream.shards))}
-    body = ops.UnregisterConsumerPayload(stream.consumer).to_json()
-    for partition in partitions.values():
-        try:
-            await ctx.feed_call(
-                partition.node, ops.UNREGISTER_CONSUMER, table.id, partition.id, body
-            )
-        except StaleEpoch:
-            continue  # A retired partition whose log is gone already.
-
-
-def _lineage_followers(table: TableDef) -> list[str]:
-    """The consumers that read a retired partition's log before its children's: the GSI
-    replicator's (one per group of indexes) and the enabled stream's."""
-    consumers = list(gsi.followed_groups(table))
-    if table.stream is not None and table.stream.enabled:
-        consumers.append(table.stream.consumer)
-    return consumers
-
-
-async def _held(
-    ctx: RouterContext,
-    table: TableDef,
-    consumers: Iterable[str],
-    partition: catalog.PartitionDef,
-) -> bool:
-    """Whether a retired partition's log is still held for one of `consumers`, not past its END
-    (when unsure, it is)."""
-    for consumer in consumers:
-        body = ops.CheckpointPayload(consumer, 0).to_json()  # Never moves a consumer back.
-        try:
-            position = await ctx.feed_call(
-                partition.node, ops.CHECKPOINT, table.id, partition.id, body
-            )
-        except (StaleEpoch, ResourceNotFound):
-            continue
-        except DynamoError:
-            return True
-        if position["seq"] < position["last_seq"]:
-            return True
-    return False
-
-
-def _drop_retired(table_id: str, partition_ids: list[str]) -> TableChange:
-    def change(current: TableDef | None) -> TableDef | None:
-        if current is None or current.id != table_id:
-            return current
-        return catalog.retired_dropped(current, partition_ids)
-
-    return change
-
-
-def _drop_streams(table_id: str, labels: list[str]) -> TableChange:
-    def change(current: TableDef | None) -> TableDef | None:
-        if current is None or current.id != table_id:
-            return current
-        return catalog.streams_dropped(current, labels)
-
-    return change
 
 
 # UpdateTable ------------------------------------------------------------------------------------
@@ -1206,7 +850,7 @@ async def _push_throughput(ctx: RouterContext, table: TableDef, timeout: float) 
         calls.extend(
             ctx.control(node, ops.UPDATE_THROUGHPUT, index_body, timeout) for node in nodes
         )
-    await _all(calls)
+    await table_lifecycle.all_calls(calls)
 
 
 async def _finish_update(ctx: RouterContext, table: TableDef, timeout: float) -> TableDef:
@@ -1222,7 +866,8 @@ async def _finish_update(ctx: RouterContext, table: TableDef, timeout: float) ->
             "table %s stays UPDATING: a node did not take its throughput: %s", table.name, error
         )
         return table
-    activated = await ctx.change_table(table.name, _activate(table.id, table.throughput_version))
+    change = table_lifecycle.activate(table.id, table.throughput_version)
+    activated = await ctx.change_table(table.name, change)
     return table if activated is None else activated
 
 
@@ -1238,7 +883,7 @@ async def _update_index_throughput(
 
     def update(current: TableDef | None) -> TableDef:
         if current is None:
-            raise _table_not_found(name)
+            raise table_not_found(name)
         before.append(current)
         changes = {update.name: update.units for update in updates}
         return catalog.index_throughput_updated(current, changes, region)
@@ -1280,7 +925,7 @@ async def update_table(ctx: RouterContext, body: dict[str, Any]) -> dict[str, An
 
     def update(current: TableDef | None) -> TableDef:
         if current is None:
-            raise _table_not_found(name)
+            raise table_not_found(name)
         updated = catalog.throughput_updated(current, mode, units, now, region)
         if updated is None:
             unchanged.append(current)
@@ -1326,129 +971,26 @@ async def _update_stream(
     await ctx.refresh()
     current = ctx.records.get(name)
     if current is None:
-        raise _table_not_found(name)
+        raise table_not_found(name)
     if view_type is None:
-        table = await _disable_stream(ctx, name, now)
+        record = table_machine.started(
+            Flow.DISABLE_STREAM, name, table=current, definition={"now": now}
+        )
     else:
-        # Refuse before registering anything: the change below checks again on the row it writes.
+        # Refuse before registering anything: the change checks again on the row it writes.
         label = catalog.stream_label(now, current.stream)
         catalog.stream_enabled(current, view_type, label, now)
-        consumer = catalog.StreamDef(label, view_type, now).consumer
-        try:
-            await _all(
-                [
-                    ctx.feed_call(
-                        partition.node,
-                        ops.REGISTER_CONSUMER,
-                        current.id,
-                        partition.id,
-                        ops.RegisterConsumerPayload(consumer).to_json(),
-                    )
-                    for partition in current.partitions
-                ]
-            )
-            table = await ctx.change_table(name, _enable_stream(current.id, view_type, label, now))
-        except Exception:
-            await _unregister_stream(ctx, current, consumer, quiet=True)
-            raise
-        assert table is not None
-    stats = await _table_stats(ctx, table)
-    return {"TableDescription": _description(table, stats, ctx.sources.clock())}
-
-
-def _enable_stream(table_id: str, view_type: StreamViewType, label: str, now: float) -> TableChange:
-    def change(current: TableDef | None) -> TableDef:
-        if current is None or current.id != table_id:
-            raise ResourceInUse(
-                "Attempt to change a resource which is still in use: the table was replaced"
-            )
-        return catalog.stream_enabled(current, view_type, label, now)
-
-    return change
-
-
-async def _disable_stream(ctx: RouterContext, name: str, now: float) -> TableDef:
-    """Disable the table's stream, its shards closed where each partition's log stands.
-
-    Each end is the last seq the partition's log has when the node answers a registration of the
-    stream's consumer (already registered: a no-op write through the group commit, ordered with
-    the partition's writes), so every change acknowledged before the request is in the stream.
-    The catalog then records the stream disabled with those ends, refusing if a split changed
-    the partitions meanwhile: the ends are read again.
-    """
-    for _ in range(limits.STREAM_DISABLE_ATTEMPTS_MAX):
-        await ctx.refresh()
-        current = ctx.records.get(name)
-        if current is None:
-            raise _table_not_found(name)
-        stream = catalog.stream_to_disable(current)
-        shards = await asyncio.gather(
-            *[_closed_shard(ctx, current, stream, p) for p in streams.lineage(current)]
+        record = table_machine.started(
+            Flow.ENABLE_STREAM,
+            name,
+            table=current,
+            definition={"label": label, "now": now},
+            view_type=view_type.value,
         )
-        change = _closing(name, current.id, shards, now)
-        try:
-            table = await ctx.change_table(name, change)
-        except StaleEpoch:
-            continue
-        assert table is not None
-        return table
-    raise ServiceUnavailable(
-        f"The partitions of table {name} kept splitting while its stream was disabled; retry"
-    )
-
-
-def _closing(
-    name: str, table_id: str, shards: list[catalog.ClosedShard], now: float
-) -> TableChange:
-    def change(current: TableDef | None) -> TableDef:
-        if current is None or current.id != table_id:
-            raise _table_not_found(name)
-        return catalog.stream_disabled(current, shards, now)
-
-    return change
-
-
-async def _closed_shard(
-    ctx: RouterContext, table: TableDef, stream: catalog.StreamDef, partition: catalog.PartitionDef
-) -> catalog.ClosedShard:
-    """`partition` as a shard of the disabled stream: with the last seq its log has now (before
-    END for a retired one; 0 for a retired one whose log is gone)."""
-    try:
-        position = await ctx.feed_call(
-            partition.node,
-            ops.REGISTER_CONSUMER,
-            table.id,
-            partition.id,
-            ops.RegisterConsumerPayload(stream.consumer).to_json(),
-        )
-    except StaleEpoch:
-        return catalog.ClosedShard(partition, 0)
-    retired = partition.state == catalog.PartitionState.RETIRED
-    return catalog.ClosedShard(partition, position["last_seq"] - (1 if retired else 0))
-
-
-async def _unregister_stream(
-    ctx: RouterContext, table: TableDef, consumer: str, *, quiet: bool
-) -> None:
-    """Let a stream's consumer go on every partition of `table`; failures are logged when
-    `quiet` (a consumer left behind holds a log only up to its hard bounds)."""
-    try:
-        await _all(
-            [
-                ctx.feed_call(
-                    partition.node,
-                    ops.UNREGISTER_CONSUMER,
-                    table.id,
-                    partition.id,
-                    ops.UnregisterConsumerPayload(consumer).to_json(),
-                )
-                for partition in table.partitions
-            ]
-        )
-    except DynamoError as error:
-        if not quiet:
-            raise
-        log.warning("stream consumer %s of %s not let go: %s", consumer, table.name, error)
+    ended = await table_lifecycle.run(ctx, record)
+    assert ended.table is not None
+    stats = await _table_stats(ctx, ended.table)
+    return {"TableDescription": _description(ended.table, stats, ctx.sources.clock())}
 
 
 async def _create_index(
@@ -1467,7 +1009,7 @@ async def _create_index(
 
     def add(current: TableDef | None) -> TableDef:
         if current is None:
-            raise _table_not_found(name)
+            raise table_not_found(name)
         # DynamoDB checks an existing name before the index's schema.
         if any(index.name == update.name for index in current.indexes):
             raise ValidationError(catalog.INDEX_EXISTS)
@@ -1486,85 +1028,27 @@ async def _create_index(
             current, index, [(key, types[key]) for key in spec.key_shape.names]
         )
 
-    table = await ctx.change_table(name, add)
-    assert table is not None, f"UpdateTable of {name} found no table after adding an index"
-    index = next(index for index in table.indexes if index.table_id == index_id)
-    try:
-        await _all(_create_index_partitions(ctx, table, index))
-    except Exception:
-        await _abandon_index(ctx, table, index)
-        raise
-    stats = await _table_stats(ctx, table)
-    return {"TableDescription": _description(table, stats, ctx.sources.clock())}
-
-
-def _index_removed(table_id: str, index_name: str, status: IndexStatus) -> TableChange:
-    """A change taking index `index_name` out of table `table_id`, if it is still `status`."""
-
-    def change(current: TableDef | None) -> TableDef | None:
-        if current is None or current.id != table_id:
-            return current
-        index = next((i for i in current.indexes if i.name == index_name), None)
-        if index is None or index.status != status:
-            return current
-        return catalog.index_moved(current, index_name, None)
-
-    return change
-
-
-async def _drop_index(ctx: RouterContext, table: TableDef, index: IndexDef) -> None:
-    """Drop a global index's partitions and let go of the change-feed consumer of its own (an
-    online index's), which would otherwise hold the table's change logs."""
-    assert index.table_id is not None
-    drop = ops.DropTablePayload(index.table_id).to_json()
-    calls = [
-        ctx.control(node, ops.DROP_TABLE, drop)
-        for node in sorted({partition.node for partition in index.partitions})
-    ]
-    if index.online:
-        unregister = ops.UnregisterConsumerPayload(gsi.consumer_of(index)).to_json()
-        for partition in table.partitions:
-            client = ctx.clients.get(partition.node)
-            if client is None:
-                raise ServiceUnavailable(f"Storage node {partition.node} is not known here")
-            calls.append(
-                client.call(
-                    ops.UNREGISTER_CONSUMER,
-                    ops.Target(table.id, partition.id),
-                    unregister,
-                    limits.CONTROL_CALL_SECONDS_MAX,
-                )
-            )
-    await _all(calls)
-
-
-async def _abandon_index(ctx: RouterContext, table: TableDef, index: IndexDef) -> None:
-    """Take an online index whose partitions could not all be created out of the catalog."""
-    try:
-        await ctx.change_table(
-            table.name, _index_removed(table.id, index.name, IndexStatus.CREATING)
-        )
-        await _drop_index(ctx, table, index)
-    except DynamoError as error:
-        log.warning("could not undo the creation of index %s: %s", index.name, error)
+    record = table_machine.started(Flow.CREATE_INDEX, name, index_name=update.name)
+    ended = await table_lifecycle.run(ctx, record, first=add)
+    assert ended.table is not None
+    stats = await _table_stats(ctx, ended.table)
+    return {"TableDescription": _description(ended.table, stats, ctx.sources.clock())}
 
 
 async def _delete_index(ctx: RouterContext, name: str, index_name: str) -> dict[str, Any]:
-    """UpdateTable's GlobalSecondaryIndexUpdates Delete: the index DELETING in the catalog (the
-    replicator stops keeping it), its partitions dropped, then out of the catalog. The reply
-    describes it DELETING, as DynamoDB's does."""
+    """UpdateTable's GlobalSecondaryIndexUpdates Delete: the table machine's index deletion, the
+    index DELETING in the catalog (the replicator stops keeping it), its partitions dropped, then
+    out of the catalog. The reply describes it DELETING, as DynamoDB's does, with the counts
+    read once it was marked."""
+    seen: list[tuple[TableDef, _Stats]] = []
 
-    def mark(current: TableDef | None) -> TableDef:
-        if current is None:
-            raise _table_not_found(name)
-        return catalog.index_deleting(current, index_name)
+    async def marked(table: TableDef) -> None:
+        seen.append((table, await _table_stats(ctx, table)))
 
-    table = await ctx.change_table(name, mark)
-    assert table is not None, f"UpdateTable of {name} found no table after deleting an index"
-    index = next(index for index in table.indexes if index.name == index_name)
-    stats = await _table_stats(ctx, table)
-    await _drop_index(ctx, table, index)
-    await ctx.change_table(name, _index_removed(table.id, index_name, IndexStatus.DELETING))
+    record = table_machine.started(Flow.DELETE_INDEX, name, index_name=index_name)
+    change = table_lifecycle.index_marked_deleting(name, index_name)
+    await table_lifecycle.run(ctx, record, first=change, marked=marked)
+    table, stats = seen[-1]
     return {"TableDescription": _description(table, stats, ctx.sources.clock())}
 
 

@@ -1,9 +1,10 @@
 """A CreateTable or DeleteTable whose router dies half-way is finished by another router, and
 DescribeTable counts the items of a dead node.
 
-Router 1 is started with `DYNALAB_ROUTER_CRASH_AT` naming one step of the operation, at which it
-kills itself as `kill -9` would; router 2's reconciler (router/tables.py, TableReconciler) must
-then roll the table forward within seconds, where it used to stay CREATING for 10 minutes.
+Router 1 is started held (`DYNALAB_HOLD_AT=table:<state>`, `rpc.machines.HoldPoints`) at one
+point of the table machine between two effects of the operation, where the test kills it with
+SIGKILL; router 2's reconciler (router/table_lifecycle.py, TableReconciler) must then roll the
+table forward within seconds, where it used to stay CREATING for 10 minutes.
 """
 
 from __future__ import annotations
@@ -13,15 +14,17 @@ import re
 import time
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from botocore.exceptions import BotoCoreError, ClientError
 
 from core import limits
+from core.machines.table import NAME as TABLE
 from dynalab.cluster import LocalCluster, Router
-from router.tables import CRASH_AT_ENV
 from tests.integration.conftest import dynamodb_client, error_of
+from tests.integration.crash_points import KillAt, hold_environment
 
 # A stalled operation is finished after the stall bound plus one reconcile round; the rest is
 # slack for a loaded machine.
@@ -42,13 +45,25 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
             yield running
 
 
-def crashing(router: Router, step: str) -> Any:
-    """Restart `router` set to die at `step`; return a client for it."""
+# Each step of the operation, as the point of the table machine reached just after it (the state
+# recorded before the next effect).
+POINTS = {
+    "create-recorded": "creating",
+    "create-partitions": "created",
+    "delete-marked": "deleting",
+    "delete-dropped": "dropped",
+}
+
+
+def crashing(router: Router, step: str, holds: Path) -> tuple[Any, KillAt]:
+    """Restart `router` held at `step`'s point; return a client for it, and what kills it with
+    SIGKILL there (to enter around the call that leads it there)."""
     router.stop()
     with pytest.MonkeyPatch.context() as environment:
-        environment.setenv(CRASH_AT_ENV, step)
+        for name, value in hold_environment(holds, POINTS[step], machine=TABLE).items():
+            environment.setenv(name, value)
         router.start()
-    return dynamodb_client(router.url)
+    return dynamodb_client(router.url), KillAt(router, holds, POINTS[step], machine=TABLE)
 
 
 def died(router: Router) -> None:
@@ -85,12 +100,13 @@ def create(client: Any, name: str) -> None:
 
 @pytest.mark.parametrize("step", ["create-recorded", "create-partitions"])
 def test_a_creation_left_half_done_is_finished_by_another_router(
-    cluster: LocalCluster, step: str
+    cluster: LocalCluster, step: str, tmp_path: Path
 ) -> None:
     doomed, survivor = cluster.routers
     name = f"created_{step.replace('-', '_')}"
-    with pytest.raises(BotoCoreError):
-        create(crashing(doomed, step), name)
+    doomed_client, kill = crashing(doomed, step, tmp_path)
+    with kill, pytest.raises(BotoCoreError):
+        create(doomed_client, name)
     died(doomed)
     client = dynamodb_client(survivor.url)
     wait_for_status(client, name, "ACTIVE")
@@ -101,7 +117,7 @@ def test_a_creation_left_half_done_is_finished_by_another_router(
 
 @pytest.mark.parametrize("step", ["delete-marked", "delete-dropped"])
 def test_a_deletion_left_half_done_is_finished_by_another_router(
-    cluster: LocalCluster, step: str
+    cluster: LocalCluster, step: str, tmp_path: Path
 ) -> None:
     doomed, survivor = cluster.routers
     name = f"deleted_{step.replace('-', '_')}"
@@ -110,8 +126,9 @@ def test_a_deletion_left_half_done_is_finished_by_another_router(
     wait_for_status(client, name, "ACTIVE")
     client.put_item(TableName=name, Item={"pk": {"S": "old"}})
     deleting_since = time.monotonic()
-    with pytest.raises(BotoCoreError):
-        crashing(doomed, step).delete_table(TableName=name)
+    doomed_client, kill = crashing(doomed, step, tmp_path)
+    with kill, pytest.raises(BotoCoreError):
+        doomed_client.delete_table(TableName=name)
     died(doomed)
     # No router finishes the deletion before it has stalled TABLE_TRANSITION_STALL_SECONDS: until
     # then the name is still taken, and creating the table again is ResourceInUseException, as

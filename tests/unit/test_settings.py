@@ -124,7 +124,6 @@ ENVIRONMENT_READERS = {
     "rpc/lifeline.py",
     "rpc/machines.py",
     "storagenode/split.py",  # DYNALAB_SPLIT_CRASH_AT, until the split machine's hold points land.
-    "router/tables.py",  # DYNALAB_ROUTER_CRASH_AT, until the table machine's hold points land.
 }
 
 
