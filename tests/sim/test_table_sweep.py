@@ -1,9 +1,10 @@
 """A seeded sweep over the table machine's crash points: the router dies between every pair of
 effects of each table flow (CreateTable with a global index and a stream, DeleteTable, an index
 added and deleted by UpdateTable, a stream enabled and disabled), a new router starts, and its
-`TableReconciler` recovers what the row shows unfinished (`core.machines.table.recovered`).
+`TableReconciler` recovers what the row shows unfinished (`core.machines.table.recovered`); in
+some cases that router dies too at a point of its recovery, and a third one finishes.
 
-Each seed picks one case (the flow, the point its router dies at) and the network's delays; a
+Each seed picks one case (the flow, the points its routers die at) and the network's delays; a
 failing seed replays with `python -m pytest -q
 "tests/sim/test_table_sweep.py::test_a_table_flow_killed_between_any_two_effects[SEED]"`. After
 every case: the partitions on the nodes are exactly those the catalog row names (no orphaned
@@ -58,7 +59,25 @@ FLOWS: dict[str, dict[TableState, str]] = {
     "stream_on": {TableState.REGISTERING: "before", TableState.REGISTERED: "before"},
     "stream_off": {TableState.DISABLING: "before"},
 }
-CASES = [(flow, point) for flow, points in FLOWS.items() for point in points]
+# The states a recovery passes, by flow, once the row shows it unfinished: a new router may die
+# there too, and a third one finishes.
+RECOVERY: dict[str, tuple[TableState, ...]] = {
+    "create": (TableState.CREATING, TableState.CREATED),
+    "delete": (TableState.DELETING, TableState.DROPPED),
+    "add_index": (TableState.INDEX_CREATING,),
+    "delete_index": (TableState.INDEX_DELETING, TableState.INDEX_DROPPED),
+}
+# (flow, the point its router dies at, the point the recovering router dies at, or None).
+CASES: list[tuple[str, TableState, TableState | None]] = [
+    *((flow, point, None) for flow, points in FLOWS.items() for point in points),
+    *(
+        (flow, point, second)
+        for flow, points in FLOWS.items()
+        for point, outcome in points.items()
+        if outcome == "after"
+        for second in RECOVERY[flow]
+    ),
+]
 SEEDS = list(range(len(CASES)))
 
 KEY_SCHEMA = [{"AttributeName": "pk", "KeyType": "HASH"}]
@@ -213,7 +232,7 @@ def check_described(seed: int, flow: str, outcome: str, table: dict[str, Any] | 
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_a_table_flow_killed_between_any_two_effects(seed: int) -> None:
-    flow, point = CASES[seed % len(CASES)]
+    flow, point, second = CASES[seed % len(CASES)]
     outcome = FLOWS[flow][point]
 
     async def scenario(cluster: SimCluster) -> None:
@@ -228,6 +247,13 @@ def test_a_table_flow_killed_between_any_two_effects(seed: int) -> None:
         # The dead router's partly done work is what the catalog and the nodes hold; a new
         # router finds it.
         fresh = cluster.add_router()
+        if second is not None:
+            dying_again = DieAt(second)
+            fresh.crash_points = dying_again
+            with pytest.raises(Died):
+                await recover(fresh)
+            assert dying_again.died, f"seed {seed}: recovery never reached {second}"
+            fresh = cluster.add_router()
         await recover(fresh)
         cluster.faults(None)
         row = await fresh.read_table(NAME)
