@@ -11,9 +11,8 @@ that any router can finish what another started. This module is what every side 
   than `limits.TRANSACTION_RESOLVE_SECONDS` (its coordinator died or stalled) aborts it
   (`resolution`); a coordinator that then tries to commit finds it aborted and tells its client so.
   Every participant is committed or released only after the decision is durable.
-- **The coordinator** (`Coordinator`): a transaction's steps as one coordinating router walks them
-  (BEGUN, PREPARED or refused, DECIDED, FINISHED); `votes` turn into the decision and into
-  DynamoDB's CancellationReasons, in request order.
+- **The coordinator** is a machine of its own (`core.machines.transaction`): its states stand for
+  the record's and the locks', and its votes become DynamoDB's CancellationReasons.
 - **A participant's item** (`ItemLock`, `prepare_vote`): an item is free or prepared (locked) by one
   transaction; preparing a locked item for another transaction is a TransactionConflict vote, a
   failed condition a ConditionalCheckFailed vote. A prepared item refuses single-item writes with
@@ -435,80 +434,6 @@ def resolution(record: Record | None, attempt: int, now: float) -> State | None:
     if now - record.began >= limits.TRANSACTION_RESOLVE_SECONDS:
         return State.ABORTED
     return None
-
-
-# The coordinator ------------------------------------------------------------------------------
-
-
-class Step(enum.StrEnum):
-    """Where a coordinating router is in one transaction."""
-
-    STARTED = "STARTED"
-    BEGUN = "BEGUN"  # The PENDING record is durable; prepares may go out.
-    DECIDED = "DECIDED"  # COMMITTED or ABORTED is durable; participants may apply it.
-    FINISHED = "FINISHED"  # Every participant applied the decision.
-
-
-STEP_TRANSITIONS: dict[Step, frozenset[Step]] = {
-    Step.STARTED: frozenset({Step.BEGUN, Step.FINISHED}),
-    Step.BEGUN: frozenset({Step.DECIDED}),
-    Step.DECIDED: frozenset({Step.FINISHED}),
-    Step.FINISHED: frozenset(),
-}
-
-
-@dataclass(slots=True)
-class Coordinator:
-    """One transaction as its coordinating router runs it: which step it has reached, the votes
-    of each action (in request order) and the decision. The router does the IO between steps."""
-
-    actions: int
-    step: Step = Step.STARTED
-    votes: list[Vote | None] = field(default_factory=list)
-    decision: State | None = None
-
-    def __post_init__(self) -> None:
-        assert 0 < self.actions <= limits.TRANSACT_ITEMS_MAX
-        self.votes = [None] * self.actions
-
-    def _move(self, step: Step) -> None:
-        assert step in STEP_TRANSITIONS[self.step], f"{self.step} -> {step}"
-        self.step = step
-
-    def begun(self) -> None:
-        self._move(Step.BEGUN)
-
-    def voted(self, action: int, vote: Vote) -> None:
-        """A participant's vote for action `action`; a missing one (the participant could not be
-        reached, or its outcome is unknown) counts as no when deciding."""
-        assert self.step is Step.BEGUN
-        self.votes[action] = vote
-
-    def outcome(self) -> State:
-        """COMMITTED only if every action voted yes."""
-        assert self.step is Step.BEGUN
-        if all(vote is not None and vote.yes for vote in self.votes):
-            return State.COMMITTED
-        return State.ABORTED
-
-    def decided(self, state: State) -> None:
-        """The decision the record holds (which a resolver may have made instead)."""
-        assert state is not State.PENDING
-        self._move(Step.DECIDED)
-        self.decision = state
-
-    def finished(self) -> None:
-        self._move(Step.FINISHED)
-
-    def reasons(self) -> TransactionCanceled:
-        """The client's answer to an aborted transaction: each action's vote, in request order;
-        an action nobody refused is "None", and one whose participant did not answer, or which a
-        resolver aborted, a TransactionConflict (DynamoDB's answer to a transaction that could
-        not complete because of another)."""
-        votes = [vote if vote is not None else CONFLICT for vote in self.votes]
-        if all(vote.yes for vote in votes):
-            votes = [CONFLICT] * len(votes)
-        return cancellation(votes)
 
 
 # A participant's item ---------------------------------------------------------------------------

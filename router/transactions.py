@@ -2,26 +2,33 @@
 
 A TransactWriteItems is read and checked whole before anything is sent (the service model's
 constraints, then each action's expressions, keys and sizes, then DynamoDB's rules across actions:
-one action per item, 4 MB), then coordinated in the steps `core.transactions.Coordinator` names:
+one action per item, 4 MB), placed on its partitions, then coordinated by the transaction machine
+(`core.machines.transaction`), which the one driver (`rpc.machines.Driver`) runs with this
+module's effects (`_Coordination`):
 
-1. **Begin**: the record is written PENDING, naming every participant partition, on the partition
-   of the first action's item (with a ClientRequestToken: the partition of the first action's
-   table that the token's hash falls in, so a retry through any router finds it). The token's rules
-   (a committed transaction answered again, another request refused, one running refused) are
-   the record's (`core.transactions.begin`).
-2. **Prepare**: one `txn_prepare` per participant partition, concurrently. Each checks its
-   actions' conditions and locks their items, all or none.
-3. **Decide**: COMMITTED if every action voted yes, else ABORTED, made durable on the record by a
+1. **begin**: the ledger (the durable record) is written PENDING, naming every participant
+   partition, on the partition of the first action's item (with a ClientRequestToken: the
+   partition of the first action's table that the token's hash falls in, so a retry through any
+   router finds it). The token's rules (a committed transaction answered again, another request
+   refused, one running refused) are the ledger's (`core.transactions.begin`).
+2. **prepare**: one `txn_prepare` per participant partition, concurrently. Each checks its
+   actions' conditions and locks their items, all or none; a partition that split or moved since
+   the map was read has its actions placed again.
+3. **decide**: COMMITTED if every action voted yes, else ABORTED, made durable on the ledger by a
    compare-and-set; a resolver may have aborted it first, and then that decision stands.
-4. **Apply**: `txn_apply` to every node of a participant (commit or release), then **finish** the
-   record.
+4. **apply**: `txn_apply` to every node a prepare was sent to (commit or release), then **finish**
+   the ledger.
 
-A router killed anywhere leaves either no record (nothing was prepared), a PENDING record (which
-a resolver aborts once `TRANSACTION_RESOLVE_SECONDS` have passed), or a decided one (which a
-resolver applies). `Resolver` runs in every router: every `TRANSACTION_RESOLVE_INTERVAL_SECONDS`
-it asks each node (`txn_sweep`) for locks and records left behind and resolves each from its
-record. So every transaction ends committed everywhere or rolled back everywhere, and no item
-stays locked longer than the resolve time plus a sweep.
+The client's answer is read from the record the machine ends with (`_answer`). A router killed
+anywhere leaves either no ledger (nothing was prepared), a PENDING one (which a resolver aborts
+once `TRANSACTION_RESOLVE_SECONDS` have passed), or a decided one (which a resolver applies).
+The resolver (`resolve_forever`) runs in every router: every
+`TRANSACTION_RESOLVE_INTERVAL_SECONDS` it asks each node (`txn_sweep`) for locks and ledgers left
+behind, and resolves each by loading its ledger and stepping the machine RESTARTED (`resolve`).
+So every transaction ends committed everywhere or rolled back everywhere, and no item stays
+locked longer than the resolve time plus a sweep. The driver's crash points are the router's
+`crash_points`: the simulator's, or `rpc.machines.HoldPoints` in a real router
+(`DYNALAB_HOLD_AT=transaction:<state>`).
 
 TransactGetItems reads its items per partition (`txn_get`), and reads them again, asking each
 node whether any of the items was written since the first round's change seq: the answer is the
@@ -61,6 +68,8 @@ from core.errors import (
 )
 from core.indexes import size_estimate_range_gb
 from core.keycodec import encode_storage_key
+from core.machines import RESTARTED, STARTED, Effect, Event
+from core.machines import transaction as tm
 from core.retry import TRANSACT_GET, TRANSACTION_RECORD
 from core.size import check_item_size, item_size_bytes
 from router.context import RouterContext
@@ -77,6 +86,7 @@ from router.requests import (
     read_common,
 )
 from rpc import ops
+from rpc.machines import Driver, Handler
 from rpc.transactions import (
     TxnApplyPayload,
     TxnGetPayload,
@@ -124,6 +134,8 @@ class Counters:
     conflicts: int = 0
     resolved: dict[str, int] = dataclasses.field(default_factory=dict)
     in_doubt: dict[str, float] = dataclasses.field(default_factory=dict)  # attempt -> first seen
+    # The coordinations (and resolutions) in flight, by run: the state each has reached.
+    running: dict[object, tm.TxnState] = dataclasses.field(default_factory=dict)
 
     def count(self, outcome: str) -> None:
         self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
@@ -161,6 +173,16 @@ class MetricsCollector:
         for decision, count in sorted(COUNTERS.resolved.items()):
             resolved.add_metric([decision], count)
         yield resolved
+        running = GaugeMetricFamily(
+            "dynalab_transactions_running",
+            "Transactions this router is coordinating or resolving, by the state reached",
+            labels=["state"],
+        )
+        for state in tm.TxnState:
+            if state not in tm.FINAL:
+                count = sum(1 for reached in COUNTERS.running.values() if reached is state)
+                running.add_metric([state.value.lower()], count)
+        yield running
         yield GaugeMetricFamily(
             "dynalab_transactions_in_doubt",
             "Transactions left behind that the resolver found and has not finished",
@@ -301,8 +323,8 @@ async def _record_call(
 async def _retried(
     ctx: RouterContext, step: Callable[[], Awaitable[txn.Record | None]]
 ) -> txn.Record | None:
-    """A record step that is safe to repeat (decide, finish, resolve), retried while its node
-    does not answer (`core.retry.TRANSACTION_RECORD`); the last failure is raised."""
+    """A record step that is safe to repeat (decide, finish, resolve, read), retried while its
+    node does not answer (`core.retry.TRANSACTION_RECORD`); the last failure is raised."""
     started = ctx.sources.clock()
     for attempt in range(TRANSACTION_RECORD.attempts_max):
         try:
@@ -320,8 +342,183 @@ def _since(ctx: RouterContext, started: float) -> float:
     return max(0.0, ctx.sources.clock() - started)
 
 
+class _LedgerEffects:
+    """The effects of the transaction machine (`core.machines.transaction`) that the ledger and
+    the participants' nodes carry out, for one run of the driver: by a coordinator (with the
+    prepare, `_Coordination`) or by a resolver. `persist` keeps the run's record in this
+    router's table of coordinations in flight (`/metrics`); the ledger, written by the effects,
+    is what outlives the router."""
+
+    def __init__(self, ctx: RouterContext, home: _Home) -> None:
+        self.ctx = ctx
+        self.home = home
+
+    def handlers(self) -> dict[str, Handler[tm.TxnRecord]]:
+        return {
+            "begin": self.begin,
+            "decide": self.decide,
+            "resolve": self.decide,
+            "apply": self.apply,
+            "finish": self.finish,
+        }
+
+    def driver(self) -> Driver[tm.TxnRecord]:
+        return Driver(
+            tm.MACHINE, self.handlers(), self.persist, self.ctx.crash_points, self.ctx.sources.clock
+        )
+
+    async def persist(self, record: tm.TxnRecord) -> None:
+        if tm.MACHINE.finished(record):
+            COUNTERS.running.pop(self, None)
+        else:
+            COUNTERS.running[self] = record.state
+
+    async def begin(self, record: tm.TxnRecord, effect: Effect) -> Event:
+        """Write the ledger PENDING (or learn what a ClientRequestToken's ledger holds)."""
+        payload = TxnRecordPayload("begin", record.id, record=record.ledger().to_json())
+        ledger = await _record_call(self.ctx, self.home, payload)
+        assert ledger is not None
+        kind = tm.REPLAYED if ledger.state is txn.State.COMMITTED else tm.BEGUN
+        return Event(kind, {"attempt": ledger.attempt})
+
+    async def decide(self, record: tm.TxnRecord, effect: Effect) -> Event:
+        """Ask the ledger for the record's decision (`decide`), or, a resolver, for an abort of a
+        ledger old enough (`resolve`); the decision the ledger holds for the attempt."""
+        if effect.step == "decide":
+            payload = TxnRecordPayload(
+                "decide", record.id, attempt=record.attempt, outcome=record.asked.value
+            )
+        else:
+            payload = TxnRecordPayload("resolve", record.id, attempt=record.attempt)
+        ledger = await _retried(self.ctx, lambda: _record_call(self.ctx, self.home, payload))
+        if ledger is None and effect.step == "decide":
+            raise InternalServerError(f"The record of transaction {record.attempt_id} disappeared")
+        held = ledger is not None and ledger.attempt == record.attempt
+        return Event(tm.DECIDED, {"state": ledger.state.value if held and ledger else None})
+
+    async def apply(self, record: tm.TxnRecord, effect: Effect) -> Event:
+        """Commit or release the attempt on every node a prepare was sent to."""
+        commit = record.decision is txn.State.COMMITTED
+        if not await _apply_everywhere(self.ctx, record.attempt_id, set(record.nodes), commit):
+            raise ServiceUnavailable(
+                f"Transaction {record.attempt_id}: a node did not apply its decision"
+            )
+        return Event(tm.APPLIED)
+
+    async def finish(self, record: tm.TxnRecord, effect: Effect) -> Event:
+        payload = TxnRecordPayload("finish", record.id, attempt=record.attempt)
+        await _retried(self.ctx, lambda: _record_call(self.ctx, self.home, payload))
+        return Event(tm.FINISHED)
+
+
+class _Coordination(_LedgerEffects):
+    """One TransactWriteItems' run: the ledger's effects and the prepare of its `actions`,
+    placed on their partitions (`groups`: the actions' indexes per participant). What the
+    client is answered besides the record's votes is kept here: each action's cost, and the
+    errors of participants that refused the request itself."""
+
+    def __init__(
+        self,
+        ctx: RouterContext,
+        home: _Home,
+        actions: Sequence[_Action],
+        groups: Sequence[list[int]],
+    ) -> None:
+        super().__init__(ctx, home)
+        self.actions = actions
+        self.groups = groups
+        self.costs: list[txn.Cost | None] = [None] * len(actions)
+        self.errors: list[DynamoError] = []
+
+    def handlers(self) -> dict[str, Handler[tm.TxnRecord]]:
+        return {**super().handlers(), "prepare": self.prepare}
+
+    async def prepare(self, record: tm.TxnRecord, effect: Effect) -> Event:
+        """Prepare every participant concurrently: the votes in request order (None where a
+        participant did not answer), and every node a prepare was sent to (one whose answer was
+        lost may have locked items there, so the decision is applied on each)."""
+        votes: list[txn.Vote | None] = [None] * len(self.actions)
+        touched = set(record.nodes)
+        ctx, actions = self.ctx, self.actions
+
+        async def prepare_on(table: Table, partition: Partition, indexes: list[int]) -> bool:
+            """Prepare `indexes` on one partition; False if the partition has split or moved
+            since the map was read (nothing was prepared: the items must be placed again)."""
+            touched.add(partition["node"])
+            payload = TxnPreparePayload(
+                record.attempt_id,
+                self.home.ref(),
+                [{"op": actions[i].op, "body": actions[i].body} for i in indexes],
+            )
+            try:
+                reply = await ctx.call_partition(
+                    table,
+                    partition,
+                    ops.TXN_PREPARE,
+                    payload.to_json(),
+                    timeout=limits.TRANSACTION_PREPARE_SECONDS,
+                    follow=False,
+                )
+            except StaleEpoch:
+                return False
+            except DynamoError as error:
+                # No vote: the transaction aborts. An unknown outcome may have locked the items;
+                # the release (or a resolver's) frees them.
+                logger.info(
+                    "transaction %s: a prepare failed: %s", record.attempt_id, error.type_name
+                )
+                if not isinstance(error, ServiceUnavailable | OutcomeUnknown):
+                    self.errors.append(error)
+                return True
+            for number, index in enumerate(indexes):
+                votes[index] = txn.Vote.from_json(reply["votes"][number])
+                if reply["costs"]:
+                    self.costs[index] = txn.Cost.from_json(reply["costs"][number])
+            return True
+
+        async def prepare(indexes: list[int]) -> None:
+            """Prepare one participant's actions; if its partition split (or moved) since the map
+            was read, place them again on the catalog's current partitions and prepare those."""
+            table = actions[indexes[0]].table
+            partition = actions[indexes[0]].partition
+            assert partition is not None
+            placed = [(table, partition, indexes)]
+            for _ in range(limits.STALE_EPOCH_ATTEMPTS_MAX):
+                done = await asyncio.gather(*(prepare_on(*where) for where in placed))
+                stale = [
+                    i for where, ok in zip(placed, done, strict=True) if not ok for i in where[2]
+                ]
+                if not stale:
+                    return
+                try:
+                    table = await ctx.table(actions[stale[0]].table_name)
+                except DynamoError:
+                    return  # The table is gone: no vote, the transaction aborts.
+                if table["id"] != actions[stale[0]].table["id"]:
+                    return
+                regrouped: dict[str, tuple[Partition, list[int]]] = {}
+                for index in stale:
+                    found = ctx.partition_map(table).lookup(actions[index].storage_key)
+                    regrouped.setdefault(found["id"], (found, []))[1].append(index)
+                placed = [(table, found, moved) for found, moved in regrouped.values()]
+            logger.info(
+                "transaction %s: its partitions kept changing while it prepared", record.attempt_id
+            )
+
+        await asyncio.gather(*(prepare(indexes) for indexes in self.groups))
+        return Event(
+            tm.VOTED,
+            {
+                "votes": [None if vote is None else vote.to_json() for vote in votes],
+                "nodes": sorted(touched),
+            },
+        )
+
+
 async def transact_write_items(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
-    """TransactWriteItems: up to 100 actions on items of any tables, all applied or none."""
+    """TransactWriteItems: up to 100 actions on items of any tables, all applied or none. The
+    request is read and placed here; its coordination is the transaction machine's, run by the
+    driver, and the answer is read from the record it ends with."""
     members = _read_write_request(body)
     actions = [await _checked_action(ctx, kind, member) for kind, member in members]
     txn.check_distinct((action.table["id"], action.storage_key) for action in actions)
@@ -352,132 +549,56 @@ async def transact_write_items(ctx: RouterContext, body: dict[str, Any]) -> dict
         record_id = txn.token_transaction_id(token)
         token_key = hashlib.sha256(token.encode()).digest()[:8]
         home = _Home(first.table, ctx.partition_map(first.table).lookup(token_key))
-    asked = txn.Record(
+    coordination = _Coordination(ctx, home, actions, list(groups.values()))
+    started = tm.new(
         record_id,
+        (home.table["id"], home.partition["id"]),
         txn.request_digest(body),
-        txn.State.PENDING,
-        tuple(participants),
-        0.0,
-        token=token is not None,
+        token is not None,
+        participants,
+        len(actions),
     )
-    record = await _record_call(
-        ctx, home, TxnRecordPayload("begin", record_id, record=asked.to_json())
-    )
-    assert record is not None
+    record, failure = await coordination.driver().drive(started, Event(STARTED))
+    return _answer(body, actions, coordination, record, failure)
+
+
+def _answer(
+    body: dict[str, Any],
+    actions: Sequence[_Action],
+    coordination: _Coordination,
+    record: tm.TxnRecord,
+    failure: Exception | None,
+) -> dict[str, Any]:
+    """The client's answer to a transaction whose machine ended with `record`, `failure` the first
+    failure on the way: the begin's refusal, an unknown outcome, a cancellation, or the reply."""
     capacity = ConsumedCapacity(transactional=True)
-    if record.state is txn.State.COMMITTED:
+    if record.replayed:
         # The token's transaction committed before: answered again, nothing written.
         COUNTERS.count("replayed")
         return _write_reply(body, capacity, actions)
-    coordinator = txn.Coordinator(len(actions))
-    coordinator.begun()
-    attempt = record.attempt_id
-    costs: list[txn.Cost | None] = [None] * len(actions)
-    errors: list[DynamoError] = []
-
-    # Every node a prepare was sent to: the decision is applied on each (a prepare whose answer
-    # was lost may have locked items there).
-    touched = {p.node for p in participants}
-
-    async def prepare_on(table: Table, partition: Partition, indexes: list[int]) -> bool:
-        """Prepare `indexes` on one partition; False if the partition has split or moved since
-        the map was read (nothing was prepared: the items must be placed again)."""
-        touched.add(partition["node"])
-        payload = TxnPreparePayload(
-            attempt,
-            home.ref(),
-            [{"op": actions[i].op, "body": actions[i].body} for i in indexes],
-        )
-        try:
-            reply = await ctx.call_partition(
-                table,
-                partition,
-                ops.TXN_PREPARE,
-                payload.to_json(),
-                timeout=limits.TRANSACTION_PREPARE_SECONDS,
-                follow=False,
-            )
-        except StaleEpoch:
-            return False
-        except DynamoError as error:
-            # No vote: the transaction aborts. An unknown outcome may have locked the items;
-            # the release below (or a resolver's) frees them.
-            logger.info("transaction %s: a prepare failed: %s", attempt, error.type_name)
-            if not isinstance(error, ServiceUnavailable | OutcomeUnknown):
-                errors.append(error)
-            return True
-        for number, index in enumerate(indexes):
-            coordinator.voted(index, txn.Vote.from_json(reply["votes"][number]))
-            if reply["costs"]:
-                costs[index] = txn.Cost.from_json(reply["costs"][number])
-        return True
-
-    async def prepare(indexes: list[int]) -> None:
-        """Prepare one participant's actions; if its partition split (or moved) since the map was
-        read, place them again on the catalog's current partitions and prepare those."""
-        table = actions[indexes[0]].table
-        partition = actions[indexes[0]].partition
-        assert partition is not None
-        placed = [(table, partition, indexes)]
-        for _ in range(limits.STALE_EPOCH_ATTEMPTS_MAX):
-            done = await asyncio.gather(*(prepare_on(*where) for where in placed))
-            stale = [i for where, ok in zip(placed, done, strict=True) if not ok for i in where[2]]
-            if not stale:
-                return
-            try:
-                table = await ctx.table(actions[stale[0]].table_name)
-            except DynamoError:
-                return  # The table is gone: no vote, the transaction aborts.
-            if table["id"] != actions[stale[0]].table["id"]:
-                return
-            regrouped: dict[str, tuple[Partition, list[int]]] = {}
-            for index in stale:
-                found = ctx.partition_map(table).lookup(actions[index].storage_key)
-                regrouped.setdefault(found["id"], (found, []))[1].append(index)
-            placed = [(table, found, moved) for found, moved in regrouped.values()]
-        logger.info("transaction %s: its partitions kept changing while it prepared", attempt)
-
-    await asyncio.gather(*(prepare(indexes) for indexes in groups.values()))
-    outcome = coordinator.outcome()
-    try:
-        decided = await _retried(
-            ctx,
-            lambda: _record_call(
-                ctx,
-                home,
-                TxnRecordPayload("decide", record_id, attempt=record.attempt, outcome=outcome),
-            ),
-        )
-    except (ServiceUnavailable, OutcomeUnknown):
+    if record.attempt == 0:
+        assert failure is not None, "a transaction not begun ends on the begin's failure"
+        raise failure
+    if record.decision is None:
+        if failure is not None and not isinstance(failure, ServiceUnavailable | OutcomeUnknown):
+            raise failure
         COUNTERS.count("unknown")
         raise OutcomeUnknown(
             "The transaction's decision could not be recorded; it may or may not have been "
             f"applied, and is resolved within about {_SETTLED_SECONDS:.0f} s"
-        ) from None
-    if decided is None:
-        raise InternalServerError(f"The record of transaction {attempt} disappeared")
-    coordinator.decided(decided.state)
-    committed = decided.state is txn.State.COMMITTED
-    if await _apply_everywhere(ctx, attempt, touched, committed):
-        try:
-            await _retried(
-                ctx,
-                lambda: _record_call(
-                    ctx, home, TxnRecordPayload("finish", record_id, attempt=record.attempt)
-                ),
-            )
-        except (ServiceUnavailable, OutcomeUnknown):
-            logger.info("transaction %s: finish left to a resolver", attempt)
-    coordinator.finished()
-    if not committed:
+        )
+    if record.state is tm.TxnState.LEFT:
+        logger.info("transaction %s: %s left to a resolver", record.attempt_id, record.error)
+    if record.decision is txn.State.ABORTED:
         COUNTERS.count("cancelled")
-        if errors:
-            raise errors[0]
-        cancellation = coordinator.reasons()
+        if coordination.errors:
+            raise coordination.errors[0]
+        cancellation = tm.reasons(record)
         if any(r["Code"] == txn.Code.TRANSACTION_CONFLICT.value for r in cancellation.reasons):
             COUNTERS.conflicts += 1
         raise cancellation
     COUNTERS.count("committed")
+    costs = coordination.costs
     for index, action in enumerate(actions):
         cost = costs[index] or txn.Cost(0.0)
         capacity.add_table(action.table_name, cost.units, UnitKind.WRITE)
@@ -588,31 +709,30 @@ async def resolve(
     home: _Home,
     holders: frozenset[str] = frozenset(),
 ) -> bool:
-    """Finish an attempt left behind, from its record: abort it if it is PENDING and old enough,
-    then apply the decision on every participant's node and on `holders` (the nodes that
-    reported its locks: a participant that split and moved after the record was written is not
-    in the record) and finish the record. True when done."""
-    attempt_id = f"{record_id}.{attempt}"
-    record = await _retried(
-        ctx,
-        lambda: _record_call(ctx, home, TxnRecordPayload("resolve", record_id, attempt=attempt)),
+    """Finish an attempt left behind: load its ledger, rebuild the coordinator's record from it
+    (`core.machines.transaction.from_ledger`) and step it RESTARTED. A PENDING ledger old enough
+    is aborted; the decision is applied on every participant's node and on `holders` (the nodes
+    that reported its locks: a participant that split and moved after the ledger was written is
+    not in it), or, with no ledger of the attempt, released on every node; then the ledger is
+    finished. True when done; False for a ledger whose coordinator still has time; the failure
+    that stopped it otherwise."""
+    ledger = await _retried(
+        ctx, lambda: _record_call(ctx, home, TxnRecordPayload("read", record_id))
     )
-    if record is not None and record.attempt == attempt and record.state is txn.State.PENDING:
-        return False  # Its coordinator still has time.
-    if record is None or record.attempt != attempt:
-        # No record of this attempt: it never committed. Release whatever it holds anywhere.
-        nodes = set(ctx.clients)
-        committed = False
-    else:
-        nodes = {p.node for p in record.participants} | holders
-        committed = record.state is txn.State.COMMITTED
-    if not await _apply_everywhere(ctx, attempt_id, nodes, committed):
-        return False
-    if record is not None and record.attempt == attempt:
-        await _record_call(ctx, home, TxnRecordPayload("finish", record_id, attempt=attempt))
-    outcome = "committed" if committed else "aborted"
+    known = ledger is not None and ledger.attempt == attempt
+    nodes = holders if known else frozenset(ctx.clients)
+    loaded = tm.from_ledger(
+        ledger, record_id, attempt, (home.table["id"], home.partition["id"]), nodes
+    )
+    record, failure = await _LedgerEffects(ctx, home).driver().drive(loaded, Event(RESTARTED))
+    if record.state is not tm.TxnState.DONE:
+        if isinstance(failure, DynamoError):
+            raise failure
+        return False  # A PENDING ledger whose coordinator still has time.
+    assert record.decision is not None
+    outcome = "committed" if record.decision is txn.State.COMMITTED else "aborted"
     COUNTERS.resolved[outcome] = COUNTERS.resolved.get(outcome, 0) + 1
-    logger.info("transaction %s resolved: %s", attempt_id, outcome)
+    logger.info("transaction %s resolved: %s", record.attempt_id, outcome)
     return True
 
 

@@ -1,5 +1,5 @@
-"""The pure rules of transactions (`core/transactions.py`): the record's transitions, the
-coordinator's steps, a participant's votes and DynamoDB's messages."""
+"""The pure rules of transactions (`core/transactions.py`): the record's transitions, a
+participant's votes and DynamoDB's messages (the coordinator's machine: test_txn_machine.py)."""
 
 from __future__ import annotations
 
@@ -66,44 +66,6 @@ def test_resolution_waits_for_the_coordinator_then_aborts() -> None:
     assert txn.resolution(committed, 1, 10_000.0) is txn.State.COMMITTED
     assert txn.resolution(None, 1, 0.0) is txn.State.ABORTED
     assert txn.resolution(committed, 2, 0.0) is txn.State.ABORTED
-
-
-def test_coordinator_commits_only_on_every_yes() -> None:
-    coordinator = txn.Coordinator(3)
-    coordinator.begun()
-    coordinator.voted(0, txn.YES)
-    coordinator.voted(2, txn.YES)
-    assert coordinator.outcome() is txn.State.ABORTED  # Action 1 never answered.
-    coordinator.voted(1, txn.YES)
-    assert coordinator.outcome() is txn.State.COMMITTED
-    coordinator.decided(txn.State.COMMITTED)
-    coordinator.finished()
-    with pytest.raises(AssertionError):
-        coordinator.begun()
-
-
-def test_cancellation_reasons_in_request_order() -> None:
-    coordinator = txn.Coordinator(3)
-    coordinator.begun()
-    coordinator.voted(0, txn.YES)
-    coordinator.voted(1, txn.condition_failed({"pk": {"S": "a"}}))
-    error = coordinator.reasons()
-    assert error.type_name == "TransactionCanceledException"
-    assert error.message == (
-        "Transaction cancelled, please refer cancellation reasons for specific reasons "
-        "[None, ConditionalCheckFailed, TransactionConflict]"
-    )
-    assert error.extra_fields() == {
-        "CancellationReasons": [
-            {"Code": "None"},
-            {
-                "Code": "ConditionalCheckFailed",
-                "Message": "The conditional request failed",
-                "Item": {"pk": {"S": "a"}},
-            },
-            {"Code": "TransactionConflict", "Message": "Transaction is ongoing for the item"},
-        ]
-    }
 
 
 def test_prepare_vote_and_lock_age() -> None:
