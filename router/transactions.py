@@ -362,16 +362,21 @@ class _LedgerEffects:
             "finish": self.finish,
         }
 
-    def driver(self) -> Driver[tm.TxnRecord]:
-        return Driver(
+    async def run(
+        self, record: tm.TxnRecord, event: Event
+    ) -> tuple[tm.TxnRecord, Exception | None]:
+        """Drive `record` with `event` until it ends (`rpc.machines.Driver.drive`); however the
+        run ends (a cancelled request too), it leaves the table of coordinations in flight."""
+        driver = Driver(
             tm.MACHINE, self.handlers(), self.persist, self.ctx.crash_points, self.ctx.sources.clock
         )
+        try:
+            return await driver.drive(record, event)
+        finally:
+            COUNTERS.running.pop(self, None)
 
     async def persist(self, record: tm.TxnRecord) -> None:
-        if tm.MACHINE.finished(record):
-            COUNTERS.running.pop(self, None)
-        else:
-            COUNTERS.running[self] = record.state
+        COUNTERS.running[self] = record.state
 
     async def begin(self, record: tm.TxnRecord, effect: Effect) -> Event:
         """Write the ledger PENDING (or learn what a ClientRequestToken's ledger holds)."""
@@ -558,7 +563,7 @@ async def transact_write_items(ctx: RouterContext, body: dict[str, Any]) -> dict
         participants,
         len(actions),
     )
-    record, failure = await coordination.driver().drive(started, Event(STARTED))
+    record, failure = await coordination.run(started, Event(STARTED))
     return _answer(body, actions, coordination, record, failure)
 
 
@@ -724,7 +729,7 @@ async def resolve(
     loaded = tm.from_ledger(
         ledger, record_id, attempt, (home.table["id"], home.partition["id"]), nodes
     )
-    record, failure = await _LedgerEffects(ctx, home).driver().drive(loaded, Event(RESTARTED))
+    record, failure = await _LedgerEffects(ctx, home).run(loaded, Event(RESTARTED))
     if record.state is not tm.TxnState.DONE:
         if isinstance(failure, DynamoError):
             raise failure
