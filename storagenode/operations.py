@@ -114,17 +114,17 @@ def _split_pin(ctx: WriteContext, target: Target | None, payload: split.PinPaylo
 def _txn_record(ctx: WriteContext, target: Target | None, payload: TxnRecordPayload) -> Any:
     assert target is not None, "a transaction's record names its partition"
     addressed(ctx.lookup((target.table_id, target.partition_id)), target)
-    return txn.record(txn.group_of(ctx, items.write_request), payload)
+    return txn.record(txn.Group(ctx, items.write_request), payload)
 
 
 def _txn_prepare(ctx: WriteContext, target: Target | None, payload: TxnPreparePayload) -> Any:
     assert target is not None, "a transaction's prepare names its partition"
     addressed(ctx.lookup((target.table_id, target.partition_id)), target)
-    return txn.prepare(txn.group_of(ctx, items.write_request), target, payload)
+    return txn.prepare(txn.Group(ctx, items.write_request), target, payload)
 
 
 def _txn_apply(ctx: WriteContext, target: Target | None, payload: TxnApplyPayload) -> Any:
-    return txn.apply(txn.group_of(ctx, items.write_request), payload)
+    return txn.apply(txn.Group(ctx, items.write_request), payload)
 
 
 def _txn_sweep(ctx: WriteContext, target: Target | None, payload: TxnSweepPayload) -> Any:

@@ -42,7 +42,6 @@ from rpc.transactions import (
     TxnPreparePayload,
     TxnRecordPayload,
 )
-from storagenode import replica
 from storagenode.layout import (
     Family,
     collection_size_of,
@@ -71,39 +70,13 @@ CHECK = "check"
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Group:
-    """What a transaction operation needs of the group commit it runs in."""
+    """What a transaction operation needs of the group commit it runs in: the group's public
+    write interface (`ctx`: its batch, clock, overlay of partitions and the one apply), and the
+    item writes' check of a write against its partition (`write_request`,
+    `storagenode.items.write_request`, handed in because `items` reads this module's locks)."""
 
-    batch: WriteBatchView
-    now: float
-    lookup: Callable[[PartitionRef], Partition | None]
-    staged: Callable[[PartitionRef], Partition | None]
-    apply: Callable[..., replica.Applied]
+    ctx: WriteContext
     write_request: Callable[[ops.ItemWritePayload, Partition], WriteRequest]
-    # Charge a partition a prepare's units; None when admitted, else the participant's vote.
-    admit: Callable[[PartitionRef, float], txn.Vote | None]
-    # The node's item collection cap, checked at prepare.
-    collection_bytes_max: int
-    # The partition of a table on this node holding an items key (after a split: a child).
-    holder: Callable[[str, bytes], PartitionRef | None]
-
-
-def group_of(
-    ctx: WriteContext, write_request: Callable[[ops.ItemWritePayload, Partition], WriteRequest]
-) -> Group:
-    """The write group `ctx` as the transaction operations see it; `write_request` is the item
-    writes' (`storagenode.items.write_request`), which checks a write against its partition."""
-    node = ctx.node
-    return Group(
-        ctx.batch,
-        ctx.now,
-        ctx.lookup,
-        ctx.staged,
-        ctx.apply,
-        write_request,
-        node.admit_transaction,
-        node.item_collection_bytes_max,
-        ctx.holder,
-    )
 
 
 PREPARE_SECONDS = limits.TRANSACTION_PREPARE_SECONDS
@@ -140,7 +113,7 @@ def _put(batch: WriteBatchView, key: bytes, value: dict[str, Any]) -> None:
 def record(group: Group, payload: TxnRecordPayload) -> dict[str, Any]:
     """txn_record: begin, decide, finish, resolve or read the record `payload.record_id`."""
     key = RECORD_PREFIX + payload.record_id.encode()
-    stored = _load(group.batch, key)
+    stored = _load(group.ctx.batch, key)
     existing = None if stored is None else txn.Record.from_json(stored)
     action = payload.action
     if action == "read":
@@ -149,10 +122,10 @@ def record(group: Group, payload: TxnRecordPayload) -> dict[str, Any]:
         assert payload.record is not None
         asked = txn.Record.from_json(payload.record)
         begun = txn.begin(
-            existing, asked.id, asked.digest, asked.participants, group.now, token=asked.token
+            existing, asked.id, asked.digest, asked.participants, group.ctx.now, token=asked.token
         )
         if begun is not existing:
-            _put(group.batch, key, begun.to_json())
+            _put(group.ctx.batch, key, begun.to_json())
             logger.info(
                 "transaction %s began with %d participants",
                 begun.attempt_id,
@@ -163,24 +136,24 @@ def record(group: Group, payload: TxnRecordPayload) -> dict[str, Any]:
         return {"record": None}
     if action == "decide":
         assert payload.outcome is not None
-        changed = txn.decide(existing, payload.attempt, txn.State(payload.outcome), group.now)
+        changed = txn.decide(existing, payload.attempt, txn.State(payload.outcome), group.ctx.now)
     elif action == "resolve":
-        outcome = txn.resolution(existing, payload.attempt, group.now)
+        outcome = txn.resolution(existing, payload.attempt, group.ctx.now)
         if outcome is None or outcome is txn.State.PENDING:
             return {"record": stored}
         if existing.attempt != payload.attempt:
             return {"record": stored}
-        changed = txn.decide(existing, payload.attempt, outcome, group.now)
+        changed = txn.decide(existing, payload.attempt, outcome, group.ctx.now)
     elif action == "finish":
-        changed = txn.finish(existing, payload.attempt, group.now)
+        changed = txn.finish(existing, payload.attempt, group.ctx.now)
         if changed is not existing and not changed.token:
             # Nobody will ask again: without a ClientRequestToken there is no retry to answer.
-            group.batch.delete(Family.TRANSACTIONS, key)
+            group.ctx.batch.delete(Family.TRANSACTIONS, key)
             return {"record": changed.to_json()}
     else:
         raise ValidationError(f"Unknown txn_record action {action!r}")
     if changed is not existing:
-        _put(group.batch, key, changed.to_json())
+        _put(group.ctx.batch, key, changed.to_json())
         if changed.state is not existing.state:
             logger.info("transaction %s %s (%s)", changed.attempt_id, changed.state.value, action)
     return {"record": changed.to_json()}
@@ -196,11 +169,11 @@ def prepare(group: Group, target: Target, payload: TxnPreparePayload) -> dict[st
     before any lock is taken: a partition without the capacity votes ThrottlingError or
     ProvisionedThroughputExceeded for all of them and locks nothing."""
     ref = (target.table_id, target.partition_id)
-    partition = group.lookup(ref)
+    partition = group.ctx.lookup(ref)
     assert partition is not None, "the group checked the target"
     attempt = payload.attempt
     part_key = PART_PREFIX + attempt.encode()
-    part = _load(group.batch, part_key)
+    part = _load(group.ctx.batch, part_key)
     if part is not None and part["state"] != txn.State.PENDING.value:
         # The attempt was already committed or released here: this prepare came too late.
         return {"votes": [txn.CONFLICT.to_json()] * len(payload.actions), "sizes": [], "costs": []}
@@ -217,27 +190,27 @@ def prepare(group: Group, target: Target, payload: TxnPreparePayload) -> dict[st
         if prepared.lock is not None:
             locks.append((prepared.items_key, prepared.lock))
     if all(vote.yes for vote in votes):
-        refusal = group.admit(ref, sum(cost.charged for cost in costs))
+        refusal = group.ctx.node.admit_transaction(ref, sum(cost.charged for cost in costs))
         if refusal is not None:
             votes = [refusal] * len(votes)
     if all(vote.yes for vote in votes):
         keys = [] if part is None else list(part["keys"])
         for items_key, lock in locks:
-            _put(group.batch, lock_key(items_key), lock.to_json())
+            _put(group.ctx.batch, lock_key(items_key), lock.to_json())
             keys.append([partition.table_id, partition.partition_id, items_key.hex()])
         # No prepare of this attempt locks anything here after its deadline: past it (and its
         # grace) the sweep reports the locks for a resolver to settle from the record.
-        deadline = target.deadline if target.deadline > 0 else group.now + PREPARE_SECONDS
+        deadline = target.deadline if target.deadline > 0 else group.ctx.now + PREPARE_SECONDS
         if part is not None:
             deadline = max(deadline, _deadline_of(part))
         _put(
-            group.batch,
+            group.ctx.batch,
             part_key,
             {
                 "state": txn.State.PENDING.value,
                 "keys": keys,
                 "record": payload.record,
-                "prepared": group.now,
+                "prepared": group.ctx.now,
                 "deadline": deadline,
                 "done": None,
             },
@@ -290,13 +263,13 @@ def _prepare_action(
         request = group.write_request(write, partition)
         key = request.item if isinstance(request, PutRequest) else request.key
     items_key = partition.item_prefix + partition.storage_key(key)
-    held = _load(group.batch, lock_key(items_key))
+    held = _load(group.ctx.batch, lock_key(items_key))
     lock_vote = txn.prepare_vote(
         None if held is None else txn.ItemLock.from_json(held), payload.attempt
     )
     if lock_vote is not None:
         return _Prepared(lock_vote, items_key, None, [0, 0], txn.Cost(0.0))
-    raw = group.batch.get(Family.ITEMS, items_key)
+    raw = group.ctx.batch.get(Family.ITEMS, items_key)
     old = None if raw is None else orjson.loads(item_json_of(raw))
     old_bytes = 0 if raw is None else item_size_of(raw)
     unchanged = txn.action_cost(old_bytes, old_bytes, (), ())
@@ -306,7 +279,7 @@ def _prepare_action(
         partition.partition_id,
         payload.record[0],
         payload.record[1],
-        group.now,
+        group.ctx.now,
         op,
         None if op == CHECK else body,
     )
@@ -342,9 +315,15 @@ def _prepare_action(
         collection_key = partition.collection_key(effect.key[shape.partition_key.name])
         current = collections.get(collection_key)
         if current is None:
-            current = collection_size_of(group.batch.get(Family.ITEM_COLLECTIONS, collection_key))
+            current = collection_size_of(
+                group.ctx.batch.get(Family.ITEM_COLLECTIONS, collection_key)
+            )
         vote, after = txn.collection_vote(
-            current, effect.old_bytes, effect.new_bytes, local, group.collection_bytes_max
+            current,
+            effect.old_bytes,
+            effect.new_bytes,
+            local,
+            group.ctx.node.item_collection_bytes_max,
         )
         if not vote.yes:
             return _Prepared(vote, items_key, None, sizes, cost)
@@ -360,25 +339,25 @@ def apply(group: Group, payload: TxnApplyPayload) -> dict[str, Any]:
     """txn_apply: commit or release every lock the attempt holds on this node, once."""
     attempt = payload.attempt
     part_key = PART_PREFIX + attempt.encode()
-    part = _load(group.batch, part_key)
+    part = _load(group.ctx.batch, part_key)
     outcome = txn.State.COMMITTED if payload.commit else txn.State.ABORTED
     done: dict[str, Any] = {
         "state": outcome.value,
         "keys": [],
         "record": None,
-        "prepared": group.now,
+        "prepared": group.ctx.now,
     }
     if part is None:
         # Nothing prepared here (every vote was no, or the prepare has not arrived): remember the
         # outcome so that a late prepare is refused.
-        _put(group.batch, part_key, {**done, "done": group.now})
+        _put(group.ctx.batch, part_key, {**done, "done": group.ctx.now})
         return {"applied": 0}
     if part["state"] != txn.State.PENDING.value:
         return {"applied": 0}
     applied = 0
     for table_id, partition_id, key_hex in part["keys"]:
         items_key = bytes.fromhex(key_hex)
-        held = _load(group.batch, lock_key(items_key))
+        held = _load(group.ctx.batch, lock_key(items_key))
         if held is None:
             continue
         lock = txn.ItemLock.from_json(held)
@@ -386,21 +365,25 @@ def apply(group: Group, payload: TxnApplyPayload) -> dict[str, Any]:
             continue
         if payload.commit and lock.op != CHECK:
             _commit_item(group, (table_id, partition_id), items_key, lock)
-        group.batch.delete(Family.TRANSACTIONS, lock_key(items_key))
+        group.ctx.batch.delete(Family.TRANSACTIONS, lock_key(items_key))
         applied += 1
-    _put(group.batch, part_key, {**part, "state": outcome.value, "keys": [], "done": group.now})
+    _put(
+        group.ctx.batch,
+        part_key,
+        {**part, "state": outcome.value, "keys": [], "done": group.ctx.now},
+    )
     logger.info("transaction %s %s on this node (%d items)", attempt, outcome.value, applied)
     return {"applied": applied}
 
 
 def _commit_item(group: Group, ref: PartitionRef, items_key: bytes, lock: txn.ItemLock) -> None:
     """Apply a locked item's write: planned again without its condition, applied like any write."""
-    partition = group.staged(ref)
+    partition = group.ctx.staged(ref)
     if partition is None:
         # The partition split since the prepare (the lock, keyed by the item, stayed where the
         # item is): the child now holding the item commits it.
-        holder = group.holder(ref[0], items_key)
-        partition = None if holder is None else group.staged(holder)
+        holder = group.ctx.holder(ref[0], items_key)
+        partition = None if holder is None else group.ctx.staged(holder)
     if partition is None:
         # The table was dropped: its items went with it.
         logger.warning(
@@ -411,13 +394,13 @@ def _commit_item(group: Group, ref: PartitionRef, items_key: bytes, lock: txn.It
     payload = ITEM_WRITE_PAYLOADS[lock.op](lock.body)
     payload.condition = None
     request = group.write_request(payload, partition)
-    raw = group.batch.get(Family.ITEMS, items_key)
+    raw = group.ctx.batch.get(Family.ITEMS, items_key)
     old = None if raw is None else orjson.loads(item_json_of(raw))
     old_bytes = 0 if raw is None else item_size_of(raw)
     effect: WriteEffect = plan(request, old, partition.key_shape, old_bytes=old_bytes)
     # The item collection cap was checked at prepare, and the decision is durable: the write is
     # applied even if single-item writes to other items of its collection have grown it since.
-    group.apply(group.batch, partition, items_key, effect, now=group.now, capped=False)
+    group.ctx.apply(group.ctx.batch, partition, items_key, effect, now=group.ctx.now, capped=False)
 
 
 # The sweep: what resolvers should look at -------------------------------------------------------
