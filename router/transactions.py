@@ -741,6 +741,15 @@ async def resolve(
     return True
 
 
+def _held_by(ctx: RouterContext, node: str) -> _Home | None:
+    """A cached partition that `node` holds, or None."""
+    for table in ctx.tables.values():
+        for partition in table["partitions"]:
+            if partition["node"] == node:
+                return _Home(table, partition)
+    return None
+
+
 async def resolve_once(ctx: RouterContext) -> int:
     """One round: ask every node for what was left behind and resolve it; the number resolved."""
     now = ctx.sources.clock()
@@ -761,15 +770,14 @@ async def resolve_once(ctx: RouterContext) -> int:
                 found[txn.attempt_of(attempt_id)] = home
                 holders.setdefault(txn.attempt_of(attempt_id), set()).add(node)
         for record_id, attempt in swept["records"]:
-            # A record is on the node that reported it; find its partition among those it holds.
-            for table in ctx.tables.values():
-                for partition in table["partitions"]:
-                    if partition["node"] == node:
-                        found.setdefault((record_id, attempt), _Home(table, partition))
-                        break
-                else:
-                    continue
-                break
+            # A record is on the node that reported it: any partition it holds addresses it.
+            home = _held_by(ctx, node)
+            if home is None:
+                # The tables this router has read hold none there (its cache fills on use).
+                await ctx.refresh()
+                home = _held_by(ctx, node)
+            if home is not None:
+                found.setdefault((record_id, attempt), home)
     resolved = 0
     for (record_id, attempt), home in found.items():
         key = f"{record_id}.{attempt}"
