@@ -495,3 +495,22 @@ assert TRANSACT_GET_ATTEMPTS_MAX <= RETRY_ATTEMPTS_MAX
 assert GSI_APPLY_ATTEMPTS_MAX <= RETRY_ATTEMPTS_MAX
 assert GSI_REROUTE_ATTEMPTS_MAX <= RETRY_ATTEMPTS_MAX
 assert GSI_RETRY_BACKOFF_SECONDS_MAX <= RETRY_PAUSE_SECONDS_MAX
+
+# Raft (`core.raft`; dynalab's own defaults, in the spirit of etcd's raft). Time is counted in
+# ticks, whatever the caller makes a tick; the node's loop is meant to tick every 100 ms or so.
+# A follower that hears no leader for a randomized 10 to 20 ticks starts an election.
+RAFT_ELECTION_TIMEOUT_TICKS_DEFAULT = 10
+# A leader sends heartbeats every tick: followers learn the commit index and the lease renews.
+RAFT_HEARTBEAT_INTERVAL_TICKS_DEFAULT = 1
+# The most two nodes' clocks may disagree about the length of one election timeout: a leader's
+# lease ends this many ticks before an election timeout after the heartbeat that granted it.
+RAFT_CLOCK_DRIFT_TICKS_MAX = 2
+# One append message carries at most this many entries and (beyond its first entry) bytes.
+RAFT_APPEND_ENTRIES_MAX = 64
+RAFT_APPEND_BYTES_MAX = 1 * MIB
+# A leader keeps at most this many append messages in flight to one follower before it waits.
+RAFT_INFLIGHT_APPENDS_MAX = 256
+
+assert 0 < RAFT_HEARTBEAT_INTERVAL_TICKS_DEFAULT < RAFT_ELECTION_TIMEOUT_TICKS_DEFAULT
+assert 1 <= RAFT_CLOCK_DRIFT_TICKS_MAX < RAFT_ELECTION_TIMEOUT_TICKS_DEFAULT
+assert RAFT_APPEND_BYTES_MAX >= ITEM_SIZE_BYTES_MAX, "one append carries any one write"
