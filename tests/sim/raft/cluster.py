@@ -334,13 +334,17 @@ class Cluster:
         for _ in range(rounds_max):
             if not self.in_flight:
                 return
-            messages, self.in_flight = self.in_flight, []
-            for message in messages:
-                node = self.nodes[message.to]
-                if node.up and self.linked(message.sender, message.to):
-                    node.node().step(message)
-                    self.process(message.to)
+            self.deliver_round()
         raise AssertionError("messages still flowing after many rounds")
+
+    def deliver_round(self) -> None:
+        """Deliver the messages in flight now; their answers wait for the next round."""
+        messages, self.in_flight = self.in_flight, []
+        for message in messages:
+            node = self.nodes[message.to]
+            if node.up and self.linked(message.sender, message.to):
+                node.node().step(message)
+                self.process(message.to)
 
     def isolate(self, node_id: int) -> None:
         for other in self.nodes:
