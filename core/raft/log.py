@@ -100,9 +100,10 @@ class RaftLog:
     def match_term(self, index: int, term: int) -> bool:
         return self.term(index) == term
 
-    def entries(self, low: int, count_max: int, bytes_max: int) -> list[Entry] | None:
+    def entries(self, low: int, count_max: int, bytes_max: int | None) -> list[Entry] | None:
         """Entries from `low` on: at most `count_max`, at most `bytes_max` bytes beyond the first
-        (one entry is always given, however large). None if `low` is compacted away."""
+        (one entry is always given, however large; None: no byte bound). None if `low` is
+        compacted away."""
         if low < self.first_index():
             return None
         high = min(self.last_index() + 1, low + count_max)
@@ -112,6 +113,8 @@ class RaftLog:
         if high > self.unstable.offset:
             start = max(low, self.unstable.offset) - self.unstable.offset
             found.extend(self.unstable.entries[start : high - self.unstable.offset])
+        if bytes_max is None:
+            return found
         size = 0
         for position, entry in enumerate(found):
             size += entry.size_bytes
@@ -183,7 +186,7 @@ class RaftLog:
         snapshot waits to be installed: it comes first)."""
         if self.unstable.snapshot is not None or self.committed <= self.applied:
             return []
-        found = self.entries(self.applied + 1, self.committed - self.applied, 2**62)
+        found = self.entries(self.applied + 1, self.committed - self.applied, None)
         assert found is not None
         return found
 

@@ -77,6 +77,7 @@ class Checker:
 
     def __init__(self) -> None:
         self.leaders: dict[int, int] = {}  # term -> the one leader of that term
+        self.completeness_checked: set[tuple[int, int]] = set()  # (leader, term)
         # (index, term) -> (payload, term of the entry before): log matching, inductively.
         self.entries: dict[tuple[int, int], tuple[object, int]] = {}
         self.committed: dict[int, tuple[int, object]] = {}  # index -> (term, payload)
@@ -93,9 +94,9 @@ class Checker:
         leader = self.leaders.setdefault(node.term, node.id)
         if leader != node.id:
             self.fail(f"two leaders in term {node.term}: {leader} and {node.id}")
-        if getattr(node, "_checked_completeness_term", None) == node.term:
+        if (node.id, node.term) in self.completeness_checked:
             return
-        node._checked_completeness_term = node.term  # type: ignore[attr-defined]
+        self.completeness_checked.add((node.id, node.term))
         # Leader completeness: a new leader's log holds every entry committed so far.
         first = node.log.first_index()
         for index, (term, _payload) in self.committed.items():

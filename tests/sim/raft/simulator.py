@@ -59,7 +59,7 @@ class Plan:
     periods: tuple[int, ...]  # each node's tick period in units
 
     @classmethod
-    def from_seed(cls, seed: int, *, skew_beyond_bound: bool = False) -> Plan:
+    def from_seed(cls, seed: int) -> Plan:
         rng = random.Random(seed)
         voters = rng.choice((3, 3, 3, 5, 1)) if seed % 17 else 1
         spares = rng.choice((0, 1, 2))
@@ -70,8 +70,6 @@ class Plan:
             * (ELECTION_TIMEOUT_TICKS - 1)
             // (ELECTION_TIMEOUT_TICKS - CLOCK_DRIFT_TICKS)
         )
-        if skew_beyond_bound:
-            slowest = 3 * TICK_UNITS
         periods = tuple(rng.randint(TICK_UNITS, slowest) for _ in range(voters + spares))
         return cls(
             voters=voters,
