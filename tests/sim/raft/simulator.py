@@ -117,7 +117,7 @@ class Simulation:
         self.sequence = 0
         self.now = 0
         self.faults_on = True
-        self.groups: dict[int, int] = dict.fromkeys(self.nodes, 0)  # partition side per node
+        self.cut: set[frozenset[int]] = set()  # links that lose every message
         self.ops = 0
         self.trace: list[str] = []
 
@@ -157,7 +157,7 @@ class Simulation:
 
     def on_deliver(self, message: Message) -> None:
         node = self.nodes[message.to]
-        if node.up and self.groups[message.sender] == self.groups[message.to]:
+        if node.up and frozenset((message.sender, message.to)) not in self.cut:
             node.node().step(message)
             self.touched(message.to)
 
@@ -186,7 +186,7 @@ class Simulation:
         self.touched(node_id)
 
     def on_heal(self, _payload: object) -> None:
-        self.groups = dict.fromkeys(self.nodes, 0)
+        self.cut = set()
         self.trace.append(f"{self.now}: heal")
 
     def touched(self, node_id: int) -> None:
@@ -238,10 +238,17 @@ class Simulation:
         self.schedule(self.rng.randint(2, 40) * TICK_UNITS, "restart", node_id)
 
     def partition(self) -> None:
+        """Split the nodes in two, or cut one link only: a partial partition, where a node hears
+        the leader but a peer does not (the case the vote guard of leases is for)."""
         ids = list(self.nodes)
-        side = set(self.rng.sample(ids, self.rng.randint(1, max(1, len(ids) // 2))))
-        self.groups = {node_id: int(node_id in side) for node_id in ids}
-        self.trace.append(f"{self.now}: partition {sorted(side)} from the rest")
+        if self.rng.random() < 0.5 and len(ids) > 2:
+            a, b = self.rng.sample(ids, 2)
+            self.cut.add(frozenset((a, b)))
+            self.trace.append(f"{self.now}: cut {a} <-> {b}")
+        else:
+            side = set(self.rng.sample(ids, self.rng.randint(1, max(1, len(ids) // 2))))
+            self.cut |= {frozenset((a, b)) for a in side for b in ids if b not in side}
+            self.trace.append(f"{self.now}: partition {sorted(side)} from the rest")
         self.schedule(self.rng.randint(5, 60) * TICK_UNITS, "heal", None)
 
     def leaders(self) -> list[RaftNode]:
@@ -314,7 +321,7 @@ class Simulation:
 
     def heal_everything(self) -> None:
         self.faults_on = False
-        self.groups = dict.fromkeys(self.nodes, 0)
+        self.cut = set()
         for node_id, node in self.nodes.items():
             if not node.up:
                 self.on_restart(node_id)

@@ -284,3 +284,33 @@ def test_a_divergent_follower_is_repaired_in_a_few_round_trips_not_one_per_entry
         cluster.deliver_round()
     assert cluster.nodes[1].kv == {"k": "kept4"}
     assert len(rejected) == 1, "one rejection skips all six entries of term 2 node 1 lacks"
+
+
+def test_a_voter_that_hears_the_leader_votes_for_no_one_so_its_lease_holds() -> None:
+    """Node 2 alone loses the leader and campaigns while node 3 still hears node 1; right then
+    node 1 is cut off entirely, still holding its lease. Node 3 must not vote for node 2 before
+    that lease has ended, or node 2 would commit writes that a lease read at node 1 misses (the
+    checker would call it a stale read)."""
+    cluster = settled_leader()
+    cluster.settle(TIMEOUT + 2)
+    assert cluster.raft(1).lease_valid()
+    cluster.cut.add(frozenset((1, 2)))
+    cluster.raft(2).randomized_timeout = TIMEOUT
+    cluster.raft(3).randomized_timeout = 1000
+    for _ in range(6 * TIMEOUT):
+        cluster.tick(1, 3)
+        cluster.deliver()
+        cluster.tick(2)
+        if cluster.raft(2).role is not Role.FOLLOWER:
+            cluster.isolate(1)
+        cluster.deliver()
+        if cluster.raft(2).role is Role.LEADER:
+            break
+    assert cluster.raft(2).role is Role.LEADER
+    write = cluster.write(2, "k", "new")
+    cluster.deliver()
+    assert write.acked_at is not None
+    assert not cluster.raft(1).lease_valid()
+    if cluster.raft(1).role is Role.LEADER:
+        cluster.read(1, "k")
+        cluster.deliver()
