@@ -167,6 +167,7 @@ class RaftNode:
         self.lease_end = NONE
         self.lease_given_up = False
         self.transferee = NONE
+        self.transfer_elapsed = 0  # ticks since the transfer began: it is dropped after a timeout
         self._prev_hard_state = hard_state
 
     def __repr__(self) -> str:
@@ -223,7 +224,7 @@ class RaftNode:
         if to == self.id or to not in self.conf.voters:
             raise ProposalRefused(f"{to} is not another voter")
         self.transferee = to
-        self.election_elapsed = 0
+        self.transfer_elapsed = 0
         if self.progress[to].match == self.log.last_index():
             self._send_timeout_now(to)
         else:
@@ -383,7 +384,10 @@ class RaftNode:
             if not self._quorum_active():
                 self._become_follower(self.term, NONE)
                 return
-            self.transferee = NONE  # a transfer that did not finish within a timeout is dropped
+        if self.transferee != NONE:
+            self.transfer_elapsed += 1
+            if self.transfer_elapsed >= self.config.election_timeout_ticks:
+                self.transferee = NONE  # a transfer not done within a timeout is dropped
         if self.heartbeat_elapsed >= self.config.heartbeat_interval_ticks:
             self.heartbeat_elapsed = 0
             self._broadcast_heartbeat()

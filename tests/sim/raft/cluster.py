@@ -111,8 +111,16 @@ class Checker:
             seen = (entry_payload(entry), previous)
             if self.entries.setdefault(key, seen) != seen:
                 self.fail(f"log matching: node {node.id}'s entry {key} differs from another's")
+            # A committed entry is never lost: a node that persisted it never replaces it. (A
+            # deposed leader that never had it may still append another entry at its index.)
             committed = self.committed.get(entry.index)
-            if committed is not None and committed[0] != entry.term:
+            storage = node.log.storage
+            if (
+                committed is not None
+                and committed[0] != entry.term
+                and storage.first_index() <= entry.index <= storage.last_index()
+                and storage.term(entry.index) == committed[0]
+            ):
                 self.fail(f"node {node.id} overwrote committed entry {entry.index}")
 
     def saw_commit(self, node: RaftNode, previous: int, commit: int) -> None:
