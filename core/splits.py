@@ -1,19 +1,14 @@
 """Splitting a partition in place: where it splits, and how the catalog and a node agree on it.
 
-Pure, no IO; the node's `storagenode/split.py` does the reading and the calls. A split has three
-durable states, each recorded in one place, and every step from one to the next is idempotent:
+Pure, no IO; the node's `storagenode/split.py` does the reading and the calls, running the split
+machine (`core.machines.split`: its record, states and transition table) on these rules.
 
-| state | recorded in | a restarted owner |
-| --- | --- | --- |
-| PLANNED: a split key chosen | the owner's memory only | does nothing: it never happened |
-| RECORDED: children named | the table's catalog row (compare-and-set) | installs the children |
-| INSTALLED: children served | the node's metadata, the parent's END | does nothing |
-
-The catalog row is the decision: once it names the children, the split has happened, and the
-owner's only way forward is to install them (`recovery`). Before it, nothing was changed anywhere,
-so a crash rolls back by forgetting the plan. The node installs the children and retires the
-parent in one write batch, so no request is ever served by both, and one naming the parent's
-epoch is refused with StaleEpoch, upon which the router refreshes its map and retries.
+The catalog row is the decision: once it names the children (`recorded`, a compare-and-set), the
+split has happened, and the owner's only way forward is to install them (`recovery` says which,
+read back). Before it, nothing was changed anywhere, so a split that stops there is forgotten.
+The node installs the children and retires the parent in one write batch, so no request is ever
+served by both, and one naming the parent's epoch is refused with StaleEpoch, upon which the
+router refreshes its map and retries.
 
 The same rules split a global index's partitions: `lineage` finds the partitions stored under
 an id, the table's own or one of its global indexes', in the table's catalog row, and the record
@@ -28,7 +23,6 @@ a local secondary index, whose collections never split (DynamoDB caps them at 10
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
@@ -40,20 +34,6 @@ from core.errors import ValidationError
 from core.indexes import entry_size_bytes, index_entry
 from core.keys import KeyShape
 from core.size import item_size_bytes
-
-
-class SplitState(enum.StrEnum):
-    PLANNED = "PLANNED"
-    RECORDED = "RECORDED"
-    INSTALLED = "INSTALLED"
-
-
-# Every step a split takes, and the only ones: a plan is recorded, a record installed.
-SPLIT_TRANSITIONS: dict[SplitState, frozenset[SplitState]] = {
-    SplitState.PLANNED: frozenset({SplitState.RECORDED}),
-    SplitState.RECORDED: frozenset({SplitState.INSTALLED}),
-    SplitState.INSTALLED: frozenset(),
-}
 
 
 class SplitRefused(ValidationError):

@@ -106,8 +106,9 @@ class Driver(Generic[R]):
         self.clock = clock
 
     async def drive(self, record: R, event: Event) -> tuple[R, Exception | None]:
-        """Step `record` with `event` and carry out effects until it has ended; the ended record
-        and the first failure met on the way (the caller reports it). A failure of `persist`,
+        """Step `record` with `event` and carry out effects until it has ended or a step keeps it
+        without an effect; that record and the first failure met on the way (the caller reports
+        it). A failure of `persist`,
         of a step (a bug, or a machine giving up), or a cancellation ends the run with the
         last persisted record kept, for a later RESTARTED."""
         failure: Exception | None = None
@@ -115,10 +116,10 @@ class Driver(Generic[R]):
             record, effects = self.machine.step(record, event, self.clock())
             assert len(effects) <= 1, "one effect per state: a crash point between every two"
             await self.persist(record)
-            if self.machine.finished(record):
+            if self.machine.finished(record) or not effects:
+                # Ended, or kept as it is for a later RESTARTED (`core.machines`).
                 return record, failure
             await self.crash_points.reached(self.machine.name, self.machine.label(record))
-            assert effects, f"{self.machine.name} in {self.machine.label(record)} has no effect"
             event, error = await self._carry_out(record, effects[0])
             if failure is None:
                 failure = error

@@ -648,6 +648,10 @@ class Mover:
             raise moves.MoveRefused(
                 f"Partition {partition_id}'s last move is not decided yet; it is settled first"
             )
+        if partition.split is not None:
+            raise moves.MoveRefused(
+                f"Partition {partition_id}'s split has not ended yet; it is settled first"
+            )
         name = catalog.base_table_name(partition.table_name)
         table = await self.splitter.read_table(name)
         source = _serving_def(table, partition, self.node_id)

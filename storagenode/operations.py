@@ -182,6 +182,7 @@ OPERATIONS: Mapping[str, Operation] = {
         Operation(ops.SPLIT_PARTITION, ops.SplitPartitionPayload, _D, _split_partition),
         Operation(split.SPLIT_PIN, split.PinPayload, _I, _split_pin),
         Operation(split.SPLIT_INSTALL, split.InstallPayload, _I, split.install),
+        Operation(split.SPLIT_RECORD, split.RecordPayload, _I, split.keep_record),
         Operation(ops.MOVE_PARTITION, ops.MovePartitionPayload, _D, _move_partition),
         # A move's source fences, then drops the partition: its steps free space.
         Operation(move.MOVE_SOURCE, move.SourceStepPayload, _I, move.source_step, disk_full=_FREES),

@@ -105,6 +105,9 @@ class Partition:
     # On a move's source, the move machine's record (`core.machines.move.MoveRecord` as JSON),
     # from before its first effect until it has ended: what a restart drives on.
     move: dict[str, Any] | None = None
+    # On a splitting partition, the split machine's record (`core.machines.split.SplitRecord` as
+    # JSON), from before its first effect until it has ended: what a restart drives on.
+    split: dict[str, Any] | None = None
     item_prefix: bytes = field(init=False, repr=False)
     log_prefix: bytes = field(init=False, repr=False)
     local_indexes: tuple[IndexDef, ...] = field(init=False, repr=False)
@@ -197,6 +200,7 @@ class Partition:
                 "moving_to": self.moving_to,
                 "incoming_from": self.incoming_from,
                 "move": self.move,
+                "split": self.split,
             }
         )
 

@@ -1,9 +1,12 @@
 """Splitting a partition on its owner node: the decision, the catalog record and the install.
 
-The states and the rules are `core.splits`; this module does their IO. `Splitter` (one per node,
-on the event loop) splits a partition when asked (the `split_partition` control op, which the
-router's admin endpoint sends) or when its size passes `split_bytes` (checked every
-`SPLIT_CHECK_SECONDS`), one split at a time:
+The rules are `core.splits` and the states `core.machines.split` (the split machine, whose
+table its step consults); this module does their IO. `Splitter` (one per node, on the event
+loop) splits a partition when asked (the `split_partition` control op, which the router's admin
+endpoint sends) or when its size passes `split_bytes` (checked every `SPLIT_CHECK_SECONDS`), one
+split at a time, by running the split machine through the one driver (`rpc.machines.Driver`).
+The machine's record is kept in the parent partition's metadata (`split_record`, the
+partition's `split` field) before each effect; its effects are:
 
 1. **pin**: an internal write (`split_pin`, `pin` below) makes, on the writer thread between two
    commits, iterators over the partition's items and local index entries: each pins the
@@ -12,15 +15,19 @@ router's admin endpoint sends) or when its size passes `split_bytes` (checked ev
    that halves its bytes (`core.splits.halving_key`), or check the key asked for, counting the
    low child's items, bytes and index entries as of the pinned seq on the way;
 3. **record**: change the table's catalog row by compare-and-set on its version
-   (`core.splits.recorded`), reading the catalog's location from this node's own bootstrap
-   record and calling the catalog's node through the `rpc` transport, as a router does; then
-   carry the low child's counts forward over the change-log records committed since the pin,
-   still off the writer thread: the plan reads them as they commit, every SPLIT_FOLLOW_ROWS_MAX
-   rows it walks, so retention cannot trim them first (`Following`, `core.splits.LogSince`),
-   and `catch_up` applies their net effect below the key;
-4. **install**: one internal write through the group commit (`split_install`, `install` below)
+   (`core.splits.recorded`) through the one catalog client, reading the catalog's location from
+   this node's own bootstrap record; a refusal (the catalog no longer has the parent as planned)
+   abandons the split, and a failure is **decided** by reading the row back once no call of it
+   can still be applied;
+4. **count**: carry the low child's counts forward over the change-log records committed since
+   the pin, still off the writer thread: the plan reads them as they commit, every
+   SPLIT_FOLLOW_ROWS_MAX rows it walks, so retention cannot trim them first (`Following`,
+   `core.splits.LogSince`), and `catch_up` applies their net effect below the key (after a
+   restart, the follower gone, over the committed log since the pin, or not at all: a walk);
+5. **install**: one internal write through the group commit (`split_install`, `install` below)
    creates both children with their counters and retires the parent with an END record, in one
-   batch; a write naming the parent's epoch that reaches the node after it gets StaleEpoch.
+   batch (which takes the parent's metadata and so the record with it); a write naming the
+   parent's epoch that reaches the node after it gets StaleEpoch.
 
 A global index's partitions split the same way (`is_index_partition`: the node holds them under
 the name `core.catalog.index_storage_name` gives, so the splitter reaches the catalog by the
@@ -28,15 +35,17 @@ table's name and records the children in the index's entry). Their install also 
 child the parent's per-source rows (`_carry_index_sources`: the replicator's applied seq and
 lease fence), and counts the low child by the walk, as they keep no change log.
 
-At start the splitter reconciles: every partition the catalog records as split but the node still
-holds is installed (`core.splits.recovery`), so a crash between the record and the install
-completes on restart, and a crash before the record leaves nothing to undo.
+Recovery is "load the record, step RESTARTED": every SPLIT_CHECK_SECONDS (and so at start) the
+splitter drives each record its partitions hold (`recover`). Before the catalog names the
+children the split is forgotten; after, it is installed. Crash points are the driver's: between
+any two effects (`split:<state>` for `DYNALAB_HOLD_AT` in real-process tests); nothing here
+kills its own process.
 
 The install runs on the writer thread, where no write commits meanwhile: it carries the low
-child's counts over the few records committed since the catch-up (the high child gets the rest),
+child's counts over the few records committed since the count (the high child gets the rest),
 so the node's writes pause for those records, not for a walk of half the partition's keys. An
-install without counts (a split recovered after a restart) or whose records were trimmed
-meanwhile counts the low child by that walk instead: slow, but exact.
+install without counts or whose records were trimmed meanwhile counts the low child by that walk
+instead: slow, but exact.
 """
 
 from __future__ import annotations
@@ -44,16 +53,14 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import os
 import random
-import signal
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import orjson
 
-from core import catalog, heat, limits, splits
+from core import catalog, heat, limits, machines, splits
 from core.catalog import CatalogLocation, PartitionDef, TableDef
 from core.errors import (
     DynamoError,
@@ -61,9 +68,13 @@ from core.errors import (
     StaleEpoch,
 )
 from core.keycodec import HASH_BYTES, decode_key_value, successor
+from core.machines import Effect, Event
+from core.machines import split as split_machine
+from core.machines.split import SplitRecord, SplitState
 from rpc import ops
 from rpc.background import BackgroundTask
 from rpc.catalog_client import CatalogClient
+from rpc.machines import CrashPoints, Driver, Handler, HoldPoints
 from rpc.transport import NodeTransport, Transports
 from storagenode import changefeed
 from storagenode.layout import Family, item_size_of, seq_bytes
@@ -80,16 +91,38 @@ SPLIT_PIN = "split_pin"  # The internal write that pins a partition's committed 
 _SYSTEM_TABLES = catalog.SYSTEM_TABLE_IDS
 _SYSTEM_EPOCH = 1  # The system tables' one partition never splits.
 _HEAT_KINDS = ("write", "read")  # Write heat first: a partition hot both ways splits for writes.
-# Names a step of a split at which the node kills itself, as `kill -9` would: how tests leave a
-# split recorded in the catalog but not installed (tests/integration/test_gsi_index_splits.py).
-SPLIT_CRASH_AT_ENV = "DYNALAB_SPLIT_CRASH_AT"
-SPLIT_CRASH_POINTS = ("recorded",)
+SPLIT_RECORD = "split_record"  # The internal write that keeps a split's record (idem).
 
 
-def _crash_point(step: str) -> None:
-    assert step in SPLIT_CRASH_POINTS, step
-    if os.environ.get(SPLIT_CRASH_AT_ENV) == step:
-        os.kill(os.getpid(), signal.SIGKILL)
+@dataclasses.dataclass(slots=True)
+class RecordPayload:
+    """split_record: keep the split machine's `record` in the metadata of partition
+    `partition_id` at `epoch` (None: the split has ended). Reply: {}."""
+
+    table_id: str
+    partition_id: str
+    epoch: int
+    record: dict[str, Any] | None
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> RecordPayload:
+        return cls(body["table_id"], body["partition_id"], body["epoch"], body["record"])
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def keep_record(
+    group: WriteContext, target: ops.Target | None, payload: RecordPayload
+) -> dict[str, Any]:
+    """Keep a split's record in its parent's metadata, in the group's batch; a parent gone (or
+    at another epoch) keeps nothing, as an ended split needs nothing kept."""
+    ref = (payload.table_id, payload.partition_id)
+    partition = group.lookup(ref)
+    if partition is not None and partition.epoch == payload.epoch:
+        staged = group.stage(ref)
+        staged.split = payload.record
+    return {}
 
 
 @dataclasses.dataclass(slots=True)
@@ -479,11 +512,13 @@ class Splitter:
         split_for_heat: bool = True,
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
+        crash_points: CrashPoints | None = None,
     ) -> None:
         """`submit` queues an internal write on the node's group commit; `connect` makes a
         transport to a node from its address (the catalog's); `offload` runs a store walk off
         the event loop (a simulation runs it in place); `rng` draws the pauses of catalog
-        changes (default: fresh entropy; a simulation passes a seeded one)."""
+        changes (default: fresh entropy; a simulation passes a seeded one); `crash_points` are
+        the driver's (default: the hold points DYNALAB_HOLD_AT names)."""
         self.node = node
         self.submit = submit
         self.split_bytes = split_bytes
@@ -503,7 +538,25 @@ class Splitter:
         self._lock = asyncio.Lock()
         self._task = BackgroundTask("splitter", self._run)
         self._refused: set[tuple[str, str, int]] = set()  # Size splits that found no key.
-        self._recovered = False
+        handlers: dict[str, Handler[SplitRecord]] = {
+            "pin": self._pin,
+            "plan": self._plan,
+            "record": self._record,
+            "decide": self._decide,
+            "count": self._count,
+            "install": self._install,
+        }
+        self.driver = Driver(
+            split_machine.MACHINE,
+            handlers,
+            self._persist,
+            HoldPoints.from_env() if crash_points is None else crash_points,
+            clock,
+        )
+        # The pin's iterators and the follower of the log since, from the pin to the end of the
+        # split that made them: they do not outlive the process (a restart before the record
+        # forgets the split; after it, the counts are carried over the committed log).
+        self._pinned: dict[PartitionRef, tuple[Pinned, Following]] = {}
 
     @property
     def lock(self) -> asyncio.Lock:
@@ -525,9 +578,7 @@ class Splitter:
     async def _run(self) -> None:
         while True:
             try:
-                if not self._recovered:
-                    await self.recover()
-                    self._recovered = True
+                await self.recover()
                 await self.split_oversized()
                 await self.split_hot()
             except DynamoError as error:
@@ -545,8 +596,10 @@ class Splitter:
         for ref, partition in list(self.node.partitions.items()):
             if ref[0] in _SYSTEM_TABLES or partition.size_bytes <= self.split_bytes:
                 continue
-            if not partition.serving:
-                continue  # Moving: it splits where it ends up (`storagenode.move`).
+            if not partition.serving or partition.split is not None:
+                # Moving: it splits where it ends up (`storagenode.move`); a split left kept:
+                # `recover` drives it on.
+                continue
             marker = (*ref, partition.size_bytes)
             if marker in self._refused:
                 continue
@@ -636,21 +689,20 @@ class Splitter:
         return [shape.storage_key(r["keys"]) for r in records if r.get("keys") is not None]
 
     async def recover(self) -> None:
-        """Install the splits the catalog recorded for partitions this node still holds."""
-        names = {
-            catalog.base_table_name(partition.table_name)
-            for ref, partition in self.node.partitions.items()
-            if ref[0] not in _SYSTEM_TABLES
-        }
-        for name in sorted(names):
-            table = await self.read_table(name)
-            for ref, partition in list(self.node.partitions.items()):
-                if catalog.base_table_name(partition.table_name) != name:
+        """Drive on every split this node left half-done, from its record (RESTARTED): forgotten
+        before the catalog named the children, installed after."""
+        async with self._lock:
+            for partition in list(self.node.partitions.values()):
+                if partition.split is None:
                     continue
-                children = splits.recovery(table, ref[0], ref[1], partition.epoch)
-                if children:
-                    logger.info("split of %s was recorded before a restart: installing", ref[1])
-                    await self._install(partition, children)
+                record = SplitRecord.from_json(partition.split)
+                logger.info(
+                    "split of %s was left at %s: resuming", record.partition_id, record.state
+                )
+                record, failure = await self.driver.drive(record, Event(machines.RESTARTED))
+                logger.info("split of %s: %s", record.partition_id, record.state)
+                if failure is not None:
+                    logger.warning("split of %s, resumed: %s", record.partition_id, failure)
 
     # One split ----------------------------------------------------------------------------------
 
@@ -661,92 +713,163 @@ class Splitter:
         return the parent and both children as the catalog records them."""
         async with self._lock:
             started = time.monotonic()
-            partition = self.node.partitions.get((table_id, partition_id))
+            ref = (table_id, partition_id)
+            partition = self.node.partitions.get(ref)
             if partition is None or not partition.serving:
                 raise StaleEpoch(
                     f"Partition {partition_id} of table {table_id} is not served by this node"
                 )
+            if partition.split is not None:
+                raise splits.SplitConflict(
+                    f"Partition {partition_id}'s last split has not ended yet; it is settled first"
+                )
             logger.info("split of %s (%d bytes): planning", partition_id, partition.size_bytes)
-            pin_payload = PinPayload(table_id, partition_id, partition.epoch)
-            pinned: Pinned = (await self.submit(SPLIT_PIN, pin_payload.to_json()))["pinned"]
-            following = Following(self.node, pinned)
-            key, counted = await self.offload(lambda: plan(pinned, split_key, following.follow))
-            logger.info("split of %s: at key %s, recording in the catalog", partition_id, key.hex())
-            name = catalog.base_table_name(partition.table_name)
-            table = await self.read_table(name)
-            parent = self._parent_def(table, partition)
-            after = await self.change_table(
-                name, lambda current: splits.recorded(current, table_id, parent, key)
+            record = SplitRecord(
+                table_id=table_id,
+                partition_id=partition_id,
+                table_name=catalog.base_table_name(partition.table_name),
+                epoch=partition.epoch,
+                index=is_index_partition(partition),
+                started=self.clock(),
+                asked=None if split_key is None else split_key.hex(),
             )
-            children = splits.children_of(after, partition_id, table_id)
-            assert children is not None, "a recorded split names two children"
-            _crash_point("recorded")
-            low = (
-                # A global index partition keeps no change log to carry counts over (its
-                # writes are the replicator's index_apply): the install counts by a walk.
-                None
-                if is_index_partition(partition)
-                else await self.offload(lambda: catch_up(following, counted, key))
-            )
-            logger.info(
-                "split of %s: recorded as %s, installing (low child counted to seq %s)",
-                partition_id,
-                [c.id for c in children],
-                "none: walking" if low is None else low.seq,
-            )
-            installing = time.monotonic()
-            await self._install(partition, children, low)
-            ended = time.monotonic()
-            seconds = ended - started
+            try:
+                record, failure = await self.driver.drive(record, Event(machines.STARTED))
+            finally:
+                self._pinned.pop(ref, None)
+            if record.state is not SplitState.INSTALLED:
+                if failure is not None:
+                    raise failure
+                # Refused by the catalog (`_record`): nothing was recorded.
+                raise splits.SplitConflict(record.error or f"Partition {partition_id} split")
+            assert record.parent is not None and record.children is not None, record
+            seconds = time.monotonic() - started
             self.node.split_stats.record(seconds)
+            install_seconds = record.install_seconds or 0.0
             logger.info(
                 "split of %s: installed in %.3f s (the install %.3f s)",
                 partition_id,
                 seconds,
-                ended - installing,
+                install_seconds,
             )
             return {
-                "parent": parent.to_json(),
-                "children": [child.to_json() for child in children],
+                "parent": dict(record.parent),
+                "children": [dict(child) for child in record.children],
                 "seconds": seconds,
-                "install_seconds": ended - installing,
+                "install_seconds": install_seconds,
             }
 
-    def _parent_def(self, table: TableDef | None, partition: Partition) -> PartitionDef:
+    async def _persist(self, record: SplitRecord) -> None:
+        """Keep the split's record in the parent's metadata (cleared once it is abandoned; an
+        installed split's went with the parent)."""
+        if record.state is SplitState.INSTALLED:
+            return
+        document = None if split_machine.MACHINE.finished(record) else record.to_json()
+        payload = RecordPayload(record.table_id, record.partition_id, record.epoch, document)
+        await self.submit(SPLIT_RECORD, payload.to_json())
+
+    # The split machine's effects ---------------------------------------------------------------
+
+    async def _pin(self, record: SplitRecord, effect: Effect) -> Event:
+        """Pin the parent's committed state, and follow its log from there."""
+        payload = PinPayload(record.table_id, record.partition_id, record.epoch)
+        pinned: Pinned = (await self.submit(SPLIT_PIN, payload.to_json()))["pinned"]
+        self._pinned[record.table_id, record.partition_id] = (pinned, Following(self.node, pinned))
+        return Event(split_machine.PINNED)
+
+    async def _plan(self, record: SplitRecord, effect: Effect) -> Event:
+        """Choose the key (or check the one asked for) and count the low child as of the pin."""
+        pinned, following = self._pinned[record.table_id, record.partition_id]
+        asked = None if record.asked is None else bytes.fromhex(record.asked)
+        key, counted = await self.offload(lambda: plan(pinned, asked, following.follow))
+        logger.info(
+            "split of %s: at key %s, recording in the catalog", record.partition_id, key.hex()
+        )
+        return Event(split_machine.CHOSEN, {"key": key.hex(), "low": counted.to_json()})
+
+    async def _record(self, record: SplitRecord, effect: Effect) -> Event:
+        """Record the children in the table's catalog row; a refusal records nothing."""
+        assert record.key is not None, "a chosen split has its key"
+        key = bytes.fromhex(record.key)
+        try:
+            table = await self.read_table(record.table_name)
+            parent = self._parent_def(table, record)
+            after = await self.change_table(
+                record.table_name,
+                lambda current: splits.recorded(current, record.table_id, parent, key),
+            )
+        except splits.SplitConflict as conflict:
+            logger.warning("split of %s refused: %s", record.partition_id, conflict.message)
+            return Event(split_machine.REFUSED, error=conflict.message)
+        children = splits.children_of(after, record.partition_id, record.table_id)
+        assert children is not None, "a recorded split names two children"
+        return _recorded(parent, children)
+
+    async def _decide(self, record: SplitRecord, effect: Effect) -> Event:
+        """Whether the catalog recorded the children, read back."""
+        table = await self.read_table(record.table_name)
+        children = splits.recovery(table, record.table_id, record.partition_id, record.epoch)
+        found = splits.lineage(table, record.table_id)
+        if not children or found is None:
+            return Event(split_machine.NOT_RECORDED)
+        parent = next(p for p in found[1] if p.id == record.partition_id)
+        return _recorded(parent, children)
+
+    async def _count(self, record: SplitRecord, effect: Effect) -> Event:
+        """The low child's counts carried on to now (None: the install walks)."""
+        ref = (record.table_id, record.partition_id)
+        held = self._pinned.get(ref)
+        low: splits.RangeCounts | None = None
+        if record.key is not None and record.low is not None and not record.index:
+            # A global index partition keeps no change log to carry counts over (its writes
+            # are the replicator's index_apply): its install counts by a walk.
+            key = bytes.fromhex(record.key)
+            counts = splits.RangeCounts.from_json(record.low)
+            if held is not None:
+                following = held[1]
+                low = await self.offload(lambda: catch_up(following, counts, key))
+            else:
+                committed = self.node.partitions.get(ref)
+                if committed is not None and committed.epoch == record.epoch:
+                    parent, store = committed, self.node.store
+                    low = await self.offload(
+                        lambda: _carried(store, parent, counts, key, parent.last_seq)
+                    )
+        logger.info(
+            "split of %s: recorded as %s, installing (low child counted to seq %s)",
+            record.partition_id,
+            [child["id"] for child in record.children or ()],
+            "none: walking" if low is None else low.seq,
+        )
+        return Event(split_machine.COUNTED, {"low": None if low is None else low.to_json()})
+
+    async def _install(self, record: SplitRecord, effect: Effect) -> Event:
+        """Create the children and retire the parent, in one write batch."""
+        assert record.children is not None, "an install has its children"
+        payload = InstallPayload(
+            record.table_id,
+            record.partition_id,
+            record.epoch,
+            [dict(child) for child in record.children],
+            None if record.low is None else dict(record.low),
+        )
+        began = time.monotonic()
+        await self.submit(SPLIT_INSTALL, payload.to_json())
+        return Event(split_machine.INSTALLED, {"seconds": time.monotonic() - began})
+
+    def _parent_def(self, table: TableDef | None, record: SplitRecord) -> PartitionDef:
         """The parent as the catalog records it, which must be the partition this node holds."""
-        found = splits.lineage(table, partition.table_id)
+        found = splits.lineage(table, record.table_id)
         if found is None:
-            raise splits.SplitConflict(f"Table {partition.table_name} is no longer in the catalog")
+            raise splits.SplitConflict(f"Table {record.table_name} is no longer in the catalog")
         serving = {p.id: p for p in found[0]}
-        parent = serving.get(partition.partition_id)
-        if parent is None or parent.epoch != partition.epoch:
+        parent = serving.get(record.partition_id)
+        if parent is None or parent.epoch != record.epoch:
             raise splits.SplitConflict(
-                f"Partition {partition.partition_id} at epoch {partition.epoch} is not serving "
+                f"Partition {record.partition_id} at epoch {record.epoch} is not serving "
                 "in the catalog"
             )
         return parent
-
-    async def _install(
-        self,
-        partition: Partition,
-        children: tuple[PartitionDef, ...],
-        low: splits.RangeCounts | None = None,
-    ) -> None:
-        payload = InstallPayload(
-            partition.table_id,
-            partition.partition_id,
-            partition.epoch,
-            [child.to_json() for child in children],
-            None if low is None else low.to_json(),
-        )
-        for attempt in range(limits.SPLIT_INSTALL_ATTEMPTS_MAX):
-            try:
-                await self.submit(SPLIT_INSTALL, payload.to_json())
-                return
-            except ServiceUnavailable:
-                if attempt + 1 == limits.SPLIT_INSTALL_ATTEMPTS_MAX:
-                    raise
-                await asyncio.sleep(limits.SPLIT_INSTALL_BACKOFF_SECONDS)
 
     # The catalog, as this node reaches it -------------------------------------------------------
 
@@ -776,3 +899,11 @@ class Splitter:
         changed = await self.catalog.change_table(name, change)
         assert changed is not None, f"a change of table {name} removed it"
         return changed
+
+
+def _recorded(parent: PartitionDef, children: tuple[PartitionDef, ...]) -> Event:
+    """The event of a split the catalog records: its parent and children as recorded."""
+    return Event(
+        split_machine.RECORDED,
+        {"parent": parent.to_json(), "children": [child.to_json() for child in children]},
+    )

@@ -11,7 +11,10 @@ RESTARTED": the table says, for every state, whether the lifecycle goes forward 
 
 Each state names what is durably true once it is recorded, and has the one effect that moves the
 lifecycle on from there, so a process can die between any two effects (the driver's crash points)
-and the record says exactly which effect comes next.
+and the record says exactly which effect comes next. A step that returns no effect for a record
+that has not ended stops the run with that record kept: the machine waits for its process's
+periodic check to step it again with RESTARTED (a catalog that cannot be read, an install that
+keeps being refused), rather than a call waiting without bound.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ class EffectKind(enum.StrEnum):
     INTERNAL_WRITE = "internal_write"  # A write through this node's own write group.
     CATALOG_CHANGE = "catalog_change"  # A compare-and-set of a table's catalog row.
     CATALOG_READ = "catalog_read"  # A read of a table's catalog row (an outcome read back).
+    NODE_READ = "node_read"  # A read of this node's own store (a split's plan), off the loop.
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

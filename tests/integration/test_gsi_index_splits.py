@@ -17,17 +17,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
 
 from core import limits
+from core.machines.split import NAME as SPLIT
 from core.size import item_size_bytes
 from dynalab import convergence
 from dynalab.cluster import LocalCluster
-from storagenode.split import SPLIT_CRASH_AT_ENV
 from tests.integration.conftest import dynamodb_client, wait_active
+from tests.integration.crash_points import KillAt, hold_environment
 from tests.integration.test_gsi_faults import Writer, create_scores
 from tests.integration.test_gsi_online import (
     add_by_game,
@@ -263,10 +265,11 @@ def test_the_admin_endpoint_splits_an_index_partition_and_a_query_pages_across(
 
 
 def test_an_index_node_killed_between_the_record_and_the_install_completes_the_split(
-    cluster: LocalCluster,
+    cluster: LocalCluster, tmp_path: Path
 ) -> None:
-    """The node of an index partition dies (SIGKILL, `DYNALAB_SPLIT_CRASH_AT`) just after the
-    catalog recorded the partition's split; restarted, it installs the children (with the
+    """The node of an index partition dies (SIGKILL, held by `DYNALAB_HOLD_AT=split:recorded`
+    at the split machine's crash point, then killed) just after the catalog recorded the
+    partition's split; restarted, it installs the children (with the
     source rows and counts), and the index, written to meanwhile, converges exactly."""
     client = dynamodb_client(cluster.router_url)
     name = "index_split_killed"
@@ -279,9 +282,12 @@ def test_an_index_node_killed_between_the_record_and_the_install_completes_the_s
     node = cluster.node(parent["node"])
     node.stop()
     with pytest.MonkeyPatch.context() as environment:
-        environment.setenv(SPLIT_CRASH_AT_ENV, "recorded")
+        for variable, value in hold_environment(tmp_path, "recorded", machine=SPLIT).items():
+            environment.setenv(variable, value)
         node.start()
-    status, reply = admin(cluster, f"/admin/tables/{name}/partitions/{parent['id']}/split", {})
+    with KillAt(node, tmp_path, "recorded", machine=SPLIT) as killer:
+        status, reply = admin(cluster, f"/admin/tables/{name}/partitions/{parent['id']}/split", {})
+    assert killer.killed, "the node never held at the split's record"
     assert status == 503, reply
     assert node.process is not None and node.process.wait(NODE_EXIT_WAIT_S) == -9
     # Without the crash point (the node may hold the catalog too: read it once it is back),

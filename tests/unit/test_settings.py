@@ -123,7 +123,6 @@ ENVIRONMENT_READERS = {
     "gsi_replicator/__main__.py",
     "rpc/lifeline.py",
     "rpc/machines.py",
-    "storagenode/split.py",  # DYNALAB_SPLIT_CRASH_AT, until the split machine's hold points land.
 }
 
 

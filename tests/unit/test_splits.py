@@ -174,13 +174,6 @@ def test_a_child_gets_the_rate_of_its_share() -> None:
     assert splits.child_throughput(None, Fraction(1, 2)) is None
 
 
-def test_a_split_moves_only_forward() -> None:
-    states = list(splits.SplitState)
-    for state in states:
-        later = set(states[states.index(state) + 1 : states.index(state) + 2])
-        assert splits.SPLIT_TRANSITIONS[state] == later
-
-
 def test_the_halving_point_counts_the_items_and_bytes_below_it() -> None:
     found = rows(("a", 1, 100), ("a", 2, 30), ("b", 1, 100), ("c", 1, 70), ("d", 1, 100))
     total = sum(size for _, size in found)
