@@ -48,6 +48,7 @@ def test_internal_writes_are_the_nodes_own_and_never_on_the_wire() -> None:
         expiry.TTL_BACKFILL,
         split.SPLIT_PIN,
         split.SPLIT_INSTALL,
+        split.SPLIT_RECORD,
         move.MOVE_SOURCE,
     }
     assert not internal & set(codec.OP_TO_WIRE)
