@@ -120,6 +120,30 @@ TRANSACT_GET = RetryPolicy(
     jitter=0.0,
 )
 
+# A move's fence while transactions are in flight on its node (`core.machines.move`): refused,
+# tried again MOVE_FENCE_BACKOFF_SECONDS apart. The deadline never cuts the attempts short (each
+# is one internal write); they bound it.
+MOVE_FENCE = RetryPolicy(
+    attempts_max=limits.MOVE_FENCE_ATTEMPTS_MAX,
+    base_seconds=limits.MOVE_FENCE_BACKOFF_SECONDS,
+    cap_seconds=limits.MOVE_FENCE_BACKOFF_SECONDS,
+    deadline_seconds=limits.MOVE_FENCE_ATTEMPTS_MAX
+    * (limits.MOVE_FENCE_BACKOFF_SECONDS + limits.NODE_CALL_SECONDS_MAX),
+    jitter=0.0,
+)
+
+# A split's install refused because its parent was written earlier in the same write group
+# (`core.machines.split`): tried again in the next group, SPLIT_INSTALL_BACKOFF_SECONDS apart;
+# as for the fence, the attempts bound it.
+SPLIT_INSTALL = RetryPolicy(
+    attempts_max=limits.SPLIT_INSTALL_ATTEMPTS_MAX,
+    base_seconds=limits.SPLIT_INSTALL_BACKOFF_SECONDS,
+    cap_seconds=limits.SPLIT_INSTALL_BACKOFF_SECONDS,
+    deadline_seconds=limits.SPLIT_INSTALL_ATTEMPTS_MAX
+    * (limits.SPLIT_INSTALL_BACKOFF_SECONDS + limits.NODE_CALL_SECONDS_MAX),
+    jitter=0.0,
+)
+
 # The replicator's index_apply on a node that does not answer or throttles: from the GSI minimum
 # doubling to its maximum, each attempt one node call.
 GSI_APPLY = RetryPolicy(

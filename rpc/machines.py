@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import random
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Generic, Protocol, TypeVar
 
@@ -89,7 +90,9 @@ class HoldPoints:
 class Driver(Generic[R]):
     """Runs records of one machine: `handlers` carry out its effects (by the effect's step),
     `persist` stores a record (and clears it once it has ended), `crash_points` are told each
-    point between two effects, `clock` gives the `now` each step takes."""
+    point between two effects, `clock` gives the `now` each step takes (and measures an effect's
+    retries against its policy's deadline), `rng` draws the retries' jittered pauses (default:
+    fresh entropy; a simulation passes a seeded one)."""
 
     def __init__(
         self,
@@ -98,12 +101,14 @@ class Driver(Generic[R]):
         persist: Callable[[R], Awaitable[None]],
         crash_points: CrashPoints,
         clock: Callable[[], float],
+        rng: random.Random | None = None,
     ) -> None:
         self.machine = machine
         self.handlers = handlers
         self.persist = persist
         self.crash_points = crash_points
         self.clock = clock
+        self.rng = random.Random() if rng is None else rng
 
     async def drive(self, record: R, event: Event) -> tuple[R, Exception | None]:
         """Step `record` with `event` and carry out effects until it has ended or a step keeps it
@@ -129,16 +134,23 @@ class Driver(Generic[R]):
         if effect.wait_seconds > 0:
             await asyncio.sleep(effect.wait_seconds)
         handler = self.handlers[effect.step]
-        retry = effect.retry
-        attempts = 1 if retry is None else retry.attempts
-        for attempt in range(attempts):
+        started = self.clock()
+        attempt = 0
+        while True:
             try:
                 return await handler(record, effect), None
             except Exception as error:
-                if retry is not None and isinstance(error, retry.errors) and attempt + 1 < attempts:
+                pause = None
+                if effect.retry is not None and isinstance(error, effect.retry_on):
+                    elapsed = max(0.0, self.clock() - started)
+                    # A fixed pause draws nothing: the source's draws stay those of the jitters.
+                    draw = self.rng.random() if effect.retry.jitter > 0 else 0.0
+                    pause = effect.retry.pause(attempt, elapsed, draw)
+                if pause is not None:
                     if attempt == 0:
                         logger.info("%s %s waits: %s", self.machine.name, effect.step, error)
-                    await asyncio.sleep(retry.backoff_seconds)
+                    attempt += 1
+                    await asyncio.sleep(pause)
                     continue
                 described = _describe(error)
                 if effect.best_effort:
@@ -147,7 +159,6 @@ class Driver(Generic[R]):
                 if not isinstance(error, DynamoError | OSError):
                     logger.exception("%s %s failed on a bug", self.machine.name, effect.step)
                 return Event(FAILED, error=described), error
-        raise AssertionError("unreachable: the last attempt returns")
 
 
 def _describe(error: Exception) -> str:

@@ -528,11 +528,12 @@ class Splitter:
         self.clock = clock
         self._heat: dict[tuple[PartitionRef, str], heat.HeatWindow] = {}
         self._peers = Transports(connect)
+        source = random.Random() if rng is None else rng
         # The one catalog client, finding the catalog through this node's own bootstrap record.
         self.catalog = CatalogClient(
             self._locate,
             lambda location: self.client(location.address),
-            rng=random.Random() if rng is None else rng,
+            rng=source,
             clock=clock,
         )
         self._lock = asyncio.Lock()
@@ -552,6 +553,7 @@ class Splitter:
             self._persist,
             HoldPoints.from_env() if crash_points is None else crash_points,
             clock,
+            source,
         )
         # The pin's iterators and the follower of the log since, from the pin to the end of the
         # split that made them: they do not outlive the process (a restart before the record

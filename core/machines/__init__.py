@@ -25,23 +25,11 @@ from collections.abc import Mapping
 from typing import Any, Protocol, TypeVar
 
 from core.catalog import IllegalTransition
+from core.retry import RetryPolicy
 
 STARTED = "started"  # The event a new record is stepped with: its first state's effect.
 RESTARTED = "restarted"  # The event a record is stepped with when its process starts again.
 FAILED = "failed"  # An effect failed; its error is the event's `error`.
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Retry:
-    """How often an effect is tried when it fails with one of `errors` (refusals that pass: a
-    fence waiting for transactions to end), and how long the driver waits between tries."""
-
-    attempts: int
-    backoff_seconds: float
-    errors: tuple[type[Exception], ...]
-
-    def __post_init__(self) -> None:
-        assert self.attempts >= 1 and self.backoff_seconds >= 0
 
 
 class EffectKind(enum.StrEnum):
@@ -56,17 +44,23 @@ class EffectKind(enum.StrEnum):
 class Effect:
     """One thing the driver does for a machine: its kind, the step of the lifecycle it carries
     out (the handler's name), the event its success is, and whom it addresses (a node, a
-    table's name; "" for this node). `best_effort`: its failure is the event `done` too (what
-    it leaves behind is cleaned up otherwise). `wait_seconds`: how long the driver waits before it
-    (an unknown outcome is read back once no call of it can still be applied)."""
+    table's name; "" for this node). `retry`: how often the driver tries it again, and after
+    what pauses, when it fails with one of `retry_on` (refusals that pass: a fence waiting for
+    transactions to end). `best_effort`: its failure is the event `done` too (what it leaves
+    behind is cleaned up otherwise). `wait_seconds`: how long the driver waits before it (an
+    unknown outcome is read back once no call of it can still be applied)."""
 
     kind: EffectKind
     step: str
     done: str
     to: str = ""
-    retry: Retry | None = None
+    retry: RetryPolicy | None = None
+    retry_on: tuple[type[Exception], ...] = ()
     best_effort: bool = False
     wait_seconds: float = 0.0
+
+    def __post_init__(self) -> None:
+        assert (self.retry is None) == (not self.retry_on), "a retry names what it retries"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -36,7 +36,7 @@ import enum
 from collections.abc import Mapping
 from typing import Any
 
-from core import limits
+from core import limits, retry
 from core.machines import (
     FAILED,
     RESTARTED,
@@ -44,7 +44,6 @@ from core.machines import (
     Effect,
     EffectKind,
     Event,
-    Retry,
     next_state,
 )
 from core.moves import MoveRefused
@@ -190,10 +189,15 @@ def _effect(record: MoveRecord, after: str) -> tuple[Effect, ...]:
             return (Effect(EffectKind.NODE_CALL, "copy", COPIED, target),)
         case MoveState.COPIED:
             # A fence waits while transactions are in flight on the node: refused, tried again.
-            retry = Retry(
-                limits.MOVE_FENCE_ATTEMPTS_MAX, limits.MOVE_FENCE_BACKOFF_SECONDS, (MoveRefused,)
+            return (
+                Effect(
+                    EffectKind.INTERNAL_WRITE,
+                    "fence",
+                    FENCED,
+                    retry=retry.MOVE_FENCE,
+                    retry_on=(MoveRefused,),
+                ),
             )
-            return (Effect(EffectKind.INTERNAL_WRITE, "fence", FENCED, retry=retry),)
         case MoveState.FENCED:
             return (Effect(EffectKind.NODE_CALL, "drain", DRAINED, target),)
         case MoveState.DRAINED:

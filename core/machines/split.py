@@ -40,7 +40,7 @@ import enum
 from collections.abc import Mapping
 from typing import Any
 
-from core import limits
+from core import limits, retry
 from core.errors import ServiceUnavailable
 from core.machines import (
     FAILED,
@@ -49,7 +49,6 @@ from core.machines import (
     Effect,
     EffectKind,
     Event,
-    Retry,
     next_state,
 )
 
@@ -183,12 +182,15 @@ def _effect(record: SplitRecord, before: SplitState, after: str) -> tuple[Effect
             if before is SplitState.COUNTED and after == FAILED:
                 return ()  # The install kept being refused: kept.
             # An install meeting its parent written earlier in the same group is refused.
-            retry = Retry(
-                limits.SPLIT_INSTALL_ATTEMPTS_MAX,
-                limits.SPLIT_INSTALL_BACKOFF_SECONDS,
-                (ServiceUnavailable,),
+            return (
+                Effect(
+                    EffectKind.INTERNAL_WRITE,
+                    "install",
+                    INSTALLED,
+                    retry=retry.SPLIT_INSTALL,
+                    retry_on=(ServiceUnavailable,),
+                ),
             )
-            return (Effect(EffectKind.INTERNAL_WRITE, "install", INSTALLED, retry=retry),)
     return ()
 
 
