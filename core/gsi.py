@@ -184,9 +184,11 @@ def backfill_writes(
 IndexTarget = tuple[str, str, int, str]
 
 
-def _target(index_id: str, partitions: PartitionMap, shape: KeyShape, key: Item) -> IndexTarget:
+def _target(
+    index_id: str, partitions: PartitionMap[PartitionDef], shape: KeyShape, key: Item
+) -> IndexTarget:
     partition = partitions.lookup(shape.storage_key(key))
-    return (index_id, partition["id"], int(partition["epoch"]), partition["node"])
+    return (index_id, partition.id, partition.epoch, partition.node)
 
 
 def route(writes: Sequence[IndexWrite], table: TableDef) -> dict[IndexTarget, list[dict[str, Any]]]:
@@ -197,10 +199,7 @@ def route(writes: Sequence[IndexWrite], table: TableDef) -> dict[IndexTarget, li
     """
     indexes = {index.name: index for index in table.indexes if index.is_global}
     shapes = {name: entry_shape(index, table.key_shape) for name, index in indexes.items()}
-    maps = {
-        name: PartitionMap([partition.to_json() for partition in index.partitions])
-        for name, index in indexes.items()
-    }
+    maps = {name: PartitionMap(index.partitions) for name, index in indexes.items()}
     routed: dict[IndexTarget, list[dict[str, Any]]] = {}
     for write in writes:
         index = indexes.get(write.index)

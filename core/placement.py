@@ -4,21 +4,36 @@ Placement has two levels (DESIGN.md, "Data placement"). A key belongs to the par
 of storage keys (see `core.keycodec`) contains it; a table starts with ranges that split the 64-bit
 hash space evenly, as many as its throughput needs, and splits refine them later. A partition
 belongs to the nodes that a consistent-hash ring with virtual nodes picks for its id, so adding or
-removing a node moves only the partitions whose owners change. Partition dicts have the PARTITION
-shape of `rpc.ops`: `{"id", "start": hex, "end": hex | None, "epoch", "node"}`.
+removing a node moves only the partitions whose owners change. A partition map holds any record
+with an `id` and hex `start` and `end` bounds (`Bounded`): the catalog's `PartitionDef`.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import Generic, Protocol, TypeVar
 
 from core import limits
 from core.errors import InternalServerError, ServiceUnavailable, ValidationError
 from core.keycodec import HASH_BYTES, HASH_SPACE, hash64
 
-Partition = Mapping[str, Any]
+
+class Bounded(Protocol):
+    """What a partition map needs of a partition: its id, and its storage keys [start, end) as
+    hex (start "" is below every key, end None is unbounded)."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def start(self) -> str: ...
+
+    @property
+    def end(self) -> str | None: ...
+
+
+P = TypeVar("P", bound=Bounded)
 
 BILLING_PROVISIONED = "PROVISIONED"
 BILLING_PAY_PER_REQUEST = "PAY_PER_REQUEST"
@@ -99,7 +114,7 @@ def segment_hash_range(segment: int, total_segments: int) -> tuple[int, int | No
 # Key to partition -------------------------------------------------------------------------------
 
 
-class PartitionMap:
+class PartitionMap(Generic[P]):
     """A table's partitions with their bounds precomputed as bytes, for binary search by key.
 
     The router looks up a partition on every request, so the bounds are decoded once here and each
@@ -107,30 +122,30 @@ class PartitionMap:
     each one ends where the next starts, and the last has no end; anything else is a catalog bug.
     """
 
-    def __init__(self, partitions: Iterable[Partition]) -> None:
-        ordered = sorted(partitions, key=lambda p: bytes.fromhex(p["start"]))
+    def __init__(self, partitions: Iterable[P]) -> None:
+        ordered = sorted(partitions, key=lambda p: bytes.fromhex(p.start))
         if not ordered:
             raise InternalServerError("A table's partition map is empty")
-        self.partitions: list[Partition] = ordered
-        self._starts = [bytes.fromhex(p["start"]) for p in ordered]
-        ends = [p["end"] for p in ordered]
+        self.partitions: list[P] = ordered
+        self._starts = [bytes.fromhex(p.start) for p in ordered]
+        ends = [p.end for p in ordered]
         if self._starts[0] != b"" or ends[-1] is not None:
             raise InternalServerError("A partition map must cover the key space from '' to None")
         for partition, end, next_start in zip(ordered, ends, self._starts[1:], strict=False):
             if end is None or bytes.fromhex(end) != next_start:
                 raise InternalServerError(
-                    f"Partition {partition['id']} ends at {end} but the next starts at "
+                    f"Partition {partition.id} ends at {end} but the next starts at "
                     f"{next_start.hex()}"
                 )
 
     def __len__(self) -> int:
         return len(self.partitions)
 
-    def lookup(self, storage_key: bytes) -> Partition:
+    def lookup(self, storage_key: bytes) -> P:
         """The partition whose [start, end) range holds `storage_key`."""
         return self.partitions[bisect_right(self._starts, storage_key) - 1]
 
-    def overlapping(self, hash_start: int | None, hash_end: int | None) -> list[Partition]:
+    def overlapping(self, hash_start: int | None, hash_end: int | None) -> list[P]:
         """The partitions, in key order, holding keys whose hash64 lies in [hash_start, hash_end).
 
         None means unbounded on that side. A key starts with its 8-byte hash, so the keys of that
@@ -146,7 +161,7 @@ class PartitionMap:
         return self.partitions[first : bisect_left(self._starts, high)]
 
 
-def find_partition(partitions: Sequence[Partition], storage_key: bytes) -> Partition:
+def find_partition(partitions: Sequence[P], storage_key: bytes) -> P:
     """The partition holding `storage_key`; keep a PartitionMap instead to look up many keys."""
     return PartitionMap(partitions).lookup(storage_key)
 

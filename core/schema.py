@@ -217,23 +217,21 @@ def _table_shape(partition: tuple[str, str], sort: tuple[str, str] | None) -> Ke
     return KeyShape.table(partition, sort)
 
 
-def extract_key(item: Item, table: Table) -> tuple[Item, AttributeValue, AttributeValue | None]:
+def extract_key(item: Item, shape: KeyShape) -> tuple[Item, AttributeValue, AttributeValue | None]:
     """The primary key of a whole item: (key item, partition key value, sort key value or None).
 
-    The rules are `KeyShape.extract`'s, as PutItem applies them.
+    The rules are `KeyShape.extract`'s, as PutItem applies them; `shape` is the table's key.
     """
-    shape = key_shape(table)
     key = shape.extract(item)
     sort = shape.sort_key
     return key, key[shape.partition_key.name], None if sort is None else key[sort.name]
 
 
-def validate_key(key: Item, table: Table) -> tuple[AttributeValue, AttributeValue | None]:
+def validate_key(key: Item, shape: KeyShape) -> tuple[AttributeValue, AttributeValue | None]:
     """(partition key value, sort key value or None) of a Key parameter (GetItem, DeleteItem, ...).
 
-    The rules are `KeyShape.check_key`'s.
+    The rules are `KeyShape.check_key`'s; `shape` is the table's key.
     """
-    shape = key_shape(table)
     checked = shape.check_key(key)
     sort = shape.sort_key
     return checked[shape.partition_key.name], None if sort is None else checked[sort.name]

@@ -149,7 +149,7 @@ async def _table_partitions(ctx: RouterContext, request: web.Request) -> web.Res
         await ctx.refresh()
     except DynamoError as error:
         return _json({"error": f"the catalog cannot be read: {error.message}"}, 503)
-    table = ctx.tables.get(name)
+    table = _document(ctx, name)
     if table is None:
         return _json({"error": f"no table named {name}"}, 404)
     gathered = await gather(ctx, table["id"])
@@ -272,7 +272,7 @@ async def _split(ctx: RouterContext, request: web.Request) -> web.Response:
         await ctx.refresh()
     except DynamoError as error:
         return _json({"error": f"the catalog cannot be read: {error.message}"}, 503)
-    table = ctx.tables.get(name)
+    table = _document(ctx, name)
     if table is None:
         return _json({"error": f"no table named {name}"}, 404)
     storage_id, partition = _serving_partition(table, partition_id)
@@ -307,7 +307,7 @@ async def _to_owner(
             stale = error
             with contextlib.suppress(DynamoError):
                 await ctx.refresh()
-            table = ctx.tables.get(name) or {"id": "", "partitions": []}
+            table = _document(ctx, name) or {"id": "", "partitions": []}
             current = _serving_partition(table, partition["id"])[1]
             if current is None:
                 return _json({"error": f"partition {partition['id']} is no longer serving"}, 404)
@@ -341,7 +341,7 @@ async def _move(ctx: RouterContext, request: web.Request) -> web.Response:
         await ctx.refresh()
     except DynamoError as error:
         return _json({"error": f"the catalog cannot be read: {error.message}"}, 503)
-    table = ctx.tables.get(name)
+    table = _document(ctx, name)
     if table is None:
         return _json({"error": f"no table named {name}"}, 404)
     storage_id, partition = _serving_partition(table, partition_id)
@@ -351,6 +351,13 @@ async def _move(ctx: RouterContext, request: web.Request) -> web.Response:
     return await _to_owner(
         ctx, name, partition, ops.MOVE_PARTITION, payload.to_json(), limits.MOVE_CALL_SECONDS_MAX
     )
+
+
+def _document(ctx: RouterContext, name: str) -> dict[str, Any] | None:
+    """Table `name`'s catalog document (`TableDef.to_json()`, cached in the record), which these
+    operator views render; None when the cache has no such table."""
+    record = ctx.records.get(name)
+    return None if record is None else record.to_json()
 
 
 def _serving_partition(

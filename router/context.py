@@ -1,8 +1,9 @@
 """The router's view of the cluster: a client per storage node, the node ring and the catalog cache.
 
 Every handler gets one `RouterContext`. It answers three questions for them: which table a name
-means (`table`), where a key or a partition lives and how to call it (`call_key`,
-`call_partition`), and how to change one table's catalog record safely (`change_table`).
+means (`table`, a typed `router.routing.Route`), where a key or a partition lives and how to call
+it (`call_key`, `call_partition`), and how to change one table's catalog record safely
+(`change_table`).
 
 The catalog is the system table `__dynalab_catalog` (`core.catalog`): one item per table, keyed
 by the table's name, holding its `TableDef` and the row's `version`, in one partition on one
@@ -41,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from core import catalog, limits
-from core.catalog import CatalogDisagreement, CatalogLocation, TableDef
+from core.catalog import CatalogDisagreement, CatalogLocation, PartitionDef, TableDef
 from core.catalog_copy import CATALOG_COPY_PARTITION_ID, CatalogCopy, merged, newest
 from core.errors import (
     ConditionalCheckFailed,
@@ -53,11 +54,12 @@ from core.errors import (
     ThroughputExceeded,
 )
 from core.keycodec import encode_storage_key
-from core.placement import HashRing, PartitionMap
+from core.placement import HashRing
 from core.retry import CATALOG_LOCATE
 from core.values import AttributeValue
 from router import catalog_copy
 from router.metrics import RouterMetrics
+from router.routing import Route
 from router.settings import RouterSettings
 from router.sources import Sources
 from rpc import ops
@@ -77,15 +79,9 @@ from rpc.transport import FeedTransport, NodeTransport
 
 log = logging.getLogger("router.context")
 
-Table = dict[str, Any]
-Partition = Mapping[str, Any]
-Catalog = dict[str, Table]
-
 # Item operations on a table that does not exist, or is not ready for them (still being created or
 # already being deleted), fail with this message and no table name, as DynamoDB's data plane does.
 TABLE_NOT_FOUND = "Requested resource not found"
-# Statuses in which a table serves reads and writes (an UPDATING table still does in DynamoDB).
-SERVING_STATUSES = catalog.SERVING_STATUSES
 
 _NAME = {"#n": "name"}
 
@@ -130,20 +126,16 @@ class RouterContext:
         # Where the catalog lives, once read from (or, on a new cluster, written to) the nodes.
         self.location: CatalogLocation | None = None
         self._locating: asyncio.Lock | None = None
-        # The cached catalog: typed records, and their descriptors (`TableDef.to_json()`), which
-        # the item handlers read. A record is replaced, never modified, when its row changes.
+        # The cached catalog: typed records, and the route of each (`router.routing`), which the
+        # data path reads. Both are replaced, never modified, when a table's row changes.
         self.records: dict[str, TableDef] = {}
-        self.tables: Catalog = {}
+        self.tables: dict[str, Route] = {}
         # How many times the cache has changed: a number that grows with every change installed.
         self.catalog_version = 0
         # Rows this router read or wrote itself, numbered in order, so that a scan that started
         # before such a read or write does not install an older row over it.
         self._observations = 0
         self._observed: dict[str, int] = {}
-        # Partition maps per table id, with the partition list each was built from: a table
-        # descriptor is replaced (never modified) when its partitions change, so an identity check
-        # on the list tells whether the map is current.
-        self._maps: dict[str, tuple[list[Partition], PartitionMap]] = {}
         self._refresh: asyncio.Future[None] | None = None
         self._refresher = BackgroundTask("catalog-refresh", self._refresh_forever)
         self._catalog_readable = True
@@ -559,11 +551,16 @@ class RouterContext:
         ):
             return
         self.records = records
-        self.tables = {name: record.to_json() for name, record in records.items()}
+        # A table whose record is the same object keeps its route, and with it the partition
+        # map and index routes already built; every other table gets a new one.
+        routes = self.tables
+        self.tables = {
+            name: route
+            if (route := routes.get(name)) is not None and route.record is record
+            else Route.of_table(record)
+            for name, record in records.items()
+        }
         self.catalog_version += 1
-        live = {record.id for record in records.values()}
-        for table_id in self._maps.keys() - live:
-            del self._maps[table_id]
 
     async def read_table(self, name: str) -> TableDef | None:
         """Read table `name`'s record from the catalog (None: no such table) and cache it."""
@@ -575,36 +572,26 @@ class RouterContext:
         table is not in the catalog). Every row read or written meanwhile is cached."""
         return await self.catalog_client.change_table(name, change)
 
-    async def table(self, name: str) -> Table:
-        """The descriptor of table `name` if it serves reads and writes; else ResourceNotFound.
+    async def table(self, name: str) -> Route:
+        """The route of table `name` if it serves reads and writes; else ResourceNotFound.
 
         A miss re-reads the catalog once before failing: the table may have been created through
         another router since the last refresh.
         """
         table = self.tables.get(name)
-        if table is None or table["status"] not in SERVING_STATUSES:
+        if table is None or not table.serving:
             try:
                 await self.refresh()
             except ServiceUnavailable:
                 # The catalog cannot be read; a node's copy may have named the table meanwhile.
                 table = self.tables.get(name)
-                if table is None or table["status"] not in SERVING_STATUSES:
+                if table is None or not table.serving:
                     raise
                 return table
             table = self.tables.get(name)
-            if table is None or table["status"] not in SERVING_STATUSES:
+            if table is None or not table.serving:
                 raise ResourceNotFound(TABLE_NOT_FOUND)
         return table
-
-    def partition_map(self, table: Table) -> PartitionMap:
-        """The (cached) PartitionMap of a table descriptor."""
-        partitions: list[Partition] = table["partitions"]
-        cached = self._maps.get(table["id"])
-        if cached is not None and cached[0] is partitions:
-            return cached[1]
-        partition_map = PartitionMap(partitions)
-        self._maps[table["id"]] = (partitions, partition_map)
-        return partition_map
 
     # Calling nodes ------------------------------------------------------------------------------
 
@@ -647,24 +634,24 @@ class RouterContext:
 
     async def _send(
         self,
-        table: Table,
-        partition: Partition,
+        table: Route,
+        partition: PartitionDef,
         op: str,
         body: dict[str, Any],
         consistent: bool,
         timeout: float = limits.NODE_CALL_SECONDS_MAX,
     ) -> dict[str, Any]:
         """Send `body` to one partition of a user table, as its map says it is now."""
-        target = ops.Target(table["id"], partition["id"], partition["epoch"], consistent)
-        client = self._client(partition["node"])
+        target = ops.Target(table.id, partition.id, partition.epoch, consistent)
+        client = self._client(partition.node)
         try:
             return await client.call(op, target, body, timeout)
         except ThroughputExceeded:
-            self.metrics.throttled(table["name"], partition["id"])
+            self.metrics.throttled(table.name, partition.id)
             raise
 
-    async def _after_stale(self, table: Table, backoff: float) -> tuple[Table, float]:
-        """The table's descriptor after a stale-epoch refusal, and the next backoff.
+    async def _after_stale(self, table: Route, backoff: float) -> tuple[Route, float]:
+        """The table's route after a stale-epoch refusal, and the next backoff.
 
         The catalog is re-read. If the table is gone or no longer serving, the request fails as on
         a missing table. A table dropped and created again under the same name (a new id) serves
@@ -673,18 +660,13 @@ class RouterContext:
         up yet (a split still committing), wait before the next try.
         """
         await self.refresh()
-        current = self.tables.get(table["name"])
-        index_name = table.get("index")
-        if current is not None and index_name is not None:
+        current = self.tables.get(table.name)
+        if current is not None and table.index is not None:
             # A global index's partitions (a split of one, or the index or table gone).
-            current = global_index_view(current, index_name, table["key_schema"])
-            if current is not None and current["id"] != table["id"]:
+            current = current.global_index(table.index)
+            if current is not None and current.id != table.id:
                 current = None  # Deleted and created again: another index.
-        if (
-            current is None
-            or current["status"] not in SERVING_STATUSES
-            or current["key_schema"] != table["key_schema"]
-        ):
+        if current is None or not current.serving or current.key_shape != table.key_shape:
             raise ResourceNotFound(TABLE_NOT_FOUND)
         if current is table:
             await asyncio.sleep(backoff)
@@ -693,7 +675,7 @@ class RouterContext:
 
     async def call_key(
         self,
-        table: Table,
+        table: Route,
         partition_key: AttributeValue,
         sort_key: AttributeValue | None,
         op: str,
@@ -710,7 +692,7 @@ class RouterContext:
         storage_key = encode_storage_key(partition_key, sort_key)
         backoff = limits.STALE_EPOCH_BACKOFF_SECONDS_MIN
         for _ in range(limits.STALE_EPOCH_ATTEMPTS_MAX):
-            partition = self.partition_map(table).lookup(storage_key)
+            partition = table.partitions.lookup(storage_key)
             try:
                 return await self._send(table, partition, op, body, consistent)
             except StaleEpoch:
@@ -719,14 +701,15 @@ class RouterContext:
 
     async def call_partition(
         self,
-        table: Table,
-        partition: Partition,
+        table: Route,
+        partition: PartitionDef,
         op: str,
         body: dict[str, Any],
         *,
         consistent: bool = False,
         timeout: float = limits.NODE_CALL_SECONDS_MAX,
         follow: bool = True,
+        start: bytes | None = None,
     ) -> dict[str, Any]:
         """Send a data-plane request (a scan page) to one partition of a table, with a deadline
         `timeout` seconds away. With `follow` False a stale epoch is raised once the catalog has
@@ -735,11 +718,13 @@ class RouterContext:
 
         The envelope names the partition and its epoch, as `call_key`'s. On a stale epoch the
         catalog is refreshed and the request goes to the partition that now holds the old one's
-        start bound. After a split that partition covers less than the one asked for, so the reply
-        carries the partition that answered as `reply["partition"]`: a caller walking a table
-        continues after that partition's end, never after the end of the one it asked for.
+        start bound (or `start`, a caller's cursor inside the partition, when given). After a split
+        that partition covers less than the one asked for, so the reply carries the partition that
+        answered as `reply["partition"]` (the very object asked about when no split intervened): a
+        caller walking a table continues after that partition's end, never after the end of the
+        one it asked for.
         """
-        start = bytes.fromhex(partition["start"])
+        start = bytes.fromhex(partition.start) if start is None else start
         backoff = limits.STALE_EPOCH_BACKOFF_SECONDS_MIN
         for _ in range(limits.STALE_EPOCH_ATTEMPTS_MAX):
             try:
@@ -748,32 +733,11 @@ class RouterContext:
                 table, backoff = await self._after_stale(table, backoff)
                 if not follow:
                     raise
-                partition = self.partition_map(table).lookup(start)
+                partition = table.partitions.lookup(start)
                 continue
             reply["partition"] = partition
             return reply
         raise ServiceUnavailable(_STALE_GIVE_UP)
-
-
-def global_index_view(
-    table: Table, index_name: str, entry_key_schema: list[list[str]]
-) -> Table | None:
-    """A global index of `table` as a descriptor the page walk and `call_partition` go over:
-    the index's id, partitions and entry key (`entry_key_schema`, which no table's key schema
-    equals) under the table's name and status; None when the table has no such index. A stale
-    epoch on one of its partitions (a split of the index) re-reads the catalog and takes the
-    index's partitions from it again (`_after_stale`)."""
-    document = next((d for d in table.get("indexes", ()) if d["name"] == index_name), None)
-    if document is None or document.get("table_id") is None:
-        return None
-    return {
-        "name": table["name"],
-        "id": document["table_id"],
-        "status": table["status"],
-        "index": index_name,
-        "key_schema": entry_key_schema,
-        "partitions": document["partitions"],
-    }
 
 
 _STALE_GIVE_UP = (

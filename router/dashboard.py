@@ -307,7 +307,8 @@ def _table(view: View, table: dict[str, Any]) -> dict[str, Any]:
 
 
 def _tables_section(view: View) -> list[dict[str, Any]]:
-    return [_table(view, view.ctx.tables[name]) for name in sorted(view.ctx.tables)]
+    records = view.ctx.records
+    return [_table(view, records[name].to_json()) for name in sorted(records)]
 
 
 def _catalog_section(view: View) -> dict[str, Any]:
@@ -369,7 +370,9 @@ async def snapshot(ctx: RouterContext, sampler: Sampler) -> dict[str, Any]:
         now=now,
         catalog_error=catalog_error,
         samples=sampler.history.since(now - limits.DASHBOARD_WINDOW_SECONDS),
-        stats=await _stats(ctx, _holders(ctx.tables.values()), unreachable),
+        stats=await _stats(
+            ctx, _holders(record.to_json() for record in ctx.records.values()), unreachable
+        ),
     )
     document: dict[str, Any] = {
         "version": SNAPSHOT_VERSION,

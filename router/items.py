@@ -36,7 +36,7 @@ from core.capacity import (
     read_consistency,
     read_units,
 )
-from core.catalog import IndexDef, IndexStatus
+from core.catalog import IndexStatus
 from core.errors import (
     KEY_MISMATCH,
     ServiceUnavailable,
@@ -61,6 +61,7 @@ from router.requests import (
     key_identity,
     read_common,
 )
+from router.routing import Route
 from rpc import ops
 
 Item = dict[str, Any]
@@ -210,16 +211,15 @@ def _add_write_units(capacity: ConsumedCapacity, table_name: str, reply: dict[st
         capacity.add_global_index(table_name, index_name, units, UnitKind.WRITE)
 
 
-def _check_index_keys(item: Item, table: dict[str, Any]) -> None:
+def _check_index_keys(item: Item, table: Route) -> None:
     """Refuse a put whose item gives an index key attribute a wrong type or an empty value
     before anything is sent, so that a BatchWriteItem holding one is refused whole, as DynamoDB
     refuses it (the node checks every write again, an update's new image included)."""
-    described = table.get("indexes")
-    if described:
-        indexes.check_index_keys(item, [IndexDef.from_json(index) for index in described])
+    if table.record.indexes:
+        indexes.check_index_keys(item, table.record.indexes)
 
 
-def _global_key_schemas(table: dict[str, Any]) -> list[dict[str, Any]]:
+def _global_key_schemas(table: Route) -> list[dict[str, Any]]:
     """The table's global indexes as the node checks a write against them
     (`rpc.ops.UpdatePayload.global_indexes`): the catalog's, not the partition's, so an index
     added by UpdateTable is enforced, charged and held back for, and a deleted one no longer is.
@@ -227,17 +227,25 @@ def _global_key_schemas(table: dict[str, Any]) -> list[dict[str, Any]]:
     (`core.gsi.consumer_of`), whose lag holds writes back once the index is ACTIVE."""
     return [
         {
-            **{key: index[key] for key in ("name", "key", "projection", "status")},
+            "name": index.name,
+            "key": [[a.name, a.type, a.role] for a in index.key_shape.attributes],
+            "projection": index.projection,
+            "status": index.status.value,
             **(
-                {"non_key_attributes": index["non_key_attributes"]}
-                if index.get("non_key_attributes")
+                {"non_key_attributes": list(index.non_key_attributes)}
+                if index.non_key_attributes
                 else {}
             ),
-            **({"table_id": index["table_id"], "online": True} if index.get("online") else {}),
+            **({"table_id": index.table_id, "online": True} if index.online else {}),
         }
-        for index in table.get("indexes") or ()
-        if not index.get("local") and index["status"] != IndexStatus.DELETING
+        for index in table.record.indexes
+        if not index.local and index.status != IndexStatus.DELETING
     ]
+
+
+def _collection_key(table: Route, partition_key: dict[str, Any]) -> Item:
+    """The item collection a write on `table` belongs to: its partition key."""
+    return {table.key_shape.partition_key.name: partition_key}
 
 
 def _collection_metrics(
@@ -307,7 +315,7 @@ async def put_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
     item_bytes = check_item_size(item)
     compiled = _write_expressions(body)
     table = await ctx.table(table_name)
-    _, partition_key, sort_key = schema.extract_key(item, table)
+    _, partition_key, sort_key = schema.extract_key(item, table.key_shape)
     _check_index_keys(item, table)
     payload = ops.PutPayload(
         item,
@@ -320,7 +328,9 @@ async def put_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
         _global_key_schemas(table),
     )
     reply = await ctx.call_key(table, partition_key, sort_key, ops.PUT, payload.to_json())
-    return _write_reply(reply, table_name, body, {schema.hash_key(table)[0]: partition_key})
+    return _write_reply(
+        reply, table_name, body, {table.key_shape.partition_key.name: partition_key}
+    )
 
 
 async def update_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
@@ -341,7 +351,7 @@ async def update_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any
         body, update_text=update_text, attribute_updates=attribute_updates
     )
     table = await ctx.table(table_name)
-    partition_key, sort_key = schema.validate_key(key, table)
+    partition_key, sort_key = schema.validate_key(key, table.key_shape)
     payload = ops.UpdatePayload(
         key,
         compiled.update,
@@ -354,7 +364,9 @@ async def update_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any
         global_indexes=_global_key_schemas(table),
     )
     reply = await ctx.call_key(table, partition_key, sort_key, ops.UPDATE, payload.to_json())
-    return _write_reply(reply, table_name, body, {schema.hash_key(table)[0]: partition_key})
+    return _write_reply(
+        reply, table_name, body, {table.key_shape.partition_key.name: partition_key}
+    )
 
 
 async def delete_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
@@ -371,7 +383,7 @@ async def delete_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any
     chosen = check_return_values(return_values, RETURN_VALUES_OLD_ONLY)
     compiled = _write_expressions(body)
     table = await ctx.table(table_name)
-    partition_key, sort_key = schema.validate_key(key, table)
+    partition_key, sort_key = schema.validate_key(key, table.key_shape)
     payload = ops.DeletePayload(
         key,
         compiled.condition,
@@ -382,7 +394,9 @@ async def delete_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any
         _global_key_schemas(table),
     )
     reply = await ctx.call_key(table, partition_key, sort_key, ops.DELETE, payload.to_json())
-    return _write_reply(reply, table_name, body, {schema.hash_key(table)[0]: partition_key})
+    return _write_reply(
+        reply, table_name, body, {table.key_shape.partition_key.name: partition_key}
+    )
 
 
 async def get_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
@@ -404,10 +418,10 @@ async def get_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
     key = _validated_key(raw_key)
     compiled = _read_expressions(projection_text, attributes_to_get, names)
     table = await ctx.table(table_name)
-    partition_key, sort_key = schema.validate_key(key, table)
+    partition_key, sort_key = schema.validate_key(key, table.key_shape)
     if compiled.projection is not None:
         check_key_paths(
-            schema.key_names(table), expressions.projection(compiled.projection, compiled.names)
+            table.key_shape.names, expressions.projection(compiled.projection, compiled.names)
         )
     reply = await ctx.call_key(
         table,
@@ -480,7 +494,7 @@ def _check_duplicates(keys: list[Item]) -> None:
 class _Call:
     """One node request of a batch, prepared before any is sent."""
 
-    table: dict[str, Any]
+    table: Route
     partition_key: dict[str, Any]
     sort_key: dict[str, Any] | None
     op: str
@@ -588,7 +602,7 @@ async def batch_get_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, 
     for read in reads:
         table = tables[read.name]
         for key in read.keys:
-            partition_key, sort_key = schema.validate_key(key, table)
+            partition_key, sort_key = schema.validate_key(key, table.key_shape)
             payload = _get_payload(key, read.compiled)
             calls.append(_Call(table, partition_key, sort_key, ops.GET, payload, read.consistent))
     results = await _fan_out(ctx, calls)
@@ -697,7 +711,7 @@ async def batch_write_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str
         table = tables[write.table]
         try:
             if write.item is not None:
-                key, partition_key, sort_key = schema.extract_key(write.item, table)
+                key, partition_key, sort_key = schema.extract_key(write.item, table.key_shape)
                 _check_index_keys(write.item, table)
                 payload: ops.PutPayload | ops.DeletePayload = ops.PutPayload(
                     write.item, write.item_bytes, global_indexes=_global_key_schemas(table)
@@ -705,7 +719,7 @@ async def batch_write_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str
                 op = ops.PUT
             else:
                 assert write.key is not None
-                partition_key, sort_key = schema.validate_key(write.key, table)
+                partition_key, sort_key = schema.validate_key(write.key, table.key_shape)
                 key = write.key
                 payload = ops.DeletePayload(write.key, global_indexes=_global_key_schemas(table))
                 op = ops.DELETE
@@ -727,7 +741,7 @@ async def batch_write_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str
     for write, call, result in zip(writes, calls, results, strict=True):
         if isinstance(result, dict):
             _add_write_units(capacity, write.table, result)
-            collection_key = {schema.hash_key(call.table)[0]: call.partition_key}
+            collection_key = _collection_key(call.table, call.partition_key)
             metrics = _collection_metrics(result, body, collection_key)
             if metrics is not None:
                 collection_metrics.setdefault(write.table, []).append(metrics)

@@ -27,7 +27,7 @@ from typing import Any
 
 import orjson
 
-from core import limits, partiql, schema, values
+from core import limits, partiql, values
 from core.errors import (
     ConditionalCheckFailed,
     DuplicateItem,
@@ -35,6 +35,7 @@ from core.errors import (
     TransactionCanceled,
     ValidationError,
 )
+from core.keys import KeyShape
 from core.partiql import KeyNames, ReadPlan, WritePlan, ast
 from core.partiql.planner import BATCH_KEY_READ, TRANSACTION_KEY_READ
 from core.size import item_size_bytes
@@ -99,18 +100,18 @@ async def _planned(
         values.validate_value(parameter, where=f"Parameters[{number}]")
     target = _statement_key(statement)
     table = await ctx.table(target.table)
-    keys = KeyNames(schema.hash_key(table)[0], _sort_name(table))
+    keys = _key_names(table.key_shape)
     if isinstance(statement, ast.Select) and target.index is not None:
         index = check_index(target.index, table)
         assert index is not None
-        own = index.key_shape
-        keys = KeyNames(own.partition_key.name, None if own.sort_key is None else own.sort_key.name)
+        keys = _key_names(index.key_shape)
     return statement, partiql.plan(statement, parameters, keys)
 
 
-def _sort_name(table: dict[str, Any]) -> str | None:
-    sort = schema.range_key(table)
-    return None if sort is None else sort[0]
+def _key_names(shape: KeyShape) -> KeyNames:
+    return KeyNames(
+        shape.partition_key.name, None if shape.sort_key is None else shape.sort_key.name
+    )
 
 
 def _with(request: dict[str, Any], **members: Any) -> dict[str, Any]:
@@ -125,7 +126,8 @@ def _add_capacity(
     if part is None:
         return total
     if total is None:
-        return orjson.loads(orjson.dumps(part))  # a copy the sums may change
+        copy: dict[str, Any] = orjson.loads(orjson.dumps(part))  # a copy the sums may change
+        return copy
     for name, value in part.items():
         if isinstance(value, int | float) and not isinstance(value, bool):
             total[name] = total.get(name, 0) + value

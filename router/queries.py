@@ -26,7 +26,6 @@ partition that actually answered, so no item is read twice or skipped.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from typing import Any
 
 from core import expressions, indexes, keycodec, limits, schema, values
@@ -37,7 +36,7 @@ from core.capacity import (
     query_read_units,
     read_consistency,
 )
-from core.catalog import IndexDef, IndexStatus
+from core.catalog import IndexDef, IndexStatus, PartitionDef
 from core.errors import (
     INVALID_PARAMETERS,
     DynamoError,
@@ -49,7 +48,7 @@ from core.expressions import legacy
 from core.keys import KeyShape
 from core.placement import segment_hash_range
 from core.size import check_key_value
-from router.context import TABLE_NOT_FOUND, RouterContext, global_index_view
+from router.context import TABLE_NOT_FOUND, RouterContext
 from router.items import add_capacity, capacity_mode
 from router.requests import (
     CONDITIONAL_OPERATORS,
@@ -61,10 +60,10 @@ from router.requests import (
     read_common,
     select_mode,
 )
+from router.routing import Route
 from rpc import ops
 
 Item = dict[str, Any]
-Partition = Mapping[str, Any]
 
 _STARTING_KEY_INVALID = "The provided starting key is invalid"
 
@@ -106,33 +105,32 @@ class _Walk:
     shape: KeyShape | None = None
 
 
-def _partition_below(partitions: list[Partition], bound: bytes | None) -> Partition:
+def _partition_below(partitions: list[PartitionDef], bound: bytes | None) -> PartitionDef:
     """The partition holding the greatest keys below `bound` (None: the last partition)."""
     if bound is None:
         return partitions[-1]
     chosen = partitions[0]
     for partition in partitions[1:]:
-        if bytes.fromhex(partition["start"]) >= bound:
+        if bytes.fromhex(partition.start) >= bound:
             break
         chosen = partition
     return chosen
 
 
-async def _current(ctx: RouterContext, table: dict[str, Any]) -> dict[str, Any]:
-    """The table's current descriptor (or, for a global index's, the index's as the table now
-    has it), failing as on a missing table if it was dropped meanwhile."""
-    current: dict[str, Any] | None = await ctx.table(table["name"])
-    index_name = table.get("index")
-    if current is not None and index_name is not None:
-        current = global_index_view(current, index_name, table["key_schema"])
-    if current is None or current["id"] != table["id"]:
+async def _current(ctx: RouterContext, table: Route) -> Route:
+    """The table's current route (or, for a global index's, the index's as the table now has
+    it), failing as on a missing table if it was dropped meanwhile."""
+    current: Route | None = await ctx.table(table.name)
+    if current is not None and table.index is not None:
+        current = current.global_index(table.index)
+    if current is None or current.id != table.id:
         raise ResourceNotFound(TABLE_NOT_FOUND)
     return current
 
 
 async def _walk(
     ctx: RouterContext,
-    table: dict[str, Any],
+    table: Route,
     walk: _Walk,
     start: Item | None,
 ) -> _Page:
@@ -145,33 +143,38 @@ async def _walk(
     page = _Page()
     # The cursor: a storage key (forward: where to go on from; backward: an exclusive upper
     # bound) and the key item to read after, None to read from the partition's edge.
-    shape = schema.key_shape(table) if walk.shape is None else walk.shape
+    shape = table.key_shape if walk.shape is None else walk.shape
     position = (
         shape.storage_key(start) if start is not None else (walk.low if walk.forward else walk.high)
     )
     after = start
     redirects = 0
     while True:
-        partitions = ctx.partition_map(table).partitions
+        partitions = table.partitions.partitions
         if walk.forward or after is not None:
             assert position is not None
-            partition = ctx.partition_map(table).lookup(position)
+            partition = table.partitions.lookup(position)
             # Ask about the part of the partition from the cursor on: if a split overtakes the
-            # request, the context resends it to the partition that holds this start.
-            target: Partition = dict(partition, start=position.hex())
+            # request, the context resends it to the partition that holds the cursor.
+            resend_at: bytes | None = position
         else:
-            partition = target = _partition_below(partitions, position)
+            partition, resend_at = _partition_below(partitions, position), None
         # The walk's own payload, whose paging moves with the cursor; each step sends its JSON.
         payload = walk.request
         payload.exclusive_start = after
         payload.limit = None if walk.limit is None else walk.limit - page.scanned
         payload.page_bytes = limits.QUERY_PAGE_BYTES_MAX - page.read_bytes
         reply = await ctx.call_partition(
-            table, target, walk.op, payload.to_json(), consistent=walk.consistent
+            table,
+            partition,
+            walk.op,
+            payload.to_json(),
+            consistent=walk.consistent,
+            start=resend_at,
         )
         # The partition that answered: the one asked about, or the one the context resent the
         # request to after a split.
-        answered: Partition = partition if reply["partition"] is target else reply["partition"]
+        answered: PartitionDef = reply["partition"]
         if answered is not partition:
             table = await _current(ctx, table)
             if not walk.forward and after is None and not _reaches(answered, position):
@@ -197,9 +200,11 @@ async def _walk(
         if reply["last_key"] is not None:
             page.last_key = reply["last_key"]
             return page
-        edge = answered["end"] if walk.forward else answered["start"]
+        edge = answered.end if walk.forward else answered.start
+        if edge is None:
+            return page  # Forward past the last partition: the walk's range is covered.
         if walk.forward:
-            covered = edge is None or (walk.high is not None and bytes.fromhex(edge) >= walk.high)
+            covered = walk.high is not None and bytes.fromhex(edge) >= walk.high
         else:
             covered = bytes.fromhex(edge) <= walk.low
         if covered:
@@ -208,13 +213,13 @@ async def _walk(
         # partition read to its end left room in the page.
         assert (walk.limit is None or page.scanned < walk.limit) and (
             page.read_bytes < limits.QUERY_PAGE_BYTES_MAX
-        ), f"partition {answered['id']} reached a page bound without naming its last key"
+        ), f"partition {answered.id} reached a page bound without naming its last key"
         position, after = bytes.fromhex(edge), None
 
 
-def _reaches(partition: Partition, bound: bytes | None) -> bool:
+def _reaches(partition: PartitionDef, bound: bytes | None) -> bool:
     """Whether `partition` holds the keys just below the exclusive upper bound `bound`."""
-    end = partition["end"]
+    end = partition.end
     if end is None:
         return True
     return bound is not None and bytes.fromhex(end) >= bound
@@ -252,33 +257,28 @@ class _Read:
     """What a Query or Scan reads: the table, a local index in the table's partitions, or a
     global index in partitions of its own.
 
-    `walked` is the descriptor the walk goes over (a global index's: its id and partitions, in a
-    table descriptor's shape), `shape` the key of what it reads (None: the table's items) and
-    `local` the local index the node reads entries of.
+    `walked` is the route the walk goes over (a global index's: its id and partitions), `shape`
+    the key of what it reads (None: the table's items) and `local` the local index the node reads
+    entries of.
     """
 
     index: IndexDef | None
-    walked: dict[str, Any]
+    walked: Route
     shape: KeyShape | None
     local: IndexDef | None
 
 
-def _what_to_read(
-    table: dict[str, Any], index_name: str | None, select: str, consistent: bool
-) -> _Read:
+def _what_to_read(table: Route, index_name: str | None, select: str, consistent: bool) -> _Read:
     """The table or index an IndexName names, refusing what a global index cannot answer."""
     index = check_index(index_name, table)
     if index is None:
         return _Read(None, table, None, None)
-    shape = indexes.entry_shape(index, schema.key_shape(table))
     if index.local:
-        return _Read(index, table, shape, index)
+        return _Read(index, table, indexes.entry_shape(index, table.key_shape), index)
     _check_global_read(index, select, consistent)
-    walked = global_index_view(
-        table, index.name, [[a.name, a.type, a.role] for a in shape.attributes]
-    )
-    assert walked is not None, "check_index found the index in the table"
-    return _Read(index, walked, shape, None)
+    walked = table.global_index(index.name)
+    assert walked is not None, "an ACTIVE global index has its storage id"
+    return _Read(index, walked, walked.key_shape, None)
 
 
 def _check_global_read(index: IndexDef, select: str, consistent: bool) -> None:
@@ -298,9 +298,7 @@ def _check_global_read(index: IndexDef, select: str, consistent: bool) -> None:
         )
 
 
-def _index_select(
-    table: Mapping[str, Any], index_name: str | None, select: str, body: dict[str, Any]
-) -> str:
+def _index_select(table: Route, index_name: str | None, select: str, body: dict[str, Any]) -> str:
     """The Select of a read of a global index: without Select and without a projection,
     DynamoDB returns what the index projects (ALL_PROJECTED_ATTRIBUTES), not ALL_ATTRIBUTES."""
     index = check_index(index_name, table)
@@ -314,9 +312,7 @@ def _index_select(
 _SELECTING_MEMBERS = ("Select", "ProjectionExpression", "AttributesToGet")
 
 
-def _needs_fetch(
-    index: IndexDef, table: Mapping[str, Any], select: str, compiled: _Expressions
-) -> bool:
+def _needs_fetch(index: IndexDef, table: Route, select: str, compiled: _Expressions) -> bool:
     """Whether reading `index` must fetch each entry's item from the table: the request returns
     all attributes or names one the index does not project, in its projection or its filter
     (seed 000 L-16, L-17; a filter reads the item's attributes like a projection does)."""
@@ -329,7 +325,7 @@ def _needs_fetch(
         names |= compiled.projection.top_level_attributes
     if compiled.filter is not None:
         names |= compiled.filter.top_level_attributes
-    return not indexes.projected(index, schema.key_shape(table), names)
+    return not indexes.projected(index, table.key_shape, names)
 
 
 def _index_starting_key(key: Item, shape: KeyShape) -> tuple[Any, Any]:
@@ -384,10 +380,10 @@ def _starting_key(raw: Item | None) -> Item | None:
         raise ValidationError(f"{_STARTING_KEY_INVALID}: {error.message}") from None
 
 
-def _check_starting_key(key: Item, table: Mapping[str, Any]) -> tuple[Any, Any]:
+def _check_starting_key(key: Item, table: Route) -> tuple[Any, Any]:
     """The (pk, sk) of an ExclusiveStartKey, which must be a key of the table."""
     try:
-        return schema.validate_key(key, table)
+        return schema.validate_key(key, table.key_shape)
     except DynamoError as error:
         raise ValidationError(f"{_STARTING_KEY_INVALID}: {error.message}") from None
 
@@ -501,7 +497,7 @@ async def scan(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
     select = _index_select(table, index_name, select, body)
     read = _what_to_read(table, index_name, select, consistent)
     index, shape, local = read.index, read.shape, read.local
-    check_key_paths(schema.key_names(table), compiled.filter, compiled.projection)
+    check_key_paths(table.key_shape.names, compiled.filter, compiled.projection)
     low, high = b"", None
     hash_start: int | None = None
     hash_end: int | None = None
@@ -617,8 +613,11 @@ async def query(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
     index, shape, local = read.index, read.shape, read.local
     if key_conditions is not None and key_condition_text is None:
         legacy.check_key_operators(key_conditions)
-    hash_name, hash_type = schema.hash_key(table)
-    sort = schema.range_key(table)
+    table_key = table.key_shape
+    hash_name, hash_type = table_key.partition_key.name, table_key.partition_key.type
+    sort = (
+        None if table_key.sort_key is None else (table_key.sort_key.name, table_key.sort_key.type)
+    )
     if index is not None:
         # The index's own key: a local index's is the table's partition key and its sort key, a
         # global index's its partition key and its sort key, if any.
@@ -665,7 +664,7 @@ async def query(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
             raise ValidationError(
                 "The provided starting key does not match the range key predicate"
             )
-    check_key_paths(schema.key_names(table), compiled.filter, compiled.projection)
+    check_key_paths(table.key_shape.names, compiled.filter, compiled.projection)
     if compiled.filter is not None:
         # DynamoDB serves key conditions from the key order; a filter on a key attribute would be
         # a key condition in disguise, and it refuses it.

@@ -29,6 +29,7 @@ import orjson
 from core import expressions, limits, values
 from core.catalog import IndexDef
 from core.errors import ValidationError
+from router.routing import Route
 
 # Enum members in the order DynamoDB lists them in "Member must satisfy enum value set" messages.
 RETURN_VALUES = ("ALL_NEW", "UPDATED_OLD", "ALL_OLD", "NONE", "UPDATED_NEW")
@@ -357,15 +358,15 @@ def check_conditional_operator(
         )
 
 
-def check_index(index_name: str | None, table: Mapping[str, Any]) -> IndexDef | None:
-    """The secondary index an IndexName names in the table descriptor `table` (None without an
-    IndexName), or DynamoDB's answer for a table without that index."""
+def check_index(index_name: str | None, table: Route) -> IndexDef | None:
+    """The secondary index an IndexName names in `table` (None without an IndexName), or
+    DynamoDB's answer for a table without that index."""
     if index_name is None:
         return None
-    for index in table.get("indexes", ()):
-        if index["name"] == index_name:
-            return IndexDef.from_json(index)
-    raise ValidationError(f"The table does not have the specified index: {index_name}")
+    index = table.indexes.get(index_name)
+    if index is None:
+        raise ValidationError(f"The table does not have the specified index: {index_name}")
+    return index
 
 
 def check_key_paths(

@@ -58,6 +58,7 @@ from core.capacity import (
     UnitKind,
     read_units,
 )
+from core.catalog import PartitionDef
 from core.errors import (
     DynamoError,
     InternalServerError,
@@ -85,6 +86,7 @@ from router.requests import (
     RequestReader,
     read_common,
 )
+from router.routing import Route
 from rpc import ops
 from rpc.machines import Driver, Handler
 from rpc.transactions import (
@@ -96,8 +98,6 @@ from rpc.transactions import (
 
 logger = logging.getLogger(__name__)
 
-Table = dict[str, Any]
-Partition = dict[str, Any]
 _ACTIONS = ("ConditionCheck", "Put", "Delete", "Update")
 # The node's op for each action.
 _ACTION_OPS = {
@@ -118,12 +118,12 @@ class _Action:
     """One action of a transaction, checked and ready to send."""
 
     table_name: str
-    table: Table
+    table: Route
     storage_key: bytes
     op: str
     body: dict[str, Any]
     size: int  # The item's size (a Put) or its key's, toward the request's 4 MB.
-    partition: Partition | None = None
+    partition: PartitionDef | None = None
 
 
 @dataclasses.dataclass
@@ -244,7 +244,7 @@ async def _checked_action(ctx: RouterContext, kind: str, member: dict[str, Any])
         item = values.validate_item(member["Item"])
         item_bytes = size = check_item_size(item)
         table = await ctx.table(table_name)
-        _, partition_key, sort_key = schema.extract_key(item, table)
+        _, partition_key, sort_key = schema.extract_key(item, table.key_shape)
         _check_index_keys(item, table)
         body = ops.PutPayload(
             item,
@@ -259,7 +259,7 @@ async def _checked_action(ctx: RouterContext, kind: str, member: dict[str, Any])
         key = values.validate_item(member["Key"], where="Key")
         size = item_size_bytes(key)
         table = await ctx.table(table_name)
-        partition_key, sort_key = schema.validate_key(key, table)
+        partition_key, sort_key = schema.validate_key(key, table.key_shape)
         if kind == "Update":
             body = ops.UpdatePayload(
                 key,
@@ -305,11 +305,11 @@ async def _checked_action(ctx: RouterContext, kind: str, member: dict[str, Any])
 class _Home:
     """Where a transaction's record is: a partition of a table."""
 
-    table: Table
-    partition: Partition
+    table: Route
+    partition: PartitionDef
 
     def ref(self) -> list[str]:
-        return [self.table["id"], self.partition["id"]]
+        return [self.table.id, self.partition.id]
 
 
 async def _record_call(
@@ -446,10 +446,10 @@ class _Coordination(_LedgerEffects):
         touched = set(record.nodes)
         ctx, actions = self.ctx, self.actions
 
-        async def prepare_on(table: Table, partition: Partition, indexes: list[int]) -> bool:
+        async def prepare_on(table: Route, partition: PartitionDef, indexes: list[int]) -> bool:
             """Prepare `indexes` on one partition; False if the partition has split or moved
             since the map was read (nothing was prepared: the items must be placed again)."""
-            touched.add(partition["node"])
+            touched.add(partition.node)
             payload = TxnPreparePayload(
                 record.attempt_id,
                 self.home.ref(),
@@ -499,12 +499,12 @@ class _Coordination(_LedgerEffects):
                     table = await ctx.table(actions[stale[0]].table_name)
                 except DynamoError:
                     return  # The table is gone: no vote, the transaction aborts.
-                if table["id"] != actions[stale[0]].table["id"]:
+                if table.id != actions[stale[0]].table.id:
                     return
-                regrouped: dict[str, tuple[Partition, list[int]]] = {}
+                regrouped: dict[str, tuple[PartitionDef, list[int]]] = {}
                 for index in stale:
-                    found = ctx.partition_map(table).lookup(actions[index].storage_key)
-                    regrouped.setdefault(found["id"], (found, []))[1].append(index)
+                    found = table.partitions.lookup(actions[index].storage_key)
+                    regrouped.setdefault(found.id, (found, []))[1].append(index)
                 placed = [(table, found, moved) for found, moved in regrouped.values()]
             logger.info(
                 "transaction %s: its partitions kept changing while it prepared", record.attempt_id
@@ -526,22 +526,22 @@ async def transact_write_items(ctx: RouterContext, body: dict[str, Any]) -> dict
     driver, and the answer is read from the record it ends with."""
     members = _read_write_request(body)
     actions = [await _checked_action(ctx, kind, member) for kind, member in members]
-    txn.check_distinct((action.table["id"], action.storage_key) for action in actions)
+    txn.check_distinct((action.table.id, action.storage_key) for action in actions)
     txn.check_request_bytes(sum(action.size for action in actions))
     groups: dict[tuple[str, str], list[int]] = {}
     for index, action in enumerate(actions):
-        action.partition = ctx.partition_map(action.table).lookup(action.storage_key)
-        groups.setdefault((action.table["id"], action.partition["id"]), []).append(index)
+        action.partition = action.table.partitions.lookup(action.storage_key)
+        groups.setdefault((action.table.id, action.partition.id), []).append(index)
     participants = []
     for indexes in groups.values():
         action = actions[indexes[0]]
         assert action.partition is not None
         participants.append(
             txn.Participant(
-                action.table["id"],
-                action.partition["id"],
-                action.partition["epoch"],
-                action.partition["node"],
+                action.table.id,
+                action.partition.id,
+                action.partition.epoch,
+                action.partition.node,
             )
         )
     token = body.get("ClientRequestToken")
@@ -553,11 +553,11 @@ async def transact_write_items(ctx: RouterContext, body: dict[str, Any]) -> dict
     else:
         record_id = txn.token_transaction_id(token)
         token_key = hashlib.sha256(token.encode()).digest()[:8]
-        home = _Home(first.table, ctx.partition_map(first.table).lookup(token_key))
+        home = _Home(first.table, first.table.partitions.lookup(token_key))
     coordination = _Coordination(ctx, home, actions, list(groups.values()))
     started = tm.new(
         record_id,
-        (home.table["id"], home.partition["id"]),
+        (home.table.id, home.partition.id),
         txn.request_digest(body),
         token is not None,
         participants,
@@ -641,7 +641,7 @@ def _collection_metrics(
     for action, cost in zip(actions, costs, strict=True):
         if action.op == "check" or cost is None or cost.collection_bytes is None:
             continue
-        key_name = schema.hash_key(action.table)[0]
+        key_name = action.table.key_shape.partition_key.name
         member = action.body["item"] if action.op == ops.PUT else action.body["key"]
         collection_key = {key_name: member[key_name]}
         sizes[action.table_name, orjson.dumps(collection_key)] = (
@@ -692,14 +692,14 @@ def _find_partition(ctx: RouterContext, table_id: str, partition_id: str) -> _Ho
     names it): a record is kept on the node, by record id, so any descendant still on that node
     addresses it. None if the catalog has neither."""
     for table in ctx.tables.values():
-        if table["id"] != table_id:
+        if table.id != table_id:
             continue
         parents = {
-            partition["id"]: partition.get("parent")
-            for partition in (*table.get("retired_partitions", ()), *table["partitions"])
+            partition.id: partition.parent
+            for partition in (*table.record.retired, *table.partition_defs)
         }
-        for partition in table["partitions"]:
-            ancestor: str | None = partition["id"]
+        for partition in table.partition_defs:
+            ancestor: str | None = partition.id
             while ancestor is not None:
                 if ancestor == partition_id:
                     return _Home(table, partition)
@@ -726,9 +726,7 @@ async def resolve(
     )
     known = ledger is not None and ledger.attempt == attempt
     nodes = holders if known else frozenset(ctx.clients)
-    loaded = tm.from_ledger(
-        ledger, record_id, attempt, (home.table["id"], home.partition["id"]), nodes
-    )
+    loaded = tm.from_ledger(ledger, record_id, attempt, (home.table.id, home.partition.id), nodes)
     record, failure = await _LedgerEffects(ctx, home).run(loaded, Event(RESTARTED))
     if record.state is not tm.TxnState.DONE:
         if isinstance(failure, DynamoError):
@@ -744,8 +742,8 @@ async def resolve(
 def _held_by(ctx: RouterContext, node: str) -> _Home | None:
     """A cached partition that `node` holds, or None."""
     for table in ctx.tables.values():
-        for partition in table["partitions"]:
-            if partition["node"] == node:
+        for partition in table.partition_defs:
+            if partition.node == node:
                 return _Home(table, partition)
     return None
 
@@ -824,7 +822,7 @@ async def transact_get_items(ctx: RouterContext, body: dict[str, Any]) -> dict[s
             member.attribute_map("Key", required=True)
     reader.check()
     assert items is not None
-    gets: list[tuple[str, Table, bytes, dict[str, Any]]] = []
+    gets: list[tuple[str, Route, bytes, dict[str, Any]]] = []
     for entry in items:
         get = entry["Get"]
         names = get.get("ExpressionAttributeNames")
@@ -834,16 +832,16 @@ async def transact_get_items(ctx: RouterContext, body: dict[str, Any]) -> dict[s
         expressions.check_unused(names, None, *compiled)
         key = values.validate_item(get["Key"], where="Key")
         table = await ctx.table(get["TableName"])
-        partition_key, sort_key = schema.validate_key(key, table)
+        partition_key, sort_key = schema.validate_key(key, table.key_shape)
         storage_key = encode_storage_key(partition_key, sort_key)
         request = {"key": key, "projection": projection, "names": names}
         gets.append((get["TableName"], table, storage_key, request))
-    txn.check_distinct((table["id"], storage_key) for _, table, storage_key, _ in gets)
+    txn.check_distinct((table.id, storage_key) for _, table, storage_key, _ in gets)
     groups: dict[tuple[str, str], list[int]] = {}
-    partitions: dict[tuple[str, str], tuple[Table, Partition]] = {}
+    partitions: dict[tuple[str, str], tuple[Route, PartitionDef]] = {}
     for index, (_, table, storage_key, _) in enumerate(gets):
-        partition = ctx.partition_map(table).lookup(storage_key)
-        ref = (table["id"], partition["id"])
+        partition = table.partitions.lookup(storage_key)
+        ref = (table.id, partition.id)
         groups.setdefault(ref, []).append(index)
         partitions[ref] = (table, partition)
 
@@ -879,7 +877,7 @@ async def transact_get_items(ctx: RouterContext, body: dict[str, Any]) -> dict[s
         conflicts = set()
         for ref, indexes in groups.items():
             before, after = previous[ref], current[ref]
-            if after["changed"] or before["partition"]["id"] != after["partition"]["id"]:
+            if after["changed"] or before["partition"].id != after["partition"].id:
                 conflicts.update(indexes)  # Written, or split, between the rounds.
                 continue
             for position, index in enumerate(indexes):
@@ -898,7 +896,7 @@ async def transact_get_items(ctx: RouterContext, body: dict[str, Any]) -> dict[s
 
 def _get_reply(
     body: dict[str, Any],
-    gets: Sequence[tuple[str, Table, bytes, dict[str, Any]]],
+    gets: Sequence[tuple[str, Route, bytes, dict[str, Any]]],
     groups: dict[tuple[str, str], list[int]],
     replies: dict[tuple[str, str], dict[str, Any]],
 ) -> dict[str, Any]:

@@ -46,6 +46,7 @@ from testcontainers.core.container import DockerContainer  # noqa: E402
 from testcontainers.core.image import DockerImage  # noqa: E402
 from testcontainers.core.network import Network  # noqa: E402
 
+from core.catalog import PartitionDef  # noqa: E402
 from core.keycodec import encode_storage_key  # noqa: E402
 from core.placement import HashRing, PartitionMap  # noqa: E402
 from router.context import RouterContext  # noqa: E402
@@ -476,7 +477,7 @@ def catalog_table(cluster: Cluster, table: str) -> dict[str, Any]:
         ctx = RouterContext(nodes, "test")
         try:
             await ctx.refresh()
-            return dict(ctx.tables[table])
+            return ctx.records[table].to_json()
         finally:
             await ctx.close()
 
@@ -502,10 +503,10 @@ def test_killed_node_fails_only_its_partitions_and_loses_no_acknowledged_write(
 
     # Which node holds each key: the table's partition map, as the router sees it.
     table = catalog_table(cluster, WORKLOAD_TABLE)
-    partition_map = PartitionMap(table["partitions"])
+    partition_map = PartitionMap(map(PartitionDef.from_json, table["partitions"]))
 
     def node_of(key: str) -> str:
-        return str(partition_map.lookup(encode_storage_key({"S": key}, None))["node"])
+        return partition_map.lookup(encode_storage_key({"S": key}, None)).node
 
     # Kill a node that holds some of the table but not the catalog: routers must keep serving the
     # other partitions from their cached map.

@@ -169,7 +169,8 @@ def stored_catalog(nodes: list[StorageNode]) -> dict[str, Any]:
         ctx = RouterContext({node.node_id: node.address for node in nodes}, "test")
         try:
             await ctx.refresh()
-            return {"tables": dict(ctx.tables), "catalog_node": ctx.catalog_node}
+            tables = {name: record.to_json() for name, record in ctx.records.items()}
+            return {"tables": tables, "catalog_node": ctx.catalog_node}
         finally:
             await ctx.close()
 

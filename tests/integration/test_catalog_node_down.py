@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from core.catalog import CATALOG_COPY_TABLE_ID, TableStatus
+from core.catalog import CATALOG_COPY_TABLE_ID, PartitionDef, TableStatus
 from core.catalog_copy import CATALOG_COPY_PARTITION_ID, CatalogCopy
 from core.errors import ServiceUnavailable, StaleEpoch
 from core.keycodec import encode_storage_key
@@ -114,10 +114,10 @@ def table_on_both_sides(
         name = create_active_table(client, table_name())
         stored = stored_catalog(cluster.nodes)
         home = stored["catalog_node"]
-        partitions = PartitionMap(stored["tables"][name]["partitions"])
+        partitions = PartitionMap(map(PartitionDef.from_json, stored["tables"][name]["partitions"]))
         keys = [f"key-{number}" for number in range(KEYS)]
         node_of = {
-            key: partitions.lookup(encode_storage_key({"S": key}, None))["node"] for key in keys
+            key: partitions.lookup(encode_storage_key({"S": key}, None)).node for key in keys
         }
         healthy = [key for key in keys if node_of[key] != home]
         down = [key for key in keys if node_of[key] == home]

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from core.catalog import PartitionDef
 from core.keycodec import encode_storage_key
 from core.placement import PartitionMap
 from dynalab.cluster import LocalCluster
@@ -65,10 +66,10 @@ def index_entries_by_node(cluster: LocalCluster, name: str) -> tuple[str, dict[s
     """The catalog's node, and how many of the items' index entries each node holds."""
     stored = stored_catalog(cluster.nodes)
     (index,) = stored["tables"][name]["indexes"]
-    partitions = PartitionMap(index["partitions"])
+    partitions = PartitionMap(map(PartitionDef.from_json, index["partitions"]))
     held: dict[str, int] = {}
     for number in range(ITEMS):
-        node = partitions.lookup(encode_storage_key({"S": f"g{number}"}, None))["node"]
+        node = partitions.lookup(encode_storage_key({"S": f"g{number}"}, None)).node
         held[node] = held.get(node, 0) + 1
     return stored["catalog_node"], held
 

@@ -16,6 +16,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from core import keycodec, limits
+from core.catalog import PartitionDef
 from core.placement import PartitionMap
 from dynalab.cluster import LocalCluster, StorageNode
 from tests.integration.conftest import (
@@ -481,7 +482,7 @@ def _catalog(cluster: LocalCluster) -> dict[str, Any]:
 @pytest.fixture
 def stopped_node(
     cluster: LocalCluster, dynamodb: Any, table_name: Callable[[], str]
-) -> Iterator[tuple[str, StorageNode, PartitionMap]]:
+) -> Iterator[tuple[str, StorageNode, PartitionMap[PartitionDef]]]:
     """A table with partitions on a node that is then killed, restarted after the test.
 
     The victim hosts some of the table's partitions but not the catalog, so the routers still
@@ -499,7 +500,7 @@ def stopped_node(
     victim = cluster.node(sorted(hosts)[0])
     victim.kill()
     try:
-        yield name, victim, PartitionMap(partitions)
+        yield name, victim, PartitionMap(map(PartitionDef.from_json, partitions))
     finally:
         victim.start()
         deadline = time.monotonic() + RECONNECT_S
@@ -512,13 +513,15 @@ def stopped_node(
                 time.sleep(0.2)
 
 
-def _on_node(partition_map: PartitionMap, item_key: dict[str, Any], node_id: str) -> bool:
+def _on_node(
+    partition_map: PartitionMap[PartitionDef], item_key: dict[str, Any], node_id: str
+) -> bool:
     storage_key = keycodec.encode_storage_key(item_key["pk"], item_key["sk"])
-    return bool(partition_map.lookup(storage_key)["node"] == node_id)
+    return partition_map.lookup(storage_key).node == node_id
 
 
 def test_batches_leave_the_keys_of_a_dead_node_unprocessed(
-    dynamodb: Any, stopped_node: tuple[str, StorageNode, PartitionMap]
+    dynamodb: Any, stopped_node: tuple[str, StorageNode, PartitionMap[PartitionDef]]
 ) -> None:
     name, victim, partition_map = stopped_node
     keys = [key(f"dead{i}", i) for i in range(25)]

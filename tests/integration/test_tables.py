@@ -28,6 +28,7 @@ from core import limits
 from core.errors import ResourceNotFound
 from dynalab.cluster import LocalCluster
 from router.context import RouterContext
+from router.routing import Route
 from rpc import ops
 from tests.integration.conftest import error_of
 
@@ -638,9 +639,9 @@ def get_body(key: str) -> dict[str, Any]:
     return {"key": {"pk": {"S": key}}, "consistent": True}
 
 
-async def scan_all(ctx: RouterContext, table: dict[str, Any]) -> list[dict[str, Any]]:
+async def scan_all(ctx: RouterContext, table: Route) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = []
-    for partition in ctx.partition_map(table).partitions:
+    for partition in table.partitions.partitions:
         body = {"select": "ALL_ATTRIBUTES", "page_bytes": limits.QUERY_PAGE_BYTES_MAX}
         reply = await ctx.call_partition(table, partition, ops.SCAN, body)
         assert reply["partition"] is partition
@@ -659,7 +660,7 @@ async def test_context_routes_every_key_to_its_partition(
         table = await ctx.table(name)
         # An on-demand table starts with several partitions, spread over the nodes; a key sent to
         # any but its own partition would be refused (a key outside a partition is a stale map).
-        assert len(ctx.partition_map(table)) > 1
+        assert len(table.partitions) > 1
         for i in range(40):
             await ctx.call_key(table, {"S": f"key-{i}"}, None, ops.PUT, put_body(f"key-{i}", i))
         for i in range(40):
@@ -692,18 +693,18 @@ async def test_context_follows_a_table_created_again(
         # and, the key schema being the same, writes to the new table.
         await ctx.call_key(old, {"S": "b"}, None, ops.PUT, put_body("b", 2))
         new = await ctx.table(name)
-        assert new["id"] != old["id"]
+        assert new.id != old.id
         reply = await ctx.call_key(new, {"S": "b"}, None, ops.GET, get_body("b"))
         assert reply["item"] == {"pk": {"S": "b"}, "n": {"N": "2"}}
         assert (await ctx.call_key(new, {"S": "a"}, None, ops.GET, get_body("a")))["item"] is None
 
         # A scan of a partition of the old table is answered by the new table's partition that
         # holds the same start bound.
-        stale_partition = ctx.partition_map(old).partitions[0]
+        stale_partition = old.partitions.partitions[0]
         body = {"select": "ALL_ATTRIBUTES", "page_bytes": limits.QUERY_PAGE_BYTES_MAX}
         reply = await ctx.call_partition(old, stale_partition, ops.SCAN, body)
-        assert reply["partition"] in new["partitions"]
-        assert reply["partition"]["start"] == stale_partition["start"]
+        assert reply["partition"] in new.partition_defs
+        assert reply["partition"].start == stale_partition.start
     finally:
         await ctx.close()
 

@@ -16,6 +16,7 @@ import pytest
 
 from core import keycodec, limits
 from core import transactions as txn
+from core.catalog import PartitionDef
 from core.placement import PartitionMap
 from dynalab.cluster import LocalCluster
 from rpc import ops
@@ -62,15 +63,20 @@ def balance(dynamodb: Any, table: str, pk: str) -> int | None:
     return None if item is None else int(item["balance"]["N"])
 
 
+def _holding(record: dict[str, Any], storage_key: bytes) -> dict[str, Any]:
+    """The PARTITION document of the table `record` that holds `storage_key`."""
+    return next(p for p in record["partitions"] if PartitionDef.from_json(p).holds(storage_key))
+
+
 def keys_on_distinct_nodes(cluster: LocalCluster, table: str, count: int) -> list[str]:
     """Partition key values whose items live on `count` different nodes."""
     record = stored_catalog(cluster.nodes)["tables"][table]
-    partition_map = PartitionMap(record["partitions"])
+    partition_map = PartitionMap(map(PartitionDef.from_json, record["partitions"]))
     chosen: dict[str, str] = {}
     for number in range(1000):
         pk = f"account-{number}"
         storage_key = keycodec.encode_storage_key({"S": pk}, None)
-        node = partition_map.lookup(storage_key)["node"]
+        node = partition_map.lookup(storage_key).node
         chosen.setdefault(node, pk)
         if len(chosen) == count:
             return list(chosen.values())
@@ -310,7 +316,7 @@ def test_a_prepared_item_refuses_single_item_writes(
     record = stored_catalog(cluster.nodes)["tables"][table]
     pk = "locked"
     storage_key = keycodec.encode_storage_key({"S": pk}, None)
-    partition = PartitionMap(record["partitions"]).lookup(storage_key)
+    partition = _holding(record, storage_key)
     address = cluster.node(partition["node"]).address
 
     async def prepare() -> dict[str, Any]:
@@ -386,9 +392,7 @@ def test_a_prepared_transaction_commits_through_a_real_split(
     children (the locks and the record stayed on the node) and both items are written."""
     name = create_active_table(dynamodb, table_name(), range_key=("sk", "N"))
     record = stored_catalog(cluster.nodes)["tables"][name]
-    partition = PartitionMap(record["partitions"]).lookup(
-        keycodec.encode_storage_key({"S": "one"}, None)
-    )
+    partition = _holding(record, keycodec.encode_storage_key({"S": "one"}, None))
     address = cluster.node(partition["node"]).address
     items = [{**key("one"), "sk": {"N": str(number)}, "v": {"S": "new"}} for number in (1, 9)]
     attempt = txn.Record(

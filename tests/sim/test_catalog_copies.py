@@ -39,10 +39,10 @@ def copier(cluster: SimCluster, node_id: str) -> CatalogCopier:
 
 def key_on(router: RouterContext, name: str, node_ids: list[str]) -> dict[str, Any]:
     """A key of table `name` whose partition is on one of `node_ids`."""
-    partitions = router.partition_map(router.tables[name])
+    partitions = router.tables[name].partitions
     for number in range(1000):
         key = {"pk": {"S": f"key-{number}"}}
-        if partitions.lookup(encode_storage_key(key["pk"], None))["node"] in node_ids:
+        if partitions.lookup(encode_storage_key(key["pk"], None)).node in node_ids:
             return key
     raise AssertionError(f"no key of {name} on {node_ids}")
 

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from core import limits
+from core.catalog import PartitionDef
 from core.errors import DynamoError
 from core.keycodec import encode_storage_key
 from router import items
@@ -153,7 +154,7 @@ async def resolve_everything(cluster: SimCluster, router: int = 1) -> None:
 
 def nodes_of_bank(cluster: SimCluster) -> set[str]:
     table = cluster.routers[0].tables["Bank"]
-    return {partition["node"] for partition in table["partitions"]}
+    return {partition.node for partition in table.partition_defs}
 
 
 def spread_seed(start: int) -> int:
@@ -189,7 +190,7 @@ def test_a_router_or_node_killed_at_any_step_leaves_all_or_nothing(
 
         def node_of(number: int) -> str:
             storage_key = encode_storage_key(account(number)["pk"], None)
-            return str(dying.partition_map(table).lookup(storage_key)["node"])
+            return table.partitions.lookup(storage_key).node
 
         source = 0
         target = next(n for n in range(1, 500) if node_of(n) != node_of(source))
@@ -284,7 +285,7 @@ class PausingAtDecide:
 
 
 def partition_ids(cluster: SimCluster, router: int = 1) -> set[str]:
-    return {partition["id"] for partition in cluster.routers[router].tables["Bank"]["partitions"]}
+    return {partition.id for partition in cluster.routers[router].tables["Bank"].partition_defs}
 
 
 @pytest.mark.parametrize("die", [False, True])
@@ -363,18 +364,19 @@ def test_a_prepare_sent_to_a_partition_that_split_is_placed_again(seed: int) -> 
 def test_the_resolver_finds_a_record_through_the_split_lineage() -> None:
     """A lock names its record's partition as it was at the prepare; after that partition split
     (twice here) a serving descendant addresses the record's node."""
-    ctx: Any = SimpleNamespace(
-        tables={
-            "Bank": {
-                "id": "t1",
-                "partitions": [{"id": "c", "parent": "b"}, {"id": "d", "parent": "b"}],
-                "retired_partitions": [{"id": "b", "parent": "a"}],
-            }
-        }
+
+    def partition(partition_id: str, parent: str) -> PartitionDef:
+        return PartitionDef(partition_id, "", None, 1, "n1", parent=parent)
+
+    bank = SimpleNamespace(
+        id="t1",
+        partition_defs=(partition("c", "b"), partition("d", "b")),
+        record=SimpleNamespace(retired=(partition("b", "a"),)),
     )
+    ctx: Any = SimpleNamespace(tables={"Bank": bank})
     for gone in ("a", "b", "c"):
         home = coordinator._find_partition(ctx, "t1", gone)
-        assert home is not None and home.partition["id"] == "c"
+        assert home is not None and home.partition.id == "c"
     assert coordinator._find_partition(ctx, "t1", "unknown") is None
     assert coordinator._find_partition(ctx, "t2", "a") is None
 

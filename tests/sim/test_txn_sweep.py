@@ -154,8 +154,7 @@ def account(number: int) -> dict[str, Any]:
 
 def node_of(router: RouterContext, key: dict[str, Any]) -> str:
     table = router.tables["Bank"]
-    partition = router.partition_map(table).lookup(encode_storage_key(key["pk"], None))
-    return str(partition["node"])
+    return table.partitions.lookup(encode_storage_key(key["pk"], None)).node
 
 
 def tagged(number: int, keys: list[dict[str, Any]], failing: dict[str, Any] | None) -> Any:

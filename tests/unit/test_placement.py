@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections import Counter
 from itertools import pairwise
-from typing import Any
 
 import pytest
 
 from core import limits
+from core.catalog import PartitionDef
 from core.errors import InternalServerError, ServiceUnavailable, ValidationError
 from core.keycodec import HASH_SPACE, encode_key_value, encode_storage_key, key_hash
 from core.placement import (
@@ -22,9 +22,9 @@ from core.placement import (
 )
 
 
-def _partitions(ranges: list[tuple[str, str | None]]) -> list[dict[str, Any]]:
+def _partitions(ranges: list[tuple[str, str | None]]) -> list[PartitionDef]:
     return [
-        {"id": f"p{i}", "start": start, "end": end, "epoch": 1, "node": "n1"}
+        PartitionDef(id=f"p{i}", start=start, end=end, epoch=1, node="n1")
         for i, (start, end) in enumerate(ranges)
     ]
 
@@ -97,13 +97,13 @@ def test_hash_bound() -> None:
 def test_lookup_follows_the_hash_prefix() -> None:
     partition_map = PartitionMap(_partitions(initial_ranges(4)))
     quarter = HASH_SPACE // 4
-    assert partition_map.lookup(_key_with_hash(0))["id"] == "p0"
-    assert partition_map.lookup(_key_with_hash(quarter - 1))["id"] == "p0"
+    assert partition_map.lookup(_key_with_hash(0)).id == "p0"
+    assert partition_map.lookup(_key_with_hash(quarter - 1)).id == "p0"
     # A key whose hash equals a bound sorts after the bound: it belongs to the range starting there.
-    assert partition_map.lookup(_key_with_hash(quarter))["id"] == "p1"
-    assert partition_map.lookup(_key_with_hash(2 * quarter + 5))["id"] == "p2"
-    assert partition_map.lookup(_key_with_hash(HASH_SPACE - 1))["id"] == "p3"
-    assert partition_map.lookup(b"")["id"] == "p0"
+    assert partition_map.lookup(_key_with_hash(quarter)).id == "p1"
+    assert partition_map.lookup(_key_with_hash(2 * quarter + 5)).id == "p2"
+    assert partition_map.lookup(_key_with_hash(HASH_SPACE - 1)).id == "p3"
+    assert partition_map.lookup(b"").id == "p0"
     assert len(partition_map) == 4
 
 
@@ -112,7 +112,7 @@ def test_lookup_of_real_keys_matches_their_hash() -> None:
     for i in range(200):
         pk = {"S": f"user#{i}"}
         expected = key_hash(pk) * 8 // HASH_SPACE
-        assert partition_map.lookup(encode_storage_key(pk, {"N": str(i)}))["id"] == f"p{expected}"
+        assert partition_map.lookup(encode_storage_key(pk, {"N": str(i)})).id == f"p{expected}"
 
 
 def test_a_split_inside_an_item_collection() -> None:
@@ -121,20 +121,20 @@ def test_a_split_inside_an_item_collection() -> None:
     pk = {"S": "hot"}
     split = encode_storage_key(pk, {"N": "500"})
     partition_map = PartitionMap(_partitions([("", split.hex()), (split.hex(), None)]))
-    assert partition_map.lookup(encode_storage_key(pk, {"N": "499.9"}))["id"] == "p0"
-    assert partition_map.lookup(encode_storage_key(pk, {"N": "500"}))["id"] == "p1"
-    assert partition_map.lookup(encode_storage_key(pk, {"N": "1E100"}))["id"] == "p1"
+    assert partition_map.lookup(encode_storage_key(pk, {"N": "499.9"})).id == "p0"
+    assert partition_map.lookup(encode_storage_key(pk, {"N": "500"})).id == "p1"
+    assert partition_map.lookup(encode_storage_key(pk, {"N": "1E100"})).id == "p1"
     negative = encode_storage_key(pk, None) + encode_key_value({"N": "-1"})
-    assert partition_map.lookup(negative)["id"] == "p0"
+    assert partition_map.lookup(negative).id == "p0"
     # The item collection's prefix itself sorts before all of its items.
-    assert partition_map.lookup(encode_storage_key(pk, None))["id"] == "p0"
+    assert partition_map.lookup(encode_storage_key(pk, None)).id == "p0"
 
 
 def test_partitions_are_sorted_by_start() -> None:
     partitions = _partitions(initial_ranges(4))
     partition_map = PartitionMap(reversed(partitions))
-    assert [p["id"] for p in partition_map.partitions] == ["p0", "p1", "p2", "p3"]
-    assert find_partition(partitions[::-1], _key_with_hash(HASH_SPACE - 1))["id"] == "p3"
+    assert [p.id for p in partition_map.partitions] == ["p0", "p1", "p2", "p3"]
+    assert find_partition(partitions[::-1], _key_with_hash(HASH_SPACE - 1)).id == "p3"
 
 
 @pytest.mark.parametrize(
@@ -160,7 +160,7 @@ def test_overlapping_hash_ranges() -> None:
     quarter = HASH_SPACE // 4
 
     def ids(start: int | None, end: int | None) -> list[str]:
-        return [p["id"] for p in partition_map.overlapping(start, end)]
+        return [p.id for p in partition_map.overlapping(start, end)]
 
     assert ids(None, None) == ["p0", "p1", "p2", "p3"]
     assert ids(0, quarter) == ["p0"]
@@ -178,9 +178,9 @@ def test_overlapping_includes_partitions_split_inside_a_hash() -> None:
     # Splits inside one item collection put bounds past the 8-byte hash prefix.
     split = _key_with_hash(100)
     partition_map = PartitionMap(_partitions([("", split.hex()), (split.hex(), None)]))
-    assert [p["id"] for p in partition_map.overlapping(100, 101)] == ["p0", "p1"]
-    assert [p["id"] for p in partition_map.overlapping(0, 100)] == ["p0"]
-    assert [p["id"] for p in partition_map.overlapping(101, None)] == ["p1"]
+    assert [p.id for p in partition_map.overlapping(100, 101)] == ["p0", "p1"]
+    assert [p.id for p in partition_map.overlapping(0, 100)] == ["p0"]
+    assert [p.id for p in partition_map.overlapping(101, None)] == ["p1"]
 
 
 # Scan segments ---------------------------------------------------------------------------------

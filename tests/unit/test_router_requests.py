@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
 
 from core import expressions
+from core.catalog import IndexDef
 from core.errors import ValidationError
 from router import tags
 from router.requests import (
@@ -232,17 +234,17 @@ def test_conditional_operator_needs_two_conditions() -> None:
 
 
 def test_index_names_are_refused_while_tables_have_no_indexes() -> None:
-    table = {
-        "indexes": [
-            {
-                "name": "byDate",
-                "key": [["pk", "S", "partition"], ["date", "S", "sort"]],
-                "projection": "ALL",
-                "status": "ACTIVE",
-                "local": True,
-            }
-        ]
-    }
+    by_date = IndexDef.from_json(
+        {
+            "name": "byDate",
+            "key": [["pk", "S", "partition"], ["date", "S", "sort"]],
+            "projection": "ALL",
+            "status": "ACTIVE",
+            "local": True,
+        }
+    )
+    # check_index reads a route's indexes by name (`router.routing.Route.indexes`).
+    table: Any = SimpleNamespace(indexes={"byDate": by_date})
     assert check_index(None, table) is None
     found = check_index("byDate", table)
     assert found is not None and found.local and found.key_shape.names == ("pk", "date")
@@ -250,7 +252,7 @@ def test_index_names_are_refused_while_tables_have_no_indexes() -> None:
         check_index("byOwner", table)
     assert raised.value.message == "The table does not have the specified index: byOwner"
     with pytest.raises(ValidationError):
-        check_index("byOwner", {})
+        check_index("byOwner", cast(Any, SimpleNamespace(indexes={})))
 
 
 def test_key_identity_ignores_attribute_order() -> None:

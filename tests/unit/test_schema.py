@@ -213,14 +213,18 @@ def test_key_helpers_of_a_simple_key() -> None:
 
 def test_extract_key_of_an_item() -> None:
     item = {"pk": {"S": "a"}, "sk": {"N": "1"}, "other": {"BOOL": True}}
-    key, partition_key, sort_key = schema.extract_key(item, table(("pk", "S"), ("sk", "N")))
+    key, partition_key, sort_key = schema.extract_key(
+        item, schema.key_shape(table(("pk", "S"), ("sk", "N")))
+    )
     assert key == {"pk": {"S": "a"}, "sk": {"N": "1"}}
     assert partition_key == {"S": "a"}
     assert sort_key == {"N": "1"}
 
 
 def test_extract_key_without_sort_key() -> None:
-    key, partition_key, sort_key = schema.extract_key({"pk": {"N": "5"}}, table(("pk", "N")))
+    key, partition_key, sort_key = schema.extract_key(
+        {"pk": {"N": "5"}}, schema.key_shape(table(("pk", "N")))
+    )
     assert (key, partition_key, sort_key) == ({"pk": {"N": "5"}}, {"N": "5"}, None)
 
 
@@ -250,17 +254,22 @@ def test_extract_key_without_sort_key() -> None:
 )
 def test_extract_key_errors(item: dict[str, Any], message: str) -> None:
     with pytest.raises(ValidationError) as raised:
-        schema.extract_key(item, table(("pk", "S"), ("sk", "N")))
+        schema.extract_key(item, schema.key_shape(table(("pk", "S"), ("sk", "N"))))
     assert raised.value.message == message
 
 
 def test_validate_key() -> None:
     described = table(("pk", "S"), ("sk", "B"))
-    assert schema.validate_key({"sk": {"B": "AA=="}, "pk": {"S": "a"}}, described) == (
+    assert schema.validate_key(
+        {"sk": {"B": "AA=="}, "pk": {"S": "a"}}, schema.key_shape(described)
+    ) == (
         {"S": "a"},
         {"B": "AA=="},
     )
-    assert schema.validate_key({"pk": {"S": "a"}}, table(("pk", "S"))) == ({"S": "a"}, None)
+    assert schema.validate_key({"pk": {"S": "a"}}, schema.key_shape(table(("pk", "S")))) == (
+        {"S": "a"},
+        None,
+    )
 
 
 @pytest.mark.parametrize(
@@ -277,14 +286,14 @@ def test_validate_key() -> None:
 )
 def test_validate_key_that_does_not_match_the_schema(key: dict[str, Any]) -> None:
     with pytest.raises(ValidationError) as raised:
-        schema.validate_key(key, table(("pk", "S"), ("sk", "N")))
+        schema.validate_key(key, schema.key_shape(table(("pk", "S"), ("sk", "N"))))
     assert raised.value.message == "The provided key element does not match the schema"
 
 
 def test_validate_key_with_an_oversized_sort_key() -> None:
     key = {"pk": {"S": "a"}, "sk": {"S": "x" * (limits.SORT_KEY_BYTES_MAX + 1)}}
     with pytest.raises(ValidationError) as raised:
-        schema.validate_key(key, table(("pk", "S"), ("sk", "S")))
+        schema.validate_key(key, schema.key_shape(table(("pk", "S"), ("sk", "S"))))
     assert raised.value.message == (
         INVALID + "Aggregated size of all range keys has exceeded the size limit of 1024 bytes"
     )
