@@ -109,7 +109,8 @@ class RouterContext:
         `connect` makes the transport to one node from its address: gRPC's `NodeClient` by
         default; a simulation passes `rpc.local.LocalNetwork.connect`. `state_dir`, if given,
         holds this router's copy of the catalog (`router.catalog_copy`). `crash_points` are the
-        table machine's driver's (`rpc.machines`): by default those DYNALAB_HOLD_AT names.
+        drivers' of the machines a router runs (`rpc.machines`: a table's lifecycle, a
+        transaction's coordination): by default those DYNALAB_HOLD_AT names.
         """
         if not nodes:
             raise ValueError("a router needs at least one storage node")

@@ -11,14 +11,17 @@ import signal
 import threading
 import time
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from botocore.exceptions import BotoCoreError, ClientError
 
 from core import limits
+from core.machines.transaction import NAME as TXN
 from dynalab.cluster import LocalCluster
 from tests.integration.conftest import create_active_table, dynamodb_client
+from tests.integration.crash_points import KillAt, hold_environment
 
 ACCOUNTS = 8
 OPENING_BALANCE = 100
@@ -274,3 +277,68 @@ def test_items_are_writable_again_seconds_after_the_router_dies(
             thread.join(timeout=30)
         victim.start()
     assert not any(thread.is_alive() for thread in threads)
+
+
+# The points of the transaction machine a real router is killed at: before its decision is
+# durable (every item locked, the ledger PENDING), and after (the ledger COMMITTED, nothing
+# applied yet).
+KILL_POINTS = {"prepared": False, "committing": True}
+EXIT_WAIT_SECONDS = 30.0
+
+
+@pytest.mark.parametrize("point", sorted(KILL_POINTS))
+def test_a_router_killed_at_a_point_of_the_transaction_machine(
+    cluster: LocalCluster, table_name: Any, point: str, tmp_path: Path
+) -> None:
+    """The coordinating router is held by its driver at `point` (DYNALAB_HOLD_AT, the one hook of
+    every machine) and killed there with SIGKILL; the other router's resolver ends the
+    transaction from its ledger: aborted and released before the decision, applied after."""
+    victim, survivor = cluster.routers
+    client = dynamodb_client(survivor.url)
+    table = create_active_table(client, table_name())
+    for number in range(2):
+        client.put_item(
+            TableName=table, Item={**account(number), "balance": {"N": str(OPENING_BALANCE)}}
+        )
+    victim.stop()
+    with pytest.MonkeyPatch.context() as environment:
+        for name, value in hold_environment(tmp_path, point, machine=TXN).items():
+            environment.setenv(name, value)
+        victim.start()
+    try:
+        with KillAt(victim, tmp_path, point, machine=TXN) as kill, pytest.raises(BotoCoreError):
+            dynamodb_client(victim.url).transact_write_items(
+                TransactItems=transfer_items(table, 0, 1, 30)
+            )
+        assert kill.killed and victim.process is not None
+        assert victim.process.wait(EXIT_WAIT_SECONDS) == -9
+        expected = [70, 130] if KILL_POINTS[point] else [OPENING_BALANCE] * 2
+        deadline = time.monotonic() + SETTLE_SECONDS_MAX
+        while _locked_accounts_unchanged(client, table) is None:
+            assert time.monotonic() < deadline, f"accounts still locked after the kill at {point}"
+            time.sleep(POLL_SECONDS)
+        assert _locked_accounts_unchanged(client, table) == expected
+    finally:
+        victim.kill()  # If it was not (a failure before the kill), with its hold set.
+        victim.start()
+
+
+def _locked_accounts_unchanged(client: Any, table: str) -> list[int] | None:
+    """The two accounts' balances once both take a single-item write (written back unchanged);
+    None while either is locked by a transaction."""
+    balances = []
+    for number in range(2):
+        item = client.get_item(TableName=table, Key=account(number), ConsistentRead=True)["Item"]
+        balance = item["balance"]["N"]
+        try:
+            client.put_item(
+                TableName=table,
+                Item={**account(number), "balance": {"N": balance}},
+                ConditionExpression="balance = :b",
+                ExpressionAttributeValues={":b": {"N": balance}},
+            )
+        except ClientError as error:
+            assert error.response["Error"]["Code"] == "TransactionConflictException", error
+            return None
+        balances.append(int(balance))
+    return balances
