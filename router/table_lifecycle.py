@@ -109,7 +109,9 @@ def _index_of(record: TableRecord) -> IndexDef:
 class _Handlers:
     """The effects of one run of a flow, for its router."""
 
-    def __init__(self, ctx: RouterContext, first: TableChange | None, marked: Marked | None):
+    def __init__(
+        self, ctx: RouterContext, first: TableChange | None, marked: Marked | None
+    ) -> None:
         self.ctx = ctx
         self.first = first
         self.marked = marked
@@ -539,6 +541,10 @@ class TableReconciler:
     def __init__(self, ctx: RouterContext) -> None:
         self.ctx = ctx
         self._since: dict[tuple[str, TableState, str | None], float] = {}
+        # The online indexes (table id, index name) whose partitions this reconciler created:
+        # the row shows them CREATING until the GSI replicator starts their backfill, which is
+        # not this router's to wait for, so they are not created again meanwhile.
+        self._placed: set[tuple[str, str | None]] = set()
         self._next_prune = 0.0
 
     def stalled(self, tables: Iterable[TableDef], now: float) -> list[TableRecord]:
@@ -547,7 +553,7 @@ class TableReconciler:
         pending: dict[tuple[str, TableState, str | None], TableRecord] = {}
         for table in tables:
             record = table_machine.recovered(table)
-            if record is not None:
+            if record is not None and (table.id, record.index_name) not in self._placed:
                 pending[(table.id, record.state, record.index_name)] = record
         self._since = {key: self._since.get(key, now) for key in pending}
         return [
@@ -566,9 +572,12 @@ class TableReconciler:
             record.state,
         )
         try:
-            await run(self.ctx, record, event=RESTARTED)
+            ended = await run(self.ctx, record, event=RESTARTED)
         except DynamoError as error:
             log.warning("could not finish table %s yet: %s", record.name, error)
+            return
+        if ended.state == TableState.INDEX_PLACED:
+            self._placed.add((_known(ended).id, ended.index_name))
 
     async def reconcile(self) -> None:
         """One look at the cached catalog (the context re-reads it every second on its own, so

@@ -285,3 +285,35 @@ def test_the_sweep_covers_every_state_of_every_flow_that_succeeds() -> None:
             passed.add(record.state)
             event = Event(effects[0].done)
     assert passed == {point for points in FLOWS.values() for point in points}
+
+
+def test_an_index_whose_partitions_a_reconciler_created_is_left_to_its_backfill() -> None:
+    """The row shows an online index CREATING until the GSI replicator starts its backfill (none
+    runs here): a reconciler that created its partitions once does not create them again."""
+
+    async def scenario(cluster: SimCluster) -> None:
+        await set_up(cluster, "add_index")
+        doomed = cluster.routers[0]
+        doomed.crash_points = DieAt(TableState.INDEX_CREATING)
+        with pytest.raises(Died):
+            await request(doomed, "add_index")
+        fresh = cluster.add_router()
+        reconciler = TableReconciler(fresh)
+        recovered: list[TableState] = []
+        recover = reconciler.recover
+
+        async def counted(record: TableRecord) -> None:
+            recovered.append(record.state)
+            await recover(record)
+
+        reconciler.recover = counted  # type: ignore[method-assign]
+        clock: Any = fresh.sources.clock
+        for _ in range(4):
+            await fresh.refresh()
+            await reconciler.reconcile()
+            clock.advance(limits.TABLE_TRANSITION_STALL_SECONDS)
+        assert recovered == [TableState.INDEX_CREATING]
+        row = await fresh.read_table(NAME)
+        assert stored(cluster) == named(row)
+
+    run(0, scenario)
