@@ -77,6 +77,21 @@ class IllegalTransition(InternalServerError):
     """A change that the transition tables do not allow: a bug in the caller, never bad input."""
 
 
+class TableClass(enum.StrEnum):
+    """A table's storage class (TableClass). dynalab stores both alike; the class is recorded
+    and described, as DynamoDB's is, for the applications and tools that set it."""
+
+    STANDARD = "STANDARD"
+    STANDARD_INFREQUENT_ACCESS = "STANDARD_INFREQUENT_ACCESS"
+
+
+# DeleteTable of a table with DeletionProtectionEnabled (DynamoDB's ValidationException).
+DELETION_PROTECTED = (
+    "Resource cannot be deleted as it is currently protected against deletion. "
+    "Disable deletion protection first."
+)
+
+
 class TableStatus(enum.StrEnum):
     """A table's TableStatus, as DynamoDB spells it."""
 
@@ -483,6 +498,12 @@ class TableDef:
     stream: StreamDef | None = None
     # Disabled streams a newer one replaced, kept readable for the retention after disabling.
     previous_streams: tuple[StreamDef, ...] = ()
+    # DeletionProtectionEnabled: DeleteTable is refused while it is set.
+    deletion_protection: bool = False
+    # TableClass, once a request named one (None: never named, and DescribeTable shows no
+    # TableClassSummary, as DynamoDB's does not), and when UpdateTable last changed it.
+    table_class: TableClass | None = None
+    table_class_updated: float | None = None
     version: int = 0
     _json: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
@@ -535,6 +556,9 @@ class TableDef:
             "tags": [[key, value] for key, value in self.tags],
             "stream": None if self.stream is None else self.stream.to_json(),
             "previous_streams": [stream.to_json() for stream in self.previous_streams],
+            "deletion_protection": self.deletion_protection,
+            "table_class": None if self.table_class is None else self.table_class.value,
+            "table_class_updated": self.table_class_updated,
             "version": self.version,
         }
         object.__setattr__(self, "_json", document)
@@ -549,6 +573,7 @@ class TableDef:
         changes = document.get("throughput_changes") or {}
         ttl = document.get("ttl")
         stream = document.get("stream")
+        table_class = document.get("table_class")
         return cls(
             name=document["name"],
             id=document["id"],
@@ -579,6 +604,9 @@ class TableDef:
             previous_streams=tuple(
                 StreamDef.from_json(previous) for previous in document.get("previous_streams", ())
             ),
+            deletion_protection=bool(document.get("deletion_protection", False)),
+            table_class=None if table_class is None else TableClass(table_class),
+            table_class_updated=document.get("table_class_updated"),
             version=int(document.get("version", 0)),
         )
 
@@ -609,10 +637,13 @@ def created(
     indexes: tuple[IndexDef, ...] = (),
     tags: Sequence[tuple[str, str]] = (),
     stream_view_type: StreamViewType | None = None,
+    deletion_protection: bool = False,
+    table_class: TableClass | None = None,
 ) -> TableDef:
     """A new table, CREATING, created at `now`, with as many partitions as its throughput needs,
     the secondary indexes given at creation (`indexes`), CreateTable's `tags` (as `tagged`
-    adds them) and, with `stream_view_type`, an enabled stream.
+    adds them), with `stream_view_type` an enabled stream, and CreateTable's
+    DeletionProtectionEnabled and TableClass.
 
     The partitions split the hash space evenly, each at epoch 1 with an equal share of the
     throughput, on the node `owner` picks for its id.
@@ -640,7 +671,29 @@ def created(
         stream=None
         if stream_view_type is None
         else StreamDef(stream_label(now, None), stream_view_type, now),
+        deletion_protection=deletion_protection,
+        table_class=table_class,
     )
+
+
+def settings_updated(
+    table: TableDef,
+    *,
+    deletion_protection: bool | None,
+    table_class: TableClass | None,
+    now: float,
+) -> TableDef:
+    """UpdateTable's DeletionProtectionEnabled and TableClass (None: not in the request). Both
+    change the table's record only: no node holds either, so the table needs no UPDATING phase.
+    A TableClass the table already has is recorded as named without a new update time."""
+    changes: dict[str, Any] = {}
+    if deletion_protection is not None:
+        changes["deletion_protection"] = deletion_protection
+    if table_class is not None:
+        changes["table_class"] = table_class
+        if table_class != (table.table_class or TableClass.STANDARD):
+            changes["table_class_updated"] = now
+    return _changed(table, **changes)
 
 
 def activated(table: TableDef) -> TableDef:
@@ -666,6 +719,9 @@ def deleting(table: TableDef, now: float) -> TableDef:
     `TABLE_CREATION_SECONDS_MAX` after it began can no longer finish (its router died), so such a
     table may be deleted.
     """
+    if table.deletion_protection:
+        # Checked before the table's state: a guess at DynamoDB's order, which is not published.
+        raise ValidationError(DELETION_PROTECTED)
     overdue = now - table.created > limits.TABLE_CREATION_SECONDS_MAX
     if table.status == TableStatus.CREATING and not overdue:
         raise table_in_use(table)

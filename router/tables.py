@@ -24,6 +24,10 @@ the table's row so that concurrent routers never lose each other's changes:
   table ACTIVE. If a node cannot be reached the table stays UPDATING, still serving reads and
   writes, and the next DescribeTable sends the settings again; so a client waiting for ACTIVE, as
   SDK waiters do, waits until every node enforces the new throughput.
+- DeletionProtectionEnabled and TableClass (CreateTable, UpdateTable) live in the row alone: no
+  node holds either. DeleteTable of a protected table is refused by the compare-and-set that
+  would mark it DELETING (`core.catalog.deleting`), so a concurrent UpdateTable that lifts the
+  protection and a DeleteTable are ordered by the row.
 
 Every partition is created with the table's throughput settings and how many partitions share
 them (`rpc.ops` THROUGHPUT), which the node persists with the partition.
@@ -71,6 +75,7 @@ log = logging.getLogger("router.tables")
 ENDPOINT_CACHE_MINUTES = 1440  # DescribeEndpoints: DynamoDB tells clients to cache it for a day.
 
 _THROUGHPUT_MEMBERS = ("ReadCapacityUnits", "WriteCapacityUnits")
+_TABLE_CLASSES = tuple(table_class.value for table_class in catalog.TableClass)
 # UpdateTable with nothing to change; DynamoDB lists every member that would have been one.
 _NOTHING_TO_UPDATE = (
     "At least one of ProvisionedThroughput, BillingMode, UpdateStreamEnabled, "
@@ -82,8 +87,6 @@ _NOTHING_TO_UPDATE = (
 _UPDATE_MEMBERS_UNSUPPORTED = (
     "SSESpecification",
     "ReplicaUpdates",
-    "TableClass",
-    "DeletionProtectionEnabled",
     "OnDemandThroughput",
     "WarmThroughput",
     "MultiRegionConsistency",
@@ -288,13 +291,11 @@ def _read_create_table(body: dict[str, Any]) -> dict[str, Any]:
     stream = _read_stream_specification(reader)
     deletion_protection = reader.boolean("DeletionProtectionEnabled")
     tags = read_tags(reader, required=False)
+    table_class = reader.string("TableClass", enum=_TABLE_CLASSES)
     name = schema.check_table_name(name)
     reader.check()
     check_reserved(tags)
     stream_view_type = _stream_view_type(stream)
-    # Refuse what dynalab does not have yet, rather than pretend to have it.
-    if deletion_protection:
-        raise ValidationError(INVALID_PARAMETERS + "Deletion protection is not supported yet")
     # Past reader.check(), every element holds its fields and every unit is at least 1.
     if reader.present("LocalSecondaryIndexes") and not local_readings:
         raise ValidationError(INVALID_PARAMETERS + "List of LocalSecondaryIndexes is empty")
@@ -343,6 +344,8 @@ def _read_create_table(body: dict[str, Any]) -> dict[str, Any]:
         "tags": tags,
         "global_indexes": global_specs,
         "stream_view_type": stream_view_type,
+        "deletion_protection": bool(deletion_protection),
+        "table_class": None if table_class is None else catalog.TableClass(table_class),
         **billing,
     }
 
@@ -422,8 +425,13 @@ def _description(
         "TableSizeBytes": stats.size_bytes,
         "TableArn": arn,
         "TableId": str(uuid.UUID(hex=table.id)),
-        "DeletionProtectionEnabled": False,
+        "DeletionProtectionEnabled": table.deletion_protection,
     }
+    if table.table_class is not None:
+        summary: dict[str, Any] = {"TableClass": table.table_class.value}
+        if table.table_class_updated is not None:
+            summary["LastUpdateDateTime"] = table.table_class_updated
+        description["TableClassSummary"] = summary
     local = _local_index_descriptions(table, stats, arn)
     if local:
         description["LocalSecondaryIndexes"] = local
@@ -594,6 +602,8 @@ def _new_table(
         indexes=definition["indexes"],
         tags=definition["tags"],
         stream_view_type=definition["stream_view_type"],
+        deletion_protection=definition["deletion_protection"],
+        table_class=definition["table_class"],
     )
     for spec in definition["global_indexes"]:
         table = catalog.index_added(table, spec.placed(sources.new_id(), billing_mode, owner))
@@ -776,10 +786,17 @@ class _UpdateTableRequest:
     # GlobalSecondaryIndexUpdates: one Create or Delete, or Updates of one index each.
     index_updates: tuple[_IndexUpdate, ...] = ()
     definitions: list[dict[str, str]] | None = None  # AttributeDefinitions, if given.
+    deletion_protection: bool | None = None  # DeletionProtectionEnabled, if given.
+    table_class: catalog.TableClass | None = None
 
     @property
     def changes_throughput(self) -> bool:
         return self.billing_mode is not None or self.units is not None
+
+    @property
+    def changes_settings(self) -> bool:
+        """Whether it sets DeletionProtectionEnabled or TableClass (the record alone)."""
+        return self.deletion_protection is not None or self.table_class is not None
 
 
 def _read_update_table(body: dict[str, Any]) -> _UpdateTableRequest:
@@ -796,6 +813,8 @@ def _read_update_table(body: dict[str, Any]) -> _UpdateTableRequest:
     billing_mode = reader.string("BillingMode", enum=schema.BILLING_MODES)
     throughput = _read_throughput(reader)
     stream = _read_stream_specification(reader)
+    table_class = reader.string("TableClass", enum=_TABLE_CLASSES)
+    deletion_protection = reader.boolean("DeletionProtectionEnabled")
     name = schema.check_table_name(name)
     reader.check()
     index_updates = _read_index_updates(reader)
@@ -805,6 +824,8 @@ def _read_update_table(body: dict[str, Any]) -> _UpdateTableRequest:
         and throughput is None
         and stream is None
         and index_updates is None
+        and table_class is None
+        and deletion_protection is None
         and not present
     ):
         raise ValidationError(_NOTHING_TO_UPDATE)
@@ -813,8 +834,9 @@ def _read_update_table(body: dict[str, Any]) -> _UpdateTableRequest:
             INVALID_PARAMETERS + f"{present[0]} is not supported by UpdateTable yet"
         )
     _stream_view_type(stream)
+    settings = table_class is not None or deletion_protection is not None
     if index_updates is not None and (
-        billing_mode is not None or throughput is not None or stream is not None
+        billing_mode is not None or throughput is not None or stream is not None or settings
     ):
         raise ValidationError(
             INVALID_PARAMETERS + "GlobalSecondaryIndexUpdates together with another change "
@@ -833,7 +855,14 @@ def _read_update_table(body: dict[str, Any]) -> _UpdateTableRequest:
             "BillingMode is PAY_PER_REQUEST"
         )
     return _UpdateTableRequest(
-        name, billing_mode, units, stream, tuple(index_updates or ()), definitions
+        name,
+        billing_mode,
+        units,
+        stream,
+        tuple(index_updates or ()),
+        definitions,
+        deletion_protection,
+        None if table_class is None else catalog.TableClass(table_class),
     )
 
 
@@ -909,13 +938,15 @@ async def update_table(ctx: RouterContext, body: dict[str, Any]) -> dict[str, An
         if first.action == "Delete":
             return await _delete_index(ctx, request.name, first.name)
         return await _update_index_throughput(ctx, request.name, request.index_updates)
-    if request.stream is not None and not request.changes_throughput:
-        return await _update_stream(ctx, request.name, _stream_view_type(request.stream))
-    if request.stream is not None:
+    if request.stream is not None and (request.changes_throughput or request.changes_settings):
         raise ValidationError(
             INVALID_PARAMETERS + "StreamSpecification cannot be updated together with the "
-            "table's throughput by dynalab yet"
+            "table's throughput, class or deletion protection by dynalab yet"
         )
+    if request.stream is not None:
+        return await _update_stream(ctx, request.name, _stream_view_type(request.stream))
+    if not request.changes_throughput:
+        return await _update_settings(ctx, request)
     name, units = request.name, request.units
     now = ctx.sources.clock()
     region = request_region()
@@ -929,9 +960,9 @@ async def update_table(ctx: RouterContext, body: dict[str, Any]) -> dict[str, An
         updated = catalog.throughput_updated(current, mode, units, now, region)
         if updated is None:
             unchanged.append(current)
-            return current
+            return _with_settings(current, request, now)
         before.append(current)
-        return updated
+        return _with_settings(updated, request, now)
 
     table = await ctx.change_table(name, update)
     assert table is not None, f"UpdateTable of {name} found no table after updating it"
@@ -953,6 +984,42 @@ async def update_table(ctx: RouterContext, body: dict[str, Any]) -> dict[str, An
             throughput_changes=before[-1].throughput_changes,
         )
     return {"TableDescription": _description(shown, stats, ctx.sources.clock(), status)}
+
+
+def _with_settings(table: TableDef, request: _UpdateTableRequest, now: float) -> TableDef:
+    """`table` with the request's DeletionProtectionEnabled and TableClass, if it has either."""
+    if not request.changes_settings:
+        return table
+    return catalog.settings_updated(
+        table,
+        deletion_protection=request.deletion_protection,
+        table_class=request.table_class,
+        now=now,
+    )
+
+
+async def _update_settings(ctx: RouterContext, request: _UpdateTableRequest) -> dict[str, Any]:
+    """UpdateTable of DeletionProtectionEnabled and TableClass alone: the record changes at once
+    (no node holds either); the reply describes the table as DynamoDB's does while it applies a
+    table class, UPDATING when the class changes."""
+    name = request.name
+    now = ctx.sources.clock()
+    before: list[TableDef] = []
+
+    def update(current: TableDef | None) -> TableDef:
+        if current is None:
+            raise table_not_found(name)
+        if current.status != TableStatus.ACTIVE:
+            raise catalog.table_in_use(current)
+        before.append(current)
+        return _with_settings(current, request, now)
+
+    table = await ctx.change_table(name, update)
+    assert table is not None, f"UpdateTable of {name} found no table after updating it"
+    stats = await _table_stats(ctx, table)
+    class_changed = table.table_class_updated != before[-1].table_class_updated
+    status = TableStatus.UPDATING if class_changed else None
+    return {"TableDescription": _description(table, stats, ctx.sources.clock(), status)}
 
 
 async def _update_stream(

@@ -150,6 +150,83 @@ def test_create_describe_list_delete(dynamodb: Any, table_name: Callable[[], str
     assert name not in all_table_names(dynamodb)
 
 
+PROTECTED = (
+    400,
+    "ValidationException",
+    "Resource cannot be deleted as it is currently protected against deletion. "
+    "Disable deletion protection first.",
+)
+
+
+def test_deletion_protection(dynamodb: Any, table_name: Callable[[], str]) -> None:
+    """DeleteTable is refused while DeletionProtectionEnabled is set, and the table and its
+    items stay; UpdateTable lifts and sets it."""
+    name = table_name()
+    created = dynamodb.create_table(**simple_table(name, DeletionProtectionEnabled=True))
+    assert created["TableDescription"]["DeletionProtectionEnabled"] is True
+    dynamodb.put_item(TableName=name, Item={"pk": {"S": "kept"}})
+    assert error_of(lambda: dynamodb.delete_table(TableName=name)) == PROTECTED
+    described = dynamodb.describe_table(TableName=name)["Table"]
+    assert (described["TableStatus"], described["DeletionProtectionEnabled"]) == ("ACTIVE", True)
+    assert "Item" in dynamodb.get_item(TableName=name, Key={"pk": {"S": "kept"}})
+
+    lifted = dynamodb.update_table(TableName=name, DeletionProtectionEnabled=False)
+    assert lifted["TableDescription"]["DeletionProtectionEnabled"] is False
+    assert dynamodb.describe_table(TableName=name)["Table"]["DeletionProtectionEnabled"] is False
+    dynamodb.update_table(TableName=name, DeletionProtectionEnabled=True)
+    assert error_of(lambda: dynamodb.delete_table(TableName=name)) == PROTECTED
+
+    # Set together with a throughput change, in the same update of the row.
+    dynamodb.update_table(
+        TableName=name,
+        BillingMode="PROVISIONED",
+        ProvisionedThroughput={"ReadCapacityUnits": 5, "WriteCapacityUnits": 5},
+        DeletionProtectionEnabled=False,
+    )
+    eventually(lambda: dynamodb.describe_table(TableName=name)["Table"]["TableStatus"] == "ACTIVE")
+    described = dynamodb.describe_table(TableName=name)["Table"]
+    assert described["DeletionProtectionEnabled"] is False
+    assert described["ProvisionedThroughput"]["WriteCapacityUnits"] == 5
+    dynamodb.delete_table(TableName=name)
+    assert name not in all_table_names(dynamodb)
+
+
+def test_table_class(dynamodb: Any, table_name: Callable[[], str]) -> None:
+    """TableClass is recorded and described as DynamoDB describes it: no TableClassSummary
+    until a request names a class, LastUpdateDateTime once UpdateTable changed it."""
+    plain = table_name()
+    dynamodb.create_table(**simple_table(plain))
+    assert "TableClassSummary" not in dynamodb.describe_table(TableName=plain)["Table"]
+
+    name = table_name()
+    created = dynamodb.create_table(**simple_table(name, TableClass="STANDARD_INFREQUENT_ACCESS"))
+    summary = created["TableDescription"]["TableClassSummary"]
+    assert summary == {"TableClass": "STANDARD_INFREQUENT_ACCESS"}
+    before = datetime.datetime.now(datetime.UTC)
+    updated = dynamodb.update_table(TableName=name, TableClass="STANDARD")["TableDescription"]
+    assert updated["TableStatus"] == "UPDATING"
+    assert updated["TableClassSummary"]["TableClass"] == "STANDARD"
+    described = dynamodb.describe_table(TableName=name)["Table"]
+    assert described["TableStatus"] == "ACTIVE"
+    assert described["TableClassSummary"]["TableClass"] == "STANDARD"
+    changed_at = described["TableClassSummary"]["LastUpdateDateTime"]
+    assert (
+        before - datetime.timedelta(seconds=5) <= changed_at <= datetime.datetime.now(datetime.UTC)
+    )
+    # Naming the class the table has changes nothing, so it is not an update in progress.
+    again = dynamodb.update_table(TableName=name, TableClass="STANDARD")["TableDescription"]
+    assert again["TableStatus"] == "ACTIVE"
+    assert again["TableClassSummary"]["LastUpdateDateTime"] == changed_at
+    assert error_of(lambda: dynamodb.update_table(TableName=name, TableClass="COLD")) == (
+        400,
+        "ValidationException",
+        "1 validation error detected: Value 'COLD' at 'tableClass' failed to satisfy "
+        "constraint: Member must satisfy enum value set: [STANDARD, STANDARD_INFREQUENT_ACCESS]",
+    )
+    plain_update = dynamodb.update_table(TableName=plain, TableClass="STANDARD")
+    assert plain_update["TableDescription"]["TableClassSummary"] == {"TableClass": "STANDARD"}
+
+
 def test_provisioned_table_reports_its_throughput(
     dynamodb: Any, table_name: Callable[[], str]
 ) -> None:
@@ -497,9 +574,10 @@ CREATE_TABLE_ERRORS = [
         INVALID + "StreamViewType is required when StreamEnabled is true",
     ),
     (
-        _set("DeletionProtectionEnabled", True),
+        _set("TableClass", "GLACIER"),
         "ValidationException",
-        INVALID + "Deletion protection is not supported yet",
+        "1 validation error detected: Value 'GLACIER' at 'tableClass' failed to satisfy "
+        "constraint: Member must satisfy enum value set: [STANDARD, STANDARD_INFREQUENT_ACCESS]",
     ),
 ]
 

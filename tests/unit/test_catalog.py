@@ -257,6 +257,42 @@ def test_a_table_being_created_cannot_be_deleted_until_its_creation_is_overdue()
     assert catalog.deleting(creating, NOW + limits.TABLE_CREATION_SECONDS_MAX + 0.001)
 
 
+def test_a_protected_table_cannot_be_deleted_in_any_status() -> None:
+    for status in (TableStatus.ACTIVE, TableStatus.UPDATING, TableStatus.CREATING):
+        table = with_status(new_table(), status)
+        protected = catalog.settings_updated(
+            table, deletion_protection=True, table_class=None, now=NOW
+        )
+        with pytest.raises(ValidationError) as raised:
+            catalog.deleting(protected, NOW + limits.TABLE_CREATION_SECONDS_MAX + 1)
+        assert raised.value.message == catalog.DELETION_PROTECTED
+        lifted = catalog.settings_updated(
+            protected, deletion_protection=False, table_class=None, now=NOW
+        )
+        deleting = catalog.deleting(lifted, NOW + limits.TABLE_CREATION_SECONDS_MAX + 1)
+        assert deleting.status == TableStatus.DELETING
+
+
+def test_table_class_and_protection_survive_the_descriptor() -> None:
+    table = catalog.activated(new_table())
+    assert (table.deletion_protection, table.table_class) == (False, None)
+    named = catalog.settings_updated(
+        table, deletion_protection=None, table_class=catalog.TableClass.STANDARD, now=NOW
+    )
+    # STANDARD is every table's class until named otherwise: naming it is not a change.
+    assert (named.table_class, named.table_class_updated) == (catalog.TableClass.STANDARD, None)
+    changed = catalog.settings_updated(
+        named,
+        deletion_protection=True,
+        table_class=catalog.TableClass.STANDARD_INFREQUENT_ACCESS,
+        now=NOW + 5,
+    )
+    assert changed.table_class_updated == NOW + 5
+    assert changed.status == TableStatus.ACTIVE
+    assert TableDef.from_json(changed.to_json()) == changed
+    assert TableDef.from_json(table.to_json()) == table
+
+
 def test_changes_return_new_records_and_leave_the_old_ones() -> None:
     creating = new_table()
     document = creating.to_json()
