@@ -32,6 +32,7 @@ from typing import Any, Literal
 
 from core import limits
 from core.errors import (
+    INDEX_RESOURCE_SEPARATOR,
     INVALID_PARAMETERS,
     InternalServerError,
     LimitExceeded,
@@ -1102,7 +1103,7 @@ def global_index(
 
 # The name a node knows a global index's partitions by (for metrics, logs and the splitter,
 # which reaches the catalog by the base table's name): table names never hold a "/".
-_INDEX_NAME_SEPARATOR = "/index/"
+_INDEX_NAME_SEPARATOR = INDEX_RESOURCE_SEPARATOR
 
 
 def index_storage_name(table_name: str, index_name: str) -> str:

@@ -225,6 +225,33 @@ GSI_THROTTLED = (
 )
 
 
+@dataclass(frozen=True, slots=True)
+class ThrottlingReason:
+    """One of ProvisionedThroughputExceededException's ThrottlingReasons (API Reference,
+    ThrottlingReason): `reason` is ResourceType + OperationType + LimitType, as
+    "TableWriteKeyRangeThroughputExceeded"; `resource` names the table or index throttled, by the
+    name the nodes hold its partitions under (`core.catalog.index_storage_name` for an index).
+    The router writes it as the resource's ARN, in the request's Region."""
+
+    reason: str
+    resource: str
+
+    @classmethod
+    def of(cls, resource: str, *, read: bool, provisioned: bool) -> ThrottlingReason:
+        """The reason a partition of `resource` gives when its read or write bucket is empty:
+        ProvisionedThroughputExceeded when the table's provisioned units are what ran out, and
+        KeyRangeThroughputExceeded when the partition's own ceiling was (an on-demand table's
+        partitions, or a provisioned one whose share reaches the 3,000 / 1,000 units cap)."""
+        kind = "Index" if INDEX_RESOURCE_SEPARATOR in resource else "Table"
+        operation = "Read" if read else "Write"
+        limit = "ProvisionedThroughputExceeded" if provisioned else "KeyRangeThroughputExceeded"
+        return cls(f"{kind}{operation}{limit}", resource)
+
+
+# How an index's resource name joins its table's, as in an index ARN (".../table/T/index/I").
+INDEX_RESOURCE_SEPARATOR = "/index/"
+
+
 class ThroughputExceeded(DynamoError):
     type_name = "ProvisionedThroughputExceededException"
 
@@ -234,8 +261,19 @@ class ThroughputExceeded(DynamoError):
             "The level of configured provisioned throughput for the table was exceeded. "
             "Consider increasing your provisioning level with the UpdateTable API."
         ),
+        reasons: tuple[ThrottlingReason, ...] = (),
     ) -> None:
         super().__init__(message)
+        self.reasons = reasons
+
+    def extra_fields(self) -> dict[str, Any]:
+        if not self.reasons:
+            return {}
+        return {
+            "ThrottlingReasons": [
+                {"reason": reason.reason, "resource": reason.resource} for reason in self.reasons
+            ]
+        }
 
 
 class ItemCollectionSizeLimitExceeded(DynamoError):

@@ -58,6 +58,7 @@ from core.errors import (
     InternalServerError,
     MissingAuthenticationToken,
     SerializationError,
+    ThroughputExceeded,
     UnknownOperation,
 )
 from router import shapes
@@ -119,6 +120,8 @@ class RequestIds:
 
 
 REGION_DEFAULT = "us-east-1"
+# dynalab has no accounts; ARNs name this one, as DynamoDB Local does.
+ACCOUNT_ID = "000000000000"
 # The Authorization header of the request being handled, set for each request before its handler
 # runs. Handlers get only (context, body), and the one that needs more, a table's ARN, reads the
 # Region from here, as DynamoDB puts the request's Region in a TableArn.
@@ -147,6 +150,13 @@ def error_body(error: DynamoError) -> bytes:
     if error.message is not None:
         body[wire.message_key.value] = error.message
     body.update(error.extra_fields())
+    if isinstance(error, ThroughputExceeded) and error.reasons:
+        # A node names the resource as it holds it; the client sees its ARN, in the request's
+        # Region (API Reference, ThrottlingReason).
+        arn = f"arn:aws:dynamodb:{request_region()}:{ACCOUNT_ID}:table/"
+        body["ThrottlingReasons"] = [
+            {"reason": reason.reason, "resource": arn + reason.resource} for reason in error.reasons
+        ]
     return orjson.dumps(body)
 
 

@@ -22,14 +22,12 @@ from typing import TYPE_CHECKING, Any
 from core import catalog, limits
 from core.catalog import TableDef
 from core.errors import ResourceNotFound, ValidationError
-from router.protocol import request_region
+from router.protocol import ACCOUNT_ID, request_region
 from router.requests import RequestReader
 
 if TYPE_CHECKING:
     from router.context import RouterContext
 
-# dynalab has no accounts; ARNs name this one, as DynamoDB Local does.
-ACCOUNT_ID = "000000000000"
 RESOURCE_ARN_CHARS_MAX = 1283  # ResourceArnString in the service model.
 # A DynamoDB table's ARN; an index's or a stream's ARN goes on past the table name.
 _TABLE_ARN = re.compile(r"arn:aws[a-z-]*:dynamodb:([a-z0-9-]+):([0-9]{12}):table/([a-zA-Z0-9_.-]+)")

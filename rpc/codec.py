@@ -18,6 +18,7 @@ from core.errors import (
     ConditionalCheckFailed,
     DynamoError,
     InternalServerError,
+    ThrottlingReason,
     ThroughputExceeded,
 )
 from rpc import node_pb2, ops
@@ -95,7 +96,11 @@ def error_from_response(response: node_pb2.Response) -> DynamoError:
     if type_name == ConditionalCheckFailed.type_name:
         return ConditionalCheckFailed(message, item=decode_body(response.body).get("Item"))
     if type_name == ThroughputExceeded.type_name:
-        return ThroughputExceeded(message)
+        reasons = decode_body(response.body).get("ThrottlingReasons", ())
+        return ThroughputExceeded(
+            message,
+            tuple(ThrottlingReason(reason["reason"], reason["resource"]) for reason in reasons),
+        )
     error_type = ERROR_TYPES.get(type_name)
     if error_type is None:
         return InternalServerError(f"Unknown error type {type_name!r} from a node: {message}")

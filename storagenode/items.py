@@ -18,11 +18,12 @@ from typing import Any
 
 from core import expressions
 from core.capacity import item_write_units, write_units
-from core.catalog import IndexDef, IndexStatus
+from core.catalog import IndexDef, IndexStatus, index_storage_name
 from core.errors import (
     GSI_THROTTLED,
     DynamoError,
     LeaseFenced,
+    ThrottlingReason,
     ThroughputExceeded,
     TransactionConflict,
 )
@@ -139,7 +140,19 @@ def _hold_back_for_indexes(
         if checkpoint is None:
             continue
         if partition.last_seq - checkpoint > node.gsi_lag_records_max:
-            raise ThroughputExceeded(GSI_THROTTLED)
+            # The indexes this consumer keeps are the ones throttled; the limit is named as
+            # DynamoDB names an index out of capacity (the lag stands in for its capacity here).
+            provisioned = (partition.throughput or {}).get("billing_mode") == "PROVISIONED"
+            reasons = tuple(
+                ThrottlingReason.of(
+                    index_storage_name(partition.table_name, index.name),
+                    read=False,
+                    provisioned=provisioned,
+                )
+                for index in indexes
+                if consumer_of(index) == consumer
+            )
+            raise ThroughputExceeded(GSI_THROTTLED, reasons)
 
 
 def index_apply(

@@ -34,8 +34,14 @@ from typing import Any
 
 from core import limits
 from core.capacity import read_consistency, read_units, write_units
-from core.errors import ThroughputExceeded
-from core.token_bucket import BillingMode, PartitionThroughput, ThroughputSettings, TokenBucket
+from core.errors import ThrottlingReason, ThroughputExceeded
+from core.token_bucket import (
+    BillingMode,
+    PartitionThroughput,
+    ThroughputSettings,
+    TokenBucket,
+    partition_rates,
+)
 
 PartitionKey = tuple[str, str]  # (table id, partition id)
 Clock = Callable[[], float]
@@ -75,6 +81,19 @@ class _PartitionMeter:
         self.buckets = PartitionThroughput(
             self.settings, self.partition_count, now=now, burst_seconds=burst_seconds
         )
+
+    def throttled(self, *, read: bool) -> ThroughputExceeded:
+        """The refusal of a request its read or write bucket cannot admit, with its reason: the
+        table's provisioned units, unless the partition's rate is its ceiling (`partition_rates`
+        caps every partition, and is all an on-demand partition is limited by)."""
+        rates = partition_rates(self.settings, self.partition_count)
+        ceiling = limits.PARTITION_RCU_MAX if read else limits.PARTITION_WCU_MAX
+        provisioned = (
+            self.settings.billing_mode is BillingMode.PROVISIONED
+            and rates[0 if read else 1] < ceiling
+        )
+        reason = ThrottlingReason.of(self.table_name, read=read, provisioned=provisioned)
+        return ThroughputExceeded(reasons=(reason,))
 
     def follow(self, document: Mapping[str, Any], now: float) -> None:
         """Re-size the buckets for new settings, keeping what they have banked."""
@@ -189,7 +208,7 @@ class NodeThroughput:
         estimate = _min_read_units(consistent)
         with meter.lock:
             if not meter.buckets.read.try_acquire(estimate, self.clock()):
-                raise ThroughputExceeded()
+                raise meter.throttled(read=True)
         return estimate
 
     def settle_read(
@@ -214,7 +233,7 @@ class NodeThroughput:
         estimate = write_units(estimate_bytes or 0)
         with meter.lock:
             if not meter.buckets.write.try_acquire(estimate, self.clock()):
-                raise ThroughputExceeded()
+                raise meter.throttled(read=False)
         return estimate
 
     def settle_write(self, key: PartitionKey, units: float, charged: float) -> None:

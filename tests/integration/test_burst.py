@@ -83,5 +83,12 @@ def test_a_spent_bank_throttles_with_dynamodb_envelope(
             "__type": "com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException",
             "message": "The level of configured provisioned throughput for the table was "
             "exceeded. Consider increasing your provisioning level with the UpdateTable API.",
+            # The table's one write unit, not the partition's ceiling, is what ran out.
+            "ThrottlingReasons": [
+                {
+                    "reason": "TableWriteProvisionedThroughputExceeded",
+                    "resource": f"arn:aws:dynamodb:us-east-1:000000000000:table/{name}",
+                }
+            ],
         },
     )

@@ -38,6 +38,9 @@ def held_back(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster
             yield running
 
 
+ARN_PREFIX = "arn:aws:dynamodb:us-east-1:000000000000:table/"
+
+
 def item(user: int, game: str | None, level: int = 0) -> dict[str, Any]:
     made: dict[str, Any] = {"UserId": {"S": f"user-{user}"}, "Level": {"N": str(level)}}
     if game is not None:
@@ -113,6 +116,18 @@ def test_a_lagging_index_holds_back_the_writes_that_would_change_it(
     try:
         history += put_until_held_back(client, name, range(LAG_RECORDS_MAX + 5), "chess")
         assert len(history) == LAG_RECORDS_MAX + 1
+        # The refusal names the index held back, by its ARN, as DynamoDB's ThrottlingReasons do.
+        try:
+            client.put_item(TableName=name, Item=item(999, "chess"))
+        except ClientError as error:
+            assert error.response["ThrottlingReasons"] == [
+                {
+                    "reason": "IndexWriteProvisionedThroughputExceeded",
+                    "resource": f"{ARN_PREFIX}{name}/index/ByGame",
+                }
+            ]
+        else:
+            raise AssertionError("a write to a held-back index was acknowledged")
         # Writes that change no index go on: an item without the index key, and a change of an
         # attribute the index does not project.
         client.put_item(TableName=name, Item=item(1000, None))

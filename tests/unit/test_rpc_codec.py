@@ -9,6 +9,7 @@ from core.errors import (
     ConditionalCheckFailed,
     InternalServerError,
     StaleEpoch,
+    ThrottlingReason,
     ThroughputExceeded,
 )
 from rpc import codec, node_pb2
@@ -37,6 +38,19 @@ def test_conditional_check_failed_carries_its_item() -> None:
 def test_throughput_exceeded_keeps_its_message() -> None:
     decoded = codec.error_from_response(codec.error_response(1, ThroughputExceeded()))
     assert decoded.message == ThroughputExceeded().message
+    assert isinstance(decoded, ThroughputExceeded) and decoded.reasons == ()
+
+
+def test_throughput_exceeded_carries_its_throttling_reasons() -> None:
+    reasons = (
+        ThrottlingReason("TableWriteKeyRangeThroughputExceeded", "Music"),
+        ThrottlingReason("IndexWriteProvisionedThroughputExceeded", "Music/index/ByArtist"),
+    )
+    decoded = codec.error_from_response(
+        codec.error_response(1, ThroughputExceeded("slow down", reasons))
+    )
+    assert isinstance(decoded, ThroughputExceeded)
+    assert (decoded.message, decoded.reasons) == ("slow down", reasons)
 
 
 def test_replies_and_raised_errors() -> None:

@@ -18,7 +18,13 @@ import pytest
 
 from core import limits, settings
 from core.catalog import PartitionDef
-from core.errors import ConditionalCheckFailed, DynamoError, StaleEpoch, ThroughputExceeded
+from core.errors import (
+    ConditionalCheckFailed,
+    DynamoError,
+    StaleEpoch,
+    ThrottlingReason,
+    ThroughputExceeded,
+)
 from rpc import ops
 from storagenode import split
 from storagenode.node import StorageNode
@@ -149,6 +155,9 @@ def test_a_provisioned_partition_admits_its_rate_then_throttles_until_time_passe
     with pytest.raises(ThroughputExceeded) as refused:
         node.put("over")
     assert refused.value.message.startswith("The level of configured provisioned throughput")
+    assert refused.value.reasons == (
+        ThrottlingReason("TableWriteProvisionedThroughputExceeded", "Metered"),
+    )
     # The refused write was never applied.
     assert node.get("over")["item"] is None
     node.clock.now += 0.5  # Five units accrue.
@@ -296,7 +305,32 @@ def test_on_demand_caps_a_partition_at_1000_write_and_3000_read_units(make: Any)
         node.node,
         [(ops.PUT, node.data(item={"pk": {"S": f"k{i}"}}, item_bytes=10)) for i in range(1100)],
     )
-    assert sum(isinstance(r, ThroughputExceeded) for r in results) == 100
+    refused = [r for r in results if isinstance(r, ThroughputExceeded)]
+    assert len(refused) == 100
+    # An on-demand partition is limited by its own ceiling alone: a key range's limit.
+    assert {r.reasons for r in refused} == {
+        (ThrottlingReason("TableWriteKeyRangeThroughputExceeded", "Metered"),)
+    }
+
+
+def test_a_throttled_read_names_its_limit(make: Any) -> None:
+    node = make(provisioned(2, 1))
+    node.get("a", consistent=True)
+    node.get("b", consistent=True)
+    with pytest.raises(ThroughputExceeded) as refused:
+        node.get("c", consistent=True)
+    assert refused.value.reasons == (
+        ThrottlingReason("TableReadProvisionedThroughputExceeded", "Metered"),
+    )
+    # A provisioned table whose share per partition reaches the ceiling is held by the ceiling.
+    capped = make(provisioned(limits.PARTITION_RCU_MAX * 2, 1))
+    capped.clock.now += 60
+    with pytest.raises(ThroughputExceeded) as refused:
+        for i in range(limits.PARTITION_RCU_MAX + 1):
+            capped.get(f"k{i}", consistent=True)
+    assert refused.value.reasons == (
+        ThrottlingReason("TableReadKeyRangeThroughputExceeded", "Metered"),
+    )
 
 
 def test_provisioned_units_are_divided_across_the_partitions(make: Any) -> None:
