@@ -512,7 +512,11 @@ RAFT_APPEND_ENTRIES_MAX = 64
 RAFT_APPEND_BYTES_MAX = 1 * MIB
 # A leader keeps at most this many append messages in flight to one follower before it waits.
 RAFT_INFLIGHT_APPENDS_MAX = 256
+# One Ready hands the application at most this many bytes of committed entries beyond the first
+# (a follower that catches up a long log applies it in bounded steps, not in one huge batch).
+RAFT_APPLY_BYTES_MAX = 4 * MIB
 
 assert 0 < RAFT_HEARTBEAT_INTERVAL_TICKS_DEFAULT < RAFT_ELECTION_TIMEOUT_TICKS_DEFAULT
 assert 1 <= RAFT_CLOCK_DRIFT_TICKS_MAX < RAFT_ELECTION_TIMEOUT_TICKS_DEFAULT
 assert RAFT_APPEND_BYTES_MAX >= ITEM_SIZE_BYTES_MAX, "one append carries any one write"
+assert RAFT_APPLY_BYTES_MAX >= RAFT_APPEND_BYTES_MAX, "one Ready applies what one append carried"

@@ -181,12 +181,13 @@ class RaftLog:
             assert index <= self.last_index(), f"commit {index} beyond the last index"
             self.committed = index
 
-    def next_committed_entries(self) -> list[Entry]:
-        """Committed entries the application has not applied yet (none while a received
-        snapshot waits to be installed: it comes first)."""
+    def next_committed_entries(self, bytes_max: int | None = None) -> list[Entry]:
+        """Committed entries the application has not applied yet, at most `bytes_max` bytes
+        beyond the first (None: all of them); none while a received snapshot waits to be
+        installed: it comes first. The rest come in the next Readies."""
         if self.unstable.snapshot is not None or self.committed <= self.applied:
             return []
-        found = self.entries(self.applied + 1, self.committed - self.applied, None)
+        found = self.entries(self.applied + 1, self.committed - self.applied, bytes_max)
         assert found is not None
         return found
 

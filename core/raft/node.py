@@ -109,6 +109,8 @@ class Config:
     append_entries_max: int = limits.RAFT_APPEND_ENTRIES_MAX
     append_bytes_max: int = limits.RAFT_APPEND_BYTES_MAX
     inflight_appends_max: int = limits.RAFT_INFLIGHT_APPENDS_MAX
+    # Committed entries one Ready hands to apply: bytes beyond the first (one always goes).
+    apply_bytes_max: int = limits.RAFT_APPLY_BYTES_MAX
     # False: every strong read takes the read-index round trip, whatever the clocks do.
     lease_reads: bool = True
 
@@ -284,7 +286,7 @@ class RaftNode:
             hard_state=hard_state if hard_state != self._prev_hard_state else None,
             entries=tuple(self.log.unstable.entries),
             snapshot=self.log.unstable.snapshot,
-            committed_entries=tuple(self.log.next_committed_entries()),
+            committed_entries=tuple(self.log.next_committed_entries(self.config.apply_bytes_max)),
             messages=tuple(self.messages),
             read_states=tuple(self.read_states),
         )

@@ -8,6 +8,7 @@ import pytest
 from core.raft import (
     ConfChange,
     ConfChangeKind,
+    Message,
     MessageKind,
     NotLeader,
     RaftNode,
@@ -193,6 +194,37 @@ def test_a_follower_too_far_behind_catches_up_from_a_snapshot() -> None:
     write = cluster.write(1, "k0", "after")
     cluster.settle(2)
     assert write.acked_at is not None and cluster.nodes[3].kv["k0"] == "after"
+
+
+def test_a_long_committed_log_is_applied_in_bounded_batches_in_order() -> None:
+    """A follower that was cut off while 40 entries committed gets them back in appends of 8
+    and applies them in Readies of at most `apply_bytes_max` bytes beyond the first entry, in
+    order, whatever the appends delivered at once."""
+    bound = 24  # bytes: an entry here is about 10, so two or three entries per Ready
+    cluster = settled_leader(append_entries_max=8, apply_bytes_max=bound)
+    cluster.isolate(3)
+    for number in range(40):
+        cluster.write(1, f"k{number}", f"v{number}")
+    cluster.settle(2)
+    applied_batches: list[tuple[int, int]] = []  # (entries, bytes) of each Ready node 3 applied
+    handle = cluster.nodes[3].handle_ready
+
+    def recording(now: int) -> list[Message]:
+        raft = cluster.raft(3)
+        if raft.has_ready():
+            ready = raft.ready()
+            if ready.committed_entries:
+                sizes = [entry.size_bytes for entry in ready.committed_entries]
+                applied_batches.append((len(sizes), sum(sizes[1:])))
+        return handle(now)
+
+    cluster.nodes[3].handle_ready = recording  # type: ignore[method-assign]
+    cluster.heal()
+    cluster.settle(5)
+    assert cluster.nodes[3].kv == cluster.nodes[1].kv
+    assert len(cluster.nodes[3].kv) == 40
+    assert len(applied_batches) > 40 // 3, applied_batches
+    assert all(beyond_first <= bound for _, beyond_first in applied_batches), applied_batches
 
 
 def test_a_move_by_membership_changes_with_a_partition_in_the_middle() -> None:
