@@ -269,6 +269,14 @@ class PartitionDef:
 ProjectionType = Literal["ALL", "KEYS_ONLY", "INCLUDE"]
 
 
+def index_key_shape(document: Sequence[Any]) -> KeyShape:
+    """An index's own key from its catalog form `[[name, type, role], ...]`: its partition key
+    attributes (one, or up to four for a global index) and then its sort key attributes."""
+    attributes = tuple(KeyAttribute(name, kind, role) for name, kind, role in document)
+    hashed = sum(attribute.role == "partition" for attribute in attributes)
+    return KeyShape(attributes, hashed)
+
+
 @dataclass(frozen=True, slots=True)
 class IndexDef:
     """A secondary index: its key shape, what it projects and its status.
@@ -324,9 +332,7 @@ class IndexDef:
         throughput = document.get("throughput") or {"read": 0, "write": 0}
         return cls(
             name=document["name"],
-            key_shape=KeyShape(
-                tuple(KeyAttribute(name, kind, role) for name, kind, role in document["key"])
-            ),
+            key_shape=index_key_shape(document["key"]),
             projection=document["projection"],
             status=IndexStatus(document["status"]),
             non_key_attributes=tuple(document.get("non_key_attributes", ())),

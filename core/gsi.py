@@ -315,21 +315,7 @@ def check_global_indexes(
                 + "Some index key attributes are not defined in AttributeDefinitions. "
                 f"Keys: [{', '.join(keys)}], AttributeDefinitions: [{', '.join(attribute_types)}]"
             )
-        key_types = [key_type for _, key_type in definition.key_schema]
-        if key_types[0] != "HASH":
-            raise ValidationError(
-                "Invalid KeySchema: The first KeySchemaElement is not a HASH key type"
-            )
-        if len(keys) == 2:
-            if keys[0] == keys[1]:
-                raise ValidationError(
-                    "Both the Hash Key and the Range Key element in the KeySchema have the "
-                    "same name"
-                )
-            if key_types[1] != "RANGE":
-                raise ValidationError(
-                    "Invalid KeySchema: The second KeySchemaElement is not a RANGE key type"
-                )
+        key_shape = global_index_key(name, definition.key_schema, attribute_types)
         units = definition.throughput
         if billing_mode == BillingMode.PAY_PER_REQUEST:
             if units is not None:
@@ -349,15 +335,63 @@ def check_global_indexes(
                         f"Given value {units[member]} for {member} is out of bounds"
                     )
             throughput = Throughput(units["ReadCapacityUnits"], units["WriteCapacityUnits"])
-        roles: tuple[KeyRole, ...] = ("partition", "sort")
-        key_shape = KeyShape(
-            tuple(
-                KeyAttribute(attribute, attribute_types[attribute], role)
-                for attribute, role in zip(keys, roles, strict=False)
-            )
-        )
         checked.append(GlobalIndexSpec(name, key_shape, definition.projection, throughput))
     return tuple(checked)
+
+
+def global_index_key(
+    name: str, key_schema: Sequence[tuple[str, str]], attribute_types: Mapping[str, str]
+) -> KeyShape:
+    """A global index's own key from its KeySchema, whose attributes are all declared, or
+    DynamoDB's error for a bad one.
+
+    Since November 2025 a global index's key may have up to four partition key (HASH) and up to
+    four sort key (RANGE) attributes, the HASH elements first, each attribute once (Developer
+    Guide, "Multi-attribute keys"). A table's key and a local index's keep one of each. The
+    first element not HASH and a two-element schema naming one attribute twice keep DynamoDB's
+    messages of single-attribute keys; the refusals that only multi-attribute keys can meet are
+    worded here in DynamoDB's style, since the guide gives no text for them.
+    """
+    names = [attribute for attribute, _ in key_schema]
+    key_types = [key_type for _, key_type in key_schema]
+    if key_types[0] != "HASH":
+        raise ValidationError(
+            "Invalid KeySchema: The first KeySchemaElement is not a HASH key type"
+        )
+    if len(names) == 2 and names[0] == names[1]:
+        raise ValidationError(
+            "Both the Hash Key and the Range Key element in the KeySchema have the same name"
+        )
+    hashed = key_types.index("RANGE") if "RANGE" in key_types else len(key_types)
+    if "HASH" in key_types[hashed:]:
+        raise ValidationError(
+            INVALID_PARAMETERS + f"Invalid KeySchema for index: {name}: every HASH key element "
+            "must come before the RANGE key elements"
+        )
+    for key_type, count, most in (
+        ("HASH", hashed, limits.GSI_PARTITION_KEY_ATTRIBUTES_MAX),
+        ("RANGE", len(key_types) - hashed, limits.GSI_SORT_KEY_ATTRIBUTES_MAX),
+    ):
+        if count > most:
+            raise ValidationError(
+                INVALID_PARAMETERS + f"Number of {key_type} key elements in KeySchema for index: "
+                f"{name} exceeds the limit of {most}, number of {key_type} key elements: {count}"
+            )
+    repeated = [key for position, key in enumerate(names) if key in names[:position]]
+    if repeated:
+        raise ValidationError(
+            INVALID_PARAMETERS + f"Duplicate attribute in KeySchema for index: {name}, "
+            f"attribute: {repeated[0]}"
+        )
+    attributes = tuple(
+        KeyAttribute(attribute, attribute_types[attribute], _role(position < hashed))
+        for position, attribute in enumerate(names)
+    )
+    return KeyShape(attributes, hashed)
+
+
+def _role(partition: bool) -> KeyRole:
+    return "partition" if partition else "sort"
 
 
 # Convergence ------------------------------------------------------------------------------------

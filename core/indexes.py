@@ -29,7 +29,7 @@ from core.capacity import index_write_units
 from core.catalog import IndexDef, IndexStatus, ProjectionType
 from core.errors import INVALID_PARAMETERS, ItemCollectionSizeLimitExceeded, ValidationError
 from core.keys import KeyAttribute, KeyShape
-from core.size import check_key_value, item_size_bytes
+from core.size import check_key_value, item_size_bytes, value_size_bytes
 from core.values import AttributeValue, Item, type_of
 
 PROJECTION_TYPES: tuple[ProjectionType, ...] = ("ALL", "KEYS_ONLY", "INCLUDE")
@@ -107,7 +107,7 @@ def _entry_shape(own_shape: KeyShape, table_shape: KeyShape) -> KeyShape:
     own = own_shape.attributes
     names = {attribute.name for attribute in own}
     rest = tuple(attribute for attribute in table_shape.attributes if attribute.name not in names)
-    return KeyShape(own + rest)
+    return KeyShape(own + rest, own_shape.hashed)
 
 
 def local_index_key(table_shape: KeyShape, sort: tuple[str, str]) -> KeyShape:
@@ -162,10 +162,38 @@ def check_index_keys(item: Item, indexes: Iterable[IndexDef]) -> None:
     indexes alike.
     """
     for index in indexes:
+        present = 0
         for attribute in index.key_shape.attributes:
             value = item.get(attribute.name)
             if value is not None:
                 check_index_key_value(value, attribute, index.name)
+                present += 1
+        shape = index.key_shape
+        # One attribute per role was bounded alone just now; only a multi-attribute key of an
+        # item that is in the index (it has every key attribute) is bounded as a whole too.
+        multi_attribute = len(shape.attributes) > 1 + (shape.sort_key is not None)
+        if multi_attribute and present == len(shape.attributes):
+            check_combined_key_sizes(item, shape)
+
+
+def check_combined_key_sizes(item: Item, shape: KeyShape) -> None:
+    """Refuse an item whose multi-attribute index key is too large as a whole: DynamoDB bounds
+    the partition key attributes of a global index together by a partition key's 2048 bytes and
+    its sort key attributes together by a sort key's 1024 (the Developer Guide's multi-attribute
+    keys keep the key size limits; its sort key message already speaks of the "aggregated size of
+    all range keys"). `item` carries every attribute of `shape`, each already checked alone."""
+    partition_bytes = sum(value_size_bytes(item[a.name]) for a in shape.partition_attributes)
+    if partition_bytes > limits.PARTITION_KEY_BYTES_MAX:
+        raise ValidationError(
+            INVALID_PARAMETERS + "Size of hashkey has exceeded the maximum size limit of"
+            f"{limits.PARTITION_KEY_BYTES_MAX} bytes"
+        )
+    sort_bytes = sum(value_size_bytes(item[a.name]) for a in shape.attributes[shape.hashed :])
+    if sort_bytes > limits.SORT_KEY_BYTES_MAX:
+        raise ValidationError(
+            INVALID_PARAMETERS + "Aggregated size of all range keys has exceeded the size limit of "
+            f"{limits.SORT_KEY_BYTES_MAX} bytes"
+        )
 
 
 def check_index_key_value(value: AttributeValue, attribute: KeyAttribute, index_name: str) -> None:

@@ -1,19 +1,23 @@
 """Key shapes: the ordered key attributes of a table, a local index or a global index.
 
-Every key dynalab stores is a `KeyShape`: a tuple of scalar attributes, the first of which is
-hashed to place the key. A table's shape is (partition key, sort key?); a local secondary index
-entry's will be (partition key, index sort key, table sort key?) and a global secondary index
-entry's (index partition key, index sort key?, then the table key attributes not already among
-them), because index keys are not unique and the table key makes each entry distinct. One class
-therefore owns, for every kind of key:
+Every key dynalab stores is a `KeyShape`: a tuple of scalar attributes, the leading `hashed` of
+which (the partition key attributes) are hashed together to place the key. A table's shape is
+(partition key, sort key?); a local secondary index entry's is (partition key, index sort key,
+table sort key?) and a global secondary index entry's (index partition key attributes, index sort
+key attributes, then the table key attributes not already among them), because index keys are not
+unique and the table key makes each entry distinct. A table's and a local index's partition key is
+one attribute; a global index's may be up to four and its sort key up to four more (DynamoDB's
+multi-attribute keys, November 2025). One class therefore owns, for every kind of key:
 
 - the rules an item must meet to carry the key (`extract`: each attribute present, of its declared
   type, non-empty and within DynamoDB's size limit for its role), with DynamoDB's messages;
 - the rules of a `Key` request parameter (`check_key`: exactly the key attributes, each of its
   declared type, else "The provided key element does not match the schema");
-- the storage key (`storage_key`): `hash64(enc(first)) ‖ enc(first) ‖ enc(second) ‖ ...` with the
-  order-preserving, self-delimiting encoding of `core.keycodec`, so byte order is DynamoDB's key
-  order component by component, whatever the lengths, and an item collection is a key prefix.
+- the storage key (`storage_key`): `hash64(enc(p1) ‖ ... ‖ enc(pn)) ‖ enc(p1) ‖ ... ‖ enc(pn) ‖
+  enc(s1) ‖ ...` with the order-preserving, self-delimiting encoding of `core.keycodec`, so byte
+  order is DynamoDB's key order attribute by attribute, whatever the lengths, and an item
+  collection (and, within it, every run of equal leading sort key values) is a key prefix. With one
+  partition key attribute this is `hash64(enc(pk)) ‖ enc(pk) ‖ enc(sk)`, the tables' layout.
 
 A missing or mistyped key attribute of an item raises `KeyAttributeError`, a `ValidationError`
 with PutItem's message that BatchWriteItem reports as a key/schema mismatch instead; callers match
@@ -53,15 +57,21 @@ class KeyAttribute:
 
 @dataclass(frozen=True, slots=True)
 class KeyShape:
-    """The ordered key attributes of one kind of key; the first one is hashed."""
+    """The ordered key attributes of one kind of key; the leading `hashed` ones are hashed."""
 
     attributes: tuple[KeyAttribute, ...]
+    # How many leading attributes make the partition key, hashed together to place the key: one
+    # for a table and a local index, one to four for a global index.
+    hashed: int = 1
     # The attributes' names, kept: every projection and key extraction reads them.
     _names: tuple[str, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         assert self.attributes, "a key has at least a partition key"
-        assert self.attributes[0].role == "partition", "the hashed attribute is a partition key"
+        assert 1 <= self.hashed <= len(self.attributes), f"{self.hashed} hashed attributes"
+        assert all(a.role == "partition" for a in self.attributes[: self.hashed]), (
+            "every hashed attribute is a partition key"
+        )
         names = tuple(attribute.name for attribute in self.attributes)
         assert len(set(names)) == len(names), f"key attributes repeat a name: {names}"
         object.__setattr__(self, "_names", names)
@@ -91,14 +101,39 @@ class KeyShape:
             "range": None if sort is None else [sort.name, sort.type],
         }
 
+    def to_document(self) -> list[list[str]] | dict[str, Any]:
+        """The JSON form of any key shape, as partition metadata and create_partition carry it:
+        `[[name, type, role], ...]`, with `{"attributes": [...], "hashed": n}` around it when
+        more than one attribute is hashed (a multi-attribute global index's entry key)."""
+        attributes = [[a.name, a.type, a.role] for a in self.attributes]
+        if self.hashed == 1:
+            return attributes
+        return {"attributes": attributes, "hashed": self.hashed}
+
+    @classmethod
+    def from_document(cls, document: Sequence[Any] | Mapping[str, Any]) -> KeyShape:
+        """The key shape of a `to_document` form."""
+        if isinstance(document, Mapping):
+            attributes, hashed = document["attributes"], int(document["hashed"])
+        else:
+            attributes, hashed = document, 1
+        return cls(tuple(KeyAttribute(name, kind, role) for name, kind, role in attributes), hashed)
+
     @property
     def partition_key(self) -> KeyAttribute:
+        """The first partition key attribute (a table's and a local index's only one)."""
         return self.attributes[0]
 
     @property
+    def partition_attributes(self) -> tuple[KeyAttribute, ...]:
+        """The attributes hashed together to place the key."""
+        return self.attributes[: self.hashed]
+
+    @property
     def sort_key(self) -> KeyAttribute | None:
-        """The second attribute, which orders an item collection; None for a partition key alone."""
-        return self.attributes[1] if len(self.attributes) > 1 else None
+        """The attribute after the partition key ones, which orders an item collection first; None
+        for a partition key alone."""
+        return self.attributes[self.hashed] if len(self.attributes) > self.hashed else None
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -154,16 +189,22 @@ class KeyShape:
     # Storage keys -------------------------------------------------------------------------------
 
     def storage_key(self, key: Item) -> bytes:
-        """`hash64(enc(first)) ‖ enc(first) ‖ enc(second) ‖ ...` of a key with every attribute."""
+        """`hash64(enc(p1) ‖ ...) ‖ enc(p1) ‖ ... ‖ enc(s1) ‖ ...` of a key with every attribute."""
         return self.storage_key_of([key[attribute.name] for attribute in self.attributes])
 
     def storage_key_of(self, values: Sequence[AttributeValue]) -> bytes:
         """The storage key, or a prefix of it, from the leading key values in order.
 
-        `[partition value]` alone gives the prefix every key of that item collection starts with.
+        The partition key values alone give the prefix every key of that item collection starts
+        with; each further value narrows it to the keys that also start with that sort key value.
         """
-        assert 1 <= len(values) <= len(self.attributes)
-        encoded_partition = encode_key_value(values[0])
+        assert self.hashed <= len(values) <= len(self.attributes)
+        encoded_partition = b"".join(encode_key_value(value) for value in values[: self.hashed])
         parts = [hash64(encoded_partition).to_bytes(HASH_BYTES, "big"), encoded_partition]
-        parts.extend(encode_key_value(value) for value in values[1:])
+        parts.extend(encode_key_value(value) for value in values[self.hashed :])
         return b"".join(parts)
+
+    def placement_hash(self, values: Sequence[AttributeValue]) -> int:
+        """The 64-bit hash that places a key whose partition key attributes have `values`."""
+        assert len(values) == self.hashed
+        return hash64(b"".join(encode_key_value(value) for value in values))

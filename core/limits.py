@@ -62,6 +62,11 @@ GSI_PER_TABLE_MAX = 20
 LSI_PER_TABLE_MAX = 5
 INDEX_PROJECTED_NON_KEY_ATTRIBUTES_MAX = 100  # INCLUDE attributes across all indexes of a table.
 INDEX_NON_KEY_ATTRIBUTES_PER_INDEX_MAX = 20  # NonKeyAttributes of one index (API Reference).
+# A global index's key may name up to four partition key (HASH) and up to four sort key (RANGE)
+# attributes (Developer Guide, "Multi-attribute keys", November 2025); a table's key and a local
+# index's keep one of each.
+GSI_PARTITION_KEY_ATTRIBUTES_MAX = 4
+GSI_SORT_KEY_ATTRIBUTES_MAX = 4
 # "Index item size = base primary key + index key + projected attributes + 100 bytes of overhead".
 INDEX_ENTRY_OVERHEAD_BYTES = 100
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from core import expressions, indexes, keycodec, limits, schema, values
+from core import expressions, indexes, keycodec, limits, values
 from core.capacity import (
     ConsumedCapacity,
     ReturnConsumedCapacity,
@@ -328,15 +328,14 @@ def _needs_fetch(index: IndexDef, table: Route, select: str, compiled: _Expressi
     return not indexes.projected(index, table.key_shape, names)
 
 
-def _index_starting_key(key: Item, shape: KeyShape) -> tuple[Any, Any]:
-    """The (partition key, index sort key) of an ExclusiveStartKey of a local index, which must
-    hold the index's key and the table's key (what its LastEvaluatedKey holds)."""
+def _checked_starting_key(key: Item, shape: KeyShape) -> Item:
+    """An ExclusiveStartKey of what a Query or Scan reads (`shape`: the table's key, or an
+    index's entry key, which holds the index's key and the table's: what its LastEvaluatedKey
+    holds), checked against it."""
     try:
-        checked = shape.check_key(key)
+        return shape.check_key(key)
     except DynamoError as error:
         raise ValidationError(f"{_STARTING_KEY_INVALID}: {error.message}") from None
-    sort = shape.sort_key
-    return checked[shape.partition_key.name], None if sort is None else checked[sort.name]
 
 
 # Reading requests ------------------------------------------------------------------------------
@@ -377,14 +376,6 @@ def _starting_key(raw: Item | None) -> Item | None:
     try:
         return values.validate_item(raw, where="ExclusiveStartKey")
     except ValidationError as error:
-        raise ValidationError(f"{_STARTING_KEY_INVALID}: {error.message}") from None
-
-
-def _check_starting_key(key: Item, table: Route) -> tuple[Any, Any]:
-    """The (pk, sk) of an ExclusiveStartKey, which must be a key of the table."""
-    try:
-        return schema.validate_key(key, table.key_shape)
-    except DynamoError as error:
         raise ValidationError(f"{_STARTING_KEY_INVALID}: {error.message}") from None
 
 
@@ -517,12 +508,12 @@ async def scan(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
         fetch=local is not None and _needs_fetch(local, table, select, compiled),
     )
     if exclusive_start is not None:
-        partition_key, _ = (
-            _check_starting_key(exclusive_start, table)
-            if shape is None
-            else _index_starting_key(exclusive_start, shape)
+        start_shape = table.key_shape if shape is None else shape
+        start = _checked_starting_key(exclusive_start, start_shape)
+        start_hash = start_shape.placement_hash(
+            [start[attribute.name] for attribute in start_shape.partition_attributes]
         )
-        if hash_range is not None and not _in_segment(partition_key, hash_range):
+        if hash_range is not None and not _in_segment(start_hash, hash_range):
             raise ValidationError(
                 f"{_STARTING_KEY_INVALID}: Invalid ExclusiveStartKey. Please use "
                 f"ExclusiveStartKey with correct Segment. TotalSegments: {total_segments} "
@@ -542,9 +533,48 @@ async def scan(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
     return _reply(page, select, table_name, body, index)
 
 
-def _in_segment(partition_key: Any, hash_range: tuple[int, int | None]) -> bool:
+def _key_condition(
+    key_shape: KeyShape,
+    form: expressions.KeyConditionForm | None,
+    translation: legacy.Translation | None,
+) -> tuple[expressions.KeyCondition, tuple[Any, ...]]:
+    """A Query's key condition held against `key_shape`, from its KeyConditionExpression's
+    checked `form` or KeyConditions' `translation`, and the expressions whose placeholders count
+    as used (a translation's are its own, not the request's)."""
+    sort = key_shape.sort_key
+    multi_attribute = len(key_shape.attributes) > 1 + (sort is not None)
+    if translation is not None:
+        if multi_attribute:
+            condition = expressions.index_key_condition(
+                translation.expression, translation.names, translation.values, key_shape
+            )
+        else:
+            condition = expressions.key_condition(
+                translation.expression,
+                translation.names,
+                translation.values,
+                key_shape.partition_key.name,
+                None if sort is None else sort.name,
+                hash_type=key_shape.partition_key.type,
+                range_type=None if sort is None else sort.type,
+            )
+        return condition, ()
+    assert form is not None
+    if multi_attribute:
+        condition = expressions.index_key_condition_of(form, key_shape)
+    else:
+        condition = expressions.key_condition_of(
+            form,
+            key_shape.partition_key.name,
+            None if sort is None else sort.name,
+            hash_type=key_shape.partition_key.type,
+            range_type=None if sort is None else sort.type,
+        )
+    return condition, (condition,)
+
+
+def _in_segment(key_hash: int, hash_range: tuple[int, int | None]) -> bool:
     start, end = hash_range
-    key_hash = keycodec.key_hash(partition_key)
     return start <= key_hash and (end is None or key_hash < end)
 
 
@@ -613,71 +643,51 @@ async def query(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
     index, shape, local = read.index, read.shape, read.local
     if key_conditions is not None and key_condition_text is None:
         legacy.check_key_operators(key_conditions)
-    table_key = table.key_shape
-    hash_name, hash_type = table_key.partition_key.name, table_key.partition_key.type
-    sort = (
-        None if table_key.sort_key is None else (table_key.sort_key.name, table_key.sort_key.type)
-    )
-    if index is not None:
-        # The index's own key: a local index's is the table's partition key and its sort key, a
-        # global index's its partition key and its sort key, if any.
-        own = index.key_shape
-        hash_name, hash_type = own.partition_key.name, own.partition_key.type
-        sort = None if own.sort_key is None else (own.sort_key.name, own.sort_key.type)
-    range_name, range_type = sort if sort is not None else (None, None)
-    if key_translation is not None:
-        key_condition = expressions.key_condition(
-            key_translation.expression,
-            key_translation.names,
-            key_translation.values,
-            hash_name,
-            range_name,
-            hash_type=hash_type,
-            range_type=range_type,
-        )
-        used: tuple[Any, ...] = ()
-    else:
-        assert form is not None
-        key_condition = expressions.key_condition_of(
-            form, hash_name, range_name, hash_type=hash_type, range_type=range_type
-        )
-        used = (key_condition,)
+    # The key the condition is held against: the table's, or the index's own (a local index's:
+    # the table's partition key and its sort key; a global index's: its partition key and sort
+    # key attributes, up to four of each).
+    key_shape = table.key_shape if index is None else index.key_shape
+    key_condition, used = _key_condition(key_shape, form, key_translation)
     expressions.check_unused(
         reading.names,
         reading.values,
         *used,
         *compiled.parsed(),
     )
-    hash_value = key_condition.hash_value
-    check_key_value(hash_name, hash_value, "partition", expected_type=hash_type)
+    equal = [key_condition.hash_value, *key_condition.fixed]
+    for attribute, value in zip(key_shape.attributes, equal, strict=False):
+        check_key_value(attribute.name, value, attribute.role, expected_type=attribute.type)
+    walked_shape = table.key_shape if shape is None else shape
     if exclusive_start is not None:
-        start_hash, start_range = (
-            _check_starting_key(exclusive_start, table)
-            if shape is None
-            else _index_starting_key(exclusive_start, shape)
-        )
-        if not values.equal(start_hash, hash_value):
+        start = _checked_starting_key(exclusive_start, walked_shape)
+        if any(
+            not values.equal(start[attribute.name], value)
+            for attribute, value in zip(key_shape.attributes, equal, strict=False)
+        ):
             raise ValidationError(
                 "The provided starting key is outside query boundaries based on provided conditions"
             )
-        if key_condition.range is not None and not key_condition.range.matches(start_range):
-            raise ValidationError(
-                "The provided starting key does not match the range key predicate"
-            )
+        if key_condition.range is not None:
+            assert key_condition.range_key is not None
+            if not key_condition.range.matches(start[key_condition.range_key]):
+                raise ValidationError(
+                    "The provided starting key does not match the range key predicate"
+                )
     check_key_paths(table.key_shape.names, compiled.filter, compiled.projection)
     if compiled.filter is not None:
         # DynamoDB serves key conditions from the key order; a filter on a key attribute would be
         # a key condition in disguise, and it refuses it.
-        for name in (hash_name, range_name):
-            if name is not None and name in compiled.filter.top_level_attributes:
+        for name in key_shape.names:
+            if name in compiled.filter.top_level_attributes:
                 what = "QueryFilter" if query_filter is not None else "Filter Expression"
                 raise ValidationError(
                     f"{what} can only contain non-primary key attributes: Primary key "
                     f"attribute: {name}"
                 )
-    collection = keycodec.encode_storage_key(hash_value, None)
+    collection = walked_shape.storage_key_of(equal[: walked_shape.hashed])
     request = ops.QueryPayload(
-        hash_value,
+        key_condition.hash_value,
+        fixed=list(key_condition.fixed),
         range=None if key_condition.range is None else key_condition.range.to_json(),
         forward=forward is not False,
         filter=None if compiled.filter is None else compiled.filter.text,

@@ -355,7 +355,7 @@ def _index_schema(table: TableDef, index: IndexDef) -> dict[str, Any]:
     return {
         "id": index.table_id,
         "name": catalog.index_storage_name(table.name, index.name),
-        "key_schema": [[a.name, a.type, a.role] for a in shape.attributes],
+        "key_schema": shape.to_document(),
     }
 
 

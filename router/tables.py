@@ -197,12 +197,15 @@ def _read_index_definition(nested: RequestReader, global_index: bool) -> _IndexR
     """One index definition: IndexName, KeySchema, Projection and (a global index's)
     ProvisionedThroughput, checked against their constraints."""
     name = nested.name("IndexName", required=True)
+    # A local index's KeySchema keeps its two elements at most; a global index's may have up to
+    # four HASH and four RANGE elements (multi-attribute keys), which the service model no longer
+    # bounds: `core.gsi.global_index_key` refuses more of either kind.
     key_schema = _read_elements(
         nested,
         "KeySchema",
         (("AttributeName", None), ("KeyType", schema.KEY_TYPES)),
         min_length=1,
-        max_length=2,
+        max_length=None if global_index else 2,
     )
     projection = nested.mapping("Projection", required=True)
     projection_type = non_key = None
@@ -453,6 +456,9 @@ def _description(
     return description
 
 
+_KEY_TYPES_OF_ROLES = {"partition": "HASH", "sort": "RANGE"}
+
+
 def _global_index_description(index: IndexDef, counts: list[int], arn: str) -> dict[str, Any]:
     """One element of DescribeTable's GlobalSecondaryIndexes (seed 001 G-25, 004 O-08).
 
@@ -468,9 +474,11 @@ def _global_index_description(index: IndexDef, counts: list[int], arn: str) -> d
     status = IndexStatus.CREATING if index.status == IndexStatus.BACKFILLING else index.status
     described: dict[str, Any] = {
         "IndexName": index.name,
+        # As CreateTable or UpdateTable gave it: the partition key attributes, then the sort key
+        # attributes, each in its order.
         "KeySchema": [
-            {"AttributeName": attribute.name, "KeyType": kind}
-            for attribute, kind in zip(index.key_shape.attributes, ("HASH", "RANGE"), strict=False)
+            {"AttributeName": attribute.name, "KeyType": _KEY_TYPES_OF_ROLES[attribute.role]}
+            for attribute in index.key_shape.attributes
         ],
         "Projection": projection,
         "IndexStatus": status.value,

@@ -387,7 +387,10 @@ class QueryPayload:
 
     `range` is the sort-key condition, {"op": "=" | "<" | "<=" | ">" | ">=" | "BETWEEN" |
     "begins_with", "values": [VALUE, ...]} (`core.expressions.RangeCondition.to_json()`), or
-    None. Reply: see above.
+    None. On a global index with a multi-attribute key, `fixed` holds the values of the key
+    attributes after the first that the Query fixes by equality, in key order (the other
+    partition key attributes, then leading sort key attributes), and `range` applies to the key
+    attribute after them. Reply: see above.
     """
 
     hash_value: AttributeValue
@@ -403,6 +406,7 @@ class QueryPayload:
     page_bytes: int | None = None  # None: the node's bound (1 MB).
     index: str | None = None  # A local secondary index to read instead of the table.
     fetch: bool = False  # Read each index entry's item from the table.
+    fixed: list[AttributeValue] = dataclasses.field(default_factory=list)
 
     @classmethod
     def from_json(cls, body: dict[str, Any]) -> Self:
@@ -420,11 +424,13 @@ class QueryPayload:
             body.get("page_bytes"),
             body.get("index"),
             body.get("fetch") is True,
+            list(body.get("fixed") or ()),
         )
 
     def to_json(self) -> dict[str, Any]:
         return {
             "hash_value": self.hash_value,
+            "fixed": self.fixed,
             "range": self.range,
             "forward": self.forward,
             "exclusive_start": self.exclusive_start,
@@ -567,7 +573,9 @@ class CreatePartitionPayload:
     `table` is {"id", "name", "key_schema"} of the table descriptor, `partition` its PARTITION.
     A global index's partition is created the same way with the index's id and, as
     `key_schema`, its entry key as a list `[[name, type, "partition"|"sort"], ...]` (the index
-    key, then the table key attributes not already in it).
+    key, then the table key attributes not already in it), inside `{"attributes": [...],
+    "hashed": n}` when its first n > 1 attributes are hashed together (a multi-attribute index
+    partition key: `core.keys.KeyShape.to_document`).
     Idempotent: re-creating an existing partition with the same epoch is a no-op. Without
     `throughput` the partition is not metered (the node's own tests create partitions so);
     routers always send it.

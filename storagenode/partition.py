@@ -9,7 +9,7 @@ them the store's iterators.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +20,7 @@ from core.catalog import IndexDef
 from core.errors import StaleEpoch
 from core.indexes import entry_shape
 from core.keycodec import HASH_BYTES, HASH_SPACE, encode_key_prefix, successor
-from core.keys import KeyAttribute, KeyShape
+from core.keys import KeyShape
 from core.values import AttributeValue, Item
 from rpc.ops import PagePayload
 from storagenode.layout import (
@@ -280,16 +280,16 @@ class Partition:
 
 def shape_from_document(document: Any) -> KeyShape:
     """A partition's key shape from create_partition's `key_schema`: a table's
-    `{"hash", "range"}`, or the list `[[name, type, role], ...]` of any key shape (a global index
+    `{"hash", "range"}`, or `KeyShape.to_document`'s form of any key shape (a global index
     entry's key: the index key, then the table key attributes not already in it)."""
-    if isinstance(document, list):
-        return KeyShape(tuple(KeyAttribute(name, kind, role) for name, kind, role in document))
+    if isinstance(document, list) or "attributes" in document:
+        return KeyShape.from_document(document)
     return KeyShape.from_key_schema(document)
 
 
-def shape_document(shape: KeyShape) -> list[list[str]]:
-    """The list form of a key shape, as partition metadata keeps it (`shape_from_document`)."""
-    return [[attribute.name, attribute.type, attribute.role] for attribute in shape.attributes]
+def shape_document(shape: KeyShape) -> list[list[str]] | dict[str, Any]:
+    """The JSON form of a key shape, as partition metadata keeps it (`shape_from_document`)."""
+    return shape.to_document()
 
 
 def _min_end(a: bytes | None, b: bytes | None) -> bytes | None:
@@ -322,16 +322,20 @@ def query_bounds(
     *,
     forward: bool,
     shape: KeyShape | None = None,
+    fixed: Sequence[AttributeValue] = (),
 ) -> tuple[bytes, bytes | None]:
     """The tightest storage-key range [lo, hi) that holds a Query's items on this partition.
 
     The item collection of one partition key is a contiguous run of storage keys (the encoded
     partition key is a prefix of each), and a sort-key condition narrows it further because the sort
     key is encoded order-preservingly. The condition itself is still checked on every item read.
-    `shape` is a local index's entry shape when the Query reads that index.
+    `shape` is a local index's entry shape when the Query reads that index. `fixed` are the values
+    of the key attributes after the first that the Query fixes by equality (a multi-attribute
+    global index key's): they are part of the prefix, and the condition applies to the next one.
     """
     shape = partition.key_shape if shape is None else shape
-    collection = shape.storage_key_of([hash_value])
+    equal = [hash_value, *fixed]
+    collection = shape.storage_key_of(equal)
     lo: bytes = collection
     hi = successor(collection)
     if range_condition is not None:
@@ -341,13 +345,13 @@ def query_bounds(
             lo = collection + encode_key_prefix(values[0])
             hi = successor(lo)
         elif op in _LOWER_BOUNDED:
-            lo = shape.storage_key_of([hash_value, values[0]])
+            lo = shape.storage_key_of([*equal, values[0]])
         if op == "<":
-            hi = shape.storage_key_of([hash_value, values[0]])
+            hi = shape.storage_key_of([*equal, values[0]])
         elif op in ("=", "<=", "BETWEEN"):
             # Every key whose sort key equals the bound starts with these bytes: an index entry's
             # key goes on with the table key after them (the encoding is self-delimiting).
-            hi = successor(shape.storage_key_of([hash_value, values[-1]]))
+            hi = successor(shape.storage_key_of([*equal, values[-1]]))
     if exclusive_start is not None:
         start_key = _start_key(partition, shape, exclusive_start)
         if forward:

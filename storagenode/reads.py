@@ -55,14 +55,23 @@ def query(node: NodeState, target: Target | None, payload: ops.QueryPayload) -> 
     hash_value = payload.hash_value
     forward = payload.forward
     range_condition = payload.range
-    sort = shape.sort_key
-    if range_condition is not None and sort is None:
+    fixed = payload.fixed
+    equal = [hash_value, *fixed]
+    if not shape.hashed <= len(equal) < len(shape.attributes) + (range_condition is None):
+        raise ValidationError("Query key condition not supported: it does not fit the key")
+    # The key attribute the range condition applies to: the sort key, or on a multi-attribute
+    # global index key the one after those the Query fixes.
+    sort = shape.attributes[len(equal)] if len(equal) < len(shape.attributes) else None
+    if range_condition is not None and (sort is None or sort.role != "sort"):
         raise ValidationError("Query key condition not supported: the table has no sort key")
     start = payload.exclusive_start
-    if start is not None and start.get(shape.partition_key.name) != hash_value:
+    if start is not None and any(
+        start.get(attribute.name) != value
+        for attribute, value in zip(shape.attributes, equal, strict=False)
+    ):
         raise ValidationError("The provided starting key is invalid: it is not in the query")
     lo, hi = query_bounds(
-        partition, hash_value, range_condition, start, forward=forward, shape=shape
+        partition, hash_value, range_condition, start, forward=forward, shape=shape, fixed=fixed
     )
     key_matches = None
     if range_condition is not None:

@@ -13,6 +13,8 @@ node (to evaluate it atomically with the write). The facade below is all either 
         -> Projection     .apply(item) -> projected item
     key_condition(text, names, values, hash_key, range_key, hash_type=, range_type=)
         -> KeyCondition   .hash_value, .range (RangeCondition | None)
+    index_key_condition(text, names, values, key_shape)   -- a multi-attribute global index key
+        -> KeyCondition   .hash_value, .fixed (the further equalities), .range_key, .range
     RangeCondition(op, values), RangeCondition.from_json({"op", "values"}), .matches(value)
     check_unused(names, values, *compiled)  -- DynamoDB's "unused placeholder" errors for a request
     check_attribute_maps(names, values)     -- the checks DynamoDB makes on the two maps up front
@@ -76,7 +78,13 @@ from core.expressions.condition import (
     plan_condition,
 )
 from core.expressions.document import project
-from core.expressions.keycondition import KeyTests, RangeCondition, check_key_form, key_tests
+from core.expressions.keycondition import (
+    KeyTests,
+    RangeCondition,
+    check_key_form,
+    index_key_tests,
+    key_tests,
+)
 from core.expressions.parser import (
     ExpressionSyntaxError,
     Parsed,
@@ -91,6 +99,7 @@ from core.expressions.update import (
     check_update,
     compile_update,
 )
+from core.keys import KeyShape
 from core.values import AttributeValue, Item
 
 __all__ = [
@@ -105,6 +114,8 @@ __all__ = [
     "clear_caches",
     "condition",
     "condition_plan",
+    "index_key_condition",
+    "index_key_condition_of",
     "key_condition",
     "parse_cached",
     "projection",
@@ -316,9 +327,16 @@ class Projection:
 
 
 class KeyCondition:
-    """A checked KeyConditionExpression: the partition key value and the sort key condition."""
+    """A checked KeyConditionExpression: the partition key value and the sort key condition.
+
+    On a key of several partition key or sort key attributes, `hash_value` is the first partition
+    key attribute's, `fixed` the values of the key attributes after it that the condition fixes by
+    equality (in key order) and `range` the condition on the next one, `range_key`. On any other
+    key `fixed` is empty and `range_key` the sort key.
+    """
 
     __slots__ = (
+        "fixed",
         "hash_key",
         "hash_value",
         "names_used",
@@ -336,8 +354,10 @@ class KeyCondition:
         range_key: str | None,
         hash_value: AttributeValue,
         range_condition: RangeCondition | None,
+        fixed: tuple[AttributeValue, ...] = (),
     ) -> None:
         self.text = text
+        self.fixed = fixed
         self.names_used = parsed.names_used
         self.values_used = parsed.values_used
         self.hash_key = hash_key
@@ -427,6 +447,49 @@ def key_condition_of(
     return KeyCondition(form.text, form.parsed, hash_key, range_key, hash_value, range_condition)
 
 
+def index_key_condition_of(form: KeyConditionForm, key_shape: KeyShape) -> KeyCondition:
+    """A checked form held against a global index's own key of several partition key or sort key
+    attributes (`core.expressions.keycondition.index_key_tests`)."""
+    partition = [(a.name, a.type) for a in key_shape.partition_attributes]
+    sort = [(a.name, a.type) for a in key_shape.attributes[key_shape.hashed :]]
+    tested = index_key_tests(form.tests, partition, sort)
+    return KeyCondition(
+        form.text,
+        form.parsed,
+        partition[0][0],
+        tested.range_key,
+        tested.fixed[0],
+        tested.range,
+        tested.fixed[1:],
+    )
+
+
+def index_key_condition(
+    text: str,
+    names: Mapping[str, Any] | None,
+    values: Mapping[str, Any] | None,
+    key_shape: KeyShape,
+) -> KeyCondition:
+    """Check a KeyConditionExpression (or the translation of KeyConditions) against a global
+    index's own key of several partition key or sort key attributes."""
+    return index_key_condition_of(_key_condition_form(text, names, values), key_shape)
+
+
+def _key_condition_form(
+    text: str, names: Mapping[str, Any] | None, values: Mapping[str, Any] | None
+) -> KeyConditionForm:
+    kind = "KeyConditionExpression"
+    parsed, plan = _planned(text, kind)
+    _check_map_shapes(names, values)
+    binder = Binder(kind, CONDITION_RANKS, names, values)
+    plan.bind(binder)
+    # A key condition words an unordered operand its own way ("ComparisonOperator LT is not valid
+    # for BOOL AttributeValue type"), in `key_tests`.
+    binder.findings = [finding for finding in binder.findings if finding.category != ORDER]
+    binder.raise_first(parsed.findings)
+    return KeyConditionForm(text, parsed, check_key_form(plan.tree, binder))
+
+
 def key_condition(
     text: str,
     names: Mapping[str, Any] | None,
@@ -438,16 +501,7 @@ def key_condition(
     range_type: str | None = None,
 ) -> KeyCondition:
     """Check a KeyConditionExpression against a key schema (types: "S", "N" or "B", if known)."""
-    kind = "KeyConditionExpression"
-    parsed, plan = _planned(text, kind)
-    _check_map_shapes(names, values)
-    binder = Binder(kind, CONDITION_RANKS, names, values)
-    plan.bind(binder)
-    # A key condition words an unordered operand its own way ("ComparisonOperator LT is not valid
-    # for BOOL AttributeValue type"), in `key_tests`.
-    binder.findings = [finding for finding in binder.findings if finding.category != ORDER]
-    binder.raise_first(parsed.findings)
-    form = KeyConditionForm(text, parsed, check_key_form(plan.tree, binder))
+    form = _key_condition_form(text, names, values)
     return key_condition_of(form, hash_key, range_key, hash_type=hash_type, range_type=range_type)
 
 

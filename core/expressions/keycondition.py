@@ -14,6 +14,14 @@ order. The checks run in DynamoDB's order, each with its words:
    condition needs only the partition key), values of the key's type, and equality on the
    partition key.
 
+A global index's key may have up to four partition key and four sort key attributes
+(multi-attribute keys, November 2025). Its key condition (`index_key_tests`) names every partition
+key attribute with ``=``, and sort key attributes from the first on, left to right, each with
+``=`` but the last named, which may take any sort key operator. DynamoDB's messages for the
+refusals only such a key can meet are as moto records them from the service ("RANGE key attributes
+... must have equality conditions specified in the query because a condition is present on key
+attribute ..."); the others are the single-attribute key's.
+
 ``RangeCondition`` is the sort key part, also the form in which a router sends it to a node.
 """
 
@@ -250,3 +258,72 @@ def key_tests(
         RangeCondition(range_test.op, range_test.values) if range_test is not None else None
     )
     return hash_test.values[0], range_condition
+
+
+@dataclass(frozen=True, slots=True)
+class IndexKeyTests:
+    """A multi-attribute key condition held against its key: the values of the leading key
+    attributes it fixes by equality, in key order (every partition key attribute, then the sort
+    key attributes before the last one named), and the condition on the next sort key attribute,
+    if it names one (`range_key`)."""
+
+    fixed: tuple[AttributeValue, ...]
+    range_key: str | None
+    range: RangeCondition | None
+
+
+def index_key_tests(
+    tests: KeyTests,
+    partition: Sequence[tuple[str, str]],
+    sort: Sequence[tuple[str, str]],
+) -> IndexKeyTests:
+    """The tests of a key condition on a global index whose key has several partition key or
+    several sort key attributes (`partition` and `sort`: (name, type) in key order)."""
+    for test in tests.values():
+        for value in test.values:
+            if type_of(value) not in _ALLOWED_TYPES[test.op]:
+                raise ValidationError(
+                    "One or more parameter values were invalid: ComparisonOperator "
+                    f"{_LEGACY_NAMES[test.op]} is not valid for {type_of(value)} "
+                    "AttributeValue type"
+                )
+    schema = [*partition, *sort]
+    if len(tests) > len(schema):
+        raise ValidationError("Query key condition not supported")
+    for key, _ in partition:
+        if key not in tests:
+            raise ValidationError(f"Query condition missed key schema element: {key}")
+    names = {key for key, _ in schema}
+    if any(attribute not in names for attribute in tests):
+        # A condition on another attribute takes the place of a key attribute's: DynamoDB names
+        # the first sort key attribute left out, as for a single sort key.
+        missing = [key for key, _ in sort if key not in tests]
+        if missing:
+            raise ValidationError(f"Query condition missed key schema element: {missing[0]}")
+        raise ValidationError("Query key condition not supported")
+    for key, key_type in schema:
+        tested = tests.get(key)
+        if tested is not None and any(type_of(value) != key_type for value in tested.values):
+            raise ValidationError(
+                f"{INVALID_PARAMETERS}Condition parameter type does not match schema type"
+            )
+    if any(tests[key].op != "=" for key, _ in partition):
+        raise ValidationError("Query key condition not supported")
+    named = [position for position, (key, _) in enumerate(sort) if key in tests]
+    fixed = [tests[key].values[0] for key, _ in partition]
+    if not named:
+        return IndexKeyTests(tuple(fixed), None, None)
+    last = named[-1]
+    for position in range(last):
+        key = sort[position][0]
+        tested = tests.get(key)
+        if tested is None or tested.op != "=":
+            after = next(sort[later][0] for later in named if later > position)
+            raise ValidationError(
+                f"RANGE key attributes {key} must have equality conditions specified in the "
+                f"query because a condition is present on key attribute {after}"
+            )
+        fixed.append(tested.values[0])
+    range_key = sort[last][0]
+    range_test = tests[range_key]
+    return IndexKeyTests(tuple(fixed), range_key, RangeCondition(range_test.op, range_test.values))

@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from core import limits
 from core.errors import INVALID_PARAMETERS, SerializationError, ValidationError
 from core.values import (
     SET_TYPES,
@@ -369,7 +370,11 @@ def key_condition_expression(key_conditions: Mapping[str, Any]) -> Translation:
     """A KeyConditionExpression for ``KeyConditions`` (checked against the schema afterwards)."""
     placeholders = _Placeholders("k")
     parts = _filter_conditions(key_conditions, "KeyConditions", placeholders)
-    if len(parts) not in (1, 2):
+    # No key has more attributes than a global index's (multi-attribute keys); whether the key
+    # queried has as many is checked against it, where a key of one partition key and at most one
+    # sort key attribute still takes one or two conditions only.
+    most = limits.GSI_PARTITION_KEY_ATTRIBUTES_MAX + limits.GSI_SORT_KEY_ATTRIBUTES_MAX
+    if not 1 <= len(parts) <= most:
         raise ValidationError("Conditions can be of length 1 or 2 only")
     return placeholders.translation(" AND ".join(parts))
 

@@ -303,11 +303,18 @@ def test_key_conditions_that_are_not_indexable(operator: str) -> None:
 
 
 def test_key_conditions_count() -> None:
+    # No key has more than eight attributes (a multi-attribute global index key: four partition
+    # key and four sort key attributes), so more conditions are refused before the key is known;
+    # three conditions are refused only against a key of one partition and one sort key attribute.
     equal = {"ComparisonOperator": "EQ", "AttributeValueList": [{"S": "a"}]}
-    for conditions in ({}, {"a": equal, "b": equal, "c": equal}):
+    for conditions in ({}, {name: equal for name in "abcdefghi"}):
         assert error(legacy.key_condition_expression, conditions) == (
             "Conditions can be of length 1 or 2 only"
         )
+    three = legacy.key_condition_expression({"a": equal, "b": equal, "c": equal})
+    assert error(
+        expressions.key_condition, three.expression, three.names, three.values, "a", "b"
+    ) == ("Conditions can be of length 1 or 2 only")
 
 
 # AttributeUpdates -------------------------------------------------------------------------------

@@ -52,9 +52,11 @@ FULL: list[tuple[Any, set[str]]] = [
             1000,
             "LastPostIndex",
             True,
+            [{"N": "3"}, {"B": "AQ=="}],
         ),
         {
             "hash_value",
+            "fixed",
             "range",
             "forward",
             "exclusive_start",
