@@ -44,6 +44,7 @@ def describe_index(client: Any, table_name: str, index_name: str) -> tuple[Index
     types = {d["AttributeName"]: d["AttributeType"] for d in table["AttributeDefinitions"]}
 
     def shape(key_schema: list[dict[str, str]]) -> KeyShape:
+        # A global index's key may have several HASH elements (multi-attribute keys), all first.
         return KeyShape(
             tuple(
                 KeyAttribute(
@@ -52,7 +53,8 @@ def describe_index(client: Any, table_name: str, index_name: str) -> tuple[Index
                     "partition" if e["KeyType"] == "HASH" else "sort",
                 )
                 for e in key_schema
-            )
+            ),
+            sum(e["KeyType"] == "HASH" for e in key_schema),
         )
 
     described = next(
