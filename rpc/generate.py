@@ -17,7 +17,7 @@ from grpc_tools import protoc
 
 ROOT = Path(__file__).resolve().parents[1]
 PROTO_ROOT = ROOT / "proto"
-PROTOS = ["rpc/node.proto", "rpc/changefeed.proto"]
+PROTOS = ["rpc/node.proto", "rpc/changefeed.proto", "rpc/raft.proto"]
 # mypy-protobuf installs these two protoc plugins as console scripts beside the interpreter.
 STUB_PLUGINS = {"protoc-gen-mypy": "mypy_out", "protoc-gen-mypy_grpc": "mypy_grpc_out"}
 
