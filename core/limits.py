@@ -525,3 +525,32 @@ assert 0 < RAFT_HEARTBEAT_INTERVAL_TICKS_DEFAULT < RAFT_ELECTION_TIMEOUT_TICKS_D
 assert 1 <= RAFT_CLOCK_DRIFT_TICKS_MAX < RAFT_ELECTION_TIMEOUT_TICKS_DEFAULT
 assert RAFT_APPEND_BYTES_MAX >= ITEM_SIZE_BYTES_MAX, "one append carries any one write"
 assert RAFT_APPLY_BYTES_MAX >= RAFT_APPEND_BYTES_MAX, "one Ready applies what one append carried"
+
+# Raft messages between nodes (`rpc.raft_transport`). Each peer node has a queue of messages not
+# yet written to its stream; past either bound the oldest are dropped, since Raft resends what
+# matters (heartbeats every tick, appends from the follower's progress) and a peer that is down
+# or slow must not make a node hold its messages without bound.
+RAFT_TRANSPORT_QUEUE_MESSAGES_MAX = 4096
+RAFT_TRANSPORT_QUEUE_BYTES_MAX = 64 * MIB
+# Everything queued for a peer in one turn of the event loop goes out as one stream message, cut
+# once it passes this many bytes (as the node stream's batches are).
+RAFT_TRANSPORT_BATCH_BYTES_TARGET = 4 * MIB
+# A single message larger than this is dropped rather than sent: with a batch's target it must
+# fit one gRPC message. Only a snapshot can be that large; large ones need a streamed install.
+RAFT_TRANSPORT_MESSAGE_BYTES_MAX = RPC_MESSAGE_BYTES_MAX // 2
+# Opening a stream to a peer (connection and HTTP/2 handshake), and one write on it: a peer that
+# stops reading for this long has its stream broken and opened again.
+RAFT_TRANSPORT_CONNECT_SECONDS_MAX = 1.0
+RAFT_TRANSPORT_WRITE_SECONDS_MAX = 2.0
+# Reconnecting to a peer after a failed attempt: from 50 ms doubling to 1 s, for at most 30
+# attempts or 10 s; then the queue is dropped, and the next message sent starts a new round.
+RAFT_TRANSPORT_RECONNECT_ATTEMPTS_MAX = 30
+RAFT_TRANSPORT_RECONNECT_BACKOFF_SECONDS_MIN = 0.05
+RAFT_TRANSPORT_RECONNECT_BACKOFF_SECONDS_MAX = 1.0
+RAFT_TRANSPORT_RECONNECT_SECONDS_MAX = 10.0
+
+assert RAFT_TRANSPORT_MESSAGE_BYTES_MAX <= RAFT_TRANSPORT_QUEUE_BYTES_MAX
+assert RAFT_TRANSPORT_BATCH_BYTES_TARGET + RAFT_TRANSPORT_MESSAGE_BYTES_MAX <= RPC_MESSAGE_BYTES_MAX
+assert RAFT_APPEND_BYTES_MAX < RAFT_TRANSPORT_MESSAGE_BYTES_MAX, "any append can be sent"
+assert RAFT_TRANSPORT_RECONNECT_ATTEMPTS_MAX <= RETRY_ATTEMPTS_MAX
+assert RAFT_TRANSPORT_RECONNECT_BACKOFF_SECONDS_MAX <= RETRY_PAUSE_SECONDS_MAX
