@@ -254,6 +254,51 @@ async def test_a_peer_down_then_up_drops_within_the_bound_then_flows(net: Net) -
     assert counters.streams_opened == 1
 
 
+async def test_a_reconnect_round_that_gives_up_drops_the_queue_until_the_next_send(
+    net: Net,
+) -> None:
+    one, two = net.add(1, 2)
+    brief = RetryPolicy(attempts_max=3, base_seconds=0.01, cap_seconds=0.01, deadline_seconds=1)
+    sender = net.transport(one, reconnect=brief)
+    net.transport(two)
+    sender.send(2, [heartbeat(1, 2, "g", tick) for tick in range(5)])
+    counters = sender.counters[2]
+    await until(lambda: counters.dropped["unreachable"] == 5, "the round gives up")
+    assert sender.queued_messages(2) == 0 and counters.reconnects == 2
+    await net.serve(two)
+    sender.send(2, [heartbeat(1, 2, "g", 5)])
+    await until(lambda: len(two.messages_from(1)) == 1, "the next send starts a new round")
+    assert two.messages_from(1) == [heartbeat(1, 2, "g", 5)]
+
+
+async def test_a_message_over_the_bound_is_dropped_alone(net: Net) -> None:
+    one, two = net.add(1, 2)
+    sender = net.transport(one, batch_bytes_target=10_000, message_bytes_max=5_000)
+    net.transport(two)
+    await net.serve(two)
+    small, huge = append(1, 2, "g", 1, 100), append(1, 2, "g", 2, 10_000)
+    sender.send(2, [small, huge, heartbeat(1, 2, "g", 3)])
+    await until(lambda: len(two.messages_from(1)) == 2, "the others arrive")
+    assert two.messages_from(1) == [small, heartbeat(1, 2, "g", 3)]
+    assert sender.counters[2].dropped["oversize"] == 1
+
+
+async def test_a_batch_the_core_cannot_read_is_refused(net: Net) -> None:
+    (two,) = net.add(2)
+    net.transport(two)
+    await net.serve(two)
+    unknown_kind = raft_pb2.RaftMessage(kind=99, sender=1, to=2)  # type: ignore[arg-type]
+    record = raft_pb2.GroupMessage(message=raft_pb2.FullMessage(group="g", message=unknown_kind))
+    async with grpc.aio.insecure_channel(two.address) as channel:
+        call = raft_pb2_grpc.RaftTransportStub(channel).Send()
+        await call.write(raft_pb2.RaftBatch(from_node=1, to_node=2, messages=[record]))
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await asyncio.wait_for(call, WAIT_SECONDS_MAX)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "unknown Raft message kind 99" in (refused.value.details() or "")
+    assert two.delivered == []
+
+
 class StalledServicer(raft_pb2_grpc.RaftTransportServicer):
     """A peer that accepts streams and never reads them: to its senders, a slow node."""
 
