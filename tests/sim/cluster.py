@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
 from core import keycodec, limits
+from core.catalog import TableDef
 from core.errors import DynamoError
 from gsi_replicator.replicator import Replicator
 from router import items, queries, tables
@@ -82,9 +83,16 @@ def virtual_unix_time() -> float:
     return START_TIME + asyncio.get_running_loop().time()
 
 
-def run(seed: int, scenario: Callable[[SimCluster], Awaitable[T]], **options: Any) -> T:
+def run(
+    seed: int,
+    scenario: Callable[[SimCluster], Awaitable[T]],
+    *,
+    replay: str | None = None,
+    **options: Any,
+) -> T:
     """Run `scenario` on a fresh cluster built from `seed`, on a fresh virtual-time loop; if it
-    fails under pytest, print the one command that replays that seed."""
+    fails, print the one command that replays that seed (`replay`, or under pytest the test's
+    own)."""
     print(f"sim seed {seed}")
     loop = VirtualTimeLoop()
     try:
@@ -99,8 +107,10 @@ def run(seed: int, scenario: Callable[[SimCluster], Awaitable[T]], **options: An
         return loop.run_until_complete(main())
     except BaseException:
         test = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" ", 1)[0]
-        if test:
-            print(f"sim seed {seed} failed; replay it with: python -m pytest -q '{test}'")
+        if replay is None and test:
+            replay = f"python -m pytest -q '{test}'"
+        if replay is not None:
+            print(f"sim seed {seed} failed; replay it with: {replay}")
         raise
     finally:
         loop.close()
@@ -306,6 +316,36 @@ class SimCluster:
                 }
             ]
         return await tables.create_table(self.routers[router], body)
+
+    async def create_indexed(self, name: str) -> TableDef:
+        """An on-demand table keyed by pk (S) with a global index byG keyed by g (S) and n (N),
+        projecting ALL; its catalog record."""
+        await tables.create_table(
+            self.routers[0],
+            {
+                "TableName": name,
+                "KeySchema": [{"AttributeName": "pk", "KeyType": "HASH"}],
+                "AttributeDefinitions": [
+                    {"AttributeName": "pk", "AttributeType": "S"},
+                    {"AttributeName": "g", "AttributeType": "S"},
+                    {"AttributeName": "n", "AttributeType": "N"},
+                ],
+                "BillingMode": "PAY_PER_REQUEST",
+                "GlobalSecondaryIndexes": [
+                    {
+                        "IndexName": "byG",
+                        "KeySchema": [
+                            {"AttributeName": "g", "KeyType": "HASH"},
+                            {"AttributeName": "n", "KeyType": "RANGE"},
+                        ],
+                        "Projection": {"ProjectionType": "ALL"},
+                    }
+                ],
+            },
+        )
+        table = await self.routers[0].read_table(name)
+        assert table is not None, f"seed {self.seed}: {name} was not created"
+        return table
 
     async def put(self, name: str, item: dict[str, Any], router: int = 0, **extra: Any) -> None:
         await items.put_item(self.routers[router], {"TableName": name, "Item": item, **extra})

@@ -8,6 +8,10 @@ from collections.abc import Callable
 from rpc.machines import CrashPoints, NoCrashPoints
 
 
+class Died(BaseException):
+    """The process died here (a BaseException: nothing of its driver runs after it)."""
+
+
 class DieAt:
     """Call `die` with the point when `machine` reaches `point`; hold at others through `hold`."""
 

@@ -60,6 +60,7 @@ from storagenode.memory_store import MemoryStore
 from storagenode.node import StorageNode
 from storagenode.throughput import NodeThroughput
 from tests.sim.cluster import SimCluster, run, virtual_unix_time
+from tests.sim.sweep import seeds_of
 
 # The virtual time a client request takes, drawn per request: long enough that a scenario's own
 # duration (tens of virtual seconds) stays a couple of thousand operations of real CPU.
@@ -275,14 +276,6 @@ def _heals(executed: list[dict[str, Any]]) -> list[FaultEvent]:
     return [FaultEvent(0.0, heal, target) for (_, target), heal in open_faults.items()]
 
 
-def _seeds(text: str) -> list[int]:
-    seeds: list[int] = []
-    for part in text.split(","):
-        low, _, high = part.partition("-")
-        seeds.extend(range(int(low), int(high or low) + 1))
-    return seeds
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m tests.sim.lab", description=__doc__.split("\n")[0]
@@ -296,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     scenario = scenarios.load(args.scenario)
     failing = []
-    for seed in _seeds(args.seeds):
+    for seed in seeds_of(args.seeds):
         verdict, history, executed = simulate(scenario, seed, args.duration)
         if args.out:
             out = Path(args.out) / str(seed)

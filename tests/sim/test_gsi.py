@@ -25,7 +25,7 @@ import orjson
 import pytest
 
 from core.errors import DynamoError
-from router import items, tables, ttl
+from router import items, ttl
 from rpc.local import Faults
 from tests.sim.cluster import SimCluster, run, virtual_unix_time
 
@@ -34,33 +34,6 @@ KEYS = 30
 WRITES = 90
 GROUPS = ("a", "b", "c")
 CONVERGE_SECONDS = 120.0  # Virtual: a restarted replicator waits out the dead one's leases.
-
-
-async def create_indexed(cluster: SimCluster, name: str) -> None:
-    """A table keyed by pk with a global index byG (g, n) projecting ALL."""
-    await tables.create_table(
-        cluster.routers[0],
-        {
-            "TableName": name,
-            "KeySchema": [{"AttributeName": "pk", "KeyType": "HASH"}],
-            "AttributeDefinitions": [
-                {"AttributeName": "pk", "AttributeType": "S"},
-                {"AttributeName": "g", "AttributeType": "S"},
-                {"AttributeName": "n", "AttributeType": "N"},
-            ],
-            "BillingMode": "PAY_PER_REQUEST",
-            "GlobalSecondaryIndexes": [
-                {
-                    "IndexName": "byG",
-                    "KeySchema": [
-                        {"AttributeName": "g", "KeyType": "HASH"},
-                        {"AttributeName": "n", "KeyType": "RANGE"},
-                    ],
-                    "Projection": {"ProjectionType": "ALL"},
-                }
-            ],
-        },
-    )
 
 
 def random_item(rng: random.Random, key: int) -> dict[str, Any]:
@@ -162,7 +135,7 @@ def test_a_global_index_converges_through_faults_kills_a_split_and_a_move(seed: 
     async def scenario(cluster: SimCluster) -> None:
         rng = random.Random(f"gsi/{seed}")
         name = "Indexed"
-        await create_indexed(cluster, name)
+        await cluster.create_indexed(name)
         replicator = cluster.start_replicator().owner
         faults = Faults(
             drop_request=rng.uniform(0, 0.08),
@@ -206,7 +179,7 @@ def test_items_the_ttl_sweeper_deletes_leave_the_global_index(seed: int) -> None
         rng = random.Random(f"gsi-ttl/{seed}")
         name = "Expiring"
         router = cluster.routers[0]
-        await create_indexed(cluster, name)
+        await cluster.create_indexed(name)
         await ttl.update_time_to_live(
             router,
             {

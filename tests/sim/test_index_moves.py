@@ -31,16 +31,12 @@ from rpc.local import Faults
 from storagenode.layout import Family, index_source_key, index_source_of
 from storagenode.move import MOVE_CONSUMER, MOVE_CRASH_STEPS, MOVE_SOURCE
 from tests.sim.cluster import SimCluster, run
-from tests.sim.crash import DieAt
-from tests.sim.test_index_splits import create, entry, hot_partition, index_query, walked
+from tests.sim.crash import DieAt, Died
+from tests.sim.test_index_splits import entry, hot_partition, index_query, walked
 
 SEEDS = [5, 17]
 SOURCE = "base-partition-0"  # The base partition the changes pretend to come from.
 LEASE_EPOCH = 4
-
-
-class Died(BaseException):
-    """The node died at this step (a BaseException: nothing of the mover runs after it)."""
 
 
 class Model:
@@ -169,7 +165,7 @@ async def check_index(
 @pytest.mark.parametrize("seed", SEEDS)
 def test_a_moved_index_partition_carries_its_entries_counts_seqs_and_fence(seed: int) -> None:
     async def scenario(cluster: SimCluster) -> None:
-        table = await create(cluster, "Moved")
+        table = await cluster.create_indexed("Moved")
         index_id = table.indexes[0].table_id
         assert index_id is not None
         replicator = replicator_for(cluster)
@@ -265,7 +261,7 @@ def test_an_index_move_killed_at_any_step_loses_no_entry_and_doubles_none(
     seed: int, step: str, who: str
 ) -> None:
     async def scenario(cluster: SimCluster) -> None:
-        table = await create(cluster, "Killed")
+        table = await cluster.create_indexed("Killed")
         index_id = table.indexes[0].table_id
         assert index_id is not None
         replicator = replicator_for(cluster)
@@ -332,7 +328,7 @@ def test_an_index_move_killed_at_any_step_loses_no_entry_and_doubles_none(
 @pytest.mark.parametrize("seed", SEEDS)
 def test_routers_move_an_index_split_child_to_its_ring_owner_once(seed: int) -> None:
     async def scenario(cluster: SimCluster) -> None:
-        table = await create(cluster, "Placed")
+        table = await cluster.create_indexed("Placed")
         index_id = table.indexes[0].table_id
         assert index_id is not None
         replicator = replicator_for(cluster)
@@ -408,7 +404,7 @@ def test_a_moved_index_partition_takes_the_index_settings_not_the_table_ttl_or_s
     seed: int,
 ) -> None:
     async def scenario(cluster: SimCluster) -> None:
-        table = await create(cluster, "Settings")
+        table = await cluster.create_indexed("Settings")
         index_id = table.indexes[0].table_id
         assert index_id is not None
         router = cluster.routers[0]
@@ -453,7 +449,7 @@ def test_an_index_write_in_the_pins_own_group_reaches_the_target(seed: int) -> N
     consumer is registered a group before the pin ("register"), so it is logged."""
 
     async def scenario(cluster: SimCluster) -> None:
-        table = await create(cluster, "SameGroup")
+        table = await cluster.create_indexed("SameGroup")
         index_id = table.indexes[0].table_id
         assert index_id is not None
         replicator = replicator_for(cluster)

@@ -32,35 +32,6 @@ SOURCE = "base-partition-0"  # The base partition the writes pretend to come fro
 LEASE_EPOCH = 3
 
 
-async def create(cluster: SimCluster, name: str) -> TableDef:
-    await tables.create_table(
-        cluster.routers[0],
-        {
-            "TableName": name,
-            "KeySchema": [{"AttributeName": "pk", "KeyType": "HASH"}],
-            "AttributeDefinitions": [
-                {"AttributeName": "pk", "AttributeType": "S"},
-                {"AttributeName": "g", "AttributeType": "S"},
-                {"AttributeName": "n", "AttributeType": "N"},
-            ],
-            "BillingMode": "PAY_PER_REQUEST",
-            "GlobalSecondaryIndexes": [
-                {
-                    "IndexName": "byG",
-                    "KeySchema": [
-                        {"AttributeName": "g", "KeyType": "HASH"},
-                        {"AttributeName": "n", "KeyType": "RANGE"},
-                    ],
-                    "Projection": {"ProjectionType": "ALL"},
-                }
-            ],
-        },
-    )
-    table = await cluster.routers[0].read_table(name)
-    assert table is not None
-    return table
-
-
 def entry(number: int, group: str = "hot") -> dict[str, Any]:
     return {"pk": {"S": f"p{number}"}, "g": {"S": group}, "n": {"N": str(number)}}
 
@@ -132,7 +103,7 @@ def hot_partition(table: TableDef) -> Any:
 @pytest.mark.parametrize("seed", SEEDS)
 def test_children_carry_the_source_seq_the_fence_and_exact_counts(seed: int) -> None:
     async def scenario(cluster: SimCluster) -> None:
-        table = await create(cluster, "Carry")
+        table = await cluster.create_indexed("Carry")
         entries = [entry(n) for n in range(50)]
         await apply(cluster, "Carry", [(n + 1, None, e) for n, e in enumerate(entries)])
         index_id = table.indexes[0].table_id
@@ -203,7 +174,7 @@ def test_children_carry_the_source_seq_the_fence_and_exact_counts(seed: int) -> 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_index_writes_during_the_split_are_counted_exactly(seed: int) -> None:
     async def scenario(cluster: SimCluster) -> None:
-        table = await create(cluster, "During")
+        table = await cluster.create_indexed("During")
         await apply(cluster, "During", [(n + 1, None, entry(n)) for n in range(40)])
         index_id = table.indexes[0].table_id
         assert index_id is not None
@@ -251,7 +222,7 @@ class Crash(Exception):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_an_index_split_recorded_but_not_installed_completes_on_restart(seed: int) -> None:
     async def scenario(cluster: SimCluster) -> None:
-        table = await create(cluster, "Restart")
+        table = await cluster.create_indexed("Restart")
         await apply(cluster, "Restart", [(n + 1, None, entry(n)) for n in range(30)])
         index_id = table.indexes[0].table_id
         assert index_id is not None

@@ -3,18 +3,17 @@ every pair of effects of a move (`rpc.machines` crash points, the states the mov
 reaches), under writes, and the source dies again while its restart drives the record on.
 
 Each seed picks one case (who dies at which point, and where a second death lands) and the
-network's faults; a failing seed replays with `python -m pytest -q
-"tests/sim/test_move_sweep.py::test_a_move_killed_between_any_two_effects[SEED]"`. After every
-case: every acknowledged write is there once and nothing nobody wrote, every counter equals its
-acknowledged increments (give or take those whose outcome the client never learnt), exactly one
-node holds the partition and serves it, the catalog names that node, its counters match its
-items, and no move record nor move consumer is left.
+network's faults (`tests.sim.sweep`: every case runs from several seeds); a failing seed replays
+with `python -m tests.sim.sweep move SEED`. After every case: every acknowledged write is there
+once and nothing nobody wrote, every counter equals its acknowledged increments (give or take those
+whose outcome the client never learnt), exactly one node holds the partition and serves it, the
+catalog names that node, its counters match its items, and no move record nor move consumer is
+left.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import pytest
 
@@ -22,19 +21,11 @@ from core import limits
 from core.errors import DynamoError
 from core.machines.move import NAME as MOVE
 from core.machines.move import MoveState
-from rpc.local import Faults
 from storagenode.move import MOVE_CONSUMER
-from tests.sim.cluster import SimCluster, run
-from tests.sim.test_moves import (
-    Died,
-    check,
-    counted,
-    holders,
-    item,
-    moved_partition,
-    scanner,
-    workload,
-)
+from tests.sim.cluster import SimCluster
+from tests.sim.crash import Died
+from tests.sim.sweep import Sweep, Writes, check, filled_table, through_deaths
+from tests.sim.test_moves import counted, holders, moved_partition
 
 # The points between two effects of a move that succeeds (its states before each effect).
 FORWARD = [
@@ -73,10 +64,9 @@ CASES: list[tuple[str, str, str | None]] = [
         for second in ("rolling_back", "unfenced")
     ),
 ]
-SEEDS = list(range(len(CASES)))
 
 
-class Sweep:
+class Deaths:
     """The driver's crash points for one case: each death in turn, at its point of the move."""
 
     def __init__(
@@ -108,46 +98,22 @@ class Sweep:
         )
 
 
-async def settle_source(cluster: SimCluster, sweep: Sweep) -> None:
+async def settle_source(cluster: SimCluster, sweep: Deaths) -> None:
     """Drive what every node left (the source's record first), restarting a source that dies
     while it does."""
-    for _ in range(len(sweep.deaths) + 2):
-        try:
-            for mover in list(cluster.movers.values()):
-                await mover.settle()
-            return
-        except Died:
-            await cluster.restart_node(sweep.source)
-            sweep.install()
-    raise AssertionError("the source died more often than the case says")
+
+    async def drive() -> None:
+        for mover in list(cluster.movers.values()):
+            await mover.settle()
+
+    await through_deaths(cluster, sweep.source, drive, sweep.install, len(sweep.deaths) + 1)
 
 
-@pytest.mark.parametrize("seed", SEEDS)
-def test_a_move_killed_between_any_two_effects(seed: int) -> None:
-    case = CASES[seed % len(CASES)]
-
-    async def scenario(cluster: SimCluster) -> None:
-        await cluster.create_table("Swept")
-        base = [item(n) for n in range(40)]
-        for entry in base:
-            await cluster.put("Swept", entry)
-        table = await cluster.routers[0].read_table("Swept")
-        assert table is not None
-        partition_id, source, target = await moved_partition(cluster, "Swept")
-        log: dict[str, Any] = {
-            "acked": [],
-            "failed": [],
-            "base": base,
-            "increments": [0] * 4,
-            "unknown": [0] * 4,
-            "scans": 0,
-        }
-        cluster.faults(Faults(delay=0.5, delay_seconds_max=0.003))
-        stop = asyncio.Event()
-        writes = asyncio.create_task(workload(cluster, "Swept", stop, log))
-        scans = asyncio.create_task(scanner(cluster, "Swept", stop, log, seed))
-        await asyncio.sleep(0.03)
-        sweep = Sweep(cluster, source, target, case)
+async def scenario(cluster: SimCluster, case: tuple[str, str, str | None], label: str) -> None:
+    table, log = await filled_table(cluster, "Swept", 40)
+    partition_id, source, target = await moved_partition(cluster, "Swept")
+    async with Writes(cluster, "Swept", log, label):
+        sweep = Deaths(cluster, source, target, case)
         sweep.install()
         try:
             await cluster.move("Swept", partition_id, target)
@@ -158,40 +124,42 @@ def test_a_move_killed_between_any_two_effects(seed: int) -> None:
             pass  # The move failed and rolled back (its target died).
         await asyncio.sleep(0.1)
         await settle_source(cluster, sweep)
-        stop.set()
-        await writes
-        await scans
-        who, first, second = case
-        deaths = [(who, first)] + ([] if second is None else [("source", second)])
-        assert sweep.died == deaths, f"seed {seed} {case}: died {sweep.died}"
-        # A copy its source could not reach is dropped once abandoned.
-        await asyncio.sleep(limits.MOVE_ABANDONED_SECONDS + 1)
-        await settle_source(cluster, sweep)
-        current = await cluster.routers[0].read_table("Swept")
-        assert current is not None
-        owner = current.partition(partition_id).node
-        held = holders(cluster, table.id, partition_id)
-        assert list(held) == [owner], f"seed {seed} {case}: held by {sorted(held)}, owner {owner}"
-        assert held[owner].serving and held[owner].move is None, f"seed {seed} {case}"
-        if who == "source":
-            # The record decides: before the switch the move rolls back, after it it finishes.
-            expected = source if first in BEFORE_SWITCH else target
-            assert owner == expected, f"seed {seed} {case}: owner {owner}"
-        assert counted(cluster, owner, table.id, partition_id) == (
-            held[owner].item_count,
-            held[owner].size_bytes,
-        ), f"seed {seed} {case}: the counters match the items"
-        consumers = cluster.nodes[owner].feeds.consumers((table.id, partition_id))
-        assert MOVE_CONSUMER not in consumers, f"seed {seed} {case}"
-        assert all(
-            partition.move is None
-            for node in cluster.nodes.values()
-            for partition in node.partitions.values()
-        ), f"seed {seed} {case}: a move record was left"
-        await check(cluster, "Swept", log, seed)
-        assert log["scans"] > 0, f"seed {seed}"
+    who, first, second = case
+    deaths = [(who, first)] + ([] if second is None else [("source", second)])
+    assert sweep.died == deaths, f"{label}: died {sweep.died}"
+    # A copy its source could not reach is dropped once abandoned.
+    await asyncio.sleep(limits.MOVE_ABANDONED_SECONDS + 1)
+    await settle_source(cluster, sweep)
+    current = await cluster.routers[0].read_table("Swept")
+    assert current is not None
+    owner = current.partition(partition_id).node
+    held = holders(cluster, table.id, partition_id)
+    assert list(held) == [owner], f"{label}: held by {sorted(held)}, owner {owner}"
+    assert held[owner].serving and held[owner].move is None, label
+    if who == "source":
+        # The record decides: before the switch the move rolls back, after it it finishes.
+        expected = source if first in BEFORE_SWITCH else target
+        assert owner == expected, f"{label}: owner {owner}"
+    assert counted(cluster, owner, table.id, partition_id) == (
+        held[owner].item_count,
+        held[owner].size_bytes,
+    ), f"{label}: the counters match the items"
+    consumers = cluster.nodes[owner].feeds.consumers((table.id, partition_id))
+    assert MOVE_CONSUMER not in consumers, label
+    assert all(
+        partition.move is None
+        for node in cluster.nodes.values()
+        for partition in node.partitions.values()
+    ), f"{label}: a move record was left"
+    await check(cluster, "Swept", log, label)
 
-    run(seed, scenario)
+
+SWEEP = Sweep("move", CASES, scenario)
+
+
+@pytest.mark.parametrize("seed", SWEEP.seeds())
+def test_a_move_killed_between_any_two_effects(seed: int) -> None:
+    SWEEP.run(seed)
 
 
 def test_the_sweep_covers_every_state_with_an_effect() -> None:

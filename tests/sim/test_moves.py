@@ -24,24 +24,15 @@ from core.machines.move import NAME as MOVE
 from router import items, queries, tables, ttl
 from router.placement import PlacementMover
 from rpc import ops
-from rpc.local import Faults
 from rpc.machines import HoldPoints
 from storagenode.layout import Family, item_size_of
 from storagenode.move import MOVE_CONSUMER, MOVE_CRASH_STEPS, MOVE_TARGET_CRASH_STEPS
 from storagenode.node import WRITE_OPS
 from tests.sim.cluster import SimCluster, run, storage_key
-from tests.sim.crash import DieAt
+from tests.sim.crash import DieAt, Died
+from tests.sim.sweep import WriteLog, Writes, check, filled_table, item
 
 SEEDS = [5, 17]
-COUNTERS = 4
-
-
-class Died(BaseException):
-    """The node died at this step (a BaseException: nothing of the mover runs after it)."""
-
-
-def item(n: int) -> dict[str, Any]:
-    return {"pk": {"S": f"k{n % 7}"}, "sk": {"N": str(n)}, "v": {"S": "x" * (1 + n % 50)}}
 
 
 async def moved_partition(cluster: SimCluster, name: str) -> tuple[str, str, str]:
@@ -142,91 +133,17 @@ def test_a_moved_partition_is_served_by_its_target_with_its_items_counts_and_log
     run(seed, scenario)
 
 
-async def workload(
-    cluster: SimCluster, name: str, stop: asyncio.Event, log: dict[str, Any]
-) -> None:
-    """Puts of new items and conditional ADDs of counters through router 0 until `stop`:
-    what was acknowledged, and what failed (its outcome unknown to the client)."""
-    n = 0
-    while not stop.is_set():
-        n += 1
-        entry = item(10_000 + n)
-        try:
-            await items.put_item(cluster.routers[0], {"TableName": name, "Item": entry})
-            log["acked"].append(entry)
-        except DynamoError:
-            log["failed"].append(entry)
-        counter = n % COUNTERS
-        try:
-            await items.update_item(
-                cluster.routers[0],
-                {
-                    "TableName": name,
-                    "Key": {"pk": {"S": "counter"}, "sk": {"N": str(counter)}},
-                    "UpdateExpression": "ADD c :one",
-                    "ConditionExpression": "attribute_not_exists(c) OR c < :max",
-                    "ExpressionAttributeValues": {":one": {"N": "1"}, ":max": {"N": "1000000"}},
-                },
-            )
-            log["increments"][counter] += 1
-        except DynamoError:
-            log["unknown"][counter] += 1
-        await asyncio.sleep(0.001)
-
-
-async def scanner(
-    cluster: SimCluster, name: str, stop: asyncio.Event, log: dict[str, Any], seed: int
-) -> None:
-    """Scans through router 1 until `stop`: each sees every item acknowledged before it began,
-    and none twice."""
-    while not stop.is_set():
-        before = {storage_key(e) for e in (*log["base"], *log["acked"])}
-        try:
-            found = await cluster.scan_all(name, router=1, Limit=11)
-        except DynamoError:
-            # A page refused past the routers' retries: the client retries it, after a pause
-            # (a node cut off refuses at once, and virtual time only passes while tasks wait).
-            await asyncio.sleep(0.001)
-            continue
-        keys = [storage_key(e) for e in found]
-        assert len(keys) == len(set(keys)), f"seed {seed}: a scan saw an item twice"
-        assert before <= set(keys), f"seed {seed}: a scan missed an acknowledged item"
-        log["scans"] += 1
-
-
-async def check(cluster: SimCluster, name: str, log: dict[str, Any], seed: int) -> None:
-    found = await cluster.scan_all(name, Limit=9)
-    keys = [storage_key(e) for e in found]
-    assert len(keys) == len(set(keys)), f"seed {seed}: an item was scanned twice"
-    present = set(keys)
-    for entry in log["acked"]:
-        assert storage_key(entry) in present, f"seed {seed}: an acknowledged put was lost"
-    allowed = {storage_key(e) for e in (*log["acked"], *log["failed"], *log["base"])}
-    counters = {storage_key(e) for e in found if e["pk"] == {"S": "counter"}}
-    assert present - counters <= allowed, f"seed {seed}: an item nobody wrote"
-    for counter in range(COUNTERS):
-        key = {"pk": {"S": "counter"}, "sk": {"N": str(counter)}}
-        reply = await items.get_item(
-            cluster.routers[0], {"TableName": name, "Key": key, "ConsistentRead": True}
-        )
-        value = int(reply.get("Item", {}).get("c", {"N": "0"})["N"])
-        acked, unknown = log["increments"][counter], log["unknown"][counter]
-        assert acked <= value <= acked + unknown, (
-            f"seed {seed}: counter {counter} is {value}, acknowledged {acked} (+{unknown} unknown)"
-        )
-
-
 async def settle_all(cluster: SimCluster) -> None:
     for mover in list(cluster.movers.values()):
         await mover.settle()
 
 
-async def let_go_after_writes(directory: Path, log: dict[str, Any]) -> None:
+async def let_go_after_writes(directory: Path, log: WriteLog) -> None:
     """Let a source held once it has copied go on after a few more acknowledged writes."""
     while not (directory / "move-copied.held").exists():
         await asyncio.sleep(0.01)
-    written = len(log["acked"])
-    while len(log["acked"]) < written + 3:
+    written = len(log.acked)
+    while len(log.acked) < written + 3:
         await asyncio.sleep(0.01)
     (directory / "move-copied.go").touch()
 
@@ -271,66 +188,45 @@ def test_a_move_killed_at_any_step_loses_nothing_and_applies_nothing_twice(
     seed: int, step: str, who: str, tmp_path: Path
 ) -> None:
     async def scenario(cluster: SimCluster) -> None:
-        await cluster.create_table("Killed")
-        base = [item(n) for n in range(60)]
-        for entry in base:
-            await cluster.put("Killed", entry)
-        table = await cluster.routers[0].read_table("Killed")
-        assert table is not None
+        table, log = await filled_table(cluster, "Killed", 60)
         partition_id, source, target = await moved_partition(cluster, "Killed")
-        log: dict[str, Any] = {
-            "acked": [],
-            "failed": [],
-            "base": base,
-            "increments": [0] * COUNTERS,
-            "unknown": [0] * COUNTERS,
-            "scans": 0,
-        }
-        cluster.faults(Faults(delay=0.5, delay_seconds_max=0.003))
-        stop = asyncio.Event()
-        writes = asyncio.create_task(workload(cluster, "Killed", stop, log))
-        scans = asyncio.create_task(scanner(cluster, "Killed", stop, log, seed))
-        await asyncio.sleep(0.05)
-        mover = cluster.movers[source]
-        dying = None
-        releaser = None
-        hold = None
-        if step in MOVE_TARGET_CRASH_STEPS:  # The target kills itself at its own step.
-            dying = DiesAfter(cluster, target, step.removeprefix("target-"))
-            cluster.network.register(cluster.addresses[target], dying, WRITE_OPS)
-        if step == "target-apply":
-            # Held once it has copied while writes land, the source has records to apply.
-            hold = HoldPoints(frozenset({"move:copied"}), str(tmp_path))
-            releaser = asyncio.create_task(let_go_after_writes(tmp_path, log))
+        async with Writes(cluster, "Killed", log, f"seed {seed}", lead_seconds=0.05):
+            mover = cluster.movers[source]
+            dying = None
+            releaser = None
+            hold = None
+            if step in MOVE_TARGET_CRASH_STEPS:  # The target kills itself at its own step.
+                dying = DiesAfter(cluster, target, step.removeprefix("target-"))
+                cluster.network.register(cluster.addresses[target], dying, WRITE_OPS)
+            if step == "target-apply":
+                # Held once it has copied while writes land, the source has records to apply.
+                hold = HoldPoints(frozenset({"move:copied"}), str(tmp_path))
+                releaser = asyncio.create_task(let_go_after_writes(tmp_path, log))
 
-        def die(reached: str) -> None:
-            if who == "source":
-                raise Died(reached)
-            if who == "target":
-                # The target restarts between two steps; the source's next call meets it anew.
-                asyncio.get_running_loop().create_task(cluster.restart_node(target))
-            else:
-                cluster.routers[0] = cluster.add_router()  # The old one is simply dropped.
+            def die(reached: str) -> None:
+                if who == "source":
+                    raise Died(reached)
+                if who == "target":
+                    # The target restarts between two steps; the source's next call meets it anew.
+                    asyncio.get_running_loop().create_task(cluster.restart_node(target))
+                else:
+                    cluster.routers[0] = cluster.add_router()  # The old one is simply dropped.
 
-        mover.driver.crash_points = DieAt(MOVE, step, die, hold)
-        try:
-            await cluster.move("Killed", partition_id, target)
-        except Died:
-            await cluster.restart_node(source)
-        except DynamoError:
-            pass  # The move failed and rolled back (a restarted target lost its place).
-        if releaser is not None:
-            await releaser
-        if dying is not None:
-            assert dying.died, f"seed {seed}: the target never reached {step}"
-            await cluster.restart_node(target)
-            cluster.network.heal(cluster.addresses[target])
-        await asyncio.sleep(0.05)
-        await settle_all(cluster)
-        stop.set()
-        await writes
-        await scans
-        assert log["scans"] > 0, f"seed {seed}"
+            mover.driver.crash_points = DieAt(MOVE, step, die, hold)
+            try:
+                await cluster.move("Killed", partition_id, target)
+            except Died:
+                await cluster.restart_node(source)
+            except DynamoError:
+                pass  # The move failed and rolled back (a restarted target lost its place).
+            if releaser is not None:
+                await releaser
+            if dying is not None:
+                assert dying.died, f"seed {seed}: the target never reached {step}"
+                await cluster.restart_node(target)
+                cluster.network.heal(cluster.addresses[target])
+            await asyncio.sleep(0.05)
+            await settle_all(cluster)
         # A copy its source rolled back without reaching it is dropped once abandoned.
         await asyncio.sleep(limits.MOVE_ABANDONED_SECONDS + 1)
         await settle_all(cluster)
@@ -354,7 +250,7 @@ def test_a_move_killed_at_any_step_loses_nothing_and_applies_nothing_twice(
         ), f"seed {seed}: the counters match the items"
         consumers = cluster.nodes[owner].feeds.consumers((table.id, partition_id))
         assert MOVE_CONSUMER not in consumers, f"seed {seed}"
-        await check(cluster, "Killed", log, seed)
+        await check(cluster, "Killed", log, f"seed {seed}")
 
     run(seed, scenario)
 

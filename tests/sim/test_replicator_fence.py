@@ -19,7 +19,7 @@ from core.errors import LeaseFenced
 from gsi_replicator.replicator import Replicator
 from storagenode.layout import Family, index_source_key, index_source_of
 from tests.sim.cluster import SimCluster, run
-from tests.sim.test_index_splits import create, entry
+from tests.sim.test_index_splits import entry
 
 SEEDS = [3, 29]
 SOURCE = "base-partition-0"
@@ -42,7 +42,7 @@ def stored_fences(
 @pytest.mark.parametrize("seed", SEEDS)
 def test_the_lease_epoch_fences_every_index_partition(seed: int) -> None:
     async def scenario(cluster: SimCluster) -> None:
-        table = await create(cluster, "Fenced")
+        table = await cluster.create_indexed("Fenced")
         replicator = Replicator(cluster.addresses, connect=cluster.network.connect)
         try:
             replicator.tables = {table.id: table}

@@ -4,15 +4,14 @@ and once more while its restart drives the record on, under writes, for a table 
 global index partition; one case more dies after the catalog recorded the split and before the
 node recorded that it had (the record's outcome, read back).
 
-Each seed picks one case (which partition, where the node dies, where a second death lands) and
-the network's faults; a failing seed replays with `python -m pytest -q
-"tests/sim/test_split_sweep.py::test_a_split_killed_between_any_two_effects[SEED]"`. After every
-case: every acknowledged write is there once and nothing nobody wrote (a table's counters equal
-their acknowledged increments, give or take those whose outcome the client never learnt; an
-index holds exactly the entries applied), every key is served by exactly one partition, the
-nodes hold exactly the partitions the catalog names as serving, at its epochs, the parent split
-or not as the point it died at says, every counter matches a walk of the store, and no split
-record is left.
+Each seed picks one case (which partition, where the node dies, where a second death lands) and the
+network's faults (`tests.sim.sweep`: every case runs from several seeds); a failing seed replays
+with `python -m tests.sim.sweep split SEED`. After every case: every acknowledged write is there
+once and nothing nobody wrote (a table's counters equal their acknowledged increments, give or take
+those whose outcome the client never learnt; an index holds exactly the entries applied), every key
+is served by exactly one partition, the nodes hold exactly the partitions the catalog names as
+serving, at its epochs, the parent split or not as the point it died at says, every counter matches
+a walk of the store, and no split record is left.
 """
 
 from __future__ import annotations
@@ -28,11 +27,12 @@ from core.catalog import PartitionDef, TableDef
 from core.errors import StaleEpoch
 from core.machines.split import NAME as SPLIT
 from core.machines.split import SplitState
-from rpc.local import Faults
 from storagenode.split import Splitter
-from tests.sim.cluster import SimCluster, run
-from tests.sim.test_index_splits import apply, create, entry, hot_partition, index_query, walked
-from tests.sim.test_moves import Died, check, counted, item, scanner, workload
+from tests.sim.cluster import SimCluster
+from tests.sim.crash import Died
+from tests.sim.sweep import SWEEP_FAULTS, Sweep, Writes, check, filled_table, through_deaths
+from tests.sim.test_index_splits import apply, entry, hot_partition, index_query, walked
+from tests.sim.test_moves import counted
 
 # The points between two effects of a split that succeeds (its states before each effect).
 FORWARD = [
@@ -64,10 +64,9 @@ CASES: list[tuple[str, str, str | None]] = [
     for point in (*FORWARD, APPLIED)
     for second in (None, *RECOVERY[point])
 ]
-SEEDS = list(range(len(CASES)))
 
 
-class Sweep:
+class Deaths:
     """The driver's crash points for one case: each death of the splitting node in turn."""
 
     def __init__(self, cluster: SimCluster, node: str, case: tuple[str, str, str | None]) -> None:
@@ -100,17 +99,14 @@ class Sweep:
         raise Died(point)
 
 
-async def recover(cluster: SimCluster, sweep: Sweep) -> None:
+async def recover(cluster: SimCluster, sweep: Deaths) -> None:
     """Drive what the splitting node left, restarting it each time it dies while it does."""
-    for _ in range(len(sweep.deaths) + 2):
-        try:
-            for splitter in list(cluster.splitters.values()):
-                await splitter.recover()
-            return
-        except Died:
-            await cluster.restart_node(sweep.node)
-            sweep.install()
-    raise AssertionError("the node died more often than the case says")
+
+    async def drive() -> None:
+        for splitter in list(cluster.splitters.values()):
+            await splitter.recover()
+
+    await through_deaths(cluster, sweep.node, drive, sweep.install, len(sweep.deaths) + 1)
 
 
 def lineage(table: TableDef, storage_id: str) -> tuple[tuple[PartitionDef, ...], ...]:
@@ -153,108 +149,93 @@ def check_partitions(
             assert partition.split is None, f"{label}: a split record was left"
 
 
-@pytest.mark.parametrize("seed", SEEDS)
-def test_a_split_killed_between_any_two_effects(seed: int) -> None:
-    case = CASES[seed % len(CASES)]
-    kind, first, second = case
-    label = f"seed {seed} {case}"
-    # The split happened once the catalog recorded it; before, it is forgotten.
-    split = first not in BEFORE_RECORD
-
-    async def table_case(cluster: SimCluster) -> None:
-        await cluster.create_table("Swept")
-        base = [item(n) for n in range(60)]
-        for number, written in enumerate(base):
-            await cluster.put("Swept", written, router=number % 2)
-        table = await cluster.routers[0].read_table("Swept")
-        assert table is not None
-        parent = max(
-            table.partitions,
-            key=lambda p: cluster.nodes[p.node].partitions[table.id, p.id].item_count,
-        )
-        log: dict[str, Any] = {
-            "acked": [],
-            "failed": [],
-            "base": base,
-            "increments": [0] * 4,
-            "unknown": [0] * 4,
-            "scans": 0,
-        }
-        cluster.faults(Faults(delay=0.5, delay_seconds_max=0.003))
-        stop = asyncio.Event()
-        writes = asyncio.create_task(workload(cluster, "Swept", stop, log))
-        scans = asyncio.create_task(scanner(cluster, "Swept", stop, log, seed))
-        await asyncio.sleep(0.03)
-        sweep = Sweep(cluster, parent.node, case)
+async def table_case(cluster: SimCluster, case: tuple[str, str, str | None], label: str) -> None:
+    _, first, second = case
+    table, log = await filled_table(cluster, "Swept", 60, routers=2)
+    parent = max(
+        table.partitions,
+        key=lambda p: cluster.nodes[p.node].partitions[table.id, p.id].item_count,
+    )
+    async with Writes(cluster, "Swept", log, label):
+        sweep = Deaths(cluster, parent.node, case)
         await split_and_recover(cluster, sweep, table.id, parent)
-        stop.set()
-        await writes
-        await scans
-        assert sweep.died == [first] + ([] if second is None else [second]), label
-        after = await cluster.routers[0].read_table("Swept")
-        assert after is not None
-        check_partitions(cluster, after, table.id, parent, split, label)
-        for definition in after.partitions:
-            partition = cluster.nodes[definition.node].partitions[table.id, definition.id]
-            assert counted(cluster, definition.node, table.id, definition.id) == (
-                partition.item_count,
-                partition.size_bytes,
-            ), f"{label}: {definition.id}'s counters match its items"
-        await check(cluster, "Swept", log, seed)
-        assert log["scans"] > 0, label
+    assert sweep.died == [first] + ([] if second is None else [second]), label
+    after = await cluster.routers[0].read_table("Swept")
+    assert after is not None
+    # The split happened once the catalog recorded it; before, it is forgotten.
+    check_partitions(cluster, after, table.id, parent, first not in BEFORE_RECORD, label)
+    for definition in after.partitions:
+        partition = cluster.nodes[definition.node].partitions[table.id, definition.id]
+        assert counted(cluster, definition.node, table.id, definition.id) == (
+            partition.item_count,
+            partition.size_bytes,
+        ), f"{label}: {definition.id}'s counters match its items"
+    await check(cluster, "Swept", log, label)
 
-    async def index_case(cluster: SimCluster) -> None:
-        table = await create(cluster, "Swept")
-        await apply(cluster, "Swept", [(n + 1, None, entry(n)) for n in range(40)])
-        index_id = table.indexes[0].table_id
-        assert index_id is not None
-        parent = hot_partition(table)
-        applied: list[int] = list(range(40))
-        stop = asyncio.Event()
 
-        async def index_writes() -> None:
-            """The replicator's part: each change applied once routed to the partition that
-            holds its key now, sent again (same seq: a replay is skipped) while refused."""
-            number = 40
-            while not stop.is_set():
-                for _ in range(100):
-                    try:
-                        await apply(cluster, "Swept", [(number + 1, None, entry(number))])
-                        break
-                    except StaleEpoch:
-                        await asyncio.sleep(0.005)  # Routed on a parent: read the catalog again.
-                else:
-                    raise AssertionError(f"{label}: change {number} was refused 100 times")
-                applied.append(number)
-                number += 1
-                await asyncio.sleep(0.002)
+async def index_case(cluster: SimCluster, case: tuple[str, str, str | None], label: str) -> None:
+    _, first, second = case
+    table = await cluster.create_indexed("Swept")
+    await apply(cluster, "Swept", [(n + 1, None, entry(n)) for n in range(40)])
+    index_id = table.indexes[0].table_id
+    assert index_id is not None
+    parent = hot_partition(table)
+    applied: list[int] = list(range(40))
+    stop = asyncio.Event()
 
-        cluster.faults(Faults(delay=0.5, delay_seconds_max=0.003))
-        writes = asyncio.create_task(index_writes())
-        await asyncio.sleep(0.03)
-        sweep = Sweep(cluster, parent.node, case)
-        await split_and_recover(cluster, sweep, index_id, parent)
-        stop.set()
-        await writes
-        assert sweep.died == [first] + ([] if second is None else [second]), label
-        after = await cluster.routers[0].read_table("Swept")
-        assert after is not None
-        check_partitions(cluster, after, index_id, parent, split, label)
-        for definition in lineage(after, index_id)[0]:
-            partition = cluster.nodes[definition.node].partitions[index_id, definition.id]
-            assert walked(cluster, definition.node, index_id, definition.id) == (
-                partition.item_count,
-                partition.size_bytes,
-            ), f"{label}: {definition.id}'s counters match its entries"
-        expected = [str(number) for number in sorted(applied)]
-        assert await index_query(cluster, "Swept", 0) == expected, label
-        assert await index_query(cluster, "Swept", 1) == expected, label
+    async def index_writes() -> None:
+        """The replicator's part: each change applied once routed to the partition that holds
+        its key now, sent again (same seq: a replay is skipped) while refused."""
+        number = 40
+        while not stop.is_set():
+            for _ in range(100):
+                try:
+                    await apply(cluster, "Swept", [(number + 1, None, entry(number))])
+                    break
+                except StaleEpoch:
+                    await asyncio.sleep(0.005)  # Routed on a parent: read the catalog again.
+            else:
+                raise AssertionError(f"{label}: change {number} was refused 100 times")
+            applied.append(number)
+            number += 1
+            await asyncio.sleep(0.002)
 
-    run(seed, table_case if kind == "table" else index_case)
+    cluster.faults(SWEEP_FAULTS)
+    writes = asyncio.create_task(index_writes())
+    await asyncio.sleep(0.03)
+    sweep = Deaths(cluster, parent.node, case)
+    await split_and_recover(cluster, sweep, index_id, parent)
+    stop.set()
+    await writes
+    assert sweep.died == [first] + ([] if second is None else [second]), label
+    after = await cluster.routers[0].read_table("Swept")
+    assert after is not None
+    check_partitions(cluster, after, index_id, parent, first not in BEFORE_RECORD, label)
+    for definition in lineage(after, index_id)[0]:
+        partition = cluster.nodes[definition.node].partitions[index_id, definition.id]
+        assert walked(cluster, definition.node, index_id, definition.id) == (
+            partition.item_count,
+            partition.size_bytes,
+        ), f"{label}: {definition.id}'s counters match its entries"
+    expected = [str(number) for number in sorted(applied)]
+    assert await index_query(cluster, "Swept", 0) == expected, label
+    assert await index_query(cluster, "Swept", 1) == expected, label
+
+
+async def scenario(cluster: SimCluster, case: tuple[str, str, str | None], label: str) -> None:
+    await (table_case if case[0] == "table" else index_case)(cluster, case, label)
+
+
+SWEEP = Sweep("split", CASES, scenario)
+
+
+@pytest.mark.parametrize("seed", SWEEP.seeds())
+def test_a_split_killed_between_any_two_effects(seed: int) -> None:
+    SWEEP.run(seed)
 
 
 async def split_and_recover(
-    cluster: SimCluster, sweep: Sweep, storage_id: str, parent: PartitionDef
+    cluster: SimCluster, sweep: Deaths, storage_id: str, parent: PartitionDef
 ) -> None:
     """Split `parent` on its node, which dies where the case says, is restarted, and drives its
     record on (dying again where the case says)."""

@@ -4,13 +4,12 @@ added and deleted by UpdateTable, a stream enabled and disabled), a new router s
 `TableReconciler` recovers what the row shows unfinished (`core.machines.table.recovered`); in
 some cases that router dies too at a point of its recovery, and a third one finishes.
 
-Each seed picks one case (the flow, the points its routers die at) and the network's delays; a
-failing seed replays with `python -m pytest -q
-"tests/sim/test_table_sweep.py::test_a_table_flow_killed_between_any_two_effects[SEED]"`. After
-every case: the partitions on the nodes are exactly those the catalog row names (no orphaned
-partition, no table or index without its partitions), and DescribeTable answers as DynamoDB
-would once the flow is finished or undone: the table ACTIVE or not found, the index there or not,
-the stream enabled or not, as the point it died at decides.
+Each seed picks one case (the flow, the points its routers die at) and the network's delays
+(`tests.sim.sweep`: every case runs from several seeds); a failing seed replays with
+`python -m tests.sim.sweep table SEED`. After every case: the partitions on the nodes are exactly
+those the catalog row names (no orphaned partition, no table or index without its partitions), and
+DescribeTable answers as DynamoDB would once the flow is finished or undone: the table ACTIVE or
+not found, the index there or not, the stream enabled or not, as the point it died at decides.
 """
 
 from __future__ import annotations
@@ -30,9 +29,9 @@ from core.machines.table import TableRecord, TableState
 from router import tables
 from router.context import RouterContext
 from router.table_lifecycle import TableReconciler
-from rpc.local import Faults
 from tests.sim.cluster import SimCluster, run
-from tests.sim.test_moves import Died
+from tests.sim.crash import Died
+from tests.sim.sweep import SWEEP_FAULTS, Sweep
 
 NAME = "Swept"
 INDEX = "byG"
@@ -78,7 +77,6 @@ CASES: list[tuple[str, TableState, TableState | None]] = [
         for second in RECOVERY[flow]
     ),
 ]
-SEEDS = list(range(len(CASES)))
 
 KEY_SCHEMA = [{"AttributeName": "pk", "KeyType": "HASH"}]
 INDEX_DEFINITION = {
@@ -202,8 +200,8 @@ async def described(ctx: RouterContext) -> dict[str, Any] | None:
     return table
 
 
-def check_described(seed: int, flow: str, outcome: str, table: dict[str, Any] | None) -> None:
-    case = f"seed {seed} ({flow}, {outcome})"
+def check_described(label: str, flow: str, outcome: str, table: dict[str, Any] | None) -> None:
+    case = f"{label} ({outcome})"
     gone = (flow == "create" and outcome == "before") or (flow == "delete" and outcome == "after")
     if gone:
         assert table is None, f"{case}: {table}"
@@ -230,45 +228,48 @@ def check_described(seed: int, flow: str, outcome: str, table: dict[str, Any] | 
     assert enabled == (flow in ("create", "delete", "stream_off")), f"{case}: stream {enabled}"
 
 
-@pytest.mark.parametrize("seed", SEEDS)
-def test_a_table_flow_killed_between_any_two_effects(seed: int) -> None:
-    flow, point, second = CASES[seed % len(CASES)]
-    outcome = FLOWS[flow][point]
-
-    async def scenario(cluster: SimCluster) -> None:
-        await set_up(cluster, flow)
-        cluster.faults(Faults(delay=0.5, delay_seconds_max=0.003))
-        doomed = cluster.routers[0]
-        dying = DieAt(point)
-        doomed.crash_points = dying
+async def scenario(
+    cluster: SimCluster, case: tuple[str, TableState, TableState | None], label: str
+) -> None:
+    flow, point, second = case
+    await set_up(cluster, flow)
+    cluster.faults(SWEEP_FAULTS)
+    doomed = cluster.routers[0]
+    dying = DieAt(point)
+    doomed.crash_points = dying
+    with pytest.raises(Died):
+        await request(doomed, flow)
+    assert dying.died, f"{label}: ({flow}, {point}) was never reached"
+    # The dead router's partly done work is what the catalog and the nodes hold; a new router
+    # finds it.
+    fresh = cluster.add_router()
+    if second is not None:
+        dying_again = DieAt(second)
+        fresh.crash_points = dying_again
         with pytest.raises(Died):
-            await request(doomed, flow)
-        assert dying.died, f"seed {seed}: ({flow}, {point}) was never reached"
-        # The dead router's partly done work is what the catalog and the nodes hold; a new
-        # router finds it.
+            await recover(fresh)
+        assert dying_again.died, f"{label}: recovery never reached {second}"
         fresh = cluster.add_router()
-        if second is not None:
-            dying_again = DieAt(second)
-            fresh.crash_points = dying_again
-            with pytest.raises(Died):
-                await recover(fresh)
-            assert dying_again.died, f"seed {seed}: recovery never reached {second}"
-            fresh = cluster.add_router()
-        await recover(fresh)
-        cluster.faults(None)
-        row = await fresh.read_table(NAME)
-        assert stored(cluster) == named(row), (
-            f"seed {seed} ({flow}, {point}): the nodes hold {sorted(stored(cluster))}, "
-            f"the row names {sorted(named(row))}"
+    await recover(fresh)
+    cluster.faults(None)
+    row = await fresh.read_table(NAME)
+    assert stored(cluster) == named(row), (
+        f"{label}: the nodes hold {sorted(stored(cluster))}, the row names {sorted(named(row))}"
+    )
+    check_described(label, flow, FLOWS[flow][point], await described(fresh))
+    if row is not None:
+        # What is left works: the table takes a write and reads it back.
+        await cluster.put(
+            NAME, {"pk": {"S": "after"}, "g": {"S": "x"}}, router=len(cluster.routers) - 1
         )
-        check_described(seed, flow, outcome, await described(fresh))
-        if row is not None:
-            # What is left works: the table takes a write and reads it back.
-            await cluster.put(
-                NAME, {"pk": {"S": "after"}, "g": {"S": "x"}}, router=len(cluster.routers) - 1
-            )
 
-    run(seed, scenario)
+
+SWEEP = Sweep("table", CASES, scenario)
+
+
+@pytest.mark.parametrize("seed", SWEEP.seeds())
+def test_a_table_flow_killed_between_any_two_effects(seed: int) -> None:
+    SWEEP.run(seed)
 
 
 def test_the_sweep_covers_every_state_of_every_flow_that_succeeds() -> None:

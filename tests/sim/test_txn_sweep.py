@@ -4,14 +4,13 @@ coordination (`rpc.machines` crash points, the states the machine reaches), unde
 transactions and single-item writes; and, the router dead, the resolver that takes its
 transactions on dies too, between two of its own effects, and a third router ends them.
 
-Each seed picks one case (who dies at which point, and where the resolver dies) and the
-network's faults; a failing seed replays with `python -m pytest -q
-"tests/sim/test_txn_sweep.py::test_a_transaction_killed_between_any_two_effects[SEED]"`. After
-every case, read through a live router: every acknowledged transaction is wholly applied, every
-cancelled one wholly absent, every one whose outcome the client never learnt applied all or
-nothing; a transaction whose condition fails is never applied; every single-item increment
-acknowledged is there, and none that failed; no item is locked, no ledger is left unfinished,
-and no coordination is left in flight.
+Each seed picks one case (who dies at which point, and where the resolver dies) and the network's
+faults (`tests.sim.sweep`: every case runs from several seeds); a failing seed replays with
+`python -m tests.sim.sweep txn SEED`. After every case, read through a live router: every
+acknowledged transaction is wholly applied, every cancelled one wholly absent, every one whose
+outcome the client never learnt applied all or nothing; a transaction whose condition fails is
+never applied; every single-item increment acknowledged is there, and none that failed; no item is
+locked, no ledger is left unfinished, and no coordination is left in flight.
 """
 
 from __future__ import annotations
@@ -34,7 +33,8 @@ from rpc.local import Faults
 from rpc.transport import FeedTransport, NodeTransport
 from storagenode import transactions as node_transactions
 from storagenode.layout import Family
-from tests.sim.cluster import SimCluster, run
+from tests.sim.cluster import SimCluster
+from tests.sim.sweep import Sweep
 from tests.sim.test_transactions import locks_left
 
 ACCOUNTS = 6
@@ -72,7 +72,6 @@ CASES: list[tuple[str, str, bool, str | None]] = [
         for second in RESOLVER_POINTS[point]
     ),
 ]
-SEEDS = list(range(len(CASES)))
 
 
 class RouterDied(BaseException):
@@ -304,56 +303,60 @@ async def check(cluster: SimCluster, log: Log, reader: int, label: str) -> None:
     assert not coordinator.COUNTERS.running, f"{label}: {coordinator.COUNTERS.running}"
 
 
-@pytest.mark.parametrize("seed", SEEDS)
+async def scenario(
+    cluster: SimCluster, case: tuple[str, str, bool, str | None], label: str
+) -> None:
+    who, point, aborts, second = case
+    coordinating, resolving, _ = cluster.routers
+    await cluster.create_table("Bank", sort=False)
+    for number in range(ACCOUNTS):
+        await cluster.put("Bank", {**account(number), "balance": {"N": "100"}})
+    # The swept transaction's own items, on two nodes when the placement allows.
+    first = {"pk": {"S": "swept0"}}
+    other = next(
+        (
+            {"pk": {"S": f"swept{n}"}}
+            for n in range(1, 200)
+            if node_of(coordinating, {"pk": {"S": f"swept{n}"}}) != node_of(coordinating, first)
+        ),
+        {"pk": {"S": "swept1"}},
+    )
+    if who == "router":
+        dead: asyncio.Event | None = killable(coordinating)  # Its transactions die with it.
+        victim = ""
+    else:
+        dead = None
+        victim = node_of(coordinating, first if who == "home" else other)
+    death = Death(cluster, point, victim, dead)
+    coordinating.crash_points = death
+    log = Log()
+    cluster.faults(Faults(delay=0.3, delay_seconds_max=0.003))
+    stop = asyncio.Event()
+    clients = asyncio.ensure_future(workload(cluster, log, [coordinating, resolving], stop))
+    await asyncio.sleep(0.02)
+    failing = account(0) if aborts else None
+    await transact(log, coordinating, 1, [first, other], failing)
+    stop.set()
+    await clients
+    assert death.died, f"{label}: no coordination reached {point}"
+    cluster.faults(None)
+    cluster.network.heal()
+    if second is not None:
+        resolver_died = killable(resolving)
+        resolving.crash_points = Death(cluster, second, "", resolver_died)
+        with contextlib.suppress(RouterDied):
+            await settle(cluster, router=1)
+        assert resolving.crash_points.died, f"{label}: the resolver never reached {second}"
+    await settle(cluster, router=2)
+    await check(cluster, log, 2, label)
+
+
+SWEEP = Sweep("txn", CASES, scenario, options={"routers": 3})
+
+
+@pytest.mark.parametrize("seed", SWEEP.seeds())
 def test_a_transaction_killed_between_any_two_effects(seed: int) -> None:
-    who, point, aborts, second = CASES[seed % len(CASES)]
-    label = f"seed {seed} {(who, point, aborts, second)}"
-
-    async def scenario(cluster: SimCluster) -> None:
-        coordinating, resolving, _ = cluster.routers
-        await cluster.create_table("Bank", sort=False)
-        for number in range(ACCOUNTS):
-            await cluster.put("Bank", {**account(number), "balance": {"N": "100"}})
-        # The swept transaction's own items, on two nodes when the placement allows.
-        first = {"pk": {"S": "swept0"}}
-        other = next(
-            (
-                {"pk": {"S": f"swept{n}"}}
-                for n in range(1, 200)
-                if node_of(coordinating, {"pk": {"S": f"swept{n}"}}) != node_of(coordinating, first)
-            ),
-            {"pk": {"S": "swept1"}},
-        )
-        if who == "router":
-            dead: asyncio.Event | None = killable(coordinating)  # Its transactions die with it.
-            victim = ""
-        else:
-            dead = None
-            victim = node_of(coordinating, first if who == "home" else other)
-        death = Death(cluster, point, victim, dead)
-        coordinating.crash_points = death
-        log = Log()
-        cluster.faults(Faults(delay=0.3, delay_seconds_max=0.003))
-        stop = asyncio.Event()
-        clients = asyncio.ensure_future(workload(cluster, log, [coordinating, resolving], stop))
-        await asyncio.sleep(0.02)
-        failing = account(0) if aborts else None
-        await transact(log, coordinating, 1, [first, other], failing)
-        stop.set()
-        await clients
-        assert death.died, f"{label}: no coordination reached {point}"
-        cluster.faults(None)
-        cluster.network.heal()
-        if second is not None:
-            resolver_died = killable(resolving)
-            resolving.crash_points = Death(cluster, second, "", resolver_died)
-            with contextlib.suppress(RouterDied):
-                await settle(cluster, router=1)
-            assert resolving.crash_points.died, f"{label}: the resolver never reached {second}"
-        await settle(cluster, router=2)
-        await check(cluster, log, 2, label)
-
-    run(seed, scenario, routers=3)
+    SWEEP.run(seed)
 
 
 def test_the_sweep_covers_every_state_with_an_effect() -> None:
