@@ -521,7 +521,24 @@ RAFT_INFLIGHT_APPENDS_MAX = 256
 # (a follower that catches up a long log applies it in bounded steps, not in one huge batch).
 RAFT_APPLY_BYTES_MAX = 4 * MIB
 
+# The multi-raft host on a node (`storagenode/raft_host.py`, `raft_storage.py`). Each group keeps
+# the newest entries of its log in memory (as well as on disk), so that a leader sending appends
+# and a follower matching them read no RocksDB for the recent log.
+RAFT_LOG_CACHE_ENTRIES = 256
+# A group snapshots its state machine and compacts its log once this many applied entries are in
+# it, keeping the newest RAFT_LOG_KEPT_ENTRIES of them for followers a little behind.
+RAFT_LOG_COMPACT_ENTRIES = 10_000
+RAFT_LOG_KEPT_ENTRIES = 1_000
+# A host sends every peer node something at least this often (a batch, or an empty one), so a
+# sleeping (hibernating) group's followers can tell a quiet leader from a dead one.
+RAFT_KEEPALIVE_TICKS_MAX = 1
+# A follower woken by a message from someone other than its leader (a vote request, say) stays
+# awake at least this many election timeouts, long enough to vote and see an election through.
+RAFT_WAKE_ELECTION_TIMEOUTS_MIN = 2
+
 assert 0 < RAFT_HEARTBEAT_INTERVAL_TICKS_DEFAULT < RAFT_ELECTION_TIMEOUT_TICKS_DEFAULT
+assert RAFT_KEEPALIVE_TICKS_MAX < RAFT_ELECTION_TIMEOUT_TICKS_DEFAULT
+assert 0 < RAFT_LOG_KEPT_ENTRIES < RAFT_LOG_COMPACT_ENTRIES
 assert 1 <= RAFT_CLOCK_DRIFT_TICKS_MAX < RAFT_ELECTION_TIMEOUT_TICKS_DEFAULT
 assert RAFT_APPEND_BYTES_MAX >= ITEM_SIZE_BYTES_MAX, "one append carries any one write"
 assert RAFT_APPLY_BYTES_MAX >= RAFT_APPEND_BYTES_MAX, "one Ready applies what one append carried"

@@ -41,6 +41,14 @@ its partition's metadata commit in one atomic, synced write batch:
 - `transactions`: transaction records, item locks and each node's part of an attempt
   (`storagenode/transactions.py`).
 
+- `raft_log`: Raft group prefix (2-byte big-endian length ‖ group id) ‖ 8-byte big-endian index ->
+  the entry: 8-byte term ‖ 1-byte kind ‖ its command (or, for a membership entry, orjson
+  `[voters, learners]`). One group's entries are contiguous and in index order
+  (`storagenode/raft_storage.py`).
+- `raft_state`: Raft group prefix ‖ one tag byte -> the group's hard state (`h`: term, vote,
+  commit), its snapshot (`s`: index, term, membership, the application's data), the point its log
+  is compacted to (`t`: index, term) and the index its state machine has applied (`a`).
+
 The cluster catalog is no family of its own: it is a system table (`core.catalog`), stored in
 `items` like any other table, on the node that holds its partition.
 - the default family: `format` -> the data directory's format version (`FORMAT_VERSION`).
@@ -77,6 +85,27 @@ class Family(StrEnum):
     INDEX_ENTRIES = "index_entries"
     ITEM_COLLECTIONS = "item_collections"
     TRANSACTIONS = "transactions"
+    RAFT_LOG = "raft_log"
+    RAFT_STATE = "raft_state"
+
+
+RAFT_GROUP_BYTES_MAX = 0xFFFF  # A group id's length takes two bytes in its keys.
+RAFT_INDEX_BYTES = 8
+
+
+def raft_group_prefix(group: str) -> bytes:
+    """The bytes that start every `raft_log` and `raft_state` key of one Raft group. The length
+    comes first so that no group's keys fall between another's, whatever the ids."""
+    encoded = group.encode()
+    if not encoded or len(encoded) > RAFT_GROUP_BYTES_MAX:
+        raise ValueError(f"A Raft group id is 1 to {RAFT_GROUP_BYTES_MAX} bytes: {group!r}")
+    return len(encoded).to_bytes(2, "big") + encoded
+
+
+def raft_group_of(key: bytes) -> str:
+    """The group id that starts a `raft_log` or `raft_state` key."""
+    length = int.from_bytes(key[:2], "big")
+    return key[2 : 2 + length].decode()
 
 
 def table_prefix(table_id: str) -> bytes:
