@@ -43,6 +43,11 @@ dropped request fails it once the simulated timeout passes), and so does each ba
 and a follow to a node that is cut, or replaced by a restart, fails as over gRPC
 (ServiceUnavailable).
 
+A node's multi-step operations (a split, a move: `rpc.ops.SPLIT_PARTITION`, `MOVE_PARTITION`,
+run by its drivers) are served when the node is registered with a `drive` for them: as the gRPC
+server does, each runs as a task of the node, answered when it ends; a caller that stops waiting
+(its timeout, a lost reply) leaves it running, and a node that is killed cancels it.
+
 `cut(address)` makes a node unreachable (every call fails at once with ServiceUnavailable, nothing
 is applied) until `heal(address)`. A data-plane request carries its deadline (`Target.deadline`,
 from the network's `clock`, virtual under `tests/sim`) for the node to check. Every decision is
@@ -54,9 +59,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
+import logging
 import random
 import time
-from collections.abc import AsyncGenerator, Callable, Collection, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Collection, Sequence
 from typing import Any, Protocol
 
 import orjson
@@ -68,6 +74,8 @@ from rpc import codec, ops
 from rpc.changefeed import error_from_proto, error_to_proto
 from rpc.ops import Target
 from rpc.transport import ConsumerPosition, FeedPage, unanswered
+
+logger = logging.getLogger("rpc.local")
 
 
 class Endpoint(Protocol):
@@ -114,11 +122,17 @@ class Faults:
 NO_FAULTS = Faults()
 
 
+# Runs one of a node's multi-step operations (its op and body): the reply, or a DynamoError.
+Drive = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
 @dataclasses.dataclass
 class _Node:
     endpoint: Endpoint
     write_ops: Collection[str]
     feed: FeedEndpoint | None = None
+    driver_ops: Collection[str] = ()
+    drive: Drive | None = None
 
 
 class LocalNetwork:
@@ -144,13 +158,17 @@ class LocalNetwork:
         endpoint: Endpoint,
         write_ops: Collection[str],
         feed: FeedEndpoint | None = None,
+        *,
+        driver_ops: Collection[str] = (),
+        drive: Drive | None = None,
     ) -> None:
         """Serve `endpoint` at `address`; ops in `write_ops` go to its apply_writes, follows to
-        `feed`. A node registered again (a restart) replaces the one before, whose follows end."""
+        `feed`, ops in `driver_ops` to `drive`. A node registered again (a restart) replaces the
+        one before, whose follows end."""
         previous = self._nodes.get(address)
         if previous is not None and previous.feed is not None and previous.feed is not feed:
             previous.feed.drain()
-        self._nodes[address] = _Node(endpoint, write_ops, feed)
+        self._nodes[address] = _Node(endpoint, write_ops, feed, driver_ops, drive)
 
     def connect(self, address: str) -> LocalTransport:
         """A transport to the node at `address` (the `connect` a RouterContext takes)."""
@@ -207,16 +225,41 @@ class LocalNetwork:
             # was on its way (a new process over the same store), never the one that died.
             node = self._nodes.get(address, node)
         request = orjson.dumps(payload)
-        copies = 2 if is_write and draws[3] < faults.duplicate else 1
-        if copies == 2:
-            self.log.append(f"{call_id} {address} {op} duplicated")
-        responses = [_serve(node, op, target, request, is_write) for _ in range(copies)]
+        if node.drive is not None and op in node.driver_ops:
+            responses = [await self._drive(node.drive, call_id, address, op, request, timeout)]
+        else:
+            copies = 2 if is_write and draws[3] < faults.duplicate else 1
+            if copies == 2:
+                self.log.append(f"{call_id} {address} {op} duplicated")
+            responses = [_serve(node, op, target, request, is_write) for _ in range(copies)]
         if draws[4] < faults.drop_reply:
             self.log.append(f"{call_id} {address} {op} reply dropped")
             await asyncio.sleep(wait)
             raise _timed_out(address, op, timeout, target)
         self.log.append(f"{call_id} {address} {op} ok")
         return codec.reply_from_response(responses[0])
+
+    async def _drive(
+        self, drive: Drive, call_id: int, address: str, op: str, request: bytes, timeout: float
+    ) -> Any:
+        """Run a multi-step operation as a task of the node and wait for it up to `timeout`:
+        its response as the gRPC server would encode it."""
+        task = asyncio.ensure_future(drive(op, codec.decode_body(request)))
+        done, _ = await asyncio.wait({task}, timeout=timeout)
+        if not done:
+            self.log.append(f"{call_id} {address} {op} still running")
+            # Its outcome is the node's log line, as when a gRPC caller has gone.
+            task.add_done_callback(_outcome_unheard)
+            raise _timed_out(address, op, timeout, None)
+        if task.cancelled():
+            self.log.append(f"{call_id} {address} {op} ended with its node")
+            raise ServiceUnavailable(f"Node {address} stopped before it answered {op}")
+        error = task.exception()
+        if error is None:
+            return codec.ok_response(0, task.result())
+        if isinstance(error, DynamoError):
+            return codec.error_response(0, error)
+        return codec.error_response(0, InternalServerError(repr(error)))
 
     async def follow(
         self,
@@ -342,6 +385,11 @@ def _serve(node: _Node, op: str, target: Target | None, request: bytes, is_write
         return codec.error_response(0, error)
     except Exception as error:
         return codec.error_response(0, InternalServerError(repr(error)))
+
+
+def _outcome_unheard(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        logger.info("a driver operation nobody waited for failed: %r", task.exception())
 
 
 def _timed_out(address: str, op: str, timeout: float, target: Target | None) -> DynamoError:

@@ -20,6 +20,7 @@ here through the same seam as over gRPC.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import random
 import selectors
@@ -39,11 +40,15 @@ from storagenode.feed_service import FeedService
 from storagenode.memory_store import MemoryStore
 from storagenode.move import Mover
 from storagenode.node import WRITE_OPS, StorageNode
+from storagenode.operations import OPERATIONS, Kind
 from storagenode.split import Splitter
 from storagenode.sweeper import TtlSweeper
 from storagenode.throughput import NodeThroughput
 
 T = TypeVar("T")
+DRIVER_OPS = frozenset(
+    name for name, operation in OPERATIONS.items() if operation.kind is Kind.DRIVER
+)
 START_TIME = 1_800_000_000.0  # The routers' wall clock at the start of every simulation.
 
 
@@ -116,11 +121,29 @@ def run(
         loop.close()
 
 
-class SimCluster:
-    """Storage nodes on memory stores and routers, joined by one seeded in-process network."""
+@dataclasses.dataclass(frozen=True)
+class _Drivers:
+    """A node's multi-step drivers, as its driver operations' handlers take them."""
 
-    def __init__(self, seed: int, *, nodes: int = 3, routers: int = 2) -> None:
+    splitter: Splitter
+    mover: Mover
+
+
+class SimCluster:
+    """Storage nodes on memory stores and routers, joined by one seeded in-process network.
+
+    With `split_bytes`, each node runs its background drivers as a node process does (the
+    splitter's recovery and its size and heat checks, splitting past `split_bytes`; the mover's
+    settling); without, they run only when a test calls them.
+    """
+
+    def __init__(
+        self, seed: int, *, nodes: int = 3, routers: int = 2, split_bytes: int | None = None
+    ) -> None:
         self.seed = seed
+        self.split_bytes = split_bytes
+        # The driver operations (splits, moves) each node runs for its callers, by node.
+        self._driving: dict[str, set[asyncio.Future[Any]]] = {}
         self.rng = rng = random.Random(seed)
         self.network = LocalNetwork(random.Random(rng.getrandbits(64)), clock=virtual_unix_time)
         self.stores: dict[str, MemoryStore] = {}
@@ -147,8 +170,25 @@ class SimCluster:
         self.addresses[node_id] = address
         self.serve(node_id, node)
         self.stores[node_id] = store
+        self._start_drivers(node_id)
+
+    def _start_drivers(self, node_id: str) -> None:
+        """The node's splitter and mover, new (nothing they held survives a restart), running
+        in the background if the cluster's nodes do."""
+        node = self.nodes[node_id]
         self.splitters[node_id] = self.splitter(node)
         self.movers[node_id] = Mover(self.splitters[node_id], node_id)
+        if self.split_bytes is not None:
+            self.splitters[node_id].start()
+            self.movers[node_id].start()
+
+    async def _stop_drivers(self, node_id: str) -> None:
+        """The node's drivers stop where they are, and the splits and moves it was running
+        for its callers with them."""
+        for task in self._driving.pop(node_id, set()):
+            task.cancel()
+        await self.movers[node_id].close()
+        await self.splitters[node_id].close()
 
     def serve(self, node_id: str, node: StorageNode) -> None:
         """Put `node` on the network at `node_id`'s address, its change feed served in-process
@@ -164,9 +204,33 @@ class SimCluster:
         async def inline(work: Callable[[], T]) -> T:
             return work()
 
+        async def drive(op: str, body: dict[str, Any]) -> dict[str, Any]:
+            """A split or a move asked of the node, run as its server runs one: the handler on
+            the node's drivers, in a task that ends with the node (`kill_node`)."""
+            task = asyncio.current_task()
+            assert task is not None, "the network runs each in a task of its own"
+            running = self._driving.setdefault(node_id, set())
+            running.add(task)
+            try:
+                operation = OPERATIONS[op]
+                handler: Any = operation.handler
+                drivers = _Drivers(self.splitters[node_id], self.movers[node_id])
+                reply: dict[str, Any] = await handler(drivers, operation.payload.from_json(body))
+                return reply
+            finally:
+                running.discard(task)
+
         feed = FeedService(node, submit, offload=inline)
-        self.network.register(self.addresses[node_id], node, WRITE_OPS, feed)
+        self.network.register(
+            self.addresses[node_id], node, WRITE_OPS, feed, driver_ops=DRIVER_OPS, drive=drive
+        )
         self.nodes[node_id] = node
+
+    async def kill_node(self, node_id: str) -> None:
+        """The node's process dies (kill -9): it is cut off the network and its drivers stop
+        where they are; what it committed stays in its store, for `restart_node`."""
+        self.network.cut(self.addresses[node_id])
+        await self._stop_drivers(node_id)
 
     async def restart_node(self, node_id: str) -> None:
         """Restart a node, as after kill -9: a new `StorageNode` over the same store (what it
@@ -175,10 +239,8 @@ class SimCluster:
             self.stores[node_id], throughput=NodeThroughput(enforced=False), clock=virtual_unix_time
         )
         self.serve(node_id, restarted)
-        await self.movers[node_id].close()
-        await self.splitters[node_id].close()
-        self.splitters[node_id] = self.splitter(restarted)
-        self.movers[node_id] = Mover(self.splitters[node_id], node_id)
+        await self._stop_drivers(node_id)
+        self._start_drivers(node_id)
 
     def add_router(self, node_ids: Iterable[str] | None = None) -> RouterContext:
         """Start one more router, knowing `node_ids` (default: every node), as its --nodes."""
@@ -194,7 +256,8 @@ class SimCluster:
 
     def splitter(self, node: StorageNode) -> Splitter:
         """A node's splitter, its internal writes applied in place, its catalog calls on the
-        network (under its faults), its size trigger off unless a test calls it."""
+        network (under its faults), on virtual time; its size trigger off unless the cluster's
+        nodes split past `split_bytes` or a test calls it."""
 
         async def submit(op: str, body: dict[str, Any]) -> dict[str, Any]:
             [result] = node.apply_writes([(op, None, body)])
@@ -208,7 +271,13 @@ class SimCluster:
         # Seeded apart from the cluster's own source, so the routers' seeds stay as they were.
         rng = random.Random(f"splitter {self.seed} {len(self.splitters)}")
         return Splitter(
-            node, submit, self.network.connect, split_bytes=1 << 62, offload=inline, rng=rng
+            node,
+            submit,
+            self.network.connect,
+            split_bytes=1 << 62 if self.split_bytes is None else self.split_bytes,
+            offload=inline,
+            clock=_loop_time,
+            rng=rng,
         )
 
     def ttl_sweeper(self, node_id: str) -> TtlSweeper:
@@ -276,10 +345,8 @@ class SimCluster:
             await self.kill_replicator(name)
         for router in self.routers:
             await router.close()
-        for mover in self.movers.values():
-            await mover.close()
-        for splitter in self.splitters.values():
-            await splitter.close()
+        for node_id in self.nodes:
+            await self._stop_drivers(node_id)
 
     def faults(self, faults: Faults | None = None) -> None:
         """Put `faults` in force on the network (None: none)."""

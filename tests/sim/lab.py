@@ -11,10 +11,13 @@ follows from the seed, so a seed that fails replays exactly:
 
 How each fault is played in one process (the real lab's faults are processes and kernels):
 
-- `kill-node`: the node's process is gone (`LocalNetwork.cut`: calls fail at once as unreachable);
-  its restart is a new `StorageNode` over the same store, which is what a restarted process reads
-  back from disk: everything committed, nothing in memory.
+- `kill-node`: the node's process is gone (`SimCluster.kill_node`: calls fail at once as
+  unreachable, and its splitter and mover stop where they are, with the splits and moves it was
+  running); its restart is a new `StorageNode` over the same store, with a new splitter and mover,
+  which is what a restarted process reads back from disk: everything committed, nothing in memory.
 - `pause-node` and `partition-node`: the node is unreachable until the heal, and keeps its state.
+  Its own calls still leave it (as in a partition that cuts one way): a split or a move it drives
+  goes on talking to the catalog and to its target.
 - `drop-packets` and `slow-link`: the network loses (30%) or delays calls while the fault lasts.
   The in-process network's faults are per call, not per node, so they hit every node's calls.
 - `slow-node`: every call is delayed up to 70 ms while it lasts (per call too).
@@ -24,8 +27,11 @@ How each fault is played in one process (the real lab's faults are processes and
 - `kill-replicator`: the GSI replicator (`SimCluster.start_replicator`, run when the workload is
   indexed) dies as by kill -9, its leases held until they expire; its restart is a new replicator
   process, which resumes from the checkpoints and the backfill progress in the catalog.
-- Scenarios with a split size need the nodes' size-triggered splitter and the routers' placement
-  mover, which the in-process cluster does not run; `simulate` refuses them.
+
+The nodes run their background drivers as node processes do (`SimCluster(split_bytes=...)`:
+the splitter's recovery and size check, at the scenario's split size, and the mover's settling),
+and the router its placement mover (`router.placement`), which asks a split child's node to move
+it (`move_partition`, through the network to that node's mover); a killed router's goes with it.
 
 Each client request takes a seeded 20-100 ms of virtual time (the network and the client's own
 work), so clients interleave, the virtual clock moves, and a scenario's own duration and fault
@@ -40,6 +46,7 @@ import copy
 import json
 import random
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -54,12 +61,11 @@ from dynalab.lab.scenarios import FaultEvent, Scenario, schedule
 from router import transactions
 from router.app import load_operations
 from router.context import RouterContext
+from router.placement import PlacementMover
 from router.protocol import error_body
 from rpc.local import Faults
 from storagenode.memory_store import MemoryStore
-from storagenode.node import StorageNode
-from storagenode.throughput import NodeThroughput
-from tests.sim.cluster import SimCluster, run, virtual_unix_time
+from tests.sim.cluster import SimCluster, run
 from tests.sim.sweep import seeds_of
 
 # The virtual time a client request takes, drawn per request: long enough that a scenario's own
@@ -78,6 +84,15 @@ class SimRouterClient(DynamoDBClient):
         self.router: RouterContext | None = cluster.routers[0]
         self.in_flight: set[asyncio.Task[Any]] = set()
         self.handlers = load_operations()
+        self.placement: asyncio.Task[None] | None = None
+
+    async def start_router(self) -> None:
+        """As the router process starts: its catalog refreshes every second (so it sees what
+        others change, an index the replicator makes ACTIVE, a split, without a miss or a stale
+        epoch), and its placement mover runs."""
+        assert self.router is not None
+        await self.router.start()
+        self.placement = asyncio.ensure_future(PlacementMover(self.router).run())
 
     async def call(self, operation: str, request: dict[str, Any]) -> tuple[int, bytes]:
         await asyncio.sleep(self.rng.uniform(*REQUEST_SECONDS))
@@ -106,17 +121,23 @@ class SimRouterClient(DynamoDBClient):
             self.in_flight.discard(task)
         return 200, orjson.dumps(reply)
 
+    async def stop_placement(self) -> None:
+        placement, self.placement = self.placement, None
+        if placement is not None:
+            placement.cancel()
+            await asyncio.gather(placement, return_exceptions=True)
+
     async def kill_router(self) -> None:
         router, self.router = self.router, None
         for task in list(self.in_flight):
             task.cancel()
+        await self.stop_placement()
         if router is not None:
             await router.close()
 
     async def restart_router(self) -> None:
-        router = self.cluster.add_router()
-        await router.start()  # As the router process does: its catalog refreshes every second.
-        self.router = router
+        self.router = self.cluster.add_router()
+        await self.start_router()
 
 
 class SimNemesis:
@@ -161,15 +182,12 @@ class SimNemesis:
         address = cluster.addresses.get(node_id, "")
         if fault == "restart-node" and self.forget_recent_writes:
             cluster.stores[node_id] = self._snapshots[node_id]
-        if fault in ("kill-node", "pause-node", "partition-node"):
+        if fault == "kill-node":
+            await cluster.kill_node(node_id)
+        elif fault in ("pause-node", "partition-node"):
             cluster.network.cut(address)
         elif fault == "restart-node":
-            node = StorageNode(
-                cluster.stores[node_id],
-                throughput=NodeThroughput(enforced=False),
-                clock=virtual_unix_time,
-            )
-            cluster.serve(node_id, node)
+            await cluster.restart_node(node_id)
             cluster.network.heal(address)
         elif fault in ("resume-node", "heal-partition"):
             cluster.network.heal(address)
@@ -199,19 +217,22 @@ def simulate(
     duration_s: float | None = None,
     *,
     forget_recent_writes: bool = False,
+    observe: Callable[[SimCluster], Awaitable[None]] | None = None,
 ) -> tuple[dict[str, Any], list[Operation], list[dict[str, Any]]]:
     """Run one scenario and seed on the in-process cluster: (verdict, history, executed); the
-    scenario's own duration unless `duration_s` is given, in virtual seconds."""
+    scenario's own duration unless `duration_s` is given, in virtual seconds. `observe` looks
+    at the cluster once the final reads are done."""
     duration_s = scenario.duration_s if duration_s is None else duration_s
-    if scenario.split_bytes is not None:
-        raise ValueError(f"scenario {scenario.name}: the in-process cluster's nodes do not split")
+    split_bytes = (
+        limits.PARTITION_SPLIT_BYTES_DEFAULT
+        if scenario.split_bytes is None
+        else scenario.split_bytes
+    )
 
     async def experiment(cluster: SimCluster) -> tuple[list[Operation], list[dict[str, Any]]]:
         rng = random.Random(f"{scenario.name}/{seed}/requests")
-        # As the router process does: its catalog refreshes every second, so it sees what others
-        # change (an index the replicator makes ACTIVE) without a miss or a stale epoch.
-        await cluster.routers[0].start()
         api = SimRouterClient(cluster, rng)
+        await api.start_router()
         keys = workloads.Keys.make(
             scenario.registers,
             scenario.counters,
@@ -241,9 +262,12 @@ def simulate(
         # Requests their clients gave up on may still be running: let them end in the run.
         await asyncio.gather(*api.in_flight, return_exceptions=True)
         resolver.cancel()
+        await api.stop_placement()
+        if observe is not None:
+            await observe(cluster)
         return recorder.history, nemesis.executed
 
-    history, executed = run(seed, experiment, routers=1)
+    history, executed = run(seed, experiment, routers=1, split_bytes=split_bytes)
     return checkers.check(history), history, executed
 
 

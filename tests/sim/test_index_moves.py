@@ -341,16 +341,13 @@ def test_routers_move_an_index_split_child_to_its_ring_owner_once(seed: int) -> 
             router = cluster.routers[0]
             asked: list[tuple[str, str, str]] = []
 
+            sent = router.control
+
             async def control(node: str, op: str, body: dict[str, Any], timeout: float) -> Any:
-                # The in-process network carries no move_partition: the mover is called directly.
+                # Through the network to the node's mover, as a router's asks go.
                 assert op == ops.MOVE_PARTITION
                 asked.append((body["table_id"], body["partition_id"], body["target_node"]))
-                return await cluster.movers[node].move(
-                    body["table_id"],
-                    body["partition_id"],
-                    body["target_node"],
-                    body["target_address"],
-                )
+                return await sent(node, op, body, timeout)
 
             router.control = control  # type: ignore[method-assign]
             placement = PlacementMover(router)

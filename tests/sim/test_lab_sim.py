@@ -10,14 +10,11 @@ import json
 import pytest
 
 from dynalab.lab import scenarios
+from tests.sim.cluster import SimCluster
 from tests.sim.lab import simulate
 
 SEEDS = [1, 2, 3]
-SIMULATED = sorted(
-    name
-    for name, scenario in ((n, scenarios.load(n)) for n in scenarios.available())
-    if scenario.split_bytes is None
-)
+SIMULATED = sorted(scenarios.available())
 # A scenario that preloads thousands of items spends most of a seed writing them: one seed here,
 # more with `python -m tests.sim.lab NAME --seeds 1-50`.
 PRELOADING_SEEDS = [1]
@@ -34,12 +31,39 @@ CASES = [
 @pytest.mark.parametrize(("name", "seed"), CASES)
 def test_every_scenario_keeps_a_valid_verdict_in_simulation(name: str, seed: int) -> None:
     scenario = scenarios.load(name)
-    verdict, _, executed = simulate(scenario, seed)
+    changes: dict[str, int] = {}
+
+    async def observe(cluster: SimCluster) -> None:
+        changes.update(await splits_and_moves(cluster))
+
+    verdict, _, executed = simulate(scenario, seed, observe=observe)
     assert verdict["valid"], f"{name} seed {seed}: {json.dumps(verdict, indent=1)[:4000]}"
     planned = scenarios.schedule(scenario, seed, scenario.duration_s)
     assert [(e["fault"], e["target"]) for e in executed] == [(e.fault, e.target) for e in planned]
     assert executed, f"{name} seed {seed}: no fault was played"
     assert verdict["operations"]["ok"] > 100
+    if scenario.split_bytes is not None:
+        # The nodes split past the scenario's size again and again, and the router's placement
+        # mover moved children through the nodes' drivers, while the faults struck.
+        assert changes["splits"] >= 5, f"{name} seed {seed}: {changes}"
+        assert changes["moves"] >= 1, f"{name} seed {seed}: {changes}"
+
+
+async def splits_and_moves(cluster: SimCluster) -> dict[str, int]:
+    """How many partitions the catalog records as split (retired parents), and how many split
+    children as moved since (a split leaves both children on their parent's node)."""
+    router = cluster.add_router()
+    await router.refresh()
+    splits = moves = 0
+    for table in router.records.values():
+        parents = {partition.id: partition for partition in table.retired}
+        splits += len(parents)
+        moves += sum(
+            1
+            for partition in (*table.partitions, *table.retired)
+            if partition.parent in parents and partition.node != parents[partition.parent].node
+        )
+    return {"splits": splits, "moves": moves}
 
 
 def test_a_seed_replays_exactly() -> None:

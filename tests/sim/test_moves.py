@@ -289,13 +289,13 @@ def test_routers_move_a_split_child_to_its_ring_owner_once(seed: int) -> None:
         router = cluster.routers[0]
         asked: list[tuple[str, str]] = []
 
+        sent = router.control
+
         async def control(node: str, op: str, body: dict[str, Any], timeout: float) -> Any:
-            # The in-process network carries no move_partition: the mover is called directly.
+            # Through the network to the node's mover, as a router's asks go.
             assert op == ops.MOVE_PARTITION
             asked.append((body["partition_id"], body["target_node"]))
-            return await cluster.movers[node].move(
-                body["table_id"], body["partition_id"], body["target_node"], body["target_address"]
-            )
+            return await sent(node, op, body, timeout)
 
         router.control = control  # type: ignore[method-assign]
         placement = PlacementMover(router)
@@ -393,5 +393,54 @@ def test_settings_changed_between_the_drain_and_the_switch_reach_the_target(seed
         assert latest is not None
         moved = cluster.nodes[target].partitions[table.id, partition_id]
         assert moved.throughput == catalog.throughput_document(latest), f"seed {seed}"
+
+    run(seed, scenario)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_move_asked_over_the_network_dies_with_its_node_and_its_restart_settles_it(
+    seed: int,
+) -> None:
+    """A router asks a node to move a partition (`move_partition` through the network, run as a
+    task of the node); the node is killed mid-move: the router's call fails as unavailable, and
+    the restarted node settles the move from its record."""
+
+    async def scenario(cluster: SimCluster) -> None:
+        table, log = await filled_table(cluster, "Asked", 40)
+        partition_id, source, target = await moved_partition(cluster, "Asked")
+        router = cluster.routers[0]
+        killing: list[asyncio.Task[None]] = []
+
+        class KilledOnceCopied:
+            """Kills the source once it has copied: the kill, a task of its own, cancels the
+            node's tasks, this move's among them, while it waits here."""
+
+            async def reached(self, machine: str, point: str) -> None:
+                if machine == MOVE and point == "copied" and not killing:
+                    killing.append(asyncio.ensure_future(cluster.kill_node(source)))
+                    await asyncio.sleep(1.0)
+
+        cluster.movers[source].driver.crash_points = KilledOnceCopied()
+        body = ops.MovePartitionPayload(
+            table.id, partition_id, target, cluster.addresses[target]
+        ).to_json()
+        with pytest.raises(ServiceUnavailable):
+            await router.control(source, ops.MOVE_PARTITION, body, limits.MOVE_CALL_SECONDS_MAX)
+        assert killing, f"seed {seed}: the move never copied"
+        await killing[0]
+        await cluster.restart_node(source)
+        cluster.network.heal(cluster.addresses[source])
+        await settle_all(cluster)
+        # A copy its source rolled back without reaching it is dropped once abandoned.
+        await asyncio.sleep(limits.MOVE_ABANDONED_SECONDS + 1)
+        await settle_all(cluster)
+        current = await router.read_table("Asked")
+        assert current is not None
+        owner = current.partition(partition_id).node
+        assert owner == source, f"seed {seed}: killed before its switch, the move rolls back"
+        held_by = holders(cluster, table.id, partition_id)
+        assert list(held_by) == [owner], f"seed {seed}: held by {sorted(held_by)}, owner {owner}"
+        assert held_by[owner].serving and held_by[owner].move is None, f"seed {seed}"
+        await check(cluster, "Asked", log, f"seed {seed}")
 
     run(seed, scenario)
