@@ -30,7 +30,8 @@ from rpc.raft_transport import Deliver
 
 
 class RaftSender(Protocol):
-    """How a node sends Raft messages: to a peer by member id, never blocking, maybe lost."""
+    """How a node sends Raft messages: to a peer by member id, never blocking, maybe lost. An
+    empty batch is a keepalive, delivered as an empty batch."""
 
     def send(self, to: int, batch: Sequence[tuple[str, Message]]) -> None: ...
 
@@ -134,8 +135,8 @@ class LocalRaftTransport:
 
     def send(self, to: int, batch: Sequence[tuple[str, Message]]) -> None:
         assert to != self.node_id, "a node does not send Raft messages to itself"
-        if self._closed or not batch:
-            return
+        if self._closed:
+            return  # an empty batch is carried: it is the sender's keepalive
         self.network.carry(self.node_id, to, batch)
 
     async def close(self) -> None:

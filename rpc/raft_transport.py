@@ -150,9 +150,11 @@ class RaftTransport:
     def send(self, to: int, batch: Sequence[tuple[str, Message]]) -> None:
         """Queue `(group, message)` pairs for node `to`; they leave with everything else queued
         for it in this turn of the event loop. Never blocks; past the queue's bounds the oldest
-        queued messages are dropped. Must be called on the event loop."""
+        queued messages are dropped. An empty batch is a keepalive: the peer's `deliver` gets an
+        empty batch this turn unless something else goes anyway, so a multi-raft host whose idle
+        groups sleep still tells its peers it is alive. Must be called on the event loop."""
         assert to != self.node_id, "a node does not send Raft messages to itself"
-        if self._closed or not batch:
+        if self._closed:
             return
         peer = self._peers.get(to)
         if peer is None:
@@ -246,6 +248,8 @@ class _Peer:
         self.counters = transport.counters[peer_id]
         self.queue: collections.deque[tuple[str, Message, int]] = collections.deque()
         self.queued_bytes = 0
+        # An empty batch was sent: write a stream message even if the queue is empty.
+        self.keepalive = False
         self.wakeup = asyncio.Event()
         self.channel: grpc.aio.Channel | None = None
         self.call: grpc.aio.StreamUnaryCall[raft_pb2.RaftBatch, raft_pb2.RaftSendDone] | None = None
@@ -253,6 +257,8 @@ class _Peer:
         self.task = asyncio.get_running_loop().create_task(self._run())
 
     def enqueue(self, batch: Sequence[tuple[str, Message]]) -> None:
+        if not batch:
+            self.keepalive = True
         for group, message in batch:
             size = message_bytes(group, message)
             if size > self.bounds.message_bytes_max:
@@ -286,6 +292,7 @@ class _Peer:
     def close(self) -> None:
         self.queue.clear()
         self.queued_bytes = 0
+        self.keepalive = False
         self.task.cancel()
         self._break()
 
@@ -300,7 +307,7 @@ class _Peer:
             while True:
                 await self.wakeup.wait()  # idle: only `send` or `close` ends this wait
                 self.wakeup.clear()
-                while self.queue:
+                while self.queue or self.keepalive:
                     if self.call is not None and self.call.done():
                         await self._stream_ended(self.call)
                     if self.call is None and not await self._reconnect_round():
@@ -339,6 +346,7 @@ class _Peer:
                 self.counters.dropped["unreachable"] += len(self.queue)
                 self.queue.clear()
                 self.queued_bytes = 0
+                self.keepalive = False
                 return False
             attempt += 1
             await asyncio.sleep(pause)
@@ -383,8 +391,10 @@ class _Peer:
         return None
 
     async def _write_one(self) -> None:
-        """Write the queue's oldest messages, up to the batch target, as one stream message."""
+        """Write the queue's oldest messages, up to the batch target, as one stream message (an
+        empty one for a keepalive)."""
         assert self.call is not None
+        self.keepalive = False
         taken: list[tuple[str, Message]] = []
         size = 0
         while self.queue and size < self.bounds.batch_bytes_target:

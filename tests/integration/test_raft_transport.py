@@ -198,6 +198,24 @@ async def test_one_stream_message_per_loop_turn_under_a_burst(net: Net) -> None:
     assert two.transport.counters[1].batches_received == 2
 
 
+async def test_an_empty_batch_is_a_keepalive(net: Net) -> None:
+    one, two = net.add(1, 2)
+    sender = net.transport(one)
+    net.transport(two)
+    await net.serve(two)
+    sender.send(2, [])
+    await until(lambda: len(two.delivered) == 1, "the keepalive arrives")
+    assert two.delivered == [(1, [])]
+    # With messages in the same turn, the keepalive adds nothing: they are the sign of life.
+    sender.send(2, [])
+    sender.send(2, [heartbeat(1, 2, "g", 1)])
+    sender.send(2, [])
+    await until(lambda: len(two.delivered) == 2, "the next batch arrives")
+    await asyncio.sleep(0.05)
+    assert two.delivered == [(1, []), (1, [heartbeat(1, 2, "g", 1)])]
+    assert sender.counters[2].batches_sent == 2
+
+
 async def test_a_burst_past_the_batch_target_is_cut(net: Net) -> None:
     one, two = net.add(1, 2)
     sender = net.transport(one, batch_bytes_target=10_000, message_bytes_max=5_000)

@@ -63,6 +63,15 @@ async def test_batches_arrive_in_order_on_a_later_turn() -> None:
     network.close()
 
 
+async def test_an_empty_batch_is_carried_as_a_keepalive() -> None:
+    network = LocalRaftNetwork(seed=1)
+    inbox = Inbox()
+    network.join(1, Inbox().deliver).send(2, [])
+    network.join(2, inbox.deliver)
+    await until(lambda: len(inbox.batches) == 1, "the keepalive arrives")
+    assert inbox.batches == [(1, [])]
+
+
 async def test_faults_replay_from_the_seed() -> None:
     def run(seed: int) -> list[int]:
         network = LocalRaftNetwork(seed, drop_rate=0.3, duplicate_rate=0.2)
