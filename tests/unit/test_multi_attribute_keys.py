@@ -150,13 +150,19 @@ def test_every_partition_key_attribute_is_hashed_and_one_attribute_keys_are_unch
     assert table.storage_key({"pk": s("x"), "sk": n(3)}) == encode_storage_key(s("x"), n(3))
 
 
-_SCALARS = st.one_of(
-    st.text(
+# The values of each scalar key type, drawn directly (filtering one mixed strategy by type threw
+# away most draws, which Hypothesis's health check refused on a loaded machine).
+_SCALARS_OF = {
+    "S": st.text(
         st.sampled_from(["\x00", "a", "b", "\u00e9", "\U0010ffff"]), min_size=1, max_size=4
     ).map(s),
-    st.integers(-1000, 1000).map(n),
-    st.decimals(min_value=-10, max_value=10, places=3, allow_nan=False).map(lambda d: n(str(d))),
-)
+    "N": st.one_of(
+        st.integers(-1000, 1000).map(n),
+        st.decimals(min_value=-10, max_value=10, places=3, allow_nan=False).map(
+            lambda d: n(str(d))
+        ),
+    ),
+}
 _TYPED = {"S": "round", "N": "seq"}
 
 
@@ -170,7 +176,7 @@ def sort_tuples(
     first: list[AttributeValue] = []
     second: list[AttributeValue] = []
     for kind in types:
-        strategy = _SCALARS.filter(lambda value, kind=kind: kind in value)
+        strategy = _SCALARS_OF[kind]
         value = draw(strategy)
         first.append(value)
         second.append(value if draw(st.booleans()) else draw(strategy))
