@@ -278,6 +278,47 @@ def index_key_shape(document: Sequence[Any]) -> KeyShape:
 
 
 @dataclass(frozen=True, slots=True)
+class BackfillProgress:
+    """How far the copy of one source partition into an online index has come, as its backfill
+    machine (`core.machines.backfill`) last recorded it: `cursor` is the key of the last item
+    copied (a scan's LastEvaluatedKey; None: none yet, or the copy is done), `items` how many
+    items were copied, `epoch` the lease epoch of the replicator that wrote it (a replicator whose
+    lease was taken over cannot move it back)."""
+
+    partition_id: str
+    cursor: Mapping[str, Any] | None = None
+    items: int = 0
+    epoch: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "partition": self.partition_id,
+            "cursor": None if self.cursor is None else dict(self.cursor),
+            "items": self.items,
+            "epoch": self.epoch,
+        }
+
+    @classmethod
+    def from_json(cls, document: Mapping[str, Any]) -> BackfillProgress:
+        return cls(
+            document["partition"], document.get("cursor"), document["items"], document["epoch"]
+        )
+
+
+def percentage_progress(status: IndexStatus, items_copied: int, items_estimate: int) -> int | None:
+    """OnlineIndexPercentageProgress of an online index in `status` that has copied
+    `items_copied` of the `items_estimate` the table held when its backfill began
+    (`IndexDef.percentage_progress`)."""
+    if status == IndexStatus.DELETING:
+        return None
+    if status == IndexStatus.ACTIVE:
+        return 100
+    if status == IndexStatus.CREATING or items_estimate == 0:
+        return 0
+    return min(99, 100 * items_copied // items_estimate)
+
+
+@dataclass(frozen=True, slots=True)
 class IndexDef:
     """A secondary index: its key shape, what it projects and its status.
 
@@ -304,6 +345,11 @@ class IndexDef:
     # A global index's partitions a split retired, kept while a serving one names them as its
     # parent (lineage: a node restarted between a split's record and its install finds it so).
     retired: tuple[PartitionDef, ...] = ()
+    # While an online index backfills: each source partition's copy as far as it has come (kept
+    # for a partition a split retired mid-copy, so the items copied only grow), and the table's
+    # item count when the backfill began, the estimate OnlineIndexPercentageProgress divides by.
+    progress: tuple[BackfillProgress, ...] = ()
+    items_estimate: int = 0
 
     def to_json(self) -> dict[str, Any]:
         document: dict[str, Any] = {
@@ -323,6 +369,10 @@ class IndexDef:
         if self.online:
             document["online"] = True
             document["backfilled"] = list(self.backfilled)
+            if self.progress:
+                document["progress"] = [entry.to_json() for entry in self.progress]
+            if self.items_estimate:
+                document["items_estimate"] = self.items_estimate
         return document
 
     @classmethod
@@ -345,6 +395,8 @@ class IndexDef:
             retired=tuple(
                 PartitionDef.from_json(p) for p in document.get("retired_partitions", ())
             ),
+            progress=tuple(BackfillProgress.from_json(p) for p in document.get("progress", ())),
+            items_estimate=int(document.get("items_estimate", 0)),
         )
 
     @property
@@ -355,6 +407,27 @@ class IndexDef:
     def backfilling(self) -> bool:
         """DescribeTable's Backfilling: an online index copying the table's items."""
         return self.status == IndexStatus.BACKFILLING
+
+    def backfill_of(self, partition_id: str) -> BackfillProgress | None:
+        """The recorded copy of source partition `partition_id`; None: not begun."""
+        return next((p for p in self.progress if p.partition_id == partition_id), None)
+
+    @property
+    def items_copied(self) -> int:
+        """The items the backfill has copied so far, over every source partition."""
+        return sum(entry.items for entry in self.progress)
+
+    @property
+    def percentage_progress(self) -> int | None:
+        """DynamoDB's OnlineIndexPercentageProgress (a CloudWatch metric there) of an online
+        index: the items copied over the table's item count as estimated when the backfill
+        began, below 100 until every partition is copied, 100 once ACTIVE; None for an index
+        created with its table or being deleted. Monotonic: the estimate is fixed, the items
+        copied only grow (`backfill_progressed`); items written since the estimate, or copied
+        again after a split retired their partition mid-copy, cannot take it past 99."""
+        if not self.online:
+            return None
+        return percentage_progress(self.status, self.items_copied, self.items_estimate)
 
 
 @dataclass(frozen=True, slots=True)
@@ -1287,39 +1360,110 @@ def index_throughput_updated(
     )
 
 
-def index_backfill_started(table: TableDef, index_id: str) -> TableDef:
-    """The table with its online index `index_id` BACKFILLING (the replicator began copying);
-    unchanged if that index is not CREATING."""
+def index_backfill_started(table: TableDef, index_id: str, items_estimate: int = 0) -> TableDef:
+    """The table with its online index `index_id` BACKFILLING (the replicator began copying),
+    `items_estimate` the table's item count then; unchanged if that index is not CREATING."""
     index = _online_index(table, index_id)
     if index is None or index.status != IndexStatus.CREATING:
         return table
-    return index_moved(table, index.name, IndexStatus.BACKFILLING)
+    started = index_moved(table, index.name, IndexStatus.BACKFILLING)
+    return _with_index(started, replace(_index(started, index.name), items_estimate=items_estimate))
 
 
-def partition_backfilled(table: TableDef, index_id: str, partition_id: str) -> TableDef:
-    """The table with source partition `partition_id` copied into online index `index_id`; the
-    index ACTIVE once every serving partition of the table is. Unchanged if the index is not
-    backfilling (deleted meanwhile) or already has it."""
+def partition_backfill_begun(
+    table: TableDef, index_id: str, partition_id: str, epoch: int, items_estimate: int
+) -> TableDef:
+    """The table with online index `index_id` BACKFILLING (`index_backfill_started`) and the copy
+    of source partition `partition_id` begun under lease `epoch` (from no cursor), unless it has
+    begun or is done; unchanged if the index is neither CREATING nor BACKFILLING (deleted
+    meanwhile, or ACTIVE) or the partition is no longer serving."""
+    started = index_backfill_started(table, index_id, items_estimate)
+    index = _online_index(started, index_id)
+    if (
+        index is None
+        or index.status != IndexStatus.BACKFILLING
+        or partition_id in index.backfilled
+        or index.backfill_of(partition_id) is not None
+        or all(partition.id != partition_id for partition in started.partitions)
+    ):
+        return started
+    entry = BackfillProgress(partition_id, None, 0, epoch)
+    return _with_index(started, replace(index, progress=(*index.progress, entry)))
+
+
+def backfill_progressed(
+    table: TableDef,
+    index_id: str,
+    partition_id: str,
+    cursor: Mapping[str, Any],
+    items: int,
+    epoch: int,
+) -> TableDef:
+    """The table with the copy of source partition `partition_id` into online index `index_id`
+    at `cursor`, `items` copied, under lease `epoch`. Unchanged if the index is not BACKFILLING,
+    the partition's copy has not begun or is done, or was recorded under a later lease (a
+    replicator that lost its lease cannot move it back). The items never go down: a copy resumed
+    from a cursor read before a late write of the lease's previous holder counts at least what
+    that holder recorded."""
     index = _online_index(table, index_id)
     if index is None or index.status != IndexStatus.BACKFILLING:
         return table
-    done = (
-        index.backfilled
-        if partition_id in index.backfilled
-        else (
-            *index.backfilled,
-            partition_id,
-        )
-    )
+    entry = index.backfill_of(partition_id)
+    if entry is None or partition_id in index.backfilled or entry.epoch > epoch:
+        return table
+    moved = BackfillProgress(partition_id, dict(cursor), max(items, entry.items), epoch)
+    if moved == entry:
+        return table
+    return _with_index(table, replace(index, progress=_replaced(index.progress, moved)))
+
+
+def partition_backfilled(
+    table: TableDef, index_id: str, partition_id: str, items: int = 0, epoch: int = 0
+) -> TableDef:
+    """The table with source partition `partition_id` copied into online index `index_id`
+    (`items` copied in all, under lease `epoch`); the index ACTIVE once every serving partition
+    of the table is, its progress then dropped. Unchanged if the index is not backfilling
+    (deleted meanwhile), already has the partition, or its copy was recorded under a later
+    lease."""
+    index = _online_index(table, index_id)
+    if index is None or index.status != IndexStatus.BACKFILLING:
+        return table
+    entry = index.backfill_of(partition_id)
+    if partition_id in index.backfilled or (entry is not None and entry.epoch > epoch):
+        return table
+    done = (*index.backfilled, partition_id)
+    copied = max(items, 0 if entry is None else entry.items)
+    progress = _replaced(index.progress, BackfillProgress(partition_id, None, copied, epoch))
     status: IndexStatus = index.status
     if {partition.id for partition in table.partitions} <= set(done):
         _check(INDEX_TRANSITIONS, f"Index {index.name}", status, IndexStatus.ACTIVE)
         status = IndexStatus.ACTIVE
-    if done == index.backfilled and status == index.status:
-        return table
-    changed = replace(index, backfilled=done, status=status)
+        progress, estimate = (), 0
+    else:
+        estimate = index.items_estimate
+    changed = replace(
+        index, backfilled=done, status=status, progress=progress, items_estimate=estimate
+    )
+    return _with_index(table, changed)
+
+
+def _replaced(
+    progress: tuple[BackfillProgress, ...], entry: BackfillProgress
+) -> tuple[BackfillProgress, ...]:
+    """`progress` with `entry` in place of its partition's (or added last)."""
+    if all(p.partition_id != entry.partition_id for p in progress):
+        return (*progress, entry)
+    return tuple(entry if p.partition_id == entry.partition_id else p for p in progress)
+
+
+def _index(table: TableDef, name: str) -> IndexDef:
+    return next(index for index in table.indexes if index.name == name)
+
+
+def _with_index(table: TableDef, changed: IndexDef) -> TableDef:
+    """The table with `changed` in place of its index of that name."""
     return _changed(
-        table, indexes=tuple(changed if i.name == index.name else i for i in table.indexes)
+        table, indexes=tuple(changed if i.name == changed.name else i for i in table.indexes)
     )
 
 

@@ -181,6 +181,8 @@ def _indexes(entry: dict[str, Any]) -> Table | None:
         copied = "-"
         if backfill is not None:
             copied = f"{backfill['partitions_done']}/{backfill['partitions']}"
+            if backfill.get("percentage") is not None:
+                copied += f" {backfill['percentage']}%"
         table.add_row(
             index["name"], index["kind"], index["projection"], index["status"], copied, entries
         )

@@ -69,10 +69,13 @@ from core.errors import (
     ThroughputExceeded,
 )
 from core.gsi_leases import Lease
+from core.machines import RESTARTED, STARTED, Effect, Event, backfill
+from core.machines.backfill import BackfillRecord, BackfillState
 from core.retry import GSI_APPLY, GSI_REROUTE
 from gsi_replicator import leases
 from rpc import catalog_client, ops
 from rpc.client import NodeClient
+from rpc.machines import CrashPoints, Driver, Handler, HoldPoints
 from rpc.transport import FeedTransport, NodeTransport
 
 log = logging.getLogger("gsi_replicator")
@@ -94,7 +97,8 @@ class FollowerStats:
     last_applied_at: float = 0.0  # Wall-clock time of the last applied batch.
     failures: int = 0  # Times the follower started again from its checkpoint.
     lag_ms: float = 0.0  # Time from taking the last run of records off the feed to its apply.
-    backfilled_items: int = 0  # Items of the partition an online index's backfill has read.
+    backfilled_items: int = 0  # Items of the partition an online index's backfill has copied.
+    backfill_pages: int = 0  # Pages of the partition this replicator's backfill has read.
     backfill_done: bool = False  # The partition's copy into its online index is done.
     table_id: str = ""
     last_seq: int = 0  # The log's last seq, as the last register or checkpoint answered.
@@ -125,6 +129,10 @@ class ReplicatorStats:
     members_collected: int = 0  # Member rows of replicators that stopped renewing them deleted.
     lease_rows: int = 0  # Lease rows in the leases table, as last read.
     member_rows: int = 0  # Replicator member rows in the leases table, as last read.
+
+
+def _follower_key(record: BackfillRecord) -> FollowerKey:
+    return (record.table_id, record.partition_id, record.consumer)
 
 
 def _followed(tables: Iterable[TableDef]) -> gsi_leases.Followed:
@@ -282,9 +290,11 @@ class Replicator:
         monotonic: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
         new_id: Callable[[], str] = lambda: uuid.uuid4().hex,
+        crash_points: CrashPoints | None = None,
     ) -> None:
         """`rng` draws the pauses of catalog changes and `new_id` makes the owner's suffix
-        (default: fresh entropy; a simulation passes seeded ones)."""
+        (default: fresh entropy; a simulation passes seeded ones); `crash_points` are the
+        backfill driver's (default: DYNALAB_HOLD_AT's, `rpc.machines.HoldPoints`)."""
         if not nodes:
             raise ValueError("the replicator needs at least one storage node")
         # Unique per process run: a restarted replicator is a new owner, never its old self.
@@ -305,11 +315,26 @@ class Replicator:
         # (Table id, consumer) -> partitions read to their END under that consumer.
         self.drained: dict[tuple[str, str], set[str]] = {}
         self.location: CatalogLocation | None = None
+        rng = random.Random() if rng is None else rng
         self.catalog = catalog_client.CatalogClient(
-            self._located,
-            self._catalog_transport,
-            rng=random.Random() if rng is None else rng,
-            clock=monotonic,
+            self._located, self._catalog_transport, rng=rng, clock=monotonic
+        )
+        handlers: dict[str, Handler[BackfillRecord]] = {
+            "register": self._register_backfill,
+            "mark": self._mark_backfill,
+            "read": self._read_backfill,
+            "apply": self._apply_backfill,
+            "checkpoint": self._checkpoint_backfill,
+        }
+        # Every online index's copy, one record per (index, base partition), runs on this
+        # driver; its effects have no retry policy of their own, so `rng` draws nothing here.
+        self.backfills: Driver[BackfillRecord] = Driver(
+            backfill.MACHINE,
+            handlers,
+            self._persist_backfill,
+            HoldPoints.from_env() if crash_points is None else crash_points,
+            monotonic,
+            rng,
         )
         self.stats = ReplicatorStats()
 
@@ -634,18 +659,12 @@ class Replicator:
         epoch: int,
         stats: FollowerStats,
     ) -> None:
-        """Copy the partition into the online index `consumer` keeps, unless it is copied.
-
-        The consumer is registered first at the log's last seq S (registering again changes
-        nothing: its checkpoint stays at S until the copy is done), so the log keeps every change
-        after S. Then the partition is scanned page by page, each page's items projected and put
-        into the index (`index_apply` with `backfill`: applied whatever the source's seq). Every
-        item is read as it is at S or later; the follower then applies the changes after S in
-        order, which ends at each item's latest version whatever version the copy read (a
-        change replayed over a newer entry is overwritten or deleted by the changes after it).
-        The catalog records the partition as copied before the follower passes S, so a crash
-        before that copies it again (idempotent puts), and one after it does not.
-        """
+        """Copy the partition into the online index `consumer` keeps, unless it is copied: its
+        backfill machine (`core.machines.backfill`), loaded from the catalog row (from the cursor
+        it records, when the copy began under an earlier run or another replicator) and driven
+        under lease `epoch` until it is recorded or abandoned. A failure is raised for the
+        follower, which handles it as one of its own (a lost lease, a split, a node that does
+        not answer) and comes back here after its pause: the copy resumes from the cursor."""
         indexes = self._indexes(table_id, consumer)
         table = self.tables.get(table_id)
         if table is None or indexes is None or len(indexes) != 1 or not indexes[0].online:
@@ -659,42 +678,173 @@ class Replicator:
             # joins the log at its END and the children's copies hold everything.
             return
         index = indexes[0]
-        if partition.id in index.backfilled or index.status == IndexStatus.ACTIVE:
-            stats.backfill_done = True
+        record = backfill.recovered(table, index, partition.id, consumer, epoch)
+        if record is None:
+            stats.backfill_done = partition.id in index.backfilled or (
+                index.status == IndexStatus.ACTIVE
+            )
             return
-        assert index.table_id is not None
-        index_id = index.table_id
+        event = STARTED if record.state is BackfillState.REGISTERING else RESTARTED
+        stats.backfilled_items = record.items
+        record, failure = await self.backfills.drive(record, Event(event))
+        if failure is not None:
+            raise failure
+        if record.state is BackfillState.RECORDED:
+            log.info("partition %s copied into index %s", partition.id, index.name)
+
+    async def _register_backfill(self, record: BackfillRecord, effect: Effect) -> Event:
+        """Register the index's consumer at the log's last seq S (registering again changes
+        nothing: its checkpoint stays at S until the copy is recorded), so the log keeps every
+        change after S."""
+        partition = self._serving(record)
         await self._feed(partition).register(
-            table_id, partition.id, consumer, None, limits.NODE_CALL_SECONDS_MAX
+            record.table_id, partition.id, record.consumer, None, limits.NODE_CALL_SECONDS_MAX
         )
-        await self._change_table(
-            table.name, lambda t: catalog_core.index_backfill_started(t, index_id)
+        return Event(effect.done)
+
+    async def _mark_backfill(self, record: BackfillRecord, effect: Effect) -> Event:
+        """Record the copy begun in the catalog (the index BACKFILLING, with the table's item
+        count as the estimate of its progress, if it was CREATING); the row's cursor comes back."""
+        table = self.tables.get(record.table_id)
+        estimate = 0
+        if table is not None and any(
+            i.table_id == record.index_id and i.status == IndexStatus.CREATING
+            for i in table.indexes
+        ):
+            estimate = await self._items_estimate(table)
+        changed = await self._change_table(
+            record.table_name,
+            lambda t: (
+                catalog_core.partition_backfill_begun(
+                    t, record.index_id, record.partition_id, record.epoch, estimate
+                )
+                if t.id == record.table_id
+                else t
+            ),
         )
+        return self._fenced(backfill.observed(changed, record, effect.done), record)
+
+    async def _items_estimate(self, table: TableDef) -> int:
+        """The table's item count as its nodes report it (a node that does not answer counts
+        nothing: the estimate is what OnlineIndexPercentageProgress divides by, never a bound)."""
+        nodes = sorted({partition.node for partition in table.partitions})
+        payload = ops.TableStatsPayload(table.id).to_json()
+        replies = await asyncio.gather(
+            *(
+                self.clients[node].control(ops.TABLE_STATS, payload, limits.TABLE_STATS_SECONDS_MAX)
+                for node in nodes
+                if node in self.clients
+            ),
+            return_exceptions=True,
+        )
+        serving = {partition.id for partition in table.partitions}
+        items = 0
+        for reply in replies:
+            if isinstance(reply, DynamoError | OSError):
+                log.warning("no item count of %s for its backfill: %s", table.name, reply)
+                continue
+            if isinstance(reply, BaseException):
+                raise reply
+            items += sum(
+                counts["items"]
+                for partition_id, counts in reply["partitions"].items()
+                if partition_id in serving
+            )
+        return items
+
+    async def _read_backfill(self, record: BackfillRecord, effect: Effect) -> Event:
+        """Read the page of the partition after the cursor."""
+        partition = self._serving(record)
         client = self.clients.get(partition.node)
         if client is None:
             raise ServiceUnavailable(f"Storage node {partition.node} is not known here")
-        target = ops.Target(table_id, partition.id, partition.epoch)
-        payload = ops.ScanPayload(page_bytes=self.backfill_page_bytes)
-        stats.backfilled_items = 0
-        while True:
-            reply = await client.call(
-                ops.SCAN, target, payload.to_json(), limits.NODE_CALL_SECONDS_MAX
-            )
-            items = reply["items"]
-            writes = gsi.backfill_writes(items, index, table.key_shape)
-            await self._apply_routed(
-                table_id, functools.partial(gsi.route, writes), partition.id, epoch, backfill=True
-            )
-            stats.backfilled_items += len(items)
-            stats.index_writes += sum(write.writes for write in writes)
-            if reply["last_key"] is None:
-                break
-            payload.exclusive_start = reply["last_key"]
-        await self._change_table(
-            table.name, lambda t: catalog_core.partition_backfilled(t, index_id, partition.id)
+        cursor = None if record.cursor is None else dict(record.cursor)
+        payload = ops.ScanPayload(exclusive_start=cursor, page_bytes=self.backfill_page_bytes)
+        reply = await client.call(
+            ops.SCAN,
+            ops.Target(record.table_id, partition.id, partition.epoch),
+            payload.to_json(),
+            limits.NODE_CALL_SECONDS_MAX,
         )
-        stats.backfill_done = True
-        log.info("partition %s copied into index %s", partition.id, index.name)
+        return Event(effect.done, {"items": reply["items"], "last_key": reply["last_key"]})
+
+    async def _apply_backfill(self, record: BackfillRecord, effect: Effect) -> Event:
+        """Put the page's entries into the index (`index_apply` with `backfill`: applied whatever
+        the source's seq), under the lease's epoch."""
+        indexes = self._indexes(record.table_id, record.consumer)
+        table = self.tables.get(record.table_id)
+        if table is None or not indexes:
+            raise ServiceUnavailable(f"Table {record.table_name}'s index is no longer followed")
+        writes = gsi.backfill_writes(
+            (dict(item) for item in record.page), indexes[0], table.key_shape
+        )
+        await self._apply_routed(
+            record.table_id,
+            functools.partial(gsi.route, writes),
+            record.partition_id,
+            record.epoch,
+            backfill=True,
+        )
+        stats = self.stats.followers.get(_follower_key(record))
+        if stats is not None:
+            stats.index_writes += sum(write.writes for write in writes)
+        return Event(effect.done)
+
+    async def _checkpoint_backfill(self, record: BackfillRecord, effect: Effect) -> Event:
+        """Record the page copied: the cursor at its last key and the items copied, or after the
+        partition's last page, the partition copied (the index ACTIVE once all are)."""
+        items = backfill.copied(record)
+        last_key = record.last_key
+
+        def change(table: TableDef) -> TableDef:
+            if table.id != record.table_id:
+                return table
+            if last_key is None:
+                return catalog_core.partition_backfilled(
+                    table, record.index_id, record.partition_id, items, record.epoch
+                )
+            return catalog_core.backfill_progressed(
+                table, record.index_id, record.partition_id, last_key, items, record.epoch
+            )
+
+        changed = await self._change_table(record.table_name, change)
+        event = backfill.observed(changed, record, effect.done)
+        if event.kind == effect.done and last_key is None:
+            # The partition's last page: the row must show it copied, or another lease's
+            # holder recorded past it (fenced below).
+            self._fenced(event, record)
+            raise ServiceUnavailable(f"Partition {record.partition_id} was not recorded copied")
+        return self._fenced(event, record)
+
+    @staticmethod
+    def _fenced(event: Event, record: BackfillRecord) -> Event:
+        """`event`, unless the row shows the copy recorded under a later lease than `record`'s:
+        another replicator holds the partition now (LeaseFenced, as its index writes are)."""
+        if int(event.data.get("epoch", 0)) > record.epoch:
+            raise LeaseFenced(
+                f"The copy of partition {record.partition_id} is recorded under a later lease"
+            )
+        return event
+
+    async def _persist_backfill(self, record: BackfillRecord) -> None:
+        """Nothing to store (the row is the record's durable part: `core.machines.backfill`);
+        the follower's figures follow it."""
+        stats = self.stats.followers.get(_follower_key(record))
+        if stats is None:
+            return
+        stats.backfilled_items = backfill.copied(record)
+        stats.backfill_pages += record.state is BackfillState.READ
+        stats.backfill_done = record.state is BackfillState.RECORDED
+
+    def _serving(self, record: BackfillRecord) -> PartitionDef:
+        """The record's partition as the catalog, last read, serves it; StaleEpoch once a split
+        retired it (the follower then follows its log to END) or it is gone."""
+        table = self.tables.get(record.table_id)
+        partitions = () if table is None else table.partitions
+        found = next((p for p in partitions if p.id == record.partition_id), None)
+        if found is None:
+            raise StaleEpoch(f"Partition {record.partition_id} is no longer serving")
+        return found
 
     async def _located(self) -> CatalogLocation:
         if self.location is None:
@@ -707,13 +857,17 @@ class Replicator:
             raise ServiceUnavailable(f"The catalog's node {location.node} is not known here")
         return client
 
-    async def _change_table(self, name: str, change: Callable[[TableDef], TableDef]) -> None:
-        """`change` applied to table `name`'s record, if the table is still there."""
+    async def _change_table(
+        self, name: str, change: Callable[[TableDef], TableDef]
+    ) -> TableDef | None:
+        """`change` applied to table `name`'s record, if the table is still there; the record
+        after it (None: the table is not in the catalog)."""
         changed = await self.catalog.change_table(
             name, lambda current: current if current is None else change(current)
         )
         if changed is not None and changed.id in self.tables:
             self.tables[changed.id] = changed
+        return changed
 
     async def _follow_from_checkpoint(
         self,
@@ -930,6 +1084,7 @@ class Replicator:
             ("restarts_total", "counter", "Times a follower started again from its checkpoint."),
             ("batch_lag_milliseconds", "gauge", "From taking a run off the feed to applying it."),
             ("backfill_items_total", "counter", "Items an online index's backfill has copied."),
+            ("backfill_pages_total", "counter", "Pages this replicator's backfill has read."),
             ("backfill_done", "gauge", "1 once the partition is copied into its online index."),
         )
         for name, kind, help_text in families:
@@ -944,6 +1099,7 @@ class Replicator:
                     "restarts_total": follower.failures,
                     "batch_lag_milliseconds": follower.lag_ms,
                     "backfill_items_total": follower.backfilled_items,
+                    "backfill_pages_total": follower.backfill_pages,
                     "backfill_done": int(follower.backfill_done),
                 }[name]
                 labels = (

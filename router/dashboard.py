@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from aiohttp import web
 
-from core import cluster_view, limits
+from core import catalog, cluster_view, limits
+from core.catalog import IndexStatus
 from core.errors import DynamoError
 from router import admin, transactions
 from rpc import ops
@@ -264,7 +265,18 @@ def _index(view: View, table: dict[str, Any], index: dict[str, Any]) -> dict[str
         # An index added to a live table: which of the table's partitions it has copied so far.
         serving = {partition["id"] for partition in table["partitions"]}
         done = serving & set(index.get("backfilled", ()))
-        result["backfill"] = {"partitions_done": len(done), "partitions": len(serving)}
+        # DynamoDB's OnlineIndexPercentageProgress (a CloudWatch metric there) and what it is
+        # made of: the items copied over the table's item count when the backfill began.
+        copied = sum(entry["items"] for entry in index.get("progress", ()))
+        estimate = index.get("items_estimate", 0)
+        status = IndexStatus(index["status"])
+        result["backfill"] = {
+            "partitions_done": len(done),
+            "partitions": len(serving),
+            "percentage": catalog.percentage_progress(status, copied, estimate),
+            "items_copied": copied,
+            "items_estimate": estimate,
+        }
     if not index["local"]:
         stats = view.stats.get(index["table_id"], {})
         result["partitions"] = [

@@ -195,7 +195,8 @@ function renderTable(table, colours) {
       `index ${index.name} (${index.kind}, ${index.projection}): ${index.status}`);
     if (index.backfill) {
       line.append(` · backfilled ${index.backfill.partitions_done} of `
-        + `${index.backfill.partitions} partitions`);
+        + `${index.backfill.partitions} partitions`
+        + (index.backfill.percentage === null ? "" : ` (${index.backfill.percentage}%)`));
     }
     if (index.kind === "global") {
       line.append(` · ${index.item_count} entries`);

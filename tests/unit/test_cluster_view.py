@@ -152,7 +152,16 @@ def test_an_online_index_shows_its_backfill_progress():
         ],
     }
     shown = _index(view, table, index)
-    assert shown["backfill"] == {"partitions_done": 2, "partitions": 4}
+    assert shown["backfill"] == {
+        "partitions_done": 2,
+        "partitions": 4,
+        "percentage": 0,
+        "items_copied": 0,
+        "items_estimate": 0,
+    }
+    progress = [{"partition": "t-1", "cursor": None, "items": 30, "epoch": 1}]
+    copying = {**index, "progress": progress, "items_estimate": 40}
+    assert _index(view, table, copying)["backfill"]["percentage"] == 75
     assert shown["partitions"][0]["size_bytes"] is None  # no node answered
     assert "backfill" not in _index(view, table, {**index, "status": "ACTIVE"})
     assert "backfill" not in _index(view, table, {**index, "online": False})
