@@ -5,8 +5,8 @@ cases the replicator that takes its leases over dies too; a third one finishes. 
 all along.
 
 Each seed picks one case (where the first replicator dies, on which page, where the next one
-dies); a failing seed replays with `python -m pytest -q
-"tests/sim/test_backfill_sweep.py::test_a_backfill_killed_between_any_two_effects[SEED]"`. After
+dies) and the clients' writes (`tests.sim.sweep`: every case runs from several seeds); a failing
+seed prints the one command that replays it (`python -m tests.sim.sweep backfill SEED`). After
 every case: the index converges to exactly the projection of the table (nothing missing, nothing
 stale), a copy resumed from its cursor never starts its partition again (no page is read twice
 beyond the one in flight at each death), OnlineIndexPercentageProgress only rises, to 100, and
@@ -28,12 +28,13 @@ from core.machines.backfill import NAME as BACKFILL
 from core.machines.backfill import BackfillRecord, BackfillState
 from gsi_replicator.replicator import Replicator
 from router import items, tables
-from tests.sim.cluster import SimCluster, run
+from tests.sim.cluster import SimCluster
+from tests.sim.sweep import Sweep as SeededSweep
 from tests.sim.test_gsi import KEYS, index_converges, random_item, retried, write
 
 NAME = "Filled"
 INDEX = "byG"
-PAGE_BYTES = 100  # A few items a page: a partition takes several pages.
+PAGE_BYTES = 1  # One item a page: each partition takes several pages.
 ACTIVE_SECONDS = 120.0  # Virtual: each takeover waits out the dead replicator's leases.
 # The points between two effects of a copy (its states before each effect); those of a page are
 # reached once per page of every partition being copied, and a replicator dies at the first or
@@ -50,10 +51,9 @@ CASES: list[tuple[str, int, str | None]] = [
         for second in (None, "applied")
     ),
 ]
-SEEDS = list(range(len(CASES)))
 
 
-class Sweep:
+class DieAt:
     """The backfill driver's crash points for one replicator: it dies (killed as by kill -9, its
     leases left to expire) the `nth` time any of its copies reaches `point`."""
 
@@ -109,99 +109,103 @@ async def writes(cluster: SimCluster, rng: random.Random, seed: int, stop: async
     return count
 
 
-@pytest.mark.parametrize("seed", SEEDS)
-def test_a_backfill_killed_between_any_two_effects(seed: int) -> None:
-    point, nth, second = CASES[seed]
-
-    async def scenario(cluster: SimCluster) -> None:
-        rng = random.Random(f"backfill/{seed}")
-        ctx = cluster.routers[0]
-        await tables.create_table(
-            ctx,
-            {
-                "TableName": NAME,
-                "KeySchema": [{"AttributeName": "pk", "KeyType": "HASH"}],
-                "AttributeDefinitions": [{"AttributeName": "pk", "AttributeType": "S"}],
-                "BillingMode": "PAY_PER_REQUEST",
-            },
-        )
-        for key in range(KEYS):
-            body = {"TableName": NAME, "Item": random_item(rng, key)}
-            await retried(seed, lambda body=body: items.put_item(ctx, dict(body)))
-        await tables.update_table(
-            ctx,
-            {
-                "TableName": NAME,
-                "AttributeDefinitions": [
-                    {"AttributeName": "g", "AttributeType": "S"},
-                    {"AttributeName": "n", "AttributeType": "N"},
-                ],
-                "GlobalSecondaryIndexUpdates": [
-                    {
-                        "Create": {
-                            "IndexName": INDEX,
-                            "KeySchema": [
-                                {"AttributeName": "g", "KeyType": "HASH"},
-                                {"AttributeName": "n", "KeyType": "RANGE"},
-                            ],
-                            "Projection": {"ProjectionType": "ALL"},
-                        }
+async def scenario(cluster: SimCluster, case: tuple[str, int, str | None], label: str) -> None:
+    point, nth, second = case
+    seed = cluster.seed
+    rng = random.Random(f"backfill/{seed}")
+    ctx = cluster.routers[0]
+    await tables.create_table(
+        ctx,
+        {
+            "TableName": NAME,
+            "KeySchema": [{"AttributeName": "pk", "KeyType": "HASH"}],
+            "AttributeDefinitions": [{"AttributeName": "pk", "AttributeType": "S"}],
+            "BillingMode": "PAY_PER_REQUEST",
+        },
+    )
+    for key in range(KEYS):
+        body = {"TableName": NAME, "Item": random_item(rng, key)}
+        await retried(seed, lambda body=body: items.put_item(ctx, dict(body)))
+    await tables.update_table(
+        ctx,
+        {
+            "TableName": NAME,
+            "AttributeDefinitions": [
+                {"AttributeName": "g", "AttributeType": "S"},
+                {"AttributeName": "n", "AttributeType": "N"},
+            ],
+            "GlobalSecondaryIndexUpdates": [
+                {
+                    "Create": {
+                        "IndexName": INDEX,
+                        "KeySchema": [
+                            {"AttributeName": "g", "KeyType": "HASH"},
+                            {"AttributeName": "n", "KeyType": "RANGE"},
+                        ],
+                        "Projection": {"ProjectionType": "ALL"},
                     }
-                ],
-            },
-        )
-        stop = asyncio.Event()
-        writer = asyncio.ensure_future(writes(cluster, random.Random(rng.random()), seed, stop))
-        reads: list[tuple[str, str, bytes]] = []
-        deaths = [(point, nth), *([] if second is None else [(second, 1)])]
-        sweeps = [Sweep(cluster, start(cluster, reads), *deaths.pop(0))]
-        running = sweeps[0].name
-        percentages: list[int] = []
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + ACTIVE_SECONDS
-        while True:
-            table = await retried(seed, lambda: ctx.read_table(NAME))
-            assert table is not None
-            index = next(i for i in table.indexes if i.name == INDEX)
-            assert index.percentage_progress is not None
-            percentages.append(index.percentage_progress)
-            if index.status == IndexStatus.ACTIVE:
-                break
-            assert loop.time() < deadline, f"seed {seed}: the index is still {index.status}"
-            if running not in cluster.replicators:
-                replicator = start(cluster, reads)
-                running = replicator.owner
-                if deaths:
-                    sweeps.append(Sweep(cluster, replicator, *deaths.pop(0)))
-            await asyncio.sleep(0.1)
-        stop.set()
-        written = await writer
-        await index_converges(cluster, NAME, seed)
+                }
+            ],
+        },
+    )
+    stop = asyncio.Event()
+    writer = asyncio.ensure_future(writes(cluster, random.Random(rng.random()), seed, stop))
+    reads: list[tuple[str, str, bytes]] = []
+    deaths = [(point, nth), *([] if second is None else [(second, 1)])]
+    sweeps = [DieAt(cluster, start(cluster, reads), *deaths.pop(0))]
+    running = sweeps[0].name
+    percentages: list[int] = []
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + ACTIVE_SECONDS
+    while True:
+        table = await retried(seed, lambda: ctx.read_table(NAME))
+        assert table is not None
+        index = next(i for i in table.indexes if i.name == INDEX)
+        assert index.percentage_progress is not None
+        percentages.append(index.percentage_progress)
+        if index.status == IndexStatus.ACTIVE:
+            break
+        assert loop.time() < deadline, f"{label}: the index is still {index.status}"
+        if running not in cluster.replicators:
+            replicator = start(cluster, reads)
+            running = replicator.owner
+            if deaths:
+                sweeps.append(DieAt(cluster, replicator, *deaths.pop(0)))
+        await asyncio.sleep(0.1)
+    stop.set()
+    written = await writer
+    await index_converges(cluster, NAME, seed)
 
-        died = [sweep.point for sweep in sweeps if sweep.died]
-        assert len(died) == 1 + (second is not None), f"seed {seed}: died at {died}"
-        assert percentages == sorted(percentages), f"seed {seed}: {percentages}"
-        assert percentages[-1] == 100 and index.progress == ()
-        # Each page is read once, but the one each copy had in hand when its replicator died
-        # (read, not yet recorded): a copy resumes from the cursor the row records.
-        again: Counter[str] = Counter()
-        for (partition, _), times in Counter((p, c) for _, p, c in reads).items():
-            again[partition] += times - 1
-        assert max(again.values()) <= len(died), f"seed {seed}: read again {again}, {died}"
-        # Once a page was read from a cursor, the row holds one: no copy of that partition,
-        # whichever replicator runs it, starts from the beginning again.
-        from_cursor: set[str] = set()
-        for owner, partition, cursor in reads:
-            if cursor == b"null":
-                assert partition not in from_cursor, f"seed {seed}: {owner} restarted {partition}"
-            else:
-                from_cursor.add(partition)
-        if point in PER_PAGE and nth == LATER:
-            resumed = [c for owner, _, c in reads if owner != sweeps[0].name and c != b"null"]
-            assert resumed, f"seed {seed}: no copy resumed from a cursor: {reads[:20]}"
-        assert written > 0
+    died = [sweep.point for sweep in sweeps if sweep.died]
+    assert len(died) == 1 + (second is not None), f"{label}: died at {died}"
+    assert percentages == sorted(percentages), f"{label}: {percentages}"
+    assert percentages[-1] == 100 and index.progress == ()
+    # Each page is read once, but the one each copy had in hand when its replicator died
+    # (read, not yet recorded): a copy resumes from the cursor the row records.
+    again: Counter[str] = Counter()
+    for (partition, _), times in Counter((p, c) for _, p, c in reads).items():
+        again[partition] += times - 1
+    assert max(again.values()) <= len(died), f"{label}: read again {again}, {died}"
+    # Once a page was read from a cursor, the row holds one: no copy of that partition,
+    # whichever replicator runs it, starts from the beginning again.
+    from_cursor: set[str] = set()
+    for owner, partition, cursor in reads:
+        if cursor == b"null":
+            assert partition not in from_cursor, f"{label}: {owner} restarted {partition}"
+        else:
+            from_cursor.add(partition)
+    if point in PER_PAGE and nth == LATER:
+        resumed = [c for owner, _, c in reads if owner != sweeps[0].name and c != b"null"]
+        assert resumed, f"{label}: no copy resumed from a cursor: {reads[:20]}"
+    assert written > 0
 
-    run(seed, scenario)
+
+SWEEP = SeededSweep("backfill", CASES, scenario)
+
+
+@pytest.mark.parametrize("seed", SWEEP.seeds())
+def test_a_backfill_killed_between_any_two_effects(seed: int) -> None:
+    SWEEP.run(seed)
 
 
 def test_the_cases_cover_every_state_with_an_effect() -> None:
