@@ -395,14 +395,17 @@ def _bounds(prefix: bytes, child: Partition) -> tuple[bytes, bytes]:
 
 
 def collection_finder(partition: Partition) -> Callable[[bytes], bytes]:
-    """The function giving a storage key's item collection prefix (hash and partition key)."""
-    kind = partition.key_shape.partition_key.type
+    """The function giving a storage key's item collection prefix (hash and partition key: every
+    partition key attribute of a multi-attribute global index key)."""
+    kinds = [attribute.type for attribute in partition.key_shape.partition_attributes]
 
     def collection_of(storage_key: bytes) -> bytes:
         if len(storage_key) <= HASH_BYTES:
             return storage_key
+        end = HASH_BYTES
         try:
-            _, end = decode_key_value(storage_key, HASH_BYTES, kind)
+            for kind in kinds:
+                _, end = decode_key_value(storage_key, end, kind)
         except DynamoError:
             return storage_key  # Not a whole partition key: a key between collections.
         return storage_key[:end]

@@ -1,8 +1,9 @@
 """A global index with a multi-attribute key in the seeded cluster: it converges to its table
 through the GSI sim test's faults (requests and replies lost, delays, duplicates, the replicator
-killed and restarted, the base partition split and one moved), and a Query of every partition
-of the index, fixing a sort key prefix and conditioning the next attribute, reads exactly the
-entries the table's items project, in key order.
+killed and restarted, the base partition split and one moved) and a split of its own fullest
+partition (the node finds item collections by every partition key attribute), and a Query of
+every partition of the index, fixing a sort key prefix and conditioning the next attribute,
+reads exactly the entries the table's items project, in key order.
 
 The index `byGH` is keyed by two partition key attributes (g: S, h: N) and two sort key attributes
 (r: S, n: N), as DynamoDB allows since November 2025; an item lacking any of the four is not in
@@ -19,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from core.catalog import PartitionDef
 from router import items, queries, tables
 from rpc.local import Faults
 from tests.sim.cluster import SimCluster, run
@@ -89,6 +91,29 @@ async def write(cluster: SimCluster, name: str, rng: random.Random, seed: int) -
     else:
         body = {"TableName": name, "Item": random_item(rng, key)}
         await retried(seed, lambda: items.put_item(router, dict(body)))
+
+
+async def split_index(cluster: SimCluster, name: str, seed: int) -> None:
+    """Split the index's fullest partition where it halves, the faults paused (as
+    `split_base` does), if it holds enough entries to halve."""
+    faults = cluster.network.faults
+    cluster.faults(None)
+    try:
+        table = await cluster.routers[0].read_table(name)
+        assert table is not None
+        (index,) = table.indexes
+        index_id = index.table_id
+        assert index_id is not None
+
+        def held(partition: PartitionDef) -> int:
+            return cluster.nodes[partition.node].partitions[index_id, partition.id].item_count
+
+        partition = max(index.partitions, key=held)
+        if held(partition) >= 4:
+            splitter = cluster.splitters[partition.node]
+            await retried(seed, lambda: splitter.split(index_id, partition.id, None))
+    finally:
+        cluster.faults(faults)
 
 
 def in_index(item: dict[str, Any]) -> bool:
@@ -174,6 +199,7 @@ def test_a_multi_attribute_index_converges_and_queries_read_it_in_order(seed: in
         kill_at, restart_at = sorted(rng.sample(range(10, WRITES), 2))
         split_at = rng.randrange(20, WRITES - 20)
         move_at = rng.randrange(split_at + 1, WRITES)
+        index_split_at = rng.randrange(WRITES // 2, WRITES)
         for number in range(WRITES):
             if number == kill_at:
                 await cluster.kill_replicator(replicator)
@@ -183,6 +209,8 @@ def test_a_multi_attribute_index_converges_and_queries_read_it_in_order(seed: in
                 await split_base(cluster, name, seed)
             if number == move_at:
                 await move_base(cluster, name, rng, seed)
+            if number == index_split_at:
+                await split_index(cluster, name, seed)
             await write(cluster, name, rng, seed)
             await asyncio.sleep(rng.uniform(0, 0.05))
         cluster.faults(None)
