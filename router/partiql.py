@@ -109,8 +109,11 @@ async def _planned(
 
 
 def _key_names(shape: KeyShape) -> KeyNames:
+    sort = shape.sort_key
     return KeyNames(
-        shape.partition_key.name, None if shape.sort_key is None else shape.sort_key.name
+        shape.partition_key.name,
+        None if sort is None else sort.name,
+        multi_attribute=len(shape.attributes) > 1 + (sort is not None),
     )
 
 

@@ -77,6 +77,10 @@ class KeyNames:
 
     partition: str
     sort: str | None
+    # A global index keyed by several partition key or sort key attributes (multi-attribute
+    # keys): its SELECTs are planned as a Scan with the WHERE as its filter, since the planner
+    # builds a Query's key condition from one partition key and one sort key only.
+    multi_attribute: bool = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -392,7 +396,7 @@ def plan_select(
     if any(_top_level_names(c) & key_names for c in rest):
         # A Query's filter may not read key attributes: the WHERE is served as a Scan's filter.
         by_key = False
-    by_key = by_key and partition is not None
+    by_key = by_key and partition is not None and not keys.multi_attribute
     _check_order_by(select, keys, by_key, select.where is not None)
 
     expressions = _Expressions(parameters)

@@ -269,6 +269,18 @@ def test_an_index_is_read_by_its_own_key() -> None:
     assert plan.requests[0]["IndexName"] == "ByYear"
 
 
+def test_a_multi_attribute_index_is_read_by_a_scan_filtered_on_its_keys() -> None:
+    # The planner builds a Query's key condition from one partition and one sort key attribute;
+    # an index keyed by more (multi-attribute keys) is read by a Scan with the whole WHERE.
+    plan = planned(
+        'SELECT * FROM "Matches"."ByTournament" WHERE t = 1 AND r = 2 AND "round" = 3',
+        keys=KeyNames("t", "round", multi_attribute=True),
+    )
+    assert plan.operation == "Scan"
+    assert plan.requests[0]["IndexName"] == "ByTournament"
+    assert "FilterExpression" in plan.requests[0]
+
+
 def test_select_refusals() -> None:
     assert refused("SELECT * FROM Music ORDER BY Artist") == ORDER_BY_WHERE
     assert refused("SELECT * FROM Music WHERE a = 1 ORDER BY a").startswith(ORDER_BY_KEY)
