@@ -58,15 +58,22 @@ async def retried(seed: int, call: Callable[[], Awaitable[Any]]) -> Any:
     raise AssertionError(f"seed {seed}: a request kept failing")
 
 
-async def write(cluster: SimCluster, name: str, rng: random.Random, seed: int) -> None:
-    """One client write: a put (new item or overwrite) or a delete, of a random key."""
+async def write(
+    cluster: SimCluster,
+    name: str,
+    rng: random.Random,
+    seed: int,
+    make_item: Callable[[random.Random, int], dict[str, Any]] = random_item,
+) -> None:
+    """One client write: a put (new item or overwrite, made by `make_item`) or a delete, of a
+    random key."""
     key = rng.randrange(KEYS)
     router = cluster.routers[rng.randrange(len(cluster.routers))]
     if rng.random() < 0.2:
         body = {"TableName": name, "Key": {"pk": {"S": f"k{key}"}}}
         await retried(seed, lambda: items.delete_item(router, dict(body)))
     else:
-        body = {"TableName": name, "Item": random_item(rng, key)}
+        body = {"TableName": name, "Item": make_item(rng, key)}
         await retried(seed, lambda: items.put_item(router, dict(body)))
 
 

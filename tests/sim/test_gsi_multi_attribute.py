@@ -21,13 +21,12 @@ from typing import Any
 import pytest
 
 from core.catalog import PartitionDef
-from router import items, queries, tables
+from router import queries, tables
 from rpc.local import Faults
 from tests.sim.cluster import SimCluster, run
-from tests.sim.test_gsi import canonical, move_base, retried, split_base
+from tests.sim.test_gsi import canonical, move_base, retried, split_base, write
 
 SEEDS = list(range(1, 13))
-KEYS = 30
 WRITES = 90
 GROUPS = ("a", "b")
 KEY_ATTRIBUTES = ("g", "h", "r", "n")
@@ -79,18 +78,6 @@ def random_item(rng: random.Random, key: int) -> dict[str, Any]:
     if rng.random() < 0.3:
         item["pad"] = {"S": "x" * rng.randrange(1, 100)}
     return item
-
-
-async def write(cluster: SimCluster, name: str, rng: random.Random, seed: int) -> None:
-    """One client write: a put (new item or overwrite) or a delete, of a random key."""
-    key = rng.randrange(KEYS)
-    router = cluster.routers[rng.randrange(len(cluster.routers))]
-    if rng.random() < 0.2:
-        body = {"TableName": name, "Key": {"pk": {"S": f"k{key}"}}}
-        await retried(seed, lambda: items.delete_item(router, dict(body)))
-    else:
-        body = {"TableName": name, "Item": random_item(rng, key)}
-        await retried(seed, lambda: items.put_item(router, dict(body)))
 
 
 async def split_index(cluster: SimCluster, name: str, seed: int) -> None:
@@ -211,7 +198,7 @@ def test_a_multi_attribute_index_converges_and_queries_read_it_in_order(seed: in
                 await move_base(cluster, name, rng, seed)
             if number == index_split_at:
                 await split_index(cluster, name, seed)
-            await write(cluster, name, rng, seed)
+            await write(cluster, name, rng, seed, random_item)
             await asyncio.sleep(rng.uniform(0, 0.05))
         cluster.faults(None)
         table = await index_converges(cluster, name, seed)
