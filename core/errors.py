@@ -254,6 +254,8 @@ INDEX_RESOURCE_SEPARATOR = "/index/"
 
 class ThroughputExceeded(DynamoError):
     type_name = "ProvisionedThroughputExceededException"
+    # The member its reasons travel in, as the service model spells it for this type.
+    reasons_key: ClassVar[str] = "ThrottlingReasons"
 
     def __init__(
         self,
@@ -270,10 +272,36 @@ class ThroughputExceeded(DynamoError):
         if not self.reasons:
             return {}
         return {
-            "ThrottlingReasons": [
+            self.reasons_key: [
                 {"reason": reason.reason, "resource": reason.resource} for reason in self.reasons
             ]
         }
+
+
+# What DynamoDB answers when an on-demand table or index is throttled (as the service writes it,
+# without a final period): applications see it as a ThrottlingException on their PutItem or Query.
+ON_DEMAND_THROTTLED = (
+    "Throughput exceeds the current capacity of your table or index. DynamoDB is automatically "
+    "scaling your table or index so please try again shortly. If exceptions persist, check if "
+    "you have a hot key: "
+    "https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/bp-partition-key-design.html"
+)
+
+
+class OnDemandThrottled(ThroughputExceeded):
+    """A throttle of an on-demand table or index: DynamoDB answers ThrottlingException, not
+    ProvisionedThroughputExceededException (there are no provisioned units to exceed), with the
+    same ThrottlingReasons. It is a ThroughputExceeded everywhere inside (batches hand its keys
+    back, transactions vote ThrottlingError, metrics count it as a throttle)."""
+
+    type_name = "ThrottlingException"
+    # The service model's ThrottlingException spells its member with a small t.
+    reasons_key: ClassVar[str] = "throttlingReasons"
+
+    def __init__(
+        self, message: str = ON_DEMAND_THROTTLED, reasons: tuple[ThrottlingReason, ...] = ()
+    ) -> None:
+        super().__init__(message, reasons)
 
 
 class ItemCollectionSizeLimitExceeded(DynamoError):
@@ -392,6 +420,7 @@ ERROR_TYPES: dict[str, type[DynamoError]] = {
         ResourceInUse,
         LimitExceeded,
         ThroughputExceeded,
+        OnDemandThrottled,
         ItemCollectionSizeLimitExceeded,
         TransactionConflict,
         TransactionCanceled,

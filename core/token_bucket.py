@@ -22,7 +22,20 @@ partition-level throttling ... If a resulting hot partition exceeds the per part
 DynamoDB handle spiky workloads"). So a bucket may also have a peak: a second balance that refills
 at the peak rate and holds one second of it, which every request must find positive too.
 
-`PartitionThroughput` is one partition's read and write bucket, sized from the table's billing mode.
+`PartitionThroughput` is one partition's read and write bucket, sized from the table's billing mode
+(`bucket_shapes`).
+
+**On-demand partitions.** An on-demand table has no provisioned units to divide: "a new on-demand
+table will be able to sustain up to 4,000 writes per second and 12,000 reads per second"
+(Developer Guide, "Initial throughput for on-demand capacity mode"), which is its four initial
+partitions at their ceilings (`core.placement`), and it grows past that by splitting partitions
+that are throttled at a ceiling while their traffic is spread (`core.heat`), so a partition's own
+ceiling is all a request on such a table meets. DynamoDB serves a moment's burst past that
+ceiling, though: a new on-demand table takes 30 quick 100 KB puts to one key (3,000 units in well
+under a second) and 50 spread over its keys. So an on-demand partition's bucket refills at the
+ceiling and banks ON_DEMAND_PARTITION_BURST_SECONDS of it (dynalab's window; AWS publishes none),
+with no separate peak: a hot key gets that burst once, then the ceiling, sustained. The 300 s
+bank of unused capacity is a provisioned table's; `DYNALAB_BURST_SECONDS` shortens only that one.
 
 **Burst credit for new and resized partitions (dynalab's assumption).** AWS documents only that
 DynamoDB "retains up to 5 minutes (300 seconds) of unused read and write capacity", not what a
@@ -95,7 +108,7 @@ class TokenBucket:
         self._rate = float(rate_per_second)
         self._burst_seconds = float(burst_seconds)
         self._peak = None if peak_per_second is None else float(peak_per_second)
-        self._check_rate_within_peak(self._rate)
+        _check_within_peak(self._rate, self._peak)
         # A full bank when asked for (a new partition's burst credit); otherwise one second's
         # capacity, so that a client sending exactly the rate is never throttled, and nothing more.
         self._balance = self.capacity if full else min(self._rate, self.capacity)
@@ -161,11 +174,42 @@ class TokenBucket:
         Time until `now` accrues at the old rate. A bank larger than the new cap shrinks to it; a
         debt stays to be paid at the new rate.
         """
+        self.reshape(
+            rate_per_second, now, burst_seconds=self._burst_seconds, peak_per_second=self._peak
+        )
+
+    def reshape(
+        self,
+        rate_per_second: float,
+        now: float,
+        *,
+        burst_seconds: float,
+        peak_per_second: float | None,
+    ) -> None:
+        """Change the rate, the bank's window and the peak at once from `now` (a table that
+        changes billing mode: its partitions keep what they hold, within the new bank).
+
+        Time until `now` accrues as before. A bank larger than the new cap shrinks to it, a debt
+        stays to be paid at the new rate; a new peak starts with one second of it.
+        """
         _check_rate(rate_per_second)
-        self._check_rate_within_peak(rate_per_second)
+        if not 0 < burst_seconds <= limits.BURST_SECONDS_MAX:
+            raise ValueError(
+                f"burst_seconds must be in (0, {limits.BURST_SECONDS_MAX}], not {burst_seconds}"
+            )
+        if peak_per_second is not None:
+            _check_rate(peak_per_second)
+        _check_within_peak(rate_per_second, peak_per_second)
         self._refill(now)
         self._rate = float(rate_per_second)
+        self._burst_seconds = float(burst_seconds)
         self._balance = min(self._balance, self.capacity)
+        if peak_per_second is None:
+            self._peak = None
+            self._peak_balance = math.inf
+        else:
+            self._peak_balance = min(self._peak_balance, float(peak_per_second))
+            self._peak = float(peak_per_second)
 
     def grant(self, units: float, now: float) -> None:
         """Credit `units` of burst capacity (a resized partition's), never past the cap."""
@@ -208,9 +252,10 @@ class TokenBucket:
                 self._peak_balance = min(self._peak_balance + elapsed * self._peak, self._peak)
             self._updated_at = now
 
-    def _check_rate_within_peak(self, rate_per_second: float) -> None:
-        if self._peak is not None and rate_per_second > self._peak:
-            raise ValueError(f"a rate of {rate_per_second} is past the peak of {self._peak}")
+
+def _check_within_peak(rate_per_second: float, peak_per_second: float | None) -> None:
+    if peak_per_second is not None and rate_per_second > peak_per_second:
+        raise ValueError(f"a rate of {rate_per_second} is past the peak of {peak_per_second}")
 
 
 def _check_rate(rate_per_second: float) -> None:
@@ -264,6 +309,36 @@ def partition_rates(settings: ThroughputSettings, partition_count: int) -> tuple
     )
 
 
+@dataclass(frozen=True, slots=True)
+class BucketShape:
+    """How one of a partition's buckets is sized: its rate, the seconds of it the bank holds and
+    the peak no burst passes (None: the bank alone bounds a burst)."""
+
+    rate_per_second: float
+    burst_seconds: float
+    peak_per_second: float | None
+
+
+def bucket_shapes(
+    settings: ThroughputSettings, partition_count: int, burst_seconds: float
+) -> tuple[BucketShape, BucketShape]:
+    """The read and the write bucket of one of `partition_count` partitions.
+
+    A provisioned partition banks `burst_seconds` of its share of the table's units, and its
+    peak (the partition's ceiling) bounds how fast it spends them. An on-demand partition's rate
+    is the ceiling itself, and its bank is ON_DEMAND_PARTITION_BURST_SECONDS of it: a moment's
+    burst past the ceiling, then the ceiling (see the module's docstring).
+    """
+    read_rate, write_rate = partition_rates(settings, partition_count)
+    if settings.billing_mode == BillingMode.PAY_PER_REQUEST:
+        window = float(limits.ON_DEMAND_PARTITION_BURST_SECONDS)
+        return BucketShape(read_rate, window, None), BucketShape(write_rate, window, None)
+    return (
+        BucketShape(read_rate, burst_seconds, float(limits.PARTITION_RCU_MAX)),
+        BucketShape(write_rate, burst_seconds, float(limits.PARTITION_WCU_MAX)),
+    )
+
+
 class PartitionThroughput:
     """The read and the write bucket of one partition leader."""
 
@@ -275,33 +350,28 @@ class PartitionThroughput:
         now: float,
         burst_seconds: float = limits.BURST_SECONDS_MAX,
     ) -> None:
-        read_rate, write_rate = partition_rates(settings, partition_count)
-        # The partition caps are also each bucket's peak, so no burst takes a partition past them.
+        self._burst_seconds = burst_seconds
+        read, write = bucket_shapes(settings, partition_count, burst_seconds)
         # A new partition starts with a full bank: its burst credit (see the module's docstring).
-        self.read = TokenBucket(
-            read_rate,
-            now=now,
-            burst_seconds=burst_seconds,
-            peak_per_second=limits.PARTITION_RCU_MAX,
-            full=True,
-        )
-        self.write = TokenBucket(
-            write_rate,
-            now=now,
-            burst_seconds=burst_seconds,
-            peak_per_second=limits.PARTITION_WCU_MAX,
-            full=True,
-        )
+        self.read = _bucket(read, now)
+        self.write = _bucket(write, now)
 
     def reconfigure(self, settings: ThroughputSettings, partition_count: int, now: float) -> None:
         """Apply new settings or a new partition count (UpdateTable, a split), keeping the banks.
 
-        A bucket whose rate rises is credited the burst window's worth of the added rate.
+        A bucket whose rate rises is credited the burst window's worth of the added rate; a
+        change of billing mode reshapes the buckets, which keep what they hold within the new
+        bank.
         """
-        read_rate, write_rate = partition_rates(settings, partition_count)
-        for bucket, rate in ((self.read, read_rate), (self.write, write_rate)):
-            added = rate - bucket.rate_per_second
-            bucket.set_rate(rate, now)
+        shapes = bucket_shapes(settings, partition_count, self._burst_seconds)
+        for bucket, shape in zip((self.read, self.write), shapes, strict=True):
+            added = shape.rate_per_second - bucket.rate_per_second
+            bucket.reshape(
+                shape.rate_per_second,
+                now,
+                burst_seconds=shape.burst_seconds,
+                peak_per_second=shape.peak_per_second,
+            )
             if added > 0:
                 bucket.grant(added * bucket.burst_seconds, now)
 
@@ -324,3 +394,13 @@ class PartitionThroughput:
         """Admit a write of `units`, or raise ProvisionedThroughputExceededException."""
         if not self.write.try_acquire(units, now):
             raise ThroughputExceeded()
+
+
+def _bucket(shape: BucketShape, now: float) -> TokenBucket:
+    return TokenBucket(
+        shape.rate_per_second,
+        now=now,
+        burst_seconds=shape.burst_seconds,
+        peak_per_second=shape.peak_per_second,
+        full=True,
+    )

@@ -154,7 +154,7 @@ def error_body(error: DynamoError) -> bytes:
         # A node names the resource as it holds it; the client sees its ARN, in the request's
         # Region (API Reference, ThrottlingReason).
         arn = f"arn:aws:dynamodb:{request_region()}:{ACCOUNT_ID}:table/"
-        body["ThrottlingReasons"] = [
+        body[error.reasons_key] = [
             {"reason": reason.reason, "resource": arn + reason.resource} for reason in error.reasons
         ]
     return orjson.dumps(body)

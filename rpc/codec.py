@@ -18,6 +18,7 @@ from core.errors import (
     ConditionalCheckFailed,
     DynamoError,
     InternalServerError,
+    OnDemandThrottled,
     ThrottlingReason,
     ThroughputExceeded,
 )
@@ -85,6 +86,12 @@ def error_response(request_id: int, error: DynamoError) -> node_pb2.Response:
     )
 
 
+# The throttles, which carry their ThrottlingReasons in the body.
+_THROTTLES: dict[str, type[ThroughputExceeded]] = {
+    cls.type_name: cls for cls in (ThroughputExceeded, OnDemandThrottled)
+}
+
+
 def error_from_response(response: node_pb2.Response) -> DynamoError:
     """The `core.errors` instance a failed response carries.
 
@@ -95,9 +102,10 @@ def error_from_response(response: node_pb2.Response) -> DynamoError:
     message = response.error_message
     if type_name == ConditionalCheckFailed.type_name:
         return ConditionalCheckFailed(message, item=decode_body(response.body).get("Item"))
-    if type_name == ThroughputExceeded.type_name:
-        reasons = decode_body(response.body).get("ThrottlingReasons", ())
-        return ThroughputExceeded(
+    throttle = _THROTTLES.get(type_name)
+    if throttle is not None:
+        reasons = decode_body(response.body).get(throttle.reasons_key, ())
+        return throttle(
             message,
             tuple(ThrottlingReason(reason["reason"], reason["resource"]) for reason in reasons),
         )

@@ -34,7 +34,7 @@ from typing import Any
 
 from core import limits
 from core.capacity import read_consistency, read_units, write_units
-from core.errors import ThrottlingReason, ThroughputExceeded
+from core.errors import OnDemandThrottled, ThrottlingReason, ThroughputExceeded
 from core.token_bucket import (
     BillingMode,
     PartitionThroughput,
@@ -85,13 +85,14 @@ class _PartitionMeter:
     def throttled(self, *, read: bool) -> ThroughputExceeded:
         """The refusal of a request its read or write bucket cannot admit, with its reason: the
         table's provisioned units, unless the partition's rate is its ceiling (`partition_rates`
-        caps every partition, and is all an on-demand partition is limited by)."""
+        caps every partition, and is all an on-demand partition is limited by). An on-demand
+        partition's refusal is DynamoDB's ThrottlingException."""
+        if self.settings.billing_mode is BillingMode.PAY_PER_REQUEST:
+            reason = ThrottlingReason.of(self.table_name, read=read, provisioned=False)
+            return OnDemandThrottled(reasons=(reason,))
         rates = partition_rates(self.settings, self.partition_count)
         ceiling = limits.PARTITION_RCU_MAX if read else limits.PARTITION_WCU_MAX
-        provisioned = (
-            self.settings.billing_mode is BillingMode.PROVISIONED
-            and rates[0 if read else 1] < ceiling
-        )
+        provisioned = rates[0 if read else 1] < ceiling
         reason = ThrottlingReason.of(self.table_name, read=read, provisioned=provisioned)
         return ThroughputExceeded(reasons=(reason,))
 
@@ -139,7 +140,8 @@ class NodeThroughput:
             return
         meter = self._meters.get(key)
         if meter is None:
-            # A new partition's bank starts empty: a new bucket holds one second of its rate.
+            # A new partition's buckets start with a full bank, its burst credit
+            # (`core.token_bucket`).
             self._meters[key] = _PartitionMeter(
                 table_name, document, self.clock(), self.burst_seconds
             )
@@ -198,9 +200,9 @@ class NodeThroughput:
     def admit_read(self, key: PartitionKey, consistent: bool) -> float:
         """Admit a read of partition `key` on its minimum cost; return the units charged.
 
-        Raises ProvisionedThroughputExceededException when the read bucket is empty. Returns 0 when
-        nothing is metered (enforcement off, or a partition this node does not hold, which the
-        read itself will refuse).
+        Raises ProvisionedThroughputExceededException (an on-demand table's: ThrottlingException)
+        when the read bucket is empty. Returns 0 when nothing is metered (enforcement off, or a
+        partition this node does not hold, which the read itself will refuse).
         """
         meter = self._meters.get(key) if self.enforced else None
         if meter is None:
@@ -224,8 +226,8 @@ class NodeThroughput:
         """Admit a write to partition `key` on an estimate; return the units charged.
 
         `estimate_bytes` is the new item's size for a put, None when unknown (one unit). Raises
-        ProvisionedThroughputExceededException when the write bucket is empty; returns 0 when
-        nothing is metered.
+        ProvisionedThroughputExceededException (ThrottlingException on demand) when the write
+        bucket is empty; returns 0 when nothing is metered.
         """
         meter = self._meters.get(key) if self.enforced else None
         if meter is None:

@@ -8,6 +8,7 @@ from core.errors import (
     ERROR_TYPES,
     ConditionalCheckFailed,
     InternalServerError,
+    OnDemandThrottled,
     StaleEpoch,
     ThrottlingReason,
     ThroughputExceeded,
@@ -41,15 +42,14 @@ def test_throughput_exceeded_keeps_its_message() -> None:
     assert isinstance(decoded, ThroughputExceeded) and decoded.reasons == ()
 
 
-def test_throughput_exceeded_carries_its_throttling_reasons() -> None:
+@pytest.mark.parametrize("throttle", [ThroughputExceeded, OnDemandThrottled])
+def test_a_throttle_carries_its_throttling_reasons(throttle: type[ThroughputExceeded]) -> None:
     reasons = (
         ThrottlingReason("TableWriteKeyRangeThroughputExceeded", "Music"),
         ThrottlingReason("IndexWriteProvisionedThroughputExceeded", "Music/index/ByArtist"),
     )
-    decoded = codec.error_from_response(
-        codec.error_response(1, ThroughputExceeded("slow down", reasons))
-    )
-    assert isinstance(decoded, ThroughputExceeded)
+    decoded = codec.error_from_response(codec.error_response(1, throttle("slow down", reasons)))
+    assert type(decoded) is throttle
     assert (decoded.message, decoded.reasons) == ("slow down", reasons)
 
 

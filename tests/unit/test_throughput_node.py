@@ -19,6 +19,7 @@ import pytest
 from core import limits, settings
 from core.catalog import PartitionDef
 from core.errors import (
+    ON_DEMAND_THROTTLED,
     ConditionalCheckFailed,
     DynamoError,
     StaleEpoch,
@@ -300,16 +301,25 @@ def test_on_demand_caps_a_partition_at_1000_write_and_3000_read_units(make: Any)
     report = node.report()
     assert report["write"]["rate_per_second"] == limits.PARTITION_WCU_MAX
     assert report["read"]["rate_per_second"] == limits.PARTITION_RCU_MAX
-    node.clock.now += 60  # However long it idles, no second serves more than the cap.
+    # However long it idles, it banks no more than its burst: three seconds of the ceiling.
+    node.clock.now += 60
+    burst = limits.ON_DEMAND_PARTITION_BURST_SECONDS * limits.PARTITION_WCU_MAX
     results = envelope.apply(
         node.node,
-        [(ops.PUT, node.data(item={"pk": {"S": f"k{i}"}}, item_bytes=10)) for i in range(1100)],
+        [
+            (ops.PUT, node.data(item={"pk": {"S": f"k{i}"}}, item_bytes=10))
+            for i in range(burst + 100)
+        ],
     )
     refused = [r for r in results if isinstance(r, ThroughputExceeded)]
     assert len(refused) == 100
-    # An on-demand partition is limited by its own ceiling alone: a key range's limit.
+    # An on-demand partition is limited by its own ceiling alone: a key range's limit, which
+    # DynamoDB answers on such a table as a ThrottlingException with its on-demand message.
     assert {r.reasons for r in refused} == {
         (ThrottlingReason("TableWriteKeyRangeThroughputExceeded", "Metered"),)
+    }
+    assert {(r.type_name, r.message) for r in refused} == {
+        ("ThrottlingException", ON_DEMAND_THROTTLED)
     }
 
 
@@ -465,10 +475,10 @@ def test_a_throttled_prepare_votes_by_billing_mode_and_locks_nothing(make: Any) 
         (ON_DEMAND, "ThrottlingError", "Throughput exceeds the current capacity of your table"),
     ):
         node = make(throughput)
-        # Spend the bank (one second of the rate, at most a partition's 1,000 units) with a
-        # transaction of three 390 KB items, admitted into debt.
-        first = _prepare(node, "t1.1", "a1", "a2", "a3", size=390_000)
-        assert [vote["code"] for vote in first["votes"]] == ["None"] * 3
+        # Spend the bank (one second of the rate; an on-demand partition's three seconds of its
+        # 1,000 units) with a transaction of five 390 KB items, admitted into debt.
+        first = _prepare(node, "t1.1", "a1", "a2", "a3", "a4", "a5", size=390_000)
+        assert [vote["code"] for vote in first["votes"]] == ["None"] * 5
         reply = _prepare(node, "t2.1", "b", "c")
         assert [vote["code"] for vote in reply["votes"]] == [code, code]
         assert reply["votes"][0]["message"].startswith(message)

@@ -234,6 +234,74 @@ def test_an_on_demand_partition_is_limited_only_by_the_partition_caps() -> None:
         )
 
 
+def test_an_on_demand_partition_bursts_three_seconds_of_its_ceiling_then_holds_it() -> None:
+    throughput = PartitionThroughput(
+        ThroughputSettings(BillingMode.PAY_PER_REQUEST), partition_count=4, now=T0
+    )
+    window = limits.ON_DEMAND_PARTITION_BURST_SECONDS
+    assert throughput.write.balance(T0) == window * limits.PARTITION_WCU_MAX
+    assert throughput.read.balance(T0) == window * limits.PARTITION_RCU_MAX
+    assert throughput.write.peak_per_second is None
+    # 30 puts of a 100 KB item (101 units each) at one instant: all served, from the burst.
+    assert acquire_all(throughput.write, 101, T0, 30) == 30
+    assert not throughput.write.try_acquire(101, T0)
+    # Then a hot key gets the ceiling, sustained: about 1,000 units a second for a minute.
+    admitted = 0
+    for tick in range(1, 60 * 100 + 1):
+        now = T0 + tick / 100
+        while throughput.write.try_acquire(101, now):
+            admitted += 101
+    # Within one request of the ceiling's 60,000 units (the burst's overdraft, the last one's).
+    assert abs(admitted - 60 * limits.PARTITION_WCU_MAX) <= 101
+    # The node's shorter provisioned bank (DYNALAB_BURST_SECONDS) leaves the window alone.
+    short = PartitionThroughput(
+        ThroughputSettings(BillingMode.PAY_PER_REQUEST), 4, now=T0, burst_seconds=1
+    )
+    assert short.write.balance(T0) == window * limits.PARTITION_WCU_MAX
+
+
+def test_a_change_of_billing_mode_reshapes_the_buckets_keeping_what_they_hold() -> None:
+    throughput = PartitionThroughput(
+        ThroughputSettings(BillingMode.PROVISIONED, 10, 10),
+        partition_count=1,
+        now=T0,
+        burst_seconds=10,
+    )
+    write = throughput.write
+    assert write.try_acquire(150, T0)  # Its bank of 100 and 50 more: a debt of 50.
+    throughput.reconfigure(ThroughputSettings(BillingMode.PAY_PER_REQUEST), 1, T0)
+    assert (write.rate_per_second, write.burst_seconds, write.peak_per_second) == (
+        limits.PARTITION_WCU_MAX,
+        limits.ON_DEMAND_PARTITION_BURST_SECONDS,
+        None,
+    )
+    # The debt it held, less the window's worth of the added rate, within the on-demand bank.
+    window = limits.ON_DEMAND_PARTITION_BURST_SECONDS
+    assert write.balance(T0) == pytest.approx(window * (1000 - 10) - 50)
+    assert acquire_all(write, 1, T0, 5000) == window * (1000 - 10) - 50  # No peak holds it.
+    throughput.reconfigure(ThroughputSettings(BillingMode.PROVISIONED, 10, 20), 1, T0 + 1)
+    assert (write.rate_per_second, write.burst_seconds, write.peak_per_second) == (
+        20,
+        10,
+        limits.PARTITION_WCU_MAX,
+    )
+    # A second at the ceiling refilled 1,000, which the provisioned bank of 200 cuts down.
+    assert write.balance(T0 + 1) == pytest.approx(200)
+    assert acquire_all(write, 1, T0 + 1, 5000) == 200
+    assert write.stats.admitted_requests == 1 + window * (1000 - 10) - 50 + 200
+
+
+def test_reshape_refuses_what_no_bucket_can_be() -> None:
+    bucket = TokenBucket(10, now=T0)
+    with pytest.raises(ValueError):
+        bucket.reshape(10, T0, burst_seconds=0, peak_per_second=None)
+    with pytest.raises(ValueError):
+        bucket.reshape(10, T0, burst_seconds=10, peak_per_second=5)
+    with pytest.raises(ValueError):
+        bucket.reshape(0, T0, burst_seconds=10, peak_per_second=None)
+    assert (bucket.rate_per_second, bucket.capacity) == (10, 10 * limits.BURST_SECONDS_MAX)
+
+
 def test_a_partition_past_its_share_raises_throughput_exceeded() -> None:
     # A one-second burst window: the new partition's full bank is one second of its share.
     throughput = PartitionThroughput(
@@ -424,7 +492,8 @@ def test_a_child_share_outside_zero_to_one_is_refused() -> None:
 
 
 def test_a_child_partition_shares_both_buckets_and_keeps_the_partition_peak() -> None:
-    settings = ThroughputSettings(BillingMode.PAY_PER_REQUEST)
+    # A provisioned table whose share reaches the ceilings, so its partitions have the peak.
+    settings = ThroughputSettings(BillingMode.PROVISIONED, 30_000, 10_000)
     parent = PartitionThroughput(settings, 1, now=T0, burst_seconds=10)
     assert acquire_all(parent.write, 1, T0, 1000) == 1000  # The parent's peak, spent.
     child = PartitionThroughput(settings, 2, now=T0, burst_seconds=10)
