@@ -350,7 +350,25 @@ GSI_LEASE_GC_GRACE_SECONDS = 60.0
 # run starts join it (one index_apply per index partition for all of them), so a run holds at most
 # this plus one batch, each cut near CHANGE_FEED_BATCH_BYTES_TARGET: within one RPC message.
 GSI_FEED_BATCHES_QUEUED_MAX = 8
+# Back-pressure from an index's own capacity (`core.index_pressure`): an index partition that
+# refuses index_apply for throughput is retried at a pause doubling from the backoff's min to this
+# cap, within the deadline below (then the follower starts again from its checkpoint); while it
+# refuses, the replicator notes it on the base partition's node, which refuses the base writes
+# that would change that partition. A note holds this long unless renewed (the replicator renews
+# it at refused attempts, so a dead replicator holds writes back at most this long), and is
+# renewed only once it is the renewal age old, so a throttled index costs a few notes a second.
+# dynalab's own bounds (DynamoDB publishes none).
+GSI_THROTTLED_APPLY_PAUSE_SECONDS_MAX = 0.25
+GSI_THROTTLED_APPLY_SECONDS_MAX = 30.0
+GSI_THROTTLED_APPLY_ATTEMPTS_MAX = 100
+GSI_INDEX_PRESSURE_SECONDS = 1.0
+GSI_INDEX_PRESSURE_RENEW_SECONDS = 0.5
 assert GSI_RETRY_BACKOFF_SECONDS_MIN < GSI_RETRY_BACKOFF_SECONDS_MAX
+assert GSI_RETRY_BACKOFF_SECONDS_MIN <= GSI_THROTTLED_APPLY_PAUSE_SECONDS_MAX
+# A note is renewed at the first refused attempt past its renewal age, before it expires.
+assert GSI_INDEX_PRESSURE_RENEW_SECONDS + GSI_THROTTLED_APPLY_PAUSE_SECONDS_MAX < (
+    GSI_INDEX_PRESSURE_SECONDS
+)
 assert GSI_LEASE_SECONDS >= 4 * GSI_CATALOG_POLL_SECONDS
 assert GSI_LEASE_GC_GRACE_SECONDS >= 10 * GSI_LEASE_SECONDS
 assert (GSI_FEED_BATCHES_QUEUED_MAX + 1) * (
@@ -507,6 +525,7 @@ assert CATALOG_LOCATE_ATTEMPTS_MAX <= RETRY_ATTEMPTS_MAX
 assert TRANSACTION_RECORD_ATTEMPTS_MAX <= RETRY_ATTEMPTS_MAX
 assert TRANSACT_GET_ATTEMPTS_MAX <= RETRY_ATTEMPTS_MAX
 assert GSI_APPLY_ATTEMPTS_MAX <= RETRY_ATTEMPTS_MAX
+assert GSI_THROTTLED_APPLY_ATTEMPTS_MAX <= RETRY_ATTEMPTS_MAX
 assert GSI_REROUTE_ATTEMPTS_MAX <= RETRY_ATTEMPTS_MAX
 assert GSI_RETRY_BACKOFF_SECONDS_MAX <= RETRY_PAUSE_SECONDS_MAX
 

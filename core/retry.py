@@ -144,7 +144,7 @@ SPLIT_INSTALL = RetryPolicy(
     jitter=0.0,
 )
 
-# The replicator's index_apply on a node that does not answer or throttles: from the GSI minimum
+# The replicator's index_apply on a node that does not answer: from the GSI minimum
 # doubling to its maximum, each attempt one node call.
 GSI_APPLY = RetryPolicy(
     attempts_max=limits.GSI_APPLY_ATTEMPTS_MAX,
@@ -152,6 +152,17 @@ GSI_APPLY = RetryPolicy(
     cap_seconds=limits.GSI_RETRY_BACKOFF_SECONDS_MAX,
     deadline_seconds=limits.GSI_APPLY_ATTEMPTS_MAX
     * (limits.NODE_CALL_SECONDS_MAX + limits.GSI_RETRY_BACKOFF_SECONDS_MAX),
+    jitter=0.0,
+)
+
+# The replicator's index_apply refused for throughput by the index partition (its write capacity
+# spent): a short pause doubling to a small cap, since the bucket refills continuously and the
+# base node holds writes back meanwhile (`core.index_pressure`), within a deadline.
+GSI_THROTTLED_APPLY = RetryPolicy(
+    attempts_max=limits.GSI_THROTTLED_APPLY_ATTEMPTS_MAX,
+    base_seconds=limits.GSI_RETRY_BACKOFF_SECONDS_MIN,
+    cap_seconds=limits.GSI_THROTTLED_APPLY_PAUSE_SECONDS_MAX,
+    deadline_seconds=limits.GSI_THROTTLED_APPLY_SECONDS_MAX,
     jitter=0.0,
 )
 
@@ -164,7 +175,7 @@ GSI_REROUTE = RetryPolicy(
     deadline_seconds=limits.GSI_REROUTE_ATTEMPTS_MAX
     * (
         limits.NODE_CALL_SECONDS_MAX
-        + GSI_APPLY.deadline_seconds
+        + max(GSI_APPLY.deadline_seconds, GSI_THROTTLED_APPLY.deadline_seconds)
         + limits.NODE_CALL_SECONDS_MAX
         + limits.GSI_RETRY_BACKOFF_SECONDS_MAX
     ),

@@ -16,7 +16,10 @@ has passed it; registering again here changes nothing. For each batch the feed s
 1. projects every change into index writes (`core.gsi.project_change`, pure);
 2. routes them to the index partitions holding their keys (`core.gsi.route`, pure);
 3. sends one `index_apply` per index partition, all at once, each retried on a node that does not
-   answer; each index partition stores the source's seq with the entries, in one batch;
+   answer or an index partition out of write capacity (whose refusal it passes on to the source
+   partition's node, which then holds back the base writes that would change that index
+   partition: `core.index_pressure`); each index partition stores the source's seq with the
+   entries, in one batch;
 4. checkpoints the batch's last seq on the source's feed, once every index partition has applied,
    behind the next batch's applies rather than before them (`_Checkpoints`).
 
@@ -66,12 +69,14 @@ from core.errors import (
     LeaseFenced,
     ServiceUnavailable,
     StaleEpoch,
+    ThrottlingReason,
     ThroughputExceeded,
 )
 from core.gsi_leases import Lease
 from core.machines import RESTARTED, STARTED, Effect, Event, backfill
 from core.machines.backfill import BackfillRecord, BackfillState
-from core.retry import GSI_APPLY, GSI_REROUTE
+from core.retry import GSI_APPLY, GSI_REROUTE, GSI_THROTTLED_APPLY
+from core.token_bucket import BillingMode
 from gsi_replicator import leases
 from rpc import catalog_client, ops
 from rpc.client import NodeClient
@@ -96,6 +101,7 @@ class FollowerStats:
     index_units: float = 0.0  # Write units the index partitions charged for them.
     last_applied_at: float = 0.0  # Wall-clock time of the last applied batch.
     failures: int = 0  # Times the follower started again from its checkpoint.
+    throttled_applies: int = 0  # index_apply calls an index partition refused for throughput.
     lag_ms: float = 0.0  # Time from taking the last run of records off the feed to its apply.
     backfilled_items: int = 0  # Items of the partition an online index's backfill has copied.
     backfill_pages: int = 0  # Pages of the partition this replicator's backfill has read.
@@ -967,7 +973,8 @@ class Replicator:
             if table is None:
                 raise ServiceUnavailable(f"Table {table_id} is no longer followed")
             try:
-                return await self._apply_all(routing(table), source, epoch, backfill=backfill)
+                routed = routing(table)
+                return await self._apply_all(table_id, routed, source, epoch, backfill=backfill)
             except _IndexPartitionStale as stale:
                 pause = GSI_REROUTE.pause(attempt, self.monotonic() - started, 0.0)
                 if pause is None:
@@ -989,6 +996,7 @@ class Replicator:
 
     async def _apply_all(
         self,
+        table_id: str,
         routed: Mapping[gsi.IndexTarget, list[dict[str, Any]]],
         source: str,
         epoch: int,
@@ -999,7 +1007,7 @@ class Replicator:
         they charged."""
         results = await asyncio.gather(
             *(
-                self._apply(target, source, changes, epoch, backfill)
+                self._apply(table_id, target, source, changes, epoch, backfill)
                 for target, changes in routed.items()
             ),
             return_exceptions=True,
@@ -1011,6 +1019,7 @@ class Replicator:
 
     async def _apply(
         self,
+        table_id: str,
         target: gsi.IndexTarget,
         source: str,
         changes: list[dict[str, Any]],
@@ -1018,8 +1027,14 @@ class Replicator:
         backfill: bool = False,
     ) -> dict[str, Any]:
         """One index_apply under the lease of `lease_epoch` (the index partition's own epoch is
-        `target`'s), retried a bounded number of times on a node that does not answer or
-        throttles (a retry of an applied payload applies nothing)."""
+        `target`'s), retried a bounded number of times on a node that does not answer (a retry
+        of an applied payload applies nothing).
+
+        An index partition that refuses it for throughput has no write capacity left: the call
+        is retried at short pauses (`GSI_THROTTLED_APPLY`) while the source partition's node is
+        told (`_note_pressure`), so that it refuses the base writes that would change that index
+        partition until it takes writes again, when the note is dropped. A backfill's copy is
+        retried the same way without a note: the writes during an index's copy go on."""
         index_id, partition_id, partition_epoch, node = target
         client = self.clients.get(node)
         if client is None:
@@ -1027,19 +1042,89 @@ class Replicator:
         payload = ops.IndexApplyPayload(source, changes, backfill, lease_epoch).to_json()
         address = ops.Target(index_id, partition_id, partition_epoch)
         started = self.monotonic()
-        for attempt in range(GSI_APPLY.attempts_max):
+        unanswered = throttled = 0
+        noted: float | None = None  # When the source's node was last told (monotonic).
+        while True:
             try:
-                return await client.call(
+                reply = await client.call(
                     ops.INDEX_APPLY, address, payload, limits.NODE_CALL_SECONDS_MAX
                 )
             except StaleEpoch:
                 raise _IndexPartitionStale(partition_id) from None
-            except (ServiceUnavailable, ThroughputExceeded):
-                pause = GSI_APPLY.pause(attempt, self.monotonic() - started, 0.0)
+            except ThroughputExceeded as error:
+                self._count_throttled(table_id, source)
+                renew = limits.GSI_INDEX_PRESSURE_RENEW_SECONDS
+                if not backfill and (noted is None or self.monotonic() - noted >= renew):
+                    noted = self.monotonic()
+                    await self._note_pressure(table_id, target, source, error.reasons or None)
+                pause = GSI_THROTTLED_APPLY.pause(throttled, self.monotonic() - started, 0.0)
+                throttled += 1
                 if pause is None:
                     raise
-                await asyncio.sleep(pause)
-        raise AssertionError("unreachable: the last attempt returns or raises")
+            except ServiceUnavailable:
+                pause = GSI_APPLY.pause(unanswered, self.monotonic() - started, 0.0)
+                unanswered += 1
+                if pause is None:
+                    raise
+            else:
+                if noted is not None:
+                    await self._note_pressure(table_id, target, source, ())  # Released.
+                return reply
+            await asyncio.sleep(pause)
+
+    def _count_throttled(self, table_id: str, source: str) -> None:
+        for key, stats in self.stats.followers.items():
+            if key[0] == table_id and key[1] == source:
+                stats.throttled_applies += 1
+
+    async def _note_pressure(
+        self,
+        table_id: str,
+        target: gsi.IndexTarget,
+        source: str,
+        reasons: tuple[ThrottlingReason, ...] | None,
+    ) -> None:
+        """Tell the node of base partition `source` that index partition `target` has no write
+        capacity (`reasons`: why its node refused, None if it gave none; empty: it took writes
+        again), for `GSI_INDEX_PRESSURE_SECONDS` unless told again (`core.index_pressure`). Best
+        effort: a note that does not arrive leaves the lag bound as the back-pressure, and a
+        stale one expires."""
+        table = self.tables.get(table_id)
+        if table is None:
+            return
+        base = next((p for p in (*table.partitions, *table.retired) if p.id == source), None)
+        index = next((i for i in table.indexes if i.table_id == target[0]), None)
+        part = (
+            None
+            if index is None
+            else next((p for p in index.partitions if p.id == target[1]), None)
+        )
+        client = None if base is None else self.clients.get(base.node)
+        if index is None or part is None or client is None:
+            return
+        if reasons is None:
+            # A refusal without reasons (a node of an older version): name the index as its
+            # provisioned units, which is what a refusal of it means unless its key range's
+            # ceiling is reached.
+            resource = catalog_core.index_storage_name(table.name, index.name)
+            provisioned = table.billing_mode is BillingMode.PROVISIONED
+            reasons = (ThrottlingReason.of(resource, read=False, provisioned=provisioned),)
+        listed = [{"reason": r.reason, "resource": r.resource} for r in reasons]
+        payload = ops.IndexPressurePayload(
+            table_id,
+            index.name,
+            part.id,
+            part.start,
+            part.end,
+            listed,
+            limits.GSI_INDEX_PRESSURE_SECONDS if listed else 0.0,
+        )
+        try:
+            await client.control(
+                ops.INDEX_PRESSURE, payload.to_json(), limits.GSI_INDEX_PRESSURE_SECONDS
+            )
+        except (DynamoError, OSError) as error:
+            log.info("could not tell %s of index partition %s's capacity: %s", base, part.id, error)
 
     def metrics(self) -> str:
         """The replicator's state in the Prometheus text format."""
@@ -1082,6 +1167,7 @@ class Replicator:
             ("index_writes_total", "counter", "Index writes (deletes and puts) sent."),
             ("index_write_units_total", "counter", "Write units the indexes charged."),
             ("restarts_total", "counter", "Times a follower started again from its checkpoint."),
+            ("throttled_applies_total", "counter", "Index writes refused for index capacity."),
             ("batch_lag_milliseconds", "gauge", "From taking a run off the feed to applying it."),
             ("backfill_items_total", "counter", "Items an online index's backfill has copied."),
             ("backfill_pages_total", "counter", "Pages this replicator's backfill has read."),
@@ -1097,6 +1183,7 @@ class Replicator:
                     "index_writes_total": follower.index_writes,
                     "index_write_units_total": follower.index_units,
                     "restarts_total": follower.failures,
+                    "throttled_applies_total": follower.throttled_applies,
                     "batch_lag_milliseconds": follower.lag_ms,
                     "backfill_items_total": follower.backfilled_items,
                     "backfill_pages_total": follower.backfill_pages,

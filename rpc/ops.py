@@ -134,6 +134,7 @@ PARTITION_THROUGHPUT = "partition_throughput"
 SPLIT_PARTITION = "split_partition"
 MOVE_PARTITION = "move_partition"
 MOVE_RECEIVE = "move_receive"
+INDEX_PRESSURE = "index_pressure"
 
 # Change-feed consumers (the ChangeFeed service, or unary Call).
 REGISTER_CONSUMER = "register_consumer"
@@ -168,6 +169,7 @@ CONTROL_OPS = frozenset(
         SPLIT_PARTITION,
         MOVE_PARTITION,
         MOVE_RECEIVE,
+        INDEX_PRESSURE,
         TXN_APPLY,
         TXN_SWEEP,
     }
@@ -549,6 +551,64 @@ class IndexApplyPayload:
         if self.lease_epoch:
             body["lease_epoch"] = self.lease_epoch
         return body
+
+
+@dataclasses.dataclass(slots=True)
+class IndexPressurePayload:
+    """index_pressure: the GSI replicator's note to a base partition's node that a partition of
+    a global index of table `table_id` has no write capacity (`core.index_pressure`).
+
+    `index` is the index's name, `partition_id` the index partition's id and `start`/`end` its
+    storage keys (hex; end None: unbounded); `reasons` are the ThrottlingReasons its node gave
+    when it refused the replicator's index_apply ([{"reason", "resource"}]), and the note holds
+    `seconds` unless renewed. No reasons: the partition took the replicator's writes again, and
+    the note is dropped. Soft state, kept in the node's memory and answered at once: {}.
+    """
+
+    table_id: str
+    index: str
+    partition_id: str
+    start: str = ""
+    end: str | None = None
+    reasons: list[dict[str, str]] = dataclasses.field(default_factory=list)
+    seconds: float = 0.0
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> Self:
+        reasons = body.get("reasons") or []
+        if not isinstance(reasons, list) or not all(
+            isinstance(r, dict)
+            and isinstance(r.get("reason"), str)
+            and isinstance(r.get("resource"), str)
+            for r in reasons
+        ):
+            raise ValidationError("index_pressure reasons must be a list of {reason, resource}")
+        start, end = str(body.get("start") or ""), body.get("end")
+        for bound in (start, end):
+            try:
+                bytes.fromhex("" if bound is None else str(bound))
+            except ValueError:
+                raise ValidationError(f"index_pressure bound {bound!r} is not hex") from None
+        return cls(
+            str(body["table_id"]),
+            str(body["index"]),
+            str(body["partition_id"]),
+            start,
+            None if end is None else str(end),
+            [{"reason": r["reason"], "resource": r["resource"]} for r in reasons],
+            float(body.get("seconds") or 0.0),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "table_id": self.table_id,
+            "index": self.index,
+            "partition_id": self.partition_id,
+            "start": self.start,
+            "end": self.end,
+            "reasons": self.reasons,
+            "seconds": self.seconds,
+        }
 
 
 ItemWritePayload = PutPayload | UpdatePayload | DeletePayload

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from core import expressions
+from core import expressions, limits
 from core.capacity import item_write_units, write_units
-from core.catalog import IndexDef, IndexStatus, index_storage_name
+from core.catalog import IndexStatus, index_storage_name
 from core.errors import (
     GSI_THROTTLED,
     DynamoError,
@@ -28,7 +28,8 @@ from core.errors import (
     TransactionConflict,
 )
 from core.gsi import consumer_of
-from core.indexes import check_index_keys, entry_changes
+from core.index_pressure import PressedRange
+from core.indexes import EntryChange, check_index_keys, entry_changes
 from core.size import item_size_bytes
 from core.transactions import CONFLICT_MESSAGE
 from core.values import Item
@@ -40,7 +41,7 @@ from storagenode.layout import Family, index_source_bytes, index_source_key, ind
 from storagenode.move import MOVE_CONSUMER
 from storagenode.partition import Partition
 from storagenode.store import DataCorruption
-from storagenode.writes import WriteContext, addressed, where
+from storagenode.writes import NodeState, WriteContext, addressed, where
 
 
 def write_request(payload: ops.ItemWritePayload, partition: Partition) -> WriteRequest:
@@ -96,15 +97,10 @@ def item_write(
     # Global index writes are made later by the GSI replicator and charged to each index's
     # own throughput (`index_apply`); the write reports what they cost, for ConsumedCapacity.
     global_indexes = partition.named_global_indexes(payload.global_indexes)
-    global_units = {
-        c.index.name: c.units
-        for c in entry_changes(effect.old, effect.new, global_indexes, partition.key_shape)
-        if c.units
-    }
+    global_changes = entry_changes(effect.old, effect.new, global_indexes, partition.key_shape)
+    global_units = {c.index.name: c.units for c in global_changes if c.units}
     if global_units:
-        _hold_back_for_indexes(
-            ctx, partition, [index for index in global_indexes if index.name in global_units]
-        )
+        _hold_back_for_indexes(ctx, partition, [c for c in global_changes if c.units])
     staged = ctx.stage(ref)
     applied = ctx.apply(ctx.batch, staged, items_key, effect, now=ctx.now)
     reply = effect.reply()
@@ -122,37 +118,72 @@ def item_write(
 
 
 def _hold_back_for_indexes(
-    ctx: WriteContext, partition: Partition, indexes: list[IndexDef]
+    ctx: WriteContext, partition: Partition, changes: list[EntryChange]
 ) -> None:
-    """Refuse a write that would change `indexes` of a partition whose replicator consumer
-    for one of them is more than `gsi_lag_records_max` change records behind (back-pressure:
-    DynamoDB throttles base writes for an index that cannot keep up, seed 001/004). An index
-    added online counts once it is ACTIVE: while it is copied, its consumer stays where the
-    copy began, and the writes during a backfill must go on."""
-    consumers = {
-        consumer_of(index)
-        for index in indexes
-        if not index.online or index.status is IndexStatus.ACTIVE
-    }
+    """Refuse a write that would change global index entries (`changes`, each with its units)
+    that one of those indexes cannot take now (back-pressure: DynamoDB throttles a base write
+    whose global index has no write capacity for it, and leaves writes that do not touch that
+    index alone), with ProvisionedThroughputExceededException and a ThrottlingReason per index:
+
+    - an index partition the write would change refused the GSI replicator's writes for its own
+      capacity (`core.index_pressure`: the reason is the one that partition gave, provisioned
+      units or its key range's ceiling);
+    - the replicator consumer that keeps one of the indexes is more than `gsi_lag_records_max`
+      change records behind (the lag stands in for the index's capacity, and is named as
+      DynamoDB names an index out of it).
+
+    An index added online counts once it is ACTIVE: while it is copied, its consumer stays where
+    the copy began, and the writes during a backfill must go on."""
+    counted = [
+        change
+        for change in changes
+        if not change.index.online or change.index.status is IndexStatus.ACTIVE
+    ]
     node = ctx.node
-    for consumer in sorted(consumers):
+    reasons = list(
+        node.index_pressure.refusals(partition.table_id, counted, partition.key_shape, ctx.now)
+    )
+    indexes = [change.index for change in counted]
+    provisioned = (partition.throughput or {}).get("billing_mode") == "PROVISIONED"
+    for consumer in sorted({consumer_of(index) for index in indexes}):
         checkpoint = node.consumer_checkpoint(partition.table_id, partition.partition_id, consumer)
-        if checkpoint is None:
+        if checkpoint is None or partition.last_seq - checkpoint <= node.gsi_lag_records_max:
             continue
-        if partition.last_seq - checkpoint > node.gsi_lag_records_max:
-            # The indexes this consumer keeps are the ones throttled; the limit is named as
-            # DynamoDB names an index out of capacity (the lag stands in for its capacity here).
-            provisioned = (partition.throughput or {}).get("billing_mode") == "PROVISIONED"
-            reasons = tuple(
-                ThrottlingReason.of(
-                    index_storage_name(partition.table_name, index.name),
-                    read=False,
-                    provisioned=provisioned,
-                )
-                for index in indexes
-                if consumer_of(index) == consumer
+        for index in indexes:
+            if consumer_of(index) != consumer:
+                continue
+            lagging = ThrottlingReason.of(
+                index_storage_name(partition.table_name, index.name),
+                read=False,
+                provisioned=provisioned,
             )
-            raise ThroughputExceeded(GSI_THROTTLED, reasons)
+            if all(reason.resource != lagging.resource for reason in reasons):
+                reasons.append(lagging)
+    if reasons:
+        raise ThroughputExceeded(GSI_THROTTLED, tuple(reasons))
+
+
+def index_pressure(
+    node: NodeState, target: Target | None, payload: ops.IndexPressurePayload
+) -> dict[str, Any]:
+    """Note, renew or drop the GSI replicator's report that a partition of a global index has no
+    write capacity (`core.index_pressure`); base writes of the table that would change it are
+    refused meanwhile (`_hold_back_for_indexes`). Soft state: nothing is written."""
+    pressure = node.index_pressure
+    now = node.clock()
+    if not payload.reasons or payload.seconds <= 0:
+        pressure.release(payload.table_id, payload.index, payload.partition_id, now)
+        return {}
+    seconds = min(payload.seconds, limits.GSI_INDEX_PRESSURE_SECONDS)
+    reason = payload.reasons[0]
+    pressed = PressedRange(
+        bytes.fromhex(payload.start),
+        None if payload.end is None else bytes.fromhex(payload.end),
+        ThrottlingReason(reason["reason"], reason["resource"]),
+        now + seconds,
+    )
+    pressure.press(payload.table_id, payload.index, payload.partition_id, pressed, now)
+    return {}
 
 
 def index_apply(

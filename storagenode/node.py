@@ -37,6 +37,7 @@ from core.errors import (
     UnknownOperation,
     ValidationError,
 )
+from core.index_pressure import IndexPressure
 from core.transactions import Vote, throttled
 from rpc import ops
 from rpc.ops import Target
@@ -87,6 +88,8 @@ class StorageNode:
         self.store = store
         # Back-pressure of global indexes on base writes (`limits.GSI_LAG_RECORDS_MAX`).
         self.gsi_lag_records_max = gsi_lag_records_max
+        # ...and of their partitions' own write capacity, as the GSI replicator reports it.
+        self.index_pressure = IndexPressure()
         # Unix time: TTL compares items' expiry times with it, and requests' deadlines are
         # checked against it.
         self.clock = clock

@@ -9,7 +9,8 @@ and one handler in the module of its feature (plus the proto enum value, the wir
 an operation other services send).
 
 The kinds:
-- READ runs on the event loop against the committed store (`reads.py`);
+- READ runs on the event loop against the committed store (`reads.py`), or the node's memory
+  alone (`index_pressure`: soft state that no write group persists and a restart forgets);
 - WRITE and INTERNAL_WRITE run in a write group, against `writes.WriteContext`, and are answered
   once their group has committed; an internal write is the node's own (the TTL sweeper's, the
   splitter's, the mover's) and never arrives from the wire;
@@ -173,6 +174,8 @@ OPERATIONS: Mapping[str, Operation] = {
             _R,
             reads.partition_throughput,
         ),
+        # A global index partition out of write capacity, as the GSI replicator reports it.
+        Operation(ops.INDEX_PRESSURE, ops.IndexPressurePayload, _R, items.index_pressure),
         # The TTL sweeper's own writes.
         Operation(
             expiry.TTL_EXPIRE, expiry.ExpirePayload, _I, control.ttl_expire, disk_full=_FREES

@@ -30,6 +30,7 @@ from core.errors import (
     InternalServerError,
     StaleEpoch,
 )
+from core.index_pressure import IndexPressure
 from core.transactions import Vote
 from core.values import Item
 from core.writes import WriteEffect
@@ -59,6 +60,7 @@ class NodeState(Protocol):
     change_log_records_max: int
     change_log_bytes_max: int
     gsi_lag_records_max: int
+    index_pressure: IndexPressure
     split_stats: Durations
     move_stats: Durations
     move_heard: dict[PartitionRef, float]
