@@ -23,6 +23,7 @@ from core.errors import (
     GSI_THROTTLED,
     DynamoError,
     LeaseFenced,
+    OnDemandThrottled,
     ThrottlingReason,
     ThroughputExceeded,
     TransactionConflict,
@@ -159,8 +160,12 @@ def _hold_back_for_indexes(
             )
             if all(reason.resource != lagging.resource for reason in reasons):
                 reasons.append(lagging)
-    if reasons:
-        raise ThroughputExceeded(GSI_THROTTLED, tuple(reasons))
+    if not reasons:
+        return
+    if (partition.throughput or {}).get("billing_mode") == "PAY_PER_REQUEST":
+        # An on-demand table's indexes are on demand too: DynamoDB answers ThrottlingException.
+        raise OnDemandThrottled(reasons=tuple(reasons))
+    raise ThroughputExceeded(GSI_THROTTLED, tuple(reasons))
 
 
 def index_pressure(

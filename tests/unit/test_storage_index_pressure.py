@@ -14,7 +14,14 @@ import pytest
 
 from core import limits
 from core.catalog import IndexDef
-from core.errors import GSI_THROTTLED, DynamoError, ThroughputExceeded, ValidationError
+from core.errors import (
+    GSI_THROTTLED,
+    DynamoError,
+    OnDemandThrottled,
+    ThrottlingReason,
+    ThroughputExceeded,
+    ValidationError,
+)
 from core.indexes import entry_shape
 from core.keycodec import HASH_SPACE
 from core.keys import KeyAttribute, KeyShape
@@ -178,6 +185,22 @@ def test_an_online_index_is_held_back_for_once_active_and_not_while_copied(
     item = {"pk": {"S": "b"}, "game": {"S": low}}
     with pytest.raises(ThroughputExceeded):
         write(node, ops.PUT, {**TARGET, "item": item, "global_indexes": active})
+
+
+def test_an_on_demand_table_is_held_back_with_throttling_exception(tmp_path: Path) -> None:
+    node = StorageNode(Store(tmp_path))
+    partition = {"id": "p0", "start": "", "end": None, "epoch": 1, "node": "n1"}
+    on_demand = {"billing_mode": "PAY_PER_REQUEST", "partition_count": 1}
+    body = {"table": TABLE, "partition": partition, "throughput": on_demand}
+    write(node, ops.CREATE_PARTITION, body)
+    press(node, end=None, reasons=[{**REASON, "reason": "IndexWriteKeyRangeThroughputExceeded"}])
+    with pytest.raises(OnDemandThrottled) as refused:
+        put(node, pk="a", game="chess")
+    assert refused.value.type_name == "ThrottlingException"
+    assert refused.value.reasons == (
+        ThrottlingReason("IndexWriteKeyRangeThroughputExceeded", "Scores/index/ByGame"),
+    )
+    node.store.close()
 
 
 @pytest.mark.parametrize(
