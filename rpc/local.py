@@ -52,12 +52,19 @@ server does, each runs as a task of the node, answered when it ends; a caller th
 is applied) until `heal(address)`. A data-plane request carries its deadline (`Target.deadline`,
 from the network's `clock`, virtual under `tests/sim`) for the node to check. Every decision is
 appended to `LocalNetwork.log`, which two runs of one seed must produce identically.
+
+Each transport names the process it belongs to (`connector(source)`: a router, a replicator, a
+node's own drivers), and with a `trace` the network hands it every message that crosses it as a
+`Hop` (a request, its reply, a feed batch: who sent it to whom, when it left and arrived on the
+network's clock, and what became of it), which the fault lab draws as a message timeline. A trace
+draws nothing from the seeded source, so a traced run is the same run as an untraced one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import itertools
 import logging
 import random
@@ -122,6 +129,33 @@ class Faults:
 NO_FAULTS = Faults()
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Hop:
+    """One message across the network, as a trace sees it.
+
+    `kind` is "request", "reply" or "batch" (a feed batch, node to follower); `source` and
+    `destination` are a transport's process name or a node's address; the times are the network's
+    `clock`, and `arrived_at` is None for a message that never arrived. `fate` says what became of
+    it: a request "delivered", "duplicated" (applied twice), "dropped", "late" (past its caller's
+    timeout), "unreachable" (the node is cut off or gone) or "cut" (cut off on its way); a reply
+    "ok", the error type it carried, or "dropped"; a batch "delivered", "duplicated", "dropped",
+    "late", "cut", or the error that ended its follow. `call_id` joins a request to its reply, and
+    a follow's batches to its opening request; `detail` is free text (a partition, a count)."""
+
+    call_id: int
+    kind: str
+    source: str
+    destination: str
+    op: str
+    sent_at: float
+    arrived_at: float | None
+    fate: str
+    detail: str = ""
+
+
+Trace = Callable[[Hop], None]
+
+
 # Runs one of a node's multi-step operations (its op and body): the reply, or a DynamoError.
 Drive = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 
@@ -148,6 +182,7 @@ class LocalNetwork:
         self.faults = faults
         self.clock = clock  # Unix time, for the deadlines requests carry.
         self.log: list[str] = []
+        self.trace: Trace | None = None  # Given every Hop, when set (module docstring).
         self._nodes: dict[str, _Node] = {}
         self._cut: set[str] = set()
         self._ids = itertools.count(1)
@@ -170,9 +205,31 @@ class LocalNetwork:
             previous.feed.drain()
         self._nodes[address] = _Node(endpoint, write_ops, feed, driver_ops, drive)
 
-    def connect(self, address: str) -> LocalTransport:
-        """A transport to the node at `address` (the `connect` a RouterContext takes)."""
-        return LocalTransport(self, address)
+    def connect(self, address: str, source: str = "") -> LocalTransport:
+        """A transport to the node at `address` (the `connect` a RouterContext takes), for the
+        process named `source`."""
+        return LocalTransport(self, address, source)
+
+    def connector(self, source: str) -> Callable[[str], LocalTransport]:
+        """The `connect` of the process named `source`: its messages are traced as its."""
+        return functools.partial(self.connect, source=source)
+
+    def _hop(
+        self,
+        call_id: int,
+        kind: str,
+        source: str,
+        destination: str,
+        op: str,
+        sent_at: float,
+        arrived_at: float | None,
+        fate: str,
+        detail: str = "",
+    ) -> None:
+        if self.trace is not None:
+            self.trace(
+                Hop(call_id, kind, source, destination, op, sent_at, arrived_at, fate, detail)
+            )
 
     def cut(self, address: str) -> None:
         """Make the node unreachable until `heal`."""
@@ -194,14 +251,18 @@ class LocalNetwork:
         target: Target | None,
         payload: dict[str, Any],
         timeout: float,
+        source: str = "",
     ) -> dict[str, Any]:
-        """Carry one call to its node and its reply back, with the faults the seed decides."""
+        """Carry one call from the process `source` to its node and its reply back, with the
+        faults the seed decides."""
         call_id = next(self._ids)
         faults = self.faults
         draws = [self.rng.random() for _ in range(5)]  # The same number for every call.
+        sent_at = self.clock()
         node = self._nodes.get(address)
         if node is None or address in self._cut:
             self.log.append(f"{call_id} {address} {op} unreachable")
+            self._hop(call_id, "request", source, address, op, sent_at, None, "unreachable")
             await asyncio.sleep(0)
             raise ServiceUnavailable(f"Node {address} is unavailable: it cannot be reached")
         is_write = op in node.write_ops
@@ -210,37 +271,56 @@ class LocalNetwork:
         wait = min(timeout, faults.timeout_seconds)
         if draws[0] < faults.drop_request:
             self.log.append(f"{call_id} {address} {op} request dropped")
+            self._hop(call_id, "request", source, address, op, sent_at, None, "dropped")
             await asyncio.sleep(wait)
             raise _timed_out(address, op, timeout, target)
         if draws[1] < faults.delay:
             delay = draws[2] * faults.delay_seconds_max
             self.log.append(f"{call_id} {address} {op} delayed {delay:.6f}")
             if delay >= timeout:
+                self._hop(call_id, "request", source, address, op, sent_at, None, "late")
                 await asyncio.sleep(timeout)
                 raise _timed_out(address, op, timeout, target)
             await asyncio.sleep(delay)
             if address in self._cut:  # Cut off while the request was on its way.
+                self._hop(call_id, "request", source, address, op, sent_at, None, "cut")
                 raise ServiceUnavailable(f"Node {address} is unavailable: it cannot be reached")
             # It reaches whatever serves the address when it arrives: a node restarted while it
             # was on its way (a new process over the same store), never the one that died.
             node = self._nodes.get(address, node)
         request = orjson.dumps(payload)
         if node.drive is not None and op in node.driver_ops:
-            responses = [await self._drive(node.drive, call_id, address, op, request, timeout)]
+            self._hop(call_id, "request", source, address, op, sent_at, self.clock(), "delivered")
+            responses = [
+                await self._drive(node.drive, call_id, address, op, request, timeout, source)
+            ]
         else:
             copies = 2 if is_write and draws[3] < faults.duplicate else 1
             if copies == 2:
                 self.log.append(f"{call_id} {address} {op} duplicated")
+            fate = "duplicated" if copies == 2 else "delivered"
+            self._hop(call_id, "request", source, address, op, sent_at, self.clock(), fate)
             responses = [_serve(node, op, target, request, is_write) for _ in range(copies)]
+        replied_at = self.clock()
         if draws[4] < faults.drop_reply:
             self.log.append(f"{call_id} {address} {op} reply dropped")
+            self._hop(call_id, "reply", address, source, op, replied_at, None, "dropped")
             await asyncio.sleep(wait)
             raise _timed_out(address, op, timeout, target)
         self.log.append(f"{call_id} {address} {op} ok")
+        reply_fate = responses[0].error_type or "ok"
+        self._hop(call_id, "reply", address, source, op, replied_at, replied_at, reply_fate)
         return codec.reply_from_response(responses[0])
 
     async def _drive(
-        self, drive: Drive, call_id: int, address: str, op: str, request: bytes, timeout: float
+        self,
+        drive: Drive,
+        call_id: int,
+        address: str,
+        op: str,
+        request: bytes,
+        timeout: float,
+        source: str,
     ) -> Any:
         """Run a multi-step operation as a task of the node and wait for it up to `timeout`:
         its response as the gRPC server would encode it."""
@@ -271,23 +351,45 @@ class LocalNetwork:
         after_seq: int | None,
         records_max: int,
         idle_seconds_max: float,
+        source: str = "",
     ) -> AsyncGenerator[FeedPage, None]:
-        """One follow of a partition's feed on the node at `address`, its batches carried with
-        the faults the seed decides (module docstring)."""
+        """One follow of a partition's feed on the node at `address` by the process `source`,
+        its batches carried with the faults the seed decides (module docstring)."""
         call_id = next(self._ids)
         name = f"{call_id} {address} follow {partition_id}"
         faults = self.faults
         draws = [self.rng.random() for _ in range(5)]  # As for every call.
+        opened_at = self.clock()
+
+        def opened(fate: str, arrived_at: float | None) -> None:
+            self._hop(
+                call_id,
+                "request",
+                source,
+                address,
+                "follow",
+                opened_at,
+                arrived_at,
+                fate,
+                partition_id,
+            )
+
+        def batch(fate: str, sent_at: float, arrived_at: float | None, detail: str = "") -> None:
+            self._hop(call_id, "batch", address, source, "batch", sent_at, arrived_at, fate, detail)
+
         node = self._nodes.get(address)
         if node is None or node.feed is None or address in self._cut:
             self.log.append(f"{name} unreachable")
+            opened("unreachable", None)
             await asyncio.sleep(0)
             raise ServiceUnavailable(f"Node {address} is unavailable: it cannot be reached")
         wait = min(idle_seconds_max, faults.timeout_seconds)
         if draws[0] < faults.drop_request:
             self.log.append(f"{name} request dropped")
+            opened("dropped", None)
             await asyncio.sleep(wait)
             raise _feed_broke(address, partition_id, "the request was lost")
+        opened("delivered", opened_at)
         feed = node.feed
         batches = feed.follow(
             table_id,
@@ -313,26 +415,35 @@ class LocalNetwork:
                     raise _feed_broke(address, partition_id, "nothing arrived") from None
                 except DynamoError as error:
                     self.log.append(f"{name} refused {error.type_name}")
+                    batch(error.type_name, self.clock(), self.clock())
                     raise error_from_proto(error_to_proto(error)) from None
                 drop, delay, duration, duplicate = (self.rng.random() for _ in range(4))
                 faults = self.faults  # Faults change while a follow lasts.
+                sent_at = self.clock()
                 if address in self._cut or self._nodes.get(address) is not node:
                     self.log.append(f"{name} cut")
+                    batch("cut", sent_at, None)
                     raise _feed_broke(address, partition_id, "the node cannot be reached")
                 if drop < faults.drop_reply:
                     self.log.append(f"{name} broke")
+                    batch("dropped", sent_at, None)
                     await asyncio.sleep(min(idle_seconds_max, faults.timeout_seconds))
                     raise _feed_broke(address, partition_id, "a batch was lost")
                 if delay < faults.delay:
                     late = duration * faults.delay_seconds_max
                     self.log.append(f"{name} delayed {late:.6f}")
                     if late >= idle_seconds_max:
+                        batch("late", sent_at, None)
                         await asyncio.sleep(idle_seconds_max)
                         raise _feed_broke(address, partition_id, "nothing arrived")
                     await asyncio.sleep(late)
                 page = _decode_page(data)
                 copies = 2 if page.records and duplicate < faults.duplicate else 1
                 self.log.append(f"{name} batch {len(page.records)}" + " twice" * (copies - 1))
+                if page.records or page.end_of_log:  # An empty batch only says the node is there.
+                    detail = f"{len(page.records)} records" + " and END" * page.end_of_log
+                    fate = "duplicated" if copies == 2 else "delivered"
+                    batch(fate, sent_at, self.clock(), detail)
                 for _ in range(copies):
                     yield page
                 if page.end_of_log:
@@ -401,9 +512,10 @@ def _timed_out(address: str, op: str, timeout: float, target: Target | None) -> 
 class LocalTransport:
     """The transport to one in-process node (`rpc.transport.NodeTransport`)."""
 
-    def __init__(self, network: LocalNetwork, address: str) -> None:
+    def __init__(self, network: LocalNetwork, address: str, source: str = "") -> None:
         self.network = network
         self.address = address
+        self.source = source  # The process this transport belongs to, for the trace.
         self._closed = False
         self._feed: LocalFeed | None = None
 
@@ -419,7 +531,7 @@ class LocalTransport:
         if self._closed:
             raise ServiceUnavailable(f"The client of node {self.address} is closed")
         if self._feed is None:
-            self._feed = LocalFeed(self.network, self.address)
+            self._feed = LocalFeed(self.network, self.address, self.source)
         return self._feed
 
     async def close(self) -> None:
@@ -432,16 +544,17 @@ class LocalTransport:
     ) -> dict[str, Any]:
         if self._closed:
             raise ServiceUnavailable(f"The client of node {self.address} is closed")
-        return await self.network.deliver(self.address, op, target, payload, timeout)
+        return await self.network.deliver(self.address, op, target, payload, timeout, self.source)
 
 
 class LocalFeed:
     """The change feed of one in-process node (`rpc.transport.FeedTransport`), the twin of
     `rpc.changefeed.ChangeFeedClient`."""
 
-    def __init__(self, network: LocalNetwork, address: str) -> None:
+    def __init__(self, network: LocalNetwork, address: str, source: str = "") -> None:
         self.network = network
         self.address = address
+        self.source = source
         self._closed = False
 
     async def register(
@@ -481,6 +594,7 @@ class LocalFeed:
             after_seq=after_seq,
             records_max=max_records_per_batch,
             idle_seconds_max=idle_seconds_max,
+            source=self.source,
         )
         try:
             async for page in pages:
@@ -507,6 +621,7 @@ class LocalFeed:
             after_seq=after_seq,
             records_max=max_records,
             idle_seconds_max=timeout,
+            source=self.source,
         )
         try:
             return await anext(pages)
@@ -526,7 +641,7 @@ class LocalFeed:
         """A consumer write, as the node's servicer submits it: a target with no epoch."""
         self._check_open()
         reply = await self.network.deliver(
-            self.address, op, Target(table_id, partition_id), body, timeout
+            self.address, op, Target(table_id, partition_id), body, timeout, self.source
         )
         return ConsumerPosition(
             reply.get("seq", 0),

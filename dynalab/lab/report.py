@@ -7,6 +7,10 @@ GSI's visibility lag, from a write's acknowledgement to the first index query th
 Each fault is a shaded band from when the nemesis struck to when it healed, labelled with the
 fault and its target. Below the plots: the verdict of every checker with its first
 counterexamples, and the fault events as executed.
+
+A simulated run also has its message timeline (`dynalab.lab.timeline`): a Lamport diagram of
+every message between its processes, drawn by `timeline.js` (inlined, as the data is, so the page
+needs no network) on a canvas, with the same fault windows.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import json
 import math
 from collections import Counter, defaultdict
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 # A Figure made directly, not through pyplot, needs no display and keeps no global state.
@@ -25,6 +30,7 @@ from matplotlib.figure import Figure
 from dynalab.bench import percentile
 from dynalab.lab.history import INDEX_READ, INDEX_WRITE, Operation, Outcome
 from dynalab.lab.scenarios import fault_windows
+from dynalab.lab.timeline import Timeline
 
 BUCKET_S = 1.0  # Width of one point of the plots.
 COUNTEREXAMPLES_SHOWN = 3  # Per checker, in the page; verdict.json holds more.
@@ -35,6 +41,11 @@ FAULT_COLOURS = {
     "kill-replicator": "#8c564b",
     "partition-node": "#e377c2",
 }
+TIMELINE_SCRIPT = Path(__file__).with_name("timeline.js")
+MESSAGES_SHOWN_MAX = 100_000  # Messages put in the page; the first ones of a longer run.
+# The timeline's first view with no violation to show: from a little before the first fault.
+VIEW_BEFORE_FAULT_S = 0.5
+VIEW_SPAN_S = 2.0
 
 
 def series(history: Sequence[Operation], bucket_s: float = BUCKET_S) -> dict[str, Any]:
@@ -155,14 +166,106 @@ def svg(figure: Figure) -> str:
     return document[document.index("<svg") :]
 
 
+def fault_lanes(target: str, lanes: Sequence[str]) -> list[str]:
+    """The timeline lanes a fault's target names: "node-2" is lane node2; "router-1" and
+    "replicator-1" are every router's and replicator's lane, since a restart is a new process."""
+    if target.startswith("node-"):
+        return [lane for lane in lanes if lane == target.replace("-", "")]
+    kind = target.split("-")[0]
+    return [lane for lane in lanes if lane.startswith(kind)]
+
+
+def timeline_data(
+    trace: Timeline, executed: list[dict[str, Any]], view: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """What the page's timeline script draws: the trace's lanes, messages and marks, the fault
+    windows with their colours and lanes, the extent of the run, and the first view (a window
+    and maybe a key; by default from just before the first fault)."""
+    record = trace.to_json()
+    messages = record["messages"][:MESSAGES_SHOWN_MAX]
+    end = max((m.arrived_s or m.sent_s for m in trace.messages), default=1.0)
+    windows = fault_windows(executed, end)
+    if view is None:
+        first = windows[0][0] - VIEW_BEFORE_FAULT_S if windows else 0.0
+        view = {"start_s": max(0.0, first), "end_s": max(0.0, first) + VIEW_SPAN_S}
+    return {
+        **record,
+        "messages": messages,
+        "truncated": len(record["messages"]) - len(messages),
+        "extent": {"start_s": 0.0, "end_s": end},
+        "windows": [
+            {
+                "start_s": start,
+                "end_s": stop,
+                "label": label,
+                "colour": _colour(label),
+                "lanes": fault_lanes(label.split()[-1], record["lanes"]),
+            }
+            for start, stop, label in windows
+        ],
+        "view": view,
+    }
+
+
+def timeline_section(data: dict[str, Any]) -> str:
+    """The timeline's part of the page: its controls, canvas, data and script."""
+    keys = sorted({key for m in data["messages"] for key in m[data["fields"].index("keys")]})
+    options = "".join(f"<option>{html.escape(key)}</option>" for key in keys)
+    links = "".join(
+        f"<li><a href='#timeline' onclick='dynalabTimeline({w['start_s'] - 0.2:.3f}, "
+        f"{w['start_s'] + VIEW_SPAN_S:.3f})'>{html.escape(w['label'])} at "
+        f"{w['start_s']:.3f} s</a></li>"
+        for w in data["windows"]
+    )
+    truncated = (
+        f"<p>The run sent {data['truncated']} more messages than the page holds.</p>"
+        if data["truncated"]
+        else ""
+    )
+    # "</" may not appear inside a script element: JSON allows "<\/" for it.
+    payload = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
+    return f"""<h2 id="timeline">Messages</h2>
+<p>Every message between the processes, one lane each: a request (blue), its reply (green, orange
+if it carried an error), a change feed batch (purple); red ending in a cross if it never arrived.
+Fault windows are shaded. Scroll to zoom, drag to pan; <i>order</i> spreads the messages of one
+instant apart in the order they happened.</p>
+<form id="timeline-controls">from <input name="start" size="8"> to <input name="end" size="8"> s
+<select name="key"><option value="">every key</option>{options}</select>
+<label><input type="checkbox" name="order"> order</label>
+<label><input type="checkbox" name="background"> messages serving no client</label>
+<button>show</button> <button type="button" id="timeline-all">whole run</button>
+<span id="timeline-count"></span></form>
+<canvas id="timeline-canvas" style="width: 100%; display: block"></canvas>
+<div id="timeline-tip" style="display: none; position: absolute; background: #ffe; border: 1px
+solid #999; padding: 4px; font-size: 11px; white-space: pre"></div>
+<ul>{links}</ul>{truncated}
+<script type="application/json" id="timeline-data">{payload}</script>
+<script>{TIMELINE_SCRIPT.read_text()}</script>"""
+
+
+def _replay(run: dict[str, Any]) -> str:
+    """How to run the same experiment again: a simulated run replays exactly from its seed."""
+    scenario, seed, duration = html.escape(run["scenario"]), run["seed"], run["duration_s"]
+    if run.get("simulated"):
+        return (
+            f"Replay this very run with <code>python -m tests.sim.lab {scenario} --seeds {seed} "
+            f"--duration {duration} --out DIR</code> from a checkout."
+        )
+    return (
+        f"Replay the same faults with <code>dynalab lab run {scenario} --seed {seed} "
+        f"--duration {duration}</code>."
+    )
+
+
 def render(
     run: dict[str, Any],
     history: Sequence[Operation],
     executed: list[dict[str, Any]],
     verdict: dict[str, Any],
     figure: Figure,
+    trace: Timeline | None = None,
 ) -> str:
-    """The whole page, around `figure` (from `plot`)."""
+    """The whole page, around `figure` (from `plot`), with the message timeline of `trace`."""
     escape = html.escape
     status = "VALID" if verdict["valid"] else "INVALID"
     rows = []
@@ -196,10 +299,9 @@ tr.bad td {{ background: #fdd; }} pre {{ margin: 0; font-size: 11px; }}
 <p>{escape(run["description"])}</p>
 <p class="verdict" id="verdict">verdict: {status}</p>
 <p>{run["duration_s"]} s of workload, {counts["ok"]} operations acknowledged, {counts["failed"]}
-failed, {counts["unknown"]} with an unknown outcome. Replay the same faults with
-<code>dynalab lab run {escape(run["scenario"])} --seed {run["seed"]}
---duration {run["duration_s"]}</code>.</p>
+failed, {counts["unknown"]} with an unknown outcome. {_replay(run)}</p>
 <figure id="plots">{svg(figure)}</figure>
+{"" if trace is None else timeline_section(timeline_data(trace, executed))}
 <h2>Checkers</h2>
 <table><tr><th>checker</th><th>verdict</th><th>violations</th><th>counterexamples</th></tr>
 {"".join(rows)}</table>

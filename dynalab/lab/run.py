@@ -9,7 +9,8 @@ the duration, heals every fault, reads every key back, stops the cluster and wri
 - `history.jsonl`: every operation, one JSON object a line;
 - `verdict.json`: `{"valid": bool, "checkers": {name: {"valid": bool, ...}}}`;
 - `report.html`: the plots with the fault windows shaded, and the verdict; `report.png`, the
-  same plots as a picture.
+  same plots as a picture. A simulated run's directory also holds `timeline.json`, every message
+  between its processes, which the report draws (`timeline`).
 
 `replay` runs the scenario, seed and duration recorded in an earlier run's `run.json` again.
 """
@@ -27,7 +28,7 @@ from typing import Any
 
 from dynalab.bench import DynamoDBClient
 from dynalab.cluster import ClusterError, LocalCluster
-from dynalab.lab import checkers, network, workloads
+from dynalab.lab import checkers, network, timeline, workloads
 from dynalab.lab import compose as compose_faults
 from dynalab.lab.compose import ComposeCluster
 from dynalab.lab.history import Operation, parse_lines
@@ -171,7 +172,8 @@ def write_verdict_and_report(out: Path) -> bool:
     verdict = checkers.check(history)
     (out / "verdict.json").write_text(json.dumps(verdict, indent=1) + "\n")
     figure = report.plot(history, meta["executed"])
-    page = report.render(meta, history, meta["executed"], verdict, figure)
+    trace = timeline.read(out)
+    page = report.render(meta, history, meta["executed"], verdict, figure, trace)
     (out / "report.html").write_text(page)
     figure.savefig(out / "report.png", format="png", dpi=80)
     return bool(verdict["valid"])

@@ -36,7 +36,7 @@ import aiohttp
 import orjson
 
 from dynalab.bench import DynamoDBClient, DynamoDBError, SigV4Signer, error_type, host_header
-from dynalab.lab import indexed
+from dynalab.lab import indexed, timeline
 from dynalab.lab.history import (
     ADD,
     APPEND,
@@ -158,7 +158,8 @@ class Client:
         final: bool = False,
     ) -> Operation:
         invoke = self.recorder.now()
-        outcome, error, reply = await self._call(operation, request)
+        with timeline.serving(self.process, op, [key]):
+            outcome, error, reply = await self._call(operation, request)
         if read is not None:
             value = read(reply) if outcome is Outcome.OK else None
         recorded = Operation(
@@ -196,7 +197,8 @@ class Client:
             }
         }
         invoke = self.recorder.now()
-        outcome, error, reply = await self._call("BatchWriteItem", request)
+        with timeline.serving(self.process, WRITE, keys):
+            outcome, error, reply = await self._call("BatchWriteItem", request)
         complete = self.recorder.now()
         unprocessed = {
             entry["PutRequest"]["Item"]["k"]["S"]

@@ -176,7 +176,7 @@ class SimCluster:
         """The node's splitter and mover, new (nothing they held survives a restart), running
         in the background if the cluster's nodes do."""
         node = self.nodes[node_id]
-        self.splitters[node_id] = self.splitter(node)
+        self.splitters[node_id] = self.splitter(node, node_id)
         self.movers[node_id] = Mover(self.splitters[node_id], node_id)
         if self.split_bytes is not None:
             self.splitters[node_id].start()
@@ -245,19 +245,20 @@ class SimCluster:
     def add_router(self, node_ids: Iterable[str] | None = None) -> RouterContext:
         """Start one more router, knowing `node_ids` (default: every node), as its --nodes."""
         known = self.addresses if node_ids is None else {n: self.addresses[n] for n in node_ids}
+        name = f"router{len(self.routers) + 1}"
         router = RouterContext(
             known,
-            f"router{len(self.routers) + 1}",
+            name,
             Sources.seeded(self.rng.getrandbits(64), START_TIME),
-            connect=self.network.connect,
+            connect=self.network.connector(name),
         )
         self.routers.append(router)
         return router
 
-    def splitter(self, node: StorageNode) -> Splitter:
+    def splitter(self, node: StorageNode, node_id: str = "") -> Splitter:
         """A node's splitter, its internal writes applied in place, its catalog calls on the
-        network (under its faults), on virtual time; its size trigger off unless the cluster's
-        nodes split past `split_bytes` or a test calls it."""
+        network (under its faults) as node `node_id`'s, on virtual time; its size trigger off
+        unless the cluster's nodes split past `split_bytes` or a test calls it."""
 
         async def submit(op: str, body: dict[str, Any]) -> dict[str, Any]:
             [result] = node.apply_writes([(op, None, body)])
@@ -273,7 +274,7 @@ class SimCluster:
         return Splitter(
             node,
             submit,
-            self.network.connect,
+            self.network.connector(node_id),
             split_bytes=1 << 62 if self.split_bytes is None else self.split_bytes,
             offload=inline,
             clock=_loop_time,
@@ -305,7 +306,7 @@ class SimCluster:
         name = f"replicator{self._replicators_started}"
         replicator = Replicator(
             self.addresses,
-            connect=self.network.connect,
+            connect=self.network.connector(name),
             clock=virtual_unix_time,
             owner=name,
             monotonic=_loop_time,

@@ -43,6 +43,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import copy
+import functools
+import itertools
 import json
 import random
 import sys
@@ -55,7 +57,7 @@ import orjson
 from core import limits
 from core.errors import DynamoError, InternalServerError
 from dynalab.bench import DynamoDBClient
-from dynalab.lab import checkers, scenarios, workloads
+from dynalab.lab import checkers, scenarios, timeline, workloads
 from dynalab.lab.history import Operation
 from dynalab.lab.scenarios import FaultEvent, Scenario, schedule
 from router import transactions
@@ -65,7 +67,7 @@ from router.placement import PlacementMover
 from router.protocol import error_body
 from rpc.local import Faults
 from storagenode.memory_store import MemoryStore
-from tests.sim.cluster import SimCluster, run
+from tests.sim.cluster import SimCluster, run, virtual_unix_time
 from tests.sim.sweep import seeds_of
 
 # The virtual time a client request takes, drawn per request: long enough that a scenario's own
@@ -85,6 +87,9 @@ class SimRouterClient(DynamoDBClient):
         self.in_flight: set[asyncio.Task[Any]] = set()
         self.handlers = load_operations()
         self.placement: asyncio.Task[None] | None = None
+        # With a timeline, each request and its reply are recorded as messages (`trace`).
+        self.timeline: timeline.Timeline | None = None
+        self._requests = itertools.count(1)
 
     async def start_router(self) -> None:
         """As the router process starts: its catalog refreshes every second (so it sees what
@@ -95,24 +100,32 @@ class SimRouterClient(DynamoDBClient):
         self.placement = asyncio.ensure_future(PlacementMover(self.router).run())
 
     async def call(self, operation: str, request: dict[str, Any]) -> tuple[int, bytes]:
+        sent_at = self.cluster.network.clock()
         await asyncio.sleep(self.rng.uniform(*REQUEST_SECONDS))
         router = self.router
+        traced = self._traced(operation, sent_at)
         if router is None:
+            traced.request(None)
             raise ConnectionRefusedError("the router is down")
+        traced.request(router.advertise)
         # A copy, as the bytes of an HTTP body would be: handlers may keep or change what they get.
         task = asyncio.ensure_future(
             self.handlers[operation](router, orjson.loads(orjson.dumps(request)))
         )
+        task.add_done_callback(functools.partial(traced.reply, router.advertise))
         self.in_flight.add(task)
         try:
             reply = await asyncio.wait_for(asyncio.shield(task), workloads.CLIENT_TIMEOUT_S)
+        except TimeoutError:
+            traced.given_up = True
+            raise
         except asyncio.CancelledError:
             if router is not self.router:  # The router was killed with this request in it.
                 raise ConnectionResetError("the router died with the request in flight") from None
             raise
         except DynamoError as error:
             return error.http_status, error_body(error)
-        except (TimeoutError, ConnectionError):
+        except ConnectionError:
             raise
         except Exception:
             error = InternalServerError("Internal server error")
@@ -120,6 +133,9 @@ class SimRouterClient(DynamoDBClient):
         finally:
             self.in_flight.discard(task)
         return 200, orjson.dumps(reply)
+
+    def _traced(self, operation: str, sent_at: float) -> _TracedCall:
+        return _TracedCall(self, operation, sent_at, f"c{next(self._requests)}")
 
     async def stop_placement(self) -> None:
         placement, self.placement = self.placement, None
@@ -138,6 +154,69 @@ class SimRouterClient(DynamoDBClient):
     async def restart_router(self) -> None:
         self.router = self.cluster.add_router()
         await self.start_router()
+
+
+class _TracedCall:
+    """One client request to the router and its reply, as messages on the client's timeline (if
+    it has one): the request left when the client sent it, and reached the router after the
+    client's share of the request time; the reply left when the handler ended, and arrived, unless
+    the client had given up on it (its timeout)."""
+
+    def __init__(self, api: SimRouterClient, operation: str, sent_at: float, call: str) -> None:
+        self.api, self.operation, self.sent_at, self.call = api, operation, sent_at, call
+        self.serving = timeline.SERVING.get()
+        self.given_up = False
+
+    def request(self, router: str | None) -> None:
+        now = self.api.cluster.network.clock()
+        fate = "unreachable" if router is None else "delivered"
+        # A client finding the router dead addresses the one it knew last.
+        lane = router or self.api.cluster.routers[-1].advertise
+        self._add(
+            "request", self._client(), lane, self.sent_at, None if router is None else now, fate
+        )
+
+    def reply(self, router: str, task: asyncio.Future[Any]) -> None:
+        if task.cancelled():
+            return  # The router died with the request in it: no reply ever left.
+        error = task.exception()
+        if error is None:
+            fate = "ok"
+        else:
+            fate = error.type_name if isinstance(error, DynamoError) else "InternalServerError"
+        now = self.api.cluster.network.clock()
+        arrived = None if self.given_up else now
+        self._add("reply", router, self._client(), now, arrived, "late" if self.given_up else fate)
+
+    def _client(self) -> str:
+        return timeline.client_lane(0 if self.serving is None else self.serving.process)
+
+    def _add(
+        self,
+        kind: str,
+        source: str,
+        destination: str,
+        sent_at: float,
+        arrived_at: float | None,
+        fate: str,
+    ) -> None:
+        recording = self.api.timeline
+        if recording is None:
+            return
+        recording.add(
+            timeline.Message(
+                call=self.call,
+                kind=kind,
+                source=source,
+                destination=destination,
+                op=self.operation,
+                sent_s=sent_at - recording.origin,
+                arrived_s=None if arrived_at is None else arrived_at - recording.origin,
+                fate=fate,
+                process=None if self.serving is None else self.serving.process,
+                keys=() if self.serving is None else self.serving.keys,
+            )
+        )
 
 
 class SimNemesis:
@@ -218,10 +297,13 @@ def simulate(
     *,
     forget_recent_writes: bool = False,
     observe: Callable[[SimCluster], Awaitable[None]] | None = None,
+    trace: timeline.Timeline | None = None,
 ) -> tuple[dict[str, Any], list[Operation], list[dict[str, Any]]]:
     """Run one scenario and seed on the in-process cluster: (verdict, history, executed); the
     scenario's own duration unless `duration_s` is given, in virtual seconds. `observe` looks
-    at the cluster once the final reads are done."""
+    at the cluster once the final reads are done. With `trace`, every message between the
+    processes from the start of the workload on is recorded there (`dynalab.lab.timeline`); a
+    traced run is the same run as an untraced one."""
     duration_s = scenario.duration_s if duration_s is None else duration_s
     split_bytes = (
         limits.PARTITION_SPLIT_BYTES_DEFAULT
@@ -249,6 +331,11 @@ def simulate(
         # Every dynalab router runs the transaction resolver (`router.app`); so does this one.
         resolver = asyncio.ensure_future(_resolve_forever(api))
         recorder = workloads.Recorder(asyncio.get_running_loop().time(), clock=_loop_time)
+        if trace is not None:
+            trace.origin = virtual_unix_time()  # The network's clock at the history's zero.
+            trace.names = {address: node for node, address in cluster.addresses.items()}
+            cluster.network.trace = trace.hop
+            api.timeline = trace
         nemesis = SimNemesis(cluster, api, recorder, forget_recent_writes)
         faults = asyncio.ensure_future(nemesis.run(schedule(scenario, seed, duration_s)))
         await workloads.run_clients(
@@ -300,6 +387,36 @@ def _heals(executed: list[dict[str, Any]]) -> list[FaultEvent]:
     return [FaultEvent(0.0, heal, target) for (_, target), heal in open_faults.items()]
 
 
+def write_run(
+    out: Path,
+    scenario: Scenario,
+    seed: int,
+    duration_s: float,
+    verdict: dict[str, Any],
+    history: list[Operation],
+    executed: list[dict[str, Any]],
+    trace: timeline.Timeline | None,
+) -> None:
+    """Write a simulated run as `dynalab lab run` writes a real one (`run.json`, `history.jsonl`,
+    `verdict.json`), and its message timeline if it was traced; `dynalab lab check` judges it
+    again and draws its report."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "verdict.json").write_text(json.dumps(verdict, indent=1) + "\n")
+    meta = {
+        "scenario": scenario.name,
+        "description": f"{scenario.description} (simulated)",
+        "seed": seed,
+        "duration_s": duration_s,
+        "executed": executed,
+        "simulated": True,
+    }
+    (out / "run.json").write_text(json.dumps(meta, indent=1) + "\n")
+    with (out / "history.jsonl").open("w") as file:
+        file.writelines(json.dumps(o.to_json()) + "\n" for o in history)
+    if trace is not None:
+        trace.write(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m tests.sim.lab", description=__doc__.split("\n")[0]
@@ -314,21 +431,12 @@ def main(argv: list[str] | None = None) -> int:
     scenario = scenarios.load(args.scenario)
     failing = []
     for seed in seeds_of(args.seeds):
-        verdict, history, executed = simulate(scenario, seed, args.duration)
+        trace = timeline.Timeline(0.0) if args.out else None
+        verdict, history, executed = simulate(scenario, seed, args.duration, trace=trace)
         if args.out:
+            duration = args.duration or scenario.duration_s
             out = Path(args.out) / str(seed)
-            out.mkdir(parents=True, exist_ok=True)
-            (out / "verdict.json").write_text(json.dumps(verdict, indent=1) + "\n")
-            meta = {
-                "scenario": scenario.name,
-                "description": f"{scenario.description} (simulated)",
-                "seed": seed,
-                "duration_s": args.duration or scenario.duration_s,
-                "executed": executed,
-            }
-            (out / "run.json").write_text(json.dumps(meta, indent=1) + "\n")
-            with (out / "history.jsonl").open("w") as file:
-                file.writelines(json.dumps(o.to_json()) + "\n" for o in history)
+            write_run(out, scenario, seed, duration, verdict, history, executed, trace)
         status = "valid" if verdict["valid"] else "INVALID"
         print(f"{args.scenario} seed {seed}: {status}, {verdict['operations']}")
         if not verdict["valid"]:
