@@ -9,6 +9,8 @@ Its modules:
 - `workloads` and `indexed`: clients issuing requests and recording each operation (`indexed`:
   the table with a global secondary index);
 - `checkers`: pure verdicts over a history, with counterexamples;
+- `linearizable`: a register key's linearizability search, the smallest set of its operations
+  that cannot be ordered, and the anomaly in words;
 - `nemesis`, `network` and `compose`: the faults, played on a `LocalCluster`'s processes, with
   the kernel's tools in a private network namespace, or through Docker on a compose cluster;
 - `run` and `command`: one experiment from start to verdict, its replay, and `dynalab lab`;

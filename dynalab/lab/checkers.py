@@ -11,7 +11,9 @@ Each checker answers one question about what the clients saw, and `check` runs t
   return of an operation it could not place, and prunes every (set of linearized operations,
   register value) pair it has already explored. An operation whose outcome is unknown has no
   return: it may take effect at any time after its call, or never. The search is bounded by
-  `STATES_MAX` explored pairs per key; a key past it is reported undecided, not valid.
+  `STATES_MAX` explored pairs per key; a key past it is reported undecided, not valid. The
+  search is `linearizable`'s, which also gives each violating key's counterexample a minimal
+  set of operations that cannot be ordered (`violation`) and the anomaly in words (`anomaly`).
 - `failed-writes-invisible`: no read shows a value that only a write the server refused wrote.
 - `acknowledged-writes-kept`: every acknowledged list append is in the list once faults healed.
 - `no-duplicate-writes`: no appended element is in the list twice.
@@ -25,7 +27,7 @@ Each checker answers one question about what the clients saw, and `check` runs t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,10 +47,17 @@ from dynalab.lab.history import (
     Outcome,
     final_reads,
 )
+from dynalab.lab.linearizable import (
+    STATES_MAX,
+    describe,
+    hashable,
+    linearize_register,
+    minimal_violation,
+)
 
-STATES_MAX = 2_000_000  # Explored (linearized set, value) pairs per key before giving up.
 COUNTEREXAMPLES_MAX = 20  # Counterexamples kept per checker; the count says how many there were.
-PREFIX_SHOWN_MAX = 8  # Operations of the deepest linearization quoted in a counterexample.
+# Keys whose violation is minimised and put in words (`linearizable`), each a few searches more.
+EXPLAINED_KEYS_MAX = 5
 
 
 @dataclass
@@ -87,147 +96,6 @@ def _keys_with(history: Iterable[Operation], ops: set[str]) -> dict[str, list[Op
 # --- linearizability of registers ---------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Call:
-    """An operation as the search sees it: `ret_s` None when its outcome is unknown."""
-
-    index: int
-    operation: Operation
-    call_s: float
-    ret_s: float | None
-
-
-Value = Any
-
-
-def _step(value: Value, operation: Operation) -> tuple[bool, Value]:
-    """The register model: may `operation` take effect on `value`, and what value follows."""
-    if operation.op == WRITE:
-        return True, operation.value
-    if operation.op == READ:
-        return operation.value == value, value
-    expected, new = operation.value
-    if operation.outcome is Outcome.OK:
-        return value == expected, new
-    if operation.condition_failed:
-        return value != expected, value
-    # Unknown: if it takes effect, the condition decides whether it writes.
-    return True, new if value == expected else value
-
-
-def _search_calls(operations: Sequence[Operation]) -> list[_Call]:
-    """The operations that constrain the search: acknowledged ones, conditional writes refused by
-    their condition (a definite read of the value), and writes whose outcome is unknown. Reads that
-    failed or timed out, and writes refused outright, took no effect and say nothing."""
-    calls: list[_Call] = []
-    for operation in operations:
-        if operation.op not in (WRITE, READ, CAS):
-            continue
-        if operation.ok or operation.condition_failed:
-            ret: float | None = operation.complete_s
-        elif operation.outcome is Outcome.UNKNOWN and operation.op != READ:
-            ret = None
-        else:
-            continue
-        calls.append(_Call(len(calls), operation, operation.invoke_s, ret))
-    return calls
-
-
-def linearize_register(
-    operations: Sequence[Operation], states_max: int = STATES_MAX
-) -> tuple[bool | None, dict[str, Any] | None]:
-    """Search for a linearization of one register key's operations (initially no item).
-
-    Returns (True, None) when one exists, (False, counterexample) when none does, and (None, None)
-    when the search explored `states_max` states without deciding."""
-    calls = _search_calls(operations)
-    # Entries 1..n in time order; at equal times a call sorts before a return, which lets the two
-    # operations overlap: the more permissive reading, so a reported violation is a real one.
-    entries: list[tuple[float, int, int]] = []
-    for call in calls:
-        entries.append((call.call_s, 0, call.index))
-        if call.ret_s is not None:
-            entries.append((call.ret_s, 1, call.index))
-    entries.sort()
-    size = len(entries)
-    head, tail = 0, size + 1
-    next_ = list(range(1, size + 3))
-    prev = list(range(-1, size + 1))
-    is_call = [False] * (size + 2)
-    call_of = [0] * (size + 2)
-    match = [-1] * (size + 2)  # A call entry's return entry, -1 for an unknown outcome.
-    call_entry = [0] * len(calls)
-    for position, (_, kind, index) in enumerate(entries, start=1):
-        call_of[position] = index
-        if kind == 0:
-            is_call[position] = True
-            call_entry[index] = position
-        else:
-            match[call_entry[index]] = position
-
-    def lift(entry: int) -> None:
-        next_[prev[entry]] = next_[entry]
-        prev[next_[entry]] = prev[entry]
-        ret = match[entry]
-        if ret >= 0:
-            next_[prev[ret]] = next_[ret]
-            prev[next_[ret]] = prev[ret]
-
-    def unlift(entry: int) -> None:
-        ret = match[entry]
-        if ret >= 0:
-            next_[prev[ret]] = ret
-            prev[next_[ret]] = ret
-        next_[prev[entry]] = entry
-        prev[next_[entry]] = entry
-
-    value: Value = None
-    linearized = 0
-    seen: set[tuple[int, Value]] = set()
-    stack: list[tuple[int, Value]] = []
-    deepest: tuple[list[int], int, Value] | None = None
-    entry = next_[head]
-    while entry != tail:
-        if is_call[entry]:
-            index = call_of[entry]
-            allowed, new_value = _step(value, calls[index].operation)
-            if allowed:
-                state = (linearized | (1 << index), _hashable(new_value))
-                if state not in seen:
-                    if len(seen) >= states_max:
-                        return None, None
-                    seen.add(state)
-                    stack.append((entry, value))
-                    value, linearized = new_value, state[0]
-                    lift(entry)
-                    entry = next_[head]
-                    continue
-            entry = next_[entry]
-            continue
-        # The return of an operation that could not be placed: undo the last choice.
-        if deepest is None or len(stack) > len(deepest[0]):
-            deepest = ([call_of[e] for e, _ in stack], call_of[entry], value)
-        if not stack:
-            break
-        popped, value = stack.pop()
-        linearized &= ~(1 << call_of[popped])
-        unlift(popped)
-        entry = next_[popped]
-    else:
-        return True, None
-    assert deepest is not None
-    order, blocked, stuck_value = deepest
-    return False, {
-        "linearized_prefix": [calls[i].operation.to_json() for i in order[-PREFIX_SHOWN_MAX:]],
-        "value_then": stuck_value,
-        "could_not_linearize": calls[blocked].operation.to_json(),
-    }
-
-
-def _hashable(value: Value) -> Value:
-    return tuple(value) if isinstance(value, list) else value
-
-
 def check_linearizable_registers(
     history: Iterable[Operation], states_max: int = STATES_MAX
 ) -> CheckResult:
@@ -240,6 +108,11 @@ def check_linearizable_registers(
             undecided.append(key)
         elif not linearizable:
             assert counterexample is not None
+            if result.violations < EXPLAINED_KEYS_MAX:
+                violation = minimal_violation(operations)
+                if violation is not None:
+                    counterexample["violation"] = [o.to_json() for o in violation]
+                    counterexample["anomaly"] = describe(key, violation, operations)
             result.add({"key": key, **counterexample})
     result.details = {"keys": len(keys), "undecided_keys": undecided}
     return result
@@ -252,9 +125,9 @@ def _written_values(operations: Iterable[Operation]) -> dict[Any, list[Operation
     writers: dict[Any, list[Operation]] = {}
     for operation in operations:
         if operation.op == WRITE:
-            writers.setdefault(_hashable(operation.value), []).append(operation)
+            writers.setdefault(hashable(operation.value), []).append(operation)
         elif operation.op == CAS:
-            writers.setdefault(_hashable(operation.value[1]), []).append(operation)
+            writers.setdefault(hashable(operation.value[1]), []).append(operation)
         elif operation.op == APPEND:
             writers.setdefault(operation.value, []).append(operation)
     return writers

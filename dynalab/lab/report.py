@@ -8,6 +8,10 @@ Each fault is a shaded band from when the nemesis struck to when it healed, labe
 fault and its target. Below the plots: the verdict of every checker with its first
 counterexamples, and the fault events as executed.
 
+Each register key that is not linearizable gets its own drawing: its operations as intervals on a
+time axis, a row per client, the smallest set that cannot be ordered highlighted
+(`linearizable.minimal_violation`) and the anomaly in words above it.
+
 A simulated run also has its message timeline (`dynalab.lab.timeline`): a Lamport diagram of
 every message between its processes, drawn by `timeline.js` (inlined, as the data is, so the page
 needs no network) on a canvas, with the same fault windows.
@@ -42,6 +46,11 @@ FAULT_COLOURS = {
     "partition-node": "#e377c2",
 }
 TIMELINE_SCRIPT = Path(__file__).with_name("timeline.js")
+KEYS_DRAWN_MAX = 3  # Violating register keys drawn operation by operation.
+KEY_OPERATIONS_DRAWN_MAX = 200  # Of one key, in the window drawn.
+VIOLATION_FILL, VIOLATION_STROKE = "#ffd6d6", "#c00000"
+KEY_VIEW_WIDTH_PX, KEY_ROW_PX, KEY_LEFT_PX, KEY_TOP_PX = 1060, 30, 80, 24
+LABEL_CHAR_PX = 6.5  # About the width of a character of an 11 px sans-serif label.
 MESSAGES_SHOWN_MAX = 100_000  # Messages put in the page; the first ones of a longer run.
 # The timeline's first view with no violation to show: from a little before the first fault.
 VIEW_BEFORE_FAULT_S = 0.5
@@ -166,6 +175,158 @@ def svg(figure: Figure) -> str:
     return document[document.index("<svg") :]
 
 
+def violations(verdict: dict[str, Any]) -> list[dict[str, Any]]:
+    """The register keys' counterexamples that carry a minimal set (`linearizable`)."""
+    result = verdict["checkers"].get("linearizable-registers", {})
+    return [c for c in result.get("counterexamples", []) if c.get("violation")]
+
+
+def violation_window(example: dict[str, Any]) -> tuple[float, float]:
+    """The span of a key's minimal set, with a margin either side."""
+    ops = [Operation.from_json(o) for o in example["violation"]]
+    start = min(o.invoke_s for o in ops)
+    end = max(o.complete_s if o.outcome is not Outcome.UNKNOWN else o.invoke_s for o in ops)
+    margin = max(0.02, 0.15 * (end - start))
+    return max(0.0, start - margin), end + margin
+
+
+def _label(operation: Operation) -> str:
+    """An operation as a bar's label: W a, R a, R none, CAS a>c (refused: a cross)."""
+    value = operation.value
+    if operation.op == "write":
+        return f"W {value}"
+    if operation.op == "read":
+        return f"R {'none' if value is None else value}"
+    if operation.op == "cas":
+        refused = " \u2717" if operation.condition_failed else ""
+        return f"CAS {value[0]}\u2192{value[1]}{refused}"
+    return f"{operation.op} {value}"
+
+
+def key_view(
+    example: dict[str, Any], history: Sequence[Operation], executed: list[dict[str, Any]]
+) -> str:
+    """One violating key's operations as intervals on a time axis, a row per client, the
+    minimal set that cannot be ordered highlighted, the fault windows shaded (inline SVG)."""
+    key = example["key"]
+    start, end = violation_window(example)
+    chosen = [Operation.from_json(o) for o in example["violation"]]
+    chosen_keys = {(o.process, o.invoke_s, o.op) for o in chosen}
+    shown = [
+        o
+        for o in history
+        if o.key == key and o.invoke_s <= end and (o.complete_s >= start or o in chosen)
+    ]
+    shown = sorted(shown, key=lambda o: (o.invoke_s, o.process))[:KEY_OPERATIONS_DRAWN_MAX]
+    shown.extend(o for o in chosen if o not in shown)
+    rows = sorted({o.process for o in shown})
+    height = KEY_TOP_PX + KEY_ROW_PX * len(rows) + 8
+    plot = KEY_VIEW_WIDTH_PX - KEY_LEFT_PX - 10
+
+    def x(t: float) -> float:
+        return KEY_LEFT_PX + (min(max(t, start), end) - start) / (end - start) * plot
+
+    parts = [
+        f"<svg xmlns='http://www.w3.org/2000/svg' class='key-view' width='{KEY_VIEW_WIDTH_PX}' "
+        f"height='{height}' font-family='sans-serif' font-size='11'>"
+    ]
+    for fault_start, fault_end, label in fault_windows(executed, end):
+        if fault_end >= start and fault_start <= end:
+            parts.append(
+                f"<rect x='{x(fault_start):.1f}' y='{KEY_TOP_PX}' "
+                f"width='{x(fault_end) - x(fault_start):.1f}' height='{height - KEY_TOP_PX}' "
+                f"fill='{_colour(label)}' fill-opacity='0.15'><title>{html.escape(label)}"
+                "</title></rect>"
+            )
+    for i in range(6):
+        t = start + (end - start) * i / 5
+        parts.append(
+            f"<text x='{x(t):.1f}' y='12' text-anchor='middle' fill='#555'>{t:.3f} s</text>"
+            f"<line x1='{x(t):.1f}' x2='{x(t):.1f}' y1='16' y2='{height}' stroke='#eee'/>"
+        )
+    for row, process in enumerate(rows):
+        y = KEY_TOP_PX + row * KEY_ROW_PX
+        name = "final reads" if process == 0 else f"client {process}"
+        parts.append(f"<text x='4' y='{y + KEY_ROW_PX / 2 + 4}'>{name}</text>")
+
+    def label_of(operation: Operation) -> str:
+        return _label(operation) + ("?" if operation.outcome is Outcome.UNKNOWN else "")
+
+    def extent(operation: Operation) -> tuple[float, float]:
+        left = x(operation.invoke_s)
+        return left, left + 3 + LABEL_CHAR_PX * len(label_of(operation))
+
+    # Every highlighted operation is labelled; another only where its label overlaps no other
+    # label in its row (in a long window most bars are too close together for theirs).
+    labelled: list[tuple[float, float, int]] = [
+        (*extent(o), o.process) for o in shown if (o.process, o.invoke_s, o.op) in chosen_keys
+    ]
+    for operation in sorted(shown, key=lambda o: o.invoke_s):
+        if (operation.process, operation.invoke_s, operation.op) in chosen_keys:
+            continue
+        low, high = extent(operation)
+        if all(p != operation.process or high < a or low > b for a, b, p in labelled):
+            labelled.append((low, high, operation.process))
+    drawn_labels = {(low, process) for low, _, process in labelled}
+    for operation in shown:
+        y = KEY_TOP_PX + rows.index(operation.process) * KEY_ROW_PX + 4
+        unknown = operation.outcome is Outcome.UNKNOWN
+        left = x(operation.invoke_s)
+        right = x(end if unknown else operation.complete_s)
+        picked = (operation.process, operation.invoke_s, operation.op) in chosen_keys
+        fill, stroke = (VIOLATION_FILL, VIOLATION_STROKE) if picked else ("#eee", "#999")
+        faded = "" if picked or operation.ok or operation.condition_failed else " opacity='0.5'"
+        dash = " stroke-dasharray='4 3'" if unknown else ""
+        title = html.escape(json.dumps(operation.to_json()))
+        text = ""
+        if (left, operation.process) in drawn_labels:
+            text = (
+                f"<text x='{left + 3:.1f}' y='{y + KEY_ROW_PX / 2}' "
+                f"font-weight='{'bold' if picked else 'normal'}'>"
+                f"{html.escape(label_of(operation))}</text>"
+            )
+        parts.append(
+            f"<g{faded}><title>{title}</title><rect x='{left:.1f}' y='{y}' "
+            f"width='{max(right - left, 6 if picked else 2):.1f}' height='{KEY_ROW_PX - 8}' "
+            f"fill='{fill}' stroke='{stroke}' stroke-width='{2 if picked else 1}'{dash}/>"
+            f"{text}</g>"
+        )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def key_views_section(
+    verdict: dict[str, Any],
+    history: Sequence[Operation],
+    executed: list[dict[str, Any]],
+    with_timeline: bool,
+) -> str:
+    """The violating register keys, each its anomaly in words and its operations drawn."""
+    examples = violations(verdict)[:KEYS_DRAWN_MAX]
+    if not examples:
+        return ""
+    parts = [
+        "<h2 id='keys'>Linearizability, key by key</h2><p>Each violating key's operations as "
+        "intervals from invocation to completion, a row per client; highlighted, a smallest set "
+        "of them that no single register could have produced in any order (remove any one and "
+        "an order exists). A dashed bar's outcome is unknown; a faded one failed.</p>"
+    ]
+    for example in examples:
+        start, end = violation_window(example)
+        link = (
+            f" <a href='#timeline' onclick=\"dynalabTimeline({start:.6f}, {end:.6f}, "
+            f'{html.escape(json.dumps(example["key"]))})">its messages</a>'
+            if with_timeline
+            else ""
+        )
+        parts.append(
+            f"<h3>{html.escape(example['key'])}{link}</h3>"
+            f"<p class='anomaly'>{html.escape(example['anomaly'])}</p>"
+            f"<figure>{key_view(example, history, executed)}</figure>"
+        )
+    return "".join(parts)
+
+
 def fault_lanes(target: str, lanes: Sequence[str]) -> list[str]:
     """The timeline lanes a fault's target names: "node-2" is lane node2; "router-1" and
     "replicator-1" are every router's and replicator's lane, since a restart is a new process."""
@@ -243,6 +404,16 @@ solid #999; padding: 4px; font-size: 11px; white-space: pre"></div>
 <script>{TIMELINE_SCRIPT.read_text()}</script>"""
 
 
+def _first_view(verdict: dict[str, Any]) -> dict[str, Any] | None:
+    """The timeline's first view: the first violating key's messages around its minimal set
+    (None: the default, from just before the first fault)."""
+    examples = violations(verdict)
+    if not examples:
+        return None
+    start, end = violation_window(examples[0])
+    return {"start_s": start, "end_s": end, "key": examples[0]["key"], "order": True}
+
+
 def _replay(run: dict[str, Any]) -> str:
     """How to run the same experiment again: a simulated run replays exactly from its seed."""
     scenario, seed, duration = html.escape(run["scenario"]), run["seed"], run["duration_s"]
@@ -294,6 +465,7 @@ table {{ border-collapse: collapse; margin: 1em 0; }}
 td, th {{ border: 1px solid #ccc; padding: 4px 8px; vertical-align: top; text-align: left; }}
 tr.bad td {{ background: #fdd; }} pre {{ margin: 0; font-size: 11px; }}
 .verdict {{ font-size: 1.4em; font-weight: bold; }}
+.anomaly {{ font-weight: bold; color: #900; }}
 </style></head><body>
 <h1>{escape(run["scenario"])}, seed {run["seed"]}</h1>
 <p>{escape(run["description"])}</p>
@@ -301,7 +473,8 @@ tr.bad td {{ background: #fdd; }} pre {{ margin: 0; font-size: 11px; }}
 <p>{run["duration_s"]} s of workload, {counts["ok"]} operations acknowledged, {counts["failed"]}
 failed, {counts["unknown"]} with an unknown outcome. {_replay(run)}</p>
 <figure id="plots">{svg(figure)}</figure>
-{"" if trace is None else timeline_section(timeline_data(trace, executed))}
+{key_views_section(verdict, history, executed, trace is not None)}
+{"" if trace is None else timeline_section(timeline_data(trace, executed, _first_view(verdict)))}
 <h2>Checkers</h2>
 <table><tr><th>checker</th><th>verdict</th><th>violations</th><th>counterexamples</th></tr>
 {"".join(rows)}</table>

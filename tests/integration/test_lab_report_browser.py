@@ -1,6 +1,7 @@
 """The lab's report opened in headless Chromium: the page renders, its plots show the fault
 windows, counted as pixels of the shading's colour in a screenshot, and a simulated run's message
-timeline draws its arrows and fault windows from the page alone. Skipped where Chromium is not
+timeline draws its arrows and fault windows from the page alone, and a violating key's operations
+are drawn with the smallest set that cannot be ordered highlighted. Skipped where Chromium is not
 installed (.ci/run installs it with apt-get where it can)."""
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import pytest
 from matplotlib import image
 
 from dynalab.lab import checkers, report, timeline
-from dynalab.lab.history import WRITE, Operation, Outcome
+from dynalab.lab.history import READ, WRITE, Operation, Outcome
 
 BROWSER_TIMEOUT_S = 90.0
 # #d62728 (a kill-node window) at 15% opacity over white, as the screenshot shows it.
@@ -123,3 +124,30 @@ def test_the_timeline_draws_its_messages_and_fault_windows_in_chromium(tmp_path)
     assert pixels_like(with_timeline, REPLY_GREEN, ARROW_TOLERANCE) > 1_000
     # The kill is shaded across the timeline's lanes too, beside the plots' bands.
     assert shaded_pixels(with_timeline) > shaded_pixels(without) + 10_000
+
+
+VIOLATION_FILL = np.array([255, 214, 214]) / 255  # report.VIOLATION_FILL, #ffd6d6.
+
+
+def test_a_violating_key_is_drawn_with_its_smallest_unorderable_set_in_chromium(tmp_path):
+    ops = [
+        Operation(1, WRITE, "r", f"v{i}", i * 0.1, i * 0.1 + 0.05, Outcome.OK) for i in range(20)
+    ]
+    ops += [
+        Operation(2, WRITE, "r", "a", 2.0, 2.1, Outcome.OK),
+        Operation(3, WRITE, "r", "b", 2.2, 2.3, Outcome.OK),
+        Operation(4, READ, "r", "a", 2.4, 2.6, Outcome.OK),  # Stale: b was acknowledged.
+    ]
+    run = {"scenario": "kill-node", "description": "d", "seed": 1, "duration_s": 3.0}
+    verdict = checkers.check(ops)
+    [example] = report.violations(verdict)
+    assert len(example["violation"]) == 3
+    page = report.render(run, ops, [], verdict, report.plot(ops, []), synthetic_timeline())
+    assert "The read of r by client 4 (2.400-2.600 s) returned a after" in page
+    shot = screenshot(page, tmp_path)
+    # Three highlighted bars, each 22 px high and tens of pixels wide.
+    assert pixels_like(shot, VIOLATION_FILL, SHADE_TOLERANCE) > 3 * 22 * 30
+    clean = [o for o in ops if o.process != 4]
+    valid = report.render(run, clean, [], checkers.check(clean), report.plot(clean, []))
+    assert "Linearizability, key by key" not in valid
+    assert pixels_like(screenshot(valid, tmp_path), VIOLATION_FILL, SHADE_TOLERANCE) < 100
