@@ -208,6 +208,106 @@ class Throughput:
 
 
 @dataclass(frozen=True, slots=True)
+class OnDemandThroughput:
+    """An on-demand table's OnDemandThroughput: the most read and write request units a second it
+    may serve (None: no maximum, DynamoDB's default), divided across its partitions as a
+    provisioned table's units are."""
+
+    max_read: int | None = None
+    max_write: int | None = None
+
+    @property
+    def empty(self) -> bool:
+        return self.max_read is None and self.max_write is None
+
+    def to_json(self) -> dict[str, int | None]:
+        return {"max_read": self.max_read, "max_write": self.max_write}
+
+    @classmethod
+    def from_json(cls, document: Mapping[str, Any] | None) -> OnDemandThroughput:
+        if not document:
+            return cls()
+        return cls(document.get("max_read"), document.get("max_write"))
+
+    def described(self) -> dict[str, int]:
+        """DescribeTable's OnDemandThroughput: the members set, and nothing for one never set or
+        removed (as DynamoDB describes it)."""
+        shown: dict[str, int] = {}
+        for member, value in zip(ON_DEMAND_MEMBERS, (self.max_read, self.max_write), strict=True):
+            if value is not None:
+                shown[member] = value
+        return shown
+
+
+# OnDemandThroughput's members, read first (DynamoDB names the first present one in its refusals),
+# and the value UpdateTable takes to remove a maximum (API Reference, OnDemandThroughput).
+ON_DEMAND_MEMBERS = ("MaxReadRequestUnits", "MaxWriteRequestUnits")
+ON_DEMAND_REMOVED = -1
+
+
+def _on_demand_gate(requested: Mapping[str, int], billing_mode: BillingMode, wording: str) -> None:
+    """Refuse OnDemandThroughput on a table that is (or becomes) PROVISIONED, naming the first
+    member given; DynamoDB checks this before the members' range."""
+    if billing_mode != BillingMode.PROVISIONED:
+        return
+    for member in ON_DEMAND_MEMBERS:
+        if member in requested:
+            raise ValidationError(
+                f"{INVALID_PARAMETERS}{member} for OnDemandThroughput cannot be specified when "
+                f"{wording}"
+            )
+
+
+def _on_demand_range(requested: Mapping[str, int], *, removable: bool) -> None:
+    for member in ON_DEMAND_MEMBERS:
+        value = requested.get(member)
+        if value is None or value >= 1 or (removable and value == ON_DEMAND_REMOVED):
+            continue
+        raise ValidationError(
+            f"{INVALID_PARAMETERS}Requested {member} for OnDemandThroughput for table is outside "
+            "of valid range"
+        )
+
+
+def on_demand_created(
+    billing_mode: BillingMode, requested: Mapping[str, int] | None
+) -> OnDemandThroughput:
+    """CreateTable's OnDemandThroughput (`requested`: the members given, None or empty when
+    absent, which DynamoDB takes alike), or DynamoDB's refusal: none on a PROVISIONED table, each
+    member at least 1. The wording differs from UpdateTable's ("table", a final period) as
+    DynamoDB's does (as captured against the service by a public emulator's compatibility
+    tests, eu-west-2, July 2026)."""
+    if not requested:
+        return OnDemandThroughput()
+    _on_demand_gate(requested, billing_mode, "table BillingMode is PROVISIONED.")
+    _on_demand_range(requested, removable=False)
+    return OnDemandThroughput(
+        requested.get("MaxReadRequestUnits"), requested.get("MaxWriteRequestUnits")
+    )
+
+
+def on_demand_updated(
+    current: OnDemandThroughput, billing_mode: BillingMode, requested: Mapping[str, int] | None
+) -> OnDemandThroughput:
+    """UpdateTable's OnDemandThroughput merged over the table's, member by member, -1 removing
+    a maximum; a table that is or becomes PROVISIONED keeps none (switching to it clears them),
+    and may not be given one. DynamoDB's refusals, in its order, with its wording ("the table",
+    no final period)."""
+    if billing_mode == BillingMode.PROVISIONED:
+        _on_demand_gate(requested or {}, billing_mode, "the table BillingMode is PROVISIONED")
+        return OnDemandThroughput()
+    if not requested:
+        return current
+    _on_demand_range(requested, removable=True)
+    merged = [current.max_read, current.max_write]
+    for position, member in enumerate(ON_DEMAND_MEMBERS):
+        value = requested.get(member)
+        if value is not None:
+            merged[position] = None if value == ON_DEMAND_REMOVED else value
+    return OnDemandThroughput(merged[0], merged[1])
+
+
+@dataclass(frozen=True, slots=True)
 class ThroughputChanges:
     """What UpdateTable has done to a table's throughput, for DescribeTable."""
 
@@ -568,6 +668,8 @@ class TableDef:
     partitions: tuple[PartitionDef, ...]  # The serving partitions, sorted by start.
     throughput_version: int = 0  # +1 for every UpdateTable of throughput or billing.
     throughput_changes: ThroughputChanges = ThroughputChanges()
+    # OnDemandThroughput: an on-demand table's maximum request units (none on a provisioned one).
+    on_demand: OnDemandThroughput = OnDemandThroughput()
     # Partitions a split retired, kept while a serving partition names them as its parent (a
     # change-log reader drains a parent before its children), and dropped after.
     retired: tuple[PartitionDef, ...] = ()
@@ -628,6 +730,7 @@ class TableDef:
                 "decreases": self.throughput_changes.decreases,
                 "pay_per_request_since": self.throughput_changes.pay_per_request_since,
             },
+            "on_demand": self.on_demand.to_json(),
             "created": self.created,
             "partitions": [partition.to_json() for partition in self.partitions],
             "retired_partitions": [partition.to_json() for partition in self.retired],
@@ -674,6 +777,7 @@ class TableDef:
                 decreases=int(changes.get("decreases") or 0),
                 pay_per_request_since=changes.get("pay_per_request_since"),
             ),
+            on_demand=OnDemandThroughput.from_json(document.get("on_demand")),
             retired=tuple(
                 PartitionDef.from_json(p) for p in document.get("retired_partitions", ())
             ),
@@ -719,11 +823,12 @@ def created(
     stream_view_type: StreamViewType | None = None,
     deletion_protection: bool = False,
     table_class: TableClass | None = None,
+    on_demand: OnDemandThroughput = OnDemandThroughput(),
 ) -> TableDef:
     """A new table, CREATING, created at `now`, with as many partitions as its throughput needs,
     the secondary indexes given at creation (`indexes`), CreateTable's `tags` (as `tagged`
     adds them), with `stream_view_type` an enabled stream, and CreateTable's
-    DeletionProtectionEnabled and TableClass.
+    DeletionProtectionEnabled, TableClass and OnDemandThroughput (`on_demand_created`).
 
     The partitions split the hash space evenly, each at epoch 1 with an equal share of the
     throughput, on the node `owner` picks for its id.
@@ -753,6 +858,7 @@ def created(
         else StreamDef(stream_label(now, None), stream_view_type, now),
         deletion_protection=deletion_protection,
         table_class=table_class,
+        on_demand=on_demand,
     )
 
 
@@ -889,18 +995,22 @@ def throughput_updated(
     units: Mapping[str, int] | None,
     now: float,
     region: str,
+    on_demand: Mapping[str, int] | None = None,
 ) -> TableDef | None:
     """The table UPDATING with UpdateTable's settings applied at `now`; None when nothing changes.
 
-    `units` holds ReadCapacityUnits and WriteCapacityUnits when ProvisionedThroughput was given;
-    `region` names the Region in LimitExceeded's message. Raises DynamoDB's error for a request
-    that cannot apply to this table. Re-sending BillingMode=PAY_PER_REQUEST to an on-demand table
-    changes nothing and is no error; sending the provisioned throughput a table already has is one.
+    `units` holds ReadCapacityUnits and WriteCapacityUnits when ProvisionedThroughput was given,
+    `on_demand` the OnDemandThroughput members given (`on_demand_updated`); `region` names the
+    Region in LimitExceeded's message. Raises DynamoDB's error for a request that cannot apply to
+    this table. Re-sending BillingMode=PAY_PER_REQUEST, or the maximums it has, to an on-demand
+    table changes nothing and is no error; sending the provisioned throughput a table already has
+    is one.
     """
     if table.status != TableStatus.ACTIVE:
         raise table_in_use(table)
     current_mode = table.billing_mode
     mode = billing_mode or current_mode
+    maximums = on_demand_updated(table.on_demand, mode, on_demand)
     current = table.throughput
     if mode == BillingMode.PAY_PER_REQUEST:
         if units is not None:
@@ -909,7 +1019,7 @@ def throughput_updated(
                 + "Neither ReadCapacityUnits nor WriteCapacityUnits can be specified "
                 "when BillingMode is PAY_PER_REQUEST"
             )
-        if current_mode == BillingMode.PAY_PER_REQUEST:
+        if current_mode == BillingMode.PAY_PER_REQUEST and maximums == table.on_demand:
             return None
         throughput = Throughput()
     else:
@@ -938,7 +1048,7 @@ def throughput_updated(
                 "Developer Guide for current limits and how to request higher limits."
             )
     changes = table.throughput_changes
-    if mode == BillingMode.PAY_PER_REQUEST:
+    if mode == BillingMode.PAY_PER_REQUEST and current_mode == BillingMode.PROVISIONED:
         changes = replace(changes, pay_per_request_since=now)
     elif current_mode == BillingMode.PROVISIONED:
         if throughput.read > current.read or throughput.write > current.write:
@@ -957,19 +1067,26 @@ def throughput_updated(
         throughput=throughput,
         throughput_version=table.throughput_version + 1,
         throughput_changes=changes,
+        on_demand=maximums,
         status=TableStatus.UPDATING,
     )
 
 
 def throughput_document(table: TableDef) -> dict[str, Any]:
     """What the nodes need of a table's throughput (`rpc.ops` THROUGHPUT)."""
-    return {
+    document: dict[str, Any] = {
         "billing_mode": table.billing_mode.value,
         "read": table.throughput.read,
         "write": table.throughput.write,
         "partition_count": len(table.partitions),
         "version": table.throughput_version,
     }
+    if table.billing_mode == BillingMode.PAY_PER_REQUEST:
+        if table.on_demand.max_read is not None:
+            document["max_read"] = table.on_demand.max_read
+        if table.on_demand.max_write is not None:
+            document["max_write"] = table.on_demand.max_write
+    return document
 
 
 # Partitions ------------------------------------------------------------------------------------

@@ -237,15 +237,33 @@ class ThrottlingReason:
     resource: str
 
     @classmethod
-    def of(cls, resource: str, *, read: bool, provisioned: bool) -> ThrottlingReason:
+    def of(
+        cls,
+        resource: str,
+        *,
+        read: bool,
+        provisioned: bool = False,
+        limit: ThrottleLimit | None = None,
+    ) -> ThrottlingReason:
         """The reason a partition of `resource` gives when its read or write bucket is empty:
         ProvisionedThroughputExceeded when the table's provisioned units are what ran out, and
         KeyRangeThroughputExceeded when the partition's own ceiling was (an on-demand table's
-        partitions, or a provisioned one whose share reaches the 3,000 / 1,000 units cap)."""
+        partitions, or a provisioned one whose share reaches the 3,000 / 1,000 units cap), unless
+        `limit` names another (an on-demand table's OnDemandThroughput)."""
+        if limit is None:
+            limit = ThrottleLimit.PROVISIONED if provisioned else ThrottleLimit.KEY_RANGE
         kind = "Index" if INDEX_RESOURCE_SEPARATOR in resource else "Table"
         operation = "Read" if read else "Write"
-        limit = "ProvisionedThroughputExceeded" if provisioned else "KeyRangeThroughputExceeded"
-        return cls(f"{kind}{operation}{limit}", resource)
+        return cls(f"{kind}{operation}{limit.value}", resource)
+
+
+class ThrottleLimit(enum.StrEnum):
+    """The LimitType a ThrottlingReason ends with (API Reference, ThrottlingReason)."""
+
+    PROVISIONED = "ProvisionedThroughputExceeded"
+    KEY_RANGE = "KeyRangeThroughputExceeded"
+    MAX_ON_DEMAND = "MaxOnDemandThroughputExceeded"
+    ACCOUNT_LIMIT = "AccountLimitExceeded"
 
 
 # How an index's resource name joins its table's, as in an index ARN (".../table/T/index/I").

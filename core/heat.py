@@ -15,7 +15,8 @@ throttled its refused reads sample its demand (throttling does not look at keys)
 "Capacity to give" in dynalab's throughput model (`core.token_bucket.partition_rates`): a
 partition's rate is its share of the table's units capped at 3,000 RCU / 1,000 WCU, and a child
 gets half the parent's share. Splitting raises the partition's total only if its share is above
-the cap: always for an on-demand table (whose partitions all get the caps), and for a provisioned
+the cap: always for an on-demand table (whose partitions all get the caps) unless its
+OnDemandThroughput maximum divided by its partitions is at most the cap, and for a provisioned
 one when the table's units divided by its partitions exceed the cap.
 """
 
@@ -81,10 +82,17 @@ class ThrottledKeys(Generic[Ref]):
 def capacity_to_give(document: Mapping[str, Any] | None, kind: str) -> bool:
     """Whether splitting a partition with these throughput settings (`rpc.ops` THROUGHPUT) raises
     what its range may serve of `kind` ("read" or "write")."""
-    if document is None or document.get("billing_mode") == "PAY_PER_REQUEST":
+    if document is None:
         return True
+    if document.get("billing_mode") == "PAY_PER_REQUEST":
+        # On demand, only an OnDemandThroughput maximum limits the table.
+        units = document.get(f"max_{kind}")
+        if units is None:
+            return True
+    else:
+        units = document[kind]
     cap = limits.PARTITION_RCU_MAX if kind == "read" else limits.PARTITION_WCU_MAX
-    share = float(document[kind]) / max(1, int(document.get("partition_count", 1)))
+    share = float(units) / max(1, int(document.get("partition_count", 1)))
     return share > cap
 
 

@@ -275,12 +275,15 @@ class ThroughputSettings:
     """The table's (or a GSI's) throughput as the catalog holds it.
 
     The units are the table's whole provisioned ReadCapacityUnits and WriteCapacityUnits, which
-    only PROVISIONED uses.
+    only PROVISIONED uses; the maximums are an on-demand table's OnDemandThroughput (None: no
+    maximum), which only PAY_PER_REQUEST uses.
     """
 
     billing_mode: BillingMode
     read_capacity_units: int = 0
     write_capacity_units: int = 0
+    max_read_request_units: int | None = None
+    max_write_request_units: int | None = None
 
     def __post_init__(self) -> None:
         if self.billing_mode == BillingMode.PROVISIONED and (
@@ -290,6 +293,11 @@ class ThroughputSettings:
                 "a provisioned table has at least "
                 f"{limits.PROVISIONED_UNITS_MIN} read and write capacity unit: {self}"
             )
+        maximums = (self.max_read_request_units, self.max_write_request_units)
+        if self.billing_mode == BillingMode.PROVISIONED and maximums != (None, None):
+            raise ValueError(f"only an on-demand table has maximum request units: {self}")
+        if any(maximum is not None and maximum < 1 for maximum in maximums):
+            raise ValueError(f"a maximum is at least one request unit: {self}")
 
 
 def partition_rates(settings: ThroughputSettings, partition_count: int) -> tuple[float, float]:
@@ -297,16 +305,24 @@ def partition_rates(settings: ThroughputSettings, partition_count: int) -> tuple
 
     PROVISIONED divides the table's units evenly across its partitions, as DynamoDB does; every mode
     caps a partition at 3,000 read and 1,000 write units per second, which is all an on-demand
-    partition is limited by.
+    partition is limited by unless its table has an OnDemandThroughput, whose maximums are divided
+    as provisioned units are.
     """
     if partition_count < 1:
         raise ValueError(f"a table has at least one partition, not {partition_count}")
     if settings.billing_mode == BillingMode.PAY_PER_REQUEST:
-        return float(limits.PARTITION_RCU_MAX), float(limits.PARTITION_WCU_MAX)
+        return (
+            _share(settings.max_read_request_units, partition_count, limits.PARTITION_RCU_MAX),
+            _share(settings.max_write_request_units, partition_count, limits.PARTITION_WCU_MAX),
+        )
     return (
         min(settings.read_capacity_units / partition_count, float(limits.PARTITION_RCU_MAX)),
         min(settings.write_capacity_units / partition_count, float(limits.PARTITION_WCU_MAX)),
     )
+
+
+def _share(maximum: int | None, partition_count: int, ceiling: int) -> float:
+    return float(ceiling) if maximum is None else min(maximum / partition_count, float(ceiling))
 
 
 @dataclass(frozen=True, slots=True)
@@ -327,7 +343,10 @@ def bucket_shapes(
     A provisioned partition banks `burst_seconds` of its share of the table's units, and its
     peak (the partition's ceiling) bounds how fast it spends them. An on-demand partition's rate
     is the ceiling itself, and its bank is ON_DEMAND_PARTITION_BURST_SECONDS of it: a moment's
-    burst past the ceiling, then the ceiling (see the module's docstring).
+    burst past the ceiling, then the ceiling (see the module's docstring). Under an
+    OnDemandThroughput its rate is its share of the maximum, with the same short bank: DynamoDB
+    enforces a maximum "on a best-effort basis", burst capacity letting a workload pass it for a
+    moment (Developer Guide, "DynamoDB maximum throughput for on-demand tables"), not for minutes.
     """
     read_rate, write_rate = partition_rates(settings, partition_count)
     if settings.billing_mode == BillingMode.PAY_PER_REQUEST:

@@ -24,6 +24,8 @@ the table's row so that concurrent routers never lose each other's changes:
   table ACTIVE. If a node cannot be reached the table stays UPDATING, still serving reads and
   writes, and the next DescribeTable sends the settings again; so a client waiting for ACTIVE, as
   SDK waiters do, waits until every node enforces the new throughput.
+- OnDemandThroughput (an on-demand table's maximum request units) is a throughput setting: it
+  reaches the nodes with the rest (`core.catalog.on_demand_updated` holds DynamoDB's rules).
 - DeletionProtectionEnabled and TableClass (CreateTable, UpdateTable) live in the row alone: no
   node holds either. DeleteTable of a protected table is refused by the compare-and-set that
   would mark it DELETING (`core.catalog.deleting`), so a concurrent UpdateTable that lifts the
@@ -87,7 +89,6 @@ _NOTHING_TO_UPDATE = (
 _UPDATE_MEMBERS_UNSUPPORTED = (
     "SSESpecification",
     "ReplicaUpdates",
-    "OnDemandThroughput",
     "WarmThroughput",
     "MultiRegionConsistency",
 )
@@ -157,6 +158,8 @@ class _IndexReading:
     projection_type: str | None
     non_key_attributes: list[str] | None
     throughput: dict[str, int | None] | None = None
+    # A member of a global index's definition dynalab does not act on yet, if one was given.
+    unsupported: str | None = None
 
     def definition(self) -> indexes.IndexDefinition:
         """The element past its constraints, its projection checked (DynamoDB's third pass)."""
@@ -169,6 +172,7 @@ class _IndexReading:
 
     def global_definition(self) -> gsi.GlobalIndexDefinition:
         """A GlobalSecondaryIndexes element past its constraints, its projection checked."""
+        _refuse_unsupported_index_member(self.unsupported)
         definition = self.definition()
         throughput = self.throughput
         return gsi.GlobalIndexDefinition(
@@ -219,7 +223,41 @@ def _read_index_definition(nested: RequestReader, global_index: bool) -> _IndexR
             member_length=(1, limits.KEY_ATTRIBUTE_NAME_BYTES_MAX),
         )
     throughput = _read_throughput(nested) if global_index else None
-    return _IndexReading(name, key_schema, projection_type, non_key, throughput)
+    unsupported = _unsupported_index_member(nested) if global_index else None
+    return _IndexReading(name, key_schema, projection_type, non_key, throughput, unsupported)
+
+
+# The members of a global index's definition (CreateTable, UpdateTable's Create and Update) that
+# dynalab does not act on yet; each is refused rather than ignored.
+_INDEX_MEMBERS_UNSUPPORTED = ("OnDemandThroughput", "WarmThroughput")
+
+
+def _unsupported_index_member(nested: RequestReader) -> str | None:
+    return next((m for m in _INDEX_MEMBERS_UNSUPPORTED if nested.present(m)), None)
+
+
+def _refuse_unsupported_index_member(member: str | None) -> None:
+    if member is not None:
+        raise ValidationError(
+            INVALID_PARAMETERS
+            + f"{member} of a global secondary index is not supported by dynalab yet"
+        )
+
+
+def _read_on_demand(reader: RequestReader) -> dict[str, int] | None:
+    """OnDemandThroughput: the members given (Long, any value: their range is the operation's
+    rule, checked against the billing mode first); None when absent or empty, which DynamoDB
+    takes alike."""
+    body = reader.mapping("OnDemandThroughput")
+    if body is None:
+        return None
+    nested = reader.nested(body, reader.where("OnDemandThroughput"))
+    given = {}
+    for member in catalog.ON_DEMAND_MEMBERS:
+        value = nested.integer(member)
+        if value is not None:
+            given[member] = value
+    return given or None
 
 
 def _read_throughput(reader: RequestReader) -> dict[str, int | None] | None:
@@ -290,6 +328,7 @@ def _read_create_table(body: dict[str, Any]) -> dict[str, Any]:
     local_readings = _read_index_definitions(reader, "LocalSecondaryIndexes")
     billing_mode = reader.string("BillingMode", enum=schema.BILLING_MODES)
     throughput = _read_throughput(reader)
+    on_demand = _read_on_demand(reader)
     global_readings = _read_index_definitions(reader, "GlobalSecondaryIndexes")
     stream = _read_stream_specification(reader)
     deletion_protection = reader.boolean("DeletionProtectionEnabled")
@@ -310,6 +349,7 @@ def _read_create_table(body: dict[str, Any]) -> dict[str, Any]:
     )
     units = None if throughput is None else {k: v for k, v in throughput.items() if v is not None}
     billing = schema.build_throughput(billing_mode, units)
+    maximums = catalog.on_demand_created(BillingMode(billing["billing_mode"]), on_demand)
     attribute_types = {d["AttributeName"]: d["AttributeType"] for d in definitions}
     local = ()
     if local_definitions:
@@ -349,6 +389,7 @@ def _read_create_table(body: dict[str, Any]) -> dict[str, Any]:
         "stream_view_type": stream_view_type,
         "deletion_protection": bool(deletion_protection),
         "table_class": None if table_class is None else catalog.TableClass(table_class),
+        "on_demand": maximums,
         **billing,
     }
 
@@ -395,10 +436,15 @@ def _local_index_descriptions(table: TableDef, stats: _Stats, arn: str) -> list[
 
 
 def _description(
-    table: TableDef, stats: _Stats, now: float, status: TableStatus | None = None
+    table: TableDef,
+    stats: _Stats,
+    now: float,
+    status: TableStatus | None = None,
+    on_demand: dict[str, int] | None = None,
 ) -> dict[str, Any]:
     """DynamoDB's TableDescription of a catalog record, as of wall-clock time `now` (with
-    `status` instead of the record's own, when given)."""
+    `status` instead of the record's own, and `on_demand` as its OnDemandThroughput, when
+    given)."""
     changes = table.throughput_changes
     billing_summary: dict[str, Any] = {"BillingMode": table.billing_mode.value}
     if table.billing_mode == BillingMode.PAY_PER_REQUEST:
@@ -430,6 +476,10 @@ def _description(
         "TableId": str(uuid.UUID(hex=table.id)),
         "DeletionProtectionEnabled": table.deletion_protection,
     }
+    if on_demand is None and table.billing_mode == BillingMode.PAY_PER_REQUEST:
+        on_demand = table.on_demand.described()
+    if on_demand:
+        description["OnDemandThroughput"] = on_demand
     if table.table_class is not None:
         summary: dict[str, Any] = {"TableClass": table.table_class.value}
         if table.table_class_updated is not None:
@@ -612,6 +662,7 @@ def _new_table(
         stream_view_type=definition["stream_view_type"],
         deletion_protection=definition["deletion_protection"],
         table_class=definition["table_class"],
+        on_demand=definition["on_demand"],
     )
     for spec in definition["global_indexes"]:
         table = catalog.index_added(table, spec.placed(sources.new_id(), billing_mode, owner))
@@ -721,6 +772,7 @@ def _read_index_updates(reader: RequestReader) -> list[_IndexUpdate] | None:
         name: str | None = None
         creating: _IndexReading | None = None
         units: dict[str, int | None] | None = None
+        unsupported: str | None = None
         for action in actions:
             inner = nested.nested(nested.mapping(action) or {}, nested.where(action))
             if action == "Create":
@@ -730,13 +782,14 @@ def _read_index_updates(reader: RequestReader) -> list[_IndexUpdate] | None:
                 name = inner.name("IndexName", required=True)
                 if action == "Update":
                     units = _read_throughput(inner)
-        read.append((actions, name, creating, units))
+                    unsupported = _unsupported_index_member(inner)
+        read.append((actions, name, creating, units, unsupported))
     reader.check()
     return _index_updates(read)
 
 
 _IndexUpdateReading = tuple[
-    list[str], str | None, "_IndexReading | None", dict[str, int | None] | None
+    list[str], str | None, "_IndexReading | None", dict[str, int | None] | None, str | None
 ]
 
 
@@ -746,7 +799,7 @@ def _index_updates(read: list[_IndexUpdateReading]) -> list[_IndexUpdate]:
         raise ValidationError(INVALID_PARAMETERS + "List of GlobalSecondaryIndexUpdates is empty")
     updates: list[_IndexUpdate] = []
     seen: set[str] = set()
-    for actions, name, creating, units in read:
+    for actions, name, creating, units, unsupported in read:
         if not actions:
             raise ValidationError(
                 INVALID_PARAMETERS + "One of GlobalSecondaryIndexUpdate.Update, "
@@ -765,6 +818,7 @@ def _index_updates(read: list[_IndexUpdateReading]) -> list[_IndexUpdate]:
                 f"allowed simultaneously. Index: {name}"
             )
         seen.add(name)
+        _refuse_unsupported_index_member(unsupported)
         # Past reader.check(), both units are there and at least 1.
         given = None if units is None else {k: v for k, v in units.items() if v is not None}
         if given is not None:
@@ -796,10 +850,11 @@ class _UpdateTableRequest:
     definitions: list[dict[str, str]] | None = None  # AttributeDefinitions, if given.
     deletion_protection: bool | None = None  # DeletionProtectionEnabled, if given.
     table_class: catalog.TableClass | None = None
+    on_demand: dict[str, int] | None = None  # OnDemandThroughput's members, if any is given.
 
     @property
     def changes_throughput(self) -> bool:
-        return self.billing_mode is not None or self.units is not None
+        return self.billing_mode is not None or self.units is not None or bool(self.on_demand)
 
     @property
     def changes_settings(self) -> bool:
@@ -823,10 +878,13 @@ def _read_update_table(body: dict[str, Any]) -> _UpdateTableRequest:
     stream = _read_stream_specification(reader)
     table_class = reader.string("TableClass", enum=_TABLE_CLASSES)
     deletion_protection = reader.boolean("DeletionProtectionEnabled")
+    on_demand = _read_on_demand(reader)
     name = schema.check_table_name(name)
     reader.check()
     index_updates = _read_index_updates(reader)
     present = [member for member in _UPDATE_MEMBERS_UNSUPPORTED if reader.present(member)]
+    # An empty OnDemandThroughput changes nothing and counts as none (DynamoDB answers it with an
+    # InternalFailure; the request's other members decide here).
     if (
         billing_mode is None
         and throughput is None
@@ -834,6 +892,7 @@ def _read_update_table(body: dict[str, Any]) -> _UpdateTableRequest:
         and index_updates is None
         and table_class is None
         and deletion_protection is None
+        and on_demand is None
         and not present
     ):
         raise ValidationError(_NOTHING_TO_UPDATE)
@@ -844,7 +903,11 @@ def _read_update_table(body: dict[str, Any]) -> _UpdateTableRequest:
     _stream_view_type(stream)
     settings = table_class is not None or deletion_protection is not None
     if index_updates is not None and (
-        billing_mode is not None or throughput is not None or stream is not None or settings
+        billing_mode is not None
+        or throughput is not None
+        or stream is not None
+        or settings
+        or on_demand is not None
     ):
         raise ValidationError(
             INVALID_PARAMETERS + "GlobalSecondaryIndexUpdates together with another change "
@@ -871,6 +934,7 @@ def _read_update_table(body: dict[str, Any]) -> _UpdateTableRequest:
         definitions,
         deletion_protection,
         None if table_class is None else catalog.TableClass(table_class),
+        on_demand,
     )
 
 
@@ -965,7 +1029,7 @@ async def update_table(ctx: RouterContext, body: dict[str, Any]) -> dict[str, An
     def update(current: TableDef | None) -> TableDef:
         if current is None:
             raise table_not_found(name)
-        updated = catalog.throughput_updated(current, mode, units, now, region)
+        updated = catalog.throughput_updated(current, mode, units, now, region, request.on_demand)
         if updated is None:
             unchanged.append(current)
             return _with_settings(current, request, now)
@@ -991,7 +1055,14 @@ async def update_table(ctx: RouterContext, body: dict[str, Any]) -> dict[str, An
             throughput=before[-1].throughput,
             throughput_changes=before[-1].throughput_changes,
         )
-    return {"TableDescription": _description(shown, stats, ctx.sources.clock(), status)}
+    on_demand = None
+    if request.on_demand and table.billing_mode == BillingMode.PAY_PER_REQUEST:
+        # The reply shows the maximums as the request merged them, a -1 that removed one as -1;
+        # DescribeTable afterwards leaves a removed one out (as DynamoDB's replies do).
+        merged = {**table.on_demand.described(), **request.on_demand}
+        on_demand = {m: merged[m] for m in catalog.ON_DEMAND_MEMBERS if m in merged}
+    description = _description(shown, stats, ctx.sources.clock(), status, on_demand)
+    return {"TableDescription": description}
 
 
 def _with_settings(table: TableDef, request: _UpdateTableRequest, now: float) -> TableDef:

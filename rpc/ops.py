@@ -619,11 +619,13 @@ PagePayload = QueryPayload | ScanPayload
 # their payload and travel without a target.
 #
 #     THROUGHPUT = {"billing_mode": "PROVISIONED" | "PAY_PER_REQUEST", "read": int, "write": int,
-#                   "partition_count": int, "version": int}
+#                   "partition_count": int, "version": int, "max_read"?: int, "max_write"?: int}
 #
 # The table's settings as the partitions' token buckets need them: the table's whole RCU/WCU
 # (zeros for PAY_PER_REQUEST), the number of partitions they are divided across, and the table's
-# throughput_version. Persisted in each partition's metadata, so a restarted node keeps them.
+# throughput_version; for an on-demand table with an OnDemandThroughput, its maximum read and
+# write request units (divided across the partitions as provisioned units are). Persisted in each
+# partition's metadata, so a restarted node keeps them.
 
 
 @dataclasses.dataclass(slots=True)

@@ -34,7 +34,7 @@ from typing import Any
 
 from core import limits
 from core.capacity import read_consistency, read_units, write_units
-from core.errors import OnDemandThrottled, ThrottlingReason, ThroughputExceeded
+from core.errors import OnDemandThrottled, ThrottleLimit, ThrottlingReason, ThroughputExceeded
 from core.token_bucket import (
     BillingMode,
     PartitionThroughput,
@@ -54,7 +54,15 @@ def settings_of(throughput: Mapping[str, Any]) -> tuple[ThroughputSettings, int]
     mode = BillingMode(throughput["billing_mode"])
     count = max(1, int(throughput.get("partition_count") or 1))
     if mode == BillingMode.PAY_PER_REQUEST:
-        return _ON_DEMAND, count
+        max_read, max_write = throughput.get("max_read"), throughput.get("max_write")
+        if max_read is None and max_write is None:
+            return _ON_DEMAND, count
+        settings = ThroughputSettings(
+            mode,
+            max_read_request_units=None if max_read is None else int(max_read),
+            max_write_request_units=None if max_write is None else int(max_write),
+        )
+        return settings, count
     return ThroughputSettings(mode, int(throughput["read"]), int(throughput["write"])), count
 
 
@@ -84,16 +92,18 @@ class _PartitionMeter:
 
     def throttled(self, *, read: bool) -> ThroughputExceeded:
         """The refusal of a request its read or write bucket cannot admit, with its reason: the
-        table's provisioned units, unless the partition's rate is its ceiling (`partition_rates`
-        caps every partition, and is all an on-demand partition is limited by). An on-demand
-        partition's refusal is DynamoDB's ThrottlingException."""
-        if self.settings.billing_mode is BillingMode.PAY_PER_REQUEST:
-            reason = ThrottlingReason.of(self.table_name, read=read, provisioned=False)
-            return OnDemandThrottled(reasons=(reason,))
+        table's provisioned units (or, on demand, its OnDemandThroughput), unless the partition's
+        rate is its ceiling (`partition_rates` caps every partition, and is all an on-demand
+        partition without a maximum is limited by). An on-demand partition's refusal is
+        DynamoDB's ThrottlingException."""
         rates = partition_rates(self.settings, self.partition_count)
         ceiling = limits.PARTITION_RCU_MAX if read else limits.PARTITION_WCU_MAX
-        provisioned = rates[0 if read else 1] < ceiling
-        reason = ThrottlingReason.of(self.table_name, read=read, provisioned=provisioned)
+        below_ceiling = rates[0 if read else 1] < ceiling
+        if self.settings.billing_mode is BillingMode.PAY_PER_REQUEST:
+            limit = ThrottleLimit.MAX_ON_DEMAND if below_ceiling else ThrottleLimit.KEY_RANGE
+            reason = ThrottlingReason.of(self.table_name, read=read, limit=limit)
+            return OnDemandThrottled(reasons=(reason,))
+        reason = ThrottlingReason.of(self.table_name, read=read, provisioned=below_ceiling)
         return ThroughputExceeded(reasons=(reason,))
 
     def follow(self, document: Mapping[str, Any], now: float) -> None:

@@ -449,6 +449,138 @@ def test_update_table_refuses_what_it_cannot_do(
     )
 
 
+def test_on_demand_throughput_is_set_described_and_enforced(
+    cluster: LocalCluster, dynamodb: Any, table_name: Callable[[], str]
+) -> None:
+    name = table_name()
+    definition = {
+        "TableName": name,
+        "KeySchema": [{"AttributeName": "pk", "KeyType": "HASH"}],
+        "AttributeDefinitions": [{"AttributeName": "pk", "AttributeType": "S"}],
+    }
+    # Maximums on a provisioned table are refused, by CreateTable's words and UpdateTable's.
+    assert error_of(
+        lambda: dynamodb.create_table(
+            **definition,
+            ProvisionedThroughput={"ReadCapacityUnits": 1, "WriteCapacityUnits": 1},
+            OnDemandThroughput={"MaxWriteRequestUnits": 0},
+        )
+    ) == (
+        400,
+        "ValidationException",
+        "One or more parameter values were invalid: MaxWriteRequestUnits for OnDemandThroughput "
+        "cannot be specified when table BillingMode is PROVISIONED.",
+    )
+    assert error_of(
+        lambda: dynamodb.create_table(
+            **definition,
+            BillingMode="PAY_PER_REQUEST",
+            OnDemandThroughput={"MaxReadRequestUnits": -1},
+        )
+    ) == (
+        400,
+        "ValidationException",
+        "One or more parameter values were invalid: Requested MaxReadRequestUnits for "
+        "OnDemandThroughput for table is outside of valid range",
+    )
+    created = dynamodb.create_table(
+        **definition,
+        BillingMode="PAY_PER_REQUEST",
+        OnDemandThroughput={"MaxReadRequestUnits": 4000, "MaxWriteRequestUnits": 40},
+    )["TableDescription"]
+    assert created["OnDemandThroughput"] == {
+        "MaxReadRequestUnits": 4000,
+        "MaxWriteRequestUnits": 40,
+    }
+    wait_active(dynamodb, name)
+    # 40 write request units a second over the table's four partitions: 10 each, and a bank of
+    # three seconds of that. A load over every key past it is throttled as DynamoDB throttles a
+    # maximum: ThrottlingException, naming the table's maximum.
+    refused = None
+    for i in range(400):
+        try:
+            dynamodb.put_item(TableName=name, Item=item(f"k{i}", size=900))
+        except ClientError as error:
+            refused = error.response
+            break
+    assert refused is not None, "400 puts of 1 KB were not held to 40 WCU"
+    assert refused["Error"]["Code"] == "ThrottlingException"
+    assert refused["throttlingReasons"] == [
+        {
+            "reason": "TableWriteMaxOnDemandThroughputExceeded",
+            "resource": f"arn:aws:dynamodb:us-east-1:000000000000:table/{name}",
+        }
+    ]
+    assert rates(cluster, name) == {"read": 4000.0, "write": 40.0}
+
+    # UpdateTable merges a member over the table's maximums; -1 removes one, which the reply
+    # shows as -1 and DescribeTable then leaves out.
+    reply = dynamodb.update_table(TableName=name, OnDemandThroughput={"MaxWriteRequestUnits": -1})[
+        "TableDescription"
+    ]
+    assert reply["OnDemandThroughput"] == {"MaxReadRequestUnits": 4000, "MaxWriteRequestUnits": -1}
+    described = wait_active(dynamodb, name)
+    assert described["OnDemandThroughput"] == {"MaxReadRequestUnits": 4000}
+    assert rates(cluster, name) == {"read": 4000.0, "write": 4000.0}  # The ceilings again.
+    for i in range(30):
+        dynamodb.put_item(TableName=name, Item=item(f"after{i}", size=900))
+    dynamodb.update_table(TableName=name, OnDemandThroughput={"MaxReadRequestUnits": 8})
+    assert wait_active(dynamodb, name)["OnDemandThroughput"] == {"MaxReadRequestUnits": 8}
+    assert rates(cluster, name)["read"] == 8.0
+    assert error_of(
+        lambda: dynamodb.update_table(TableName=name, OnDemandThroughput={"MaxReadRequestUnits": 0})
+    ) == (
+        400,
+        "ValidationException",
+        "One or more parameter values were invalid: Requested MaxReadRequestUnits for "
+        "OnDemandThroughput for table is outside of valid range",
+    )
+    # Switching to provisioned clears them; maximums may not come with the switch.
+    switch = {
+        "BillingMode": "PROVISIONED",
+        "ProvisionedThroughput": {"ReadCapacityUnits": 5, "WriteCapacityUnits": 5},
+    }
+    assert error_of(
+        lambda: dynamodb.update_table(
+            TableName=name, **switch, OnDemandThroughput={"MaxWriteRequestUnits": 10}
+        )
+    ) == (
+        400,
+        "ValidationException",
+        "One or more parameter values were invalid: MaxWriteRequestUnits for OnDemandThroughput "
+        "cannot be specified when the table BillingMode is PROVISIONED",
+    )
+    dynamodb.update_table(TableName=name, **switch)
+    assert "OnDemandThroughput" not in wait_active(dynamodb, name)
+    assert error_of(
+        lambda: dynamodb.update_table(TableName=name, OnDemandThroughput={"MaxReadRequestUnits": 9})
+    )[2].endswith("cannot be specified when the table BillingMode is PROVISIONED")
+    # A global index's maximums are not built yet: refused, not ignored.
+    indexed = {
+        **definition,
+        "TableName": table_name(),
+        "AttributeDefinitions": [
+            {"AttributeName": "pk", "AttributeType": "S"},
+            {"AttributeName": "g", "AttributeType": "S"},
+        ],
+        "BillingMode": "PAY_PER_REQUEST",
+        "GlobalSecondaryIndexes": [
+            {
+                "IndexName": "ByG",
+                "KeySchema": [{"AttributeName": "g", "KeyType": "HASH"}],
+                "Projection": {"ProjectionType": "ALL"},
+                "OnDemandThroughput": {"MaxReadRequestUnits": 10},
+            }
+        ],
+    }
+    assert error_of(lambda: dynamodb.create_table(**indexed)) == (
+        400,
+        "ValidationException",
+        "One or more parameter values were invalid: OnDemandThroughput of a global secondary "
+        "index is not supported by dynalab yet",
+    )
+
+
 def test_the_buckets_follow_update_table(
     cluster: LocalCluster, dynamodb: Any, table_name: Callable[[], str]
 ) -> None:

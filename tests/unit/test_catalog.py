@@ -49,6 +49,7 @@ def new_table(
     billing_mode: BillingMode = BillingMode.PROVISIONED,
     throughput: Throughput = TEN,
     now: float = NOW,
+    **settings: Any,
 ) -> TableDef:
     return catalog.created(
         name="Music",
@@ -59,6 +60,7 @@ def new_table(
         throughput=throughput,
         now=now,
         owner=owner,
+        **settings,
     )
 
 
@@ -381,6 +383,101 @@ def test_the_throughput_document_is_what_the_nodes_need() -> None:
     }
 
 
+def maximums(read: int | None = None, write: int | None = None) -> dict[str, int]:
+    given = {"MaxReadRequestUnits": read, "MaxWriteRequestUnits": write}
+    return {member: value for member, value in given.items() if value is not None}
+
+
+GATE = (
+    "One or more parameter values were invalid: {} for OnDemandThroughput cannot be specified "
+    "when {}"
+)
+OUT_OF_RANGE = (
+    "One or more parameter values were invalid: Requested {} for OnDemandThroughput for table is "
+    "outside of valid range"
+)
+
+
+def test_create_table_takes_on_demand_maximums_on_an_on_demand_table_only() -> None:
+    on_demand = BillingMode.PAY_PER_REQUEST
+    assert catalog.on_demand_created(on_demand, maximums(40, 30)) == catalog.OnDemandThroughput(
+        40, 30
+    )
+    assert catalog.on_demand_created(on_demand, None).empty
+    assert catalog.on_demand_created(BillingMode.PROVISIONED, {}).empty  # {} is no maximum.
+    # A provisioned table: refused naming the first member given, before its range.
+    for given, member in (
+        (maximums(0, 5), "MaxReadRequestUnits"),
+        (maximums(None, 5), "MaxWriteRequestUnits"),
+    ):
+        with pytest.raises(ValidationError) as refused:
+            catalog.on_demand_created(BillingMode.PROVISIONED, given)
+        assert refused.value.message == GATE.format(member, "table BillingMode is PROVISIONED.")
+    for bad in (0, -1, -5):
+        with pytest.raises(ValidationError) as refused:
+            catalog.on_demand_created(on_demand, maximums(10, bad))
+        assert refused.value.message == OUT_OF_RANGE.format("MaxWriteRequestUnits")
+
+
+def test_update_table_merges_maximums_and_a_provisioned_table_has_none() -> None:
+    table = catalog.activated(
+        new_table(
+            BillingMode.PAY_PER_REQUEST, Throughput(), on_demand=catalog.OnDemandThroughput(20, 15)
+        )
+    )
+    updated = catalog.throughput_updated(table, None, None, NOW, "r", maximums(40))
+    assert updated is not None and updated.status == TableStatus.UPDATING
+    assert updated.on_demand == catalog.OnDemandThroughput(40, 15)
+    assert updated.throughput_version == table.throughput_version + 1
+    # LastUpdateToPayPerRequestDateTime stays when the table was on demand already.
+    assert updated.throughput_changes == table.throughput_changes
+    removed = catalog.throughput_updated(table, None, None, NOW, "r", maximums(-1))
+    assert removed is not None and removed.on_demand == catalog.OnDemandThroughput(None, 15)
+    assert removed.on_demand.described() == {"MaxWriteRequestUnits": 15}
+    # The maximums it has already: nothing to do.
+    assert catalog.throughput_updated(table, None, None, NOW, "r", maximums(20, 15)) is None
+    for bad in (0, -2):
+        with pytest.raises(ValidationError) as refused:
+            catalog.throughput_updated(table, None, None, NOW, "r", maximums(bad))
+        assert refused.value.message == OUT_OF_RANGE.format("MaxReadRequestUnits")
+    # Switching to PROVISIONED clears them; giving one with the switch is refused.
+    provisioned = catalog.throughput_updated(table, BillingMode.PROVISIONED, UNITS, NOW, "r")
+    assert provisioned is not None and provisioned.on_demand.empty
+    with pytest.raises(ValidationError) as refused:
+        catalog.throughput_updated(
+            table, BillingMode.PROVISIONED, UNITS, NOW, "r", maximums(None, 0)
+        )
+    assert refused.value.message == GATE.format(
+        "MaxWriteRequestUnits", "the table BillingMode is PROVISIONED"
+    )
+    # A provisioned table given one alone: the billing mode is refused before the range.
+    with pytest.raises(ValidationError) as refused:
+        catalog.throughput_updated(
+            catalog.activated(new_table()), None, None, NOW, "r", maximums(0)
+        )
+    assert refused.value.message == GATE.format(
+        "MaxReadRequestUnits", "the table BillingMode is PROVISIONED"
+    )
+    # Switching to on demand with maximums sets them.
+    switched = catalog.throughput_updated(
+        catalog.activated(new_table()), BillingMode.PAY_PER_REQUEST, None, NOW, "r", maximums(10)
+    )
+    assert switched is not None and switched.on_demand == catalog.OnDemandThroughput(10, None)
+    assert switched.throughput_changes.pay_per_request_since == NOW
+    # The record keeps them across its descriptor, and the nodes get them.
+    back = TableDef.from_json(updated.to_json())
+    assert back.on_demand == updated.on_demand
+    assert catalog.throughput_document(updated) == {
+        "billing_mode": "PAY_PER_REQUEST",
+        "read": 0,
+        "write": 0,
+        "partition_count": 4,
+        "version": updated.throughput_version,
+        "max_read": 40,
+        "max_write": 15,
+    }
+
+
 # Partitions ------------------------------------------------------------------------------------
 
 
@@ -493,16 +590,8 @@ def test_tags_are_added_replaced_and_removed_in_the_record() -> None:
 
 
 def test_create_table_keeps_its_tags() -> None:
-    table = catalog.created(
-        name="Music",
-        table_id=TABLE_ID,
-        key_shape=SHAPE,
-        attribute_definitions=[("pk", "S"), ("sk", "N")],
-        billing_mode=BillingMode.PAY_PER_REQUEST,
-        throughput=Throughput(),
-        now=NOW,
-        owner=owner,
-        tags=[("team", "a"), ("team", "b")],
+    table = new_table(
+        BillingMode.PAY_PER_REQUEST, Throughput(), tags=[("team", "a"), ("team", "b")]
     )
     assert table.tags == (("team", "b"),)
 

@@ -45,6 +45,11 @@ def test_only_a_share_above_the_cap_has_capacity_to_give() -> None:
     provisioned = {"billing_mode": "PROVISIONED", "read": 9000, "write": 1500, "partition_count": 2}
     assert heat.capacity_to_give(provisioned, "read")  # 4,500 a partition, capped at 3,000.
     assert not heat.capacity_to_give(provisioned, "write")  # 750: a split only halves it.
+    # On demand, an OnDemandThroughput maximum is divided as provisioned units are.
+    capped = {"billing_mode": "PAY_PER_REQUEST", "max_write": 1500, "partition_count": 2}
+    assert not heat.capacity_to_give(capped, "write")
+    assert heat.capacity_to_give(capped, "read")  # No read maximum: the caps alone.
+    assert heat.capacity_to_give({**capped, "max_write": 9000}, "write")
 
 
 def test_the_balancing_key_halves_the_sampled_writes() -> None:

@@ -323,6 +323,34 @@ def test_on_demand_caps_a_partition_at_1000_write_and_3000_read_units(make: Any)
     }
 
 
+def test_an_on_demand_maximum_throttles_past_its_share_naming_it(make: Any) -> None:
+    # MaxWriteRequestUnits 40 over 4 partitions: 10 a second each, a bank of three seconds.
+    node = make({**ON_DEMAND, "max_write": 40})
+    report = node.report()
+    assert report["write"]["rate_per_second"] == 10
+    assert report["read"]["rate_per_second"] == limits.PARTITION_RCU_MAX
+    for i in range(10 * limits.ON_DEMAND_PARTITION_BURST_SECONDS):
+        node.put(f"k{i}")
+    with pytest.raises(ThroughputExceeded) as refused:
+        node.put("over")
+    assert (refused.value.type_name, refused.value.reasons) == (
+        "ThrottlingException",
+        (ThrottlingReason("TableWriteMaxOnDemandThroughputExceeded", "Metered"),),
+    )
+    node.clock.now += 1
+    for i in range(10):
+        node.put(f"again{i}")
+    # A maximum whose share is above the ceiling leaves the ceiling as the limit.
+    roomy = make({**ON_DEMAND, "max_read": 100_000})
+    roomy.clock.now += 60
+    with pytest.raises(ThroughputExceeded) as refused:
+        for i in range(limits.ON_DEMAND_PARTITION_BURST_SECONDS * limits.PARTITION_RCU_MAX + 1):
+            roomy.get(f"k{i}", consistent=True)
+    assert refused.value.reasons == (
+        ThrottlingReason("TableReadKeyRangeThroughputExceeded", "Metered"),
+    )
+
+
 def test_a_throttled_read_names_its_limit(make: Any) -> None:
     node = make(provisioned(2, 1))
     node.get("a", consistent=True)

@@ -302,6 +302,22 @@ def test_reshape_refuses_what_no_bucket_can_be() -> None:
     assert (bucket.rate_per_second, bucket.capacity) == (10, 10 * limits.BURST_SECONDS_MAX)
 
 
+def test_an_on_demand_maximum_is_divided_across_partitions_up_to_the_ceiling() -> None:
+    table = ThroughputSettings(
+        BillingMode.PAY_PER_REQUEST, max_read_request_units=100, max_write_request_units=40_000
+    )
+    assert partition_rates(table, 4) == (25, limits.PARTITION_WCU_MAX)
+    throughput = PartitionThroughput(table, 4, now=T0)
+    # The short on-demand bank, of the partition's share: a moment past the maximum, no more.
+    assert throughput.read.balance(T0) == 25 * limits.ON_DEMAND_PARTITION_BURST_SECONDS
+    assert throughput.read.peak_per_second is None
+    for maximums in ((0, None), (None, -1)):
+        with pytest.raises(ValueError):
+            ThroughputSettings(BillingMode.PAY_PER_REQUEST, 0, 0, *maximums)
+    with pytest.raises(ValueError):
+        ThroughputSettings(BillingMode.PROVISIONED, 5, 5, max_read_request_units=10)
+
+
 def test_a_partition_past_its_share_raises_throughput_exceeded() -> None:
     # A one-second burst window: the new partition's full bank is one second of its share.
     throughput = PartitionThroughput(
