@@ -555,6 +555,10 @@ RAFT_LOG_CACHE_ENTRIES = 256
 # it, keeping the newest RAFT_LOG_KEPT_ENTRIES of them for followers a little behind.
 RAFT_LOG_COMPACT_ENTRIES = 10_000
 RAFT_LOG_KEPT_ENTRIES = 1_000
+# ... or once the entries appended since it last compacted hold this many bytes (a log of a
+# partition's writes repeats their bytes; ten thousand large write groups would be gigabytes).
+# A group of one voter has no follower to keep entries for: it keeps none.
+RAFT_LOG_COMPACT_BYTES = 64 * MIB
 # A host sends every peer node something at least this often (a batch, or an empty one), so a
 # sleeping (hibernating) group's followers can tell a quiet leader from a dead one.
 RAFT_KEEPALIVE_TICKS_MAX = 1

@@ -87,7 +87,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from concurrent.futures import Future
 from typing import Protocol
 
@@ -189,6 +189,8 @@ class _Group:
     quiet_since: int | None = None  # a leader: its tick when it last became quiescent
     proposals: dict[int, tuple[int, Future[int]]] = dataclasses.field(default_factory=dict)
     reads: dict[int, Future[int]] = dataclasses.field(default_factory=dict)  # by context
+    # Entries whose effect their proposer wrote into the round's batch (`propose_staged`).
+    staged: set[int] = dataclasses.field(default_factory=set)
     ready_reads: list[tuple[int, Future[int]]] = dataclasses.field(default_factory=list)
 
 
@@ -223,6 +225,7 @@ class RaftHost:
         config: Config | None = None,
         compact_entries: int = limits.RAFT_LOG_COMPACT_ENTRIES,
         kept_entries: int = limits.RAFT_LOG_KEPT_ENTRIES,
+        compact_bytes: int = limits.RAFT_LOG_COMPACT_BYTES,
     ) -> None:
         self.id = member
         self.store = store
@@ -235,6 +238,7 @@ class RaftHost:
         assert 0 < kept_entries < compact_entries
         self.compact_entries = compact_entries
         self.kept_entries = kept_entries
+        self.compact_bytes = compact_bytes
         self.now = 0
         self.stats = HostStats()
         self.groups: dict[str, _Group] = {}
@@ -251,15 +255,30 @@ class RaftHost:
 
     # Groups.
 
-    def create_group(self, name: str, conf: ConfState) -> None:
+    def create_group(self, name: str, conf: ConfState, batch: WriteBatchView | None = None) -> None:
         """Make this node a member of a new group (every member creates it with the same
-        membership; a member added later is created with the membership it is added to)."""
-        batch = self.store.batch()
+        membership; a member added later is created with the membership it is added to).
+
+        Given `batch` (the next round's), the group's state is written there and persisted by
+        that round's commit; otherwise it is committed at once."""
+        own = batch is None
+        if batch is None:
+            batch = self.store.batch()
         storage = RaftLogStorage.create(self.store, batch, name, conf)
-        self.store.commit(batch)
-        self.stats.commits += 1
-        storage.persisted()
+        if own:
+            self.store.commit(batch)
+            self.stats.commits += 1
+            storage.persisted()
         self._open(storage)
+
+    def remove_group(self, name: str, batch: WriteBatchView) -> None:
+        """This node is no longer a member: its log and state go (in `batch`, which the caller
+        commits), and what waited on it fails as OutcomeUnknown."""
+        group = self.groups.pop(name)
+        for table in (self._awake, self._dirty, self._stepped_asleep):
+            table.pop(name, None)
+        group.storage.destroy(batch)
+        self._fail_waiting(group, OutcomeUnknown(f"group {name} left this node"))
 
     def _open(self, storage: RaftLogStorage) -> None:
         node = RaftNode(self.config, storage, self.timeouts)
@@ -267,6 +286,9 @@ class RaftHost:
         # Config.Applied): the entries up to it are not handed out again.
         assert storage.applied <= node.log.committed, "applied past the persisted commit"
         node.log.applied = max(node.log.applied, storage.applied)
+        if node.sole_voter():
+            # No one else can be asked or can object: lead now rather than after a timeout.
+            node.campaign()
         group = _Group(storage.group, node, storage, self.state_machine_for(storage.group))
         self.groups[group.name] = group
         self._awake[group.name] = group
@@ -290,6 +312,26 @@ class RaftHost:
         group.proposals[index] = (term, future)
         self._dirty[name] = group
         return future
+
+    def propose_staged(self, name: str, data: bytes) -> int:
+        """Append an entry whose effect the caller has already written into the batch of the
+        round it will hand to `handle_round`; returns its index.
+
+        Only a group whose one voter is this node may take one: its append commits as it is
+        made, so the entry and its effect persist together in that round and the state machine
+        is not handed it again (it would apply it twice). Anywhere else the effect must wait
+        for the commit: ProposalRefused (NotLeader at a follower)."""
+        group = self.groups[name]
+        node = group.node
+        if node.role is not Role.LEADER:
+            raise NotLeader(node.leader)
+        if not node.sole_voter():
+            raise ProposalRefused("an effect is staged only in a group of one voter")
+        index, _term = node.propose(data)
+        assert node.log.committed >= index, "a sole voter commits its appends at once"
+        group.staged.add(index)
+        self._dirty[name] = group
+        return index
 
     def read_index(self, name: str) -> Future[int]:
         group = self.groups[name]
@@ -433,17 +475,26 @@ class RaftHost:
 
     # The handling round.
 
-    def handle_round(self) -> int:
+    def handle_round(
+        self, batch: WriteBatchView | None = None, *, removing: Collection[str] = ()
+    ) -> int:
         """One round for every group with a Ready (see the module docstring); returns how many
-        groups it handled."""
+        groups it handled. Given `batch`, the round writes into it and commits it (with what the
+        caller wrote there already), even if no group has anything to do. The groups named in
+        `removing` are removed (`remove_group`) in the same batch, after what the round applied
+        of them."""
         dirty, self._dirty = self._dirty, {}
         readies = [
             (group, group.node.ready()) for group in dirty.values() if group.node.has_ready()
         ]
-        if not readies:
+        if not readies and not removing:
+            if batch is not None and len(batch):
+                self.store.commit(batch)
+                self.stats.commits += 1
             self._keepalive()
             return 0
-        batch = self.store.batch()
+        if batch is None:
+            batch = self.store.batch()
         for group, ready in readies:
             if ready.snapshot is not None:
                 group.storage.apply_snapshot(batch, ready.snapshot)
@@ -453,6 +504,8 @@ class RaftHost:
         settle: _Settle = []
         for group, ready in readies:
             self._apply(group, ready, batch, settle)
+        for name in removing:
+            self.remove_group(name, batch)
         self.store.commit(batch)
         self.stats.commits += 1
         self.stats.rounds += 1
@@ -469,7 +522,7 @@ class RaftHost:
         self._keepalive()
         for group, ready in readies:
             group.node.advance(ready)
-            if group.node.has_ready():
+            if group.node.has_ready() and group.name in self.groups:
                 self._dirty[group.name] = group
         for future, outcome in settle:
             if isinstance(outcome, Exception):
@@ -488,7 +541,17 @@ class RaftHost:
                 settle.append((future, OutcomeUnknown(f"a snapshot covered entry {index}")))
         entries = ready.committed_entries
         if entries:
-            group.machine.apply(entries, batch)
+            for entry in entries:
+                if entry.conf is not None:
+                    storage.set_membership(batch, entry.index, entry.conf)
+            staged = group.staged
+            if staged:
+                group.machine.apply(
+                    [entry for entry in entries if entry.index not in staged], batch
+                )
+                staged.difference_update(entry.index for entry in entries)
+            else:
+                group.machine.apply(entries, batch)
             storage.set_applied(batch, entries[-1].index)
             for entry in entries:
                 proposal = group.proposals.pop(entry.index, None)
@@ -499,13 +562,15 @@ class RaftHost:
                 settle.append(
                     (future, entry.index if entry.term == term else NotLeader(node.leader))
                 )
-            if (
-                entries[-1].index == node.log.committed
-                and storage.applied - storage.first_index() + 1 >= self.compact_entries
+            if entries[-1].index == node.log.committed and (
+                storage.applied - storage.first_index() + 1 >= self.compact_entries
+                or storage.appended_bytes >= self.compact_bytes
             ):
                 # node.conf is the membership as of its commit index, which is now applied.
                 storage.create_snapshot(batch, storage.applied, node.conf, group.machine.snapshot())
-                storage.compact(batch, storage.applied - self.kept_entries)
+                # A group of one voter has no follower to keep entries for.
+                kept = 0 if node.sole_voter() else self.kept_entries
+                storage.compact(batch, storage.applied - kept)
         for state in ready.read_states:
             if state.context in group.reads:
                 group.ready_reads.append((state.index, group.reads.pop(state.context)))
@@ -534,8 +599,11 @@ class RaftHost:
         """Stop: every proposal and read not yet settled fails with OutcomeUnknown (the caller
         closes the store)."""
         for group in self.groups.values():
-            futures = [future for _term, future in group.proposals.values()]
-            futures += list(group.reads.values()) + [future for _i, future in group.ready_reads]
-            for future in futures:
-                future.set_exception(OutcomeUnknown("the host closed"))
-            group.proposals, group.reads, group.ready_reads = {}, {}, []
+            self._fail_waiting(group, OutcomeUnknown("the host closed"))
+
+    def _fail_waiting(self, group: _Group, error: Exception) -> None:
+        futures = [future for _term, future in group.proposals.values()]
+        futures += list(group.reads.values()) + [future for _i, future in group.ready_reads]
+        for future in futures:
+            future.set_exception(error)
+        group.proposals, group.reads, group.ready_reads = {}, {}, []

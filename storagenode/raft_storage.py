@@ -39,11 +39,13 @@ _HARD_STATE = b"h"
 _SNAPSHOT = b"s"
 _TRUNCATED = b"t"
 _APPLIED = b"a"
+_MEMBERSHIP = b"m"
 
 _ENTRY_HEADER = struct.Struct(">QB")  # term, kind
 _HARD_STATE_VALUE = struct.Struct(">QQQ")  # term, vote, commit
 _POSITION = struct.Struct(">QQ")  # index, term
 _SNAPSHOT_HEADER = struct.Struct(">QQI")  # index, term, length of the membership's JSON
+_MEMBERSHIP_HEADER = struct.Struct(">Q")  # the index it is as of, then its JSON
 _INDEX = struct.Struct(">Q")
 
 _KINDS = {EntryKind.NORMAL: 0, EntryKind.CONF: 1}
@@ -97,6 +99,13 @@ def _decode_snapshot(value: bytes) -> Snapshot:
     return Snapshot(index, term, conf, value[start + conf_length :])
 
 
+def _decode_membership(value: bytes | None) -> tuple[int, ConfState] | None:
+    if value is None:
+        return None
+    (index,) = _MEMBERSHIP_HEADER.unpack_from(value)
+    return index, decode_conf(value[_MEMBERSHIP_HEADER.size :])
+
+
 def stored_groups(store: RaftStore) -> list[str]:
     """The ids of every group with state in the store, in key order."""
     groups: list[str] = []
@@ -125,6 +134,7 @@ class RaftLogStorage:
         truncated: tuple[int, int],
         last_index: int,
         applied: int,
+        membership: tuple[int, ConfState] | None = None,
     ) -> None:
         self.store = store
         self.group = group
@@ -134,6 +144,12 @@ class RaftLogStorage:
         self._offset, self._offset_term = truncated
         self._last = last_index
         self.applied = applied
+        # Bytes of the entries appended since this storage was opened or last compacted (a
+        # count kept in memory only: after a restart it starts again at 0, so compaction by
+        # bytes comes later, never sooner, and the count of entries still bounds the log).
+        self.appended_bytes = 0
+        # The last membership entry applied, and its index (None: none since the snapshot).
+        self._membership = membership
         # The newest entries, contiguous, ending at the last index (or empty).
         self._tail: list[Entry] = []
 
@@ -186,6 +202,7 @@ class RaftLogStorage:
             truncated=(offset, offset_term),
             last_index=max(last, offset),
             applied=_INDEX.unpack(state(_APPLIED))[0],
+            membership=_decode_membership(store.get(Family.RAFT_STATE, prefix + _MEMBERSHIP)),
         )
 
     def _state_key(self, tag: bytes) -> bytes:
@@ -253,7 +270,19 @@ class RaftLogStorage:
     def snapshot(self) -> Snapshot:
         return self._snapshot
 
+    def membership(self) -> tuple[int, ConfState]:
+        if self._membership is None or self._membership[0] < self._snapshot.index:
+            return self._snapshot.index, self._snapshot.conf
+        return self._membership
+
     # Writes, into the round's batch.
+
+    def set_membership(self, batch: WriteBatchView, index: int, conf: ConfState) -> None:
+        """The membership entry at `index` is applied (its effect is in this batch): a restart
+        adopts it without reading the log before it."""
+        value = _MEMBERSHIP_HEADER.pack(index) + encode_conf(conf)
+        batch.put(Family.RAFT_STATE, self._state_key(_MEMBERSHIP), value)
+        self._membership = (index, conf)
 
     def set_hard_state(self, batch: WriteBatchView, hard_state: HardState) -> None:
         batch.put(
@@ -277,7 +306,9 @@ class RaftLogStorage:
         first = kept[0].index
         new_last = kept[-1].index
         for entry in kept:
-            batch.put(Family.RAFT_LOG, self._log_key(entry.index), encode_entry(entry))
+            encoded = encode_entry(entry)
+            batch.put(Family.RAFT_LOG, self._log_key(entry.index), encoded)
+            self.appended_bytes += len(encoded)
         if new_last < self._last:
             # A conflicting tail longer than the new entries: what is after them goes too.
             batch.delete_range(
@@ -321,6 +352,7 @@ class RaftLogStorage:
             Family.RAFT_LOG, self._log_key(self._offset + 1), self._log_key(index + 1)
         )
         self._set_truncated(batch, index, term)
+        self.appended_bytes = 0
         if self._tail and self._tail[0].index <= index:
             self._tail = self._tail[index + 1 - self._tail[0].index :]
 

@@ -43,6 +43,13 @@ class Storage(Protocol):
         """The latest snapshot, which a leader sends to a follower too far behind."""
         ...
 
+    def membership(self) -> tuple[int, ConfState]:
+        """A committed index at or after the snapshot's and the membership as of it: the
+        snapshot's, or the last membership entry the application applied, which it records as
+        it applies them (as etcd's applications record their ConfState). A node that starts
+        reads only the committed entries after that index for later changes."""
+        ...
+
 
 class MemoryStorage:
     """A `Storage` in memory. In the simulator it plays the node's disk: it survives a crash, the
@@ -83,6 +90,9 @@ class MemoryStorage:
 
     def snapshot(self) -> Snapshot:
         return self._snapshot
+
+    def membership(self) -> tuple[int, ConfState]:
+        return self._snapshot.index, self._snapshot.conf
 
     def set_hard_state(self, hard_state: HardState) -> None:
         self.hard_state = hard_state

@@ -426,13 +426,46 @@ def test_recovery_hands_over_the_committed_entries_after_the_applied_index(
     host.handle_round()
     assert machines["catalog"].first_applied == indexes[3]
     assert machines["catalog"].kv == {"k": "v5"}
-    with pytest.raises(NotLeader):
-        host.propose("catalog", b"7 k v7").result(timeout=0)
-    for _ in range(30):
-        host.tick()
-        host.handle_round()
-    pending = host.propose("catalog", b"7 k v7")
+    # Its one voter elected itself as the group opened: it takes proposals without a timeout.
+    seventh = host.propose("catalog", b"7 k v7")
+    host.handle_round()
+    assert seventh.result(timeout=0) > indexes[4]
+    assert machines["catalog"].kv == {"k": "v7"}
+    pending = host.propose("catalog", b"8 k v8")
     host.close()
     with pytest.raises(OutcomeUnknown):
         pending.result(timeout=0)
     store.close()
+
+
+def test_a_log_is_compacted_by_its_bytes_and_a_sole_voter_keeps_no_entries(
+    tmp_path: Path,
+) -> None:
+    store = Store(tmp_path / "node-1")
+    network = Network(random.Random(0), 0.0)
+    host = RaftHost(
+        1,
+        store,
+        network.link(1),
+        lambda group: KeyValue(store, group),
+        random.Random(1),
+        compact_bytes=4000,
+    )
+    host.create_group("g", ConfState(frozenset({1})))
+    host.handle_round()
+    storage = host.groups["g"].storage
+    for op in range(1, 40):
+        future = host.propose("g", f"{op} k {'v' * 200}".encode())
+        host.handle_round()
+        assert future.result(timeout=0) == storage.applied
+    # Far fewer entries than RAFT_LOG_COMPACT_ENTRIES, but past 4,000 bytes: compacted, to the
+    # applied index itself (no follower needs what a group of one voter applied).
+    assert storage.first_index() > 1
+    assert storage.appended_bytes < 4000
+    kept = list(store.walk(Family.RAFT_LOG, b"", None, forward=True))
+    assert len(kept) < 4000 // 200
+    store.close()
+    reopened = Store(tmp_path / "node-1")
+    host = RaftHost(1, reopened, network.link(1), lambda g: KeyValue(reopened, g), random.Random(1))
+    assert host.groups["g"].machine.kv == {"k": "v" * 200}  # type: ignore[attr-defined]
+    reopened.close()

@@ -6,6 +6,7 @@ suite over it and `MemoryStorage`, then the same operations in random sequences 
 from __future__ import annotations
 
 import itertools
+import random
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,11 +17,13 @@ from hypothesis import strategies as st
 
 from core.raft import (
     Compacted,
+    Config,
     ConfState,
     Entry,
     EntryKind,
     HardState,
     MemoryStorage,
+    RaftNode,
     Snapshot,
 )
 from storagenode.layout import Family
@@ -238,6 +241,31 @@ def test_a_hole_in_the_stored_log_is_corruption_not_a_short_read(tmp_path: Path)
     with pytest.raises(DataCorruption):
         rocks.storage.term(2)
     rocks.close()
+
+
+def test_the_applied_membership_is_kept_so_a_restart_reads_no_log_before_it(
+    tmp_path: Path,
+) -> None:
+    store = Store(tmp_path / "node")
+    batch = store.batch()
+    storage = RaftLogStorage.create(store, batch, "g", CONF)
+    grown = ConfState(frozenset({1, 2, 3}), frozenset({4}))
+    storage.append(batch, [Entry(1, 1), Entry(2, 1, EntryKind.CONF, conf=grown), Entry(3, 1)])
+    storage.set_hard_state(batch, HardState(1, 1, 3))
+    assert storage.membership() == (0, CONF)
+    storage.set_membership(batch, 2, grown)
+    store.commit(batch)
+    reopened = RaftLogStorage.load(store, "g")
+    assert reopened.membership() == (2, grown)
+    # The node starts from it: the log before index 2 is not read (it could be compacted away).
+    node = RaftNode(Config(node_id=1), reopened, random.Random(0))
+    assert node.conf == grown
+    # A later snapshot is as of its own index, with its own membership.
+    batch = store.batch()
+    reopened.create_snapshot(batch, 3, grown, b"")
+    store.commit(batch)
+    assert RaftLogStorage.load(store, "g").membership() == (3, grown)
+    store.close()
 
 
 def test_a_group_is_created_once(tmp_path: Path) -> None:
