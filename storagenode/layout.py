@@ -42,12 +42,13 @@ its partition's metadata commit in one atomic, synced write batch:
   (`storagenode/transactions.py`).
 
 - `raft_log`: Raft group prefix (2-byte big-endian length ‖ group id) ‖ 8-byte big-endian index ->
-  the entry: 8-byte term ‖ 1-byte kind ‖ its command (or, for a membership entry, orjson
-  `[voters, learners]`). One group's entries are contiguous and in index order
-  (`storagenode/raft_storage.py`).
+  the entry: 8-byte term ‖ 1-byte kind ‖ its command (a partition's share of a write group's
+  effect, `replication.encode_effect`; for a membership entry, orjson `[voters, learners]`).
+  One group's entries are contiguous and in index order (`storagenode/raft_storage.py`).
 - `raft_state`: Raft group prefix ‖ one tag byte -> the group's hard state (`h`: term, vote,
   commit), its snapshot (`s`: index, term, membership, the application's data), the point its log
-  is compacted to (`t`: index, term) and the index its state machine has applied (`a`).
+  is compacted to (`t`: index, term), the index its state machine has applied (`a`) and the last
+  membership entry it applied (`m`: index, membership).
 
 The cluster catalog is no family of its own: it is a system table (`core.catalog`), stored in
 `items` like any other table, on the node that holds its partition.

@@ -9,10 +9,11 @@ payload before it runs, and its handler reads that.
 
 A write group is: refuse what is late or what the disk cannot take, decode, admit (token buckets),
 run each write's handler against one `writes.WriteContext` (the batch, the overlay of partition
-metadata, the one `replica.apply`), persist the batch with one synced write, then install what
-the group changed (partition metadata, change feeds, meters) for readers. A write that fails, with
-a typed error or a bug, fails alone: nothing of it reaches the batch and its neighbours commit.
-Only a failure of the commit itself (the disk) fails the whole group.
+metadata, the one `replica.apply`), persist the batch through the partitions' Raft logs
+(`replication`: each partition's share of it an entry of its log, all in one synced write), then
+install what the group changed (partition metadata, change feeds, meters) for readers. A write
+that fails, with a typed error or a bug, fails alone: nothing of it reaches the batch and its
+neighbours commit. Only a failure of the commit itself (the disk) fails the whole group.
 
 Every data-plane request passes its partition's token buckets (`storagenode.throughput`): a read
 is admitted before it runs and charged its real size after; a write is admitted before its batch is
@@ -38,6 +39,7 @@ from core.errors import (
     ValidationError,
 )
 from core.index_pressure import IndexPressure
+from core.raft import TimeoutSource
 from core.transactions import Vote, throttled
 from rpc import ops
 from rpc.ops import Target
@@ -46,6 +48,7 @@ from storagenode import changefeed, metrics
 from storagenode.layout import Family, seq_bytes
 from storagenode.operations import OPERATIONS, DiskFull, Kind, Operation
 from storagenode.partition import Partition
+from storagenode.replication import Replication
 from storagenode.store import DataCorruption, NodeStore
 from storagenode.throughput import NodeThroughput
 from storagenode.writes import PartitionRef, Ready, WriteContext, addressed, where
@@ -84,8 +87,13 @@ class StorageNode:
         clock: Callable[[], float] = time.time,
         item_collection_bytes_max: int = limits.ITEM_COLLECTION_BYTES_MAX,
         gsi_lag_records_max: int = limits.GSI_LAG_RECORDS_MAX,
+        member: int = 1,
+        timeouts: TimeoutSource | None = None,
     ) -> None:
         self.store = store
+        # Every partition's Raft group, and the node's own (`replication`): opened before the
+        # partitions are read, since applying what the logs hold may change them.
+        self.replication = Replication(store, member, timeouts)
         # Back-pressure of global indexes on base writes (`limits.GSI_LAG_RECORDS_MAX`).
         self.gsi_lag_records_max = gsi_lag_records_max
         # ...and of their partitions' own write capacity, as the GSI replicator reports it.
@@ -136,6 +144,7 @@ class StorageNode:
                 partition.table_name,
                 partition.throughput,
             )
+        self.replication.recover(self.partitions)
 
     def log_sizes(self, log: bytes, first_seq: int, last_seq: int) -> Iterator[tuple[int, int]]:
         """(seq, bytes) of the committed change-log records first_seq..last_seq under the log
@@ -303,9 +312,11 @@ class StorageNode:
         """Run writes in order as one synced batch; return each one's reply or error.
 
         The group's loop: run it (`run_group`: admit, run the handlers, give the outcome as a
-        `writes.Ready` value), persist that value's batch with one synced write, then install it
-        (`install`) and charge each write what it consumed. With replication, persisting becomes
-        appending to the partition's log and waiting for a quorum.
+        `writes.Ready` value), persist that value through the partitions' Raft logs
+        (`replication.Replication.persist`: each partition's share of the effect an entry of its
+        log, entries and effect in one synced write), then install it (`install`) and charge
+        each write what it consumed. With more than one replica, persisting becomes appending
+        to the logs and waiting for a quorum.
 
         A write refused with a typed error (a failed condition, a stale epoch, a validation
         error) changes nothing and the others go ahead. A write that fails with anything else is
@@ -315,9 +326,11 @@ class StorageNode:
         """
         ready = self.run_group(writes)
         try:
-            self.store.commit(ready.batch)
+            self.replication.persist(ready, self.partitions.keys())
         except Exception as error:
             logger.exception("group commit of %d writes failed", len(writes))
+            # The logs in memory are ahead of the disk: read them again, as a restart would.
+            self.replication.reopen()
             replies, consumed = ready.lost(error)
         else:
             self.install(ready)
@@ -343,12 +356,15 @@ class StorageNode:
             if results[index] is not None or write is None:
                 continue
             operation, payload = write
-            group.consumed = 0.0
+            if target is None and operation.addressed:
+                results[index] = ValidationError(f"A {op} request names no partition")
+                continue
+            writer = None
+            if target is not None and operation.addressed:
+                writer = (target.table_id, target.partition_id)
+            handler: Any = operation.handler
             try:
-                if target is None and operation.addressed:
-                    raise ValidationError(f"A {op} request names no partition")
-                handler: Any = operation.handler
-                results[index] = handler(group, target, payload)
+                results[index] = group.run(writer, handler, target, payload)
                 consumed[index] = group.consumed
             except Exception as error:
                 results[index] = _refusal(op, error)

@@ -344,6 +344,13 @@ class Store:
     def load_partition_metas(self) -> list[dict[str, object]]:
         return [orjson.loads(value) for value in self.values(Family.PARTITIONS)]
 
+    def live_files(self) -> list[tuple[str, bytes, int]]:
+        """The database's SST files: (name in the directory, first key, bytes)."""
+        return [
+            (str(meta["name"]), bytes(meta["start_key"]), int(meta["size"]))
+            for meta in self._db.live_files()
+        ]
+
     def free_bytes(self) -> int:
         """Free space on the disk holding the database, for writes to keep the reserve."""
         return shutil.disk_usage(self.path).free

@@ -46,6 +46,8 @@ PartitionRef = tuple[str, str]  # (table id, partition id)
 # A split's parent, and each child's (key, table name, throughput settings), for the node to
 # give the children their share of the parent's token buckets once the install commits.
 SplitMeters = tuple[PartitionRef, list[tuple[PartitionRef, str, dict[str, Any] | None]]]
+# A run of a batch's writes and the partition whose effect they are (`Ready.spans`).
+Span = tuple[PartitionRef | None, int, int]
 
 
 class NodeState(Protocol):
@@ -122,6 +124,12 @@ class Ready:
     heard: Mapping[PartitionRef, float | None]
     # Wake-ups: the partitions whose change feed moved (their followers look again).
     woken: frozenset[PartitionRef]
+    # Whose each of the batch's writes is, in order: (partition, start, end) says that
+    # `batch.ops[start:end]` is the effect of a write addressed to that partition, or of the
+    # metadata it was the first in the group to change (None: a write addressed to no one
+    # partition, the node's own). The spans cover the batch's writes exactly; each partition's
+    # log carries its own (`storagenode.replication`).
+    spans: tuple[Span, ...] = ()
 
     def lost(self, error: Exception) -> tuple[list[dict[str, Any] | DynamoError], list[float]]:
         """The replies and consumed units if the batch could not be persisted: every write that
@@ -160,6 +168,12 @@ class WriteContext:
         self.heard: dict[PartitionRef, float | None] = {}
         # The units the running write consumed (a metered write's handler sets it).
         self.consumed = 0.0
+        # The partition the running write is addressed to (None: none), and whose each run of
+        # the batch's writes is (`Ready.spans`); each changed partition's metadata is the effect
+        # of the write that first changed it in the group.
+        self.writer: PartitionRef | None = None
+        self.spans: list[Span] = []
+        self._changed_by: dict[PartitionRef, PartitionRef | None] = {}
 
     # Reading through the overlay ----------------------------------------------------------------
 
@@ -202,6 +216,7 @@ class WriteContext:
             return partition
         staged = partition.staged()
         self.dirty[ref] = staged
+        self._changed_by.setdefault(ref, self.writer)
         return staged
 
     def stage(self, ref: PartitionRef) -> Partition:
@@ -217,6 +232,7 @@ class WriteContext:
     def put_partition(self, ref: PartitionRef, partition: Partition | None) -> None:
         """Make `partition` (None: none) what the group holds under `ref` once it commits."""
         self.dirty[ref] = partition
+        self._changed_by.setdefault(ref, self.writer)
 
     def replacing(
         self, partition: Partition, items_key: bytes, key: Item, new: Item | None, new_bytes: int
@@ -267,6 +283,29 @@ class WriteContext:
         ref = (partition.table_id, partition.partition_id)
         self.appended.setdefault(ref, []).append((seq, len(value)))
 
+    def run(
+        self,
+        writer: PartitionRef | None,
+        handler: Callable[[WriteContext, Target | None, Any], dict[str, Any] | DynamoError],
+        target: Target | None,
+        payload: Any,
+    ) -> dict[str, Any] | DynamoError:
+        """Run one write's handler as `writer`'s (the partition it is addressed to, or None),
+        recording the batch's writes it made as its span, whether it returns or raises."""
+        self.writer = writer
+        self.consumed = 0.0
+        start = len(self.batch.ops)
+        try:
+            return handler(self, target, payload)
+        finally:
+            self._span(writer, start)
+            self.writer = None
+
+    def _span(self, owner: PartitionRef | None, start: int) -> None:
+        end = len(self.batch.ops)
+        if end > start:
+            self.spans.append((owner, start, end))
+
     # What happens once the group has committed ----------------------------------------------------
 
     def note_created(self, ref: PartitionRef) -> None:
@@ -305,31 +344,38 @@ class WriteContext:
         """
         node = self.node
         for ref, partition in self.dirty.items():
-            meta_key = partition_meta_key(*ref)
-            if partition is None:
-                self.batch.delete(Family.PARTITIONS, meta_key)
-                continue
-            keep = changefeed.first_retained_seq(
-                partition.first_seq,
+            start = len(self.batch.ops)
+            self._finish_partition(node, ref, partition)
+            self._span(self._changed_by.get(ref), start)
+
+    def _finish_partition(
+        self, node: NodeState, ref: PartitionRef, partition: Partition | None
+    ) -> None:
+        meta_key = partition_meta_key(*ref)
+        if partition is None:
+            self.batch.delete(Family.PARTITIONS, meta_key)
+            return
+        keep = changefeed.first_retained_seq(
+            partition.first_seq,
+            partition.last_seq,
+            node.change_log_records_max,
+            self.feed.consumers(ref).values(),
+        )
+        if keep > partition.first_seq or partition.log_bytes > node.change_log_bytes_max:
+            keep, partition.log_bytes = changefeed.first_retained_within_bytes(
+                keep,
                 partition.last_seq,
-                node.change_log_records_max,
-                self.feed.consumers(ref).values(),
+                partition.log_bytes,
+                node.change_log_bytes_max,
+                self._log_sizes(ref, partition),
             )
-            if keep > partition.first_seq or partition.log_bytes > node.change_log_bytes_max:
-                keep, partition.log_bytes = changefeed.first_retained_within_bytes(
-                    keep,
-                    partition.last_seq,
-                    partition.log_bytes,
-                    node.change_log_bytes_max,
-                    self._log_sizes(ref, partition),
-                )
-            if keep > partition.first_seq:
-                log = partition.log_prefix
-                self.batch.delete_range(
-                    Family.CHANGE_LOG, log + seq_bytes(partition.first_seq), log + seq_bytes(keep)
-                )
-                partition.first_seq = keep
-            self.batch.put(Family.PARTITIONS, meta_key, partition.to_meta())
+        if keep > partition.first_seq:
+            log = partition.log_prefix
+            self.batch.delete_range(
+                Family.CHANGE_LOG, log + seq_bytes(partition.first_seq), log + seq_bytes(keep)
+            )
+            partition.first_seq = keep
+        self.batch.put(Family.PARTITIONS, meta_key, partition.to_meta())
 
     def ready(
         self,
@@ -351,6 +397,7 @@ class WriteContext:
             tuple(self.carried),
             dict(self.heard),
             frozenset(self.dirty.keys() | self.feed.touched),
+            tuple(self.spans),
         )
 
 

@@ -9,23 +9,10 @@ import pytest
 from botocore.exceptions import ClientError
 
 from dynalab.cluster import LocalCluster
+from tests.damage import damage_table_blocks
 from tests.integration.conftest import create_active_table, dynamodb_client
 
 ITEMS = 3000
-
-
-def damage_data_blocks(data_dir: Path) -> list[Path]:
-    """Flip a byte a third into every large SST file (where data blocks lie, away from the index
-    and footer a node reads when it opens)."""
-    ssts = sorted(sst for sst in data_dir.glob("*.sst") if sst.stat().st_size > 64 * 1024)
-    for sst in ssts:
-        size = sst.stat().st_size
-        with sst.open("r+b") as file:
-            file.seek(size // 3)
-            byte = file.read(1)
-            file.seek(size // 3)
-            file.write(bytes([byte[0] ^ 0xFF]))
-    return ssts
 
 
 def test_a_scan_over_damaged_data_fails_naming_node_and_partition(tmp_path: Path) -> None:
@@ -44,7 +31,7 @@ def test_a_scan_over_damaged_data_fails_naming_node_and_partition(tmp_path: Path
             )
         node = cluster.nodes[0]
         node.stop()  # A graceful stop flushes the node's memory tables into SST files.
-        assert damage_data_blocks(node.data_dir), "the node flushed no large SST file"
+        assert damage_table_blocks(node.data_dir), "the node flushed no large SST file"
         node.start()
 
         seen = 0

@@ -21,6 +21,7 @@ from storagenode.node import StorageNode
 from storagenode.scrub import scrub
 from storagenode.store import DataCorruption, Store, StoreCorruption
 from tests import envelope
+from tests.damage import damage_table_blocks, flip_byte
 
 TABLE = {"id": "c0" * 16, "name": "T", "key_schema": {"hash": ["pk", "S"], "range": None}}
 PARTITION = {"id": "p0", "start": "", "end": None, "epoch": 1, "node": "n1"}
@@ -41,30 +42,10 @@ def write_items(path: Path) -> None:
     store.close()
 
 
-def flip_byte(path: Path, fraction: float) -> None:
-    size = path.stat().st_size
-    with path.open("r+b") as file:
-        file.seek(int(size * fraction))
-        byte = file.read(1)
-        file.seek(int(size * fraction))
-        file.write(bytes([byte[0] ^ 0xFF]))
-
-
-def damage_data_blocks(path: Path) -> list[Path]:
-    """Flip a byte a third into every SST file that holds many blocks (the items' and the change
-    log's), where data blocks lie; the index and footer at a file's end, which RocksDB reads
-    when it opens, stay whole."""
-    ssts = sorted(sst for sst in path.glob("*.sst") if sst.stat().st_size > 64 * 1024)
-    assert ssts, f"no large SST file in {path}"
-    for sst in ssts:
-        flip_byte(sst, 1 / 3)
-    return ssts
-
-
 def test_a_damaged_block_fails_reads_and_walks_instead_of_hiding_items(tmp_path: Path) -> None:
     data = tmp_path / "node-7"
     write_items(data)
-    damage_data_blocks(data)
+    damage_table_blocks(data)
     store = Store(data)
     node = StorageNode(store)
     try:
@@ -90,7 +71,7 @@ def test_scrub_reports_the_damaged_file_and_passes_a_sound_directory(
     sound, damaged = tmp_path / "sound", tmp_path / "damaged"
     write_items(sound)
     write_items(damaged)
-    ssts = damage_data_blocks(damaged)
+    ssts = damage_table_blocks(damaged)
     assert scrub(sound).ok and scrub(sound).keys["items"] == ITEMS
     report = scrub(damaged)
     assert not report.ok
