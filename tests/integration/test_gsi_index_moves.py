@@ -86,6 +86,19 @@ def serving_index_partitions(cluster: LocalCluster, name: str) -> list[dict[str,
     return [p for p in index_partitions(cluster, name, "ByGame") if p["state"] == "SERVING"]
 
 
+def fullest_index_partition(cluster: LocalCluster, name: str) -> dict[str, Any]:
+    """The serving index partition that holds the most bytes, once the replicator has applied
+    entries to one: right after the writes every index partition can still be empty, and a move
+    of an empty one never copies a page of items (so never reaches `target-items`)."""
+    deadline = time.monotonic() + SETTLE_TIMEOUT_S
+    while True:
+        partition = max(serving_index_partitions(cluster, name), key=lambda p: p["size_bytes"] or 0)
+        if partition["size_bytes"]:
+            return partition
+        assert time.monotonic() < deadline, "no index partition holds an entry"
+        time.sleep(POLL_S)
+
+
 def check_through_both_routers(cluster: LocalCluster, name: str, history: Any) -> None:
     """The index converges to its table, and each router's Scan and Queries of it return
     every entry once."""
@@ -172,7 +185,7 @@ def test_a_source_killed_mid_index_move_rolls_back_or_finishes_and_the_index_con
     create_scores(client, name)
     writer = Writer(dynamodb_client(cluster.router_urls[1]), name)
     writer.burst(0, 80, 0)
-    partition = max(serving_index_partitions(cluster, name), key=lambda p: p["size_bytes"] or 0)
+    partition = fullest_index_partition(cluster, name)
     source = partition["node"]
     target = next(n for n in NODES if n != source)
     restart(cluster, source, hold_environment(tmp_path, step))
@@ -217,7 +230,7 @@ def test_a_target_killed_at_each_step_of_an_index_move_and_the_index_converges(
     create_scores(client, name)
     writer = Writer(dynamodb_client(cluster.router_urls[1]), name)
     writer.burst(0, 80, 0)
-    partition = max(serving_index_partitions(cluster, name), key=lambda p: p["size_bytes"] or 0)
+    partition = fullest_index_partition(cluster, name)
     source = partition["node"]
     target = next(n for n in NODES if n != source)
     restart_with(cluster, target, **hold_environment(tmp_path, step))
