@@ -125,8 +125,10 @@ def test_a_deletion_left_half_done_is_finished_by_another_router(
     create(client, name)
     wait_for_status(client, name, "ACTIVE")
     client.put_item(TableName=name, Item={"pk": {"S": "old"}})
-    deleting_since = time.monotonic()
     doomed_client, kill = crashing(doomed, step, tmp_path)
+    # The deletion is marked during the call below, so its stall is timed from no earlier than
+    # here (not from before the doomed router's restart, which takes seconds on a loaded machine).
+    deleting_since = time.monotonic()
     with kill, pytest.raises(BotoCoreError):
         doomed_client.delete_table(TableName=name)
     died(doomed)
