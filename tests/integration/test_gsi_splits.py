@@ -34,8 +34,12 @@ from tests.integration.test_splits import admin
 
 CONVERGE_TIMEOUT_S = 60.0
 METRICS_TIMEOUT_S = 5.0
-PRUNE_TIMEOUT_S = 150.0  # Two rounds of the reconciler's lineage pruning, and its start.
 PAGE_BYTES = 512  # A few small items a page: a partition's copy takes a hundred pages or more.
+# The routers' reconcilers prune retired partitions every quarter of the stream retention, at most
+# every minute (router/table_lifecycle.py): a retention of 8 s has them look every 2 s instead of
+# leaving the test to wait out the minute. No table here has a stream, so nothing else changes.
+STREAM_RETENTION_S = 8.0
+PRUNE_TIMEOUT_S = 60.0  # Many rounds of the reconciler's lineage pruning, and its start.
 
 
 @pytest.fixture(scope="module")
@@ -43,6 +47,7 @@ def slow_copy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster
     with pytest.MonkeyPatch.context() as environment:
         environment.setenv("DYNALAB_THROTTLING", "off")
         environment.setenv("DYNALAB_GSI_BACKFILL_PAGE_BYTES", str(PAGE_BYTES))
+        environment.setenv("DYNALAB_STREAM_RETENTION_SECONDS", str(STREAM_RETENTION_S))
         with LocalCluster(tmp_path_factory.mktemp("slow-copy"), nodes=3) as running:
             yield running
 
@@ -134,7 +139,7 @@ def test_a_partition_split_twice_while_the_replicator_is_down_is_drained_first(
     result = convergence.wait_converged(client, name, "ByGame", CONVERGE_TIMEOUT_S, writer.history)
     assert result.converged
     # Drained, the grandparent's log is gone from its node, and a router's reconciler drops it
-    # from the catalog (a round a minute at most).
+    # from the catalog (a round every STREAM_RETENTION_S / 4 here).
     deadline = time.monotonic() + PRUNE_TIMEOUT_S
     while parent["id"] in {
         p["id"] for p in admin(slow_copy, f"/admin/tables/{name}/partitions")[1]["partitions"]
