@@ -42,6 +42,7 @@ from core.errors import (
     StaleEpoch,
     ValidationError,
 )
+from core.keycodec import HASH_BYTES, HASH_SPACE
 from core.keys import KeyAttribute, KeyShape
 from core.placement import initial_partition_count, initial_ranges
 from core.token_bucket import BillingMode
@@ -305,6 +306,138 @@ def on_demand_updated(
         if value is not None:
             merged[position] = None if value == ON_DEMAND_REMOVED else value
     return OnDemandThroughput(merged[0], merged[1])
+
+
+@dataclass(frozen=True, slots=True)
+class WarmThroughput:
+    """A table's warm throughput: the read and write units a second it serves at once ("the
+    number of read and write operations your DynamoDB table can instantaneously support",
+    Developer Guide, "Understanding DynamoDB warm throughput"). In dynalab that is what its
+    partitions serve at their ceilings, so raising it (pre-warming) means more partitions."""
+
+    read: int
+    write: int
+
+    def covers(self, other: WarmThroughput) -> bool:
+        return self.read >= other.read and self.write >= other.write
+
+    def widened(self, other: WarmThroughput) -> WarmThroughput:
+        return WarmThroughput(max(self.read, other.read), max(self.write, other.write))
+
+
+# WarmThroughput's members, read first (as the service model lists them).
+WARM_MEMBERS = ("ReadUnitsPerSecond", "WriteUnitsPerSecond")
+# The warm throughput every new table starts with, and the least a request may ask for: a new
+# on-demand table's "12,000 read units per second and 4,000 write units per second" (Developer
+# Guide, "Understanding DynamoDB warm throughput in different scenarios"); DynamoDB refuses a
+# request below it, naming the unit.
+WARM_THROUGHPUT_MIN = (12_000, 4_000)
+
+
+def partitions_warm(count: int) -> WarmThroughput:
+    """What `count` partitions serve at once: each its 3,000 read and 1,000 write units."""
+    return WarmThroughput(count * limits.PARTITION_RCU_MAX, count * limits.PARTITION_WCU_MAX)
+
+
+def warm_partition_count(warm: WarmThroughput) -> int:
+    """The partitions a table needs to serve `warm` at once (reads and writes each at their
+    ceiling: a warm throughput is each alone, not both at once)."""
+    return max(
+        1,
+        -(-warm.read // limits.PARTITION_RCU_MAX),
+        -(-warm.write // limits.PARTITION_WCU_MAX),
+    )
+
+
+def _warm_requested(
+    requested: Mapping[str, int], current: WarmThroughput, region: str
+) -> WarmThroughput:
+    """The warm throughput a request asks for (a member not given keeps `current`'s), or
+    DynamoDB's refusal of a member below the minimum or above the per-table quota. The wording
+    is dynalab's: AWS publishes only that the refusal names the unit and says it is lower."""
+    values = [current.read, current.write]
+    for position, member in enumerate(WARM_MEMBERS):
+        value = requested.get(member)
+        if value is None:
+            continue
+        minimum = WARM_THROUGHPUT_MIN[position]
+        if value < minimum:
+            raise ValidationError(
+                f"{INVALID_PARAMETERS}Requested {member} for WarmThroughput for table is lower "
+                f"than the minimum of {minimum}"
+            )
+        if value > limits.PROVISIONED_UNITS_PER_TABLE_MAX:
+            raise LimitExceeded(
+                f"The requested {member}, {value}, is above the per table maximum for the "
+                f"account in {region}. Per table maximum: "
+                f"{limits.PROVISIONED_UNITS_PER_TABLE_MAX}."
+            )
+        values[position] = value
+    return WarmThroughput(values[0], values[1])
+
+
+def warm_created(requested: Mapping[str, int] | None, region: str) -> WarmThroughput | None:
+    """CreateTable's WarmThroughput (the members given; None or empty when absent): the table
+    starts with it, a member not given at the minimum, so it is created with the partitions that
+    serve it (`created`)."""
+    if not requested:
+        return None
+    return _warm_requested(requested, WarmThroughput(*WARM_THROUGHPUT_MIN), region)
+
+
+def warm_throughput(table: TableDef) -> WarmThroughput:
+    """DescribeTable's WarmThroughput units: what was asked for, else what the table's
+    partitions serve."""
+    return table.warm or partitions_warm(len(table.partitions))
+
+
+def warm_settled(table: TableDef) -> bool:
+    """Whether the table has the partitions its warm throughput needs (WarmThroughput's Status
+    ACTIVE; UPDATING while its partitions are split to reach it)."""
+    return table.warm is None or len(table.partitions) >= warm_partition_count(table.warm)
+
+
+def widest_partition(table: TableDef) -> tuple[PartitionDef, bytes]:
+    """The serving partition whose hash range is widest, and the key at its middle (a bare
+    hash prefix, which is an item collection's start too): where a pre-warm splits next, so
+    that the partitions stay even. Raises if no partition's range can be halved by hash."""
+    widest: tuple[int, PartitionDef, int] | None = None
+    for partition in table.partitions:
+        low = _hash_of(partition.start, 0)
+        high = HASH_SPACE if partition.end is None else _hash_of(partition.end, HASH_SPACE)
+        if high - low >= 2 and (widest is None or high - low > widest[0]):
+            widest = (high - low, partition, (low + high) // 2)
+    if widest is None:
+        raise InternalServerError(f"Table {table.name} has no partition that halves by hash")
+    return widest[1], widest[2].to_bytes(HASH_BYTES, "big")
+
+
+def _hash_of(bound: str, empty: int) -> int:
+    """The hash prefix a partition bound starts with (`empty` for the unbounded "")."""
+    raw = bytes.fromhex(bound)
+    return int.from_bytes(raw[:HASH_BYTES].ljust(HASH_BYTES, b"\0"), "big") if raw else empty
+
+
+def warm_updated(table: TableDef, requested: Mapping[str, int], region: str) -> TableDef | None:
+    """UpdateTable's WarmThroughput: the table asking for more (its partitions are then split
+    until they serve it: `warm_settled`), None when it has that already, or DynamoDB's refusal:
+    "Once increased, warm throughput values can't be decreased" (Developer Guide), and the
+    refusal names the unit and says it is lower than the current one (the words are dynalab's)."""
+    if table.status != TableStatus.ACTIVE:
+        raise table_in_use(table)
+    current = warm_throughput(table)
+    wanted = _warm_requested(requested, current, region)
+    for member, value, now in zip(
+        WARM_MEMBERS, (wanted.read, wanted.write), (current.read, current.write), strict=True
+    ):
+        if value < now:
+            raise ValidationError(
+                f"{INVALID_PARAMETERS}Requested {member} for WarmThroughput for table is lower "
+                f"than current WarmThroughput of {now}"
+            )
+    if wanted == current:
+        return None
+    return _changed(table, warm=wanted)
 
 
 @dataclass(frozen=True, slots=True)
@@ -670,6 +803,9 @@ class TableDef:
     throughput_changes: ThroughputChanges = ThroughputChanges()
     # OnDemandThroughput: an on-demand table's maximum request units (none on a provisioned one).
     on_demand: OnDemandThroughput = OnDemandThroughput()
+    # The WarmThroughput a request asked for, as its partitions grew since (None: none was, and
+    # the table's is what its partitions serve).
+    warm: WarmThroughput | None = None
     # Partitions a split retired, kept while a serving partition names them as its parent (a
     # change-log reader drains a parent before its children), and dropped after.
     retired: tuple[PartitionDef, ...] = ()
@@ -731,6 +867,7 @@ class TableDef:
                 "pay_per_request_since": self.throughput_changes.pay_per_request_since,
             },
             "on_demand": self.on_demand.to_json(),
+            "warm": None if self.warm is None else [self.warm.read, self.warm.write],
             "created": self.created,
             "partitions": [partition.to_json() for partition in self.partitions],
             "retired_partitions": [partition.to_json() for partition in self.retired],
@@ -778,6 +915,7 @@ class TableDef:
                 pay_per_request_since=changes.get("pay_per_request_since"),
             ),
             on_demand=OnDemandThroughput.from_json(document.get("on_demand")),
+            warm=None if document.get("warm") is None else WarmThroughput(*document["warm"]),
             retired=tuple(
                 PartitionDef.from_json(p) for p in document.get("retired_partitions", ())
             ),
@@ -824,16 +962,20 @@ def created(
     deletion_protection: bool = False,
     table_class: TableClass | None = None,
     on_demand: OnDemandThroughput = OnDemandThroughput(),
+    warm: WarmThroughput | None = None,
 ) -> TableDef:
-    """A new table, CREATING, created at `now`, with as many partitions as its throughput needs,
-    the secondary indexes given at creation (`indexes`), CreateTable's `tags` (as `tagged`
-    adds them), with `stream_view_type` an enabled stream, and CreateTable's
-    DeletionProtectionEnabled, TableClass and OnDemandThroughput (`on_demand_created`).
+    """A new table, CREATING, created at `now`, with as many partitions as its throughput (and
+    its WarmThroughput, `warm_created`) needs, the secondary indexes given at creation
+    (`indexes`), CreateTable's `tags` (as `tagged` adds them), with `stream_view_type` an
+    enabled stream, and CreateTable's DeletionProtectionEnabled, TableClass and
+    OnDemandThroughput (`on_demand_created`).
 
     The partitions split the hash space evenly, each at epoch 1 with an equal share of the
     throughput, on the node `owner` picks for its id.
     """
     count = initial_partition_count(billing_mode, throughput.read, throughput.write)
+    if warm is not None:
+        count = max(count, warm_partition_count(warm))
     share = Fraction(1, count)
     partitions = []
     for index, (start, end) in enumerate(initial_ranges(count)):
@@ -859,6 +1001,7 @@ def created(
         deletion_protection=deletion_protection,
         table_class=table_class,
         on_demand=on_demand,
+        warm=warm,
     )
 
 
@@ -1116,7 +1259,12 @@ def split(
         (low_id, high_id),
         keep_retired=keeps_lineage(table),
     )
-    return _changed(table, partitions=partitions, retired=retired), low, high
+    # A table that grew past the partitions its warm throughput asked for (a split for heat or
+    # size) serves more at once now; the splits of a pre-warm leave what was asked for as it was.
+    warm = table.warm
+    if warm is not None and len(partitions) > warm_partition_count(warm):
+        warm = warm.widened(partitions_warm(len(partitions)))
+    return _changed(table, partitions=partitions, retired=retired, warm=warm), low, high
 
 
 def keeps_lineage(table: TableDef) -> bool:

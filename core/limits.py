@@ -418,6 +418,10 @@ TAG_VALUE_CHARS_MAX = 256
 # TableReconciler): a live router creates or deletes a table in well under a second.
 TABLE_RECONCILE_SECONDS = 1.0
 TABLE_TRANSITION_STALL_SECONDS = 3.0
+# A table whose WarmThroughput was raised has its partitions split by the routers' reconcilers, at
+# most this many per table a round (dynalab's bound: a split of a small partition takes tens of
+# milliseconds, so a pre-warm to the per-table quota, 40 partitions, takes a few rounds).
+PREWARM_SPLITS_PER_ROUND_MAX = 8
 # A CreateTable still CREATING this long after it began can no longer finish (its router died
 # half-way), so DeleteTable may remove it; DynamoDB refuses to delete a table while it is created.
 TABLE_CREATION_SECONDS_MAX = 600.0

@@ -13,7 +13,9 @@ backfill, an index DELETING) for `TABLE_TRANSITION_STALL_SECONDS` is recovered: 
 record is loaded from the row and driven with RESTARTED (`core.machines.table.recovered`). A live
 router that is merely slow loses nothing: the two carry out the same idempotent steps, and
 whichever changes the row first wins it. The reconciler also lets go of expired streams and of
-retired partitions no follower needs any more.
+retired partitions no follower needs any more, and pre-warms the tables whose WarmThroughput was
+raised (`prewarm`): the target is in the row, each split is its node's machine, so whichever
+router looks next goes on from the partitions the row shows.
 """
 
 from __future__ import annotations
@@ -531,6 +533,37 @@ async def _closed_shard(
     return catalog.ClosedShard(partition, position["last_seq"] - (1 if retired else 0))
 
 
+# Pre-warming ---------------------------------------------------------------------------------
+
+
+async def prewarm(ctx: RouterContext, table: TableDef, splits_max: int) -> None:
+    """Split `table`'s partitions, at most `splits_max` of them, until they serve its warm
+    throughput (`core.catalog.warm_settled`): each time the one with the widest hash range, at
+    its middle, so the partitions stay even. A split that fails (its node down, another
+    router's split of it first) is logged and left to the next round."""
+    for _ in range(splits_max):
+        current = ctx.records.get(table.name)
+        if current is None or current.id != table.id or catalog.warm_settled(current):
+            return
+        if current.status is not catalog.TableStatus.ACTIVE:
+            return
+        partition, key = catalog.widest_partition(current)
+        payload = ops.SplitPartitionPayload(current.id, partition.id, key.hex())
+        try:
+            await ctx.control(
+                partition.node,
+                ops.SPLIT_PARTITION,
+                payload.to_json(),
+                limits.SPLIT_CALL_SECONDS_MAX,
+            )
+        except DynamoError as error:
+            log.info(
+                "pre-warming %s: split of %s not made yet: %s", table.name, partition.id, error
+            )
+            return
+        await ctx.refresh()
+
+
 # Recovery of unfinished flows ---------------------------------------------------------------
 
 
@@ -591,6 +624,9 @@ class TableReconciler:
 
         await self.drop_expired_streams()
         await self.prune_lineage()
+        for table in list(self.ctx.records.values()):
+            if not catalog.warm_settled(table):
+                await prewarm(self.ctx, table, limits.PREWARM_SPLITS_PER_ROUND_MAX)
 
     async def prune_lineage(self) -> None:
         """Drop the retired partitions kept only for the table's followers (`catalog.lineage_only`)

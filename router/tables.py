@@ -26,6 +26,9 @@ the table's row so that concurrent routers never lose each other's changes:
   SDK waiters do, waits until every node enforces the new throughput.
 - OnDemandThroughput (an on-demand table's maximum request units) is a throughput setting: it
   reaches the nodes with the rest (`core.catalog.on_demand_updated` holds DynamoDB's rules).
+- WarmThroughput is what the partitions serve at once: CreateTable makes the partitions a
+  requested one needs, and UpdateTable records a raised one in the row for every router's
+  reconciler to split the partitions to (`router.table_lifecycle.prewarm`).
 - DeletionProtectionEnabled and TableClass (CreateTable, UpdateTable) live in the row alone: no
   node holds either. DeleteTable of a protected table is refused by the compare-and-set that
   would mark it DELETING (`core.catalog.deleting`), so a concurrent UpdateTable that lifts the
@@ -89,7 +92,6 @@ _NOTHING_TO_UPDATE = (
 _UPDATE_MEMBERS_UNSUPPORTED = (
     "SSESpecification",
     "ReplicaUpdates",
-    "WarmThroughput",
     "MultiRegionConsistency",
 )
 
@@ -260,6 +262,21 @@ def _read_on_demand(reader: RequestReader) -> dict[str, int] | None:
     return given or None
 
 
+def _read_warm(reader: RequestReader) -> dict[str, int] | None:
+    """WarmThroughput: the members given (Long; their bounds are the operation's rule); None
+    when absent or empty."""
+    body = reader.mapping("WarmThroughput")
+    if body is None:
+        return None
+    nested = reader.nested(body, reader.where("WarmThroughput"))
+    given = {}
+    for member in catalog.WARM_MEMBERS:
+        value = nested.integer(member)
+        if value is not None:
+            given[member] = value
+    return given or None
+
+
 def _read_throughput(reader: RequestReader) -> dict[str, int | None] | None:
     """ProvisionedThroughput: both members, each required and at least 1 (None if absent)."""
     throughput_body = reader.mapping("ProvisionedThroughput")
@@ -334,6 +351,7 @@ def _read_create_table(body: dict[str, Any]) -> dict[str, Any]:
     deletion_protection = reader.boolean("DeletionProtectionEnabled")
     tags = read_tags(reader, required=False)
     table_class = reader.string("TableClass", enum=_TABLE_CLASSES)
+    warm = _read_warm(reader)
     name = schema.check_table_name(name)
     reader.check()
     check_reserved(tags)
@@ -350,6 +368,7 @@ def _read_create_table(body: dict[str, Any]) -> dict[str, Any]:
     units = None if throughput is None else {k: v for k, v in throughput.items() if v is not None}
     billing = schema.build_throughput(billing_mode, units)
     maximums = catalog.on_demand_created(BillingMode(billing["billing_mode"]), on_demand)
+    warm_throughput = catalog.warm_created(warm, request_region())
     attribute_types = {d["AttributeName"]: d["AttributeType"] for d in definitions}
     local = ()
     if local_definitions:
@@ -390,6 +409,7 @@ def _read_create_table(body: dict[str, Any]) -> dict[str, Any]:
         "deletion_protection": bool(deletion_protection),
         "table_class": None if table_class is None else catalog.TableClass(table_class),
         "on_demand": maximums,
+        "warm": warm_throughput,
         **billing,
     }
 
@@ -480,6 +500,15 @@ def _description(
         on_demand = table.on_demand.described()
     if on_demand:
         description["OnDemandThroughput"] = on_demand
+    warm = catalog.warm_throughput(table)
+    warm_status = "ACTIVE" if catalog.warm_settled(table) else "UPDATING"
+    if (status or table.status) is TableStatus.DELETING:
+        warm_status = "DELETING"
+    description["WarmThroughput"] = {
+        "ReadUnitsPerSecond": warm.read,
+        "WriteUnitsPerSecond": warm.write,
+        "Status": warm_status,
+    }
     if table.table_class is not None:
         summary: dict[str, Any] = {"TableClass": table.table_class.value}
         if table.table_class_updated is not None:
@@ -522,6 +551,7 @@ def _global_index_description(index: IndexDef, counts: list[int], arn: str) -> d
         projection["NonKeyAttributes"] = list(index.non_key_attributes)
     items, size_bytes = counts
     status = IndexStatus.CREATING if index.status == IndexStatus.BACKFILLING else index.status
+    warm = catalog.partitions_warm(len(index.partitions))
     described: dict[str, Any] = {
         "IndexName": index.name,
         # As CreateTable or UpdateTable gave it: the partition key attributes, then the sort key
@@ -540,6 +570,12 @@ def _global_index_description(index: IndexDef, counts: list[int], arn: str) -> d
         "IndexSizeBytes": size_bytes + limits.INDEX_ENTRY_OVERHEAD_BYTES * items,
         "ItemCount": items,
         "IndexArn": f"{arn}/index/{index.name}",
+        # What the index's own partitions serve at once, as a table's warm throughput is.
+        "WarmThroughput": {
+            "ReadUnitsPerSecond": warm.read,
+            "WriteUnitsPerSecond": warm.write,
+            "Status": "ACTIVE",
+        },
     }
     if index.online:
         described["Backfilling"] = index.backfilling
@@ -663,6 +699,7 @@ def _new_table(
         deletion_protection=definition["deletion_protection"],
         table_class=definition["table_class"],
         on_demand=definition["on_demand"],
+        warm=definition["warm"],
     )
     for spec in definition["global_indexes"]:
         table = catalog.index_added(table, spec.placed(sources.new_id(), billing_mode, owner))
@@ -851,6 +888,7 @@ class _UpdateTableRequest:
     deletion_protection: bool | None = None  # DeletionProtectionEnabled, if given.
     table_class: catalog.TableClass | None = None
     on_demand: dict[str, int] | None = None  # OnDemandThroughput's members, if any is given.
+    warm: dict[str, int] | None = None  # WarmThroughput's members, if any is given.
 
     @property
     def changes_throughput(self) -> bool:
@@ -879,6 +917,7 @@ def _read_update_table(body: dict[str, Any]) -> _UpdateTableRequest:
     table_class = reader.string("TableClass", enum=_TABLE_CLASSES)
     deletion_protection = reader.boolean("DeletionProtectionEnabled")
     on_demand = _read_on_demand(reader)
+    warm = _read_warm(reader)
     name = schema.check_table_name(name)
     reader.check()
     index_updates = _read_index_updates(reader)
@@ -893,6 +932,7 @@ def _read_update_table(body: dict[str, Any]) -> _UpdateTableRequest:
         and table_class is None
         and deletion_protection is None
         and on_demand is None
+        and warm is None
         and not present
     ):
         raise ValidationError(_NOTHING_TO_UPDATE)
@@ -908,6 +948,7 @@ def _read_update_table(body: dict[str, Any]) -> _UpdateTableRequest:
         or stream is not None
         or settings
         or on_demand is not None
+        or warm is not None
     ):
         raise ValidationError(
             INVALID_PARAMETERS + "GlobalSecondaryIndexUpdates together with another change "
@@ -935,6 +976,7 @@ def _read_update_table(body: dict[str, Any]) -> _UpdateTableRequest:
         deletion_protection,
         None if table_class is None else catalog.TableClass(table_class),
         on_demand,
+        warm,
     )
 
 
@@ -1010,6 +1052,13 @@ async def update_table(ctx: RouterContext, body: dict[str, Any]) -> dict[str, An
         if first.action == "Delete":
             return await _delete_index(ctx, request.name, first.name)
         return await _update_index_throughput(ctx, request.name, request.index_updates)
+    if request.warm is not None:
+        if request.stream is not None or request.changes_throughput or request.changes_settings:
+            raise ValidationError(
+                INVALID_PARAMETERS + "WarmThroughput together with another change of the table "
+                "is not supported by UpdateTable yet"
+            )
+        return await _update_warm(ctx, request.name, request.warm)
     if request.stream is not None and (request.changes_throughput or request.changes_settings):
         raise ValidationError(
             INVALID_PARAMETERS + "StreamSpecification cannot be updated together with the "
@@ -1063,6 +1112,25 @@ async def update_table(ctx: RouterContext, body: dict[str, Any]) -> dict[str, An
         on_demand = {m: merged[m] for m in catalog.ON_DEMAND_MEMBERS if m in merged}
     description = _description(shown, stats, ctx.sources.clock(), status, on_demand)
     return {"TableDescription": description}
+
+
+async def _update_warm(ctx: RouterContext, name: str, requested: dict[str, int]) -> dict[str, Any]:
+    """UpdateTable's WarmThroughput: the table's row asks for more (`core.catalog.warm_updated`)
+    and the reply shows it UPDATING, as DynamoDB pre-warms a table asynchronously; every router's
+    reconciler then splits the table's partitions until they serve it
+    (`router.table_lifecycle.prewarm`), and
+    WarmThroughput's Status turns ACTIVE. The table serves requests throughout."""
+    region = request_region()
+
+    def update(current: TableDef | None) -> TableDef:
+        if current is None:
+            raise table_not_found(name)
+        return catalog.warm_updated(current, requested, region) or current
+
+    table = await ctx.change_table(name, update)
+    assert table is not None, f"UpdateTable of {name} found no table after updating it"
+    stats = await _table_stats(ctx, table)
+    return {"TableDescription": _description(table, stats, ctx.sources.clock())}
 
 
 def _with_settings(table: TableDef, request: _UpdateTableRequest, now: float) -> TableDef:

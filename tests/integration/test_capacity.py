@@ -581,6 +581,80 @@ def test_on_demand_throughput_is_set_described_and_enforced(
     )
 
 
+def serving_partitions(cluster: LocalCluster, table: str) -> int:
+    listed = get_json(cluster, f"/admin/tables/{table}/partitions")["partitions"]
+    return sum(1 for partition in listed if partition["state"] == "SERVING")
+
+
+def test_warm_throughput_is_what_the_partitions_serve_and_raising_it_splits_them(
+    cluster: LocalCluster, dynamodb: Any, table_name: Callable[[], str]
+) -> None:
+    definition = {
+        "KeySchema": [{"AttributeName": "pk", "KeyType": "HASH"}],
+        "AttributeDefinitions": [{"AttributeName": "pk", "AttributeType": "S"}],
+        "BillingMode": "PAY_PER_REQUEST",
+    }
+    # A new on-demand table: its four partitions, DynamoDB's 12,000 / 4,000.
+    plain = create_active_table(dynamodb, table_name())
+    assert dynamodb.describe_table(TableName=plain)["Table"]["WarmThroughput"] == {
+        "ReadUnitsPerSecond": 12_000,
+        "WriteUnitsPerSecond": 4_000,
+        "Status": "ACTIVE",
+    }
+    # Asked for at creation: the table starts with the partitions that serve it (seven for
+    # 6,120 write units), and describes exactly what was asked for.
+    name = table_name()
+    created = dynamodb.create_table(
+        TableName=name,
+        **definition,
+        WarmThroughput={"ReadUnitsPerSecond": 12_240, "WriteUnitsPerSecond": 6_120},
+    )["TableDescription"]
+    assert created["WarmThroughput"] == {
+        "ReadUnitsPerSecond": 12_240,
+        "WriteUnitsPerSecond": 6_120,
+        "Status": "ACTIVE",
+    }
+    wait_active(dynamodb, name)
+    assert serving_partitions(cluster, name) == 7
+    for i in range(50):
+        dynamodb.put_item(TableName=name, Item=item(f"k{i}"))
+    assert error_of(
+        lambda: dynamodb.create_table(
+            TableName=table_name(), **definition, WarmThroughput={"WriteUnitsPerSecond": 3_999}
+        )
+    )[:2] == (400, "ValidationException")
+    assert (
+        "lower than current WarmThroughput"
+        in error_of(
+            lambda: dynamodb.update_table(
+                TableName=name, WarmThroughput={"WriteUnitsPerSecond": 6_000}
+            )
+        )[2]
+    )
+    # Raised by UpdateTable: UPDATING while the routers split its partitions, then ACTIVE with
+    # the ten that serve 10,000 write units; its items stay where they are read.
+    reply = dynamodb.update_table(TableName=name, WarmThroughput={"WriteUnitsPerSecond": 10_000})
+    assert reply["TableDescription"]["WarmThroughput"] == {
+        "ReadUnitsPerSecond": 12_240,
+        "WriteUnitsPerSecond": 10_000,
+        "Status": "UPDATING",
+    }
+    deadline = time.monotonic() + 60
+    while True:
+        described = dynamodb.describe_table(TableName=name)["Table"]
+        if described["WarmThroughput"]["Status"] == "ACTIVE":
+            break
+        assert time.monotonic() < deadline, described["WarmThroughput"]
+        time.sleep(0.2)
+    assert described["TableStatus"] == "ACTIVE"
+    assert described["WarmThroughput"]["WriteUnitsPerSecond"] == 10_000
+    assert serving_partitions(cluster, name) == 10
+    for i in range(50):
+        assert dynamodb.get_item(TableName=name, Key={"pk": {"S": f"k{i}"}})["Item"]["pk"] == {
+            "S": f"k{i}"
+        }
+
+
 def test_the_buckets_follow_update_table(
     cluster: LocalCluster, dynamodb: Any, table_name: Callable[[], str]
 ) -> None:

@@ -168,6 +168,12 @@ def test_describe_table_lists_each_global_index(
         "IndexSizeBytes": 0,
         "ItemCount": 0,
         "IndexArn": f"{table['TableArn']}/index/GameTitleIndex",
+        # An on-demand index's four partitions, as DynamoDB starts a new on-demand index.
+        "WarmThroughput": {
+            "ReadUnitsPerSecond": 12_000,
+            "WriteUnitsPerSecond": 4_000,
+            "Status": "ACTIVE",
+        },
     }
     assert "Backfilling" not in first  # Created with its table (seed 004 O-33).
     assert second["KeySchema"] == key_schema("TopScore")

@@ -478,6 +478,58 @@ def test_update_table_merges_maximums_and_a_provisioned_table_has_none() -> None
     }
 
 
+def warm(read: int | None = None, write: int | None = None) -> dict[str, int]:
+    given = {"ReadUnitsPerSecond": read, "WriteUnitsPerSecond": write}
+    return {member: value for member, value in given.items() if value is not None}
+
+
+def test_a_table_is_created_with_the_partitions_its_warm_throughput_needs() -> None:
+    # A member not given starts at the minimum every table has.
+    asked = catalog.warm_created(warm(None, 10_000), "r")
+    assert asked == catalog.WarmThroughput(12_000, 10_000)
+    table = new_table(BillingMode.PAY_PER_REQUEST, Throughput(), warm=asked)
+    assert len(table.partitions) == 10
+    assert catalog.warm_throughput(table) == asked and catalog.warm_settled(table)
+    # Without one, the table's warm throughput is what its partitions serve.
+    plain = new_table(BillingMode.PAY_PER_REQUEST, Throughput())
+    assert catalog.warm_throughput(plain) == catalog.WarmThroughput(12_000, 4_000)
+    assert catalog.warm_throughput(new_table()) == catalog.WarmThroughput(3_000, 1_000)
+    assert catalog.warm_created({}, "r") is None
+    # The minimum and the per-table quota (the words are dynalab's; DynamoDB names the unit).
+    with pytest.raises(ValidationError, match=r"ReadUnitsPerSecond for WarmThroughput .* lower"):
+        catalog.warm_created(warm(11_999), "r")
+    with pytest.raises(LimitExceeded, match="WriteUnitsPerSecond, 40001, is above"):
+        catalog.warm_created(warm(None, 40_001), "r")
+
+
+def test_update_table_raises_a_warm_throughput_never_lowers_it() -> None:
+    table = catalog.activated(new_table(BillingMode.PAY_PER_REQUEST, Throughput()))
+    raised = catalog.warm_updated(table, warm(None, 8_160), "r")
+    assert raised is not None and raised.warm == catalog.WarmThroughput(12_000, 8_160)
+    # UPDATING until its partitions serve it: nine of them, split at the widest each time.
+    assert not catalog.warm_settled(raised) and raised.status == TableStatus.ACTIVE
+    assert catalog.warm_updated(raised, warm(12_000, 8_160), "r") is None  # Nothing to do.
+    with pytest.raises(ValidationError, match="lower than current WarmThroughput of 8160"):
+        catalog.warm_updated(raised, warm(None, 8_000), "r")
+    grown = raised
+    while not catalog.warm_settled(grown):
+        partition, key = catalog.widest_partition(grown)
+        grown, _, _ = catalog.split(
+            grown, partition.id, key, f"{partition.id}.l", f"{partition.id}.h"
+        )
+    assert len(grown.partitions) == 9
+    assert catalog.warm_throughput(grown) == catalog.WarmThroughput(12_000, 8_160)
+    widths = {int(p.end or "1" + "0" * 16, 16) - int(p.start or "0", 16) for p in grown.partitions}
+    assert len(widths) <= 2  # Halves and quarters of the hash space: as even as nine can be.
+    # A split past what it asked for (for heat, for size) widens it to what the table serves.
+    partition, key = catalog.widest_partition(grown)
+    more, _, _ = catalog.split(grown, partition.id, key, "x.l", "x.h")
+    assert catalog.warm_throughput(more) == catalog.partitions_warm(10)
+    assert TableDef.from_json(more.to_json()).warm == more.warm
+    with pytest.raises(ResourceInUse):
+        catalog.warm_updated(new_table(), warm(20_000), "r")  # CREATING
+
+
 # Partitions ------------------------------------------------------------------------------------
 
 
