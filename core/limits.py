@@ -264,6 +264,9 @@ TABLES_PER_REGION_MAX = 2500  # Default quota: 2,500 tables per account per Regi
 PROVISIONED_UNITS_VALUE_MAX = 1_000_000_000_000
 # DynamoDB answers 413 to an HTTP request body over 16 MB (BatchWriteItem's own limit is 16 MB).
 HTTP_REQUEST_BYTES_MAX = 16 * MIB
+# DynamoDB compresses a response body of at least 4 KB for a client that accepts gzip or deflate,
+# and sends smaller ones as they are (what its endpoints answer; ScyllaDB's tests pin it).
+HTTP_RESPONSE_COMPRESSION_BYTES_MIN = 4 * KIB
 # How long a browser may cache the answer to a CORS preflight (Access-Control-Max-Age): the two
 # days DynamoDB's endpoints answer.
 CORS_PREFLIGHT_MAX_AGE_SECONDS = 172_800
@@ -429,6 +432,8 @@ TABLE_CREATION_SECONDS_MAX = 600.0
 assert BATCH_WRITE_BYTES_MAX <= HTTP_REQUEST_BYTES_MAX
 # One maximal request always fits in the router's in-flight bound.
 assert HTTP_REQUEST_BYTES_MAX <= ROUTER_BODY_BYTES_IN_FLIGHT_MAX
+# A maximal compressed request and the 16 MB it may inflate to fit in it too.
+assert 2 * HTTP_REQUEST_BYTES_MAX <= ROUTER_BODY_BYTES_IN_FLIGHT_MAX
 # Creation is bounded by one round of create_partition calls and one catalog change after it (a
 # change's last attempt may start just before its deadline: a read, a write and a read-back).
 assert TABLE_CREATION_SECONDS_MAX > CONTROL_CALL_SECONDS_MAX + CATALOG_CAS_ATTEMPTS_MAX * (

@@ -108,6 +108,8 @@ async def serve(args: argparse.Namespace) -> None:
         # A request refused before its body was read closes its connection at once, rather than
         # reading up to 16 MB it will not use.
         lingering_time=0,
+        # Bodies are read as sent and inflated, bounded, by the protocol (core.content_coding).
+        auto_decompress=False,
     )
     await runner.setup()
     try:

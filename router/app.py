@@ -54,7 +54,10 @@ def create_app(
     operations: Mapping[str, Handler],
     router_limits: RouterLimits | None = None,
 ) -> web.Application:
-    """The aiohttp application serving `operations` with `ctx`, which it starts and closes."""
+    """The aiohttp application serving `operations` with `ctx`, which it starts and closes.
+
+    Serve it with `auto_decompress=False` (router/__main__.py does): the protocol reads bodies as
+    sent and inflates compressed ones itself, bounded (`core.content_coding`)."""
     protocol = JsonProtocol(ctx, operations, streams.OPERATIONS)
     guard = ConnectionGuard(router_limits or RouterLimits(), protocol)
     # DynamoDB takes request bodies up to 16 MB; aiohttp's default would refuse those over 1 MB.

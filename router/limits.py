@@ -23,8 +23,9 @@ bounded (the values and their reasons are in `core.limits`, `ROUTER_*`):
   cannot lock out new clients nor cut established ones; when every connection is busy, the new one
   is answered 503 and closed.
 
-A body that cannot be decoded (Content-Encoding gzip over bytes that are not) gets DynamoDB's
-SerializationException, as a body that is no JSON does.
+The body is read as sent: a compressed one is inflated, bounded, by `router.protocol`
+(`core.content_coding`), which the budget allows for. A body whose chunks are broken gets
+DynamoDB's SerializationException, as a body that is no JSON does.
 """
 
 from __future__ import annotations
@@ -275,10 +276,13 @@ class ConnectionGuard:
         if declared is not None and declared > limits.HTTP_REQUEST_BYTES_MAX:
             # DynamoDB answers an oversized request with a bare 413; the body is never read.
             return _closing(self.replies.bare_response(413))
-        # A chunked body has no length to take, and a compressed one (aiohttp inflates gzip and
-        # deflate) may inflate to the 16 MB it may be read up to: either takes the most.
-        encoded = request.headers.get("Content-Encoding", "identity").lower() != "identity"
-        wanted = limits.HTTP_REQUEST_BYTES_MAX if declared is None or encoded else declared
+        # A chunked body has no length to take: it takes the most it may be read up to. A
+        # compressed one is held as sent and inflated to at most 16 MB beside it
+        # (`core.content_coding`): it takes that too.
+        coding = request.headers.get("Content-Encoding", "identity").strip().lower()
+        wanted = limits.HTTP_REQUEST_BYTES_MAX if declared is None else declared
+        if coding not in ("", "identity"):
+            wanted += limits.HTTP_REQUEST_BYTES_MAX
         held = self.budget.take(wanted)
         if held is None:
             try:
@@ -298,8 +302,8 @@ class ConnectionGuard:
             except web.HTTPRequestEntityTooLarge:
                 return _closing(self.replies.bare_response(413))
             except RequestPayloadError:
-                # A body that cannot be decoded (a bad gzip stream, broken chunks) is as unreadable
-                # as one that is no JSON: DynamoDB's SerializationException, without text.
+                # A body that cannot be read (broken chunks) is as unreadable as one that is no
+                # JSON: DynamoDB's SerializationException, without text.
                 return _closing(self.replies.error_response(request, SerializationError(None)))
             return await handler(request)
         finally:

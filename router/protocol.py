@@ -25,6 +25,11 @@ the request id.
 Every reply carries `x-amzn-RequestId` (52 characters of [0-9A-Z], like DynamoDB's) and
 `x-amz-crc32` (the CRC32 of the body bytes, which the AWS SDKs verify).
 
+Bodies may be compressed, both ways (`core.content_coding`): a request's is inflated, bounded,
+before it is parsed (a body that does not inflate gets DynamoDB's 500 InternalServerError, one
+inflating past 16 MB its bare 413), and a reply of 4 KB or more is compressed when the request's
+Accept-Encoding accepts gzip or deflate, the CRC32 then of the bytes sent.
+
 CORS, so that a page's script (DynamoDB's JS SDK in a browser) can call the router directly: a
 request with an `Origin` header is answered with `Access-Control-Allow-Origin: *` and the headers
 the SDKs read exposed (`add_cors_headers`, on every reply); an `OPTIONS` preflight with an `Origin`
@@ -51,7 +56,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from aiohttp import web
 
-from core import limits
+from core import content_coding, limits
 from core.errors import (
     DynamoError,
     IncompleteSignature,
@@ -160,8 +165,21 @@ def error_body(error: DynamoError) -> bytes:
     return orjson.dumps(body)
 
 
-def _reply(status: int, payload: bytes, request_id: str, content_type: str | None) -> web.Response:
-    headers = {"x-amzn-RequestId": request_id, "x-amz-crc32": str(zlib.crc32(payload))}
+def _reply(
+    status: int,
+    payload: bytes,
+    request_id: str,
+    content_type: str | None,
+    coding: str | None = None,
+) -> web.Response:
+    """The reply, its body compressed in `coding` when it is large enough to be (the CRC32 then
+    of the compressed bytes, as DynamoDB's)."""
+    headers = {"x-amzn-RequestId": request_id}
+    if content_coding.compresses(payload, coding):
+        assert coding is not None
+        payload = content_coding.encoded_body(payload, coding)
+        headers["Content-Encoding"] = coding
+    headers["x-amz-crc32"] = str(zlib.crc32(payload))
     if content_type is not None:
         headers["Content-Type"] = content_type
     return web.Response(status=status, body=payload, headers=headers)
@@ -281,15 +299,31 @@ class JsonProtocol:
         headers = request.headers
         if request.method == "OPTIONS" and "Origin" in headers:
             return _Served(preflight(headers, request_id), b"", 0)
-        # The body was admitted and read within the router's limits (router/limits.py).
+        # The body was admitted and read within the router's limits (router/limits.py), as sent:
+        # the application is served without aiohttp's own inflating (`router.app`).
         raw = await request.read() if request.method == "POST" else b""
         accepted = _content_type(headers.get("Content-Type", ""))
         if request.method != "POST" or (raw and accepted is None):
             return _Served(_reply(404, NOT_FOUND_BODY, request_id, None), NOT_FOUND_BODY, len(raw))
-        # DynamoDB answers in the JSON dialect it was asked in.
+        # DynamoDB answers in the JSON dialect it was asked in, compressed if asked and large.
         content_type = CONTENT_TYPE_JSON if accepted is None else accepted
+        coding = content_coding.response_coding(headers.get("Accept-Encoding"))
         target = headers.get("X-Amz-Target", "")
         operation = self._operations.get(target, UNKNOWN_OPERATION)
+        try:
+            raw = content_coding.decoded_body(raw, headers.get("Content-Encoding"))
+        except content_coding.BodyTooLarge:
+            # As a body over the limit as sent: DynamoDB's bare 413 (router/limits.py).
+            response = _reply(413, b"", request_id, None)
+            response.force_close()
+            return _Served(response, b"", len(raw), operation)
+        except content_coding.Undecodable:
+            # DynamoDB's answer to a body it cannot inflate, or a coding it does not read:
+            # a 500, nothing applied.
+            error = InternalServerError("Internal server error")
+            payload = error_body(error)
+            response = _reply(error.http_status, payload, request_id, content_type, coding)
+            return _Served(response, payload, len(raw), operation, error.type_name)
         try:
             body = _parse_body(raw) if raw else None
             handler = self._handlers.get(target)
@@ -304,15 +338,16 @@ class JsonProtocol:
             payload = orjson.dumps(await handler(self.ctx, body))
         except DynamoError as error:
             payload = error_body(error)
-            response = _reply(error.http_status, payload, request_id, content_type)
+            response = _reply(error.http_status, payload, request_id, content_type, coding)
             return _Served(response, payload, len(raw), operation, error.type_name)
         except Exception:
             log.exception("request %s (%s) failed", request_id, target)
             error = InternalServerError("Internal server error")
             payload = error_body(error)
-            response = _reply(error.http_status, payload, request_id, content_type)
+            response = _reply(error.http_status, payload, request_id, content_type, coding)
             return _Served(response, payload, len(raw), operation, error.type_name)
-        return _Served(_reply(200, payload, request_id, content_type), payload, len(raw), operation)
+        response = _reply(200, payload, request_id, content_type, coding)
+        return _Served(response, payload, len(raw), operation)
 
     def error_response(self, request: web.BaseRequest, error: DynamoError) -> web.Response:
         """DynamoDB's reply for `error`, for a request refused before its body was read."""

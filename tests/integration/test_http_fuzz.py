@@ -6,8 +6,10 @@ exactly. A request is generated from an operation's input shape in DynamoDB's se
 (names of the real table and its keys, expressions valid and broken, numbers at and past
 DynamoDB's bounds, huge and non-ASCII strings), and now and then a value of another JSON type,
 deep nesting, an unknown member, or a number JSON barely allows. Headers are odd too: unknown or
-non-ASCII targets, other content types, missing or broken authorization, a gzip encoding over a
-body that is not.
+non-ASCII targets, other content types, missing or broken authorization, a body compressed with
+gzip or deflate (which the router inflates, so the odd body behind it is still checked). A body
+that does not inflate is DynamoDB's one 500 on bad input (InternalServerError), kept apart in
+the regressions below.
 
 The default run sends `FUZZ_REQUESTS_DEFAULT` (20,000, what issue #14 asks of CI: about a minute
 on a quiet machine) requests; `DYNALAB_FUZZ_REQUESTS` sets another count, e.g. fewer while
@@ -22,6 +24,7 @@ import os
 import random
 import string
 import threading
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -222,12 +225,16 @@ def generate(index: int) -> tuple[dict[str, str], bytes, str]:
     elif odd == 2:
         headers["Authorization"] = rng.choice(["", "AWS4-", "Basic x", "AWS4-HMAC-SHA256 ="])
     elif odd == 3:
-        headers["Content-Encoding"] = "gzip"
+        headers["Content-Encoding"] = rng.choice(["gzip", "deflate", "GZIP"])
     elif odd == 4:
         del headers["X-Amz-Date"]
     raw = json.dumps(body, ensure_ascii=rng.random() < 0.5).encode("utf-8", "surrogatepass")
     if odd == 5:
         raw = raw[: rng.randrange(len(raw) + 1)]
+    if odd == 3:
+        wbits = 31 if headers["Content-Encoding"].lower() == "gzip" else 15
+        compressor = zlib.compressobj(rng.randrange(10), zlib.DEFLATED, wbits)
+        raw = compressor.compress(raw) + compressor.flush()
     return headers, raw, f"#{index} {operation} {headers} {raw[:300]!r}"
 
 
@@ -283,23 +290,25 @@ def test_no_generated_request_gets_a_5xx(
 
 
 # Generated requests that once got a 5xx, kept as the requests themselves (target, extra headers,
-# body, the error expected): each is a regression test. They were indexes into the generator
-# once (41 and 8171), but an index names another request whenever the router serves another
-# operation, since the generator draws from the served ones.
+# body, the HTTP status and error expected): each is a regression test. They were indexes into
+# the generator once (41 and 8171), but an index names another request whenever the router
+# serves another operation, since the generator draws from the served ones.
 REGRESSIONS = {
-    # Content-Encoding: gzip over a body that is not gzip: aiohttp's 500 on the failed inflate.
+    # Content-Encoding: gzip over a body that is not gzip: aiohttp's 500 on the failed inflate,
+    # then a SerializationException, and now DynamoDB's own answer, a 500 InternalServerError
+    # with nothing applied (issue 30; ScyllaDB's tests against DynamoDB pin it).
     "gzip-over-plain-body": (
         "DescribeTable",
         {"Content-Encoding": "gzip"},
         b'{"TableName": "fuzz"}',
-        "com.amazon.coral.service#SerializationException",
+        (500, "com.amazonaws.dynamodb.v20120810#InternalServerError"),
     ),
     # A number with a 20-digit exponent, which Decimal refuses: a 500 from InvalidOperation.
     "number-exponent-20-digits": (
         "GetItem",
         {},
         b'{"Key": {"pk": {"S": "a"}, "sk": {"N": "1e99999999999999999999"}}, "TableName": "fuzz"}',
-        "com.amazon.coral.validate#ValidationException",
+        (400, "com.amazon.coral.validate#ValidationException"),
     ),
 }
 
@@ -323,5 +332,4 @@ def test_requests_that_once_failed(fuzz_cluster: LocalCluster, name: str) -> Non
         reply = response.read()
     finally:
         connection.close()
-    assert response.status == 400, (name, reply)
-    assert json.loads(reply)["__type"] == expected, reply
+    assert (response.status, json.loads(reply)["__type"]) == expected, (name, reply)

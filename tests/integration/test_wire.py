@@ -505,3 +505,104 @@ def test_a_key_attribute_reached_through_a_document_path(
 def test_a_document_path_into_another_attribute_is_fine(cluster: LocalCluster, table: str) -> None:
     reply = call(cluster, "Scan", {"TableName": table, "ProjectionExpression": "colour.x, pk"})
     assert reply.status == 200
+
+
+# Compressed bodies --------------------------------------------------------------------------------
+
+INTERNAL_ERROR = {"__type": DYNAMODB + "InternalServerError", "message": "Internal server error"}
+
+
+def compressed(data: bytes, coding: str) -> bytes:
+    wbits = {"gzip": 31, "deflate": 15, "raw-deflate": -15}[coding]
+    compressor = zlib.compressobj(6, zlib.DEFLATED, wbits)
+    return compressor.compress(data) + compressor.flush()
+
+
+def put_body(table: str, key: str, **more: Any) -> bytes:
+    return json.dumps({"TableName": table, "Item": {"pk": {"S": key}, **more}}).encode()
+
+
+def stored(cluster: LocalCluster, table: str, key: str) -> Any:
+    reply = call(cluster, "GetItem", {"TableName": table, "Key": {"pk": {"S": key}}})
+    assert reply.status == 200
+    return reply.json().get("Item")
+
+
+def test_a_compressed_body_is_inflated(cluster: LocalCluster, table: str) -> None:
+    bodies = {
+        "gzip": compressed(put_body(table, "gz"), "gzip"),
+        # Two gzip members one after another are one body, as DynamoDB reads them.
+        "GZIP": compressed(put_body(table, "gz2")[:15], "gzip")
+        + compressed(put_body(table, "gz2")[15:], "gzip"),
+        "deflate": compressed(put_body(table, "zl"), "deflate"),
+    }
+    for coding, body in bodies.items():
+        reply = send(cluster, body, signed("PutItem", **{"Content-Encoding": coding}))
+        assert (reply.status, reply.json()) == (200, {}), coding
+    raw = compressed(put_body(table, "raw", v={"S": "x"}), "raw-deflate")
+    assert send(cluster, raw, signed("PutItem", **{"Content-Encoding": "deflate"})).status == 200
+    for key in ("gz", "gz2", "zl"):
+        assert stored(cluster, table, key) == {"pk": {"S": key}}
+    assert stored(cluster, table, "raw") == {"pk": {"S": "raw"}, "v": {"S": "x"}}
+
+
+def test_a_body_that_does_not_inflate_is_a_500_and_changes_nothing(
+    cluster: LocalCluster, table: str
+) -> None:
+    cases = {
+        "plain under gzip": ("gzip", put_body(table, "bad1")),
+        "truncated gzip": ("gzip", compressed(put_body(table, "bad2"), "gzip")[:-4]),
+        "empty gzip": ("gzip", b""),
+        "a coding DynamoDB does not read": ("br", put_body(table, "bad3")),
+    }
+    for case, (coding, body) in cases.items():
+        reply = send(cluster, body, signed("PutItem", **{"Content-Encoding": coding}))
+        assert (reply.status, reply.json()) == (500, INTERNAL_ERROR), case
+    for key in ("bad1", "bad2", "bad3"):
+        assert stored(cluster, table, key) is None
+
+
+def test_a_body_inflating_past_16_mb_is_refused_as_an_oversized_one(
+    cluster: LocalCluster, table: str
+) -> None:
+    body = put_body(table, "bomb")
+    # 20 MB of spaces before the closing brace: valid JSON, about 20 KB compressed.
+    bomb = compressed(body[:-1] + b" " * (20 * 1024 * 1024) + body[-1:], "gzip")
+    assert len(bomb) < 100 * 1024
+    reply = send(cluster, bomb, signed("PutItem", **{"Content-Encoding": "gzip"}))
+    assert (reply.status, reply.body) == (413, b"")
+    assert stored(cluster, table, "bomb") is None
+
+
+def test_a_large_reply_is_compressed_when_the_client_accepts_it(
+    cluster: LocalCluster, table: str
+) -> None:
+    value = "x" * 4096
+    assert send(cluster, put_body(table, "big", v={"S": value}), signed("PutItem")).status == 200
+    get = json.dumps({"TableName": table, "Key": {"pk": {"S": "big"}}}).encode()
+    small = json.dumps(
+        {"TableName": table, "Key": {"pk": {"S": "big"}}, "ProjectionExpression": "pk"}
+    ).encode()
+    expected = {"Item": {"pk": {"S": "big"}, "v": {"S": value}}}
+    for accept, coding, inflate in (
+        ("gzip", "gzip", lambda data: zlib.decompress(data, 31)),
+        ("br, deflate;q=0.9, gzip;q=0.5", "deflate", zlib.decompress),
+        ("*", "gzip", lambda data: zlib.decompress(data, 31)),
+    ):
+        # `send` checks that x-amz-crc32 is the CRC32 of the bytes sent: the compressed ones.
+        reply = send(cluster, get, signed("GetItem", **{"Accept-Encoding": accept}))
+        assert reply.headers["Content-Encoding"] == coding, accept
+        assert len(reply.body) < 200
+        assert json.loads(inflate(reply.body)) == expected
+        # A reply under 4 KB is sent as it is, whatever the client accepts.
+        reply = send(cluster, small, signed("GetItem", **{"Accept-Encoding": accept}))
+        assert "Content-Encoding" not in reply.headers
+        assert reply.json() == {"Item": {"pk": {"S": "big"}}}
+    for accept in ("identity", "br", "gzip;q=0", None):
+        headers = (
+            signed("GetItem")
+            if accept is None
+            else signed("GetItem", **{"Accept-Encoding": accept})
+        )
+        reply = send(cluster, get, headers)
+        assert "Content-Encoding" not in reply.headers and reply.json() == expected, accept

@@ -98,7 +98,9 @@ OPERATIONS = {
 
 @pytest.fixture
 async def client() -> AsyncIterator[TestClient[Any, Any]]:
-    async with TestClient(TestServer(create_app(FakeContext(), OPERATIONS))) as test_client:
+    async with TestClient(
+        TestServer(create_app(FakeContext(), OPERATIONS), auto_decompress=False)
+    ) as test_client:
         yield test_client
 
 
@@ -439,7 +441,7 @@ async def test_oversized_request() -> None:
     # The connection guard answers it, as in a router process: wrapped around the application by
     # the listening site, it refuses the body before reading it.
     app = create_app(FakeContext(), OPERATIONS)
-    runner = web.AppRunner(app, access_log=None)
+    runner = web.AppRunner(app, access_log=None, auto_decompress=False)
     await runner.setup()
     try:
         site = GuardedSite(runner, "127.0.0.1", 0, app[GUARD])
@@ -468,6 +470,6 @@ async def test_health(client: TestClient[Any, Any]) -> None:
 
 async def test_context_is_started_and_closed() -> None:
     ctx = FakeContext()
-    async with TestClient(TestServer(create_app(ctx, OPERATIONS))):
+    async with TestClient(TestServer(create_app(ctx, OPERATIONS), auto_decompress=False)):
         assert ctx.started and not ctx.closed
     assert ctx.closed
