@@ -4,7 +4,9 @@
 (`server.ChangeFeedServicer`) writes each batch it yields to the stream, and the in-process network
 (`rpc.local.LocalNetwork`, under `tests/sim`) hands each one to its follower. A follow sends what
 the log holds after the follower's seq in bounded batches (`changefeed.read_batch`, read off the
-event loop by `offload`: a batch may hold megabytes), then waits until a commit moves that
+event loop by `offload`: a batch may hold megabytes), until a batch reaches the log's last seq as
+it was read (no read more to find nothing, a read of the store and a thread's round trip per
+batch saved), then waits until a commit moves that
 partition's feed (the node calls `FollowerHub.committed` after each commit and the waiting
 followers' events are set on the loop), never longer than a heartbeat, after which it sends an
 empty batch so the follower knows the node is alive. The first batch goes out even when empty: the
@@ -131,8 +133,11 @@ class FeedService:
                 if page.records:
                     after = page.records[-1].seq
                     idle = False
-                    continue
+                    if after < page.last_seq:
+                        continue  # The log held more than one batch: read on at once.
                 # Woken by a commit of this partition (or shutdown); bounded by the heartbeat.
+                # A batch that reached the log's last seq as it was read needs no second read
+                # to find nothing: a commit since then has set the event (cleared before it).
                 try:
                     await asyncio.wait_for(event.wait(), limits.CHANGE_FEED_HEARTBEAT_SECONDS)
                     idle = False
