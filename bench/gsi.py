@@ -1,7 +1,7 @@
 """Benchmark global secondary indexes on a local cluster: propagation lag and the cost to base puts.
 
     python bench/gsi.py [--rate 1000] [--seconds 5] [--concurrency 32] [--backfill-items 200000]
-                        [--replicators 1]
+                        [--replicators 1] [--cost-rate 300]
 
 It starts its own cluster (3 nodes, 1 router, `--replicators` GSI replicators sharing the
 partitions through leases, throttling off, in a temporary directory) and prints:
@@ -14,7 +14,12 @@ partitions through leases, throttling off, in a temporary directory) and prints:
    (resolution: the poll interval).
 2. Base put throughput with 0, 1 and 3 GSIs, same run: `--concurrency` workers put as fast as
    they can for `--seconds` into a table with that many indexes.
-3. Backfill rate: `--backfill-items` items (default 200,000; 0 skips it) are loaded with
+3. The cluster's CPU per put with 0, 1 and 3 GSIs at a fixed rate (`--cost-rate` puts/s, below
+   what the machine saturates at, for `--seconds`): the CPU seconds each service process spent
+   (Linux `/proc/<pid>/stat`, user and system) over the puts acknowledged, in microseconds. On a
+   shared machine the throughputs above move with the neighbours' load; the work per put moves
+   far less, so this is the figure to compare builds by.
+4. Backfill rate: `--backfill-items` items (default 200,000; 0 skips it) are loaded with
    BatchWriteItem into a table with no index, a GSI is added by UpdateTable, and the time from
    that call to DescribeTable showing the index ACTIVE gives items per second; a Scan of the index
    then counts its entries, which must equal the items loaded.
@@ -41,6 +46,7 @@ TABLE_ACTIVE_TIMEOUT_S = 60.0
 BACKFILL_TIMEOUT_S = 1800.0  # 200,000 items at the goal's 20,000/s take 10 s; a slow run, minutes.
 BATCH_ITEMS_MAX = 25  # BatchWriteItem's limit.
 LAG_WAIT_S_MAX = 10.0  # A probe not visible after this long counts as lost (reported).
+COST_SETTLE_S = 1.0  # After the last put of a cost run, for the replicator to finish its work.
 
 
 def index(name: str, attribute: str) -> dict[str, Any]:
@@ -152,6 +158,43 @@ async def put_throughput(
     return sum(counts) / (time.monotonic() - started)
 
 
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds process `pid` has used (Linux)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def put_cost(
+    client: DynamoDBClient, cluster: LocalCluster, table: str, rate: float, seconds: float
+) -> tuple[int, dict[str, float]]:
+    """Put at `rate` per second for `seconds`, then wait for the indexes to settle
+    (`COST_SETTLE_S`); the puts acknowledged and each service's CPU microseconds per put."""
+    services = [*cluster.routers, *cluster.replicators, *cluster.nodes]
+    pids = {service.name: service.pid for service in services if service.pid is not None}
+    before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    acknowledged = 0
+
+    async def one(number: int) -> None:
+        nonlocal acknowledged
+        await client.request("PutItem", {"TableName": table, "Item": item(number, False)})
+        acknowledged += 1
+
+    start = time.monotonic()
+    tasks = []
+    for number in range(int(rate * seconds)):
+        delay = start + number / rate - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(one(number)))
+    await asyncio.gather(*tasks)
+    await asyncio.sleep(COST_SETTLE_S)  # The replicator's last runs and checkpoints.
+    return acknowledged, {
+        name: 1e6 * (cpu_seconds(pid) - before[name]) / max(1, acknowledged)
+        for name, pid in pids.items()
+    }
+
+
 async def load(client: DynamoDBClient, table: str, items: int, concurrency: int) -> None:
     """Write items 0..items-1 with BatchWriteItem, resending what a batch leaves unprocessed."""
     batches = iter(range(0, items, BATCH_ITEMS_MAX))
@@ -211,7 +254,8 @@ async def measure_backfill(client: DynamoDBClient, items: int, concurrency: int)
     )
 
 
-async def run(args: argparse.Namespace, endpoint: str) -> None:
+async def run(args: argparse.Namespace, cluster: LocalCluster) -> None:
+    endpoint = cluster.router_url
     connector = aiohttp.TCPConnector(limit=max(args.concurrency, 64))
     async with aiohttp.ClientSession(connector=connector) as session:
         signer = SigV4Signer("dynalab", "dynalab", "us-east-1", host_header(endpoint))
@@ -234,6 +278,18 @@ async def run(args: argparse.Namespace, endpoint: str) -> None:
             await create_table(client, name, indexes)
             rate = await put_throughput(client, name, args.concurrency, args.seconds)
             print(f"  {indexes} GSI(s): {rate:.0f} puts/s")
+        if args.cost_rate:
+            print(f"CPU per put at {args.cost_rate:.0f} puts/s for {args.seconds:.0f} s:")
+            for indexes in (0, 1, 3):
+                name = f"cost{indexes}"
+                await create_table(client, name, indexes)
+                await asyncio.sleep(2 * COST_SETTLE_S)  # The replicator finds the table.
+                puts, cost = await put_cost(client, cluster, name, args.cost_rate, args.seconds)
+                services = ", ".join(f"{service} {us:.0f}" for service, us in cost.items())
+                print(
+                    f"  {indexes} GSI(s): {sum(cost.values()):.0f} us/put over {puts} puts "
+                    f"({services})"
+                )
         if args.backfill_items:
             print(f"backfill of a GSI added to a table of {args.backfill_items} items:")
             await measure_backfill(client, args.backfill_items, args.concurrency)
@@ -250,6 +306,9 @@ def main() -> None:
         "--backfill-items", type=int, default=200_000, help="items for the backfill run (0: none)"
     )
     parser.add_argument("--replicators", type=int, default=1, help="GSI replicator processes")
+    parser.add_argument(
+        "--cost-rate", type=float, default=300.0, help="puts/s for the CPU-per-put run (0: none)"
+    )
     args = parser.parse_args()
     cpu = time.process_time()
     os.environ["DYNALAB_THROTTLING"] = "off"
@@ -257,7 +316,7 @@ def main() -> None:
         tempfile.TemporaryDirectory() as data,
         LocalCluster(data, nodes=3, routers=1, replicators=args.replicators) as cluster,
     ):
-        asyncio.run(run(args, cluster.router_url))
+        asyncio.run(run(args, cluster))
     print(f"bench client CPU: {time.process_time() - cpu:.1f} s")
 
 

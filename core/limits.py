@@ -353,6 +353,11 @@ GSI_LEASE_GC_GRACE_SECONDS = 60.0
 # run starts join it (one index_apply per index partition for all of them), so a run holds at most
 # this plus one batch, each cut near CHANGE_FEED_BATCH_BYTES_TARGET: within one RPC message.
 GSI_FEED_BATCHES_QUEUED_MAX = 8
+# A follower checkpoints its source's feed at most once per this (after the previous write has
+# answered): the index partitions store each source's seq with its entries, so the checkpoint only
+# lets the log be trimmed and tells a restarted follower where to start (it replays at most this
+# much, which the index partitions skip). A busy follower would otherwise write one per round trip.
+GSI_CHECKPOINT_INTERVAL_SECONDS = 0.1
 # Back-pressure from an index's own capacity (`core.index_pressure`): an index partition that
 # refuses index_apply for throughput is retried at a pause doubling from the backoff's min to this
 # cap, within the deadline below (then the follower starts again from its checkpoint); while it
@@ -377,6 +382,14 @@ assert GSI_LEASE_GC_GRACE_SECONDS >= 10 * GSI_LEASE_SECONDS
 assert (GSI_FEED_BATCHES_QUEUED_MAX + 1) * (
     CHANGE_FEED_BATCH_BYTES_TARGET + 2 * ITEM_SIZE_BYTES_MAX
 ) < RPC_MESSAGE_BYTES_MAX
+# The parts of many followers waiting for one index partition go as one index_apply, cut once
+# their encoded changes pass this: a call holds at most this plus one run's projection.
+GSI_INDEX_APPLY_BYTES_TARGET = 4 * MIB
+assert (
+    GSI_INDEX_APPLY_BYTES_TARGET
+    + (GSI_FEED_BATCHES_QUEUED_MAX + 1) * (CHANGE_FEED_BATCH_BYTES_TARGET + 2 * ITEM_SIZE_BYTES_MAX)
+    < RPC_MESSAGE_BYTES_MAX
+)
 
 # The dashboard (`/admin/cluster`, `/dashboard`, `dynalab status`; dynalab's own bounds). The router
 # samples every node's token-bucket counters this often and keeps the samples of the last window:

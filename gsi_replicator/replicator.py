@@ -53,6 +53,8 @@ from collections.abc import AsyncGenerator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from core import catalog as catalog_core
 from core import gsi, gsi_leases, limits
 from core.catalog import (
@@ -66,6 +68,7 @@ from core.catalog import (
 from core.changes import Change
 from core.errors import (
     DynamoError,
+    InternalServerError,
     LeaseFenced,
     ServiceUnavailable,
     StaleEpoch,
@@ -215,11 +218,12 @@ class _FeedRuns:
 class _Checkpoints:
     """A follower's checkpoints on its source's feed, written behind its applies.
 
-    `advance` records the last seq applied everywhere; a task writes the latest one whenever the
-    previous write has finished, so a busy follower writes one checkpoint per round trip, not one
-    per run, and never waits for one. Checkpoints are monotonic on the node, so one cancelled or
-    late changes nothing. A write that fails is raised by the follower at its next run
-    (`raise_failure`), which then starts again from the checkpoint the node has.
+    `advance` records the last seq applied everywhere; a task writes the latest one once the
+    previous write has finished and `GSI_CHECKPOINT_INTERVAL_SECONDS` have passed since, so a busy
+    follower writes a few checkpoints a second, not one per run, and never waits for one.
+    Checkpoints are monotonic on the node, so one cancelled or late changes nothing. A write that
+    fails is raised by the follower at its next run (`raise_failure`), which then starts again
+    from the checkpoint the node has.
     """
 
     def __init__(
@@ -252,6 +256,7 @@ class _Checkpoints:
             except (DynamoError, OSError) as error:
                 self._failure = error
                 return
+            await asyncio.sleep(limits.GSI_CHECKPOINT_INTERVAL_SECONDS)
 
     async def _write(self, seq: int) -> None:
         table_id, partition_id, consumer = self._ref
@@ -270,6 +275,117 @@ class _Checkpoints:
         self._writer.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._writer
+
+
+# A part waiting for its index partition: the part, its encoded changes' size, its reply's future.
+_Waiting = tuple[ops.IndexApplyPart, int, "asyncio.Future[dict[str, Any]]"]
+
+
+class _IndexWrites:
+    """Every follower's writes to the index partitions, sent as one index_apply per index
+    partition at a time.
+
+    A follower hands its part (one run's projected changes for one index partition, or its
+    fence) to `apply` and awaits the part's reply. The parts waiting for one index partition go
+    together as one index_apply as soon as the call before them has answered (the first in the
+    event-loop turn after it arrived, so an idle index waits for nothing), cut once their encoded
+    changes pass `GSI_INDEX_APPLY_BYTES_TARGET`. A busy table thus costs one call and one write
+    of the index node's group commit per index partition and round trip, whatever the number of
+    base partitions, instead of one per base partition and feed batch. The index partition
+    applies the parts in order, each source's seq committed with its entries; a part refused on
+    its own (`LeaseFenced`) reaches only its follower, and a failure of the call (a stale epoch,
+    a throttle, a node that does not answer) every follower whose part it carried, each of which
+    retries as it would have alone. A follower sends its next run only once its part was
+    answered, so one source's parts reach an index partition in seq order.
+    """
+
+    def __init__(self, clients: Mapping[str, NodeTransport]) -> None:
+        self._clients = clients
+        self._waiting: dict[gsi.IndexTarget, list[_Waiting]] = {}
+        self._senders: dict[gsi.IndexTarget, asyncio.Task[None]] = {}
+        self.calls = 0  # index_apply calls sent (a call carries one or more parts).
+        self.parts = 0  # Parts sent in them.
+
+    async def apply(self, target: gsi.IndexTarget, part: ops.IndexApplyPart) -> dict[str, Any]:
+        """Send `part` to index partition `target` with the others waiting for it; its reply
+        (`ops.part_outcome` raises its own refusal)."""
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        size = len(orjson.dumps(part.changes))
+        self._waiting.setdefault(target, []).append((part, size, future))
+        if target not in self._senders:
+            self._senders[target] = asyncio.create_task(
+                self._send(target), name=f"index-apply-{target[1]}"
+            )
+        return await future
+
+    def senders(self) -> list[asyncio.Task[None]]:
+        """The tasks sending to index partitions now (a stopping replicator cancels them)."""
+        return list(self._senders.values())
+
+    async def _send(self, target: gsi.IndexTarget) -> None:
+        """Send the parts waiting for `target`, a call at a time, until none waits."""
+        try:
+            while self._waiting.get(target):
+                await self._call(target, self._take(target))
+        except asyncio.CancelledError:
+            stopping = ServiceUnavailable("The replicator is stopping")
+            _fail([future for _, _, future in self._waiting.pop(target, [])], stopping)
+            raise
+        finally:
+            del self._senders[target]
+
+    def _take(self, target: gsi.IndexTarget) -> list[_Waiting]:
+        """The parts for the next call: the oldest waiting, up to the bytes target."""
+        waiting = self._waiting[target]
+        taken, total = 0, 0
+        while taken < len(waiting) and (
+            taken == 0 or total + waiting[taken][1] <= limits.GSI_INDEX_APPLY_BYTES_TARGET
+        ):
+            total += waiting[taken][1]
+            taken += 1
+        batch, self._waiting[target] = waiting[:taken], waiting[taken:]
+        if not self._waiting[target]:
+            del self._waiting[target]
+        return batch
+
+    async def _call(self, target: gsi.IndexTarget, batch: list[_Waiting]) -> None:
+        live = [(part, future) for part, _, future in batch if not future.done()]
+        if not live:
+            return  # Every follower of these parts was cancelled meanwhile.
+        index_id, partition_id, partition_epoch, node = target
+        try:
+            client = self._clients.get(node)
+            if client is None:
+                raise ServiceUnavailable(f"Storage node {node} is not known here")
+            payload = ops.IndexApplyPayload([part for part, _ in live]).to_json()
+            self.calls += 1
+            self.parts += len(live)
+            reply = await client.call(
+                ops.INDEX_APPLY,
+                ops.Target(index_id, partition_id, partition_epoch),
+                payload,
+                limits.NODE_CALL_SECONDS_MAX,
+            )
+            replies = reply["parts"]
+            if len(replies) != len(live):
+                raise InternalServerError(
+                    f"index_apply answered {len(replies)} parts for the {len(live)} it was sent"
+                )
+        except (DynamoError, OSError) as error:
+            _fail([future for _, future in live], error)
+            return
+        except asyncio.CancelledError:
+            _fail([future for _, future in live], ServiceUnavailable("The replicator is stopping"))
+            raise
+        for (_, future), part_reply in zip(live, replies, strict=True):
+            if not future.done():
+                future.set_result(part_reply)
+
+
+def _fail(futures: Iterable[asyncio.Future[dict[str, Any]]], error: BaseException) -> None:
+    for future in futures:
+        if not future.done():
+            future.set_exception(error)
 
 
 class _IndexPartitionStale(Exception):
@@ -315,6 +431,7 @@ class Replicator:
         self.lease_rows: dict[FollowerKey, Lease] = {}  # Every lease, as last read.
         self.leases_ready = False  # The leases table exists on the catalog's node.
         self.clients: dict[str, NodeTransport] = {n: connect(a) for n, a in nodes.items()}
+        self.index_writes = _IndexWrites(self.clients)
         self.clock = clock
         self.tables: dict[str, TableDef] = {}  # By table id: the tables with global indexes.
         self.followers: dict[FollowerKey, asyncio.Task[None]] = {}
@@ -357,9 +474,10 @@ class Replicator:
     async def close(self) -> None:
         """Stop every follower, give up the leases (so others take them over at once rather
         than when they expire), and close the connections."""
-        for task in self.followers.values():
+        stopped = [*self.followers.values(), *self.index_writes.senders()]
+        for task in stopped:
             task.cancel()
-        await asyncio.gather(*self.followers.values(), return_exceptions=True)
+        await asyncio.gather(*stopped, return_exceptions=True)
         self.followers.clear()
         if self.location is not None and self.leases:
             location = self.location
@@ -1035,22 +1153,15 @@ class Replicator:
         told (`_note_pressure`), so that it refuses the base writes that would change that index
         partition until it takes writes again, when the note is dropped. A backfill's copy is
         retried the same way without a note: the writes during an index's copy go on."""
-        index_id, partition_id, partition_epoch, node = target
-        client = self.clients.get(node)
-        if client is None:
-            raise ServiceUnavailable(f"Storage node {node} is not known here")
-        payload = ops.IndexApplyPayload(source, changes, backfill, lease_epoch).to_json()
-        address = ops.Target(index_id, partition_id, partition_epoch)
+        part = ops.IndexApplyPart(source, changes, backfill, lease_epoch)
         started = self.monotonic()
         unanswered = throttled = 0
         noted: float | None = None  # When the source's node was last told (monotonic).
         while True:
             try:
-                reply = await client.call(
-                    ops.INDEX_APPLY, address, payload, limits.NODE_CALL_SECONDS_MAX
-                )
+                reply = ops.part_outcome(await self.index_writes.apply(target, part))
             except StaleEpoch:
-                raise _IndexPartitionStale(partition_id) from None
+                raise _IndexPartitionStale(target[1]) from None
             except ThroughputExceeded as error:
                 self._count_throttled(table_id, source)
                 renew = limits.GSI_INDEX_PRESSURE_RENEW_SECONDS
@@ -1160,6 +1271,12 @@ class Replicator:
             "# HELP dynalab_gsi_members_collected_total Member rows of dead replicators deleted.",
             "# TYPE dynalab_gsi_members_collected_total counter",
             f"dynalab_gsi_members_collected_total {self.stats.members_collected}",
+            "# HELP dynalab_gsi_index_apply_calls_total index_apply calls to index partitions.",
+            "# TYPE dynalab_gsi_index_apply_calls_total counter",
+            f"dynalab_gsi_index_apply_calls_total {self.index_writes.calls}",
+            "# HELP dynalab_gsi_index_apply_parts_total Followers' parts those calls carried.",
+            "# TYPE dynalab_gsi_index_apply_parts_total counter",
+            f"dynalab_gsi_index_apply_parts_total {self.index_writes.parts}",
         ]
         families = (
             ("checkpoint_seq", "gauge", "Last seq applied to every index and checkpointed."),

@@ -93,7 +93,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Self
 
-from core.errors import ValidationError
+from core.errors import ERROR_TYPES, DynamoError, InternalServerError, ValidationError
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -504,8 +504,8 @@ class ScanPayload:
 
 
 @dataclasses.dataclass(slots=True)
-class IndexApplyPayload:
-    """index_apply: apply projected changes of one base partition to a global index partition.
+class IndexApplyPart:
+    """One base partition's projected changes in an index_apply (`IndexApplyPayload`).
 
     `source` is the base partition's id; `changes` are in seq order, each
     {"seq": int, "delete": ENTRY_KEY | null, "put": ENTRY | null}: the entry to remove (its key:
@@ -513,11 +513,11 @@ class IndexApplyPayload:
     GSI replicator's projection of the change). The index partition keeps, per source, the seq of
     the last change it applied, in the same batch as the entries: a change at or below it is
     skipped, so a replay after a crash changes nothing (exactly-once effect over at-least-once
-    delivery). Reply: {"applied": int (changes applied), "source_seq": int (the source's seq as
-    now applied), "new_bytes": [int, ...] (each applied put's entry size), "units": float (the
+    delivery). Its reply: {"applied": int (changes applied), "source_seq": int (the source's seq
+    as now applied), "new_bytes": [int, ...] (each applied put's entry size), "units": float (the
     write units charged to the index partition: a put the larger of the entry it replaces and
     the new one, a delete the entry it removes, in 1 KB units, as `core.capacity` prices index
-    writes)}. Metered like an item write: a throttled payload applies nothing.
+    writes)}.
 
     `backfill` marks the puts of an online index's copy of the source partition (each change's
     seq is then 0): they are applied whatever the source's stored seq, which they leave as it
@@ -526,8 +526,8 @@ class IndexApplyPayload:
 
     `lease_epoch` is the sender's lease epoch on the source partition (`core.gsi_leases`; 0:
     none). The index partition keeps the highest it has seen per source, with the source's seq:
-    a payload under a lower one is refused whole with `LeaseFenced` (its sender lost the lease).
-    A payload without changes only raises the stored epoch (a new holder's fence).
+    a part under a lower one is refused whole with `LeaseFenced` (its sender lost the lease).
+    A part without changes only raises the stored epoch (a new holder's fence).
     """
 
     source: str
@@ -551,6 +551,61 @@ class IndexApplyPayload:
         if self.lease_epoch:
             body["lease_epoch"] = self.lease_epoch
         return body
+
+
+@dataclasses.dataclass(slots=True)
+class IndexApplyPayload:
+    """index_apply: apply the projected changes of base partitions to a global index partition,
+    one part per source and run (`IndexApplyPart`), in order, as one write of its group commit.
+
+    The replicator sends one for every part waiting for that index partition, whatever follower
+    made it, so that a busy table costs one call and one write per index partition, not one per
+    base partition. Reply: {"parts": [PART_REPLY, ...], "units": float (the sum)}, a part's reply
+    in the part's place: its `IndexApplyPart` reply, or {"error": {"type", "message"}} for a part
+    refused on its own (`LeaseFenced`, or a `ValidationError` of a malformed change), which
+    applies nothing of it and nothing else is refused for (`part_outcome` raises it again).
+    Metered like an item write: a throttled payload applies nothing of any part, as a stale
+    epoch does.
+    """
+
+    parts: list[IndexApplyPart]
+
+    @classmethod
+    def of(
+        cls,
+        source: str,
+        changes: list[dict[str, Any]],
+        backfill: bool = False,
+        lease_epoch: int = 0,
+    ) -> Self:
+        """The payload of one part."""
+        return cls([IndexApplyPart(source, changes, backfill, lease_epoch)])
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> Self:
+        parts = body.get("parts")
+        if not isinstance(parts, list) or not all(isinstance(part, dict) for part in parts):
+            raise ValidationError("index_apply needs its parts as a list of objects")
+        return cls([IndexApplyPart.from_json(part) for part in parts])
+
+    def to_json(self) -> dict[str, Any]:
+        return {"parts": [part.to_json() for part in self.parts]}
+
+
+def part_refused(error: DynamoError) -> dict[str, Any]:
+    """The reply of an index_apply part refused on its own (`IndexApplyPayload`)."""
+    return {"error": {"type": error.type_name, "message": error.message or ""}}
+
+
+def part_outcome(reply: dict[str, Any]) -> dict[str, Any]:
+    """An index_apply part's reply; its refusal raised as the error it was."""
+    refusal = reply.get("error")
+    if refusal is None:
+        return reply
+    error_type = ERROR_TYPES.get(refusal["type"])
+    if error_type is None:  # A version skew between services: a bug, not a guess.
+        raise InternalServerError(f"Unknown error type {refusal['type']!r}: {refusal['message']}")
+    raise error_type(refusal["message"])
 
 
 @dataclasses.dataclass(slots=True)

@@ -27,6 +27,7 @@ from core.errors import (
     ThrottlingReason,
     ThroughputExceeded,
     TransactionConflict,
+    ValidationError,
 )
 from core.gsi import consumer_of
 from core.index_pressure import PressedRange
@@ -42,7 +43,7 @@ from storagenode.layout import Family, index_source_bytes, index_source_key, ind
 from storagenode.move import MOVE_CONSUMER
 from storagenode.partition import Partition
 from storagenode.store import DataCorruption
-from storagenode.writes import NodeState, WriteContext, addressed, where
+from storagenode.writes import NodeState, PartitionRef, WriteContext, addressed, where
 
 
 def write_request(payload: ops.ItemWritePayload, partition: Partition) -> WriteRequest:
@@ -194,34 +195,57 @@ def index_pressure(
 def index_apply(
     ctx: WriteContext, target: Target | None, payload: ops.IndexApplyPayload
 ) -> dict[str, Any]:
-    """Apply a base partition's projected changes to a global index partition (`rpc.ops`).
+    """Apply base partitions' projected changes to a global index partition (`rpc.ops`), each
+    part in order, as one write: a busy table's changes from many base partitions cost one
+    write of the index node's group commit, the per-source seqs committed with the entries.
+
+    A part refused on its own (fenced by a later lease, or a malformed change) is answered with
+    its refusal in its place and applies nothing; the others go on."""
+    assert target is not None, "an index write names its partition"
+    ref = (target.table_id, target.partition_id)
+    partition = addressed(ctx.lookup(ref), target)
+    replies: list[dict[str, Any]] = []
+    units = 0.0
+    for part in payload.parts:
+        try:
+            reply = _apply_part(ctx, ref, partition, part)
+        except (LeaseFenced, ValidationError) as error:
+            replies.append(ops.part_refused(error))
+            continue
+        units += reply["units"]
+        replies.append(reply)
+    ctx.consumed = units
+    return {"parts": replies, "units": units}
+
+
+def _apply_part(
+    ctx: WriteContext, ref: PartitionRef, partition: Partition, part: ops.IndexApplyPart
+) -> dict[str, Any]:
+    """Apply one base partition's projected changes (an `IndexApplyPart`).
 
     Changes at or below the seq this partition last applied from that source are skipped;
     the new seq is stored in the same batch as the entries. Every entry key is checked and
-    every entry measured before the batch is touched, so a refused payload changes nothing.
+    every entry measured before the batch is touched, so a refused part changes nothing.
     Each entry write goes through the group's `apply`, appended to the partition's change log
     only while the partition is being moved away (its log held by the move's consumer), which
     the move's catch-up carries to the target (`storagenode.index_move`).
     """
-    assert target is not None, "an index write names its partition"
-    ref = (target.table_id, target.partition_id)
-    partition = addressed(ctx.lookup(ref), target)
     shape = partition.key_shape
-    source_key = index_source_key(partition.table_id, partition.partition_id, payload.source)
+    source_key = index_source_key(partition.table_id, partition.partition_id, part.source)
     stored = ctx.batch.get(Family.INDEX_SOURCES, source_key)
     applied_seq, fence = (0, 0) if stored is None else index_source_of(stored)
-    if payload.lease_epoch < fence:
+    if part.lease_epoch < fence:
         raise LeaseFenced(
-            f"Source {payload.source} is leased under epoch {fence} here, not {payload.lease_epoch}"
+            f"Source {part.source} is leased under epoch {fence} here, not {part.lease_epoch}"
         )
     fenced_at = fence
-    fence = max(fence, payload.lease_epoch)
+    fence = max(fence, part.lease_epoch)
     writes: list[tuple[bytes, Item, Item | None, int]] = []
     new_bytes: list[int] = []
     applied = 0
-    for change in payload.changes:
+    for change in part.changes:
         seq = int(change["seq"])
-        if payload.backfill:
+        if part.backfill:
             seq = applied_seq  # A copy's puts leave the source's seq where it is.
         elif seq <= applied_seq:
             continue
@@ -252,10 +276,9 @@ def index_apply(
         else:
             units += item_write_units(effect.old_bytes if effect.old is not None else None, size)
         ctx.apply(ctx.batch, staged, items_key, effect, now=ctx.now, capped=False, logged=logged)
-    if not payload.backfill or fence > fenced_at:
+    if not part.backfill or fence > fenced_at:
         # A copy leaves the source's seq where it is (`applied_seq` did not move).
         ctx.batch.put(Family.INDEX_SOURCES, source_key, index_source_bytes(applied_seq, fence))
-    ctx.consumed = units
     return {
         "applied": applied,
         "source_seq": applied_seq,

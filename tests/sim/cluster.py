@@ -327,7 +327,7 @@ class SimCluster:
         """The replicator process dies (kill -9): its polling and its followers stop where they
         are, its leases stay held until they expire, its calls in flight are lost."""
         replicator, task = self.replicators.pop(name)
-        tasks = [task, *replicator.followers.values()]
+        tasks = [task, *replicator.followers.values(), *replicator.index_writes.senders()]
         for running in tasks:
             running.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

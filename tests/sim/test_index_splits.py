@@ -54,12 +54,12 @@ async def apply(
     ]
     replies = []
     for (index_id, partition_id, epoch, node), routed in gsi.route(writes, table).items():
-        payload = ops.IndexApplyPayload(SOURCE, routed, lease_epoch=lease_epoch).to_json()
+        payload = ops.IndexApplyPayload.of(SOURCE, routed, lease_epoch=lease_epoch).to_json()
         target = ops.Target(index_id, partition_id, epoch, deadline=0)
         [reply] = cluster.nodes[node].apply_writes([(ops.INDEX_APPLY, target, payload)])
         if isinstance(reply, DynamoError):
             raise reply
-        replies.append(reply)
+        replies.append(ops.part_outcome(reply["parts"][0]))
     return replies
 
 
@@ -143,10 +143,10 @@ def test_children_carry_the_source_seq_the_fence_and_exact_counts(seed: int) -> 
         assert {low, high} <= {p.id for p in after.indexes[0].partitions}
         # The retired parent refuses the replicator's write before applying it.
         stale = ops.Target(index_id, parent.id, parent.epoch, deadline=0)
-        late = ops.IndexApplyPayload(SOURCE, [{"seq": 51, "delete": None, "put": entry(99)}])
-        [result] = node.apply_writes(
-            [(ops.INDEX_APPLY, stale, {**late.to_json(), "lease_epoch": LEASE_EPOCH})]
+        late = ops.IndexApplyPayload.of(
+            SOURCE, [{"seq": 51, "delete": None, "put": entry(99)}], lease_epoch=LEASE_EPOCH
         )
+        [result] = node.apply_writes([(ops.INDEX_APPLY, stale, late.to_json())])
         assert isinstance(result, StaleEpoch), f"seed {seed}: {result!r}"
         # A replay of everything, routed on the new catalog, changes nothing on the children.
         replayed = await apply(cluster, "Carry", [(n + 1, None, e) for n, e in enumerate(entries)])

@@ -6,14 +6,16 @@ read before it; checkpoints skip to the latest seq and the last one is written o
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import AsyncGenerator
 from typing import Any
 
 import pytest
 
 from core import limits
-from core.errors import ServiceUnavailable
-from gsi_replicator.replicator import FollowerStats, _Checkpoints, _FeedRuns
+from core.errors import InternalServerError, LeaseFenced, ServiceUnavailable
+from gsi_replicator.replicator import FollowerStats, _Checkpoints, _FeedRuns, _IndexWrites
+from rpc import ops
 from rpc.changefeed import Change, ConsumerPosition
 
 TIMEOUT_SECONDS = 5.0
@@ -126,3 +128,116 @@ async def test_a_failed_checkpoint_is_raised_to_the_follower() -> None:
                 break
             await asyncio.sleep(0.01)
     await checkpoints.close()
+
+
+async def test_checkpoints_are_written_at_most_once_per_interval() -> None:
+    recording = RecordingFeed()
+    loop = asyncio.get_running_loop()
+    times: list[float] = []
+    stats = FollowerStats("t", "p")
+    checkpoints = _Checkpoints(recording, ("t", "p", "c"), stats, lambda: 0.0)  # type: ignore[arg-type]
+    async with asyncio.timeout(TIMEOUT_SECONDS):
+        for seq in (1, 2, 3):
+            checkpoints.advance(seq)
+            while recording.written[-1:] != [seq]:
+                await asyncio.sleep(0.001)
+            times.append(loop.time())
+    gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
+    assert all(gap >= 0.9 * limits.GSI_CHECKPOINT_INTERVAL_SECONDS for gap in gaps), gaps
+    await checkpoints.close()
+
+
+class IndexNodeCalls:
+    """A node transport that records index_apply calls and answers them when told."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, list[dict[str, Any]]]] = []
+        self.queues: dict[str, asyncio.Queue[dict[str, Any] | Exception]] = {}
+
+    def answer(self, partition_id: str, answer: dict[str, Any] | Exception) -> None:
+        self.queues.setdefault(partition_id, asyncio.Queue()).put_nowait(answer)
+
+    async def call(
+        self, op: str, target: ops.Target, payload: dict[str, Any], timeout: float
+    ) -> dict[str, Any]:
+        assert op == ops.INDEX_APPLY
+        self.calls.append((target.partition_id, payload["parts"]))
+        queue = self.queues.setdefault(target.partition_id, asyncio.Queue())
+        answer = await queue.get()
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+def part(source: str, seq: int) -> ops.IndexApplyPart:
+    return ops.IndexApplyPart(source, [{"seq": seq, "put": {"pk": {"S": str(seq)}}}], False, 1)
+
+
+def applied(seq: int) -> dict[str, Any]:
+    return {"applied": 1, "source_seq": seq, "new_bytes": [10], "units": 1.0}
+
+
+async def test_parts_waiting_for_one_index_partition_go_in_one_call_at_a_time() -> None:
+    node = IndexNodeCalls()
+    writes = _IndexWrites({"n1": node})  # type: ignore[dict-item]
+    target, other = ("i", "g0", 1, "n1"), ("i", "g1", 1, "n1")
+    # Three followers' parts in one turn: one call to g0 with both of its parts, one to g1.
+    first = [asyncio.ensure_future(writes.apply(target, part(s, 1))) for s in ("a-0", "b-0")]
+    elsewhere = asyncio.ensure_future(writes.apply(other, part("a-0", 1)))
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert [(p, [x["source"] for x in parts]) for p, parts in node.calls] == [
+        ("g0", ["a-0", "b-0"]),
+        ("g1", ["a-0"]),
+    ]
+    # While g0's call is in flight, two more parts wait for it, and go together next.
+    later = [asyncio.ensure_future(writes.apply(target, part(s, 2))) for s in ("c-0", "a-0")]
+    await asyncio.sleep(0)
+    assert len(node.calls) == 2
+    fenced = ops.part_refused(LeaseFenced("Source b-0 is leased under epoch 2 here, not 1"))
+    node.answer("g0", {"parts": [applied(1), fenced], "units": 1.0})
+    node.answer("g1", {"parts": [applied(1)], "units": 1.0})
+    async with asyncio.timeout(TIMEOUT_SECONDS):
+        assert (await first[0])["source_seq"] == 1
+        with pytest.raises(LeaseFenced):  # Refused on its own: the other part applied.
+            ops.part_outcome(await first[1])
+        assert (await elsewhere)["applied"] == 1
+        while len(node.calls) < 3:
+            await asyncio.sleep(0.001)
+    assert [x["source"] for x in node.calls[2][1]] == ["c-0", "a-0"]
+    # A failure of the call reaches every part it carried.
+    node.answer("g0", ServiceUnavailable("node down"))
+    for waiting in later:
+        with pytest.raises(ServiceUnavailable):
+            await asyncio.wait_for(waiting, TIMEOUT_SECONDS)
+    assert (writes.calls, writes.parts) == (3, 5)
+
+
+async def test_a_call_is_cut_past_the_bytes_target() -> None:
+    node = IndexNodeCalls()
+    writes = _IndexWrites({"n1": node})  # type: ignore[dict-item]
+    target = ("i", "g0", 1, "n1")
+    text = "x" * int(0.4 * limits.GSI_INDEX_APPLY_BYTES_TARGET)
+    big = [{"seq": 1, "put": {"pk": {"S": text}}}]
+    parts = [ops.IndexApplyPart(s, big, False, 1) for s in ("a-0", "b-0", "c-0")]
+    waiting = [asyncio.ensure_future(writes.apply(target, p)) for p in parts]
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert [len(parts) for _, parts in node.calls] == [2]  # A third would pass the target.
+    node.answer("g0", {"parts": [applied(1)] * 2, "units": 2.0})
+    node.answer("g0", {"parts": [applied(1)], "units": 1.0})
+    async with asyncio.timeout(TIMEOUT_SECONDS):
+        await asyncio.gather(*waiting)
+    assert [len(parts) for _, parts in node.calls] == [2, 1]
+
+
+async def test_a_reply_of_the_wrong_shape_fails_every_part_it_answers() -> None:
+    node = IndexNodeCalls()
+    writes = _IndexWrites({"n1": node})  # type: ignore[dict-item]
+    target = ("i", "g0", 1, "n1")
+    waiting = [asyncio.ensure_future(writes.apply(target, part(s, 1))) for s in ("a-0", "b-0")]
+    await asyncio.sleep(0)
+    node.answer("g0", {"parts": [applied(1)], "units": 1.0})
+    for future in waiting:
+        with pytest.raises(InternalServerError):
+            await asyncio.wait_for(future, TIMEOUT_SECONDS)

@@ -95,8 +95,18 @@ FULL: list[tuple[Any, set[str]]] = [
         {"table", "partition", "throughput", "consumers"},
     ),
     (
-        ops.IndexApplyPayload("t-0", [{"seq": 1, "put": ITEM, "delete": None}]),
-        {"source", "changes"},
+        ops.IndexApplyPayload.of("t-0", [{"seq": 1, "put": ITEM, "delete": None}], True, 3),
+        {"parts"},
+    ),
+    (
+        ops.IndexApplyPart("t-0", [{"seq": 1, "put": ITEM, "delete": None}], True, 3),
+        {"source", "changes", "backfill", "lease_epoch"},
+    ),
+    (
+        ops.IndexPressurePayload(
+            "t", "ByGame", "g-0", "", "8000", [{"reason": "r", "resource": "x"}], 1.0
+        ),
+        {"table_id", "index", "partition_id", "start", "end", "reasons", "seconds"},
     ),
     (ops.DropTablePayload("t"), {"table_id"}),
     (

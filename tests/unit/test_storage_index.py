@@ -50,6 +50,16 @@ def entry(user: str, title: str, score: int) -> dict[str, Any]:
     return {"UserId": s(user), "GameTitle": s(title), "TopScore": n(score)}
 
 
+PART_FIELDS = ("source", "changes", "backfill", "lease_epoch")
+
+
+def one_part(body: dict[str, Any]) -> dict[str, Any]:
+    """An index_apply body of one part, from a flat body naming the part's fields inline."""
+    part = {name: body[name] for name in PART_FIELDS if name in body}
+    rest = {name: value for name, value in body.items() if name not in PART_FIELDS}
+    return {**rest, "parts": [part]}
+
+
 class IndexNode:
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -62,9 +72,16 @@ class IndexNode:
         self.node = StorageNode(self.store)
 
     def write(self, op: str, body: dict[str, Any]) -> dict[str, Any]:
+        """A write's reply; an index_apply's body names one part's fields inline (`one_part`)
+        and answers that part's reply, its own refusal raised."""
+        if op == ops.INDEX_APPLY:
+            body = one_part(body)
         (result,) = envelope.apply(self.node, [(op, body)])
         if isinstance(result, DynamoError):
             raise result
+        if op == ops.INDEX_APPLY:
+            (part,) = result["parts"]
+            return ops.part_outcome(part)
         return result
 
     def apply(self, changes: list[dict[str, Any]], source: str = SOURCE) -> dict[str, Any]:
@@ -306,8 +323,9 @@ def test_index_writes_spend_the_index_partitions_own_write_units(tmp_path: Path)
 
     def apply(seq: int) -> Any:
         change = {"seq": seq, "put": entry(str(seq), "Comet Quest", seq)}
-        (result,) = envelope.apply(node, [(ops.INDEX_APPLY, {**target, "changes": [change]})])
-        return result
+        body = one_part({**target, "changes": [change]})
+        (result,) = envelope.apply(node, [(ops.INDEX_APPLY, body)])
+        return result if isinstance(result, DynamoError) else result["parts"][0]
 
     assert apply(1)["units"] == 1.0
     assert apply(2)["units"] == 1.0  # The 2 units the index partition banks are spent.
@@ -315,3 +333,58 @@ def test_index_writes_spend_the_index_partitions_own_write_units(tmp_path: Path)
     now[0] += 1.0
     assert apply(3)["applied"] == 1  # The throttled change was not applied: it applies now.
     store.close()
+
+
+def test_parts_of_many_sources_apply_in_order_as_one_write(index: IndexNode) -> None:
+    """One index_apply carries the parts of several base partitions (the replicator groups
+    what is waiting for an index partition): each source keeps its own seq, two parts of one
+    source apply in order, and a part refused on its own (fenced, malformed) applies nothing
+    while the others apply."""
+    index.apply([{"seq": 1, "put": entry("1", "Comet Quest", 1)}], source="fenced-0")
+    index.write(
+        ops.INDEX_APPLY,
+        {
+            "table_id": INDEX["id"],
+            "partition_id": "g0",
+            "epoch": 1,
+            "source": "fenced-0",
+            "changes": [],
+            "lease_epoch": 5,
+        },
+    )
+    parts = [
+        {"source": "a-0", "changes": [{"seq": 1, "put": entry("2", "Comet Quest", 2)}]},
+        {"source": "fenced-0", "changes": [{"seq": 2, "put": entry("3", "Comet Quest", 3)}]},
+        {"source": "b-0", "changes": [{"seq": 7, "put": entry("4", "Comet Quest", 4)}]},
+        {
+            "source": "a-0",
+            "changes": [
+                {"seq": 1, "delete": entry("2", "Comet Quest", 2)},
+                {"seq": 2, "delete": entry("2", "Comet Quest", 2)},
+            ],
+        },
+        {"source": "c-0", "changes": [{"seq": 1, "delete": {"GameTitle": s("Comet Quest")}}]},
+    ]
+    body = {"table_id": INDEX["id"], "partition_id": "g0", "epoch": 1, "parts": parts}
+    (result,) = envelope.apply(index.node, [(ops.INDEX_APPLY, body)])
+    assert not isinstance(result, DynamoError)
+    replies = result["parts"]
+    assert [ops.part_outcome(replies[n])["source_seq"] for n in (0, 2, 3)] == [1, 7, 2]
+    assert ops.part_outcome(replies[3])["applied"] == 1  # Its seq 1 came in the first part.
+    with pytest.raises(LeaseFenced):
+        ops.part_outcome(replies[1])
+    with pytest.raises(ValidationError):
+        ops.part_outcome(replies[4])
+    assert result["units"] == 3.0  # Two puts and a delete of an entry that was there.
+    assert [item["UserId"]["S"] for item in index.titles("Comet Quest")] == ["1", "4"]
+    # Each source's seq was stored with the entries: replays of any of them change nothing.
+    assert index.apply([{"seq": 2, "put": entry("2", "X", 9)}], source="a-0")["applied"] == 0
+    assert index.apply([{"seq": 7, "put": entry("4", "X", 9)}], source="b-0")["applied"] == 0
+    assert index.apply([{"seq": 1, "put": entry("5", "X", 9)}], source="c-0")["applied"] == 1
+
+
+def test_a_malformed_index_apply_is_refused(index: IndexNode) -> None:
+    target = {"table_id": INDEX["id"], "partition_id": "g0", "epoch": 1}
+    for body in ({**target}, {**target, "parts": {"source": "a-0"}}, {**target, "parts": [1]}):
+        (result,) = envelope.apply(index.node, [(ops.INDEX_APPLY, body)])
+        assert isinstance(result, ValidationError)
