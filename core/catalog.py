@@ -455,7 +455,12 @@ class ThroughputChanges:
 class PartitionDef:
     """One partition: the storage keys [start, end) it holds (hex; end None: unbounded), its
     epoch, its state, the partition it was split from, its node and its share of the table's
-    throughput (the shares of a table's serving partitions add up to 1)."""
+    throughput (the shares of a table's serving partitions add up to 1).
+
+    `rank` orders the table's partitions by creation: the version of the table's row that made
+    it (a new table's are 1, a split's children the row version that recorded them), and
+    `parent_rank` is its parent's; 0 for a partition recorded before ranks were kept. A stream's
+    shard ids carry it, so that they sort in creation order (`core.streams.shard_ids`)."""
 
     id: str
     start: str
@@ -465,6 +470,8 @@ class PartitionDef:
     state: PartitionState = PartitionState.SERVING
     parent: str | None = None
     share: Fraction = Fraction(1)
+    rank: int = 0
+    parent_rank: int = 0
 
     def holds(self, storage_key: bytes) -> bool:
         return bytes.fromhex(self.start) <= storage_key and (
@@ -472,7 +479,7 @@ class PartitionDef:
         )
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        document: dict[str, Any] = {
             "id": self.id,
             "start": self.start,
             "end": self.end,
@@ -482,6 +489,12 @@ class PartitionDef:
             "parent": self.parent,
             "share": str(self.share),
         }
+        # Only when kept, so a partition recorded before ranks were has the document it had.
+        if self.rank:
+            document["rank"] = self.rank
+        if self.parent_rank:
+            document["parent_rank"] = self.parent_rank
+        return document
 
     @classmethod
     def from_json(cls, document: Mapping[str, Any], share: Fraction = Fraction(1)) -> PartitionDef:
@@ -496,6 +509,8 @@ class PartitionDef:
             state=PartitionState(document.get("state", PartitionState.SERVING)),
             parent=document.get("parent"),
             share=share if recorded is None else Fraction(recorded),
+            rank=int(document.get("rank") or 0),
+            parent_rank=int(document.get("parent_rank") or 0),
         )
 
 
@@ -981,7 +996,7 @@ def created(
     for index, (start, end) in enumerate(initial_ranges(count)):
         partition_id = f"{table_id}-{index}"
         partitions.append(
-            PartitionDef(partition_id, start, end, 1, owner(partition_id), share=share)
+            PartitionDef(partition_id, start, end, 1, owner(partition_id), share=share, rank=1)
         )
     return TableDef(
         name=name,
@@ -1258,6 +1273,7 @@ def split(
         split_key,
         (low_id, high_id),
         keep_retired=keeps_lineage(table),
+        rank=table.version + 1,
     )
     # A table that grew past the partitions its warm throughput asked for (a split for heat or
     # size) serves more at once now; the splits of a pre-warm leave what was asked for as it was.
@@ -1307,6 +1323,7 @@ def index_split(
         split_key,
         (low_id, high_id),
         keep_retired=False,
+        rank=table.version + 1,
     )
     indexes = tuple(
         replace(i, partitions=partitions, retired=retired) if i.table_id == index_id else i
@@ -1323,10 +1340,12 @@ def _split_partitions(
     child_ids: tuple[str, str],
     *,
     keep_retired: bool,
+    rank: int,
 ) -> tuple[tuple[PartitionDef, ...], tuple[PartitionDef, ...], PartitionDef, PartitionDef]:
     """A table's or an index's (serving, retired) partitions with `partition_id` split at
-    `split_key`, and the (low, high) children; retired partitions no child names are dropped
-    unless `keep_retired`."""
+    `split_key`, and the (low, high) children, made at `rank` (the row version that records
+    them, and always past their parent's); retired partitions no child names are dropped unless
+    `keep_retired`."""
     parent = next((p for p in serving if p.id == partition_id), None)
     if parent is None:
         raise IllegalTransition(f"There is no serving partition {partition_id}")
@@ -1336,10 +1355,16 @@ def _split_partitions(
     epoch = parent.epoch + 1
     half = parent.share / 2
     low_id, high_id = child_ids
-    low = replace(parent, id=low_id, end=split_key.hex(), epoch=epoch, parent=parent.id, share=half)
-    high = replace(
-        parent, id=high_id, start=split_key.hex(), epoch=epoch, parent=parent.id, share=half
+    child = replace(
+        parent,
+        epoch=epoch,
+        parent=parent.id,
+        share=half,
+        rank=max(rank, parent.rank + 1),
+        parent_rank=parent.rank,
     )
+    low = replace(child, id=low_id, end=split_key.hex())
+    high = replace(child, id=high_id, start=split_key.hex())
     partitions: list[PartitionDef] = []
     for partition in serving:
         partitions.extend((low, high) if partition.id == partition_id else (partition,))
@@ -1874,7 +1899,8 @@ def stream_to_disable(table: TableDef) -> StreamDef:
     _check_stream_change(table)
     current = table.stream
     if current is None or not current.enabled:
-        raise ValidationError(f"Table does not have an enabled stream: TableName: {table.name}")
+        # DynamoDB's words, for a table that never had a stream and one whose stream is disabled.
+        raise ValidationError(f"Table has no stream to disable: TableName: {table.name}")
     _check(STREAM_TRANSITIONS, f"Stream of {table.name}", True, False)
     return current
 

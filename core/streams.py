@@ -4,11 +4,16 @@ A table's stream (`core.catalog.StreamDef`) is read through its partitions' chan
 per partition, live or retired by a split. Everything the Streams API says is derived here, with no
 IO and the time passed in:
 
-- **Shards.** A shard's id is derived from the stream's label and the partition's id, so every
-  router names it alike and a new stream (a new label) has new shard ids; `ParentShardId` is the
-  shard of the partition it was split from (`PartitionDef.parent`). `lineage` orders a table's
-  partitions parent first, the order in which a reader must drain them (a parent's log ends with an
-  END record naming its children).
+- **Shards.** A shard's id has DynamoDB's form, `shardId-` then 20 digits of a creation time in
+  milliseconds, `-` and 8 hex digits, so that ids sort in creation order, which the Kinesis
+  Client Library's DynamoDB Streams adapter relies on (a parent's shard before its children's):
+  the time is the stream's creation plus the partition's creation rank in the table's row
+  (`PartitionDef.rank`, one more for every row version that made partitions), and the hex digits
+  come from the stream's label and the partition's id. Every router names a shard alike, a new
+  stream (a new label) has new ids, and `ParentShardId` is the shard of the partition it was
+  split from (`PartitionDef.parent`, `parent_rank`). `stream_shards` lists them in id order, which
+  is parent first, the order in which a reader must drain them (a parent's log ends with an END
+  record naming its children).
 - **Sequence numbers.** A change's seq, numbered per partition from 1, written as a 21-digit
   decimal string: DynamoDB's sequence numbers are numeric strings of 21 to 40 digits that order the
   records of a shard, and so do these.
@@ -52,12 +57,23 @@ _NEW_IMAGE_TYPES = frozenset({StreamViewType.NEW_IMAGE, StreamViewType.NEW_AND_O
 _OLD_IMAGE_TYPES = frozenset({StreamViewType.OLD_IMAGE, StreamViewType.NEW_AND_OLD_IMAGES})
 
 
-def shard_id(stream: StreamDef, partition_id: str) -> str:
-    """The shard of `partition_id` in `stream`: `shardId-` then 20 digits and 8 hex digits, the
-    form (and the 28-65 characters) of DynamoDB's shard ids."""
+def shard_id(stream: StreamDef, partition: PartitionDef) -> str:
+    """The shard of `partition` in `stream` (see the module's docstring)."""
+    return _shard_id(stream, partition.id, partition.rank)
+
+
+def parent_shard_id(stream: StreamDef, partition: PartitionDef) -> str | None:
+    """The shard of the partition `partition` was split from (None: it was not)."""
+    if partition.parent is None:
+        return None
+    return _shard_id(stream, partition.parent, partition.parent_rank)
+
+
+def _shard_id(stream: StreamDef, partition_id: str, rank: int) -> str:
+    # `shardId-`, 20 digits and 8 hex digits: the form (and the 28-65 characters) of DynamoDB's.
     digest = hashlib.sha256(f"{stream.label}/{partition_id}".encode()).digest()
-    number = int.from_bytes(digest[:8], "big") % 10**20
-    return f"shardId-{number:020d}-{digest[8:12].hex()}"
+    created = round(stream.created * 1000) + rank
+    return f"shardId-{created:020d}-{digest[:4].hex()}"
 
 
 def lineage(table: TableDef) -> list[PartitionDef]:
@@ -66,13 +82,18 @@ def lineage(table: TableDef) -> list[PartitionDef]:
 
 
 def stream_shards(table: TableDef, stream: StreamDef) -> list[tuple[PartitionDef, int | None]]:
-    """The shards of `stream`, parent first, as (partition, the last seq the stream holds of it):
-    an enabled stream's are the table's partitions, open (None: their logs say where a retired
-    one ends); a disabled stream's are the ones it closed when it was disabled."""
+    """The shards of `stream` in shard id order (creation order, so parent first), as
+    (partition, the last seq the stream holds of it): an enabled stream's are the table's
+    partitions, open (None: their logs say where a retired one ends); a disabled stream's are the
+    ones it closed when it was disabled."""
     if stream.enabled:
-        return [(partition, None) for partition in lineage(table)]
-    ends = {shard.partition.id: shard.end_seq for shard in stream.shards}
-    return [(p, ends[p.id]) for p in lineage_of(shard.partition for shard in stream.shards)]
+        shards: list[tuple[PartitionDef, int | None]] = [(p, None) for p in lineage(table)]
+    else:
+        ends = {shard.partition.id: shard.end_seq for shard in stream.shards}
+        shards = [(p, ends[p.id]) for p in lineage_of(shard.partition for shard in stream.shards)]
+    # In id order, as DynamoDB lists them (a partition recorded before ranks were kept, rank 0,
+    # sorts among its table's first partitions).
+    return sorted(shards, key=lambda shard: shard_id(stream, shard[0]))
 
 
 def lineage_of(partitions_in: Iterable[PartitionDef]) -> list[PartitionDef]:

@@ -104,7 +104,7 @@ def _shard_partition(
     table: TableDef, stream: StreamDef, shard_id: str
 ) -> tuple[PartitionDef, int | None]:
     for partition, end_seq in streams.stream_shards(table, stream):
-        if streams.shard_id(stream, partition.id) == shard_id:
+        if streams.shard_id(stream, partition) == shard_id:
             return partition, end_seq
     raise ResourceNotFound(SHARD_NOT_FOUND)
 
@@ -225,17 +225,14 @@ async def describe_stream(ctx: RouterContext, body: dict[str, Any]) -> dict[str,
     every = [
         (partition, end_seq)
         for partition, end_seq in streams.stream_shards(table, stream)
-        if parent_shard is None
-        or (
-            partition.parent is not None
-            and streams.shard_id(stream, partition.parent) == parent_shard
-        )
+        if parent_shard is None or streams.parent_shard_id(stream, partition) == parent_shard
     ]
     partitions = every
     if start is not None:
-        ids = [streams.shard_id(stream, partition.id) for partition, _ in partitions]
-        if start in ids:
-            partitions = partitions[ids.index(start) + 1 :]
+        # The shards after it in id order, which is the order listed: none after an id past
+        # the last, as DynamoDB answers one it does not know (ScyllaDB's tests run on DynamoDB).
+        ids = [streams.shard_id(stream, partition) for partition, _ in partitions]
+        partitions = partitions[bisect_right(ids, start) :]
     shards = []
     for partition, end_seq in partitions:
         if len(shards) == limit:
@@ -245,7 +242,7 @@ async def describe_stream(ctx: RouterContext, body: dict[str, Any]) -> dict[str,
         except ResourceNotFound:
             continue  # A retired shard whose records have all gone.
         shard: dict[str, Any] = {
-            "ShardId": streams.shard_id(stream, partition.id),
+            "ShardId": streams.shard_id(stream, partition),
             "SequenceNumberRange": {
                 "StartingSequenceNumber": streams.sequence_number(position["seq"] + 1)
             },
@@ -255,8 +252,9 @@ async def describe_stream(ctx: RouterContext, body: dict[str, Any]) -> dict[str,
             last = position["last_seq"] - 1 if end_seq is None else end_seq
             ending = streams.sequence_number(max(last, position["seq"]))
             shard["SequenceNumberRange"]["EndingSequenceNumber"] = ending
-        if partition.parent is not None:
-            shard["ParentShardId"] = streams.shard_id(stream, partition.parent)
+        parent = streams.parent_shard_id(stream, partition)
+        if parent is not None:
+            shard["ParentShardId"] = parent
         shards.append(shard)
     description: dict[str, Any] = {
         "StreamArn": arn,
@@ -271,7 +269,7 @@ async def describe_stream(ctx: RouterContext, body: dict[str, Any]) -> dict[str,
         ],
         "Shards": shards,
     }
-    if shards and partitions and shards[-1]["ShardId"] != streams.shard_id(stream, every[-1][0].id):
+    if shards and partitions and shards[-1]["ShardId"] != streams.shard_id(stream, every[-1][0]):
         description["LastEvaluatedShardId"] = shards[-1]["ShardId"]
     return {"StreamDescription": description}
 
@@ -312,6 +310,12 @@ async def get_shard_iterator(ctx: RouterContext, body: dict[str, Any]) -> dict[s
     by_number = iterator_type in ("AT_SEQUENCE_NUMBER", "AFTER_SEQUENCE_NUMBER")
     if by_number and number is None:
         raise ValidationError(f"SequenceNumber is required for ShardIteratorType {iterator_type}")
+    if not by_number and number is not None:
+        # DynamoDB refuses a SequenceNumber with TRIM_HORIZON or LATEST (ScyllaDB's tests, run
+        # against DynamoDB, check it); its text is not published: this one is ours.
+        raise ValidationError(
+            f"SequenceNumber must not be given for ShardIteratorType {iterator_type}"
+        )
     seq = None if number is None or not by_number else streams.parse_sequence_number(number)
     now = ctx.sources.clock()
     table, stream = await _stream_of(ctx, arn, now)
@@ -327,8 +331,13 @@ async def get_shard_iterator(ctx: RouterContext, body: dict[str, Any]) -> dict[s
         after = seq - 1 if iterator_type == "AT_SEQUENCE_NUMBER" else seq
         if after < position["seq"]:
             raise _trimmed()
-        if after > last_seq:
+        # The shard's StartingSequenceNumber (the next record's, position["seq"] + 1) starts
+        # either iterator even while no record has it yet, as DynamoDB's does: then at it, since
+        # the record that will have it is the shard's first (a DynamoDB shard's first record is
+        # numbered past its starting number, so AFTER it reads that record too).
+        if after > max(last_seq, position["seq"] + 1):
             raise ValidationError(f"Invalid SequenceNumber: {number}")
+        after = min(after, max(last_seq, position["seq"]))
     iterator = ShardIterator(table.id, stream.label, partition.id, after, now)
     return {"ShardIterator": iterator.encode()}
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import functools
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -114,7 +115,7 @@ def test_stream_specification_errors(dynamodb: Any, table_name: Callable[[], str
     create_streamed(dynamodb, plain, None)
     assert error_of(
         lambda: dynamodb.update_table(TableName=plain, StreamSpecification={"StreamEnabled": False})
-    ) == (400, "ValidationException", f"Table does not have an enabled stream: TableName: {plain}")
+    ) == (400, "ValidationException", f"Table has no stream to disable: TableName: {plain}")
     assert error_of(
         lambda: dynamodb.update_table(
             TableName="missing-table", StreamSpecification={"StreamEnabled": False}
@@ -457,6 +458,49 @@ def test_list_streams(dynamodb: Any, streams: Any, table_name: Callable[[], str]
     assert {first, f"{first}-b", second} <= {s["TableName"] for s in paged}
 
 
+def test_a_shards_starting_number_starts_either_iterator_before_any_record(
+    dynamodb: Any, streams: Any, table_name: Callable[[], str]
+) -> None:
+    name = table_name()
+    create_streamed(dynamodb, name, "KEYS_ONLY")
+    arn = stream_arn_of(dynamodb, name)
+    shard = streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"][0]
+    start = shard["SequenceNumberRange"]["StartingSequenceNumber"]
+    # No record has that number yet (the stream is empty): both iterators still start there,
+    # as DynamoDB's do (ScyllaDB's tests, run against DynamoDB, check it), and both read the
+    # shard's first record once it is written, as a DynamoDB shard's first record is numbered
+    # past its starting number.
+    iterators = []
+    for kind in ("AT_SEQUENCE_NUMBER", "AFTER_SEQUENCE_NUMBER"):
+        iterator = streams.get_shard_iterator(
+            StreamArn=arn, ShardId=shard["ShardId"], ShardIteratorType=kind, SequenceNumber=start
+        )["ShardIterator"]
+        page = streams.get_records(ShardIterator=iterator)
+        assert page["Records"] == []
+        iterators.append(page["NextShardIterator"])
+    for number in range(200):  # Some key of the first shard's range.
+        key = {"pk": {"S": f"k{number}"}}
+        dynamodb.put_item(TableName=name, Item=key)
+        pages = [streams.get_records(ShardIterator=iterator) for iterator in iterators]
+        if pages[0]["Records"]:
+            break
+    assert [[r["dynamodb"]["Keys"] for r in page["Records"]] for page in pages] == [[key], [key]]
+    # A SequenceNumber with TRIM_HORIZON or LATEST is refused, as DynamoDB refuses it.
+    for kind in ("TRIM_HORIZON", "LATEST"):
+        assert error_of(
+            lambda kind=kind: streams.get_shard_iterator(
+                StreamArn=arn,
+                ShardId=shard["ShardId"],
+                ShardIteratorType=kind,
+                SequenceNumber=start,
+            )
+        ) == (
+            400,
+            "ValidationException",
+            f"SequenceNumber must not be given for ShardIteratorType {kind}",
+        )
+
+
 def test_streams_errors(dynamodb: Any, streams: Any, table_name: Callable[[], str]) -> None:
     name = table_name()
     create_streamed(dynamodb, name, "KEYS_ONLY")
@@ -702,6 +746,22 @@ def test_shard_lineage_across_a_split_is_read_parent_first(
     assert [s["ShardId"] for s in shards].index(parent_id) < min(
         [s["ShardId"] for s in shards].index(child["ShardId"]) for child in children
     )
+    # Shard ids have DynamoDB's form, a creation time first, so their lexical order is their
+    # creation order, the order DescribeStream lists them in: a parent before its children.
+    ids = [shard["ShardId"] for shard in shards]
+    assert all(re.fullmatch(r"shardId-\d{20}-[0-9a-f]{8}", shard_id) for shard_id in ids)
+    assert ids == sorted(ids)
+    assert all(parent_id < child["ShardId"] for child in children)
+    # ExclusiveStartShardId pages in that order; past the last shard, even an unknown id,
+    # there is nothing more, as DynamoDB answers.
+    for start, expected in (
+        (ids[0], ids[1:]),
+        (ids[-1], []),
+        ("shardId-99999999999999999999-ffffffff", []),
+        ("shardId-00000000000000000000-00000000", ids),
+    ):
+        page = streams.describe_stream(StreamArn=arn, ExclusiveStartShardId=start)
+        assert [s["ShardId"] for s in page["StreamDescription"]["Shards"]] == expected
     # ShardFilter CHILD_SHARDS describes the parent's children only.
     filtered = streams.describe_stream(
         StreamArn=arn, ShardFilter={"Type": "CHILD_SHARDS", "ShardId": parent_id}

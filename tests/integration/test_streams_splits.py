@@ -2,10 +2,11 @@
 
 A writer puts items while the nodes split the table's partitions two levels deep and more; a
 reader follows every shard at the same time, parent first (a child only once its parent's shard is
-drained), as the Kinesis adapter does. The stream's consumer is registered on each child in the
-node's split batch, and a retired partition stays a shard while the stream holds its log, so the
-reader sees every acknowledged change exactly once, in per-item order (`check_stream`), and so does
-a reader that starts only after the writer is done.
+drained), as the Kinesis adapter does, and every DescribeStream listing is in lexical shard id
+order, which is creation order, each parent before its children. The stream's consumer is
+registered on each child in the node's split batch, and a retired partition stays a shard while the
+stream holds its log, so the reader sees every acknowledged change exactly once, in per-item order
+(`check_stream`), and so does a reader that starts only after the writer is done.
 """
 
 from __future__ import annotations
@@ -70,6 +71,13 @@ class ParentFirstReader:
             description = self.streams.describe_stream(**request)["StreamDescription"]
             listed.extend(description["Shards"])
             if "LastEvaluatedShardId" not in description:
+                # The shards in lexical order, which is creation order: every parent before
+                # its children (the Kinesis adapter for DynamoDB Streams relies on both).
+                ids = [shard["ShardId"] for shard in listed]
+                assert ids == sorted(ids), ids
+                for shard in listed:
+                    parent = shard.get("ParentShardId")
+                    assert parent is None or parent < shard["ShardId"], shard
                 return listed
             request["ExclusiveStartShardId"] = description["LastEvaluatedShardId"]
         raise AssertionError(f"DescribeStream still had shards after {PAGES_MAX} pages")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from typing import Any
 
@@ -34,11 +35,39 @@ def table() -> TableDef:
 
 
 def test_shard_ids_have_dynamodb_form_and_differ_per_stream() -> None:
-    shard = streams.shard_id(STREAM, "p-0")
-    assert shard.startswith("shardId-") and 28 <= len(shard) <= 65
-    assert shard == streams.shard_id(STREAM, "p-0")
-    assert shard != streams.shard_id(STREAM, "p-1")
-    assert shard != streams.shard_id(replace(STREAM, label="2023-11-14T22:13:20.001"), "p-0")
+    (first,) = table().partitions
+    shard = streams.shard_id(STREAM, first)
+    assert re.fullmatch(r"shardId-\d{20}-[0-9a-f]{8}", shard) and 28 <= len(shard) <= 65
+    # The stream's creation, in milliseconds, plus the partition's rank (1: the table's first).
+    assert shard.startswith(f"shardId-{round(STREAM.created * 1000) + 1:020d}-")
+    assert shard == streams.shard_id(STREAM, first)
+    assert shard != streams.shard_id(STREAM, replace(first, id="p-1"))
+    later = replace(STREAM, label="2023-11-14T22:13:20.001", created=STREAM.created + 0.001)
+    assert shard != streams.shard_id(later, first)
+
+
+def test_shard_ids_sort_in_creation_order_parents_first() -> None:
+    start = catalog.stream_enabled(table(), StreamViewType.KEYS_ONLY, STREAM.label, NOW)
+    (only,) = start.partitions
+    # Three splits, each recorded at a later version of the row: the first partition's, its
+    # high child's, then its low child's (a partition made earlier split later).
+    once, low, high = catalog.split(start, only.id, bytes.fromhex("80"), "low", "high")
+    once = catalog.versioned(once, 2)
+    twice, _, _ = catalog.split(once, high.id, bytes.fromhex("c0"), "high-a", "high-b")
+    twice = catalog.versioned(twice, 3)
+    enabled, _, _ = catalog.split(twice, low.id, bytes.fromhex("40"), "low-a", "low-b")
+    assert enabled.stream is not None
+    shards = streams.stream_shards(enabled, enabled.stream)
+    ids = [streams.shard_id(enabled.stream, partition) for partition, _ in shards]
+    assert ids == sorted(ids)
+    order = [partition.id for partition, _ in shards]
+    assert order[0] == only.id and set(order[1:3]) == {"low", "high"}
+    assert set(order[3:5]) == {"high-a", "high-b"} and set(order[5:]) == {"low-a", "low-b"}
+    # Each child names its parent's shard by the id the parent's shard has.
+    by_partition = dict(zip(order, ids, strict=True))
+    for partition, _ in shards:
+        parent = streams.parent_shard_id(enabled.stream, partition)
+        assert parent == (None if partition.parent is None else by_partition[partition.parent])
 
 
 def test_lineage_puts_parents_first() -> None:
