@@ -20,8 +20,10 @@ multi-attribute keys, November 2025). One class therefore owns, for every kind o
   partition key attribute this is `hash64(enc(pk)) ‖ enc(pk) ‖ enc(sk)`, the tables' layout.
 
 A missing or mistyped key attribute of an item raises `KeyAttributeError`, a `ValidationError`
-with PutItem's message that BatchWriteItem reports as a key/schema mismatch instead; callers match
-on the type, never on the message. Nothing here does IO.
+with PutItem's message that BatchWriteItem reports as a key/schema mismatch instead, and so does a
+Key parameter that does not match the schema (with that mismatch's message); a transaction
+reports either as the action's cancellation reason. Callers match on the type, never on the
+message. Nothing here does IO.
 """
 
 from __future__ import annotations
@@ -173,11 +175,11 @@ class KeyShape:
         values then get their own messages, partition key first.
         """
         if len(key) != len(self.attributes):
-            raise ValidationError(KEY_MISMATCH)
+            raise KeyAttributeError(KEY_MISMATCH)
         for attribute in self.attributes:
             value = key.get(attribute.name)
             if value is None or type_of(value) != attribute.type:
-                raise ValidationError(KEY_MISMATCH)
+                raise KeyAttributeError(KEY_MISMATCH)
         for attribute in self.attributes:
             check_key_value(attribute.name, key[attribute.name], attribute.role)
         return {attribute.name: key[attribute.name] for attribute in self.attributes}

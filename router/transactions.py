@@ -69,6 +69,7 @@ from core.errors import (
 )
 from core.indexes import size_estimate_range_gb
 from core.keycodec import encode_storage_key
+from core.keys import KeyAttributeError
 from core.machines import RESTARTED, STARTED, Effect, Event
 from core.machines import transaction as tm
 from core.retry import TRANSACT_GET, TRANSACTION_RECORD
@@ -124,6 +125,15 @@ class _Action:
     body: dict[str, Any]
     size: int  # The item's size (a Put) or its key's, toward the request's 4 MB.
     partition: PartitionDef | None = None
+    # The action's own ValidationError, which DynamoDB reports as its cancellation reason rather
+    # than refusing the request (None: it goes to its participant to vote on).
+    refused: txn.Vote | None = None
+
+
+def _refused(table_name: str, table: Route, error: ValidationError, size: int = 0) -> _Action:
+    """An action that refused itself, its reason `error`'s message (`_Action.refused`)."""
+    vote = txn.Vote(txn.Code.VALIDATION_ERROR, error.message)
+    return _Action(table_name, table, b"", "", {}, size, refused=vote)
 
 
 @dataclasses.dataclass
@@ -234,18 +244,34 @@ def _read_write_request(body: dict[str, Any]) -> list[tuple[str, dict[str, Any]]
 
 
 async def _checked_action(ctx: RouterContext, kind: str, member: dict[str, Any]) -> _Action:
-    """One action checked as its single-item operation checks it, then against its table."""
+    """One action checked as its single-item operation checks it, then against its table.
+
+    Its item's values and its key against the table's key schema (a missing, mistyped or
+    non-scalar key attribute, a wrongly typed index key) are the action's own: DynamoDB answers
+    them as that action's ValidationError cancellation reason, each in its place. Its
+    expressions, its item's size and an empty or oversized key value are the request's: refused
+    whole, as DynamoDB refuses them (as captured against the service by a public emulator's
+    compatibility tests)."""
     on_failure = member.get("ReturnValuesOnConditionCheckFailure") == "ALL_OLD"
     compiled = _write_expressions(
         member, update_text=member.get("UpdateExpression") if kind == "Update" else None
     )
     table_name = member["TableName"]
     if kind == "Put":
-        item = values.validate_item(member["Item"])
+        try:
+            item = values.validate_item(member["Item"])
+        except ValidationError as error:
+            return _refused(table_name, await ctx.table(table_name), error)
         item_bytes = size = check_item_size(item)
         table = await ctx.table(table_name)
-        _, partition_key, sort_key = schema.extract_key(item, table.key_shape)
-        _check_index_keys(item, table)
+        try:
+            _, partition_key, sort_key = schema.extract_key(item, table.key_shape)
+        except KeyAttributeError as error:
+            return _refused(table_name, table, error, size)
+        try:
+            _check_index_keys(item, table)
+        except ValidationError as error:
+            return _refused(table_name, table, error, size)
         body = ops.PutPayload(
             item,
             item_bytes,
@@ -256,10 +282,16 @@ async def _checked_action(ctx: RouterContext, kind: str, member: dict[str, Any])
             global_indexes=_global_key_schemas(table),
         ).to_json()
     else:
-        key = values.validate_item(member["Key"], where="Key")
+        try:
+            key = values.validate_item(member["Key"], where="Key")
+        except ValidationError as error:
+            return _refused(table_name, await ctx.table(table_name), error)
         size = item_size_bytes(key)
         table = await ctx.table(table_name)
-        partition_key, sort_key = schema.validate_key(key, table.key_shape)
+        try:
+            partition_key, sort_key = schema.validate_key(key, table.key_shape)
+        except KeyAttributeError as error:
+            return _refused(table_name, table, error, size)
         if kind == "Update":
             body = ops.UpdatePayload(
                 key,
@@ -511,6 +543,11 @@ class _Coordination(_LedgerEffects):
             )
 
         await asyncio.gather(*(prepare(indexes) for indexes in self.groups))
+        # An action that refused itself votes so, in its place: the transaction aborts, and its
+        # others' votes (a failed condition, say) are each action's reason, as DynamoDB's are.
+        for index, action in enumerate(actions):
+            if action.refused is not None:
+                votes[index] = action.refused
         return Event(
             tm.VOTED,
             {
@@ -526,10 +563,15 @@ async def transact_write_items(ctx: RouterContext, body: dict[str, Any]) -> dict
     driver, and the answer is read from the record it ends with."""
     members = _read_write_request(body)
     actions = [await _checked_action(ctx, kind, member) for kind, member in members]
-    txn.check_distinct((action.table.id, action.storage_key) for action in actions)
+    placed = [index for index, action in enumerate(actions) if action.refused is None]
+    txn.check_distinct((actions[i].table.id, actions[i].storage_key) for i in placed)
     txn.check_request_bytes(sum(action.size for action in actions))
+    if not placed:
+        # Every action refused itself: nothing to prepare, the transaction is cancelled.
+        raise txn.cancellation([action.refused or txn.YES for action in actions])
     groups: dict[tuple[str, str], list[int]] = {}
-    for index, action in enumerate(actions):
+    for index in placed:
+        action = actions[index]
         action.partition = action.table.partitions.lookup(action.storage_key)
         groups.setdefault((action.table.id, action.partition.id), []).append(index)
     participants = []
@@ -545,7 +587,7 @@ async def transact_write_items(ctx: RouterContext, body: dict[str, Any]) -> dict
             )
         )
     token = body.get("ClientRequestToken")
-    first = actions[0]
+    first = actions[placed[0]]
     assert first.partition is not None
     if token is None:
         record_id = "t" + ctx.sources.new_id()[:31]
@@ -823,6 +865,10 @@ async def transact_get_items(ctx: RouterContext, body: dict[str, Any]) -> dict[s
     reader.check()
     assert items is not None
     gets: list[tuple[str, Route, bytes, dict[str, Any]]] = []
+    # A Get whose Key does not validate (against its table's key schema, or an empty value) is
+    # that action's ValidationError cancellation reason, each in its place, as DynamoDB answers
+    # it (as captured against the service by a public emulator's compatibility tests).
+    refused: list[txn.Vote | None] = []
     for entry in items:
         get = entry["Get"]
         names = get.get("ExpressionAttributeNames")
@@ -830,12 +876,19 @@ async def transact_get_items(ctx: RouterContext, body: dict[str, Any]) -> dict[s
         expressions.check_attribute_maps(names, None)
         compiled = [] if projection is None else [expressions.projection(projection, names)]
         expressions.check_unused(names, None, *compiled)
-        key = values.validate_item(get["Key"], where="Key")
         table = await ctx.table(get["TableName"])
-        partition_key, sort_key = schema.validate_key(key, table.key_shape)
+        try:
+            key = values.validate_item(get["Key"], where="Key")
+            partition_key, sort_key = schema.validate_key(key, table.key_shape)
+        except ValidationError as error:
+            refused.append(txn.Vote(txn.Code.VALIDATION_ERROR, error.message))
+            continue
+        refused.append(None)
         storage_key = encode_storage_key(partition_key, sort_key)
         request = {"key": key, "projection": projection, "names": names}
         gets.append((get["TableName"], table, storage_key, request))
+    if any(vote is not None for vote in refused):
+        raise txn.cancellation([vote or txn.YES for vote in refused])
     txn.check_distinct((table.id, storage_key) for _, table, storage_key, _ in gets)
     groups: dict[tuple[str, str], list[int]] = {}
     partitions: dict[tuple[str, str], tuple[Route, PartitionDef]] = {}

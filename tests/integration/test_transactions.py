@@ -273,12 +273,19 @@ def test_validation_messages(dynamodb: Any, table: str) -> None:
         "1 validation error detected: Value '[]' at 'transactItems' failed to satisfy "
         "constraint: Member must have length greater than or equal to 1",
     )
+    # An item without its key is the action's own cancellation reason (see below).
     status, code, message = error_of(
         lambda: dynamodb.transact_write_items(
             TransactItems=[{"Put": {"TableName": table, "Item": {"other": {"S": "v"}}}}]
         )
     )
-    assert (status, code) == (400, "ValidationException")
+    assert (status, code) == (400, "TransactionCanceledException")
+    # An empty key value is the request's: refused whole.
+    assert error_of(
+        lambda: dynamodb.transact_write_items(
+            TransactItems=[put(table, "ok"), {"Delete": {"TableName": table, "Key": key("")}}]
+        )
+    )[:2] == (400, "ValidationException")
     assert error_of(
         lambda: dynamodb.transact_write_items(TransactItems=[put("no-such-table", "x")])
     ) == (
@@ -305,6 +312,97 @@ def test_validation_messages(dynamodb: Any, table: str) -> None:
         400,
         "ValidationException",
         "Transaction request size has exceeded the maximum allowed size",
+    )
+
+
+def test_each_action_is_cancelled_for_its_own_reason_in_its_place(
+    dynamodb: Any, cluster: LocalCluster, table: str
+) -> None:
+    a, b = keys_on_distinct_nodes(cluster, table, 2)
+    dynamodb.put_item(TableName=table, Item={**key(a), "balance": {"N": "10"}})
+    items = [
+        put(table, b, balance={"N": "1"}),
+        # A condition on an item that is not there.
+        {
+            "ConditionCheck": {
+                "TableName": table,
+                "Key": key(f"{a}-missing"),
+                "ConditionExpression": "attribute_exists(pk)",
+            }
+        },
+        # A key of the wrong type, and an item without its key: each the action's own error.
+        {
+            "Update": {
+                "TableName": table,
+                "Key": {"pk": {"N": "5"}},
+                "UpdateExpression": "SET v = :v",
+                "ExpressionAttributeValues": {":v": {"S": "x"}},
+            }
+        },
+        {"Put": {"TableName": table, "Item": {"pk": {"N": "7"}}}},
+        {"Put": {"TableName": table, "Item": {**key(f"{a}-set"), "s": {"SS": ["x", "x"]}}}},
+        {
+            "Delete": {
+                "TableName": table,
+                "Key": key(a),
+                "ConditionExpression": "balance > :floor",
+                "ExpressionAttributeValues": {":floor": {"N": "100"}},
+                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+            }
+        },
+    ]
+    response = error_response(lambda: dynamodb.transact_write_items(TransactItems=items))
+    assert response["Error"]["Code"] == "TransactionCanceledException"
+    assert response["Error"]["Message"] == (
+        "Transaction cancelled, please refer cancellation reasons for specific reasons [None, "
+        "ConditionalCheckFailed, ValidationError, ValidationError, ValidationError, "
+        "ConditionalCheckFailed]"
+    )
+    assert response["CancellationReasons"] == [
+        {"Code": "None"},
+        {"Code": "ConditionalCheckFailed", "Message": "The conditional request failed"},
+        {
+            "Code": "ValidationError",
+            "Message": "The provided key element does not match the schema",
+        },
+        {
+            "Code": "ValidationError",
+            "Message": "One or more parameter values were invalid: Type mismatch for key pk "
+            "expected: S actual: N",
+        },
+        {
+            "Code": "ValidationError",
+            "Message": "One or more parameter values were invalid: Input collection [x, x] "
+            "contains duplicates.",
+        },
+        {
+            "Code": "ConditionalCheckFailed",
+            "Message": "The conditional request failed",
+            "Item": {**key(a), "balance": {"N": "10"}},
+        },
+    ]
+    # Nothing was applied, and nothing stays locked.
+    assert "Item" not in dynamodb.get_item(TableName=table, Key=key(b), ConsistentRead=True)
+    dynamodb.put_item(TableName=table, Item={**key(a), "balance": {"N": "11"}})
+    # Every action refusing itself: cancelled without a participant.
+    alone = [{"Put": {"TableName": table, "Item": {"pk": {"B": "AA=="}}}}]
+    response = error_response(lambda: dynamodb.transact_write_items(TransactItems=alone))
+    assert [r["Code"] for r in response["CancellationReasons"]] == ["ValidationError"]
+    # TransactGetItems: a Get whose key does not validate is its reason, an empty one too.
+    gets = [
+        {"Get": {"TableName": table, "Key": key(a)}},
+        {"Get": {"TableName": table, "Key": {"pk": {"N": "1"}}}},
+        {"Get": {"TableName": table, "Key": key("")}},
+    ]
+    response = error_response(lambda: dynamodb.transact_get_items(TransactItems=gets))
+    assert response["Error"]["Code"] == "TransactionCanceledException"
+    assert [r["Code"] for r in response["CancellationReasons"]] == [
+        "None",
+        "ValidationError",
+        "ValidationError",
+    ]
+    assert response["CancellationReasons"][1]["Message"] == (
+        "The provided key element does not match the schema"
     )
 
 
