@@ -32,6 +32,7 @@ from core.catalog import IndexDef, PartitionDef, TableDef, Throughput
 from core.errors import INVALID_PARAMETERS, ValidationError
 from core.indexes import (
     Projection,
+    ProjectionRequest,
     check_index_key_value,
     check_index_keys,
     entry_shape,
@@ -244,12 +245,12 @@ def followable(table: TableDef, drained: Collection[str]) -> list[PartitionDef]:
 @dataclass(frozen=True, slots=True)
 class GlobalIndexDefinition:
     """One element of CreateTable's GlobalSecondaryIndexes past its constraints: its name, its
-    KeySchema as (AttributeName, KeyType) pairs, its checked Projection and its
-    ProvisionedThroughput as {ReadCapacityUnits, WriteCapacityUnits} (None if absent)."""
+    KeySchema as (AttributeName, KeyType) pairs, its Projection (checked after the key schema)
+    and its ProvisionedThroughput as {ReadCapacityUnits, WriteCapacityUnits} (None if absent)."""
 
     name: str
     key_schema: tuple[tuple[str, str], ...]
-    projection: Projection
+    projection: ProjectionRequest
     throughput: Mapping[str, int] | None
 
 
@@ -316,6 +317,7 @@ def check_global_indexes(
                 f"Keys: [{', '.join(keys)}], AttributeDefinitions: [{', '.join(attribute_types)}]"
             )
         key_shape = global_index_key(name, definition.key_schema, attribute_types)
+        projection = definition.projection.checked()
         units = definition.throughput
         if billing_mode == BillingMode.PAY_PER_REQUEST:
             if units is not None:
@@ -335,7 +337,7 @@ def check_global_indexes(
                         f"Given value {units[member]} for {member} is out of bounds"
                     )
             throughput = Throughput(units["ReadCapacityUnits"], units["WriteCapacityUnits"])
-        checked.append(GlobalIndexSpec(name, key_shape, definition.projection, throughput))
+        checked.append(GlobalIndexSpec(name, key_shape, projection, throughput))
     return tuple(checked)
 
 

@@ -74,6 +74,19 @@ def check_projection(
     return Projection(kind)
 
 
+@dataclass(frozen=True, slots=True)
+class ProjectionRequest:
+    """A `Projection` as a request gave it, its members past their constraints: checked
+    (`checked`) once its index's key schema has passed, as DynamoDB reports an index's key schema
+    before its projection."""
+
+    type: str | None
+    non_key_attributes: tuple[str, ...] | None = None
+
+    def checked(self) -> Projection:
+        return check_projection(self.type, self.non_key_attributes)
+
+
 def check_projected_attribute_count(projections: Iterable[Projection]) -> None:
     """Refuse more than 100 projected non-key attributes summed over all of a table's indexes,
     local and global ("If you project the same attribute into two different indexes, this counts
@@ -233,11 +246,12 @@ def size_estimate_range_gb(collection_bytes: int) -> list[float]:
 @dataclass(frozen=True, slots=True)
 class IndexDefinition:
     """One element of CreateTable's LocalSecondaryIndexes (or GlobalSecondaryIndexes), past its
-    constraints: its name, its KeySchema as (AttributeName, KeyType) pairs and its Projection."""
+    constraints: its name, its KeySchema as (AttributeName, KeyType) pairs and its Projection
+    (checked after the key schema)."""
 
     name: str
     key_schema: tuple[tuple[str, str], ...]
-    projection: Projection
+    projection: ProjectionRequest
 
 
 def local_indexes(
@@ -297,14 +311,15 @@ def local_indexes(
             raise ValidationError(
                 "Both the Hash Key and the Range Key element in the KeySchema have the same name"
             )
+        projection = definition.projection.checked()
         built.append(
             IndexDef(
                 name=name,
                 key_shape=local_index_key(table_shape, (names[1], attribute_types[names[1]])),
-                projection=definition.projection.type,
+                projection=projection.type,
                 # ACTIVE with its table (`core.catalog.activated`): it has nothing to backfill.
                 status=IndexStatus.CREATING,
-                non_key_attributes=definition.projection.non_key_attributes,
+                non_key_attributes=projection.non_key_attributes,
                 local=True,
             )
         )

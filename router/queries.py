@@ -4,8 +4,9 @@ A table's items are ordered by their storage key `(hash64(pk), pk, sk)` (`core.k
 partitions tile that order. Both operations read one page per call, as DynamoDB does: at most
 `Limit` items and at most 1 MB of them, both counted on the items read *before* the filter, with a
 `LastEvaluatedKey` (the key of the last item read) whenever the page stopped at one of those bounds
-and more items may follow. A page may span partitions: when a partition is exhausted and the page
-still has room, the walk goes on into the next one with what is left of both bounds.
+and more items may follow (never for a Query of a table without a sort key, which reads one item
+at most and cannot be restarted). A page may span partitions: when a partition is exhausted and
+the page still has room, the walk goes on into the next one with what is left of both bounds.
 
 - Scan walks the whole table, or with Segment/TotalSegments one slice of the hash space
   (`core.placement.segment_hash_range`), so that the segments together read every item once.
@@ -573,6 +574,22 @@ def _key_condition(
     return condition, (condition,)
 
 
+def _check_key_conditions_name_the_key(key_conditions: dict[str, Any], key_shape: KeyShape) -> None:
+    """Refuse KeyConditions that leave out a key attribute they must name, as the key condition's
+    own check would (`core.expressions.keycondition`), before their operators are looked at: the
+    partition key attributes, and a sort key when there are as many conditions as key attributes."""
+    names = [attribute.name for attribute in key_shape.attributes]
+    if len(key_conditions) > len(names):
+        return  # more conditions than key attributes: "Query key condition not supported"
+    if len(names) > 1 + (key_shape.sort_key is not None):
+        needed = names[: key_shape.hashed]
+    else:
+        needed = names[: len(key_conditions)]
+    for name in needed:
+        if name not in key_conditions:
+            raise ValidationError(f"Query condition missed key schema element: {name}")
+
+
 def _in_segment(key_hash: int, hash_range: tuple[int, int | None]) -> bool:
     start, end = hash_range
     return start <= key_hash and (end is None or key_hash < end)
@@ -641,12 +658,22 @@ async def query(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
     select = _index_select(table, index_name, select, body)
     read = _what_to_read(table, index_name, select, consistent)
     index, shape, local = read.index, read.shape, read.local
-    if key_conditions is not None and key_condition_text is None:
-        legacy.check_key_operators(key_conditions)
     # The key the condition is held against: the table's, or the index's own (a local index's:
     # the table's partition key and its sort key; a global index's: its partition key and sort
     # key attributes, up to four of each).
     key_shape = table.key_shape if index is None else index.key_shape
+    walked_shape = table.key_shape if shape is None else shape
+    # A query of a table without a sort key names one item: it reads one at most and has no page
+    # to resume, so it takes no ExclusiveStartKey and gives no LastEvaluatedKey (DynamoDB's).
+    one_item = index is None and len(table.key_shape.attributes) == 1
+    start: dict[str, Any] | None = None
+    if key_conditions is not None and key_condition_text is None:
+        # KeyConditions that leave out a key attribute, then the starting key, then operators
+        # the key order cannot serve: DynamoDB's order for the legacy form.
+        _check_key_conditions_name_the_key(key_conditions, key_shape)
+        if exclusive_start is not None:
+            start = _checked_starting_key(exclusive_start, walked_shape)
+        legacy.check_key_operators(key_conditions)
     key_condition, used = _key_condition(key_shape, form, key_translation)
     expressions.check_unused(
         reading.names,
@@ -657,9 +684,11 @@ async def query(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
     equal = [key_condition.hash_value, *key_condition.fixed]
     for attribute, value in zip(key_shape.attributes, equal, strict=False):
         check_key_value(attribute.name, value, attribute.role, expected_type=attribute.type)
-    walked_shape = table.key_shape if shape is None else shape
     if exclusive_start is not None:
-        start = _checked_starting_key(exclusive_start, walked_shape)
+        if start is None:
+            start = _checked_starting_key(exclusive_start, walked_shape)
+        if one_item:
+            raise ValidationError("The query can return at most one row and cannot be restarted")
         if any(
             not values.equal(start[attribute.name], value)
             for attribute, value in zip(key_shape.attributes, equal, strict=False)
@@ -709,6 +738,8 @@ async def query(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
         shape=shape,
     )
     page = await _walk(ctx, read.walked, walk, exclusive_start)
+    if one_item:
+        page.last_key = None  # even when Limit stopped it
     return _reply(page, select, table_name, body, index)
 
 

@@ -17,8 +17,10 @@ shape expected and the JSON token found:
   fraction is truncated.
 - Boolean: a string is `Unexpected token received from parser`, a number `NUMBER_VALUE` /
   `DECIMAL_VALUE cannot be converted to Boolean`.
-- Blob: anything but a string is `only base-64-encoded strings are convertible to bytes` (the
-  base64 itself is checked with the attribute value).
+- Blob: anything but a string is `only base-64-encoded strings are convertible to bytes`, and a
+  string whose length is not a multiple of 4 is `Base64 encoded length is expected a multiple of 4
+  bytes but found: N` (so a binary attribute value that is not base64 stops the request before
+  any missing member is reported); the base64 alphabet is checked with the attribute value.
 - Any scalar given an array: `Unrecognized collection type class java.lang.String` (the member's
   Java class); given an object: `Start of structure or map found where not expected`.
 - A list given a scalar: `Unexpected field type`; given an object: `Start of structure or map
@@ -163,6 +165,10 @@ def _check_scalar(kind: str, value: Any) -> None:
     elif kind == "blob":
         if not isinstance(value, str):
             raise SerializationError("only base-64-encoded strings are convertible to bytes")
+        if len(value) % 4:
+            raise SerializationError(
+                f"Base64 encoded length is expected a multiple of 4 bytes but found: {len(value)}"
+            )
     elif kind in _NUMBER_NAMES:
         _check_number(kind, value)
 

@@ -164,16 +164,19 @@ class _IndexReading:
     unsupported: str | None = None
 
     def definition(self) -> indexes.IndexDefinition:
-        """The element past its constraints, its projection checked (DynamoDB's third pass)."""
+        """The element past its constraints (its projection is checked with its key schema)."""
         assert self.name is not None
+        non_key = self.non_key_attributes
         return indexes.IndexDefinition(
             self.name,
             tuple((e["AttributeName"], e["KeyType"]) for e in self.key_schema),
-            indexes.check_projection(self.projection_type, self.non_key_attributes),
+            indexes.ProjectionRequest(
+                self.projection_type, None if non_key is None else tuple(non_key)
+            ),
         )
 
     def global_definition(self) -> gsi.GlobalIndexDefinition:
-        """A GlobalSecondaryIndexes element past its constraints, its projection checked."""
+        """A GlobalSecondaryIndexes element past its constraints."""
         _refuse_unsupported_index_member(self.unsupported)
         definition = self.definition()
         throughput = self.throughput
@@ -394,7 +397,7 @@ def _read_create_table(body: dict[str, Any]) -> dict[str, Any]:
         )
         indexes.check_projected_attribute_count(
             [
-                *(d.projection for d in local_definitions),
+                *(indexes.Projection(i.projection, i.non_key_attributes) for i in local),
                 *(spec.projection for spec in global_specs),
             ]
         )

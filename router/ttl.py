@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from core import catalog, limits
+from core import catalog, limits, schema
 from core.catalog import TableDef, TtlStatus
 from core.errors import DynamoError, ResourceNotFound
 from router.requests import RequestReader
@@ -115,6 +115,8 @@ async def describe_time_to_live(ctx: RouterContext, body: dict[str, Any]) -> dic
     reader = RequestReader(body)
     name = _table_name(reader)
     reader.check()
+    # The name's length is checked before the table is looked up, as DescribeTable checks it.
+    schema.check_table_name(name)
     table = await ctx.read_table(name)
     if table is None:
         raise _table_not_found(name)

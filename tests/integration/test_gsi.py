@@ -225,6 +225,16 @@ INVALID = "One or more parameter values were invalid: "
             INVALID + "Some index key attributes are not defined in AttributeDefinitions. "
             "Keys: [Missing], AttributeDefinitions: [UserId, GameTitle, TopScore]",
         ),
+        # The index's key schema is checked before its projection.
+        (
+            {"GlobalSecondaryIndexes": [gsi("Idx", "Missing", projection="INCLUDE")]},
+            INVALID + "Some index key attributes are not defined in AttributeDefinitions. "
+            "Keys: [Missing], AttributeDefinitions: [UserId, GameTitle, TopScore]",
+        ),
+        (
+            {"GlobalSecondaryIndexes": [gsi("Idx", "TopScore", "TopScore", "INCLUDE")]},
+            "Both the Hash Key and the Range Key element in the KeySchema have the same name",
+        ),
         (
             {"GlobalSecondaryIndexes": [gsi("Idx", "TopScore"), gsi("Idx", "GameTitle")]},
             INVALID + "Duplicate index name: Idx",

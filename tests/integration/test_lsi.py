@@ -217,6 +217,25 @@ def numbers(count: int) -> list[dict[str, str]]:
             {"LocalSecondaryIndexes": [lsi("byNumber", projection={"ProjectionType": "INCLUDE"})]},
             INVALID + "ProjectionType is INCLUDE, but NonKeyAttributes is not specified",
         ),
+        # An index's key schema is checked before its projection.
+        (
+            {
+                "LocalSecondaryIndexes": [
+                    lsi("byNumber", "nope", projection={"ProjectionType": "INCLUDE"})
+                ]
+            },
+            INVALID + "Some index key attributes are not defined in AttributeDefinitions. "
+            "Keys: [pk, nope], AttributeDefinitions: [pk, sk, lsk]",
+        ),
+        (
+            {
+                "LocalSecondaryIndexes": [
+                    lsi("byNumber", "lsk", "sk", projection={"ProjectionType": "INCLUDE"})
+                ]
+            },
+            INVALID + "Index KeySchema does not have the same leading hash key as table "
+            "KeySchema for index: byNumber. index hash key: sk, table hash key: pk",
+        ),
         (
             {
                 "AttributeDefinitions": [

@@ -294,6 +294,12 @@ def test_a_wrongly_typed_member_comes_before_a_missing_table_name(cluster: Local
         ("Scan", {"TableName": "t", "ExclusiveStartKey": {"pk": "a"}}, None),
         ("BatchWriteItem", {"RequestItems": {"t": {"PutRequest": {}}}}, None),
         ("CreateTable", {"ProvisionedThroughput": {"ReadCapacityUnits": "5"}}, None),
+        # A binary that is not base64 is refused as it is read, before the missing TableName.
+        (
+            "PutItem",
+            {"Item": {"pk": {"S": "a"}, "b": {"B": "abc"}}},
+            "Base64 encoded length is expected a multiple of 4 bytes but found: 3",
+        ),
     ],
 )
 def test_deserialisation_comes_before_constraints(
@@ -343,6 +349,91 @@ def test_a_non_indexable_key_condition_is_refused_after_the_table_is_found(
         {
             "__type": VALIDATE,
             "message": "Attempted conditional constraint is not an indexable operation",
+        },
+    )
+
+
+def test_key_conditions_missing_the_key_come_before_a_non_indexable_operator(
+    cluster: LocalCluster, table: str
+) -> None:
+    not_equal = {"ComparisonOperator": "NE", "AttributeValueList": [{"S": "a"}]}
+    reply = call(cluster, "Query", {"TableName": table, "KeyConditions": {"other": not_equal}})
+    assert (reply.status, reply.json()) == (
+        400,
+        {"__type": VALIDATE, "message": "Query condition missed key schema element: pk"},
+    )
+    reply = call(
+        cluster,
+        "Query",
+        {
+            "TableName": table,
+            "KeyConditions": {"pk": not_equal},
+            "ExclusiveStartKey": {"other": {"S": "a"}},
+        },
+    )
+    assert (reply.status, reply.json()) == (
+        400,
+        {
+            "__type": VALIDATE,
+            "message": "The provided starting key is invalid: "
+            "The provided key element does not match the schema",
+        },
+    )
+
+
+@pytest.mark.parametrize("start", ["a", "b"])
+def test_a_query_of_a_table_without_a_sort_key_cannot_be_restarted(
+    cluster: LocalCluster, table: str, start: str
+) -> None:
+    reply = call(
+        cluster,
+        "Query",
+        {
+            "TableName": table,
+            "KeyConditionExpression": "pk = :p",
+            "ExpressionAttributeValues": {":p": {"S": "a"}},
+            "ExclusiveStartKey": {"pk": {"S": start}},
+        },
+    )
+    assert (reply.status, reply.json()) == (
+        400,
+        {
+            "__type": VALIDATE,
+            "message": "The query can return at most one row and cannot be restarted",
+        },
+    )
+
+
+def test_a_query_of_a_table_without_a_sort_key_gives_no_starting_key_back(
+    cluster: LocalCluster, table: str
+) -> None:
+    # A paginator would send one back, and it cannot be restarted: DynamoDB gives none.
+    item = {"pk": {"S": "one-item-query"}}
+    assert call(cluster, "PutItem", {"TableName": table, "Item": item}).status == 200
+    reply = call(
+        cluster,
+        "Query",
+        {
+            "TableName": table,
+            "KeyConditionExpression": "pk = :p",
+            "ExpressionAttributeValues": {":p": item["pk"]},
+            "Limit": 1,
+        },
+    )
+    assert (reply.status, reply.json()) == (
+        200,
+        {"Count": 1, "ScannedCount": 1, "Items": [item]},
+    )
+
+
+def test_describe_time_to_live_checks_the_name_before_the_lookup(cluster: LocalCluster) -> None:
+    reply = call(cluster, "DescribeTimeToLive", {"TableName": "a"})
+    assert (reply.status, reply.json()) == (
+        400,
+        {
+            "__type": VALIDATE,
+            "message": "TableName must be at least 3 characters long and at most 255 characters "
+            "long",
         },
     )
 

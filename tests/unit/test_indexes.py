@@ -18,6 +18,7 @@ from core.errors import ItemCollectionSizeLimitExceeded, ValidationError
 from core.indexes import (
     IndexDefinition,
     Projection,
+    ProjectionRequest,
     check_collection_growth,
     check_index_keys,
     check_projected_attribute_count,
@@ -262,7 +263,6 @@ def test_size_estimate_range_gb() -> None:
 
 # CreateTable's local indexes ---------------------------------------------------------------------
 
-KEYS_ONLY = Projection("KEYS_ONLY")
 TYPES = {"ForumName": "S", "Subject": "S", "LastPostDateTime": "S", "Views": "N"}
 
 
@@ -270,7 +270,7 @@ def definition(
     name: str = "LastPostIndex",
     key: tuple[tuple[str, str], ...] = (("ForumName", "HASH"), ("LastPostDateTime", "RANGE")),
 ) -> IndexDefinition:
-    return IndexDefinition(name, key, KEYS_ONLY)
+    return IndexDefinition(name, key, ProjectionRequest("KEYS_ONLY"))
 
 
 class TestLocalIndexes:

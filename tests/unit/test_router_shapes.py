@@ -93,6 +93,18 @@ def message(operation: str, body: Any) -> str | None:
             {"Item": {"a": {"B": 1}}},
             "only base-64-encoded strings are convertible to bytes",
         ),
+        # A binary's length is read with it (the alphabet is the attribute value's check).
+        (
+            "PutItem",
+            {"Item": {"a": {"B": "abc"}}},
+            "Base64 encoded length is expected a multiple of 4 bytes but found: 3",
+        ),
+        (
+            "Query",
+            {"ExclusiveStartKey": {"a": {"BS": ["AAAA", "AAAAA"]}}},
+            "Base64 encoded length is expected a multiple of 4 bytes but found: 5",
+        ),
+        ("PutItem", {"TableName": "t", "Item": {"a": {"B": "AAA="}}}, None),
         ("PutItem", {"Item": {"a": {"SS": "x"}}}, "Unexpected field type"),
         ("PutItem", {"Item": {"a": {"L": ["x"]}}}, "Unexpected value type in payload"),
         (
