@@ -122,6 +122,7 @@ WIRE_ERRORS: dict[str, WireError] = {
     "TrimmedDataAccessException": _dynamodb(),
     # Between dynalab's processes only (see StaleEpoch).
     "StaleEpoch": WireError(Namespace.INTERNAL, 503, MessageKey.LOWER, True),
+    "NotPartitionLeader": WireError(Namespace.INTERNAL, 503, MessageKey.LOWER, True),
     "LeaseFenced": WireError(Namespace.INTERNAL, 503, MessageKey.LOWER, True),
 }
 
@@ -389,6 +390,30 @@ class StaleEpoch(DynamoError):
     type_name = "StaleEpoch"
 
 
+class NotPartitionLeader(DynamoError):
+    """Internal between node and router: the partition's replica on this node does not lead its
+    replication group, so it takes no write and no strongly consistent read. `leader` is the
+    node this one believes leads (None: it knows none yet, an election is under way).
+
+    Never reaches a client: the router retries at the leader named, or at another replica."""
+
+    type_name = "NotPartitionLeader"
+
+    def __init__(self, message: str | None, leader: str | None = None) -> None:
+        super().__init__(message)
+        self.leader = leader
+
+    def extra_fields(self) -> dict[str, Any]:
+        return {} if self.leader is None else {"leader": self.leader}
+
+
+class LeaseUnavailable(ServiceUnavailable):
+    """Internal to a node: a strongly consistent read reached the leader of a replicated
+    partition while it holds no lease (just elected, or its group idle); the node confirms its
+    leadership by a round of heartbeats (read-index) and then serves it. Should it reach a
+    router, it is ServiceUnavailable, which is retried."""
+
+
 class LeaseFenced(DynamoError):
     """Internal between a GSI replicator and an index partition: the replicator's lease on the
     source partition is older than one the index partition has seen (`core.gsi_leases`); another
@@ -447,6 +472,7 @@ ERROR_TYPES: dict[str, type[DynamoError]] = {
         ServiceUnavailable,
         InternalServerError,
         StaleEpoch,
+        NotPartitionLeader,
         LeaseFenced,
         ExpiredIterator,
         ChangeLogTrimmed,

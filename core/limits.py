@@ -573,6 +573,12 @@ RAFT_APPLY_BYTES_MAX = 4 * MIB
 # the newest entries of its log in memory (as well as on disk), so that a leader sending appends
 # and a follower matching them read no RocksDB for the recent log.
 RAFT_LOG_CACHE_ENTRIES = 256
+# A node's write loop ticks its groups this often, on the monotonic clock (`storagenode/commit.py`):
+# with RAFT_ELECTION_TIMEOUT_TICKS_DEFAULT, a dead leader is replaced 1 to 2 s after it went quiet.
+RAFT_TICK_SECONDS = 0.1
+# The ticks one round delivers at most after the loop was held up or the process paused: beyond a
+# few election timeouts, more ticks change nothing a tick decides.
+RAFT_TICKS_CATCH_UP_MAX = 5 * RAFT_ELECTION_TIMEOUT_TICKS_DEFAULT
 # A group snapshots its state machine and compacts its log once this many applied entries are in
 # it, keeping the newest RAFT_LOG_KEPT_ENTRIES of them for followers a little behind.
 RAFT_LOG_COMPACT_ENTRIES = 10_000

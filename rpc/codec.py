@@ -18,6 +18,7 @@ from core.errors import (
     ConditionalCheckFailed,
     DynamoError,
     InternalServerError,
+    NotPartitionLeader,
     OnDemandThrottled,
     ThrottlingReason,
     ThroughputExceeded,
@@ -102,6 +103,8 @@ def error_from_response(response: node_pb2.Response) -> DynamoError:
     message = response.error_message
     if type_name == ConditionalCheckFailed.type_name:
         return ConditionalCheckFailed(message, item=decode_body(response.body).get("Item"))
+    if type_name == NotPartitionLeader.type_name:
+        return NotPartitionLeader(message, decode_body(response.body).get("leader"))
     throttle = _THROTTLES.get(type_name)
     if throttle is not None:
         reasons = decode_body(response.body).get(throttle.reasons_key, ())

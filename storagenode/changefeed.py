@@ -41,8 +41,15 @@ import orjson
 from core import limits
 from core.errors import ChangeLogTrimmed, LimitExceeded, ResourceNotFound, ValidationError
 from core.keycodec import successor
-from storagenode.layout import Family, change_log_prefix, checkpoint_key, seq_bytes, table_prefix
-from storagenode.store import NodeStore, WriteBatchView
+from storagenode.layout import (
+    Family,
+    change_log_prefix,
+    checkpoint_key,
+    seq_bytes,
+    split_log_key,
+    table_prefix,
+)
+from storagenode.store import DELETE, PUT, NodeStore, WriteBatchView
 
 PartitionRef = tuple[str, str]  # (table id, partition id)
 
@@ -223,6 +230,57 @@ class FeedState:
 
     def consumers(self, ref: PartitionRef) -> Mapping[str, int]:
         return self.checkpoints.get(ref, {})
+
+
+class FeedEdits:
+    """The changes to consumers and retired logs that an applied effect's writes make, read
+    back from those writes (at a member that did not plan them, or at the leader once its entry
+    has committed), in order; `applied_to` gives the next `FeedState`."""
+
+    def __init__(self) -> None:
+        # (partition, consumer, seq): a checkpoint (seq None: the consumer is gone; consumer
+        # None: every consumer of the partition is gone).
+        self._checkpoints: list[tuple[PartitionRef, str | None, int | None]] = []
+        self._retired: dict[PartitionRef, RetiredLog | None] = {}
+
+    def note(self, kind: str, family: Family, key: bytes, value: bytes | None) -> PartitionRef:
+        """One write of `checkpoints` or `retired_logs`; returns the partition it is about."""
+        ref, rest = split_log_key(key)
+        if family is Family.RETIRED_LOGS:
+            self._retired[ref] = RetiredLog.from_value(value) if kind == PUT and value else None
+        elif kind == PUT and value is not None:
+            entry = orjson.loads(value)
+            self._checkpoints.append((ref, entry["consumer"], entry["seq"]))
+        elif kind == DELETE:
+            self._checkpoints.append((ref, rest.decode(), None))
+        else:
+            assert not rest, "a range of checkpoints is a partition's whole"
+            self._checkpoints.append((ref, None, None))
+        return ref
+
+    def applied_to(self, state: FeedState) -> FeedState:
+        if not self._checkpoints and not self._retired:
+            return state
+        checkpoints = dict(state.checkpoints)
+        for ref, consumer, seq in self._checkpoints:
+            consumers = dict(checkpoints.get(ref, {}))
+            if consumer is None:
+                consumers = {}
+            elif seq is None:
+                consumers.pop(consumer, None)
+            else:
+                consumers[consumer] = seq
+            if consumers:
+                checkpoints[ref] = consumers
+            else:
+                checkpoints.pop(ref, None)
+        retired = dict(state.retired)
+        for ref, log in self._retired.items():
+            if log is None:
+                retired.pop(ref, None)
+            else:
+                retired[ref] = log
+        return FeedState(checkpoints, retired)
 
 
 class FeedChanges:

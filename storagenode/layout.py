@@ -181,6 +181,25 @@ def partition_meta_key(table_id: str, partition_id: str) -> bytes:
     return table_prefix(table_id) + partition_id.encode()
 
 
+def partition_of_meta_key(key: bytes) -> tuple[str, str]:
+    """(table id, partition id) of a `partitions` key."""
+    return key[:TABLE_ID_BYTES].hex(), key[TABLE_ID_BYTES:].decode()
+
+
+def partition_of_log_key(key: bytes) -> tuple[str, str]:
+    """(table id, partition id) of a key that starts with a change-log prefix: a `change_log`,
+    `checkpoints` or `retired_logs` key."""
+    return split_log_key(key)[0]
+
+
+def split_log_key(key: bytes) -> tuple[tuple[str, str], bytes]:
+    """The partition a change-log-prefixed key names, and the bytes after its prefix (a seq,
+    a consumer's name, nothing)."""
+    length = key[TABLE_ID_BYTES]
+    end = TABLE_ID_BYTES + 1 + length
+    return (key[:TABLE_ID_BYTES].hex(), key[TABLE_ID_BYTES + 1 : end].decode()), key[end:]
+
+
 def checkpoint_key(table_id: str, partition_id: str, consumer: str) -> bytes:
     """The key of one consumer's checkpoint on one partition's change feed."""
     encoded = consumer.encode()

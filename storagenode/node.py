@@ -23,15 +23,20 @@ new item (or, when its condition fails, the existing item) once its plan has mea
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future
 from typing import Any
+
+import orjson
 
 from core import heat, limits
 from core.errors import (
     DynamoError,
     InternalServerError,
+    NotPartitionLeader,
     ServiceUnavailable,
     StaleEpoch,
     ThroughputExceeded,
@@ -39,17 +44,24 @@ from core.errors import (
     ValidationError,
 )
 from core.index_pressure import IndexPressure
-from core.raft import TimeoutSource
+from core.raft import NONE, Message, TimeoutSource
+from core.raft import NotLeader as RaftNotLeader
 from core.transactions import Vote, throttled
 from rpc import ops
 from rpc.ops import Target
 from rpc.partition_metrics import Durations
 from storagenode import changefeed, metrics
-from storagenode.layout import Family, seq_bytes
+from storagenode.layout import (
+    Family,
+    partition_of_log_key,
+    partition_of_meta_key,
+    seq_bytes,
+)
 from storagenode.operations import OPERATIONS, DiskFull, Kind, Operation
 from storagenode.partition import Partition
-from storagenode.replication import Replication
-from storagenode.store import DataCorruption, NodeStore
+from storagenode.raft_host import node_name
+from storagenode.replication import Proposed, Replication, Route
+from storagenode.store import PUT, BatchOp, DataCorruption, NodeStore
 from storagenode.throughput import NodeThroughput
 from storagenode.writes import PartitionRef, Ready, WriteContext, addressed, where
 
@@ -61,6 +73,47 @@ WRITE_OPS = frozenset(name for name, op in OPERATIONS.items() if op.kind is Kind
 WriteResult = dict[str, Any] | DynamoError
 # A write: its op, the partition it is addressed to (None: a control-plane write), its JSON body.
 Write = tuple[str, Target | None, dict[str, Any]]
+
+
+@dataclasses.dataclass(frozen=True)
+class WriteRound:
+    """What one round of the write loop did (`StorageNode.write_round`)."""
+
+    # Each write's answer, by position; None while it is held or waits for its entry.
+    results: list[WriteResult | None]
+    # Positions of writes to run again in a later round (their partition's entry is in flight).
+    held: list[int]
+    # Positions of writes proposed in this round: a later round answers them by their token.
+    waiting: list[int]
+    # (token, answer) of writes proposed in earlier rounds that this round settled.
+    settled: list[tuple[Hashable, WriteResult]]
+    # Raft messages to send, per member id: the node's loop hands them to the transport.
+    outgoing: list[tuple[int, list[tuple[str, Message]]]]
+    # (token, refusal or None) of leaderships asked to be confirmed (`reads`) that were.
+    confirmed: list[tuple[Hashable, DynamoError | None]] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Waiting:
+    """The writes an entry in flight carries: their group's outcome, and each write's token,
+    index in that outcome and request."""
+
+    lead: Ready
+    writes: list[tuple[Hashable, int, Write]]
+
+
+def _not_leader(target: Target | None, leader: int) -> NotPartitionLeader:
+    where = "this partition" if target is None else f"partition {target.partition_id}"
+    name = node_name(leader) if leader != NONE else None
+    known = f"; {name} leads it" if name else "; no leader is known yet"
+    return NotPartitionLeader(f"This node does not lead {where}{known}", name)
+
+
+def _outcome_unknown(op: str) -> ServiceUnavailable:
+    return ServiceUnavailable(
+        f"The {op} was proposed to its partition's log but its leader lost track of it; "
+        "the write may or may not apply"
+    )
 
 
 def _refusal(op: str, error: Exception) -> DynamoError:
@@ -89,11 +142,19 @@ class StorageNode:
         gsi_lag_records_max: int = limits.GSI_LAG_RECORDS_MAX,
         member: int = 1,
         timeouts: TimeoutSource | None = None,
+        peers: Iterable[int] = (),
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store = store
+        # The clock read views and leases are measured on (virtual in simulation).
+        self.monotonic = monotonic
         # Every partition's Raft group, and the node's own (`replication`): opened before the
         # partitions are read, since applying what the logs hold may change them.
-        self.replication = Replication(store, member, timeouts)
+        self.replication = Replication(store, member, timeouts, peers=peers)
+        # The writes each entry in flight at this node as a leader carries, by group.
+        self._waiting: dict[str, _Waiting] = {}
+        # Leaderships being confirmed for strong reads (read-index), by the asker's token.
+        self._confirming: dict[Hashable, tuple[PartitionRef, Future[int]]] = {}
         # Back-pressure of global indexes on base writes (`limits.GSI_LAG_RECORDS_MAX`).
         self.gsi_lag_records_max = gsi_lag_records_max
         # ...and of their partitions' own write capacity, as the GSI replicator reports it.
@@ -146,6 +207,15 @@ class StorageNode:
             )
         self.replication.recover(self.partitions)
 
+    def replicated(self, ref: PartitionRef) -> bool:
+        """Whether partition `ref`'s replica here shares its group with other nodes."""
+        return self.replication.replicated(ref)
+
+    @property
+    def ticking(self) -> bool:
+        """Whether its Raft groups need time to pass: it shares groups with other nodes."""
+        return self.replication.ticking
+
     def log_sizes(self, log: bytes, first_seq: int, last_seq: int) -> Iterator[tuple[int, int]]:
         """(seq, bytes) of the committed change-log records first_seq..last_seq under the log
         prefix `log`, oldest first, read lazily (retention reads only as far as it trims)."""
@@ -172,16 +242,32 @@ class StorageNode:
             raise ValidationError(f"A {op} request names no partition")
         addressed(self.partitions.get((target.table_id, target.partition_id)), target)
 
-    def read(self, op: str, target: Target | None, body: dict[str, Any]) -> dict[str, Any]:
+    def read(
+        self,
+        op: str,
+        target: Target | None,
+        body: dict[str, Any],
+        *,
+        leader_confirmed: bool = False,
+    ) -> dict[str, Any]:
         """Answer one read operation from the committed state of the store.
 
         A data-plane read names its partition in `target`; a control-plane read passes None.
+        At a replica shared with other nodes, a read is served as its read view allows
+        (`replication.ReadView`): a strongly consistent one only at the leader, under its lease
+        or once it has confirmed it leads (`leader_confirmed`, after a read-index round:
+        `commit.read`); otherwise NotPartitionLeader, or LeaseUnavailable at a leader without
+        a lease.
         """
         operation = OPERATIONS.get(op)
         if operation is None or operation.kind is not Kind.READ:
             raise UnknownOperation(f"{op!r} is not a storage node read operation")
         if target is not None and 0 < target.deadline < (now := self.clock()):
             raise _expired(op, target, now)
+        if target is not None:
+            view = self.replication.views.get((target.table_id, target.partition_id))
+            if view is not None and not (leader_confirmed and view.leads):
+                view.check(target.consistent, self.monotonic(), target.partition_id)
         key = self._metered(operation, target)
         if key is None:
             return self._located(operation, target, body)
@@ -311,32 +397,210 @@ class StorageNode:
     def apply_writes(self, writes: Sequence[Write]) -> list[WriteResult]:
         """Run writes in order as one synced batch; return each one's reply or error.
 
-        The group's loop: run it (`run_group`: admit, run the handlers, give the outcome as a
+        One round of the node's write loop (`write_round`) for writes that all settle in it:
+        those of partitions whose group has one member, this node (its tests, the simulated
+        cluster's nodes, every node at replication factor 1). A write to a partition it shares
+        with other nodes is refused here as it is everywhere off its leader.
+        """
+        outcome = self.write_round(writes)
+        assert not outcome.held and not outcome.waiting, "every write settles in its round"
+        return [result for result in outcome.results if result is not None]
+
+    def write_round(
+        self,
+        writes: Sequence[Write],
+        tokens: Sequence[Hashable] | None = None,
+        inbound: Iterable[tuple[int, Sequence[tuple[str, Message]]]] = (),
+        ticks: int = 0,
+        reads: Sequence[tuple[Hashable, PartitionRef]] = (),
+    ) -> WriteRound:
+        """One round of the node's write loop: what came from other nodes and the ticks that
+        passed, then these writes, then one synced commit of everything the round persists.
+        `reads` ask this node to confirm it leads a partition before a strong read is served
+        there without a lease (read-index): a later round answers each by its token, in
+        `WriteRound.confirmed` (None: confirmed; else the refusal).
+
+        The loop: run the writes (`run_group`: admit, run the handlers, give the outcome as a
         `writes.Ready` value), persist that value through the partitions' Raft logs
-        (`replication.Replication.persist`: each partition's share of the effect an entry of its
-        log, entries and effect in one synced write), then install it (`install`) and charge
-        each write what it consumed. With more than one replica, persisting becomes appending
-        to the logs and waiting for a quorum.
+        (`replication.Replication.persist`), then install it (`install`) and charge each write
+        what it consumed. A write to a partition whose group has one voter, this node, settles
+        in its round: its entry commits as it is appended, with its effect. A write to a
+        partition this node leads with others is planned against the applied state and waits
+        for its entry to commit (`WriteRound.waiting`; a later round answers it, by its token,
+        in `WriteRound.settled`), one entry in flight per partition: the writes to a partition
+        whose entry is in flight are held for a later round (`WriteRound.held`), in order.
+        Elsewhere a write is refused as NotPartitionLeader, naming the leader.
 
         A write refused with a typed error (a failed condition, a stale epoch, a validation
         error) changes nothing and the others go ahead. A write that fails with anything else is
         a bug: it is logged and answered InternalServerError, and it too changes nothing, because
         nothing of a write reaches the batch before the write has been planned and encoded. A
-        failure of the commit (the disk) fails every write of the group that had not failed.
+        failure of the commit (the disk) fails every write of the round that had not failed.
         """
-        ready = self.run_group(writes)
+        tokens = list(range(len(writes))) if tokens is None else list(tokens)
+        replication = self.replication
+        replication.step(inbound, ticks)
+        for token, ref in reads:
+            self._confirming[token] = (ref, replication.read_index(ref))
+        results: list[WriteResult | None] = [None] * len(writes)
+        local, led, held = self._route_writes(writes, results)
+        led_order = sorted(position for positions in led.values() for position in positions)
+        ready = self.run_group([writes[position] for position in local])
+        lead = self.run_group([writes[position] for position in led_order]) if led_order else None
+        index_of = {position: index for index, position in enumerate(led_order)}
+        waiting: list[int] = []
         try:
-            self.replication.persist(ready, self.partitions.keys())
+            proposed = replication.persist(
+                ready,
+                self.partitions,
+                lead,
+                {ref: [index_of[p] for p in positions] for ref, positions in led.items()},
+            )
         except Exception as error:
             logger.exception("group commit of %d writes failed", len(writes))
             # The logs in memory are ahead of the disk: read them again, as a restart would.
-            self.replication.reopen()
+            replication.reopen()
             replies, consumed = ready.lost(error)
+            if lead is not None:
+                lost, _ = lead.lost(error)
+                for index, position in enumerate(led_order):
+                    results[position] = lost[index]
+                led_writes = [writes[position] for position in led_order]
+                self._settle_writes(led_writes, lead.charged, [0.0] * len(led_order))
+            settled = self._fail_waiting()
         else:
             self.install(ready)
             replies, consumed = list(ready.replies), list(ready.consumed)
-        self._settle_writes(writes, ready.charged, consumed)
-        return replies
+            if lead is not None:
+                for entry in proposed:
+                    positions = [led_order[index] for index in entry.writes]
+                    self._waiting[entry.group] = _Waiting(
+                        lead,
+                        [(tokens[p], index_of[p], writes[p]) for p in positions],
+                    )
+                    waiting.extend(positions)
+            self.install_effects(replication.take_applied())
+            settled = self._settle_proposals(replication.settle())
+        self._settle_writes([writes[position] for position in local], ready.charged, consumed)
+        for index, position in enumerate(local):
+            results[position] = replies[index]
+        if replication.ticking:
+            replication.publish(self.monotonic())
+        return WriteRound(
+            results,
+            held,
+            sorted(waiting),
+            settled,
+            replication.outbox.take(),
+            self._take_confirmed(),
+        )
+
+    def _take_confirmed(self) -> list[tuple[Hashable, DynamoError | None]]:
+        confirmed: list[tuple[Hashable, DynamoError | None]] = []
+        for token, (ref, future) in list(self._confirming.items()):
+            if not future.done():
+                continue
+            del self._confirming[token]
+            failure = future.exception()
+            if failure is None:
+                confirmed.append((token, None))
+            elif isinstance(failure, RaftNotLeader):
+                confirmed.append((token, _not_leader(Target(*ref), failure.leader)))
+            else:
+                confirmed.append((token, _outcome_unknown("read")))
+        return confirmed
+
+    def _route_writes(
+        self, writes: Sequence[Write], results: list[WriteResult | None]
+    ) -> tuple[list[int], dict[PartitionRef, list[int]], list[int]]:
+        """Sort a round's writes by where they go (`replication.Route`): positions to run now on
+        groups of one voter, positions to plan and propose by partition led here with others,
+        positions held for a later round; a write refused as NotPartitionLeader gets its
+        refusal in `results`."""
+        local: list[int] = []
+        led: dict[PartitionRef, list[int]] = {}
+        held: list[int] = []
+        busy: set[PartitionRef] = set()
+        for position, (op, target, _) in enumerate(writes):
+            operation = OPERATIONS.get(op)
+            if target is None or operation is None or not operation.addressed:
+                local.append(position)
+                continue
+            ref = (target.table_id, target.partition_id)
+            if ref in busy:
+                held.append(position)  # after a write held before it: order is kept
+                continue
+            route, leader = self.replication.route(ref)
+            if route is Route.LOCAL:
+                local.append(position)
+            elif route is Route.LEAD:
+                led.setdefault(ref, []).append(position)
+            elif route is Route.BUSY:
+                busy.add(ref)
+                held.append(position)
+            else:
+                results[position] = _not_leader(target, leader)
+        return local, led, held
+
+    def _settle_proposals(self, done: Sequence[Proposed]) -> list[tuple[Hashable, WriteResult]]:
+        """The answers of writes whose entry the latest round settled: their planned replies if
+        it applied; if another entry took its index, NotPartitionLeader (they were not applied,
+        and the router retries at the new leader); if the host cannot tell, ServiceUnavailable
+        saying so."""
+        settled: list[tuple[Hashable, WriteResult]] = []
+        for entry in done:
+            waiting = self._waiting.pop(entry.group)
+            failure = entry.future.exception()
+            for token, index, write in waiting.writes:
+                lead = waiting.lead
+                if failure is None:
+                    reply = lead.replies[index]
+                    units = lead.consumed[index]
+                elif isinstance(failure, RaftNotLeader):
+                    reply, units = _not_leader(write[1], failure.leader), 0.0
+                else:
+                    reply, units = _outcome_unknown(write[0]), 0.0
+                self._settle_writes([write], [lead.charged[index]], [units])
+                settled.append((token, reply))
+        return settled
+
+    def _fail_waiting(self) -> list[tuple[Hashable, WriteResult]]:
+        """The answers of every write waiting on an entry when the logs were read again after a
+        failed commit: its entry was persisted and may yet commit, so no one can tell."""
+        settled: list[tuple[Hashable, WriteResult]] = []
+        for waiting in self._waiting.values():
+            for token, index, write in waiting.writes:
+                self._settle_writes([write], [waiting.lead.charged[index]], [0.0])
+                settled.append((token, _outcome_unknown(write[0])))
+        self._waiting = {}
+        return settled
+
+    def install_effects(self, applied: Sequence[tuple[str, Sequence[BatchOp]]]) -> None:
+        """Make visible what committed entries of groups of several members changed, once the
+        round that applied them has committed: at every member alike (the leader too), from
+        the effect itself: the partitions' metadata, the feeds' consumers and retired logs;
+        then wake the followers of the feeds it moved."""
+        if not applied:
+            return
+        partitions: dict[PartitionRef, Partition | None] = {}
+        woken: set[PartitionRef] = set()
+        feeds = changefeed.FeedEdits()
+        for _group, effect in applied:
+            for kind, family, key, value in effect:
+                if family is Family.PARTITIONS:
+                    ref = partition_of_meta_key(key)
+                    if kind == PUT and value is not None:
+                        partitions[ref] = Partition.from_meta(orjson.loads(value))
+                    else:
+                        partitions[ref] = None
+                elif family is Family.CHANGE_LOG and kind == PUT:
+                    woken.add(partition_of_log_key(key))
+                elif family in (Family.CHECKPOINTS, Family.RETIRED_LOGS):
+                    woken.add(feeds.note(kind, family, key, value))
+        self.feeds = feeds.applied_to(self.feeds)
+        self._install(partitions)
+        if self.on_commit is not None:
+            self.on_commit(frozenset(woken | partitions.keys()))
 
     def run_group(self, writes: Sequence[Write]) -> Ready:
         """Admit a group of writes and run their handlers in order against one write context:

@@ -108,6 +108,9 @@ class Partition:
     # On a splitting partition, the split machine's record (`core.machines.split.SplitRecord` as
     # JSON), from before its first effect until it has ended: what a restart drives on.
     split: dict[str, Any] | None = None
+    # The nodes holding a replica of this partition, this one among them, each a member of its
+    # Raft group (`storagenode/replication.py`); empty: this node's copy alone.
+    replicas: tuple[str, ...] = ()
     item_prefix: bytes = field(init=False, repr=False)
     log_prefix: bytes = field(init=False, repr=False)
     local_indexes: tuple[IndexDef, ...] = field(init=False, repr=False)
@@ -159,6 +162,7 @@ class Partition:
             key_shape=shape_from_document(table["key_schema"]),
             throughput=throughput,
             indexes=tuple(IndexDef.from_json(index) for index in table.get("indexes", ())),
+            replicas=tuple(partition.get("replicas") or ()),
         )
 
     @classmethod
@@ -173,6 +177,7 @@ class Partition:
                 "key_shape": shape_from_document(key_schema),
                 "indexes": tuple(IndexDef.from_json(index) for index in meta.get("indexes", ())),
                 "index_stats": dict(meta.get("index_stats", {})),
+                "replicas": tuple(meta.get("replicas") or ()),
             }
         )
 
@@ -201,6 +206,7 @@ class Partition:
                 "incoming_from": self.incoming_from,
                 "move": self.move,
                 "split": self.split,
+                **({"replicas": list(self.replicas)} if self.replicas else {}),
             }
         )
 

@@ -133,6 +133,12 @@ def group_id(table_id: str, partition_id: str) -> str:
     return f"{table_id}/{partition_id}"
 
 
+def partition_of_group(group: str) -> tuple[str, str]:
+    """The (table id, partition id) whose group `group` is (`group_id`'s inverse)."""
+    table_id, partition_id = group.split("/", 1)
+    return table_id, partition_id
+
+
 class Transport(Protocol):
     """How a host reaches the others: `send` queues a batch of (group, message) for node `to`
     and returns at once; delivery may fail or reorder (Raft copes), and the receiving node hands
@@ -255,12 +261,21 @@ class RaftHost:
 
     # Groups.
 
-    def create_group(self, name: str, conf: ConfState, batch: WriteBatchView | None = None) -> None:
+    def create_group(
+        self,
+        name: str,
+        conf: ConfState,
+        batch: WriteBatchView | None = None,
+        *,
+        campaign: bool = False,
+    ) -> None:
         """Make this node a member of a new group (every member creates it with the same
         membership; a member added later is created with the membership it is added to).
 
         Given `batch` (the next round's), the group's state is written there and persisted by
-        that round's commit; otherwise it is committed at once."""
+        that round's commit; otherwise it is committed at once. With `campaign` the new member
+        starts an election at once (one member of a new group may, so it leads without waiting
+        for a timeout); a group whose only voter is this node always does."""
         own = batch is None
         if batch is None:
             batch = self.store.batch()
@@ -270,6 +285,8 @@ class RaftHost:
             self.stats.commits += 1
             storage.persisted()
         self._open(storage)
+        if campaign:
+            self.groups[name].node.campaign()
 
     def remove_group(self, name: str, batch: WriteBatchView) -> None:
         """This node is no longer a member: its log and state go (in `batch`, which the caller
@@ -355,6 +372,10 @@ class RaftHost:
         self.heard_from(sender)
         for name, message in batch:
             self.step(name, message)
+
+    def heard_ticks_ago(self, member: int) -> int:
+        """Host ticks since node `member` was last heard from (any batch, a keepalive too)."""
+        return self.now - self._heard.get(member, -(1 << 30))
 
     def heard_from(self, sender: int) -> None:
         """Node `sender` is alive now (its batches say so; so may any other sign of life)."""

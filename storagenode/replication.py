@@ -32,13 +32,20 @@ always have (`Ready.lost`).
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import random
 import struct
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import Future
 
-from core.raft import ConfState, Entry, EntryKind, Message, Snapshot, TimeoutSource
+from core import limits
+from core.errors import LeaseUnavailable, NotPartitionLeader
+from core.raft import NONE, ConfState, Entry, EntryKind, Message, Role, Snapshot, TimeoutSource
+from core.raft import NotLeader as RaftNotLeader
 from storagenode.layout import Family
-from storagenode.raft_host import RaftHost, group_id
+from storagenode.partition import Partition
+from storagenode.raft_host import RaftHost, group_id, member_id, node_name, partition_of_group
 from storagenode.raft_storage import stored_groups
 from storagenode.store import DELETE, DELETE_RANGE, PUT, BatchOp, NodeStore, WriteBatchView
 from storagenode.writes import PartitionRef, Ready
@@ -125,110 +132,343 @@ class PartitionLog:
 
     The state is the store itself (the partition's items, entries, log and metadata), so a
     snapshot records only where the log was cut (`RaftHost` keeps its index, term and
-    membership); the data a member far behind needs is read from the store when it is sent,
-    which only a group of several members ever does."""
+    membership); the data a member far behind needs is read from the store when it is sent.
+    Each effect replayed is also handed to `applied` (the node installs what it changed once the
+    round has committed: `StorageNode.install_effects`)."""
 
-    def __init__(self, group: str) -> None:
+    def __init__(self, group: str, applied: list[tuple[str, list[BatchOp]]]) -> None:
         self.group = group
+        self.applied = applied
 
     def apply(self, entries: Sequence[Entry], batch: WriteBatchView) -> None:
         for entry in entries:
             if entry.kind is EntryKind.NORMAL and entry.data:
-                replay(batch, decode_effect(entry.data))
+                writes = decode_effect(entry.data)
+                replay(batch, writes)
+                self.applied.append((self.group, writes))
 
     def snapshot(self) -> bytes:
         return b""
 
     def restore(self, snapshot: Snapshot, batch: WriteBatchView) -> None:
         raise AssertionError(
-            f"group {self.group} was sent a snapshot: only a group of one member exists yet"
+            f"group {self.group} was sent a snapshot: sending a partition's data to a member "
+            "far behind is not built yet"
         )
 
 
-class _NoPeers:
-    """The transport of a node whose every group has itself as its only member."""
+class Outbox:
+    """The transport of the host's rounds: what they send is collected, and the node's loop
+    hands it to the real transport (`rpc.raft_transport`, or its in-process twin) once the round
+    is done, off the thread that ran it."""
+
+    def __init__(self) -> None:
+        self.batches: list[tuple[int, list[tuple[str, Message]]]] = []
 
     def send(self, to: int, batch: Sequence[tuple[str, Message]]) -> None:
-        assert not batch, f"a message to node {to} from a group of one member"
+        self.batches.append((to, list(batch)))
+
+    def take(self) -> list[tuple[int, list[tuple[str, Message]]]]:
+        batches, self.batches = self.batches, []
+        return batches
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ReadView:
+    """What a replica of a partition shared with other nodes may serve, as of the latest round,
+    for the readers on other threads (`StorageNode.read`). Times are on the monotonic clock.
+
+    A strongly consistent read needs the leader's lease: this replica leads, has applied every
+    entry it knows committed, and no other leader can exist before `lease_until` (the lease in
+    ticks, `core.raft`, turned into the monotonic time it ends, a tick early). An eventually
+    consistent read is served by the leader, or by a follower until `fresh_until`: while it has
+    heard from its leader within the last half election timeout and applied all it knows
+    committed. A follower cut off from its leader so stops serving within that bound."""
+
+    leader: str | None  # the member this replica believes leads (None: none known)
+    leads: bool
+    lease_until: float
+    fresh_until: float
+
+    def check(self, consistent: bool, now: float, partition_id: str) -> None:
+        if self.leads and (not consistent or now < self.lease_until):
+            return
+        if not consistent and now < self.fresh_until:
+            return
+        if self.leads:
+            raise LeaseUnavailable(
+                f"The leader of partition {partition_id} holds no lease now (it was just "
+                "elected, or its group was idle): it must confirm it still leads first"
+            )
+        known = f"; {self.leader} leads it" if self.leader else "; no leader is known yet"
+        what = "a strongly consistent read" if consistent else "reads: it is behind its leader"
+        raise NotPartitionLeader(
+            f"This node's replica of partition {partition_id} serves no {what}{known}",
+            self.leader,
+        )
+
+
+class Route(enum.Enum):
+    """How a write addressed to a partition goes, by the partition's group on this node."""
+
+    # No group of several members: the write runs now and its entry is staged (one voter, this
+    # node), or it is refused as stale or creates the partition.
+    LOCAL = "local"
+    LEAD = "lead"  # this node leads the group and all of its log is applied: plan now, propose
+    BUSY = "busy"  # this node leads, but an entry is in flight or not yet applied: wait
+    FOLLOW = "follow"  # another member leads (or none is known): refused, NotLeader
+
+
+@dataclasses.dataclass
+class Proposed:
+    """A leader's entry in flight: the writes whose effect it carries wait for it to apply."""
+
+    group: str
+    index: int
+    future: Future[int]
+    writes: tuple[int, ...]  # their positions in the round's writes
 
 
 class Replication:
     """A node's Raft groups and the persisting of its write groups through them."""
 
     def __init__(
-        self, store: NodeStore, member: int, timeouts: TimeoutSource | None = None
+        self,
+        store: NodeStore,
+        member: int,
+        timeouts: TimeoutSource | None = None,
+        *,
+        peers: Iterable[int] = (),
     ) -> None:
         self.store = store
         self.member = member
+        self.peers = tuple(peers)
         self.timeouts = random.Random(member) if timeouts is None else timeouts
+        self.outbox = Outbox()
+        # The effects of groups of several members applied in the latest round, by group.
+        self.applied: list[tuple[str, list[BatchOp]]] = []
+        # Each group's entry in flight at this node as its leader.
+        self.proposed: dict[str, Proposed] = {}
+        # What each replica shared with other nodes may serve (replaced whole by `publish`).
+        self.views: dict[PartitionRef, ReadView] = {}
         self.host = self._open()
         if not store.read_only:
-            # Entries committed but not applied before a restart (none, while appends and
-            # effects commit together) are applied now, before the node reads its partitions.
-            # (A store opened read-only, on a full disk, takes no writes: nothing is persisted.)
+            # Entries committed but not applied before a restart are applied now, before the
+            # node reads its partitions. (A store opened read-only, on a full disk, takes no
+            # writes: nothing is persisted.)
             self.host.handle_round()
 
     def _open(self) -> RaftHost:
-        return RaftHost(self.member, self.store, _NoPeers(), PartitionLog, self.timeouts)
+        return RaftHost(
+            self.member,
+            self.store,
+            self.outbox,
+            lambda group: PartitionLog(group, self.applied),
+            self.timeouts,
+            peers=self.peers,
+        )
 
     def reopen(self) -> None:
         """Rebuild the groups from the store, after a commit that failed. (What they do on
         opening, electing themselves, is persisted by the next round.)"""
         self.host = self._open()
+        self.proposed = {}
+        self.applied.clear()
 
-    def recover(self, partitions: Iterable[PartitionRef]) -> None:
+    def recover(self, partitions: Mapping[PartitionRef, Partition]) -> None:
         """Make the groups match the partitions the store holds, after a restart: a group for
         every partition (those written before logs existed get one) and for the node's own
         writes, none for a partition that is gone (the crash came between its last entry and
         the group's removal)."""
         if self.store.read_only:
             return
-        wanted = {group_id(*ref) for ref in partitions} | {NODE_GROUP}
+        wanted = {group_id(*ref): partition for ref, partition in partitions.items()}
         batch = self.store.batch()
-        for name in sorted(wanted - self.host.groups.keys()):
-            self.host.create_group(name, self._conf(), batch)
-        self.host.handle_round(
-            batch, removing=[n for n in stored_groups(self.store) if n not in wanted]
-        )
+        if NODE_GROUP not in self.host.groups:
+            self.host.create_group(NODE_GROUP, self._conf(None), batch)
+        for name, partition in sorted(wanted.items()):
+            if name not in self.host.groups:
+                self._create(name, partition, batch)
+        gone = [n for n in stored_groups(self.store) if n not in wanted and n != NODE_GROUP]
+        self.host.handle_round(batch, removing=gone)
 
-    def _conf(self) -> ConfState:
-        return ConfState(frozenset({self.member}), frozenset())
+    def _conf(self, partition: Partition | None) -> ConfState:
+        if partition is None or not partition.replicas:
+            return ConfState(frozenset({self.member}), frozenset())
+        return ConfState(frozenset(member_id(node) for node in partition.replicas), frozenset())
 
-    def persist(self, ready: Ready, held: Collection[PartitionRef]) -> None:
-        """Append each partition's share of the group's effect to its log, and persist the
-        entries and the effect with one synced commit.
+    def _create(self, name: str, partition: Partition, batch: WriteBatchView) -> None:
+        """A group for a partition that appears on this node: every replica creates it with the
+        same membership; the first replica named (where routers look first) campaigns at once."""
+        first = bool(partition.replicas) and member_id(partition.replicas[0]) == self.member
+        self.host.create_group(name, self._conf(partition), batch, campaign=first)
 
-        `held` are the partitions the node held before the group. In the same batch, groups are
-        made for the partitions the group creates and removed, after their last entry, for
-        those it drops."""
-        batch = ready.batch
-        if not batch.ops:
-            return  # Nothing to persist: refusals and failed conditions alone.
-        writes = list(batch.ops)
+    # Routing writes ----------------------------------------------------------------------------
+
+    def route(self, ref: PartitionRef) -> tuple[Route, int]:
+        """How a write to partition `ref` goes now, and the leader this node knows (NONE)."""
+        name = group_id(*ref)
+        group = self.host.groups.get(name)
+        if group is None or group.node.sole_voter():
+            return Route.LOCAL, self.member
+        node = group.node
+        if node.role is not Role.LEADER:
+            return Route.FOLLOW, node.leader
+        if name in self.proposed or node.log.applied < node.log.last_index():
+            return Route.BUSY, self.member
+        return Route.LEAD, self.member
+
+    @property
+    def ticking(self) -> bool:
+        """Whether time must pass for the groups: some have members on other nodes."""
+        return bool(self.peers)
+
+    def replicated(self, ref: PartitionRef) -> bool:
+        """Whether partition `ref`'s group on this node has members on other nodes."""
+        group = self.host.groups.get(group_id(*ref))
+        return group is not None and not group.node.sole_voter()
+
+    # Persisting --------------------------------------------------------------------------------
+
+    def persist(
+        self,
+        ready: Ready,
+        held: Mapping[PartitionRef, Partition],
+        lead: Ready | None = None,
+        lead_writes: Mapping[PartitionRef, Sequence[int]] | None = None,
+    ) -> list[Proposed]:
+        """Append each partition's share of a write group's effect to its log, and persist with
+        one synced commit what this round has: entries, hard states, and the effects that
+        committed (of `ready`, staged; of earlier entries, replayed).
+
+        `ready` is the group of writes that run now on groups of one voter (the node's own
+        included): their entries are staged. `lead`, if given, is the group of writes to
+        partitions this node leads with others (`Route.LEAD`), `lead_writes` their positions in
+        it by partition: one entry per partition is proposed, and nothing of it is stored
+        before it commits (a later round applies it, here and at every member). `held` are the
+        partitions the node held before the group. Groups are made for the partitions the group
+        creates and removed, after their last entry, for those it drops."""
         host = self.host
-        shares: dict[str, list[BatchOp]] = {}
-        covered = 0
-        for ref, start, end in ready.spans:
-            assert start == covered, "the spans cover the batch's writes in order"
-            covered = end
-            shares.setdefault(_group_of(ref, ready, held), []).extend(writes[start:end])
-        assert covered == len(writes), "every write of the batch is some partition's"
-        gone = []
-        for ref, partition in ready.partitions.items():
-            name = group_id(*ref)
-            if partition is None:
-                if name in host.groups:
-                    gone.append(name)
-            elif name not in host.groups:
-                host.create_group(name, self._conf(), batch)
-        for name, share in shares.items():
-            if name not in host.groups:
-                host.create_group(name, self._conf(), batch)
-            host.propose_staged(name, encode_effect(share))
+        batch = ready.batch
+        gone: list[str] = []
+        if batch.ops:
+            writes = list(batch.ops)
+            shares: dict[str, list[BatchOp]] = {}
+            covered = 0
+            for ref, start, end in ready.spans:
+                assert start == covered, "the spans cover the batch's writes in order"
+                covered = end
+                shares.setdefault(_group_of(ref, ready, held), []).extend(writes[start:end])
+            assert covered == len(writes), "every write of the batch is some partition's"
+            for ref, partition in ready.partitions.items():
+                name = group_id(*ref)
+                if partition is None:
+                    if name in host.groups:
+                        gone.append(name)
+                elif name not in host.groups:
+                    self._create(name, partition, batch)
+            for name, share in shares.items():
+                if name not in host.groups:
+                    host.create_group(name, self._conf(None), batch)
+                assert host.groups[name].node.sole_voter(), f"{name}'s effect staged"
+                host.propose_staged(name, encode_effect(share))
+        proposed = [] if lead is None else self._propose(lead, lead_writes or {})
         host.handle_round(batch, removing=gone)
+        return proposed
+
+    def _propose(
+        self, lead: Ready, positions: Mapping[PartitionRef, Sequence[int]]
+    ) -> list[Proposed]:
+        """One entry per partition of `lead` (every write in it addressed to a partition this
+        node leads with others), proposed; an entry carries no write of another partition."""
+        writes = list(lead.batch.ops)
+        shares: dict[PartitionRef, list[BatchOp]] = {}
+        for ref, start, end in lead.spans:
+            assert ref is not None and ref in positions, "a write led here changes its own alone"
+            shares.setdefault(ref, []).extend(writes[start:end])
+        proposed = []
+        for ref, members in positions.items():
+            # An entry even for writes that changed nothing (a failed condition): it commits
+            # only while this node still leads, so their answer is not a deposed leader's.
+            name = group_id(*ref)
+            future = self.host.propose(name, encode_effect(shares.get(ref, ())))
+            index = self.host.groups[name].node.log.last_index()  # the entry just appended
+            entry = Proposed(name, index, future, tuple(members))
+            self.proposed[name] = entry
+            proposed.append(entry)
+        return proposed
+
+    def read_index(self, ref: PartitionRef) -> Future[int]:
+        """Confirm this node still leads `ref`'s group, by a heartbeat round (read-index): the
+        future resolves once a strong read may be served from the store, or fails NotLeader."""
+        name = group_id(*ref)
+        if name not in self.host.groups:
+            future: Future[int] = Future()
+            future.set_exception(RaftNotLeader(NONE))
+            return future
+        return self.host.read_index(name)
+
+    def settle(self) -> list[Proposed]:
+        """The proposals the latest round settled (applied, or known lost): they leave
+        `proposed`, and their writes may be answered."""
+        done = [entry for entry in self.proposed.values() if entry.future.done()]
+        for entry in done:
+            del self.proposed[entry.group]
+        return done
+
+    def take_applied(self) -> list[tuple[str, list[BatchOp]]]:
+        """The effects of groups of several members the latest round applied, to install."""
+        applied = list(self.applied)
+        self.applied.clear()
+        return applied
+
+    # Time and messages -------------------------------------------------------------------------
+
+    def step(
+        self, inbound: Iterable[tuple[int, Sequence[tuple[str, Message]]]], ticks: int
+    ) -> None:
+        """What arrived from other nodes, and the ticks that passed, before a round."""
+        for sender, messages in inbound:
+            self.host.receive(sender, messages)
+        for _ in range(ticks):
+            self.host.tick()
+
+    def publish(self, now: float, tick_seconds: float = limits.RAFT_TICK_SECONDS) -> None:
+        """Renew the read views of the groups shared with other nodes, at monotonic `now`
+        (after a round, with the ticks due delivered)."""
+        views: dict[PartitionRef, ReadView] = {}
+        host = self.host
+        half_timeout = host.election_timeout // 2
+        for name, group in host.groups.items():
+            node = group.node
+            if name == NODE_GROUP or node.sole_voter():
+                continue
+            caught_up = node.log.applied >= node.log.committed
+            leader = node_name(node.leader) if node.leader != NONE else None
+            lease_until = fresh_until = 0.0
+            if node.role is Role.LEADER:
+                # A sleeping leader's clock is stopped: its lease, counted on that clock, is
+                # believed only once it wakes (`raft_host`), never while it sleeps.
+                if caught_up and not group.asleep and node.lease_valid():
+                    lease_until = now + (node.lease_end - node.now - 1) * tick_seconds
+            elif node.role is Role.FOLLOWER and leader is not None and caught_up:
+                heard = host.heard_ticks_ago(node.leader) if group.asleep else node.election_elapsed
+                if heard < half_timeout:
+                    fresh_until = now + (half_timeout - heard - 1) * tick_seconds
+            views[partition_of_group(name)] = ReadView(
+                leader, node.role is Role.LEADER, lease_until, fresh_until
+            )
+        self.views = views
+
+    def round(self) -> None:
+        """A round with no writes: persist, send and apply what the groups have to do."""
+        if not self.store.read_only:
+            self.host.handle_round()
 
 
-def _group_of(ref: PartitionRef | None, ready: Ready, held: Collection[PartitionRef]) -> str:
+def _group_of(
+    ref: PartitionRef | None, ready: Ready, held: Mapping[PartitionRef, Partition]
+) -> str:
     """The group whose entry a span's writes go to: its partition's, if that partition is on
     the node after the write group; the node's otherwise (a checkpoint on a retired partition's
     kept log, say)."""

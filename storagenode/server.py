@@ -32,6 +32,7 @@ from core import limits
 from core.errors import (
     DynamoError,
     InternalServerError,
+    LeaseUnavailable,
     ServiceUnavailable,
     UnknownOperation,
 )
@@ -39,7 +40,7 @@ from rpc import changefeed_pb2, changefeed_pb2_grpc, codec, node_pb2, node_pb2_g
 from rpc.changefeed import error_to_proto, record_to_proto
 from rpc.client import NodeClient
 from rpc.transport import ConsumerPosition, FeedPage
-from storagenode import metrics
+from storagenode import commit, metrics
 from storagenode.catalog_copy import CatalogCopier
 from storagenode.commit import GroupCommitter
 from storagenode.feed_service import FeedService
@@ -110,7 +111,14 @@ class NodeServicer(node_pb2_grpc.StorageNodeServicer):
             body = codec.decode_body(request.body)
             operation = OPERATIONS[op]  # Every op of the wire is declared (test_operations).
             if operation.kind is Kind.READ:
-                deliver(codec.ok_response(request.id, self.node.read(op, target, body)))
+                try:
+                    deliver(codec.ok_response(request.id, self.node.read(op, target, body)))
+                except LeaseUnavailable:
+                    # A leader without a lease confirms it leads first (read-index).
+                    task = asyncio.ensure_future(
+                        commit.read(self.node, self.committer, op, target, body)
+                    )
+                    task.add_done_callback(partial(_deliver_write, request.id, deliver))
             elif operation.kind is Kind.DRIVER:
                 # A split or a move: many steps on the event loop, answered when they are done.
                 handler: Any = operation.handler
@@ -409,7 +417,7 @@ class NodeServer:
             self._store.close()
             self._store = None
             raise
-        self._committer = GroupCommitter(node.apply_writes)
+        self._committer = GroupCommitter(node)
         self._committer.start()
         committer = self._committer
 

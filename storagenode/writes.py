@@ -29,6 +29,7 @@ from core.errors import (
     DynamoError,
     InternalServerError,
     StaleEpoch,
+    ValidationError,
 )
 from core.index_pressure import IndexPressure
 from core.transactions import Vote
@@ -71,6 +72,8 @@ class NodeState(Protocol):
     on_commit: Callable[[Collection[PartitionRef]], None] | None
 
     def read(self, op: str, target: Target | None, body: dict[str, Any]) -> dict[str, Any]: ...
+
+    def replicated(self, ref: PartitionRef) -> bool: ...
 
     def changes(
         self, table_id: str, partition_id: str, after_seq: int, limit: int
@@ -214,10 +217,22 @@ class WriteContext:
         partition = self.lookup(ref)
         if partition is None or ref in self.dirty:
             return partition
+        self._check_replicated(ref)
         staged = partition.staged()
         self.dirty[ref] = staged
         self._changed_by.setdefault(ref, self.writer)
         return staged
+
+    def _check_replicated(self, ref: PartitionRef) -> None:
+        """Refuse a change to a partition shared with other nodes by a write not addressed to
+        it: only a write to the partition itself goes through its group's log, at its leader,
+        and the node's own writes (its control plane, TTL sweeps, splits, moves, transaction
+        commits) do not yet (issue 27's next steps). Dropping the replica here stays allowed."""
+        if self.writer != ref and self.node.replicated(ref):
+            raise ValidationError(
+                f"Partition {ref[1]} of table {ref[0]} is replicated on several nodes; this "
+                "change is not supported on replicated partitions yet"
+            )
 
     def stage(self, ref: PartitionRef) -> Partition:
         """The group's private copy of a partition's metadata, which must be on this node."""
@@ -231,6 +246,8 @@ class WriteContext:
 
     def put_partition(self, ref: PartitionRef, partition: Partition | None) -> None:
         """Make `partition` (None: none) what the group holds under `ref` once it commits."""
+        if partition is not None:
+            self._check_replicated(ref)
         self.dirty[ref] = partition
         self._changed_by.setdefault(ref, self.writer)
 

@@ -221,9 +221,17 @@ class RaftNode:
 
         It goes through PreVote like any election, so it cannot depose a working leader. The
         host calls it for a group whose only voter is this node, which then leads at once
-        instead of after an election timeout of ticks."""
-        if self.role is not Role.LEADER:
-            self.election_elapsed = 0
+        instead of after an election timeout of ticks; and for one member of a new group. A
+        group that has never had a leader (term 0) holds no lease anyone could break, so there
+        the voters are asked to skip the guard that makes them refuse votes for an election
+        timeout after they start (as in a leader transfer), and the group has a leader one
+        round trip after its members exist rather than after a timeout."""
+        if self.role is Role.LEADER:
+            return
+        self.election_elapsed = 0
+        if self.term == 0 and not self.log.last_index():
+            self._campaign(pre_vote=False, force=True)
+        else:
             self._campaign(pre_vote=True)
 
     def sole_voter(self) -> bool:
@@ -582,6 +590,13 @@ class RaftNode:
                 while self._send_append(peer, send_empty=False):
                     pass
 
+    def _broadcast_append(self) -> None:
+        """Send every follower what it lacks, or an empty append carrying the commit index."""
+        for peer in sorted(self.progress):
+            if peer != self.id and self._send_append(peer):
+                while self._send_append(peer, send_empty=False):
+                    pass
+
     def _send_append(self, to: int, *, send_empty: bool = True) -> bool:
         """Send `to` the entries from its `next` on (or a snapshot if they are compacted away).
         False if nothing was sent: paused by flow control, or nothing to send."""
@@ -669,7 +684,10 @@ class RaftNode:
         else:
             progress.acknowledged(message.index)
         if self._maybe_commit():
-            self._flush_appends()
+            # Tell every follower the new commit index now, not at the next heartbeat (etcd's
+            # bcastAppend): they apply a round trip after the leader, which is what their
+            # eventually consistent reads, and a reader's own writes, rely on.
+            self._broadcast_append()
         elif was_paused:
             self._send_append(message.sender)
         if message.sender == self.transferee and progress.match == self.log.last_index():

@@ -32,7 +32,7 @@ def servicer(tmp_path: Path) -> Iterator[NodeServicer]:
     envelope.apply(node, [(ops.CREATE_PARTITION, {"table": TABLE, "partition": PARTITION})])
     # Never started: a request refused before it reaches the committer (or the splitter) needs
     # none.
-    committer = GroupCommitter(node.apply_writes)
+    committer = GroupCommitter(node)
 
     async def submit(op: str, body: dict[str, Any]) -> dict[str, Any]:
         return await committer.submit(op, None, body)

@@ -38,7 +38,7 @@ async def test_commits_syncs_and_store_size_are_reported(tmp_path: Path) -> None
     assert bound is not None
     before = scrape(bound[1])
     store = Store(tmp_path / "node")
-    committer = GroupCommitter(StorageNode(store).apply_writes)
+    committer = GroupCommitter(StorageNode(store))
     committer.start()
     try:
         await envelope.submit(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +14,7 @@ from core import limits
 from core.errors import ConditionalCheckFailed, ServiceUnavailable, StaleEpoch
 from rpc import ops
 from storagenode.commit import GroupCommitter, Write
-from storagenode.node import StorageNode
+from storagenode.node import StorageNode, WriteRound
 from storagenode.store import Store
 from tests import envelope
 
@@ -35,7 +35,7 @@ def put(pk: str, epoch: int = 1) -> dict[str, Any]:
 async def test_concurrent_writes_share_few_synced_transactions(tmp_path: Path) -> None:
     store = Store(tmp_path / "node")
     node = StorageNode(store)
-    committer = GroupCommitter(node.apply_writes)
+    committer = GroupCommitter(node)
     committer.start()
     await envelope.submit(committer, ops.CREATE_PARTITION, {"table": TABLE, "partition": PARTITION})
     writes = 2000
@@ -58,16 +58,26 @@ async def test_concurrent_writes_share_few_synced_transactions(tmp_path: Path) -
 
 
 class SlowBatches:
-    """An apply_batch that blocks on the writer thread until released, recording its batches."""
+    """A write loop whose rounds block on the writer thread until released, recording their
+    batches; every write settles in its round."""
+
+    ticking = False
 
     def __init__(self) -> None:
         self.release = threading.Event()
         self.batches: list[int] = []
 
-    def __call__(self, writes: Sequence[Write]) -> list[dict[str, Any]]:
+    def write_round(
+        self,
+        writes: Sequence[Write],
+        tokens: Sequence[Hashable] | None = None,
+        inbound: Iterable[Any] = (),
+        ticks: int = 0,
+        reads: Sequence[Any] = (),
+    ) -> WriteRound:
         self.batches.append(len(writes))
         assert self.release.wait(CLOSE_SECONDS)
-        return [{"op": op} for op, *_ in writes]
+        return WriteRound([{"op": op} for op, *_ in writes], [], [], [], [])
 
 
 async def test_writes_queued_during_a_commit_form_the_next_batch() -> None:
@@ -141,7 +151,7 @@ async def test_a_close_that_times_out_fails_the_queued_writes() -> None:
 async def test_conditions_and_updates_are_atomic_under_concurrency(tmp_path: Path) -> None:
     store = Store(tmp_path / "node")
     node = StorageNode(store)
-    committer = GroupCommitter(node.apply_writes)
+    committer = GroupCommitter(node)
     committer.start()
     await envelope.submit(committer, ops.CREATE_PARTITION, {"table": TABLE, "partition": PARTITION})
     guarded = [
