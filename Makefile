@@ -26,6 +26,7 @@ test:
 
 # A first check in under three minutes: the pure cores and the simulated clusters, no processes,
 # without the few tests marked slow (fuzzing, the longest simulations), which `make test` runs.
+# Both run on one pytest-xdist worker per core (addopts in pyproject.toml); `-n 0` runs in one.
 test-fast:
 	$(PY) -m pytest -q -m "not slow" tests/unit tests/sim
 
