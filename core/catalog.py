@@ -472,6 +472,14 @@ class PartitionDef:
     share: Fraction = Fraction(1)
     rank: int = 0
     parent_rank: int = 0
+    # The nodes holding its replicas, its first leader first (`node` is that one), each a
+    # member of its replication group; empty: `node`'s copy alone (replication factor 1).
+    replicas: tuple[str, ...] = ()
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        """Every node holding a replica of it."""
+        return self.replicas or (self.node,)
 
     def holds(self, storage_key: bytes) -> bool:
         return bytes.fromhex(self.start) <= storage_key and (
@@ -488,6 +496,7 @@ class PartitionDef:
             "state": self.state.value,
             "parent": self.parent,
             "share": str(self.share),
+            **({"replicas": list(self.replicas)} if self.replicas else {}),
         }
         # Only when kept, so a partition recorded before ranks were has the document it had.
         if self.rank:
@@ -511,6 +520,7 @@ class PartitionDef:
             share=share if recorded is None else Fraction(recorded),
             rank=int(document.get("rank") or 0),
             parent_rank=int(document.get("parent_rank") or 0),
+            replicas=tuple(document.get("replicas") or ()),
         )
 
 
@@ -844,6 +854,11 @@ class TableDef:
     def serving(self) -> bool:
         return self.status in SERVING_STATUSES
 
+    @property
+    def replicated(self) -> bool:
+        """Whether its partitions are replicated on several nodes (a replication factor > 1)."""
+        return any(partition.replicas for partition in self.partitions)
+
     def partition(self, partition_id: str) -> PartitionDef:
         for partition in self.partitions:
             if partition.id == partition_id:
@@ -973,6 +988,7 @@ def created(
     owner: Callable[[str], str],
     indexes: tuple[IndexDef, ...] = (),
     tags: Sequence[tuple[str, str]] = (),
+    replicas_of: Callable[[str, int], tuple[str, ...]] | None = None,
     stream_view_type: StreamViewType | None = None,
     deletion_protection: bool = False,
     table_class: TableClass | None = None,
@@ -986,7 +1002,8 @@ def created(
     OnDemandThroughput (`on_demand_created`).
 
     The partitions split the hash space evenly, each at epoch 1 with an equal share of the
-    throughput, on the node `owner` picks for its id.
+    throughput, on the node `owner` picks for its id; or, given `replicas_of` (the replica set
+    of the i-th partition by its id, its first leader first), replicated on those nodes.
     """
     count = initial_partition_count(billing_mode, throughput.read, throughput.write)
     if warm is not None:
@@ -995,8 +1012,10 @@ def created(
     partitions = []
     for index, (start, end) in enumerate(initial_ranges(count)):
         partition_id = f"{table_id}-{index}"
+        replicas = () if replicas_of is None else replicas_of(partition_id, index)
+        node = replicas[0] if replicas else owner(partition_id)
         partitions.append(
-            PartitionDef(partition_id, start, end, 1, owner(partition_id), share=share, rank=1)
+            PartitionDef(partition_id, start, end, 1, node, share=share, rank=1, replicas=replicas)
         )
     return TableDef(
         name=name,
@@ -1985,3 +2004,13 @@ def agreed_location(found: Mapping[str, CatalogLocation | None]) -> CatalogLocat
         listed = ", ".join(f"{node}: {location}" for node, location in sorted(found.items()))
         raise CatalogDisagreement(f"Storage nodes disagree on where the catalog lives ({listed})")
     return next(iter(held), None)
+
+
+def refuse_replicated(table: TableDef, operation: str) -> None:
+    """Refuse what replicated partitions do not support yet: the changes that nodes make to
+    every partition of a table outside the partitions' logs (issue 27's next steps)."""
+    if table.replicated:
+        raise ValidationError(
+            f"{operation} is not supported yet on a table whose partitions are replicated "
+            f"(dynalab's replication factor above 1): table {table.name}"
+        )

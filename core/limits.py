@@ -158,6 +158,18 @@ DISK_DELETE_RESERVE_SHARE_MIN = 0.25
 # consistent-hash ring. More points spread partitions more evenly; 128 keeps each node's share of
 # the ring within 20% of the mean for clusters of up to 20 nodes, and the ring stays small.
 RING_VNODES_PER_NODE = 128
+# Replicas of a table's partitions when a cluster replicates them (DynamoDB keeps three, in three
+# availability zones); a cluster of fewer nodes keeps one per node.
+REPLICATION_FACTOR_DEFAULT = 1
+REPLICATION_FACTOR_MAX = 5
+# A router that finds no leader of a replicated partition (an election under way) pauses this long
+# before asking the next replica, doubling up to the most; within the request's deadline.
+REPLICA_RETRY_PAUSE_SECONDS_MIN = 0.05
+REPLICA_RETRY_PAUSE_SECONDS_MAX = 0.4
+# A router reads a partition it wrote to this recently from its leader even when the read may be
+# eventually consistent: a follower applies a write about a round trip after the leader
+# acknowledged it, and a client reading its own write at once would often be faster.
+READ_YOUR_WRITES_SECONDS = 1.0
 
 # Time To Live: items whose expiry is more than five years in the past are not deleted.
 TTL_PAST_SECONDS_MAX = 5 * 365 * 24 * 3600

@@ -219,3 +219,16 @@ class HashRing:
                 if len(chosen) == wanted:
                     break
         return chosen
+
+    def replica_set(self, key: str, count: int, position: int) -> tuple[str, ...]:
+        """The replicas of the `position`-th partition of a table, under id `key`: the ring's
+        `count` nodes for it, led by the node that takes its turn among them (the nodes in order,
+        one partition after another), so that a table's first leaders are spread over the nodes
+        rather than wherever the ids hash, and with them the writes. A single replica keeps the
+        ring's owner."""
+        chosen = self.replicas(key, count)
+        if len(chosen) < 2:
+            return tuple(chosen)
+        turn = self.nodes[position % len(self.nodes)]
+        first = chosen.index(turn) if turn in chosen else 0
+        return tuple(chosen[first:] + chosen[:first])

@@ -134,6 +134,7 @@ def run_up(args: argparse.Namespace, console: Console) -> int:
             replicators=args.replicators,
             ttl_sweep_seconds=args.ttl_sweep_seconds,
             split_bytes=args.split_bytes,
+            replication_factor=args.replication_factor,
         )
     except ValueError as exc:
         console.print(f"[red]dynalab up:[/red] {exc}")
@@ -321,6 +322,13 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: DYNALAB_SPLIT_BYTES, else 10 GB; kilobytes make splits easy to watch)",
     )
 
+    up.add_argument(
+        "--replication-factor",
+        type=int,
+        default=1,
+        help="replicas of each new table's partitions, on distinct nodes, kept by a Raft group "
+        "each (default 1; a table with global indexes or a stream keeps one for now)",
+    )
     up.add_argument(
         "--open", action="store_true", help="open the dashboard in a web browser once up"
     )

@@ -39,6 +39,7 @@ from typing import IO
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from core import limits
 from rpc import lifeline
 
 LOOPBACK = "127.0.0.1"
@@ -250,6 +251,8 @@ class StorageNode(ServiceProcess):
         self.data_dir = data_dir
         self.ttl_sweep_seconds = ttl_sweep_seconds
         self.split_bytes = split_bytes
+        # The other nodes, node id -> address, when partitions are replicated among them.
+        self.peers: dict[str, str] = {}
 
     def argv(self) -> list[str]:
         sweep = (
@@ -258,6 +261,8 @@ class StorageNode(ServiceProcess):
             else ["--ttl-sweep-seconds", str(self.ttl_sweep_seconds)]
         )
         sweep += [] if self.split_bytes is None else ["--split-bytes", str(self.split_bytes)]
+        if self.peers:
+            sweep += ["--peers", ",".join(f"{n}={a}" for n, a in sorted(self.peers.items()))]
         return [
             sys.executable,
             "-m",
@@ -293,11 +298,13 @@ class Router(ServiceProcess):
         nodes: Sequence[StorageNode],
         log_path: Path,
         state_dir: Path | None = None,
+        replication_factor: int = 1,
     ) -> None:
         super().__init__(name, port, log_path)
         self.nodes_arg = ",".join(f"{node.node_id}={node.address}" for node in nodes)
         # Where the router keeps its copy of the catalog (`router/catalog_copy.py`); None: none.
         self.state_dir = state_dir
+        self.replication_factor = replication_factor
 
     @property
     def url(self) -> str:
@@ -305,6 +312,8 @@ class Router(ServiceProcess):
 
     def argv(self) -> list[str]:
         state = [] if self.state_dir is None else ["--state-dir", str(self.state_dir)]
+        if self.replication_factor > 1:
+            state += ["--replication-factor", str(self.replication_factor)]
         return [
             sys.executable,
             "-m",
@@ -384,6 +393,7 @@ class LocalCluster:
         replicators: int = 1,
         ttl_sweep_seconds: float | None = None,
         split_bytes: int | None = None,
+        replication_factor: int = 1,
     ) -> None:
         if nodes < 1 or routers < 1:
             raise ValueError("a cluster needs at least one node and one router")
@@ -404,6 +414,14 @@ class LocalCluster:
         # The size past which the nodes split a partition; None: theirs (DYNALAB_SPLIT_BYTES or
         # 10 GB).
         self.split_bytes = split_bytes
+        # Replicas of each new table's partitions (1: one copy; more: Raft groups among the
+        # nodes, which then know each other as peers).
+        if not 1 <= replication_factor <= limits.REPLICATION_FACTOR_MAX:
+            raise ValueError(
+                f"the replication factor is 1 to {limits.REPLICATION_FACTOR_MAX}, not "
+                f"{replication_factor}"
+            )
+        self.replication_factor = replication_factor
         self.nodes: list[StorageNode] = []
         self.routers: list[Router] = []
         self.replicators: list[Replicator] = []
@@ -456,6 +474,9 @@ class LocalCluster:
             )
             for i, port in enumerate(node_ports, start=1)
         ]
+        if self.replication_factor > 1:
+            for node in self.nodes:
+                node.peers = {n.node_id: n.address for n in self.nodes if n is not node}
         self._record_node_ports()
         router_ports = (
             [self.router_port + i for i in range(self.router_count)]
@@ -470,6 +491,7 @@ class LocalCluster:
                 self.nodes,
                 self.log_dir / f"router-{i}.log",
                 state_dir=self.data_dir / f"router-{i}",
+                replication_factor=self.replication_factor,
             )
             for i, port in enumerate(router_ports, start=1)
         ]

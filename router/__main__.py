@@ -72,6 +72,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=os.environ.get("DYNALAB_ROUTER_STATE_DIR"),
         help="directory for the router's copy of the catalog (env DYNALAB_ROUTER_STATE_DIR)",
     )
+    parser.add_argument(
+        "--replication-factor",
+        help="replicas of each new table's partitions (env DYNALAB_REPLICATION_FACTOR; default 1)",
+    )
     args = parser.parse_args(argv)
     # argparse applies `type` to string defaults too, so environment values are parsed as flags are.
     if args.listen is None:
@@ -79,7 +83,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.nodes is None:
         parser.error("--nodes (or DYNALAB_NODES) is required")
     try:
-        args.settings = settings.from_environ(RouterSettings, os.environ, {})
+        flags = {"replication_factor": args.replication_factor}
+        args.settings = settings.from_environ(RouterSettings, os.environ, flags)
     except settings.SettingError as error:
         parser.error(str(error))
     return args

@@ -47,6 +47,7 @@ from core.catalog_copy import CATALOG_COPY_PARTITION_ID, CatalogCopy, merged, ne
 from core.errors import (
     ConditionalCheckFailed,
     DynamoError,
+    NotPartitionLeader,
     OutcomeUnknown,
     ResourceNotFound,
     ServiceUnavailable,
@@ -75,7 +76,7 @@ from rpc.catalog_client import (
 )
 from rpc.client import NodeClient
 from rpc.machines import CrashPoints, HoldPoints
-from rpc.transport import FeedTransport, NodeTransport
+from rpc.transport import FeedTransport, NodeTransport, NotSent
 
 log = logging.getLogger("router.context")
 
@@ -124,6 +125,12 @@ class RouterContext:
             node_id: connect(address) for node_id, address in nodes.items()
         }
         self.ring = HashRing(self.clients)
+        # The node that last answered as the leader of each replicated partition, and a count
+        # that spreads eventually consistent reads over replicas.
+        self._leaders: dict[tuple[str, str], str] = {}
+        self._read_turn = 0
+        # When this router last had a write to each replicated partition acknowledged.
+        self._written: dict[tuple[str, str], float] = {}
         # Where the catalog lives, once read from (or, on a new cluster, written to) the nodes.
         self.location: CatalogLocation | None = None
         self._locating: asyncio.Lock | None = None
@@ -644,12 +651,81 @@ class RouterContext:
     ) -> dict[str, Any]:
         """Send `body` to one partition of a user table, as its map says it is now."""
         target = ops.Target(table.id, partition.id, partition.epoch, consistent)
-        client = self._client(partition.node)
         try:
-            return await client.call(op, target, body, timeout)
+            if not partition.replicas:
+                return await self._client(partition.node).call(op, target, body, timeout)
+            return await self._send_to_replicas(partition, op, target, body, timeout)
         except ThroughputExceeded:
             self.metrics.throttled(table.name, partition.id)
             raise
+
+    async def _send_to_replicas(
+        self,
+        partition: PartitionDef,
+        op: str,
+        target: ops.Target,
+        body: dict[str, Any],
+        timeout: float,
+    ) -> dict[str, Any]:
+        """Send a request to a replicated partition: a write or a strongly consistent read to
+        its leader (the one last seen, else its first replica), following NotPartitionLeader to
+        the leader a replica names, and to the next replica (pausing once all were asked) while
+        an election is under way or a node cannot be reached; an eventually consistent read to
+        its replicas in turn, as DynamoDB serves those from any replica. A write goes elsewhere
+        only when it was certainly not applied (refused as not the leader, or never sent);
+        an unknown outcome is the caller's, as at one copy. All within `timeout`."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        key = (target.table_id, partition.id)
+        replicas = partition.replicas
+        anywhere = op in _EVENTUAL_READS and not target.consistent
+        if (
+            anywhere
+            and loop.time() - self._written.get(key, -1e9) < limits.READ_YOUR_WRITES_SECONDS
+        ):
+            # Written through this router a moment ago: its leader has the write applied.
+            anywhere = key not in self._leaders
+        if anywhere:
+            self._read_turn += 1
+            node = replicas[self._read_turn % len(replicas)]
+        else:
+            node = self._leaders.get(key, partition.node)
+        asked: set[str] = set()
+        pause = limits.REPLICA_RETRY_PAUSE_SECONDS_MIN
+        while True:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise ServiceUnavailable(
+                    f"No replica of partition {partition.id} could take the {op} in time "
+                    "(its leader is changing); retry"
+                )
+            asked.add(node)
+            try:
+                reply = await self._client(node).call(op, target, body, remaining)
+            except NotPartitionLeader as refused:
+                self._leaders.pop(key, None)
+                if refused.leader in replicas and refused.leader not in (node, None):
+                    node = refused.leader
+                    continue
+            except NotSent:
+                self._leaders.pop(key, None)
+            except ServiceUnavailable:
+                self._leaders.pop(key, None)
+                if not anywhere and op not in _READS:
+                    raise  # A write the node may have taken: its outcome is the caller's.
+            else:
+                if not anywhere:
+                    self._leaders[key] = node
+                if op not in _READS:
+                    self._written[key] = loop.time()
+                return reply
+            untried = [replica for replica in replicas if replica not in asked]
+            if not untried:
+                await asyncio.sleep(min(pause, max(0.0, deadline - loop.time())))
+                pause = min(2 * pause, limits.REPLICA_RETRY_PAUSE_SECONDS_MAX)
+                asked.clear()
+                untried = [replica for replica in replicas if replica != node] or [node]
+            node = untried[0]
 
     async def _after_stale(self, table: Route, backoff: float) -> tuple[Route, float]:
         """The table's route after a stale-epoch refusal, and the next backoff.
@@ -740,6 +816,10 @@ class RouterContext:
             return reply
         raise ServiceUnavailable(_STALE_GIVE_UP)
 
+
+# Reads, and those a replica that does not lead may serve when not strongly consistent.
+_READS = frozenset({ops.GET, ops.QUERY, ops.SCAN, ops.TXN_GET})
+_EVENTUAL_READS = frozenset({ops.GET, ops.QUERY, ops.SCAN})
 
 _STALE_GIVE_UP = (
     "The partition map kept changing while this request was routed "

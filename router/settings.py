@@ -30,6 +30,13 @@ class RouterSettings:
         seconds_within(0, _DAY),
         "the least time between two TTL changes of a table",
     )
+    replication_factor: int = setting(
+        limits.REPLICATION_FACTOR_DEFAULT,
+        "DYNALAB_REPLICATION_FACTOR",
+        at_least(1, "replica"),
+        "replicas of each new table's partitions, one per node (fewer on fewer nodes); a table "
+        "with global indexes or a stream keeps one (replicating those is not built yet)",
+    )
     move_split_children: bool = setting(
         True,
         "DYNALAB_MOVE_SPLIT_CHILDREN",

@@ -175,7 +175,7 @@ class _Handlers:
         indexes' partitions, on every node holding one (again: dropping what is gone does
         nothing)."""
         table = _known(record)
-        stored = [(table.id, {p.node for p in table.partitions})]
+        stored = [(table.id, {node for p in table.partitions for node in p.nodes})]
         for index in catalog.global_indexes(table):
             assert index.table_id is not None
             stored.append((index.table_id, {p.node for p in index.partitions}))
@@ -331,9 +331,11 @@ def _table_partition_calls(ctx: RouterContext, table: TableDef) -> list[Awaitabl
     consumers = [gsi.REPLICATOR_CONSUMER] if catalog.global_indexes(table) else []
     if table.stream is not None:
         consumers.append(table.stream.consumer)
+    # A replicated partition is created on each of its nodes alike: each makes its replica and
+    # its member of the partition's group.
     calls = [
         ctx.control(
-            partition.node,
+            node,
             ops.CREATE_PARTITION,
             ops.CreatePartitionPayload(
                 schema_for_nodes,
@@ -343,6 +345,7 @@ def _table_partition_calls(ctx: RouterContext, table: TableDef) -> list[Awaitabl
             ).to_json(),
         )
         for partition in table.partitions
+        for node in partition.nodes
     ]
     for index in catalog.global_indexes(table):
         calls.extend(_index_partition_calls(ctx, table, index))

@@ -678,11 +678,27 @@ async def _partition_counts(
 # Operations ------------------------------------------------------------------------------------
 
 
+def _replica_sets(
+    ctx: RouterContext, definition: dict[str, Any]
+) -> Callable[[str, int], tuple[str, ...]] | None:
+    """Where a new table's partitions are replicated, at the cluster's replication factor; None
+    for one copy each. A table with global indexes or a stream keeps one copy: its change logs'
+    consumers (the GSI replicator, Streams) do not yet follow a partition's leader."""
+    factor = min(ctx.settings.replication_factor, limits.REPLICATION_FACTOR_MAX)
+    if factor < 2 or definition["global_indexes"] or definition["stream_view_type"] is not None:
+        return None
+    ring = ctx.ring
+    return lambda partition_id, position: ring.replica_set(partition_id, factor, position)
+
+
 def _new_table(
-    definition: dict[str, Any], sources: Sources, owner: Callable[[str], str]
+    definition: dict[str, Any],
+    sources: Sources,
+    owner: Callable[[str], str],
+    replicas_of: Callable[[str, int], tuple[str, ...]] | None = None,
 ) -> TableDef:
     """The CREATING record of a new table, with its id and creation time from `sources`, its
-    partitions each on the node `owner` picks for its id."""
+    partitions each on the node `owner` picks for its id, or replicated on `replicas_of`'s."""
     table_id = sources.new_id()
     billing_mode = BillingMode(definition["billing_mode"])
     table = catalog.created(
@@ -703,6 +719,7 @@ def _new_table(
         table_class=definition["table_class"],
         on_demand=definition["on_demand"],
         warm=definition["warm"],
+        replicas_of=replicas_of,
     )
     for spec in definition["global_indexes"]:
         table = catalog.index_added(table, spec.placed(sources.new_id(), billing_mode, owner))
@@ -714,7 +731,7 @@ async def create_table(ctx: RouterContext, body: dict[str, Any]) -> dict[str, An
     CREATING to ACTIVE; the reply describes the row as created, CREATING, as DynamoDB's does."""
     definition = _read_create_table(body)
     name = definition["name"]
-    table = _new_table(definition, ctx.sources, ctx.ring.owner)
+    table = _new_table(definition, ctx.sources, ctx.ring.owner, _replica_sets(ctx, definition))
     record = table_machine.started(Flow.CREATE, name, table=table)
     change = table_lifecycle.created(name, table, lambda: len(ctx.tables))
     ended = await table_lifecycle.run(ctx, record, first=change)
@@ -1048,6 +1065,15 @@ async def _update_index_throughput(
 
 async def update_table(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
     request = _read_update_table(body)
+    if (
+        request.index_updates
+        or request.warm is not None
+        or request.stream is not None
+        or (request.changes_throughput)
+    ):
+        existing = await ctx.read_table(request.name)
+        if existing is not None:
+            catalog.refuse_replicated(existing, "This UpdateTable change")
     if request.index_updates:
         first = request.index_updates[0]
         if first.action == "Create":

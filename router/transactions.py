@@ -50,7 +50,7 @@ from typing import Any
 import orjson
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from core import expressions, limits, schema, values
+from core import catalog, expressions, limits, schema, values
 from core import transactions as txn
 from core.capacity import (
     ConsumedCapacity,
@@ -564,6 +564,8 @@ async def transact_write_items(ctx: RouterContext, body: dict[str, Any]) -> dict
     members = _read_write_request(body)
     actions = [await _checked_action(ctx, kind, member) for kind, member in members]
     placed = [index for index, action in enumerate(actions) if action.refused is None]
+    for index in placed:
+        catalog.refuse_replicated(actions[index].table.record, "TransactWriteItems")
     txn.check_distinct((actions[i].table.id, actions[i].storage_key) for i in placed)
     txn.check_request_bytes(sum(action.size for action in actions))
     if not placed:

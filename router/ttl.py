@@ -97,6 +97,9 @@ async def _push(ctx: RouterContext, table: TableDef, timeout: float) -> TableDef
 
 async def update_time_to_live(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
     name, enabled, attribute = _read_update(body)
+    existing = await ctx.read_table(name)
+    if existing is not None:
+        catalog.refuse_replicated(existing, "UpdateTimeToLive")
     now = ctx.sources.clock()
     interval = ctx.settings.ttl_change_interval_seconds
 

@@ -40,7 +40,7 @@ from core import limits
 from core.errors import ServiceUnavailable
 from rpc import codec, node_pb2, node_pb2_grpc, ops
 from rpc.ratelog import RateLimitedLog
-from rpc.transport import unanswered
+from rpc.transport import NotSent, unanswered
 
 if TYPE_CHECKING:
     from rpc.changefeed import ChangeFeedClient
@@ -196,7 +196,7 @@ class NodeClient:
                 self._stream = _Stream(self._ensure_stub(), self)
                 return self._stream
             if self._reconnect_at > deadline:
-                raise ServiceUnavailable(
+                raise NotSent(
                     f"Node {self.address} is unreachable (next attempt in {wait:.2f} s); {op} "
                     "not sent"
                 )
@@ -339,7 +339,7 @@ class _Stream:
         unsent = {request.id for request in self.outbox}
         for request_id, future in pending.items():
             if not future.done():
-                kind = ServiceUnavailable if request_id in unsent else _Unanswered
+                kind = NotSent if request_id in unsent else _Unanswered
                 future.set_exception(kind(reason))
         self.call.cancel()
         current = asyncio.current_task()

@@ -32,6 +32,11 @@ from core.errors import DynamoError, OutcomeUnknown, ServiceUnavailable
 from rpc.ops import ITEM_WRITE_OPS, Target
 
 
+class NotSent(ServiceUnavailable):
+    """A data-plane request that never left this process (its node could not be reached): it
+    was not applied, so it may go to another replica of its partition."""
+
+
 def unanswered(op: str, reason: str) -> DynamoError:
     """The error of a data-plane call that was sent and not answered: a write's outcome is
     unknown; a read simply failed."""

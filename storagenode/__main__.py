@@ -28,6 +28,7 @@ import uvloop
 from core import limits, settings
 from rpc import lifeline
 from storagenode import metrics
+from storagenode.raft_host import member_id
 from storagenode.server import NodeServer
 from storagenode.settings import NodeSettings
 from storagenode.store import StoreCorruption, StoreFormatError
@@ -45,6 +46,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--node-id", default=os.environ.get("DYNALAB_NODE_ID"))
     parser.add_argument("--listen", default=os.environ.get("DYNALAB_LISTEN"))
     parser.add_argument("--data-dir", default=os.environ.get("DYNALAB_DATA_DIR"))
+    parser.add_argument(
+        "--peers",
+        default=os.environ.get("DYNALAB_PEERS", ""),
+        help="the other storage nodes sharing partitions' replication groups with this one, as "
+        "node-N=HOST:PORT,...; this node's id must then be node-N too (default: none)",
+    )
     parser.add_argument(
         "--shutdown-grace-seconds",
         type=float,
@@ -77,13 +84,33 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     }
     try:
         args.settings = settings.from_environ(NodeSettings, os.environ, flags)
-    except settings.SettingError as error:
+        args.peers = parse_peers(args.peers, args.node_id)
+    except (settings.SettingError, ValueError) as error:
         parser.error(str(error))
     return args
 
 
+def parse_peers(text: str, node_id: str) -> dict[str, str]:
+    """`--peers`: node-N=HOST:PORT pairs, comma-separated; every name (this node's too) must be
+    node-N, since N is its member id in every replication group."""
+    peers: dict[str, str] = {}
+    for pair in filter(None, (part.strip() for part in text.split(","))):
+        name, _, address = pair.partition("=")
+        if not address:
+            raise ValueError(f"--peers takes node-N=HOST:PORT pairs, not {pair!r}")
+        member_id(name)
+        peers[name] = address
+    if peers:
+        member_id(node_id)
+        if node_id in peers:
+            raise ValueError(f"--peers names this node itself ({node_id})")
+    return peers
+
+
 async def run(args: argparse.Namespace) -> None:
-    server = NodeServer(args.node_id, args.listen, Path(args.data_dir), args.settings)
+    server = NodeServer(
+        args.node_id, args.listen, Path(args.data_dir), args.settings, peers=args.peers
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):

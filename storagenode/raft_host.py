@@ -232,6 +232,7 @@ class RaftHost:
         compact_entries: int = limits.RAFT_LOG_COMPACT_ENTRIES,
         kept_entries: int = limits.RAFT_LOG_KEPT_ENTRIES,
         compact_bytes: int = limits.RAFT_LOG_COMPACT_BYTES,
+        compact_shared: bool = True,
     ) -> None:
         self.id = member
         self.store = store
@@ -245,6 +246,9 @@ class RaftHost:
         self.compact_entries = compact_entries
         self.kept_entries = kept_entries
         self.compact_bytes = compact_bytes
+        # Whether groups with other members compact their logs too (their state machines must
+        # then be able to send and take snapshots); a group of one voter always does.
+        self.compact_shared = compact_shared
         self.now = 0
         self.stats = HostStats()
         self.groups: dict[str, _Group] = {}
@@ -583,9 +587,13 @@ class RaftHost:
                 settle.append(
                     (future, entry.index if entry.term == term else NotLeader(node.leader))
                 )
-            if entries[-1].index == node.log.committed and (
-                storage.applied - storage.first_index() + 1 >= self.compact_entries
-                or storage.appended_bytes >= self.compact_bytes
+            if (
+                entries[-1].index == node.log.committed
+                and (self.compact_shared or node.sole_voter())
+                and (
+                    storage.applied - storage.first_index() + 1 >= self.compact_entries
+                    or storage.appended_bytes >= self.compact_bytes
+                )
             ):
                 # node.conf is the membership as of its commit index, which is now applied.
                 storage.create_snapshot(batch, storage.applied, node.conf, group.machine.snapshot())

@@ -266,6 +266,10 @@ class Replication:
             lambda group: PartitionLog(group, self.applied),
             self.timeouts,
             peers=self.peers,
+            # A partition's snapshot cannot be sent yet (its data would be read from the store):
+            # a group with other members keeps its whole log, so a member that was away catches
+            # up from entries.
+            compact_shared=False,
         )
 
     def reopen(self) -> None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -39,6 +39,7 @@ from core.errors import (
 from rpc import changefeed_pb2, changefeed_pb2_grpc, codec, node_pb2, node_pb2_grpc, ops
 from rpc.changefeed import error_to_proto, record_to_proto
 from rpc.client import NodeClient
+from rpc.raft_transport import RaftTransport
 from rpc.transport import ConsumerPosition, FeedPage
 from storagenode import commit, metrics
 from storagenode.catalog_copy import CatalogCopier
@@ -47,6 +48,7 @@ from storagenode.feed_service import FeedService
 from storagenode.move import Mover
 from storagenode.node import StorageNode
 from storagenode.operations import OPERATIONS, Kind
+from storagenode.raft_host import member_id
 from storagenode.settings import NodeSettings
 from storagenode.split import Splitter
 from storagenode.store import Store
@@ -374,8 +376,13 @@ class NodeServer:
         listen: str,
         data_dir: Path,
         settings: NodeSettings | None = None,
+        peers: Mapping[str, str] | None = None,
     ) -> None:
         self.node_id = node_id
+        # The other storage nodes, by name, that share partitions' Raft groups with this one
+        # (node names are node-N: N is each one's member id); none: every group is this node's.
+        self.peers = dict(peers or {})
+        self._raft: RaftTransport | None = None
         self.settings = NodeSettings() if settings is None else settings
         self.listen = listen
         self.data_dir = data_dir
@@ -404,9 +411,12 @@ class NodeServer:
             raise OSError(f"Cannot listen on {self.listen}")
         settings = self.settings
         self._store = Store(self.data_dir, disk_reserve_bytes=settings.disk_reserve_bytes)
+        member = member_id(self.node_id) if self.peers else 1
         try:
             node = StorageNode(
                 self._store,
+                member=member,
+                peers=[member_id(peer) for peer in self.peers],
                 throughput=NodeThroughput(
                     enforced=settings.throttling, burst_seconds=settings.burst_seconds
                 ),
@@ -417,7 +427,15 @@ class NodeServer:
             self._store.close()
             self._store = None
             raise
-        self._committer = GroupCommitter(node)
+        if self.peers:
+            self._raft = RaftTransport(
+                member,
+                {member_id(peer): address for peer, address in self.peers.items()},
+                lambda sender, batch: committer.deliver(sender, batch),
+            )
+            self._raft.add_to_server(server)
+        raft = self._raft
+        self._committer = GroupCommitter(node, send=None if raft is None else raft.send)
         self._committer.start()
         committer = self._committer
 
@@ -485,6 +503,8 @@ class NodeServer:
             await self._server.stop(grace)
         if self._committer is not None:
             await self._committer.close(grace)
+        if self._raft is not None:
+            await self._raft.close()
         if self._feed is not None:
             # A follow cancelled by the stop may leave its read running on the executor.
             await self._feed.wait_reads(grace)

@@ -601,6 +601,8 @@ class Splitter:
         for ref, partition in list(self.node.partitions.items()):
             if ref[0] in _SYSTEM_TABLES or partition.size_bytes <= self.split_bytes:
                 continue
+            if self.node.replicated(ref):
+                continue  # A split of a replicated partition is not built yet (issue 27).
             if not partition.serving or partition.split is not None:
                 # Moving: it splits where it ends up (`storagenode.move`); a split left kept:
                 # `recover` drives it on.
@@ -645,6 +647,7 @@ class Splitter:
                 or ref[0] in _SYSTEM_TABLES
                 or is_index_partition(partition)
                 or not partition.serving
+                or self.node.replicated(ref)
             ):
                 # A global index partition has no change log to sample its writes from: it
                 # splits for size (and by hand), not for heat; a moving one where it ends up.
