@@ -602,12 +602,16 @@ RAFT_LOG_COMPACT_BYTES = 64 * MIB
 # A host sends every peer node something at least this often (a batch, or an empty one), so a
 # sleeping (hibernating) group's followers can tell a quiet leader from a dead one.
 RAFT_KEEPALIVE_TICKS_MAX = 1
+# A peer node heard from not for this many ticks is taken as maybe gone: the sleeping groups it
+# leads here wake (`raft_host`). A few keepalive intervals, well under an election timeout.
+RAFT_PEER_SILENT_TICKS_MIN = 3
 # A follower woken by a message from someone other than its leader (a vote request, say) stays
 # awake at least this many election timeouts, long enough to vote and see an election through.
 RAFT_WAKE_ELECTION_TIMEOUTS_MIN = 2
 
 assert 0 < RAFT_HEARTBEAT_INTERVAL_TICKS_DEFAULT < RAFT_ELECTION_TIMEOUT_TICKS_DEFAULT
 assert RAFT_KEEPALIVE_TICKS_MAX < RAFT_ELECTION_TIMEOUT_TICKS_DEFAULT
+assert RAFT_KEEPALIVE_TICKS_MAX < RAFT_PEER_SILENT_TICKS_MIN < RAFT_ELECTION_TIMEOUT_TICKS_DEFAULT
 assert 0 < RAFT_LOG_KEPT_ENTRIES < RAFT_LOG_COMPACT_ENTRIES
 assert 1 <= RAFT_CLOCK_DRIFT_TICKS_MAX < RAFT_ELECTION_TIMEOUT_TICKS_DEFAULT
 assert RAFT_APPEND_BYTES_MAX >= ITEM_SIZE_BYTES_MAX, "one append carries any one write"

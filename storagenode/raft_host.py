@@ -56,8 +56,8 @@ nor looks at it, when
 A sleeping group wakes when it is asked to (a proposal or read at a leader), when a message
 comes for it (except routine traffic in its term: its leader's appends and heartbeats at a
 follower, its followers' acknowledgements at a leader, handled without waking it unless they
-leave it work to do), and when its leader's node falls silent
-for an election timeout. Every host sends each peer node something at least every
+leave it work to do), and when its leader's node falls silent for a few ticks
+(`RAFT_PEER_SILENT_TICKS_MIN`). Every host sends each peer node something at least every
 `RAFT_KEEPALIVE_TICKS_MAX` (an empty batch if nothing else), so a follower tells a sleeping leader
 from a dead one by its node, not by the group (CockroachDB's quiescence relies on node liveness
 the same way); so a dead leader's groups still elect a new one, an election timeout later.
@@ -416,7 +416,11 @@ class RaftHost:
             if group.asleep and not self._may_sleep(group):
                 self._wake(group)
         for peer, heard in self._heard.items():
-            if self.now - heard <= self.election_timeout:
+            # Every host sends each peer something every tick (a keepalive at least), so a few
+            # silent ticks already say the peer may be gone: its sleeping groups here wake and
+            # count the time that passed, and elect within their own timeout of their leader's
+            # last word, not a detection delay later. (Waking early only costs ticks.)
+            if self.now - heard <= limits.RAFT_PEER_SILENT_TICKS_MIN:
                 continue
             if peer not in self._silent:
                 self._silent.add(peer)
