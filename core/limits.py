@@ -599,6 +599,11 @@ RAFT_LOG_KEPT_ENTRIES = 1_000
 # partition's writes repeats their bytes; ten thousand large write groups would be gigabytes).
 # A group of one voter has no follower to keep entries for: it keeps none.
 RAFT_LOG_COMPACT_BYTES = 64 * MIB
+# A member behind its leader's compacted log copies its partition's rows from another member in
+# pages of about this many bytes, one page in flight (`storagenode/snapshots.py`), each page
+# asked for within this long.
+RAFT_SNAPSHOT_PAGE_BYTES = 1 * MIB
+RAFT_SNAPSHOT_PAGE_SECONDS_MAX = 10.0
 # A host sends every peer node something at least this often (a batch, or an empty one), so a
 # sleeping (hibernating) group's followers can tell a quiet leader from a dead one.
 RAFT_KEEPALIVE_TICKS_MAX = 1

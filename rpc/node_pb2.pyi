@@ -66,6 +66,8 @@ class _OpEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Op.ValueType], _bu
     """One step of a move on its target node (storagenode/move.py)."""
     OP_INDEX_PRESSURE: _Op.ValueType  # 26
     """The GSI replicator's note of an index partition out of capacity."""
+    OP_RAFT_SNAPSHOT_READ: _Op.ValueType  # 27
+    """A page of a partition replica's state (storagenode/snapshots.py)."""
     OP_REGISTER_CONSUMER: _Op.ValueType  # 32
     """Change-feed consumers (also the ChangeFeed service)."""
     OP_CHECKPOINT: _Op.ValueType  # 33
@@ -108,6 +110,8 @@ OP_MOVE_RECEIVE: Op.ValueType  # 25
 """One step of a move on its target node (storagenode/move.py)."""
 OP_INDEX_PRESSURE: Op.ValueType  # 26
 """The GSI replicator's note of an index partition out of capacity."""
+OP_RAFT_SNAPSHOT_READ: Op.ValueType  # 27
+"""A page of a partition replica's state (storagenode/snapshots.py)."""
 OP_REGISTER_CONSUMER: Op.ValueType  # 32
 """Change-feed consumers (also the ChangeFeed service)."""
 OP_CHECKPOINT: Op.ValueType  # 33

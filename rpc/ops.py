@@ -135,6 +135,8 @@ SPLIT_PARTITION = "split_partition"
 MOVE_PARTITION = "move_partition"
 MOVE_RECEIVE = "move_receive"
 INDEX_PRESSURE = "index_pressure"
+# Between storage nodes: a page of a partition replica's state, for a member copying it.
+RAFT_SNAPSHOT_READ = "raft_snapshot_read"
 
 # Change-feed consumers (the ChangeFeed service, or unary Call).
 REGISTER_CONSUMER = "register_consumer"
@@ -170,6 +172,7 @@ CONTROL_OPS = frozenset(
         MOVE_PARTITION,
         MOVE_RECEIVE,
         INDEX_PRESSURE,
+        RAFT_SNAPSHOT_READ,
         TXN_APPLY,
         TXN_SWEEP,
     }
@@ -764,6 +767,35 @@ class RetirePartitionPayload:
             "epoch": self.epoch,
             "children": self.children,
         }
+
+
+@dataclasses.dataclass(slots=True)
+class SnapshotReadPayload:
+    """raft_snapshot_read: the next page of this node's replica of a partition, for a member of
+    its group that copies it (`storagenode/snapshots.py`): the rows of the replica's key ranges
+    from range number `range` and key `key` (hex) on, up to about `bytes_max` bytes, if the
+    replica here is whole and has applied at least `min_index`.
+
+    Reply: {"rows": [[family, key hex, value hex], ...], "range": int, "key": hex, "applied":
+    int}: the rows in order, where the next page starts (range == the number of ranges: none),
+    and the index the replica had applied once it had read them.
+    """
+
+    group: str
+    min_index: int
+    range: int
+    key: str
+    bytes_max: int
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> Self:
+        return cls(
+            str(body["group"]),
+            int(body["min_index"]),
+            int(body["range"]),
+            str(body["key"]),
+            int(body["bytes_max"]),
+        )
 
 
 @dataclasses.dataclass(slots=True)

@@ -86,6 +86,10 @@ class LocalRaftNetwork:
         if both_ways:
             self._cut.add((b, a))
 
+    def reachable(self, a: int, b: int) -> bool:
+        """Whether batches from `a` reach `b` now (both joined, the link not cut)."""
+        return a in self._delivers and b in self._delivers and (a, b) not in self._cut
+
     def heal(self) -> None:
         self._cut.clear()
 

@@ -33,6 +33,7 @@ from core.raft import Message
 from rpc.ops import Target
 from storagenode import metrics
 from storagenode.node import WriteRound
+from storagenode.snapshots import PageRead
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +43,8 @@ _TICK_SLACK_SECONDS = 1e-6
 Write = tuple[str, Target | None, Any]
 Inbound = tuple[int, Sequence[tuple[str, Message]]]
 Offload = Callable[..., Awaitable[Any]]
+# Reads a page of a replica from member `source` (`rpc.ops.SnapshotReadPayload`'s body).
+ReadPage = Callable[[int, dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
 class WriteLoop(Protocol):
@@ -54,6 +57,7 @@ class WriteLoop(Protocol):
         inbound: Iterable[Inbound] = (),
         ticks: int = 0,
         reads: Sequence[tuple[Hashable, tuple[str, str]]] = (),
+        pages: Sequence[tuple[PageRead, dict[str, Any] | DynamoError]] = (),
     ) -> WriteRound: ...
 
     @property
@@ -80,6 +84,7 @@ class GroupCommitter:
         tick_seconds: float = limits.RAFT_TICK_SECONDS,
         monotonic: Callable[[], float] = time.monotonic,
         offload: Offload | None = None,
+        read_page: ReadPage | None = None,
     ) -> None:
         self._node = node
         self._batch_ops_max = batch_ops_max
@@ -89,6 +94,11 @@ class GroupCommitter:
         self._tick_seconds = tick_seconds
         self._monotonic = monotonic
         self._offload = offload
+        # How a page of a replica being copied is read from another member (`snapshots.py`):
+        # one read in flight per copy, its reply handed to the next round.
+        self._read_page = read_page
+        self._page_reads: dict[str, asyncio.Task[None]] = {}
+        self._pages: list[tuple[PageRead, dict[str, Any] | DynamoError]] = []
         self._queue: collections.deque[tuple[str, Target | None, Any, asyncio.Future[Any]]] = (
             collections.deque()
         )
@@ -168,6 +178,7 @@ class GroupCommitter:
                 (not self._queue or self._held_only)
                 and not self._inbound
                 and not self._reads
+                and not self._pages
                 and not ticks
             )
             if idle:
@@ -191,6 +202,7 @@ class GroupCommitter:
         batch = [self._queue.popleft() for _ in range(size)]
         inbound, self._inbound = self._inbound, []
         reads, self._reads = self._reads, []
+        pages, self._pages = self._pages, []
         self._confirming.update((future, self._monotonic()) for future, _ in reads)
         futures = [future for *_, future in batch]
         self._committing = futures
@@ -200,7 +212,7 @@ class GroupCommitter:
             # A timeout scope, not wait_for, which (before Python 3.12) may swallow a
             # cancellation that comes as its work completes: a killed loop would go on.
             async with asyncio.timeout(self._commit_seconds_max):
-                outcome = await self._run_round(writes, futures, inbound, ticks, reads)
+                outcome = await self._run_round(writes, futures, inbound, ticks, reads, pages)
         except TimeoutError:
             logger.error("a write round of %d writes passed %.0f s", size, self._commit_seconds_max)
             for future in futures:
@@ -241,6 +253,39 @@ class GroupCommitter:
         if self._send is not None:
             for to, messages in outcome.outgoing:
                 self._send(to, messages)
+        for read in outcome.page_reads:
+            self._start_page_read(read)
+
+    def _start_page_read(self, read: PageRead) -> None:
+        if self._read_page is None or read.group in self._page_reads or self._closing:
+            return
+        task = asyncio.get_running_loop().create_task(
+            self._page(read), name=f"snapshot-page {read.group}"
+        )
+        self._page_reads[read.group] = task
+
+    async def _page(self, read: PageRead) -> None:
+        assert self._read_page is not None
+        reply: dict[str, Any] | DynamoError
+        try:
+            async with asyncio.timeout(limits.RAFT_SNAPSHOT_PAGE_SECONDS_MAX):
+                reply = await self._read_page(read.source, read.request)
+        except DynamoError as error:
+            reply = error
+        except TimeoutError:
+            reply = ServiceUnavailable(f"node-{read.source} sent no snapshot page in time")
+        finally:
+            self._page_reads.pop(read.group, None)
+        self._pages.append((read, reply))
+        self._wakeup.set()
+
+    def cancel_page_reads(self) -> list[asyncio.Task[None]]:
+        """Stop the page reads in flight (the node is stopping); returns their tasks."""
+        tasks = list(self._page_reads.values())
+        for task in tasks:
+            task.cancel()
+        self._page_reads.clear()
+        return tasks
 
     async def _run_round(
         self,
@@ -249,15 +294,16 @@ class GroupCommitter:
         inbound: Sequence[Inbound],
         ticks: int,
         reads: Sequence[tuple[asyncio.Future[None], tuple[str, str]]],
+        pages: Sequence[tuple[PageRead, dict[str, Any] | DynamoError]],
     ) -> WriteRound:
         if self._offload is not None:
             result: WriteRound = await self._offload(
-                self._timed_round, writes, futures, inbound, ticks, reads
+                self._timed_round, writes, futures, inbound, ticks, reads, pages
             )
             return result
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(
-            self._thread, self._timed_round, writes, futures, inbound, ticks, reads
+            self._thread, self._timed_round, writes, futures, inbound, ticks, reads, pages
         )
 
     def _timed_round(
@@ -267,10 +313,11 @@ class GroupCommitter:
         inbound: Sequence[Inbound],
         ticks: int,
         reads: Sequence[tuple[asyncio.Future[None], tuple[str, str]]],
+        pages: Sequence[tuple[PageRead, dict[str, Any] | DynamoError]],
     ) -> WriteRound:
         started = time.perf_counter()
         try:
-            return self._node.write_round(writes, futures, inbound, ticks, reads)
+            return self._node.write_round(writes, futures, inbound, ticks, reads, pages)
         finally:
             if writes:
                 metrics.group_commit_seconds.observe(time.perf_counter() - started)
@@ -297,6 +344,7 @@ class GroupCommitter:
         """Stop accepting writes, commit the queued ones, and stop the writer thread."""
         self._closing = True
         self._wakeup.set()
+        await asyncio.gather(*self.cancel_page_reads(), return_exceptions=True)
         if self._task is not None:
             try:
                 await asyncio.wait_for(self._task, timeout)

@@ -50,7 +50,7 @@ from core.transactions import Vote, throttled
 from rpc import ops
 from rpc.ops import Target
 from rpc.partition_metrics import Durations
-from storagenode import changefeed, metrics
+from storagenode import changefeed, metrics, snapshots
 from storagenode.layout import (
     Family,
     partition_of_log_key,
@@ -59,9 +59,10 @@ from storagenode.layout import (
 )
 from storagenode.operations import OPERATIONS, DiskFull, Kind, Operation
 from storagenode.partition import Partition
-from storagenode.raft_host import node_name
+from storagenode.raft_host import node_name, partition_of_group
 from storagenode.replication import Proposed, Replication, Route
-from storagenode.store import PUT, BatchOp, DataCorruption, NodeStore
+from storagenode.snapshots import PageRead
+from storagenode.store import PUT, BatchOp, DataCorruption, NodeStore, WriteBatchView
 from storagenode.throughput import NodeThroughput
 from storagenode.writes import PartitionRef, Ready, WriteContext, addressed, where
 
@@ -91,6 +92,9 @@ class WriteRound:
     outgoing: list[tuple[int, list[tuple[str, Message]]]]
     # (token, refusal or None) of leaderships asked to be confirmed (`reads`) that were.
     confirmed: list[tuple[Hashable, DynamoError | None]] = dataclasses.field(default_factory=list)
+    # The pages of partition replicas being copied from other members that are to be read
+    # (`snapshots.py`): the node's loop reads each and hands the reply to a later round.
+    page_reads: list[PageRead] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,13 +148,22 @@ class StorageNode:
         timeouts: TimeoutSource | None = None,
         peers: Iterable[int] = (),
         monotonic: Callable[[], float] = time.monotonic,
+        raft_log_compact_entries: int = limits.RAFT_LOG_COMPACT_ENTRIES,
+        raft_log_kept_entries: int = limits.RAFT_LOG_KEPT_ENTRIES,
     ) -> None:
         self.store = store
         # The clock read views and leases are measured on (virtual in simulation).
         self.monotonic = monotonic
         # Every partition's Raft group, and the node's own (`replication`): opened before the
         # partitions are read, since applying what the logs hold may change them.
-        self.replication = Replication(store, member, timeouts, peers=peers)
+        self.replication = Replication(
+            store,
+            member,
+            timeouts,
+            peers=peers,
+            compact_entries=raft_log_compact_entries,
+            kept_entries=raft_log_kept_entries,
+        )
         # The writes each entry in flight at this node as a leader carries, by group.
         self._waiting: dict[str, _Waiting] = {}
         # Leaderships being confirmed for strong reads (read-index), by the asker's token.
@@ -413,9 +426,11 @@ class StorageNode:
         inbound: Iterable[tuple[int, Sequence[tuple[str, Message]]]] = (),
         ticks: int = 0,
         reads: Sequence[tuple[Hashable, PartitionRef]] = (),
+        pages: Sequence[tuple[PageRead, dict[str, Any] | DynamoError]] = (),
     ) -> WriteRound:
         """One round of the node's write loop: what came from other nodes and the ticks that
         passed, then these writes, then one synced commit of everything the round persists.
+        `pages` are the replies to the `page_reads` of earlier rounds (`_copy_pages`).
         `reads` ask this node to confirm it leads a partition before a strong read is served
         there without a lease (read-index): a later round answers each by its token, in
         `WriteRound.confirmed` (None: confirmed; else the refusal).
@@ -440,6 +455,7 @@ class StorageNode:
         tokens = list(range(len(writes))) if tokens is None else list(tokens)
         replication = self.replication
         replication.step(inbound, ticks)
+        self._copy_pages(pages)
         for token, ref in reads:
             self._confirming[token] = (ref, replication.read_index(ref))
         results: list[WriteResult | None] = [None] * len(writes)
@@ -493,7 +509,65 @@ class StorageNode:
             settled,
             replication.outbox.take(),
             self._take_confirmed(),
+            replication.page_reads(),
         )
+
+    def _copy_pages(self, pages: Sequence[tuple[PageRead, dict[str, Any] | DynamoError]]) -> None:
+        """Begin a copy of each replica offered a snapshot it cannot continue its log from, and
+        write the pages read for the copies running (`snapshots.py`), each in a synced commit of
+        its own, before the round's writes."""
+        replication = self.replication
+        for name, message in replication.take_offered():
+            ref = partition_of_group(name)
+            partition = self.partitions.get(ref)
+            if partition is None:
+                continue
+            batch = self.store.batch()
+            install = replication.begin_install(name, message, batch)
+            cleared = snapshots.clear(batch, partition)
+            # No read of the replica from now on: the views say so before its rows go.
+            replication.publish(self.monotonic())
+            self._commit_copy(batch, name, cleared)
+            logger.info(
+                "partition %s/%s copies its replica from node-%d from index %d",
+                *ref,
+                install.source,
+                install.snapshot.index,
+            )
+        for read, reply in pages:
+            copy = replication.installs.get(read.group)
+            if copy is None or not copy.answers(read.request, read.source):
+                continue  # a late reply to an earlier read, or a copy that has ended
+            if isinstance(reply, DynamoError):
+                copy.next_source(replication.member)
+                continue
+            ref = partition_of_group(read.group)
+            partition = self.partitions.get(ref)
+            if partition is None:
+                continue
+            batch = self.store.batch()
+            written = copy.write_page(batch, reply)
+            if copy.done(partition):
+                replication.end_install(copy, batch)
+                logger.info(
+                    "partition %s/%s copied its replica in %d pages; whole again at index %d",
+                    *ref,
+                    copy.pages,
+                    copy.applied,
+                )
+            else:
+                replication.record_page(copy, batch)
+            self._commit_copy(batch, read.group, written)
+
+    def _commit_copy(self, batch: WriteBatchView, group: str, writes: list[BatchOp]) -> None:
+        try:
+            self.store.commit(batch)
+        except Exception:
+            logger.exception("a commit of group %s's replica copy failed", group)
+            # The groups in memory are ahead of the disk: read them again, as a restart would.
+            self.replication.reopen()
+            return
+        self.install_effects([(group, writes)])
 
     def _take_confirmed(self) -> list[tuple[Hashable, DynamoError | None]]:
         confirmed: list[tuple[Hashable, DynamoError | None]] = []

@@ -35,7 +35,7 @@ from rpc.transactions import (
     TxnRecordPayload,
     TxnSweepPayload,
 )
-from storagenode import control, expiry, items, move, reads, split
+from storagenode import control, expiry, items, move, reads, snapshots, split
 from storagenode import transactions as txn
 from storagenode.writes import NodeState, WriteContext, addressed
 
@@ -176,6 +176,7 @@ OPERATIONS: Mapping[str, Operation] = {
         ),
         # A global index partition out of write capacity, as the GSI replicator reports it.
         Operation(ops.INDEX_PRESSURE, ops.IndexPressurePayload, _R, items.index_pressure),
+        Operation(ops.RAFT_SNAPSHOT_READ, ops.SnapshotReadPayload, _R, snapshots.read_page),
         # The TTL sweeper's own writes.
         Operation(
             expiry.TTL_EXPIRE, expiry.ExpirePayload, _I, control.ttl_expire, disk_full=_FREES

@@ -97,6 +97,7 @@ from core.raft import (
     Config,
     ConfState,
     Entry,
+    HardState,
     Message,
     MessageKind,
     NotLeader,
@@ -216,6 +217,18 @@ def _routine(node: RaftNode, message: Message) -> bool:
     return node.role is Role.LEADER and message.kind in _ACKS and not message.reject
 
 
+def _restores(node: RaftNode, message: Message) -> bool:
+    """Whether stepping a snapshot message would replace the member's log and state: it is not
+    stale, and the log does not already hold its last entry (`RaftNode`'s own test)."""
+    snapshot = message.snapshot
+    return (
+        snapshot is not None
+        and message.term >= node.term
+        and snapshot.index > node.log.committed
+        and not node.log.match_term(snapshot.index, snapshot.term)
+    )
+
+
 class RaftHost:
     """Every group on one node; see the module docstring."""
 
@@ -232,7 +245,7 @@ class RaftHost:
         compact_entries: int = limits.RAFT_LOG_COMPACT_ENTRIES,
         kept_entries: int = limits.RAFT_LOG_KEPT_ENTRIES,
         compact_bytes: int = limits.RAFT_LOG_COMPACT_BYTES,
-        compact_shared: bool = True,
+        offer_snapshot: Callable[[str, Message], bool] | None = None,
     ) -> None:
         self.id = member
         self.store = store
@@ -246,9 +259,14 @@ class RaftHost:
         self.compact_entries = compact_entries
         self.kept_entries = kept_entries
         self.compact_bytes = compact_bytes
-        # Whether groups with other members compact their logs too (their state machines must
-        # then be able to send and take snapshots); a group of one voter always does.
-        self.compact_shared = compact_shared
+        # Given, a snapshot sent to a member whose log cannot continue from it is offered to
+        # the application first, before the group steps it: True, the application takes it
+        # (it copies the state from another member: `suspend`, then `resume`), and the group
+        # does not see the message. Otherwise the state machine restores it from its data.
+        self.offer_snapshot = offer_snapshot
+        # Groups whose member here is suspended while its state is copied from another's: its
+        # storage, and no `RaftNode` (messages to it are dropped, as if lost).
+        self.suspended: dict[str, RaftLogStorage] = {}
         self.now = 0
         self.stats = HostStats()
         self.groups: dict[str, _Group] = {}
@@ -261,7 +279,11 @@ class RaftHost:
         self._silent: set[int] = set()
         self._contexts = itertools.count(1)
         for name in stored_groups(store):
-            self._open(RaftLogStorage.load(store, name))
+            storage = RaftLogStorage.load(store, name)
+            if storage.installing is not None:
+                self.suspended[name] = storage
+            else:
+                self._open(storage)
 
     # Groups.
 
@@ -295,11 +317,44 @@ class RaftHost:
     def remove_group(self, name: str, batch: WriteBatchView) -> None:
         """This node is no longer a member: its log and state go (in `batch`, which the caller
         commits), and what waited on it fails as OutcomeUnknown."""
+        if name in self.suspended:
+            self.suspended.pop(name).destroy(batch)
+            return
         group = self.groups.pop(name)
         for table in (self._awake, self._dirty, self._stepped_asleep):
             table.pop(name, None)
         group.storage.destroy(batch)
         self._fail_waiting(group, OutcomeUnknown(f"group {name} left this node"))
+
+    def suspend(self, name: str, record: bytes, batch: WriteBatchView) -> None:
+        """Stop the member's group here while its state is replaced by a copy of another
+        member's: `record` (the application's, in `batch`) says so until `resume`, after a
+        restart too. The group keeps its hard state (its term and vote stay promised) and
+        takes no message meanwhile; what waited on it fails as NotLeader."""
+        group = self.groups.pop(name)
+        for table in (self._awake, self._dirty, self._stepped_asleep):
+            table.pop(name, None)
+        group.storage.set_installing(batch, record)
+        self.suspended[name] = group.storage
+        self._fail_waiting(group, NotLeader(NONE))
+
+    def resume(
+        self, name: str, snapshot: Snapshot, term: int, serve_from: int, batch: WriteBatchView
+    ) -> None:
+        """Run the suspended group again from `snapshot`, whose state the application has
+        written into `batch`, as sent in `term`: its log starts after the snapshot's index,
+        committed; it is a follower in `term` (its vote kept if the term did not move). Reads
+        of its state wait until it has applied `serve_from`."""
+        storage = self.suspended.pop(name)
+        old = storage.hard_state
+        if term > old.term:
+            hard_state = HardState(term, NONE, snapshot.index)
+        else:
+            hard_state = HardState(old.term, old.vote, max(old.commit, snapshot.index))
+        storage.restore(batch, snapshot, hard_state)
+        storage.set_installing(batch, None)
+        storage.set_serve_from(batch, serve_from)
+        self._open(storage)
 
     def _open(self, storage: RaftLogStorage) -> None:
         node = RaftNode(self.config, storage, self.timeouts)
@@ -391,6 +446,13 @@ class RaftHost:
         if group is None:
             return  # a group not on this node (yet, or any more): as if the message were lost
         node = group.node
+        if (
+            message.kind is MessageKind.SNAPSHOT
+            and self.offer_snapshot is not None
+            and _restores(node, message)
+            and self.offer_snapshot(name, message)
+        ):
+            return
         if group.asleep:
             if _routine(node, message):
                 # Handled asleep; the next tick wakes the group if this left it work to do.
@@ -591,13 +653,9 @@ class RaftHost:
                 settle.append(
                     (future, entry.index if entry.term == term else NotLeader(node.leader))
                 )
-            if (
-                entries[-1].index == node.log.committed
-                and (self.compact_shared or node.sole_voter())
-                and (
-                    storage.applied - storage.first_index() + 1 >= self.compact_entries
-                    or storage.appended_bytes >= self.compact_bytes
-                )
+            if entries[-1].index == node.log.committed and (
+                storage.applied - storage.first_index() + 1 >= self.compact_entries
+                or storage.appended_bytes >= self.compact_bytes
             ):
                 # node.conf is the membership as of its commit index, which is now applied.
                 storage.create_snapshot(batch, storage.applied, node.conf, group.machine.snapshot())

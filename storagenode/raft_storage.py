@@ -24,6 +24,7 @@ and no parsing of the command, which is the application's.
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 from collections.abc import Iterator, Sequence
 from typing import Protocol
@@ -40,6 +41,11 @@ _SNAPSHOT = b"s"
 _TRUNCATED = b"t"
 _APPLIED = b"a"
 _MEMBERSHIP = b"m"
+# A member's copy of the state being replaced from another member's (`storagenode/snapshots.py`):
+# the application's record of the transfer, while it runs; then the index before which reads
+# are not served, until the group has applied that far.
+_INSTALLING = b"i"
+_SERVE_FROM = b"u"
 
 _ENTRY_HEADER = struct.Struct(">QB")  # term, kind
 _HARD_STATE_VALUE = struct.Struct(">QQQ")  # term, vote, commit
@@ -47,6 +53,7 @@ _POSITION = struct.Struct(">QQ")  # index, term
 _SNAPSHOT_HEADER = struct.Struct(">QQI")  # index, term, length of the membership's JSON
 _MEMBERSHIP_HEADER = struct.Struct(">Q")  # the index it is as of, then its JSON
 _INDEX = struct.Struct(">Q")
+_ZERO = _INDEX.pack(0)
 
 _KINDS = {EntryKind.NORMAL: 0, EntryKind.CONF: 1}
 _KIND_OF = {number: kind for kind, number in _KINDS.items()}
@@ -116,6 +123,28 @@ def stored_groups(store: RaftStore) -> list[str]:
     return groups
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class StoredProgress:
+    applied: int
+    installing: bool
+    serve_from: int
+
+
+def stored_progress(store: RaftStore, group: str) -> StoredProgress | None:
+    """How far a group's member has applied, as the store holds it (None: no such group here),
+    whether its state is being copied, and from which index it is whole again."""
+    prefix = raft_group_prefix(group)
+    applied = store.get(Family.RAFT_STATE, prefix + _APPLIED)
+    if applied is None:
+        return None
+    serve_from = store.get(Family.RAFT_STATE, prefix + _SERVE_FROM)
+    return StoredProgress(
+        _INDEX.unpack(applied)[0],
+        store.get(Family.RAFT_STATE, prefix + _INSTALLING) is not None,
+        0 if serve_from is None else _INDEX.unpack(serve_from)[0],
+    )
+
+
 class RaftLogStorage:
     """One group's log and state on the node's store; see the module docstring.
 
@@ -135,6 +164,8 @@ class RaftLogStorage:
         last_index: int,
         applied: int,
         membership: tuple[int, ConfState] | None = None,
+        installing: bytes | None = None,
+        serve_from: int = 0,
     ) -> None:
         self.store = store
         self.group = group
@@ -152,6 +183,11 @@ class RaftLogStorage:
         self._membership = membership
         # The newest entries, contiguous, ending at the last index (or empty).
         self._tail: list[Entry] = []
+        # While the member's state is being copied from another's: the application's record of
+        # the copy (the group does not run meanwhile); and the applied index from which the
+        # state it copied is whole again (`set_serve_from`).
+        self.installing = installing
+        self.serve_from = serve_from
 
     @classmethod
     def create(
@@ -203,6 +239,10 @@ class RaftLogStorage:
             last_index=max(last, offset),
             applied=_INDEX.unpack(state(_APPLIED))[0],
             membership=_decode_membership(store.get(Family.RAFT_STATE, prefix + _MEMBERSHIP)),
+            installing=store.get(Family.RAFT_STATE, prefix + _INSTALLING),
+            serve_from=_INDEX.unpack(store.get(Family.RAFT_STATE, prefix + _SERVE_FROM) or _ZERO)[
+                0
+            ],
         )
 
     def _state_key(self, tag: bytes) -> bytes:
@@ -332,6 +372,28 @@ class RaftLogStorage:
         self._set_truncated(batch, snapshot.index, snapshot.term)
         self._last = snapshot.index
         self._tail = []
+
+    def set_installing(self, batch: WriteBatchView, record: bytes | None) -> None:
+        """Record (or, None, end) a copy of the member's state from another member's."""
+        key = self._state_key(_INSTALLING)
+        if record is None:
+            batch.delete(Family.RAFT_STATE, key)
+        else:
+            batch.put(Family.RAFT_STATE, key, record)
+        self.installing = record
+
+    def set_serve_from(self, batch: WriteBatchView, index: int) -> None:
+        """The state is whole once applied to `index`: before, it is a copy being caught up."""
+        batch.put(Family.RAFT_STATE, self._state_key(_SERVE_FROM), _INDEX.pack(index))
+        self.serve_from = index
+
+    def restore(self, batch: WriteBatchView, snapshot: Snapshot, hard_state: HardState) -> None:
+        """Start the log again after `snapshot`, whose state the application has installed
+        (the entries kept go; the state machine is applied to the snapshot's index)."""
+        self.apply_snapshot(batch, snapshot)
+        self.set_hard_state(batch, hard_state)
+        self.set_applied(batch, snapshot.index)
+        self.set_membership(batch, snapshot.index, snapshot.conf)
 
     def create_snapshot(
         self, batch: WriteBatchView, index: int, conf: ConfState, data: bytes

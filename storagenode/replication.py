@@ -47,6 +47,7 @@ from storagenode.layout import Family
 from storagenode.partition import Partition
 from storagenode.raft_host import RaftHost, group_id, member_id, node_name, partition_of_group
 from storagenode.raft_storage import stored_groups
+from storagenode.snapshots import Install, PageRead
 from storagenode.store import DELETE, DELETE_RANGE, PUT, BatchOp, NodeStore, WriteBatchView
 from storagenode.writes import PartitionRef, Ready
 
@@ -152,8 +153,8 @@ class PartitionLog:
 
     def restore(self, snapshot: Snapshot, batch: WriteBatchView) -> None:
         raise AssertionError(
-            f"group {self.group} was sent a snapshot: sending a partition's data to a member "
-            "far behind is not built yet"
+            f"group {self.group} was sent a snapshot to restore from its data: a partition's "
+            "is copied from another member instead (`Replication.offered`)"
         )
 
 
@@ -239,9 +240,13 @@ class Replication:
         timeouts: TimeoutSource | None = None,
         *,
         peers: Iterable[int] = (),
+        compact_entries: int = limits.RAFT_LOG_COMPACT_ENTRIES,
+        kept_entries: int = limits.RAFT_LOG_KEPT_ENTRIES,
     ) -> None:
         self.store = store
         self.member = member
+        self.compact_entries = compact_entries
+        self.kept_entries = kept_entries
         self.peers = tuple(peers)
         self.timeouts = random.Random(member) if timeouts is None else timeouts
         self.outbox = Outbox()
@@ -251,6 +256,10 @@ class Replication:
         self.proposed: dict[str, Proposed] = {}
         # What each replica shared with other nodes may serve (replaced whole by `publish`).
         self.views: dict[PartitionRef, ReadView] = {}
+        # Snapshots sent to members here that must copy their state (`snapshots.py`), taken by
+        # the node's loop after each step; and the copies running, by group.
+        self.offered: list[tuple[str, Message]] = []
+        self.installs: dict[str, Install] = {}
         self.host = self._open()
         if not store.read_only:
             # Entries committed but not applied before a restart are applied now, before the
@@ -259,18 +268,64 @@ class Replication:
             self.host.handle_round()
 
     def _open(self) -> RaftHost:
-        return RaftHost(
+        host = RaftHost(
             self.member,
             self.store,
             self.outbox,
             lambda group: PartitionLog(group, self.applied),
             self.timeouts,
             peers=self.peers,
-            # A partition's snapshot cannot be sent yet (its data would be read from the store):
-            # a group with other members keeps its whole log, so a member that was away catches
-            # up from entries.
-            compact_shared=False,
+            compact_entries=self.compact_entries,
+            kept_entries=self.kept_entries,
+            offer_snapshot=self._offer,
         )
+        self.offered = []
+        self.installs = {}
+        for name, storage in host.suspended.items():
+            assert storage.installing is not None
+            self.installs[name] = Install.from_record(name, storage.installing)
+        return host
+
+    def _offer(self, group: str, message: Message) -> bool:
+        """A snapshot the member here cannot continue its log from: its partition's rows are
+        copied from another member (`snapshots.py`); the node's loop begins the copy."""
+        if group == NODE_GROUP:
+            return False
+        self.offered.append((group, message))
+        return True
+
+    # Copying a replica from another member (`snapshots.py`) ---------------------------------
+
+    def take_offered(self) -> list[tuple[str, Message]]:
+        offered, self.offered = self.offered, []
+        return [(name, message) for name, message in offered if name in self.host.groups]
+
+    def begin_install(self, name: str, message: Message, batch: WriteBatchView) -> Install:
+        """Suspend the group and record its copy in `batch` (the caller deletes the rows)."""
+        install = Install.begin(name, message)
+        self.host.suspend(name, install.to_record(), batch)
+        self.installs[name] = install
+        self.proposed.pop(name, None)
+        return install
+
+    def page_reads(self) -> list[PageRead]:
+        """The next page each running copy waits for."""
+        return [
+            PageRead(name, install.source, install.request())
+            for name, install in sorted(self.installs.items())
+        ]
+
+    def record_page(self, install: Install, batch: WriteBatchView) -> None:
+        """The copy's cursor after a page, in the batch holding the page's rows."""
+        self.host.suspended[install.group].set_installing(batch, install.to_record())
+
+    def end_install(self, install: Install, batch: WriteBatchView) -> None:
+        """The last page is in `batch`: the group runs again from the snapshot, and steps the
+        leader's message, so the leader sends the entries after it."""
+        name = install.group
+        del self.installs[name]
+        self.host.resume(name, install.snapshot, install.term, install.applied, batch)
+        self.host.step(name, install.message(self.member))
 
     def reopen(self) -> None:
         """Rebuild the groups from the store, after a commit that failed. (What they do on
@@ -291,7 +346,7 @@ class Replication:
         if NODE_GROUP not in self.host.groups:
             self.host.create_group(NODE_GROUP, self._conf(None), batch)
         for name, partition in sorted(wanted.items()):
-            if name not in self.host.groups:
+            if name not in self.host.groups and name not in self.host.suspended:
                 self._create(name, partition, batch)
         gone = [n for n in stored_groups(self.store) if n not in wanted and n != NODE_GROUP]
         self.host.handle_round(batch, removing=gone)
@@ -313,6 +368,8 @@ class Replication:
         """How a write to partition `ref` goes now, and the leader this node knows (NONE)."""
         name = group_id(*ref)
         group = self.host.groups.get(name)
+        if name in self.installs:
+            return Route.FOLLOW, self.installs[name].sender
         if group is None or group.node.sole_voter():
             return Route.LOCAL, self.member
         node = group.node
@@ -329,8 +386,9 @@ class Replication:
 
     def replicated(self, ref: PartitionRef) -> bool:
         """Whether partition `ref`'s group on this node has members on other nodes."""
-        group = self.host.groups.get(group_id(*ref))
-        return group is not None and not group.node.sole_voter()
+        name = group_id(*ref)
+        group = self.host.groups.get(name)
+        return name in self.installs or (group is not None and not group.node.sole_voter())
 
     # Persisting --------------------------------------------------------------------------------
 
@@ -367,9 +425,10 @@ class Replication:
             for ref, partition in ready.partitions.items():
                 name = group_id(*ref)
                 if partition is None:
-                    if name in host.groups:
+                    if name in host.groups or name in host.suspended:
                         gone.append(name)
-                elif name not in host.groups:
+                        self.installs.pop(name, None)
+                elif name not in host.groups and name not in host.suspended:
                     self._create(name, partition, batch)
             for name, share in shares.items():
                 if name not in host.groups:
@@ -447,7 +506,8 @@ class Replication:
             node = group.node
             if name == NODE_GROUP or node.sole_voter():
                 continue
-            caught_up = node.log.applied >= node.log.committed
+            # A copy of another member's state is whole once applied to `serve_from`.
+            caught_up = node.log.applied >= max(node.log.committed, group.storage.serve_from)
             leader = node_name(node.leader) if node.leader != NONE else None
             lease_until = fresh_until = 0.0
             if node.role is Role.LEADER:
@@ -462,6 +522,8 @@ class Replication:
             views[partition_of_group(name)] = ReadView(
                 leader, node.role is Role.LEADER, lease_until, fresh_until
             )
+        for name, install in self.installs.items():
+            views[partition_of_group(name)] = ReadView(node_name(install.sender), False, 0.0, 0.0)
         self.views = views
 
     def round(self) -> None:

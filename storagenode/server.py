@@ -48,7 +48,7 @@ from storagenode.feed_service import FeedService
 from storagenode.move import Mover
 from storagenode.node import StorageNode
 from storagenode.operations import OPERATIONS, Kind
-from storagenode.raft_host import member_id
+from storagenode.raft_host import member_id, node_name
 from storagenode.settings import NodeSettings
 from storagenode.split import Splitter
 from storagenode.store import Store
@@ -398,6 +398,8 @@ class NodeServer:
         self._mover: Mover | None = None
         self._stream_retention: StreamRetention | None = None
         self._catalog_copier: CatalogCopier | None = None
+        # Clients of the peers this node copies partition replicas from (`snapshots.py`).
+        self._peer_clients: dict[int, NodeClient] = {}
 
     async def start(self) -> str:
         """Open the store and serve; return the address actually bound (listen may say port 0)."""
@@ -422,6 +424,8 @@ class NodeServer:
                 ),
                 item_collection_bytes_max=settings.item_collection_bytes_max,
                 gsi_lag_records_max=settings.gsi_lag_records_max,
+                raft_log_compact_entries=settings.raft_log_compact_entries,
+                raft_log_kept_entries=settings.raft_log_kept_entries,
             )
         except BaseException:
             self._store.close()
@@ -435,7 +439,11 @@ class NodeServer:
             )
             self._raft.add_to_server(server)
         raft = self._raft
-        self._committer = GroupCommitter(node, send=None if raft is None else raft.send)
+        self._committer = GroupCommitter(
+            node,
+            send=None if raft is None else raft.send,
+            read_page=self._read_page if self.peers else None,
+        )
         self._committer.start()
         committer = self._committer
 
@@ -480,6 +488,18 @@ class NodeServer:
         )
         return self.address
 
+    async def _read_page(self, source: int, request: dict[str, Any]) -> dict[str, Any]:
+        """A page of a partition replica from peer node `source` (`snapshots.py`)."""
+        client = self._peer_clients.get(source)
+        if client is None:
+            address = self.peers.get(node_name(source))
+            if address is None:
+                raise ServiceUnavailable(f"node-{source} is not a peer of this node")
+            client = self._peer_clients[source] = NodeClient(address)
+        return await client.control(
+            ops.RAFT_SNAPSHOT_READ, request, limits.RAFT_SNAPSHOT_PAGE_SECONDS_MAX
+        )
+
     async def stop(self, grace: float = limits.NODE_SHUTDOWN_GRACE_SECONDS) -> None:
         """Stop gracefully: refuse new calls, let in-flight ones finish for `grace` seconds,
         commit what is queued, and close the store."""
@@ -505,6 +525,9 @@ class NodeServer:
             await self._committer.close(grace)
         if self._raft is not None:
             await self._raft.close()
+        for client in self._peer_clients.values():
+            await client.close()
+        self._peer_clients = {}
         if self._feed is not None:
             # A follow cancelled by the stop may leave its read running on the executor.
             await self._feed.wait_reads(grace)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from core import limits
-from core.settings import at_least, seconds_within, setting, switch
+from core.settings import SettingError, at_least, seconds_within, setting, switch
 from storagenode import metrics
 
 
@@ -79,3 +79,21 @@ class NodeSettings:
         _listen,
         "HOST:PORT or PORT for Prometheus metrics; unset: off",
     )
+    raft_log_compact_entries: int = setting(
+        limits.RAFT_LOG_COMPACT_ENTRIES,
+        "DYNALAB_RAFT_LOG_COMPACT_ENTRIES",
+        at_least(2, "entry"),
+        "a partition's Raft log is compacted once it holds this many applied entries",
+    )
+    raft_log_kept_entries: int = setting(
+        limits.RAFT_LOG_KEPT_ENTRIES,
+        "DYNALAB_RAFT_LOG_KEPT_ENTRIES",
+        at_least(1, "entry"),
+        "entries a compacted log keeps for members a little behind (fewer than it compacts at)",
+    )
+
+    def __post_init__(self) -> None:
+        if self.raft_log_kept_entries >= self.raft_log_compact_entries:
+            raise SettingError(
+                "DYNALAB_RAFT_LOG_KEPT_ENTRIES must be less than DYNALAB_RAFT_LOG_COMPACT_ENTRIES"
+            )

@@ -17,10 +17,13 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from core.errors import NotPartitionLeader, ServiceUnavailable
+from core.keycodec import successor
 from dynalab.cluster import LocalCluster
 from rpc import ops
 from rpc.client import NodeClient
 from rpc.ops import Target
+from storagenode.layout import Family
+from storagenode.store import Store
 from tests.integration.conftest import create_active_table, dynamodb_client
 
 WRITERS = 4
@@ -222,3 +225,68 @@ def test_a_paused_leader_serves_no_stale_strong_read_after_it_resumes(tmp_path: 
         described = client.describe_table(TableName=table)["Table"]
         assert described["TableStatus"] == "ACTIVE"
         assert described["ProvisionedThroughput"]["ReadCapacityUnits"] == 1
+
+
+def _table_rows(data_dir: Path, table_id: str) -> dict[str, list[tuple[bytes, bytes]]]:
+    """A stopped node's rows of one table, by family: its replicas' state (the catalog and
+    the node's own Raft state differ by node)."""
+    prefix = bytes.fromhex(table_id)
+    store = Store(data_dir)
+    try:
+        return {
+            family.value: list(store.walk(family, prefix, successor(prefix), forward=True))
+            for family in (Family.ITEMS, Family.CHANGE_LOG, Family.PARTITIONS)
+        }
+    finally:
+        store.close()
+
+
+def test_a_node_behind_the_compacted_logs_copies_its_replicas_from_its_peers(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """Logs compacted every 20 entries: a node down while 1,600 writes go to its table finds
+    its groups' logs cut past where it stopped, copies each partition's replica from a peer
+    over gRPC (storagenode/snapshots.py), and ends with the same rows as the others; with it
+    and one other node alone, every write is still read."""
+    monkeypatch.setenv("DYNALAB_RAFT_LOG_COMPACT_ENTRIES", "20")
+    monkeypatch.setenv("DYNALAB_RAFT_LOG_KEPT_ENTRIES", "5")
+    with LocalCluster(
+        tmp_path / "cluster", nodes=3, routers=1, replicators=0, replication_factor=3
+    ) as cluster:
+        client = dynamodb_client(cluster.router_url)
+        table = create_active_table(client, "Compacted")
+        table_id = uuid.UUID(client.describe_table(TableName=table)["Table"]["TableId"]).hex
+        away = cluster.nodes[2]
+        away.kill()
+        # More entries per partition than a leader keeps in flight to a member (the transport
+        # holds those for it while it is away, and it would catch up from them).
+        keys = [f"k{i}" for i in range(1600)]
+
+        def write(start: int) -> None:
+            own = dynamodb_client(cluster.router_url)
+            for i in range(start, len(keys), 8):
+                own.put_item(TableName=table, Item={"pk": {"S": keys[i]}, "n": {"N": str(i)}})
+            for key in keys[start::80]:
+                own.delete_item(TableName=table, Key={"pk": {"S": key}})
+
+        threads = [threading.Thread(target=write, args=(start,)) for start in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=120)
+        away.start()
+        log = cluster.log_dir / f"{away.node_id}.log"
+        deadline = time.monotonic() + 60
+        while log.read_text().count("copied its replica in") < 4:
+            assert time.monotonic() < deadline, "the node did not copy its 4 replicas"
+            time.sleep(0.2)
+        # With the copied node and one other alone, a quorum of every group remains.
+        cluster.nodes[0].kill()
+        kept = {key for i, key in enumerate(keys) if i % 80 >= 8}  # The others were deleted.
+        assert stored(client, table, keys) == kept
+        cluster.nodes[0].start()
+        time.sleep(2)  # The restarted node catches up from the log (it was away briefly).
+        cluster.stop()
+        rows = [_table_rows(node.data_dir, table_id) for node in cluster.nodes]
+        assert rows[0] == rows[1] == rows[2], "the replicas differ"
+        assert len(rows[2][Family.ITEMS.value]) == len(kept)

@@ -15,7 +15,9 @@ import random
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
+from core import limits
 from core.errors import DynamoError, NotPartitionLeader, ServiceUnavailable
+from rpc import ops
 from rpc.ops import Target
 from rpc.raft_local import LocalRaftNetwork, LocalRaftTransport
 from storagenode import commit
@@ -54,8 +56,17 @@ class Replicas:
         drop_rate: float = 0.0,
         duplicate_rate: float = 0.0,
         delay_seconds_max: float = 0.0,
+        compact_entries: int = limits.RAFT_LOG_COMPACT_ENTRIES,
+        kept_entries: int = limits.RAFT_LOG_KEPT_ENTRIES,
+        page_bytes: int | None = None,
     ) -> None:
         self.seed = seed
+        self.compact_entries = compact_entries
+        self.kept_entries = kept_entries
+        # Pages of replicas copied between members (`storagenode/snapshots.py`) of at most this
+        # many bytes, so that small partitions take several; and how many each member read.
+        self.page_bytes = page_bytes
+        self.pages_read: dict[int, int] = {}
         self.rng = random.Random(seed)
         self.members = list(range(1, members + 1))
         self.network = LocalRaftNetwork(
@@ -83,6 +94,8 @@ class Replicas:
             peers=[peer for peer in self.members if peer != member],
             timeouts=random.Random(self.rng.getrandbits(64)),
             monotonic=loop.time,
+            raft_log_compact_entries=self.compact_entries,
+            raft_log_kept_entries=self.kept_entries,
         )
 
         async def inline(work: Callable[..., T], *args: Any) -> T:
@@ -91,7 +104,12 @@ class Replicas:
         def send(to: int, batch: Any) -> None:
             self.transports[member].send(to, batch)
 
-        committer = GroupCommitter(node, send=send, monotonic=loop.time, offload=inline)
+        async def read_page(source: int, body: dict[str, Any]) -> dict[str, Any]:
+            return await self.read_page(member, source, body)
+
+        committer = GroupCommitter(
+            node, send=send, monotonic=loop.time, offload=inline, read_page=read_page
+        )
         self.transports[member] = self.network.join(member, committer.deliver)
         committer.start()
         self.nodes[member] = node
@@ -105,10 +123,23 @@ class Replicas:
         task = committer._task
         assert task is not None
         task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        await asyncio.gather(task, *committer.cancel_page_reads(), return_exceptions=True)
         for future in self.outstanding.pop(member, set()):
             if not future.done():
                 future.set_exception(ServiceUnavailable(f"node-{member} died"))
+
+    async def read_page(self, member: int, source: int, body: dict[str, Any]) -> dict[str, Any]:
+        """A page of `source`'s replica read by `member`, as its server answers the gRPC call
+        (`storagenode/snapshots.py`), across the network: refused if either is down or the link
+        between them is cut, after a delay of the network's."""
+        await asyncio.sleep(self.rng.uniform(0.001, 0.01))
+        if not (self.network.reachable(member, source) and self.network.reachable(source, member)):
+            raise ServiceUnavailable(f"node-{source} cannot be reached from node-{member}")
+        if self.page_bytes is not None:
+            body = {**body, "bytes_max": min(body["bytes_max"], self.page_bytes)}
+        self.pages_read[member] = self.pages_read.get(member, 0) + 1
+        reply: dict[str, Any] = self.nodes[source].read(ops.RAFT_SNAPSHOT_READ, None, body)
+        return reply
 
     async def restart(self, member: int) -> None:
         self.start(member)

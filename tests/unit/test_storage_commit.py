@@ -74,6 +74,7 @@ class SlowBatches:
         inbound: Iterable[Any] = (),
         ticks: int = 0,
         reads: Sequence[Any] = (),
+        pages: Sequence[Any] = (),
     ) -> WriteRound:
         self.batches.append(len(writes))
         assert self.release.wait(CLOSE_SECONDS)
