@@ -246,28 +246,48 @@ ON_DEMAND_MEMBERS = ("MaxReadRequestUnits", "MaxWriteRequestUnits")
 ON_DEMAND_REMOVED = -1
 
 
-def _on_demand_gate(requested: Mapping[str, int], billing_mode: BillingMode, wording: str) -> None:
+def _on_demand_gate(
+    requested: Mapping[str, int], billing_mode: BillingMode, wording: str, index: str | None = None
+) -> None:
     """Refuse OnDemandThroughput on a table that is (or becomes) PROVISIONED, naming the first
-    member given; DynamoDB checks this before the members' range."""
+    member given (and the index whose it is, `index`); DynamoDB checks this before the members'
+    range."""
     if billing_mode != BillingMode.PROVISIONED:
         return
+    whose = "" if index is None else f" for index: {index}"
     for member in ON_DEMAND_MEMBERS:
         if member in requested:
             raise ValidationError(
-                f"{INVALID_PARAMETERS}{member} for OnDemandThroughput cannot be specified when "
-                f"{wording}"
+                f"{INVALID_PARAMETERS}{member} for OnDemandThroughput{whose} cannot be specified "
+                f"when {wording}"
             )
 
 
-def _on_demand_range(requested: Mapping[str, int], *, removable: bool) -> None:
+def _on_demand_range(
+    requested: Mapping[str, int], *, removable: bool, index: str | None = None
+) -> None:
+    # DynamoDB's words put a space before the index's colon here ("for index : g-a"), unlike the
+    # gate's ("for index: g-a"), as captured against the service.
+    whose = "table" if index is None else f"index : {index}"
     for member in ON_DEMAND_MEMBERS:
         value = requested.get(member)
         if value is None or value >= 1 or (removable and value == ON_DEMAND_REMOVED):
             continue
         raise ValidationError(
-            f"{INVALID_PARAMETERS}Requested {member} for OnDemandThroughput for table is outside "
-            "of valid range"
+            f"{INVALID_PARAMETERS}Requested {member} for OnDemandThroughput for {whose} is "
+            "outside of valid range"
         )
+
+
+def _on_demand_merged(
+    current: OnDemandThroughput, requested: Mapping[str, int]
+) -> OnDemandThroughput:
+    merged = [current.max_read, current.max_write]
+    for position, member in enumerate(ON_DEMAND_MEMBERS):
+        value = requested.get(member)
+        if value is not None:
+            merged[position] = None if value == ON_DEMAND_REMOVED else value
+    return OnDemandThroughput(merged[0], merged[1])
 
 
 def on_demand_created(
@@ -300,12 +320,24 @@ def on_demand_updated(
     if not requested:
         return current
     _on_demand_range(requested, removable=True)
-    merged = [current.max_read, current.max_write]
-    for position, member in enumerate(ON_DEMAND_MEMBERS):
-        value = requested.get(member)
-        if value is not None:
-            merged[position] = None if value == ON_DEMAND_REMOVED else value
-    return OnDemandThroughput(merged[0], merged[1])
+    return _on_demand_merged(current, requested)
+
+
+def index_on_demand_created(
+    billing_mode: BillingMode, index: str, requested: Mapping[str, int] | None
+) -> OnDemandThroughput:
+    """A global index's OnDemandThroughput as CreateTable or UpdateTable's Create gives it (None
+    or empty: none, as DynamoDB takes an empty one), or DynamoDB's refusal, naming the index:
+    none on a PROVISIONED table, each member at least 1 (as captured against the service by a
+    public catalogue of DynamoDB's answers, ack-api-quirks DDB-TABLE-128; the gate's words
+    after the index's name are the table's, which that capture elides)."""
+    if not requested:
+        return OnDemandThroughput()
+    _on_demand_gate(requested, billing_mode, "table BillingMode is PROVISIONED.", index)
+    _on_demand_range(requested, removable=False, index=index)
+    return OnDemandThroughput(
+        requested.get("MaxReadRequestUnits"), requested.get("MaxWriteRequestUnits")
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -401,14 +433,19 @@ def widest_partition(table: TableDef) -> tuple[PartitionDef, bytes]:
     """The serving partition whose hash range is widest, and the key at its middle (a bare
     hash prefix, which is an item collection's start too): where a pre-warm splits next, so
     that the partitions stay even. Raises if no partition's range can be halved by hash."""
+    return widest_of(table.partitions, f"Table {table.name}")
+
+
+def widest_of(partitions: Sequence[PartitionDef], what: str) -> tuple[PartitionDef, bytes]:
+    """`widest_partition` of any partitions (a table's or a global index's: `what` names them)."""
     widest: tuple[int, PartitionDef, int] | None = None
-    for partition in table.partitions:
+    for partition in partitions:
         low = _hash_of(partition.start, 0)
         high = HASH_SPACE if partition.end is None else _hash_of(partition.end, HASH_SPACE)
         if high - low >= 2 and (widest is None or high - low > widest[0]):
             widest = (high - low, partition, (low + high) // 2)
     if widest is None:
-        raise InternalServerError(f"Table {table.name} has no partition that halves by hash")
+        raise InternalServerError(f"{what} has no partition that halves by hash")
     return widest[1], widest[2].to_bytes(HASH_BYTES, "big")
 
 
@@ -438,6 +475,79 @@ def warm_updated(table: TableDef, requested: Mapping[str, int], region: str) -> 
     if wanted == current:
         return None
     return _changed(table, warm=wanted)
+
+
+# A global index's WarmThroughput (CreateTable, UpdateTable's Create and Update) follows the
+# table's rules with its own words, as captured against the service by a public catalogue of
+# DynamoDB's answers (ack-api-quirks DDB-TABLE-128, 154, 155, 456): below the minimum at creation
+# "is lower than initial throughput for OnDemand" (the capture may elide a link that follows, as
+# the table's message has one), lower than the index's current one "decreasing WarmThroughput is
+# not supported", above the per-table quota a LimitExceeded naming the account's limit.
+_WARM_QUOTAS = ("TableMaxReadCapacityUnits", "TableMaxWriteCapacityUnits")
+
+
+def _index_warm_requested(
+    index: str,
+    requested: Mapping[str, int],
+    current: WarmThroughput,
+    region: str,
+    *,
+    created: bool,
+) -> WarmThroughput:
+    values = [current.read, current.write]
+    for position, member in enumerate(WARM_MEMBERS):
+        value = requested.get(member)
+        if value is None:
+            continue
+        if not created and value < values[position]:
+            raise ValidationError(
+                f"{INVALID_PARAMETERS}Requested {member} for WarmThroughput for index {index} is "
+                "lower than current WarmThroughput, decreasing WarmThroughput is not supported"
+            )
+        if value < WARM_THROUGHPUT_MIN[position]:
+            raise ValidationError(
+                f"{INVALID_PARAMETERS}Requested {member} for WarmThroughput for index {index} is "
+                "lower than initial throughput for OnDemand"
+            )
+        if value > limits.PROVISIONED_UNITS_PER_TABLE_MAX:
+            raise LimitExceeded(
+                f"Subscriber limit exceeded: Requested {member} for WarmThroughput for index "
+                f"{index} exceeds {_WARM_QUOTAS[position]} of the account in region {region}"
+            )
+        values[position] = value
+    return WarmThroughput(values[0], values[1])
+
+
+def index_warm_created(
+    index: str, requested: Mapping[str, int] | None, region: str
+) -> WarmThroughput | None:
+    """A global index's WarmThroughput at its creation (None or empty: none asked for, which
+    DynamoDB takes alike), a member not given at the minimum: the index is created with the
+    partitions that serve it (`global_index`)."""
+    if not requested:
+        return None
+    minimum = WarmThroughput(*WARM_THROUGHPUT_MIN)
+    return _index_warm_requested(index, requested, minimum, region, created=True)
+
+
+def index_warm_throughput(index: IndexDef) -> WarmThroughput:
+    """DescribeTable's WarmThroughput units of a global index: what was asked for, else what its
+    partitions serve."""
+    return index.warm or partitions_warm(len(index.partitions))
+
+
+def index_warm_settled(index: IndexDef) -> bool:
+    """Whether the global index has the partitions its warm throughput needs (its
+    WarmThroughput's Status ACTIVE)."""
+    return index.warm is None or len(index.partitions) >= warm_partition_count(index.warm)
+
+
+def prewarm_pending(table: TableDef) -> bool:
+    """Whether the table or one of its global indexes still needs partitions split to serve its
+    warm throughput (the routers' reconcilers split them: `router.table_lifecycle.prewarm`)."""
+    return not warm_settled(table) or any(
+        not index_warm_settled(index) for index in global_indexes(table)
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -608,6 +718,10 @@ class IndexDef:
     # item count when the backfill began, the estimate OnlineIndexPercentageProgress divides by.
     progress: tuple[BackfillProgress, ...] = ()
     items_estimate: int = 0
+    # A global index's OnDemandThroughput (on an on-demand table only) and the WarmThroughput
+    # asked for (None: what its partitions serve), as a table's.
+    on_demand: OnDemandThroughput = OnDemandThroughput()
+    warm: WarmThroughput | None = None
 
     def to_json(self) -> dict[str, Any]:
         document: dict[str, Any] = {
@@ -624,6 +738,10 @@ class IndexDef:
             document["throughput"] = {"read": self.throughput.read, "write": self.throughput.write}
             if self.retired:
                 document["retired_partitions"] = [partition.to_json() for partition in self.retired]
+            if not self.on_demand.empty:
+                document["on_demand"] = self.on_demand.to_json()
+            if self.warm is not None:
+                document["warm"] = [self.warm.read, self.warm.write]
         if self.online:
             document["online"] = True
             document["backfilled"] = list(self.backfilled)
@@ -655,6 +773,8 @@ class IndexDef:
             ),
             progress=tuple(BackfillProgress.from_json(p) for p in document.get("progress", ())),
             items_estimate=int(document.get("items_estimate", 0)),
+            on_demand=OnDemandThroughput.from_json(document.get("on_demand")),
+            warm=None if document.get("warm") is None else WarmThroughput(*document["warm"]),
         )
 
     @property
@@ -1238,6 +1358,10 @@ def throughput_updated(
                 decreases_day=utc_day(now),
             )
     _check(TABLE_TRANSITIONS, f"Table {table.name}", table.status, TableStatus.UPDATING)
+    indexes = table.indexes
+    if mode == BillingMode.PROVISIONED:
+        # A switch to provisioned drops the global indexes' maximums too, as DynamoDB's does.
+        indexes = tuple(replace(index, on_demand=OnDemandThroughput()) for index in indexes)
     return _changed(
         table,
         billing_mode=mode,
@@ -1245,6 +1369,7 @@ def throughput_updated(
         throughput_version=table.throughput_version + 1,
         throughput_changes=changes,
         on_demand=maximums,
+        indexes=indexes,
         status=TableStatus.UPDATING,
     )
 
@@ -1344,8 +1469,13 @@ def index_split(
         keep_retired=False,
         rank=table.version + 1,
     )
+    warm = index.warm
+    if warm is not None and len(partitions) > warm_partition_count(warm):
+        warm = warm.widened(partitions_warm(len(partitions)))
     indexes = tuple(
-        replace(i, partitions=partitions, retired=retired) if i.table_id == index_id else i
+        replace(i, partitions=partitions, retired=retired, warm=warm)
+        if i.table_id == index_id
+        else i
         for i in table.indexes
     )
     return _changed(table, indexes=indexes), low, high
@@ -1465,11 +1595,17 @@ def global_index(
     billing_mode: BillingMode,
     throughput: Throughput,
     owner: Callable[[str], str],
+    on_demand: OnDemandThroughput = OnDemandThroughput(),
+    warm: WarmThroughput | None = None,
 ) -> IndexDef:
     """A new global index, CREATING, stored under `index_id` in as many partitions as its
-    throughput needs (as a table's: `initial_partition_count`), splitting the hash space of the
-    index partition key evenly, each at epoch 1 on the node `owner` picks for its id."""
+    throughput needs (as a table's: `initial_partition_count`) or its WarmThroughput (`warm`,
+    `index_warm_created`) does, splitting the hash space of the index partition key evenly, each
+    at epoch 1 on the node `owner` picks for its id; with its OnDemandThroughput
+    (`index_on_demand_created`)."""
     count = initial_partition_count(billing_mode, throughput.read, throughput.write)
+    if warm is not None:
+        count = max(count, warm_partition_count(warm))
     share = Fraction(1, count)
     partitions = tuple(
         PartitionDef(
@@ -1486,6 +1622,8 @@ def global_index(
         table_id=index_id,
         partitions=partitions,
         throughput=throughput,
+        on_demand=on_demand,
+        warm=warm,
     )
 
 
@@ -1511,14 +1649,21 @@ def global_indexes(table: TableDef) -> tuple[IndexDef, ...]:
 
 def index_throughput_document(table: TableDef, index: IndexDef) -> dict[str, Any]:
     """What the nodes need of a global index's throughput (`rpc.ops` THROUGHPUT): the index's
-    own units over its own partitions, under the table's billing mode and throughput version."""
-    return {
+    own units (on demand: its OnDemandThroughput) over its own partitions, under the table's
+    billing mode and throughput version."""
+    document: dict[str, Any] = {
         "billing_mode": table.billing_mode.value,
         "read": index.throughput.read,
         "write": index.throughput.write,
         "partition_count": len(index.partitions),
         "version": table.throughput_version,
     }
+    if table.billing_mode == BillingMode.PAY_PER_REQUEST:
+        if index.on_demand.max_read is not None:
+            document["max_read"] = index.on_demand.max_read
+        if index.on_demand.max_write is not None:
+            document["max_write"] = index.on_demand.max_write
+    return document
 
 
 def index_added(table: TableDef, index: IndexDef) -> TableDef:
@@ -1601,72 +1746,128 @@ def index_deleting(table: TableDef, index_name: str) -> TableDef:
 
 
 def index_throughput_updated(
-    table: TableDef, updates: Mapping[str, Mapping[str, int] | None], region: str
+    table: TableDef,
+    updates: Mapping[str, Mapping[str, int] | None],
+    region: str,
+    *,
+    on_demand: Mapping[str, Mapping[str, int]] | None = None,
+    warm: Mapping[str, Mapping[str, int]] | None = None,
 ) -> TableDef:
-    """The table UPDATING with new ProvisionedThroughput for global indexes (UpdateTable's
-    GlobalSecondaryIndexUpdates Update; `updates`: index name -> ReadCapacityUnits and
-    WriteCapacityUnits, None when absent), its throughput version moved on so the nodes take it.
+    """The table with UpdateTable's GlobalSecondaryIndexUpdates Update applied to its global
+    indexes (`updates`: index name -> ReadCapacityUnits and WriteCapacityUnits, None when absent;
+    `on_demand` and `warm`: index name -> the OnDemandThroughput or WarmThroughput members given).
+    New units or maximums make the table UPDATING with its throughput version moved on, so the
+    nodes take them; a raised WarmThroughput alone leaves it ACTIVE, the index's partitions then
+    split until they serve it (`index_warm_settled`); a request that changes nothing (maximums
+    or a warm throughput the index has) returns the table as it is, which is no error.
 
     DynamoDB's refusals: the table must be ACTIVE; each name must be a global index's; on demand
-    an index takes no ProvisionedThroughput, provisioned it needs one; an index still being
-    created before its backfill began, or being deleted, cannot change (seed 004 O-16, O-18: it
-    can while it backfills); units equal to the current ones change nothing, which is an error
-    as for a table; each value within the per-table maximum.
+    an index takes no ProvisionedThroughput and must be given OnDemandThroughput or
+    WarmThroughput, provisioned it needs ProvisionedThroughput (or WarmThroughput) and takes no
+    maximums; an index still being created before its backfill began, or being deleted, cannot
+    change (seed 004 O-16, O-18: it can while it backfills); units equal to the current ones
+    change nothing, which is an error as for a table; each value within the per-table maximum;
+    the maximums' and warm throughput's rules as at creation, a lower warm throughput refused.
     """
     if table.status != TableStatus.ACTIVE:
         raise table_in_use(table)
+    on_demand = on_demand or {}
+    warm = warm or {}
     indexes = {index.name: index for index in table.indexes}
     changed: dict[str, IndexDef] = {}
+    pushed = False  # Whether the nodes need new settings (units or maximums).
     for name, units in updates.items():
         index = indexes.get(name)
         if index is None or not index.is_global:
             raise ResourceNotFound(
                 f"Requested resource not found: Table: {table.name} index: {name} not found"
             )
+        maximums, warm_asked = on_demand.get(name), warm.get(name)
         if table.billing_mode == BillingMode.PAY_PER_REQUEST:
-            raise ValidationError(
-                INVALID_PARAMETERS + "ProvisionedThroughput should not be specified for "
-                f"index: {name} when BillingMode is PAY_PER_REQUEST"
+            if units is not None:
+                raise ValidationError(
+                    INVALID_PARAMETERS + "ProvisionedThroughput should not be specified for "
+                    f"index: {name} when BillingMode is PAY_PER_REQUEST"
+                )
+            if not maximums and not warm_asked:
+                raise ValidationError(
+                    f"{INVALID_PARAMETERS}The only Updates for index: {name} when "
+                    "TableThroughputMode is PAY_PER_REQUEST can be to OnDemandThroughput, "
+                    "WarmThroughput"
+                )
+        else:
+            # dynalab's guess at the words past the index's name: DynamoDB's UpdateTable words
+            # for a table's maximums on a provisioned table.
+            _on_demand_gate(
+                maximums or {}, table.billing_mode, "the table BillingMode is PROVISIONED", name
             )
-        if units is None:
-            raise ValidationError(
-                INVALID_PARAMETERS + f"ProvisionedThroughput is not specified for index: {name}"
-            )
+            if units is None and not warm_asked:
+                raise ValidationError(
+                    INVALID_PARAMETERS + f"ProvisionedThroughput is not specified for index: {name}"
+                )
         if index.status in (IndexStatus.CREATING, IndexStatus.DELETING):
             doing = "created" if index.status == IndexStatus.CREATING else "deleted"
             raise ResourceInUse(
                 f"Attempt to change a resource which is still in use: Index is being {doing}: "
                 f"{name}"
             )
-        current = index.throughput
-        throughput = Throughput(units["ReadCapacityUnits"], units["WriteCapacityUnits"])
-        for member, value in zip(
-            _THROUGHPUT_MEMBERS, (throughput.read, throughput.write), strict=True
-        ):
-            if value > limits.PROVISIONED_UNITS_PER_TABLE_MAX:
-                raise LimitExceeded(
-                    f"The requested {member}, {value}, is above the per table maximum "
-                    f"for the account in {region}. Per table maximum: "
-                    f"{limits.PROVISIONED_UNITS_PER_TABLE_MAX}."
-                )
-        if throughput == current:
-            raise ValidationError(
-                f"The provisioned throughput for the index {name} will not change. The "
-                "requested value equals the current value. Current ReadCapacityUnits provisioned "
-                f"for the index: {current.read}. Requested ReadCapacityUnits: {throughput.read}. "
-                "Current WriteCapacityUnits provisioned for the index: "
-                f"{current.write}. Requested WriteCapacityUnits: {throughput.write}. Refer to "
-                "the Amazon DynamoDB Developer Guide for current limits and how to request "
-                "higher limits."
+        updated = index
+        if units is not None:
+            updated = replace(
+                updated, throughput=_index_units(name, index.throughput, units, region)
             )
-        changed[name] = replace(index, throughput=throughput)
+            pushed = True
+        if maximums:
+            _on_demand_range(maximums, removable=True, index=name)
+            merged = _on_demand_merged(index.on_demand, maximums)
+            if merged != index.on_demand:
+                updated = replace(updated, on_demand=merged)
+                pushed = True
+        if warm_asked:
+            current = index_warm_throughput(index)
+            wanted = _index_warm_requested(name, warm_asked, current, region, created=False)
+            if wanted != current:
+                updated = replace(updated, warm=wanted)
+        if updated != index:
+            changed[name] = updated
+    if not changed:
+        return table
+    indexes_after = tuple(changed.get(index.name, index) for index in table.indexes)
+    if not pushed:
+        return _changed(table, indexes=indexes_after)
     _check(TABLE_TRANSITIONS, f"Table {table.name}", table.status, TableStatus.UPDATING)
     return _changed(
         table,
-        indexes=tuple(changed.get(index.name, index) for index in table.indexes),
+        indexes=indexes_after,
         throughput_version=table.throughput_version + 1,
         status=TableStatus.UPDATING,
     )
+
+
+def _index_units(
+    name: str, current: Throughput, units: Mapping[str, int], region: str
+) -> Throughput:
+    """A global index's new ProvisionedThroughput, or DynamoDB's refusal: above the per-table
+    maximum, or equal to the current units."""
+    throughput = Throughput(units["ReadCapacityUnits"], units["WriteCapacityUnits"])
+    for member, value in zip(_THROUGHPUT_MEMBERS, (throughput.read, throughput.write), strict=True):
+        if value > limits.PROVISIONED_UNITS_PER_TABLE_MAX:
+            raise LimitExceeded(
+                f"The requested {member}, {value}, is above the per table maximum "
+                f"for the account in {region}. Per table maximum: "
+                f"{limits.PROVISIONED_UNITS_PER_TABLE_MAX}."
+            )
+    if throughput == current:
+        raise ValidationError(
+            f"The provisioned throughput for the index {name} will not change. The "
+            "requested value equals the current value. Current ReadCapacityUnits provisioned "
+            f"for the index: {current.read}. Requested ReadCapacityUnits: {throughput.read}. "
+            "Current WriteCapacityUnits provisioned for the index: "
+            f"{current.write}. Requested WriteCapacityUnits: {throughput.write}. Refer to "
+            "the Amazon DynamoDB Developer Guide for current limits and how to request "
+            "higher limits."
+        )
+    return throughput
 
 
 def index_backfill_started(table: TableDef, index_id: str, items_estimate: int = 0) -> TableDef:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from core import catalog, limits
@@ -246,12 +246,15 @@ def followable(table: TableDef, drained: Collection[str]) -> list[PartitionDef]:
 class GlobalIndexDefinition:
     """One element of CreateTable's GlobalSecondaryIndexes past its constraints: its name, its
     KeySchema as (AttributeName, KeyType) pairs, its Projection (checked after the key schema)
-    and its ProvisionedThroughput as {ReadCapacityUnits, WriteCapacityUnits} (None if absent)."""
+    and its ProvisionedThroughput as {ReadCapacityUnits, WriteCapacityUnits} (None if absent),
+    OnDemandThroughput and WarmThroughput as the members given (None if absent or empty)."""
 
     name: str
     key_schema: tuple[tuple[str, str], ...]
     projection: ProjectionRequest
     throughput: Mapping[str, int] | None
+    on_demand: Mapping[str, int] | None = None
+    warm: Mapping[str, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,6 +265,8 @@ class GlobalIndexSpec:
     key_shape: KeyShape
     projection: Projection
     throughput: Throughput
+    on_demand: catalog.OnDemandThroughput = field(default_factory=catalog.OnDemandThroughput)
+    warm: catalog.WarmThroughput | None = None
 
     def placed(
         self, index_id: str, billing_mode: BillingMode, owner: Callable[[str], str]
@@ -277,6 +282,8 @@ class GlobalIndexSpec:
             billing_mode=billing_mode,
             throughput=self.throughput,
             owner=owner,
+            on_demand=self.on_demand,
+            warm=self.warm,
         )
 
 
@@ -285,6 +292,7 @@ def check_global_indexes(
     attribute_types: Mapping[str, str],
     billing_mode: BillingMode,
     taken_names: Collection[str],
+    region: str = "",
 ) -> tuple[GlobalIndexSpec, ...]:
     """The global secondary indexes of a CreateTable request, or DynamoDB's error for a bad one.
 
@@ -292,7 +300,9 @@ def check_global_indexes(
     holds the local ones), a partition key and an optional sort key declared in
     AttributeDefinitions (whose enum makes them S, N or B: O-03), neither needing to be a table
     key attribute (G-04, O-02); ProvisionedThroughput required in PROVISIONED mode and refused on
-    demand (O-04, O-05). Whether every AttributeDefinition is used and the limit on projected
+    demand (O-04, O-05), then its OnDemandThroughput (`catalog.index_on_demand_created`) and
+    WarmThroughput (`catalog.index_warm_created`; `region` names the Region in its quota's
+    refusal). Whether every AttributeDefinition is used and the limit on projected
     attributes across all indexes are the caller's checks, once the indexes passed these.
     """
     if not definitions:
@@ -337,7 +347,9 @@ def check_global_indexes(
                         f"Given value {units[member]} for {member} is out of bounds"
                     )
             throughput = Throughput(units["ReadCapacityUnits"], units["WriteCapacityUnits"])
-        checked.append(GlobalIndexSpec(name, key_shape, projection, throughput))
+        on_demand = catalog.index_on_demand_created(billing_mode, name, definition.on_demand)
+        warm = catalog.index_warm_created(name, definition.warm, region)
+        checked.append(GlobalIndexSpec(name, key_shape, projection, throughput, on_demand, warm))
     return tuple(checked)
 
 

@@ -13,9 +13,9 @@ backfill, an index DELETING) for `TABLE_TRANSITION_STALL_SECONDS` is recovered: 
 record is loaded from the row and driven with RESTARTED (`core.machines.table.recovered`). A live
 router that is merely slow loses nothing: the two carry out the same idempotent steps, and
 whichever changes the row first wins it. The reconciler also lets go of expired streams and of
-retired partitions no follower needs any more, and pre-warms the tables whose WarmThroughput was
-raised (`prewarm`): the target is in the row, each split is its node's machine, so whichever
-router looks next goes on from the partitions the row shows.
+retired partitions no follower needs any more, and pre-warms the tables (and global indexes)
+whose WarmThroughput was raised (`prewarm`): the target is in the row, each split is its node's
+machine, so whichever router looks next goes on from the partitions the row shows.
 """
 
 from __future__ import annotations
@@ -540,18 +540,30 @@ async def _closed_shard(
 
 
 async def prewarm(ctx: RouterContext, table: TableDef, splits_max: int) -> None:
-    """Split `table`'s partitions, at most `splits_max` of them, until they serve its warm
-    throughput (`core.catalog.warm_settled`): each time the one with the widest hash range, at
-    its middle, so the partitions stay even. A split that fails (its node down, another
-    router's split of it first) is logged and left to the next round."""
+    """Split `table`'s partitions, and then each global index's, at most `splits_max` of them,
+    until they serve their warm throughput (`core.catalog.warm_settled`,
+    `core.catalog.index_warm_settled`): each time the one with the widest hash range, at its
+    middle, so the partitions stay even. A split that fails (its node down, another router's
+    split of it first) is logged and left to the next round."""
     for _ in range(splits_max):
         current = ctx.records.get(table.name)
-        if current is None or current.id != table.id or catalog.warm_settled(current):
+        if current is None or current.id != table.id or not catalog.prewarm_pending(current):
             return
         if current.status is not catalog.TableStatus.ACTIVE:
             return
-        partition, key = catalog.widest_partition(current)
-        payload = ops.SplitPartitionPayload(current.id, partition.id, key.hex())
+        if not catalog.warm_settled(current):
+            storage_id, (partition, key) = current.id, catalog.widest_partition(current)
+        else:
+            index = next(
+                i for i in catalog.global_indexes(current) if not catalog.index_warm_settled(i)
+            )
+            if index.status is not catalog.IndexStatus.ACTIVE or index.table_id is None:
+                return
+            storage_id = index.table_id
+            partition, key = catalog.widest_of(
+                index.partitions, f"Index {index.name} of {current.name}"
+            )
+        payload = ops.SplitPartitionPayload(storage_id, partition.id, key.hex())
         try:
             await ctx.control(
                 partition.node,
@@ -628,7 +640,7 @@ class TableReconciler:
         await self.drop_expired_streams()
         await self.prune_lineage()
         for table in list(self.ctx.records.values()):
-            if not catalog.warm_settled(table):
+            if catalog.prewarm_pending(table):
                 await prewarm(self.ctx, table, limits.PREWARM_SPLITS_PER_ROUND_MAX)
 
     async def prune_lineage(self) -> None:

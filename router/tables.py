@@ -160,8 +160,9 @@ class _IndexReading:
     projection_type: str | None
     non_key_attributes: list[str] | None
     throughput: dict[str, int | None] | None = None
-    # A member of a global index's definition dynalab does not act on yet, if one was given.
-    unsupported: str | None = None
+    # A global index's OnDemandThroughput and WarmThroughput members (None: absent or empty).
+    on_demand: dict[str, int] | None = None
+    warm: dict[str, int] | None = None
 
     def definition(self) -> indexes.IndexDefinition:
         """The element past its constraints (its projection is checked with its key schema)."""
@@ -177,7 +178,6 @@ class _IndexReading:
 
     def global_definition(self) -> gsi.GlobalIndexDefinition:
         """A GlobalSecondaryIndexes element past its constraints."""
-        _refuse_unsupported_index_member(self.unsupported)
         definition = self.definition()
         throughput = self.throughput
         return gsi.GlobalIndexDefinition(
@@ -185,6 +185,8 @@ class _IndexReading:
             definition.key_schema,
             definition.projection,
             None if throughput is None else {k: v for k, v in throughput.items() if v is not None},
+            self.on_demand,
+            self.warm,
         )
 
 
@@ -227,26 +229,17 @@ def _read_index_definition(nested: RequestReader, global_index: bool) -> _IndexR
             max_length=limits.INDEX_NON_KEY_ATTRIBUTES_PER_INDEX_MAX,
             member_length=(1, limits.KEY_ATTRIBUTE_NAME_BYTES_MAX),
         )
-    throughput = _read_throughput(nested) if global_index else None
-    unsupported = _unsupported_index_member(nested) if global_index else None
-    return _IndexReading(name, key_schema, projection_type, non_key, throughput, unsupported)
-
-
-# The members of a global index's definition (CreateTable, UpdateTable's Create and Update) that
-# dynalab does not act on yet; each is refused rather than ignored.
-_INDEX_MEMBERS_UNSUPPORTED = ("OnDemandThroughput", "WarmThroughput")
-
-
-def _unsupported_index_member(nested: RequestReader) -> str | None:
-    return next((m for m in _INDEX_MEMBERS_UNSUPPORTED if nested.present(m)), None)
-
-
-def _refuse_unsupported_index_member(member: str | None) -> None:
-    if member is not None:
-        raise ValidationError(
-            INVALID_PARAMETERS
-            + f"{member} of a global secondary index is not supported by dynalab yet"
-        )
+    if not global_index:
+        return _IndexReading(name, key_schema, projection_type, non_key)
+    return _IndexReading(
+        name,
+        key_schema,
+        projection_type,
+        non_key,
+        _read_throughput(nested),
+        _read_on_demand(nested),
+        _read_warm(nested),
+    )
 
 
 def _read_on_demand(reader: RequestReader) -> dict[str, int] | None:
@@ -385,6 +378,7 @@ def _read_create_table(body: dict[str, Any]) -> dict[str, Any]:
             attribute_types,
             BillingMode(billing["billing_mode"]),
             [index.name for index in local],
+            request_region(),
         )
     if local_definitions or global_present:
         schema.check_definitions_used(
@@ -529,8 +523,11 @@ def _description(
             }
         description["LatestStreamLabel"] = stream.label
         description["LatestStreamArn"] = stream_arn(table.name, stream.label)
+    on_demand_table = table.billing_mode == BillingMode.PAY_PER_REQUEST
     global_described = [
-        _global_index_description(index, stats.indexes.get(index.name, [0, 0]), arn)
+        _global_index_description(
+            index, stats.indexes.get(index.name, [0, 0]), arn, on_demand_table
+        )
         for index in catalog.global_indexes(table)
     ]
     if global_described:
@@ -541,20 +538,23 @@ def _description(
 _KEY_TYPES_OF_ROLES = {"partition": "HASH", "sort": "RANGE"}
 
 
-def _global_index_description(index: IndexDef, counts: list[int], arn: str) -> dict[str, Any]:
+def _global_index_description(
+    index: IndexDef, counts: list[int], arn: str, on_demand_table: bool
+) -> dict[str, Any]:
     """One element of DescribeTable's GlobalSecondaryIndexes (seed 001 G-25, 004 O-08).
 
     `Backfilling` is there only for an index added by UpdateTable (004 O-33): true while it
     copies the table (IndexStatus CREATING, O-17), false before and after (O-15). `counts` is
     the index's ItemCount and the bytes of its entries; IndexSizeBytes adds each entry's 100
-    bytes of overhead, as DynamoDB sizes index items (001 G-34), as local indexes do.
+    bytes of overhead, as DynamoDB sizes index items (001 G-34), as local indexes do. An index
+    of an on-demand table shows its OnDemandThroughput when it has one (`on_demand_table`).
     """
     projection: dict[str, Any] = {"ProjectionType": index.projection}
     if index.non_key_attributes:
         projection["NonKeyAttributes"] = list(index.non_key_attributes)
     items, size_bytes = counts
     status = IndexStatus.CREATING if index.status == IndexStatus.BACKFILLING else index.status
-    warm = catalog.partitions_warm(len(index.partitions))
+    warm = catalog.index_warm_throughput(index)
     described: dict[str, Any] = {
         "IndexName": index.name,
         # As CreateTable or UpdateTable gave it: the partition key attributes, then the sort key
@@ -573,13 +573,16 @@ def _global_index_description(index: IndexDef, counts: list[int], arn: str) -> d
         "IndexSizeBytes": size_bytes + limits.INDEX_ENTRY_OVERHEAD_BYTES * items,
         "ItemCount": items,
         "IndexArn": f"{arn}/index/{index.name}",
-        # What the index's own partitions serve at once, as a table's warm throughput is.
+        # What the index's own partitions serve at once (or what was asked for, UPDATING until
+        # they do), as a table's warm throughput is.
         "WarmThroughput": {
             "ReadUnitsPerSecond": warm.read,
             "WriteUnitsPerSecond": warm.write,
-            "Status": "ACTIVE",
+            "Status": "ACTIVE" if catalog.index_warm_settled(index) else "UPDATING",
         },
     }
+    if on_demand_table and not index.on_demand.empty:
+        described["OnDemandThroughput"] = index.on_demand.described()
     if index.online:
         described["Backfilling"] = index.backfilling
     return described
@@ -810,6 +813,8 @@ class _IndexUpdate:
     name: str
     create: _IndexReading | None = None
     units: dict[str, int] | None = None
+    on_demand: dict[str, int] | None = None  # An Update's OnDemandThroughput members, if any.
+    warm: dict[str, int] | None = None  # An Update's WarmThroughput members, if any.
 
 
 _INDEX_ACTIONS = ("Update", "Create", "Delete")
@@ -829,7 +834,8 @@ def _read_index_updates(reader: RequestReader) -> list[_IndexUpdate] | None:
         name: str | None = None
         creating: _IndexReading | None = None
         units: dict[str, int | None] | None = None
-        unsupported: str | None = None
+        on_demand = warm = None
+        warm_empty = False
         for action in actions:
             inner = nested.nested(nested.mapping(action) or {}, nested.where(action))
             if action == "Create":
@@ -839,15 +845,27 @@ def _read_index_updates(reader: RequestReader) -> list[_IndexUpdate] | None:
                 name = inner.name("IndexName", required=True)
                 if action == "Update":
                     units = _read_throughput(inner)
-                    unsupported = _unsupported_index_member(inner)
-        read.append((actions, name, creating, units, unsupported))
+                    on_demand = _read_on_demand(inner)
+                    warm = _read_warm(inner)
+                    warm_empty = warm is None and inner.present("WarmThroughput")
+        read.append(
+            _IndexUpdateReading(actions, name, creating, units, on_demand, warm, warm_empty)
+        )
     reader.check()
     return _index_updates(read)
 
 
-_IndexUpdateReading = tuple[
-    list[str], str | None, "_IndexReading | None", dict[str, int | None] | None, str | None
-]
+@dataclasses.dataclass(frozen=True, slots=True)
+class _IndexUpdateReading:
+    """One element of GlobalSecondaryIndexUpdates as read in the constraint pass."""
+
+    actions: list[str]
+    name: str | None
+    creating: _IndexReading | None
+    units: dict[str, int | None] | None
+    on_demand: dict[str, int] | None
+    warm: dict[str, int] | None
+    warm_empty: bool  # An Update's WarmThroughput given without a member.
 
 
 def _index_updates(read: list[_IndexUpdateReading]) -> list[_IndexUpdate]:
@@ -856,7 +874,8 @@ def _index_updates(read: list[_IndexUpdateReading]) -> list[_IndexUpdate]:
         raise ValidationError(INVALID_PARAMETERS + "List of GlobalSecondaryIndexUpdates is empty")
     updates: list[_IndexUpdate] = []
     seen: set[str] = set()
-    for actions, name, creating, units, unsupported in read:
+    for reading in read:
+        actions, name, units = reading.actions, reading.name, reading.units
         if not actions:
             raise ValidationError(
                 INVALID_PARAMETERS + "One of GlobalSecondaryIndexUpdate.Update, "
@@ -875,7 +894,13 @@ def _index_updates(read: list[_IndexUpdateReading]) -> list[_IndexUpdate]:
                 f"allowed simultaneously. Index: {name}"
             )
         seen.add(name)
-        _refuse_unsupported_index_member(unsupported)
+        if reading.warm_empty:
+            # Before the table is looked up: DynamoDB answers so even for a missing table (as
+            # captured against the service: ack-api-quirks DDB-TABLE-456).
+            raise ValidationError(
+                f"{INVALID_PARAMETERS}WarmThroughput must have at least one of "
+                f"ReadUnitsPerSecond or WriteUnitsPerSecond specified for index: {name}"
+            )
         # Past reader.check(), both units are there and at least 1.
         given = None if units is None else {k: v for k, v in units.items() if v is not None}
         if given is not None:
@@ -884,7 +909,9 @@ def _index_updates(read: list[_IndexUpdateReading]) -> list[_IndexUpdate]:
                     raise ValidationError(
                         f"Given value {given[member]} for {member} is out of bounds"
                     )
-        updates.append(_IndexUpdate(actions[0], name, creating, given))
+        updates.append(
+            _IndexUpdate(actions[0], name, reading.creating, given, reading.on_demand, reading.warm)
+        )
     online = [update for update in updates if update.action != "Update"]
     if len(online) > 1:
         raise LimitExceeded(catalog.ONLINE_INDEX_LIMIT)
@@ -1037,10 +1064,14 @@ async def _finish_update(ctx: RouterContext, table: TableDef, timeout: float) ->
 async def _update_index_throughput(
     ctx: RouterContext, name: str, updates: tuple[_IndexUpdate, ...]
 ) -> dict[str, Any]:
-    """UpdateTable's GlobalSecondaryIndexUpdates Update: the indexes' new ProvisionedThroughput
-    in the catalog with the table UPDATING (`core.catalog.index_throughput_updated`), pushed to
-    the nodes of the table and its indexes, then the table ACTIVE again. The reply describes the
-    table as it starts UPDATING: the updated indexes UPDATING at their old capacity."""
+    """UpdateTable's GlobalSecondaryIndexUpdates Update: the indexes' new ProvisionedThroughput,
+    OnDemandThroughput and WarmThroughput in the catalog (`core.catalog.index_throughput_updated`).
+    New units or maximums make the table UPDATING; they are pushed to the nodes of the table and
+    its indexes, then the table is ACTIVE again. A raised warm throughput is recorded for the
+    routers' reconcilers to split the index's partitions to. The reply describes the table as it
+    starts: an index given new units or maximums UPDATING, at its old capacity and with its new
+    maximums; one given a higher warm throughput still at its old one, its Status UPDATING (as
+    DynamoDB's replies show them)."""
     region = request_region()
     before: list[TableDef] = []
 
@@ -1048,18 +1079,47 @@ async def _update_index_throughput(
         if current is None:
             raise table_not_found(name)
         before.append(current)
-        changes = {update.name: update.units for update in updates}
-        return catalog.index_throughput_updated(current, changes, region)
+        return catalog.index_throughput_updated(
+            current,
+            {update.name: update.units for update in updates},
+            region,
+            on_demand={u.name: u.on_demand for u in updates if u.on_demand},
+            warm={u.name: u.warm for u in updates if u.warm},
+        )
 
     table = await ctx.change_table(name, update)
     assert table is not None, f"UpdateTable of {name} found no table after updating it"
-    await _finish_update(ctx, table, limits.CONTROL_CALL_SECONDS_MAX)
+    old = before[-1]
+    pushed = table.throughput_version != old.throughput_version
+    if pushed:
+        await _finish_update(ctx, table, limits.CONTROL_CALL_SECONDS_MAX)
     stats = await _table_stats(ctx, table)
-    description = _description(before[-1], stats, ctx.sources.clock(), TableStatus.UPDATING)
-    updated = {update.name for update in updates}
-    for index in description.get("GlobalSecondaryIndexes", ()):
-        if index["IndexName"] in updated:
-            index["IndexStatus"] = "UPDATING"
+    previous = {index.name: index for index in old.indexes}
+    shown = dataclasses.replace(
+        table,
+        indexes=tuple(
+            dataclasses.replace(
+                index,
+                throughput=previous[index.name].throughput,
+                warm=catalog.index_warm_throughput(previous[index.name]),
+            )
+            if index.name in previous and index.is_global
+            else index
+            for index in table.indexes
+        ),
+    )
+    status = TableStatus.UPDATING if pushed else None
+    description = _description(shown, stats, ctx.sources.clock(), status)
+    after = {index.name: index for index in table.indexes}
+    for described in description.get("GlobalSecondaryIndexes", ()):
+        index_name = described["IndexName"]
+        was, now = previous.get(index_name), after.get(index_name)
+        if was is None or now is None:
+            continue
+        if (was.throughput, was.on_demand) != (now.throughput, now.on_demand):
+            described["IndexStatus"] = "UPDATING"
+        if was.warm != now.warm:
+            described["WarmThroughput"]["Status"] = "UPDATING"
     return {"TableDescription": description}
 
 
@@ -1249,6 +1309,7 @@ async def _create_index(
     reading = update.create
     assert reading is not None
     index_id = ctx.sources.new_id()
+    region = request_region()
 
     def add(current: TableDef | None) -> TableDef:
         if current is None:
@@ -1264,7 +1325,7 @@ async def _create_index(
         types = {d["AttributeName"]: d["AttributeType"] for d in definitions}
         types.update(dict(current.attribute_definitions))
         (spec,) = gsi.check_global_indexes(
-            [reading.global_definition()], types, current.billing_mode, ()
+            [reading.global_definition()], types, current.billing_mode, (), region
         )
         index = spec.placed(index_id, current.billing_mode, ctx.ring.owner)
         return catalog.online_index_added(

@@ -555,30 +555,6 @@ def test_on_demand_throughput_is_set_described_and_enforced(
     assert error_of(
         lambda: dynamodb.update_table(TableName=name, OnDemandThroughput={"MaxReadRequestUnits": 9})
     )[2].endswith("cannot be specified when the table BillingMode is PROVISIONED")
-    # A global index's maximums are not built yet: refused, not ignored.
-    indexed = {
-        **definition,
-        "TableName": table_name(),
-        "AttributeDefinitions": [
-            {"AttributeName": "pk", "AttributeType": "S"},
-            {"AttributeName": "g", "AttributeType": "S"},
-        ],
-        "BillingMode": "PAY_PER_REQUEST",
-        "GlobalSecondaryIndexes": [
-            {
-                "IndexName": "ByG",
-                "KeySchema": [{"AttributeName": "g", "KeyType": "HASH"}],
-                "Projection": {"ProjectionType": "ALL"},
-                "OnDemandThroughput": {"MaxReadRequestUnits": 10},
-            }
-        ],
-    }
-    assert error_of(lambda: dynamodb.create_table(**indexed)) == (
-        400,
-        "ValidationException",
-        "One or more parameter values were invalid: OnDemandThroughput of a global secondary "
-        "index is not supported by dynalab yet",
-    )
 
 
 def serving_partitions(cluster: LocalCluster, table: str) -> int:
@@ -653,6 +629,204 @@ def test_warm_throughput_is_what_the_partitions_serve_and_raising_it_splits_them
         assert dynamodb.get_item(TableName=name, Key={"pk": {"S": f"k{i}"}})["Item"]["pk"] == {
             "S": f"k{i}"
         }
+
+
+def index_partitions(cluster: LocalCluster, table: str, index: str) -> int:
+    listed = get_json(cluster, f"/admin/tables/{table}/partitions")["partitions"]
+    return sum(1 for p in listed if p.get("index") == index and p["state"] == "SERVING")
+
+
+def first_refusal(attempt: Callable[[int], Any], tries: int) -> dict[str, Any] | None:
+    """The first ClientError response of `attempt(i)` for i below `tries`, None if none."""
+    for i in range(tries):
+        try:
+            attempt(i)
+        except ClientError as error:
+            return error.response
+    return None
+
+
+def test_a_global_index_takes_on_demand_and_warm_throughput_of_its_own(
+    cluster: LocalCluster, dynamodb: Any, table_name: Callable[[], str]
+) -> None:
+    """A global index's OnDemandThroughput and WarmThroughput, in CreateTable, UpdateTable's
+    Update and DescribeTable, with the words DynamoDB answers with as captured against the
+    service by a public catalogue (ack-api-quirks DDB-TABLE-128, 135, 155, 456; the provisioned
+    gate's words after the index's name are a guess: the capture elides them). An index's
+    maximums hold its own partitions: a Query past them, and base writes that would change it,
+    are ThrottlingException naming the index's maximum and its ARN."""
+    name = table_name()
+    arn = f"arn:aws:dynamodb:us-east-1:000000000000:table/{name}/index/ByG"
+    by_g: dict[str, Any] = {
+        "IndexName": "ByG",
+        "KeySchema": [{"AttributeName": "g", "KeyType": "HASH"}],
+        "Projection": {"ProjectionType": "KEYS_ONLY"},
+        "OnDemandThroughput": {"MaxReadRequestUnits": 8, "MaxWriteRequestUnits": 8},
+        "WarmThroughput": {"WriteUnitsPerSecond": 5_000},
+    }
+    definition: dict[str, Any] = {
+        "TableName": name,
+        "KeySchema": [{"AttributeName": "pk", "KeyType": "HASH"}],
+        "AttributeDefinitions": [
+            {"AttributeName": "pk", "AttributeType": "S"},
+            {"AttributeName": "g", "AttributeType": "S"},
+        ],
+        "BillingMode": "PAY_PER_REQUEST",
+        "GlobalSecondaryIndexes": [by_g],
+    }
+    provisioned = {
+        **definition,
+        "BillingMode": "PROVISIONED",
+        "ProvisionedThroughput": {"ReadCapacityUnits": 1, "WriteCapacityUnits": 1},
+        "GlobalSecondaryIndexes": [
+            {**by_g, "ProvisionedThroughput": {"ReadCapacityUnits": 1, "WriteCapacityUnits": 1}}
+        ],
+    }
+    assert error_of(lambda: dynamodb.create_table(**provisioned)) == (
+        400,
+        "ValidationException",
+        "One or more parameter values were invalid: MaxReadRequestUnits for OnDemandThroughput "
+        "for index: ByG cannot be specified when table BillingMode is PROVISIONED.",
+    )
+    zero = {**by_g, "OnDemandThroughput": {"MaxWriteRequestUnits": 0}}
+    assert error_of(
+        lambda: dynamodb.create_table(**{**definition, "GlobalSecondaryIndexes": [zero]})
+    ) == (
+        400,
+        "ValidationException",
+        "One or more parameter values were invalid: Requested MaxWriteRequestUnits for "
+        "OnDemandThroughput for index : ByG is outside of valid range",
+    )
+    cold = {**by_g, "WarmThroughput": {"ReadUnitsPerSecond": 100}}
+    assert error_of(
+        lambda: dynamodb.create_table(**{**definition, "GlobalSecondaryIndexes": [cold]})
+    ) == (
+        400,
+        "ValidationException",
+        "One or more parameter values were invalid: Requested ReadUnitsPerSecond for "
+        "WarmThroughput for index ByG is lower than initial throughput for OnDemand",
+    )
+    assert error_of(lambda: dynamodb.describe_table(TableName=name))[1] == (
+        "ResourceNotFoundException"
+    )
+    created = dynamodb.create_table(**definition)["TableDescription"]
+    assert created["GlobalSecondaryIndexes"][0]["OnDemandThroughput"] == {
+        "MaxReadRequestUnits": 8,
+        "MaxWriteRequestUnits": 8,
+    }
+    described = wait_active(dynamodb, name)
+    (index,) = described["GlobalSecondaryIndexes"]
+    assert "OnDemandThroughput" not in described  # The table's own: none.
+    assert index["OnDemandThroughput"] == {"MaxReadRequestUnits": 8, "MaxWriteRequestUnits": 8}
+    assert index["WarmThroughput"] == {
+        "ReadUnitsPerSecond": 12_000,
+        "WriteUnitsPerSecond": 5_000,
+        "Status": "ACTIVE",
+    }
+    assert index_partitions(cluster, name, "ByG") == 5  # What 5,000 write units need.
+    assert rates(cluster, f"{name}/index/ByG") == {"read": 8.0, "write": 8.0}
+    assert rates(cluster, name) == {"read": 12_000.0, "write": 4_000.0}
+
+    # Eight read units a second over five partitions: Queries of one index key soon throttle.
+    def query(_: int) -> Any:
+        return dynamodb.query(
+            TableName=name,
+            IndexName="ByG",
+            KeyConditionExpression="g = :g",
+            ExpressionAttributeValues={":g": {"S": "hot"}},
+        )
+
+    refused = first_refusal(query, 300)
+    assert refused is not None, "300 Queries were not held to the index's 8 RCU"
+    assert refused["Error"]["Code"] == "ThrottlingException"
+    assert refused["throttlingReasons"] == [
+        {"reason": "IndexReadMaxOnDemandThroughputExceeded", "resource": arn}
+    ]
+
+    # Writes that change the index are held back once its partitions refuse the replicator.
+    def put(i: int) -> Any:
+        time.sleep(0.005)
+        return dynamodb.put_item(
+            TableName=name, Item={"pk": {"S": f"k{i}"}, "g": {"S": f"g{i % 3}"}}
+        )
+
+    refused = first_refusal(put, 1_000)
+    assert refused is not None, "1,000 writes were not held to the index's 8 WCU"
+    assert refused["Error"]["Code"] == "ThrottlingException"
+    assert refused["throttlingReasons"] == [
+        {"reason": "IndexWriteMaxOnDemandThroughputExceeded", "resource": arn}
+    ]
+    # Writes that leave the index alone pass meanwhile.
+    for i in range(20):
+        dynamodb.put_item(TableName=name, Item={"pk": {"S": f"plain{i}"}})
+
+    # UpdateTable's Update: the refusals first (an empty WarmThroughput even for a missing table).
+    def index_update(table: str, **update: Any) -> Any:
+        return dynamodb.update_table(
+            TableName=table,
+            GlobalSecondaryIndexUpdates=[{"Update": {"IndexName": "ByG", **update}}],
+        )
+
+    assert error_of(lambda: index_update(table_name(), WarmThroughput={})) == (
+        400,
+        "ValidationException",
+        "One or more parameter values were invalid: WarmThroughput must have at least one of "
+        "ReadUnitsPerSecond or WriteUnitsPerSecond specified for index: ByG",
+    )
+    assert error_of(lambda: index_update(name, OnDemandThroughput={})) == (
+        400,
+        "ValidationException",
+        "One or more parameter values were invalid: The only Updates for index: ByG when "
+        "TableThroughputMode is PAY_PER_REQUEST can be to OnDemandThroughput, WarmThroughput",
+    )
+    assert error_of(lambda: index_update(name, WarmThroughput={"WriteUnitsPerSecond": 4_500})) == (
+        400,
+        "ValidationException",
+        "One or more parameter values were invalid: Requested WriteUnitsPerSecond for "
+        "WarmThroughput for index ByG is lower than current WarmThroughput, decreasing "
+        "WarmThroughput is not supported",
+    )
+    # UpdateTable's Create reads them as CreateTable does.
+    online = {**zero, "IndexName": "ByG2"}
+    assert error_of(
+        lambda: dynamodb.update_table(
+            TableName=name,
+            AttributeDefinitions=definition["AttributeDefinitions"],
+            GlobalSecondaryIndexUpdates=[{"Create": online}],
+        )
+    )[2].endswith("OnDemandThroughput for index : ByG2 is outside of valid range")
+    # A maximum removed: the index UPDATING in the reply, its buckets at their ceilings after.
+    reply = index_update(name, OnDemandThroughput={"MaxWriteRequestUnits": -1})
+    (replied,) = reply["TableDescription"]["GlobalSecondaryIndexes"]
+    assert replied["IndexStatus"] == "UPDATING"
+    assert replied["OnDemandThroughput"] == {"MaxReadRequestUnits": 8}
+    (index,) = wait_active(dynamodb, name)["GlobalSecondaryIndexes"]
+    assert index["IndexStatus"] == "ACTIVE"
+    assert index["OnDemandThroughput"] == {"MaxReadRequestUnits": 8}
+    assert rates(cluster, f"{name}/index/ByG") == {"read": 8.0, "write": 5_000.0}
+    # The same maximums again: no change and no error (DDB-TABLE-135).
+    same = index_update(name, OnDemandThroughput={"MaxReadRequestUnits": 8})
+    assert same["TableDescription"]["TableStatus"] == "ACTIVE"
+    # A higher warm throughput: the reply shows the old one UPDATING, the index ACTIVE; the
+    # routers split its partitions to seven, then it is ACTIVE at what was asked for.
+    reply = index_update(name, WarmThroughput={"WriteUnitsPerSecond": 6_500})
+    (replied,) = reply["TableDescription"]["GlobalSecondaryIndexes"]
+    assert replied["IndexStatus"] == "ACTIVE"
+    assert replied["WarmThroughput"] == {
+        "ReadUnitsPerSecond": 12_000,
+        "WriteUnitsPerSecond": 5_000,
+        "Status": "UPDATING",
+    }
+    deadline = time.monotonic() + 60
+    while True:
+        (index,) = dynamodb.describe_table(TableName=name)["Table"]["GlobalSecondaryIndexes"]
+        if index["WarmThroughput"]["Status"] == "ACTIVE":
+            break
+        assert index["WarmThroughput"]["WriteUnitsPerSecond"] == 6_500, index
+        assert time.monotonic() < deadline, index
+        time.sleep(0.2)
+    assert index["WarmThroughput"]["WriteUnitsPerSecond"] == 6_500
+    assert index_partitions(cluster, name, "ByG") == 7
 
 
 def test_the_buckets_follow_update_table(

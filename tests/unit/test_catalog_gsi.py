@@ -202,3 +202,167 @@ def test_a_table_with_a_global_index_keeps_its_retired_partitions_for_the_replic
     assert [p.id for p in catalog.retired_dropped(twice, [first.id]).retired] == ["a", "b"]
     # An index being deleted has no follower left to wait for.
     assert not catalog.keeps_lineage(catalog.index_deleting(table, "GameTitleIndex"))
+
+
+def on_demand_table(index: IndexDef) -> TableDef:
+    table = catalog.created(
+        name="GameScores",
+        table_id="cd" * 16,
+        key_shape=KeyShape.table(("UserId", "S"), ("GameTitle", "S")),
+        attribute_definitions=[("UserId", "S"), ("GameTitle", "S"), ("TopScore", "N")],
+        billing_mode=BillingMode.PAY_PER_REQUEST,
+        throughput=Throughput(),
+        now=1.0,
+        owner=owner,
+    )
+    return catalog.activated(catalog.index_added(table, index))
+
+
+def test_a_global_index_takes_on_demand_maximums_with_dynamodbs_rules_and_words() -> None:
+    """As captured against DynamoDB (ack-api-quirks DDB-TABLE-128, 135, 456): none on a
+    provisioned table, each at least 1 ('for index : name', a space before the colon), an empty
+    one taken as none; they reach the index's partitions, not the table's."""
+    on_demand = BillingMode.PAY_PER_REQUEST
+    assert catalog.index_on_demand_created(on_demand, "G", {}) == catalog.OnDemandThroughput()
+    assert catalog.index_on_demand_created(
+        on_demand, "G", {"MaxWriteRequestUnits": 8}
+    ) == catalog.OnDemandThroughput(None, 8)
+    with pytest.raises(ValidationError) as refused:
+        catalog.index_on_demand_created(BillingMode.PROVISIONED, "G", {"MaxReadRequestUnits": 0})
+    assert refused.value.message == (
+        "One or more parameter values were invalid: MaxReadRequestUnits for OnDemandThroughput "
+        "for index: G cannot be specified when table BillingMode is PROVISIONED."
+    )
+    with pytest.raises(ValidationError) as refused:
+        catalog.index_on_demand_created(on_demand, "G", {"MaxWriteRequestUnits": -1})
+    assert refused.value.message == (
+        "One or more parameter values were invalid: Requested MaxWriteRequestUnits for "
+        "OnDemandThroughput for index : G is outside of valid range"
+    )
+    index = catalog.global_index(
+        name="GameTitleIndex",
+        key_shape=INDEX_KEY,
+        projection="ALL",
+        non_key_attributes=(),
+        index_id="ab" * 16,
+        billing_mode=on_demand,
+        throughput=Throughput(),
+        owner=owner,
+        on_demand=catalog.OnDemandThroughput(40, 8),
+    )
+    table = on_demand_table(index)
+    again = TableDef.from_json(table.to_json())
+    assert again.indexes[0].on_demand == catalog.OnDemandThroughput(40, 8)
+    document = catalog.index_throughput_document(table, table.indexes[0])
+    assert (document["max_read"], document["max_write"]) == (40, 8)
+    assert "max_read" not in catalog.throughput_document(table)
+    # A switch to provisioned drops them, as the table's.
+    switched = catalog.throughput_updated(
+        table,
+        BillingMode.PROVISIONED,
+        {"ReadCapacityUnits": 5, "WriteCapacityUnits": 5},
+        2.0,
+        "r",
+    )
+    assert switched is not None and switched.indexes[0].on_demand.empty
+
+
+def test_an_index_update_merges_maximums_and_raises_warm_throughput() -> None:
+    table = on_demand_table(gsi(BillingMode.PAY_PER_REQUEST, Throughput()))
+    name = "GameTitleIndex"
+    # On demand an Update must carry maximums or a warm throughput (DDB-TABLE-456's words).
+    for empty in ({name: None}, {}):
+        with pytest.raises(ValidationError, match="The only Updates for index: GameTitleIndex "):
+            catalog.index_throughput_updated(table, {name: None}, "r", on_demand=empty)
+    updated = catalog.index_throughput_updated(
+        table, {name: None}, "r", on_demand={name: {"MaxWriteRequestUnits": 8}}
+    )
+    assert updated.status == TableStatus.UPDATING
+    assert updated.throughput_version == table.throughput_version + 1
+    assert updated.indexes[0].on_demand == catalog.OnDemandThroughput(None, 8)
+    active = catalog.activated(updated)
+    # The same maximums again change nothing, and are no error (DDB-TABLE-135); -1 removes one.
+    same = {name: {"MaxWriteRequestUnits": 8}}
+    assert catalog.index_throughput_updated(active, {name: None}, "r", on_demand=same) is active
+    removed = catalog.index_throughput_updated(
+        active, {name: None}, "r", on_demand={name: {"MaxWriteRequestUnits": -1}}
+    )
+    assert removed.indexes[0].on_demand.empty
+    with pytest.raises(ValidationError, match="for index : GameTitleIndex is outside"):
+        catalog.index_throughput_updated(
+            active, {name: None}, "r", on_demand={name: {"MaxReadRequestUnits": 0}}
+        )
+    # A higher warm throughput is recorded with the table ACTIVE: the partitions split to it.
+    assert catalog.index_warm_throughput(active.indexes[0]) == catalog.WarmThroughput(12_000, 4_000)
+    warmer = catalog.index_throughput_updated(
+        active, {name: None}, "r", warm={name: {"WriteUnitsPerSecond": 6_000}}
+    )
+    assert warmer.status == TableStatus.ACTIVE
+    assert warmer.throughput_version == active.throughput_version
+    assert warmer.indexes[0].warm == catalog.WarmThroughput(12_000, 6_000)
+    assert not catalog.index_warm_settled(warmer.indexes[0])
+    assert catalog.prewarm_pending(warmer) and not catalog.prewarm_pending(active)
+    with pytest.raises(ValidationError) as refused:
+        catalog.index_throughput_updated(
+            warmer, {name: None}, "r", warm={name: {"WriteUnitsPerSecond": 5_000}}
+        )
+    assert refused.value.message == (
+        "One or more parameter values were invalid: Requested WriteUnitsPerSecond for "
+        "WarmThroughput for index GameTitleIndex is lower than current WarmThroughput, "
+        "decreasing WarmThroughput is not supported"
+    )
+    with pytest.raises(LimitExceeded, match="exceeds TableMaxReadCapacityUnits of the account"):
+        catalog.index_throughput_updated(
+            warmer, {name: None}, "r", warm={name: {"ReadUnitsPerSecond": 10**6}}
+        )
+    # Provisioned: no maximums, and ProvisionedThroughput or a warm throughput.
+    provisioned = active_table()
+    with pytest.raises(ValidationError, match="for index: GameTitleIndex cannot be specified"):
+        catalog.index_throughput_updated(
+            provisioned, {name: None}, "r", on_demand={name: {"MaxReadRequestUnits": 5}}
+        )
+
+
+def test_a_global_index_created_warm_has_the_partitions_that_serve_it() -> None:
+    warm = catalog.index_warm_created("G", {"WriteUnitsPerSecond": 6_500}, "r")
+    assert warm == catalog.WarmThroughput(12_000, 6_500)
+    assert catalog.index_warm_created("G", None, "r") is None
+    with pytest.raises(ValidationError) as refused:
+        catalog.index_warm_created("G", {"ReadUnitsPerSecond": 11_999}, "r")
+    assert refused.value.message == (
+        "One or more parameter values were invalid: Requested ReadUnitsPerSecond for "
+        "WarmThroughput for index G is lower than initial throughput for OnDemand"
+    )
+    index = catalog.global_index(
+        name="G",
+        key_shape=INDEX_KEY,
+        projection="ALL",
+        non_key_attributes=(),
+        index_id="ab" * 16,
+        billing_mode=BillingMode.PAY_PER_REQUEST,
+        throughput=Throughput(),
+        owner=owner,
+        warm=warm,
+    )
+    assert len(index.partitions) == 7  # 6,500 write units at 1,000 a partition.
+    assert catalog.index_warm_settled(index)
+    assert IndexDef.from_json(index.to_json()).warm == warm
+
+
+def test_an_index_split_past_its_warm_throughput_widens_it() -> None:
+    warm = catalog.WarmThroughput(12_000, 4_000)
+    index = catalog.global_index(
+        name="G",
+        key_shape=INDEX_KEY,
+        projection="ALL",
+        non_key_attributes=(),
+        index_id="ab" * 16,
+        billing_mode=BillingMode.PAY_PER_REQUEST,
+        throughput=Throughput(),
+        owner=owner,
+        warm=warm,
+    )
+    table = on_demand_table(index)
+    first = table.indexes[0].partitions[0]
+    split = catalog.index_split(table, "ab" * 16, first.id, bytes.fromhex("10" * 8), "x", "y")[0]
+    assert split.indexes[0].warm == catalog.WarmThroughput(15_000, 5_000)  # Five partitions.
