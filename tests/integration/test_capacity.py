@@ -436,6 +436,26 @@ def test_update_table_refuses_what_it_cannot_do(
         "ReplicaTransitRoleArn, MultiRegionConsistency, DeletionProtectionEnabled, "
         "OnDemandThroughput, WarmThroughput or TableClass is required",
     )
+    # An empty GlobalSecondaryIndexUpdates counts as none (AttributeDefinitions too), and is
+    # refused as empty beside another change, before the table is looked up (as captured against
+    # DynamoDB: ack-api-quirks DDB-TABLE-359).
+    for alone in ({}, {"AttributeDefinitions": [{"AttributeName": "pk", "AttributeType": "S"}]}):
+        assert error_of(
+            lambda alone=alone: dynamodb.update_table(
+                TableName=missing, GlobalSecondaryIndexUpdates=[], **alone
+            )
+        )[2].startswith("At least one of ProvisionedThroughput, BillingMode, ")
+    for beside in ({"DeletionProtectionEnabled": True}, {"BillingMode": "PAY_PER_REQUEST"}):
+        assert error_of(
+            lambda beside=beside: dynamodb.update_table(
+                TableName=missing, GlobalSecondaryIndexUpdates=[], **beside
+            )
+        ) == (
+            400,
+            "ValidationException",
+            "One or more parameter values were invalid: List of GlobalSecondaryIndexUpdates is "
+            "empty",
+        )
     assert error_of(
         lambda: dynamodb.update_table(
             TableName=missing,
