@@ -381,40 +381,14 @@ def warm_partition_count(warm: WarmThroughput) -> int:
     )
 
 
-def _warm_requested(
-    requested: Mapping[str, int], current: WarmThroughput, region: str
-) -> WarmThroughput:
-    """The warm throughput a request asks for (a member not given keeps `current`'s), or
-    DynamoDB's refusal of a member below the minimum or above the per-table quota. The wording
-    is dynalab's: AWS publishes only that the refusal names the unit and says it is lower."""
-    values = [current.read, current.write]
-    for position, member in enumerate(WARM_MEMBERS):
-        value = requested.get(member)
-        if value is None:
-            continue
-        minimum = WARM_THROUGHPUT_MIN[position]
-        if value < minimum:
-            raise ValidationError(
-                f"{INVALID_PARAMETERS}Requested {member} for WarmThroughput for table is lower "
-                f"than the minimum of {minimum}"
-            )
-        if value > limits.PROVISIONED_UNITS_PER_TABLE_MAX:
-            raise LimitExceeded(
-                f"The requested {member}, {value}, is above the per table maximum for the "
-                f"account in {region}. Per table maximum: "
-                f"{limits.PROVISIONED_UNITS_PER_TABLE_MAX}."
-            )
-        values[position] = value
-    return WarmThroughput(values[0], values[1])
-
-
 def warm_created(requested: Mapping[str, int] | None, region: str) -> WarmThroughput | None:
     """CreateTable's WarmThroughput (the members given; None or empty when absent): the table
     starts with it, a member not given at the minimum, so it is created with the partitions that
     serve it (`created`)."""
     if not requested:
         return None
-    return _warm_requested(requested, WarmThroughput(*WARM_THROUGHPUT_MIN), region)
+    minimum = WarmThroughput(*WARM_THROUGHPUT_MIN)
+    return _warm_requested("table", requested, minimum, region, created=True)
 
 
 def warm_throughput(table: TableDef) -> WarmThroughput:
@@ -458,42 +432,38 @@ def _hash_of(bound: str, empty: int) -> int:
 def warm_updated(table: TableDef, requested: Mapping[str, int], region: str) -> TableDef | None:
     """UpdateTable's WarmThroughput: the table asking for more (its partitions are then split
     until they serve it: `warm_settled`), None when it has that already, or DynamoDB's refusal:
-    "Once increased, warm throughput values can't be decreased" (Developer Guide), and the
-    refusal names the unit and says it is lower than the current one (the words are dynalab's)."""
+    "Once increased, warm throughput values can't be decreased" (Developer Guide), in its words
+    (`_warm_requested`)."""
     if table.status != TableStatus.ACTIVE:
         raise table_in_use(table)
     current = warm_throughput(table)
-    wanted = _warm_requested(requested, current, region)
-    for member, value, now in zip(
-        WARM_MEMBERS, (wanted.read, wanted.write), (current.read, current.write), strict=True
-    ):
-        if value < now:
-            raise ValidationError(
-                f"{INVALID_PARAMETERS}Requested {member} for WarmThroughput for table is lower "
-                f"than current WarmThroughput of {now}"
-            )
+    wanted = _warm_requested("table", requested, current, region, created=False)
     if wanted == current:
         return None
     return _changed(table, warm=wanted)
 
 
-# A global index's WarmThroughput (CreateTable, UpdateTable's Create and Update) follows the
-# table's rules with its own words, as captured against the service by a public catalogue of
-# DynamoDB's answers (ack-api-quirks DDB-TABLE-128, 154, 155, 456): below the minimum at creation
-# "is lower than initial throughput for OnDemand" (the capture may elide a link that follows, as
-# the table's message has one), lower than the index's current one "decreasing WarmThroughput is
-# not supported", above the per-table quota a LimitExceeded naming the account's limit.
+# WarmThroughput's refusals in DynamoDB's words, the table's and a global index's alike, as
+# captured against the service by a public catalogue of its answers (ack-api-quirks
+# DDB-TABLE-128, 154, 155, 456, 457): below the minimum at creation "is lower than initial
+# throughput for OnDemand" (the table's message goes on with ". See: " and a link into the
+# Developer Guide that the capture cuts short, so dynalab stops before it; the index's capture
+# shows none), lower than the current one at UpdateTable (checked first: a 0 is refused so)
+# "decreasing WarmThroughput is not supported". Above the per-table quota an index's refusal is
+# the captured LimitExceeded naming the account's limit; the table's words there are dynalab's.
 _WARM_QUOTAS = ("TableMaxReadCapacityUnits", "TableMaxWriteCapacityUnits")
 
 
-def _index_warm_requested(
-    index: str,
+def _warm_requested(
+    whose: str,
     requested: Mapping[str, int],
     current: WarmThroughput,
     region: str,
     *,
     created: bool,
 ) -> WarmThroughput:
+    """The warm throughput a request asks for (a member not given keeps `current`'s) of the
+    table (`whose`: "table") or a global index ("index NAME"), or DynamoDB's refusal."""
     values = [current.read, current.write]
     for position, member in enumerate(WARM_MEMBERS):
         value = requested.get(member)
@@ -501,18 +471,24 @@ def _index_warm_requested(
             continue
         if not created and value < values[position]:
             raise ValidationError(
-                f"{INVALID_PARAMETERS}Requested {member} for WarmThroughput for index {index} is "
+                f"{INVALID_PARAMETERS}Requested {member} for WarmThroughput for {whose} is "
                 "lower than current WarmThroughput, decreasing WarmThroughput is not supported"
             )
         if value < WARM_THROUGHPUT_MIN[position]:
             raise ValidationError(
-                f"{INVALID_PARAMETERS}Requested {member} for WarmThroughput for index {index} is "
+                f"{INVALID_PARAMETERS}Requested {member} for WarmThroughput for {whose} is "
                 "lower than initial throughput for OnDemand"
             )
         if value > limits.PROVISIONED_UNITS_PER_TABLE_MAX:
+            if whose == "table":
+                raise LimitExceeded(
+                    f"The requested {member}, {value}, is above the per table maximum for the "
+                    f"account in {region}. Per table maximum: "
+                    f"{limits.PROVISIONED_UNITS_PER_TABLE_MAX}."
+                )
             raise LimitExceeded(
-                f"Subscriber limit exceeded: Requested {member} for WarmThroughput for index "
-                f"{index} exceeds {_WARM_QUOTAS[position]} of the account in region {region}"
+                f"Subscriber limit exceeded: Requested {member} for WarmThroughput for {whose} "
+                f"exceeds {_WARM_QUOTAS[position]} of the account in region {region}"
             )
         values[position] = value
     return WarmThroughput(values[0], values[1])
@@ -527,7 +503,7 @@ def index_warm_created(
     if not requested:
         return None
     minimum = WarmThroughput(*WARM_THROUGHPUT_MIN)
-    return _index_warm_requested(index, requested, minimum, region, created=True)
+    return _warm_requested(f"index {index}", requested, minimum, region, created=True)
 
 
 def index_warm_throughput(index: IndexDef) -> WarmThroughput:
@@ -1825,7 +1801,7 @@ def index_throughput_updated(
                 pushed = True
         if warm_asked:
             current = index_warm_throughput(index)
-            wanted = _index_warm_requested(name, warm_asked, current, region, created=False)
+            wanted = _warm_requested(f"index {name}", warm_asked, current, region, created=False)
             if wanted != current:
                 updated = replace(updated, warm=wanted)
         if updated != index:

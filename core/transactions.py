@@ -49,6 +49,8 @@ from core.indexes import EntryChange, check_collection_growth, collection_delta
 # answers to each case).
 MULTIPLE_OPERATIONS = "Transaction request cannot include multiple operations on one item"
 ONE_ACTION = "TransactItems can only contain one of Check, Put, Update or Delete"
+# AWS publishes no message for a TransactWriteItems past 4 MB (only the limit) and no capture of
+# DynamoDB's was found: these words are dynalab's, in the family of the item size refusals.
 TOO_LARGE = "Transaction request size has exceeded the maximum allowed size"
 CONFLICT_MESSAGE = "Transaction is ongoing for the item"
 CONDITION_FAILED_MESSAGE = "The conditional request failed"
