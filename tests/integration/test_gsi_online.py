@@ -23,6 +23,7 @@ from botocore.exceptions import ClientError
 from dynalab import convergence
 from dynalab.cluster import LocalCluster
 from tests.integration.conftest import dynamodb_client, error_of, wait_active
+from tests.integration.crash_points import held_at, hold_environment
 from tests.integration.test_gsi_faults import Writer, create_scores
 
 ACTIVE_TIMEOUT_S = 120.0
@@ -256,20 +257,35 @@ def test_an_index_added_to_a_live_table_is_backfilled_under_writes_and_converges
 
 
 def test_the_replicator_killed_mid_backfill_resumes_and_the_index_converges(
-    cluster: LocalCluster, dynamodb: Any, users: str
+    cluster: LocalCluster, dynamodb: Any, users: str, tmp_path: Path
 ) -> None:
     seeding = Writer(dynamodb, users)
     load(dynamodb, users, seeding, 3000)
     (replicator,) = cluster.replicators
-    with BackgroundWriter(cluster.router_url, users) as background:
-        add_by_game(dynamodb, users)
-        wait_index(dynamodb, users, "ByGame", lambda i: i is not None and i["Backfilling"])
-        replicator.kill()
-        time.sleep(0.5)
+    # The replicator is held by its backfill driver at its first page and killed there, so the
+    # kill falls in the middle of the backfill however fast the copy would otherwise be (waiting
+    # to see Backfilling and then killing could find the index already built).
+    replicator.stop()
+    try:
+        with pytest.MonkeyPatch.context() as environment:
+            holding = hold_environment(tmp_path, "copying", machine="backfill")
+            for variable, value in holding.items():
+                environment.setenv(variable, value)
+            replicator.start()
+        with BackgroundWriter(cluster.router_url, users) as background:
+            add_by_game(dynamodb, users)
+            held_at(tmp_path, "copying", machine="backfill")
+            wait_index(dynamodb, users, "ByGame", lambda i: i is not None and i["Backfilling"])
+            replicator.kill()
+            time.sleep(0.5)
+            replicator.start()
+            wait_index(
+                dynamodb, users, "ByGame", lambda i: i is not None and i["IndexStatus"] == "ACTIVE"
+            )
+    except BaseException:
+        replicator.kill()  # The module's later tests need a replicator without the hold.
         replicator.start()
-        wait_index(
-            dynamodb, users, "ByGame", lambda i: i is not None and i["IndexStatus"] == "ACTIVE"
-        )
+        raise
     assert background.failure is None, background.failure
     history = [*seeding.history, *background.writer.history]
     result = convergence.wait_converged(dynamodb, users, "ByGame", CONVERGE_TIMEOUT_S, history)
