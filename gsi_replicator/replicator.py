@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
 from core import catalog as catalog_core
 from core import gsi, gsi_leases, limits
@@ -124,6 +125,61 @@ class FollowerStats:
     @property
     def lag_records(self) -> int:
         return max(0, self.last_seq - self.checkpoint)
+
+
+# Propagation times run from a fast loopback's millisecond to a throttled index's seconds.
+_LAG_SECONDS_BUCKETS = (
+    0.0005,
+    0.001,
+    0.002,
+    0.003,
+    0.005,
+    0.0075,
+    0.01,
+    0.015,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    1,
+    5,
+    30,
+)
+
+
+class _LagHistograms:
+    """Where a change's time goes on its way into the indexes, per replicator process (its
+    own registry: a simulation runs several in one process).
+
+    Both start at the change's commit as the source node's clock stamped it (`Change.at`, the
+    group commit's time, taken as the group is planned, before its sync), so across machines
+    they hold the clocks' skew too: `feed` ends when the follower takes the change's run off the
+    feed (the source's commit, the follower's wake-up and read, the stream), `applied` when
+    every index partition it changes has answered (the index partition's own commit included)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.feed = Histogram(
+            "dynalab_gsi_feed_seconds",
+            "From a change's commit on its source node to the replicator taking it off the feed",
+            buckets=_LAG_SECONDS_BUCKETS,
+            registry=self.registry,
+        )
+        self.applied = Histogram(
+            "dynalab_gsi_propagation_seconds",
+            "From a change's commit on its source node to every index partition applying it",
+            buckets=_LAG_SECONDS_BUCKETS,
+            registry=self.registry,
+        )
+
+    def observe(self, run: Iterable[Change], received: float, applied: float) -> None:
+        for change in run:
+            if change.at:
+                self.feed.observe(max(0.0, received - change.at))
+                self.applied.observe(max(0.0, applied - change.at))
+
+    def text(self) -> str:
+        return generate_latest(self.registry).decode()
 
 
 @dataclass(slots=True)
@@ -460,6 +516,7 @@ class Replicator:
             rng,
         )
         self.stats = ReplicatorStats()
+        self.lag = _LagHistograms()
 
     async def run(self, stop: asyncio.Event) -> None:
         """Poll the catalog and keep the followers running until `stop` is set."""
@@ -1038,6 +1095,7 @@ class Replicator:
                 checkpoints.raise_failure()
                 stats.last_applied_at = self.clock()
                 stats.lag_ms = 1000.0 * (stats.last_applied_at - received)
+                self.lag.observe(run, received, stats.last_applied_at)
                 checkpoints.advance(run[-1].seq)
                 if ended:
                     await checkpoints.flush()
@@ -1312,7 +1370,7 @@ class Replicator:
                 )
                 lines.append(f"dynalab_gsi_{name}{{{labels}}} {value}")
         lines.extend(self._index_lag_lines())
-        return "\n".join(lines) + "\n"
+        return "\n".join(lines) + "\n" + self.lag.text()
 
     def _index_lag_lines(self) -> list[str]:
         """Each global index's lag: the change records its followers have not applied yet

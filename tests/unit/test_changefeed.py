@@ -458,3 +458,40 @@ def test_checkpoints_and_retired_logs_survive_reopening_the_store(feed: Feed) ->
     feed.reopen()
     assert feed.node.feeds.checkpoints == {}
     assert feed.node.feeds.retired == {}
+
+
+def _stored(seq: int, kind: str = "INSERT", pad: int = 0) -> tuple[int, bytes]:
+    record = {"seq": seq, "kind": kind, "keys": {"pk": {"S": "x" * pad}}, "old": None, "new": None}
+    return seq, orjson.dumps(record)
+
+
+def test_the_committed_tail_hands_over_what_follows_a_seq() -> None:
+    tail = changefeed.CommittedTail(bytes_max=10_000)
+    assert tail.after(0, 10, 10_000) is None  # Empty: read the store.
+    tail.extend([_stored(5), _stored(6)])
+    tail.extend([_stored(7)])
+    assert [r["seq"] for r in tail.after(4, 10, 10_000) or []] == [5, 6, 7]
+    assert [r["seq"] for r in tail.after(5, 10, 10_000) or []] == [6, 7]
+    assert tail.after(3, 10, 10_000) is None  # Seq 4 is not held.
+    assert tail.after(7, 10, 10_000) is None  # Nothing after the tail's end.
+    assert [r["seq"] for r in tail.after(4, 2, 10_000) or []] == [5, 6]  # records_max
+    assert [r["seq"] for r in tail.after(4, 10, 1) or []] == [5]  # Cut after the bytes target.
+
+
+def test_the_committed_tail_cuts_after_an_end_record() -> None:
+    tail = changefeed.CommittedTail()
+    tail.extend([_stored(1), _stored(2, changefeed.END)])
+    assert [r["kind"] for r in tail.after(0, 10, 10_000) or []] == ["INSERT", changefeed.END]
+
+
+def test_the_committed_tail_keeps_a_contiguous_run_within_its_bytes() -> None:
+    one = len(_stored(1, pad=100)[1])
+    tail = changefeed.CommittedTail(bytes_max=3 * one)
+    tail.extend([_stored(seq, pad=100) for seq in range(1, 6)])
+    assert tail.after(1, 10, 10_000) is None  # The oldest went first.
+    assert [r["seq"] for r in tail.after(2, 10, 10_000) or []] == [3, 4, 5]
+    tail.extend([_stored(9, pad=100)])  # Not after 5: the run starts again.
+    assert tail.after(4, 10, 10_000) is None
+    assert [r["seq"] for r in tail.after(8, 10, 10_000) or []] == [9]
+    tail.extend([_stored(10, pad=4 * one)])  # Longer than the bound: nothing is held.
+    assert tail.after(8, 10, 10_000) is None and tail.after(9, 10, 10_000) is None
