@@ -662,6 +662,26 @@ def percentage_progress(status: IndexStatus, items_copied: int, items_estimate: 
     return min(99, 100 * items_copied // items_estimate)
 
 
+def backfill_rate(items_copied: int, began_at: float, now: float) -> float | None:
+    """An online index's backfill rate in items per second: the items copied over the time since
+    the backfill began (`IndexDef.began_at`, the replicator's clock), pauses for a restarted
+    replicator or a moved lease included; None before it began or with no time passed."""
+    if not began_at or now <= began_at:
+        return None
+    return items_copied / (now - began_at)
+
+
+def backfill_seconds_left(
+    items_copied: int, items_estimate: int, rate: float | None
+) -> float | None:
+    """The time an online index's backfill still needs at `rate` (`backfill_rate`): the items of
+    the estimate not copied yet over the rate; None without a rate or an estimate. An estimate
+    is the table's item count when the backfill began, so items written since are not in it."""
+    if not rate or not items_estimate:
+        return None
+    return max(0, items_estimate - items_copied) / rate
+
+
 @dataclass(frozen=True, slots=True)
 class IndexDef:
     """A secondary index: its key shape, what it projects and its status.
@@ -694,6 +714,9 @@ class IndexDef:
     # item count when the backfill began, the estimate OnlineIndexPercentageProgress divides by.
     progress: tuple[BackfillProgress, ...] = ()
     items_estimate: int = 0
+    # When the backfill began (Unix seconds, the replicator's clock; 0: not begun), from which
+    # its rate and the time it has left are estimated (`backfill_rate`).
+    began_at: float = 0.0
     # A global index's OnDemandThroughput (on an on-demand table only) and the WarmThroughput
     # asked for (None: what its partitions serve), as a table's.
     on_demand: OnDemandThroughput = OnDemandThroughput()
@@ -725,6 +748,8 @@ class IndexDef:
                 document["progress"] = [entry.to_json() for entry in self.progress]
             if self.items_estimate:
                 document["items_estimate"] = self.items_estimate
+            if self.began_at:
+                document["began_at"] = self.began_at
         return document
 
     @classmethod
@@ -749,6 +774,7 @@ class IndexDef:
             ),
             progress=tuple(BackfillProgress.from_json(p) for p in document.get("progress", ())),
             items_estimate=int(document.get("items_estimate", 0)),
+            began_at=float(document.get("began_at", 0.0)),
             on_demand=OnDemandThroughput.from_json(document.get("on_demand")),
             warm=None if document.get("warm") is None else WarmThroughput(*document["warm"]),
         )
@@ -1846,24 +1872,33 @@ def _index_units(
     return throughput
 
 
-def index_backfill_started(table: TableDef, index_id: str, items_estimate: int = 0) -> TableDef:
-    """The table with its online index `index_id` BACKFILLING (the replicator began copying),
-    `items_estimate` the table's item count then; unchanged if that index is not CREATING."""
+def index_backfill_started(
+    table: TableDef, index_id: str, items_estimate: int = 0, began_at: float = 0.0
+) -> TableDef:
+    """The table with its online index `index_id` BACKFILLING (the replicator began copying at
+    `began_at`), `items_estimate` the table's item count then; unchanged if that index is not
+    CREATING."""
     index = _online_index(table, index_id)
     if index is None or index.status != IndexStatus.CREATING:
         return table
     started = index_moved(table, index.name, IndexStatus.BACKFILLING)
-    return _with_index(started, replace(_index(started, index.name), items_estimate=items_estimate))
+    begun = replace(_index(started, index.name), items_estimate=items_estimate, began_at=began_at)
+    return _with_index(started, begun)
 
 
 def partition_backfill_begun(
-    table: TableDef, index_id: str, partition_id: str, epoch: int, items_estimate: int
+    table: TableDef,
+    index_id: str,
+    partition_id: str,
+    epoch: int,
+    items_estimate: int,
+    began_at: float = 0.0,
 ) -> TableDef:
     """The table with online index `index_id` BACKFILLING (`index_backfill_started`) and the copy
     of source partition `partition_id` begun under lease `epoch` (from no cursor), unless it has
     begun or is done; unchanged if the index is neither CREATING nor BACKFILLING (deleted
     meanwhile, or ACTIVE) or the partition is no longer serving."""
-    started = index_backfill_started(table, index_id, items_estimate)
+    started = index_backfill_started(table, index_id, items_estimate, began_at)
     index = _online_index(started, index_id)
     if (
         index is None
@@ -1924,11 +1959,16 @@ def partition_backfilled(
     if {partition.id for partition in table.partitions} <= set(done):
         _check(INDEX_TRANSITIONS, f"Index {index.name}", status, IndexStatus.ACTIVE)
         status = IndexStatus.ACTIVE
-        progress, estimate = (), 0
+        progress, estimate, began_at = (), 0, 0.0
     else:
-        estimate = index.items_estimate
+        estimate, began_at = index.items_estimate, index.began_at
     changed = replace(
-        index, backfilled=done, status=status, progress=progress, items_estimate=estimate
+        index,
+        backfilled=done,
+        status=status,
+        progress=progress,
+        items_estimate=estimate,
+        began_at=began_at,
     )
     return _with_index(table, changed)
 

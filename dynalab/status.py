@@ -170,6 +170,16 @@ def _feeds(entry: dict[str, Any]) -> Table | None:
     return table
 
 
+def _duration(seconds: float) -> str:
+    """A backfill's time left, to the second under a minute and to the minute past an hour."""
+    whole = max(0, round(seconds))
+    if whole < 60:
+        return f"{whole} s"
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60} s"
+    return f"{whole // 3600} h {whole % 3600 // 60} min"
+
+
 def _indexes(entry: dict[str, Any]) -> Table | None:
     if not entry["indexes"]:
         return None
@@ -183,6 +193,10 @@ def _indexes(entry: dict[str, Any]) -> Table | None:
             copied = f"{backfill['partitions_done']}/{backfill['partitions']}"
             if backfill.get("percentage") is not None:
                 copied += f" {backfill['percentage']}%"
+            if backfill.get("items_per_second") is not None:
+                copied += f" {backfill['items_per_second']:,.0f} items/s"
+            if backfill.get("seconds_left") is not None:
+                copied += f", {_duration(backfill['seconds_left'])} left"
         table.add_row(
             index["name"], index["kind"], index["projection"], index["status"], copied, entries
         )

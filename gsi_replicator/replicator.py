@@ -893,11 +893,12 @@ class Replicator:
             for i in table.indexes
         ):
             estimate = await self._items_estimate(table)
+        began_at = self.clock()
         changed = await self._change_table(
             record.table_name,
             lambda t: (
                 catalog_core.partition_backfill_begun(
-                    t, record.index_id, record.partition_id, record.epoch, estimate
+                    t, record.index_id, record.partition_id, record.epoch, estimate, began_at
                 )
                 if t.id == record.table_id
                 else t

@@ -270,12 +270,16 @@ def _index(view: View, table: dict[str, Any], index: dict[str, Any]) -> dict[str
         copied = sum(entry["items"] for entry in index.get("progress", ()))
         estimate = index.get("items_estimate", 0)
         status = IndexStatus(index["status"])
+        # Its rate since it began, and the time the estimate's items left need at that rate.
+        rate = catalog.backfill_rate(copied, index.get("began_at", 0.0), view.now)
         result["backfill"] = {
             "partitions_done": len(done),
             "partitions": len(serving),
             "percentage": catalog.percentage_progress(status, copied, estimate),
             "items_copied": copied,
             "items_estimate": estimate,
+            "items_per_second": rate,
+            "seconds_left": catalog.backfill_seconds_left(copied, estimate, rate),
         }
     if not index["local"]:
         stats = view.stats.get(index["table_id"], {})

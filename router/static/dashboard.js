@@ -196,7 +196,11 @@ function renderTable(table, colours) {
     if (index.backfill) {
       line.append(` · backfilled ${index.backfill.partitions_done} of `
         + `${index.backfill.partitions} partitions`
-        + (index.backfill.percentage === null ? "" : ` (${index.backfill.percentage}%)`));
+        + (index.backfill.percentage === null ? "" : ` (${index.backfill.percentage}%)`)
+        + (index.backfill.items_per_second == null ? ""
+          : `, ${Math.round(index.backfill.items_per_second)} items/s`)
+        + (index.backfill.seconds_left == null ? ""
+          : `, ${Math.ceil(index.backfill.seconds_left)} s left`));
     }
     if (index.kind === "global") {
       line.append(` · ${index.item_count} entries`);

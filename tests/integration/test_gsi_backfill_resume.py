@@ -5,7 +5,8 @@ another replicator takes its leases over and finishes each partition from the cu
 catalog row records. The index converges exactly, no partition is copied twice (the items each
 copy counts, from the row and its own pages, are exactly the partition's), and
 OnlineIndexPercentageProgress, read from the router's admin snapshot as the index is built, only
-rises, then the index is ACTIVE (100).
+rises, then the index is ACTIVE (100); part of the way the snapshot shows the copy's rate and the
+time it has left.
 """
 
 from __future__ import annotations
@@ -53,10 +54,16 @@ def snapshot_table(cluster: LocalCluster, name: str) -> dict[str, Any]:
     return next(table for table in document["tables"] if table["name"] == name)
 
 
+def backfill_of(cluster: LocalCluster, name: str) -> dict[str, Any] | None:
+    """The index's backfill in the admin snapshot while it is built (None once it is not)."""
+    index = next(i for i in snapshot_table(cluster, name)["indexes"] if i["name"] == "ByGame")
+    backfill: dict[str, Any] | None = index.get("backfill")
+    return backfill
+
+
 def percentage(cluster: LocalCluster, name: str) -> int | None:
     """The index's OnlineIndexPercentageProgress while it is built (None once it is not)."""
-    index = next(i for i in snapshot_table(cluster, name)["indexes"] if i["name"] == "ByGame")
-    backfill = index.get("backfill")
+    backfill = backfill_of(cluster, name)
     return None if backfill is None else backfill["percentage"]
 
 
@@ -100,6 +107,11 @@ def test_a_replicator_killed_mid_backfill_and_another_finishes_from_the_cursor(
             assert time.monotonic() < deadline, f"the copy is still at {percent}%"
             time.sleep(POLL_S)
         percentages.append(percent)
+        # Part of the way: a rate since the copy began, and time left for the rest of it.
+        partway = backfill_of(cluster, name)
+        assert partway is not None and partway["items_per_second"] > 0, partway
+        assert partway["items_copied"] < partway["items_estimate"], partway
+        assert partway["seconds_left"] > 0, partway
         # Hold it at its next page, then kill it there.
         go.unlink()
         held_file(tmp_path, POINT, machine=MACHINE).unlink()

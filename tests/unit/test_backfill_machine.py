@@ -245,6 +245,29 @@ def test_the_percentage_is_monotonic_below_100_until_the_index_is_active() -> No
     assert online_index(deleting).percentage_progress is None
 
 
+def test_the_row_keeps_when_the_backfill_began_for_its_rate_and_time_left() -> None:
+    creating = online(active_table())
+    [partition] = [p.id for p in creating.partitions]
+    table = catalog.partition_backfill_begun(creating, INDEX_ID, partition, 1, 1000, 500.0)
+    assert online_index(table).began_at == 500.0
+    # Begun once: a later partition's start (or a restarted replicator's) leaves it.
+    again = catalog.partition_backfill_begun(table, INDEX_ID, partition, 2, 1000, 900.0)
+    assert online_index(again).began_at == 500.0
+    table = catalog.backfill_progressed(table, INDEX_ID, partition, KEY, 250, 1)
+    index = online_index(table)
+    assert IndexDef.from_json(index.to_json()) == index and index.began_at == 500.0
+    rate = catalog.backfill_rate(index.items_copied, index.began_at, 510.0)
+    assert rate == 25.0  # 250 items in 10 s.
+    assert catalog.backfill_seconds_left(index.items_copied, index.items_estimate, rate) == 30.0
+    assert catalog.backfill_seconds_left(1200, 1000, rate) == 0.0  # Past the estimate.
+    assert catalog.backfill_rate(250, 0.0, 510.0) is None  # Not begun.
+    assert catalog.backfill_rate(250, 510.0, 510.0) is None  # No time passed.
+    assert catalog.backfill_seconds_left(250, 0, rate) is None  # No estimate.
+    assert catalog.backfill_seconds_left(250, 1000, None) is None
+    done = online_index(catalog.partition_backfilled(table, INDEX_ID, partition, 260, 1))
+    assert (done.status, done.began_at) == (IndexStatus.ACTIVE, 0.0)
+
+
 def test_a_catalog_change_is_read_as_the_event_the_row_shows() -> None:
     table = backfilling()
     partition = table.partitions[0].id

@@ -158,10 +158,19 @@ def test_an_online_index_shows_its_backfill_progress():
         "percentage": 0,
         "items_copied": 0,
         "items_estimate": 0,
+        "items_per_second": None,  # Not begun: no rate, no time left.
+        "seconds_left": None,
     }
     progress = [{"partition": "t-1", "cursor": None, "items": 30, "epoch": 1}]
     copying = {**index, "progress": progress, "items_estimate": 40}
     assert _index(view, table, copying)["backfill"]["percentage"] == 75
+    # Begun 10 s before the snapshot: 30 items in 10 s, the 10 left of the estimate in 3.3 s.
+    later = View(
+        ctx=None, sampler=Sampler(None), now=1010.0, catalog_error=None, samples=[], stats={}
+    )
+    begun = _index(later, table, {**copying, "began_at": 1000.0})["backfill"]
+    assert begun["items_per_second"] == 3.0
+    assert begun["seconds_left"] == pytest.approx(10 / 3)
     assert shown["partitions"][0]["size_bytes"] is None  # no node answered
     assert "backfill" not in _index(view, table, {**index, "status": "ACTIVE"})
     assert "backfill" not in _index(view, table, {**index, "online": False})

@@ -79,7 +79,13 @@ def orders() -> dict:
                 "id": "i1",
                 "kind": "global",
                 "status": "BACKFILLING",
-                "backfill": {"partitions_done": 1, "partitions": 4, "percentage": 37},
+                "backfill": {
+                    "partitions_done": 1,
+                    "partitions": 4,
+                    "percentage": 37,
+                    "items_per_second": 21_345.6,
+                    "seconds_left": 125.4,
+                },
                 "projection": "ALL",
                 "item_count": 3,
                 "partitions": [partition("i1-0", "n1", "up", 0, 1)],
@@ -134,7 +140,13 @@ def test_nodes_tables_partitions_and_indexes():
         assert re.search(rf"{re.escape(label)}\s+{re.escape(shown)}(\s|$)", text), label
     assert cells(section(text, "Change feeds"))["gsi_replicator"] == ["42"]
     indexes = cells(section(text, "Secondary indexes"))
-    assert indexes["by-x"] == ["global", "ALL", "BACKFILLING", "1/4 37%", "3"]
+    assert indexes["by-x"] == [
+        "global",
+        "ALL",
+        "BACKFILLING",
+        "1/4 37% 21,346 items/s, 2 min 5 s left",
+        "3",
+    ]
     assert indexes["by-y"] == ["local", "KEYS_ONLY", "ACTIVE", "-", "-"]
     table = cells(section(text, "Partitions"))
     assert table["p0"] == ["n1", "0.0-50.0%", "7", "2.0 KiB", "3"]
