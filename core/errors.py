@@ -205,6 +205,12 @@ class DuplicateItem(DynamoError):
         super().__init__(message)
 
 
+class AccessDenied(DynamoError):
+    """The caller may not act on the resource (a table ARN naming another account)."""
+
+    type_name = "AccessDeniedException"
+
+
 class ResourceNotFound(DynamoError):
     type_name = "ResourceNotFoundException"
 

@@ -58,6 +58,8 @@ ATTRIBUTES_TO_GET_NAMES_MAX = 255  # AttributesToGet: 1 to 255 names (AttributeN
 # Tables and indexes.
 TABLE_NAME_CHARS_MIN = 3
 TABLE_NAME_CHARS_MAX = 255
+# A TableName may be a table ARN instead: the service model's TableArn shape, 1 to 1024 chars.
+TABLE_ARN_CHARS_MAX = 1024
 GSI_PER_TABLE_MAX = 20
 LSI_PER_TABLE_MAX = 5
 INDEX_PROJECTED_NON_KEY_ATTRIBUTES_MAX = 100  # INCLUDE attributes across all indexes of a table.
@@ -184,6 +186,7 @@ assert QUERY_PAGE_BYTES_MAX > ITEM_SIZE_BYTES_MAX, "a page must hold at least on
 assert BATCH_WRITE_ITEMS_MAX * ITEM_SIZE_BYTES_MAX <= BATCH_WRITE_BYTES_MAX
 assert PARTITION_RCU_MAX * READ_UNIT_BYTES >= PARTITION_WCU_MAX * WRITE_UNIT_BYTES
 assert TABLE_NAME_CHARS_MIN <= TABLE_NAME_CHARS_MAX
+assert TABLE_NAME_CHARS_MAX < TABLE_ARN_CHARS_MAX
 
 # Storage node and node RPC: dynalab's own bounds, not DynamoDB quotas.
 GIB = 1024 * MIB

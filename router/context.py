@@ -41,7 +41,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from core import catalog, limits
+from core import catalog, limits, table_arns
 from core.catalog import CatalogDisagreement, CatalogLocation, PartitionDef, TableDef
 from core.catalog_copy import CATALOG_COPY_PARTITION_ID, CatalogCopy, merged, newest
 from core.errors import (
@@ -584,8 +584,10 @@ class RouterContext:
         """The route of table `name` if it serves reads and writes; else ResourceNotFound.
 
         A miss re-reads the catalog once before failing: the table may have been created through
-        another router since the last refresh.
+        another router since the last refresh. `name` may be the table's ARN, checked as the
+        request was read (`router.requests.RequestReader.table_name`).
         """
+        name = table_arns.table_name_of(name)
         table = self.tables.get(name)
         if table is None or not table.serving:
             try:

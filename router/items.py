@@ -27,7 +27,7 @@ import dataclasses
 import re
 from typing import Any
 
-from core import expressions, indexes, limits, schema, values
+from core import expressions, indexes, limits, schema, table_arns, values
 from core.capacity import (
     ConsumedCapacity,
     ReturnConsumedCapacity,
@@ -303,7 +303,7 @@ def _write_units(reply: dict[str, Any]) -> float:
 async def put_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
     """PutItem: create or replace one item, optionally under a condition."""
     reader = RequestReader(body)
-    table_name = reader.name("TableName", required=True)
+    table_name = reader.table_name(required=True)
     raw_item = reader.attribute_map("Item", required=True)
     return_values, on_failure = _read_write_members(reader)
     reader.check()
@@ -336,7 +336,7 @@ async def put_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
 async def update_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
     """UpdateItem: change (or create) one item, optionally under a condition."""
     reader = RequestReader(body)
-    table_name = reader.name("TableName", required=True)
+    table_name = reader.table_name(required=True)
     raw_key = reader.attribute_map("Key", required=True)
     attribute_updates = reader.mapping("AttributeUpdates")
     return_values, on_failure = _read_write_members(reader)
@@ -372,7 +372,7 @@ async def update_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any
 async def delete_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
     """DeleteItem: remove one item, optionally under a condition."""
     reader = RequestReader(body)
-    table_name = reader.name("TableName", required=True)
+    table_name = reader.table_name(required=True)
     raw_key = reader.attribute_map("Key", required=True)
     return_values, on_failure = _read_write_members(reader)
     reader.check()
@@ -402,7 +402,7 @@ async def delete_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any
 async def get_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
     """GetItem: read one item, or some of its attributes."""
     reader = RequestReader(body)
-    table_name = reader.name("TableName", required=True)
+    table_name = reader.table_name(required=True)
     raw_key = reader.attribute_map("Key", required=True)
     attributes_to_get = reader.string_list(
         "AttributesToGet", min_length=1, max_length=limits.ATTRIBUTES_TO_GET_NAMES_MAX
@@ -453,7 +453,11 @@ def _read_request_items(
     )
     if request_items is None:
         return {}
-    if not all(_is_table_name(name) for name in request_items):
+    # A key may be a table's ARN (the TableArn shape), checked as a TableName's ARN is.
+    arns = [name for name in request_items if table_arns.is_arn(name)]
+    for arn in arns:
+        reader.check_table_arn("RequestItems", arn)
+    if not all(_is_table_name(name) for name in request_items if name not in arns):
         reader.violation(
             "RequestItems",
             request_items,
@@ -706,7 +710,8 @@ async def batch_write_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str
 
     tables = {name: await ctx.table(name) for name in request_items}
     calls: list[_Call] = []
-    keys_by_table: dict[str, list[Item]] = {name: [] for name in request_items}
+    # Keyed by table, not by spelling: a table named by its name and by its ARN is one table.
+    keys_by_table: dict[str, list[Item]] = {}
     for write in writes:
         table = tables[write.table]
         try:
@@ -726,7 +731,7 @@ async def batch_write_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str
         except KeyAttributeError:
             # BatchWriteItem reports an item's missing or mistyped key attribute as a mismatch.
             raise ValidationError(KEY_MISMATCH) from None
-        keys_by_table[write.table].append(key)
+        keys_by_table.setdefault(table_arns.table_name_of(write.table), []).append(key)
         calls.append(_Call(table, partition_key, sort_key, op, payload))
     for keys in keys_by_table.values():
         _check_duplicates(keys)

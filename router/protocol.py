@@ -342,10 +342,10 @@ class JsonProtocol:
             return _Served(response, payload, len(raw), operation, error.type_name)
         except Exception:
             log.exception("request %s (%s) failed", request_id, target)
-            error = InternalServerError("Internal server error")
-            payload = error_body(error)
-            response = _reply(error.http_status, payload, request_id, content_type, coding)
-            return _Served(response, payload, len(raw), operation, error.type_name)
+            internal = InternalServerError("Internal server error")
+            payload = error_body(internal)
+            response = _reply(internal.http_status, payload, request_id, content_type, coding)
+            return _Served(response, payload, len(raw), operation, internal.type_name)
         response = _reply(200, payload, request_id, content_type, coding)
         return _Served(response, payload, len(raw), operation)
 

@@ -449,7 +449,7 @@ async def scan(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
         "AttributesToGet", min_length=1, max_length=limits.ATTRIBUTES_TO_GET_NAMES_MAX
     )
     select = reader.string("Select", enum=SELECT_VALUES)
-    table_name = reader.name("TableName", required=True)
+    table_name = reader.table_name(required=True)
     segment = reader.integer("Segment", minimum=0, maximum=limits.SCAN_TOTAL_SEGMENTS_MAX - 1)
     scan_filter = reader.mapping("ScanFilter")
     conditional_operator = reader.string("ConditionalOperator", enum=CONDITIONAL_OPERATORS)
@@ -609,7 +609,7 @@ async def query(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
     attributes_to_get = reader.string_list(
         "AttributesToGet", min_length=1, max_length=limits.ATTRIBUTES_TO_GET_NAMES_MAX
     )
-    table_name = reader.name("TableName", required=True)
+    table_name = reader.table_name(required=True)
     select = reader.string("Select", enum=SELECT_VALUES)
     index_name = reader.name("IndexName")
     conditional_operator = reader.string("ConditionalOperator", enum=CONDITIONAL_OPERATORS)

@@ -26,9 +26,10 @@ from typing import Any
 
 import orjson
 
-from core import expressions, limits, values
+from core import expressions, limits, schema, table_arns, values
 from core.catalog import IndexDef
-from core.errors import ValidationError
+from core.errors import AccessDenied, ValidationError
+from router.protocol import ACCOUNT_ID, request_region
 from router.routing import Route
 
 # Enum members in the order DynamoDB lists them in "Member must satisfy enum value set" messages.
@@ -77,10 +78,15 @@ class RequestReader:
         self.body: dict[str, Any] = body
         self.path = path
         self.violations: list[str] = violations if violations is not None else []
+        # An ARN of another account: refused once the request's validation errors are reported,
+        # shared with nested readers as the violations are.
+        self.denied: list[str] = []
 
     def nested(self, body: Any, path: str) -> RequestReader:
         """A reader for a structure inside this one, reporting into the same violation list."""
-        return RequestReader(body, path=path, violations=self.violations)
+        nested = RequestReader(body, path=path, violations=self.violations)
+        nested.denied = self.denied
+        return nested
 
     def present(self, member: str) -> bool:
         return self.body.get(member) is not None
@@ -146,6 +152,36 @@ class RequestReader:
             min_length=limits.TABLE_NAME_CHARS_MIN,
             max_length=limits.TABLE_NAME_CHARS_MAX,
         )
+
+    def table_name(self, member: str = "TableName", *, required: bool = False) -> str | None:
+        """A TableName: a table's name, or its ARN (`core.table_arns`), or None when absent.
+
+        The value comes back as the client wrote it, since replies name the table as the request
+        did; `core.table_arns.table_name_of` gives the table's name. A name is checked as `name`
+        checks it; an ARN against the TableArn shape's length and then as an ARN of this
+        request's Region and dynalab's account.
+        """
+        value = self.body.get(member)
+        if value is None or not table_arns.is_arn(value):
+            return self.name(member, required=required)
+        self.check_table_arn(member, value)
+        return str(value)
+
+    def check_table_arn(self, member: str, arn: str) -> None:
+        """Record what is wrong with `arn` as the table of `member` (a TableName, or a key of
+        RequestItems) with this request's violations."""
+        if len(arn) > limits.TABLE_ARN_CHARS_MAX:
+            self._length(member, arn, len(arn), None, limits.TABLE_ARN_CHARS_MAX)
+            return
+        violation = table_arns.arn_violation(arn, request_region(), ACCOUNT_ID)
+        if violation is None:
+            return
+        if violation.constraint is not None:
+            self.violation(member, arn, violation.constraint)
+        elif violation.text is not None:
+            self.violations.append(violation.text)
+        else:
+            self.denied.append(arn)
 
     def integer(
         self, member: str, *, minimum: int | None = None, maximum: int | None = None
@@ -242,12 +278,35 @@ class RequestReader:
         return self.mapping(member, required=required)
 
     def check(self) -> None:
-        """Raise every constraint violation recorded so far as one ValidationError."""
+        """Raise every constraint violation recorded so far as one ValidationError; then, with
+        none, refuse a table ARN of another account."""
         if not self.violations:
+            if self.denied:
+                raise AccessDenied(table_arns.ACCESS_DENIED)
             return
         count = len(self.violations)
         noun = "error" if count == 1 else "errors"
         raise ValidationError(f"{count} validation {noun} detected: " + "; ".join(self.violations))
+
+
+def read_table_name(reader: RequestReader) -> str | None:
+    """The TableName of a table operation (CreateTable, DescribeTable, UpdateTable, DeleteTable)
+    as written: a name, checked against the pattern, or an ARN, checked as an ARN. Its presence
+    and a name's length are checked by `table_name_checked`, which DynamoDB reports alone."""
+    value = reader.body.get("TableName")
+    if value is not None and table_arns.is_arn(value):
+        reader.check_table_arn("TableName", value)
+        return str(value)
+    return reader.string("TableName", pattern=NAME_PATTERN)
+
+
+def table_name_checked(value: str | None) -> str:
+    """The name of the table `read_table_name` read, refusing a missing TableName or a name of
+    the wrong length on their own (`core.schema.check_table_name`); an ARN's name was checked
+    with the ARN."""
+    if value is not None and table_arns.is_arn(value):
+        return table_arns.table_name_of(value)
+    return schema.check_table_name(value)
 
 
 # Shared third-pass rules ---------------------------------------------------------------------

@@ -66,7 +66,7 @@ from core.machines.table import Flow, TableState
 from core.token_bucket import BillingMode
 from router import table_lifecycle
 from router.protocol import request_region
-from router.requests import NAME_PATTERN, RequestReader
+from router.requests import RequestReader, read_table_name, table_name_checked
 from router.table_lifecycle import table_not_found
 from router.tags import check_reserved, read_tags, stream_arn, table_arn
 from rpc import ops
@@ -316,8 +316,8 @@ def _stream_view_type(specification: tuple[bool, str | None] | None) -> StreamVi
 def _read_table_name(body: dict[str, Any]) -> str:
     """The TableName of DescribeTable or DeleteTable, checked in DynamoDB's order."""
     reader = RequestReader(body)
-    name = reader.string("TableName", pattern=NAME_PATTERN)
-    name = schema.check_table_name(name)
+    name = read_table_name(reader)
+    name = table_name_checked(name)
     reader.check()
     return name
 
@@ -325,7 +325,7 @@ def _read_table_name(body: dict[str, Any]) -> str:
 def _read_create_table(body: dict[str, Any]) -> dict[str, Any]:
     """The catalog definition (name, key schema, billing) of a CreateTable request."""
     reader = RequestReader(body)
-    name = reader.string("TableName", pattern=NAME_PATTERN)
+    name = read_table_name(reader)
     definitions = _read_elements(
         reader,
         "AttributeDefinitions",
@@ -348,7 +348,7 @@ def _read_create_table(body: dict[str, Any]) -> dict[str, Any]:
     tags = read_tags(reader, required=False)
     table_class = reader.string("TableClass", enum=_TABLE_CLASSES)
     warm = _read_warm(reader)
-    name = schema.check_table_name(name)
+    name = table_name_checked(name)
     reader.check()
     check_reserved(tags)
     stream_view_type = _stream_view_type(stream)
@@ -951,7 +951,7 @@ class _UpdateTableRequest:
 def _read_update_table(body: dict[str, Any]) -> _UpdateTableRequest:
     """An UpdateTable request, checked in DynamoDB's order."""
     reader = RequestReader(body)
-    name = reader.string("TableName", pattern=NAME_PATTERN)
+    name = read_table_name(reader)
     definitions = None
     if reader.present("AttributeDefinitions"):
         definitions = _read_elements(
@@ -966,7 +966,7 @@ def _read_update_table(body: dict[str, Any]) -> _UpdateTableRequest:
     deletion_protection = reader.boolean("DeletionProtectionEnabled")
     on_demand = _read_on_demand(reader)
     warm = _read_warm(reader)
-    name = schema.check_table_name(name)
+    name = table_name_checked(name)
     reader.check()
     index_updates = _read_index_updates(reader)
     present = [member for member in _UPDATE_MEMBERS_UNSUPPORTED if reader.present(member)]

@@ -225,7 +225,7 @@ def _read_write_request(body: dict[str, Any]) -> list[tuple[str, dict[str, Any]]
         present = [kind for kind in _ACTIONS if nested.present(kind)]
         for kind in present:
             action = nested.nested(entry[kind], nested.where(kind))
-            action.name("TableName", required=True)
+            action.table_name(required=True)
             if kind == "Put":
                 action.attribute_map("Item", required=True)
             else:
@@ -862,7 +862,7 @@ async def transact_get_items(ctx: RouterContext, body: dict[str, Any]) -> dict[s
         get = nested.mapping("Get", required=True)
         if get is not None:
             member = nested.nested(get, nested.where("Get"))
-            member.name("TableName", required=True)
+            member.table_name(required=True)
             member.attribute_map("Key", required=True)
     reader.check()
     assert items is not None

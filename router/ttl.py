@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from core import catalog, limits, schema
+from core import catalog, limits, schema, table_arns
 from core.catalog import TableDef, TtlStatus
 from core.errors import DynamoError, ResourceNotFound
 from router.requests import RequestReader
@@ -30,19 +30,23 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("router.ttl")
 
-TABLE_ARN_CHARS_MAX = 1024  # TableName of these operations is a TableArn: a name or an ARN.
-_ARN_TABLE_MARKER = ":table/"
-
 
 def _table_not_found(name: str) -> ResourceNotFound:
     return ResourceNotFound(f"Requested resource not found: Table: {name} not found")
 
 
 def _table_name(reader: RequestReader) -> str:
-    """TableName: a table's name, or its ARN (arn:aws:dynamodb:REGION:ACCOUNT:table/NAME)."""
-    name = reader.string("TableName", required=True, min_length=1, max_length=TABLE_ARN_CHARS_MAX)
-    if name is not None and name.startswith("arn:") and _ARN_TABLE_MARKER in name:
-        return name.split(_ARN_TABLE_MARKER, 1)[1]
+    """TableName: a table's name, or its ARN (`core.table_arns`), as the table's name.
+
+    A name is held to the TableArn shape's length only, as these operations always have (the
+    pattern and the table name's own length are checked by DescribeTimeToLive after it)."""
+    value = reader.body.get("TableName")
+    if value is not None and table_arns.is_arn(value):
+        reader.check_table_arn("TableName", value)
+        return table_arns.table_name_of(value)
+    name = reader.string(
+        "TableName", required=True, min_length=1, max_length=limits.TABLE_ARN_CHARS_MAX
+    )
     return name or ""
 
 

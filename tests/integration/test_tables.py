@@ -30,7 +30,7 @@ from dynalab.cluster import LocalCluster
 from router.context import RouterContext
 from router.routing import Route
 from rpc import ops
-from tests.integration.conftest import error_of
+from tests.integration.conftest import create_active_table, error_of
 
 INVALID = "One or more parameter values were invalid: "
 # Routers re-read the catalog every second; a change made through one router must show in another
@@ -627,6 +627,140 @@ def test_table_name_validation_of_other_operations(dynamodb: Any, operation: str
         400,
         "ValidationException",
         "TableName must be at least 3 characters long and at most 255 characters long",
+    )
+
+
+def test_a_table_arn_names_the_table_in_every_operation(
+    dynamodb: Any, table_name: Callable[[], str]
+) -> None:
+    """Every operation that names a table takes its ARN instead (API Reference, TableName: "You
+    can also provide the Amazon Resource Name (ARN) of the table"); replies name the table as the
+    request did, but a table description, whose TableName is the bare name."""
+    name = table_name()
+    arn = f"arn:aws:dynamodb:us-east-1:000000000000:table/{name}"
+    # CreateTable by the ARN, and the wait for ACTIVE by DescribeTable of it.
+    create_active_table(dynamodb, arn, range_key=("sk", "N"))
+    assert name in dynamodb.list_tables()["TableNames"]
+    described = dynamodb.describe_table(TableName=arn)["Table"]
+    assert (described["TableName"], described["TableArn"]) == (name, arn)
+    total = {"ReturnConsumedCapacity": "TOTAL"}
+
+    put = dynamodb.put_item(TableName=arn, Item={"pk": {"S": "a"}, "sk": {"N": "1"}}, **total)
+    assert put["ConsumedCapacity"]["TableName"] == arn
+    dynamodb.update_item(
+        TableName=arn,
+        Key={"pk": {"S": "a"}, "sk": {"N": "1"}},
+        UpdateExpression="SET v = :v",
+        ExpressionAttributeValues={":v": {"S": "one"}},
+    )
+    got = dynamodb.get_item(TableName=arn, Key={"pk": {"S": "a"}, "sk": {"N": "1"}}, **total)
+    assert got["Item"]["v"] == {"S": "one"}
+    assert got["ConsumedCapacity"]["TableName"] == arn
+    # The same item by its name: one table.
+    by_name = dynamodb.get_item(TableName=name, Key={"pk": {"S": "a"}, "sk": {"N": "1"}})
+    assert by_name["Item"] == got["Item"]
+    queried = dynamodb.query(
+        TableName=arn,
+        KeyConditionExpression="pk = :a",
+        ExpressionAttributeValues={":a": {"S": "a"}},
+        **total,
+    )
+    assert (queried["Count"], queried["ConsumedCapacity"]["TableName"]) == (1, arn)
+    scanned = dynamodb.scan(TableName=arn, **total)
+    assert (scanned["Count"], scanned["ConsumedCapacity"]["TableName"]) == (1, arn)
+
+    written = dynamodb.batch_write_item(
+        RequestItems={
+            arn: [
+                {"PutRequest": {"Item": {"pk": {"S": "b"}, "sk": {"N": "2"}}}},
+                {"DeleteRequest": {"Key": {"pk": {"S": "a"}, "sk": {"N": "1"}}}},
+            ]
+        },
+        **total,
+    )
+    assert written["UnprocessedItems"] == {}
+    assert [entry["TableName"] for entry in written["ConsumedCapacity"]] == [arn]
+    read = dynamodb.batch_get_item(
+        RequestItems={
+            arn: {
+                "Keys": [{"pk": {"S": "a"}, "sk": {"N": "1"}}, {"pk": {"S": "b"}, "sk": {"N": "2"}}]
+            }
+        },
+        **total,
+    )
+    assert list(read["Responses"]) == [arn]
+    assert read["Responses"][arn] == [{"pk": {"S": "b"}, "sk": {"N": "2"}}]
+    assert [entry["TableName"] for entry in read["ConsumedCapacity"]] == [arn]
+    # A table named twice in a batch, once by its name and once by its ARN, is one table: the
+    # same key under both is a duplicate, as in one entry.
+    twice = {"PutRequest": {"Item": {"pk": {"S": "c"}, "sk": {"N": "3"}}}}
+    assert error_of(
+        lambda: dynamodb.batch_write_item(RequestItems={arn: [twice], name: [twice]})
+    ) == (400, "ValidationException", "Provided list of item keys contains duplicates")
+
+    dynamodb.transact_write_items(
+        TransactItems=[
+            {"Put": {"TableName": arn, "Item": {"pk": {"S": "t"}, "sk": {"N": "1"}}}},
+            {
+                "Update": {
+                    "TableName": arn,
+                    "Key": {"pk": {"S": "b"}, "sk": {"N": "2"}},
+                    "UpdateExpression": "SET v = :v",
+                    "ExpressionAttributeValues": {":v": {"S": "two"}},
+                }
+            },
+            {
+                "ConditionCheck": {
+                    "TableName": arn,
+                    "Key": {"pk": {"S": "x"}, "sk": {"N": "9"}},
+                    "ConditionExpression": "attribute_not_exists(pk)",
+                }
+            },
+        ],
+        **total,
+    )
+    # The same item by its name and by its ARN in one transaction is refused as the same item.
+    same = {"pk": {"S": "t"}, "sk": {"N": "1"}}
+    assert error_of(
+        lambda: dynamodb.transact_write_items(
+            TransactItems=[
+                {"Delete": {"TableName": arn, "Key": same}},
+                {"Delete": {"TableName": name, "Key": same}},
+            ]
+        )
+    ) == (
+        400,
+        "ValidationException",
+        "Transaction request cannot include multiple operations on one item",
+    )
+    gets = dynamodb.transact_get_items(
+        TransactItems=[
+            {"Get": {"TableName": arn, "Key": {"pk": {"S": "t"}, "sk": {"N": "1"}}}},
+            {"Get": {"TableName": arn, "Key": {"pk": {"S": "b"}, "sk": {"N": "2"}}}},
+        ]
+    )
+    assert [response["Item"] for response in gets["Responses"]] == [
+        {"pk": {"S": "t"}, "sk": {"N": "1"}},
+        {"pk": {"S": "b"}, "sk": {"N": "2"}, "v": {"S": "two"}},
+    ]
+    dynamodb.delete_item(TableName=arn, Key={"pk": {"S": "t"}, "sk": {"N": "1"}})
+    assert "Item" not in dynamodb.get_item(TableName=name, Key={"pk": {"S": "t"}, "sk": {"N": "1"}})
+
+    dynamodb.update_time_to_live(
+        TableName=arn, TimeToLiveSpecification={"Enabled": True, "AttributeName": "expires"}
+    )
+    ttl = dynamodb.describe_time_to_live(TableName=arn)["TimeToLiveDescription"]
+    assert ttl["AttributeName"] == "expires"
+    updated = dynamodb.update_table(TableName=arn, DeletionProtectionEnabled=True)
+    assert updated["TableDescription"]["TableName"] == name
+    assert dynamodb.describe_table(TableName=name)["Table"]["DeletionProtectionEnabled"] is True
+    dynamodb.update_table(TableName=arn, DeletionProtectionEnabled=False)
+    deleted = dynamodb.delete_table(TableName=arn)["TableDescription"]
+    assert (deleted["TableName"], deleted["TableArn"]) == (name, arn)
+    assert error_of(lambda: dynamodb.describe_table(TableName=arn)) == (
+        400,
+        "ResourceNotFoundException",
+        f"Requested resource not found: Table: {name} not found",
     )
 
 

@@ -233,6 +233,98 @@ def test_resource_not_found(cluster: LocalCluster) -> None:
     )
 
 
+ACCESS_DENIED = "com.amazon.coral.service#AccessDeniedException"
+VALID_ARN_FORMAT = (
+    "Valid ARN format is 'arn:<awsPartition>:<vendor>:<region>:<subscriber>:"
+    "resourceType/resourceName', where Resource name must have length less than or equal to 255, "
+    "Resource name must have length greater than or equal to 3, Resource name must satisfy "
+    "regular expression pattern: [a-zA-Z0-9_.-]+"
+)
+
+
+def _table_arn_refusals(table: str) -> list[tuple[str, str, str]]:
+    """(TableName, error type, message) for TableNames that name no table here."""
+    arn = f"arn:aws:dynamodb:us-east-1:000000000000:table/{table}"
+    index = f"{arn}/index/byAuthor"
+    other_region = arn.replace("us-east-1", "eu-west-1")
+    too_long = arn + "x" * (1025 - len(arn))
+    return [
+        (
+            index,
+            VALIDATE,
+            f"1 validation error detected: Value '{index}' at 'tableName' failed to satisfy "
+            f"constraint: {VALID_ARN_FORMAT}",
+        ),
+        (
+            "arn:aws:dynamodb:us-east-1:000000000000:table/ab",
+            VALIDATE,
+            "1 validation error detected: Value 'arn:aws:dynamodb:us-east-1:000000000000:"
+            "table/ab' at 'tableName' failed to satisfy constraint: Table name of ARN must have "
+            "length greater than or equal to 3",
+        ),
+        (
+            other_region,
+            VALIDATE,
+            f"1 validation error detected: Invalid AWS region in '{other_region}'",
+        ),
+        (arn.replace("000000000000", "111122223333"), ACCESS_DENIED, "Access is denied"),
+        (
+            too_long,
+            VALIDATE,
+            f"1 validation error detected: Value '{too_long}' at 'tableName' failed to satisfy "
+            "constraint: Member must have length less than or equal to 1024",
+        ),
+        (
+            "n" * 256,
+            VALIDATE,
+            f"1 validation error detected: Value '{'n' * 256}' at 'tableName' failed to satisfy "
+            "constraint: Member must have length less than or equal to 255",
+        ),
+    ]
+
+
+def test_a_table_arn_that_names_no_table_here_is_refused_and_changes_nothing(
+    cluster: LocalCluster, table: str
+) -> None:
+    """A malformed ARN, one of another Region, of another account, or too long, in a write, a
+    read, a batch and a table operation: DynamoDB's refusal, and nothing written."""
+    arn = f"arn:aws:dynamodb:us-east-1:000000000000:table/{table}"
+    for name, kind, message in _table_arn_refusals(table):
+        key = {"pk": {"S": f"arn-refused-{len(name)}"}}
+        requests = [
+            ("PutItem", {"TableName": name, "Item": key}),
+            ("GetItem", {"TableName": name, "Key": key}),
+            ("BatchWriteItem", {"RequestItems": {name: [{"PutRequest": {"Item": key}}]}}),
+            ("TransactWriteItems", {"TransactItems": [{"Put": {"TableName": name, "Item": key}}]}),
+            ("DescribeTable", {"TableName": name}),
+        ]
+        for operation, body in requests:
+            reply = call(cluster, operation, body)
+            where = "requestItems" if operation == "BatchWriteItem" else "tableName"
+            if operation == "TransactWriteItems":
+                where = "transactItems.1.member.put.tableName"
+            if name == "n" * 256 and operation == "DescribeTable":
+                # DescribeTable reports a name's length on its own, in its own words.
+                expected = (
+                    "TableName must be at least 3 characters long and at most 255 characters long"
+                )
+            else:
+                expected = message.replace("at 'tableName'", f"at '{where}'")
+            if operation == "BatchWriteItem" and name == "n" * 256:
+                expected = (
+                    f"1 validation error detected: Value '{{{'n' * 256}=[{{PutRequest={{Item="
+                    f"{{pk={{S=arn-refused-256}}}}}}}}]}}' at 'requestItems' failed to satisfy "
+                    "constraint: Map keys must satisfy constraint: [Member must have length less "
+                    "than or equal to 255, Member must have length greater than or equal to 3, "
+                    "Member must satisfy regular expression pattern: [a-zA-Z0-9_.-]+]"
+                )
+            answer = reply.json()
+            assert (reply.status, answer["__type"]) == (400, kind), (operation, name)
+            assert answer.get("message", answer.get("Message")) == expected, (operation, name)
+        found = call(cluster, "GetItem", {"TableName": arn, "Key": key, "ConsistentRead": True})
+        assert found.json() == {}, name
+
+
 def test_resource_in_use(cluster: LocalCluster, table: str) -> None:
     reply = call(
         cluster,

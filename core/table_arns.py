@@ -1,0 +1,106 @@
+"""A table's ARN where a TableName is: checking it and finding the table it names.
+
+Since 2024 DynamoDB takes a table's ARN (`arn:aws:dynamodb:REGION:ACCOUNT:table/NAME`) in the
+TableName of every operation that names a table, in BatchGetItem's and BatchWriteItem's
+RequestItems keys and in each TransactGetItems and TransactWriteItems action ("You can also
+provide the Amazon Resource Name (ARN) of the table in this parameter", API Reference; the service
+model's TableArn shape, 1 to 1024 characters with no pattern). The table is the one of that name
+in the ARN's account and Region; a reply names the table as the request did (ConsumedCapacity's
+TableName: "If you had specified the ARN of a table in the input, you'll see the table ARN in the
+response"; BatchGetItem's Responses is "a map of table name or table ARN"), except a table
+description, whose TableName stays the bare name.
+
+`arn_violation` checks an ARN in DynamoDB's order and words, as far as they are known: of
+another Region a ValidationException "Invalid AWS region in '<arn>'", of another account an
+AccessDeniedException "Access is denied" (both captured against the service by a public catalogue
+of its answers, ack-api-quirks DDB-TABLE-011 and DDB-TABLE-442, whose capture of the first is cut
+off inside the ARN: that nothing follows the ARN is a guess, as is the partition's
+"Invalid AWS partition in '<arn>'" and the resource type's "Invalid resource type in '<arn>'",
+which that catalogue names without their arguments). Any other malformed ARN, an index's or a
+stream's included, is refused with the constraint "Valid ARN format is ..." (the words a public
+emulator captured from DynamoDB, ExtendDB's table_arn.rs), a table name shorter than 3 characters
+with "Table name of ARN must have length greater than or equal to 3".
+
+`table_name_of` is the router's hot path: a name that does not start with `arn:` is returned as
+it is, with no parsing, so requests naming tables by name pay one `startswith`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from core import limits
+
+ARN_PREFIX = "arn:"
+# dynalab's ARNs are in the standard partition (router.protocol.ACCOUNT_ID names the account).
+PARTITION = "aws"
+SERVICE = "dynamodb"
+TABLE_RESOURCE_TYPE = "table"
+_NAME = re.compile(r"[a-zA-Z0-9_.-]+")
+# arn:PARTITION:SERVICE:REGION:ACCOUNT:RESOURCE, every field but the resource free of colons.
+_ARN_FIELDS = 6
+
+VALID_ARN_FORMAT = (
+    "Valid ARN format is 'arn:<awsPartition>:<vendor>:<region>:<subscriber>:"
+    "resourceType/resourceName', where Resource name must have length less than or equal to "
+    f"{limits.TABLE_NAME_CHARS_MAX}, Resource name must have length greater than or equal to "
+    f"{limits.TABLE_NAME_CHARS_MIN}, Resource name must satisfy regular expression pattern: "
+    f"{_NAME.pattern}"
+)
+SHORT_NAME = (
+    f"Table name of ARN must have length greater than or equal to {limits.TABLE_NAME_CHARS_MIN}"
+)
+ACCESS_DENIED = "Access is denied"
+
+
+@dataclasses.dataclass(frozen=True)
+class ArnViolation:
+    """Why an ARN names no table here.
+
+    `constraint` goes in a "Value '<arn>' at '<member>' failed to satisfy constraint: ..."
+    violation; `text` is a violation of its own words; `denied` is an AccessDeniedException, which
+    comes after the request's validation errors.
+    """
+
+    constraint: str | None = None
+    text: str | None = None
+    denied: bool = False
+
+
+def is_arn(table_name: str) -> bool:
+    return table_name.startswith(ARN_PREFIX)
+
+
+def arn_violation(arn: str, region: str, account: str) -> ArnViolation | None:
+    """What is wrong with `arn` as the TableName of a request in `region` of `account` (None:
+    nothing, it names table `table_name_of(arn)` there). `arn` starts with `arn:`."""
+    assert is_arn(arn)
+    fields = arn.split(":", _ARN_FIELDS - 1)
+    if len(fields) != _ARN_FIELDS or fields[2] != SERVICE or not fields[3]:
+        return ArnViolation(constraint=VALID_ARN_FORMAT)
+    _, partition, _, arn_region, arn_account, resource = fields
+    resource_type, slash, name = resource.partition("/")
+    if not slash or not re.fullmatch(r"[0-9]{12}", arn_account):
+        return ArnViolation(constraint=VALID_ARN_FORMAT)
+    if resource_type != TABLE_RESOURCE_TYPE:
+        return ArnViolation(text=f"Invalid resource type in '{arn}'")
+    # An index's ARN (table/T/index/I) or a stream's fails here: a name has no slash.
+    if len(name) < limits.TABLE_NAME_CHARS_MIN and _NAME.fullmatch(name or "_"):
+        return ArnViolation(constraint=SHORT_NAME)
+    if len(name) > limits.TABLE_NAME_CHARS_MAX or not _NAME.fullmatch(name):
+        return ArnViolation(constraint=VALID_ARN_FORMAT)
+    if partition != PARTITION:
+        return ArnViolation(text=f"Invalid AWS partition in '{arn}'")
+    if arn_region != region:
+        return ArnViolation(text=f"Invalid AWS region in '{arn}'")
+    if arn_account != account:
+        return ArnViolation(denied=True)
+    return None
+
+
+def table_name_of(table_name: str) -> str:
+    """The name of the table a TableName names: itself, or the name at the end of a checked ARN."""
+    if not table_name.startswith(ARN_PREFIX):
+        return table_name
+    return table_name.rpartition(":")[2].partition("/")[2]
