@@ -619,6 +619,10 @@ RAFT_KEEPALIVE_TICKS_MAX = 1
 # A peer node heard from not for this many ticks is taken as maybe gone: the sleeping groups it
 # leads here wake (`raft_host`). A few keepalive intervals, well under an election timeout.
 RAFT_PEER_SILENT_TICKS_MIN = 3
+# How often a node renews the report of its replicated groups (role, leader, term, commit and
+# applied index, each follower's lag) that /admin, /metrics, the dashboard and `dynalab status`
+# read: the writer loop builds it at most this often, so a scrape never walks the live groups.
+RAFT_STATUS_SECONDS = 1.0
 # A follower woken by a message from someone other than its leader (a vote request, say) stays
 # awake at least this many election timeouts, long enough to vote and see an election through.
 RAFT_WAKE_ELECTION_TIMEOUTS_MIN = 2

@@ -6,7 +6,10 @@ answers, then each table stacked: its figures (status, capacity, items, size, pa
 throttled requests over the router's sample window, TTL deletions), how far each change-feed
 consumer (the GSI replicator, a stream) is behind, its secondary indexes, and for the table and
 each global index where every partition is (node, key range, items, size, epoch) and its
-throughput now (consumed / allowed units per second). Names sit in headings rather than in a
+throughput now (consumed / allowed units per second). A replicated partition's node column
+lists its replicas: the leader starred (`node-1*`), a follower behind its leader with the entries
+it lacks (`node-2 -14`), one whose node did not report it with `?`, one copying its state from
+another member `(copying)`. Names sit in headings rather than in a
 column, so no table is wider than 80 columns for ordinary names, and a value that still does not
 fit folds onto the next line rather than being cut. `--json` prints the snapshot as it came.
 """
@@ -215,6 +218,33 @@ def _owners(entry: dict[str, Any]) -> list[tuple[str, str | None, list[dict[str,
     return owners
 
 
+def _where(p: dict[str, Any]) -> Text:
+    """Where a partition is: its node, or each of a replicated one's replicas (the module's
+    notation), a node that does not answer said so in red."""
+    replicas = p.get("replicas")
+    if not replicas:
+        node = Text(p["node"])
+        if p["node_state"] != "up":
+            node.append(f" ({p['node_state']})", style="bold red")
+        return node
+    where = Text()
+    for number, replica in enumerate(replicas):
+        if number:
+            where.append(" ")
+        where.append(replica["node"], style="bold" if replica["role"] == "leader" else "")
+        if replica["role"] == "leader":
+            where.append("*")
+        elif replica["role"] is None:
+            where.append("?")
+        elif replica["role"] == "copying":
+            where.append(" (copying)")
+        elif replica["lag"]:
+            where.append(f" -{replica['lag']}")
+        if replica["node_state"] not in ("up", None):
+            where.append(f" ({replica['node_state']})", style="bold red")
+    return where
+
+
 def _partitions(of: str, owner_id: str | None, partitions: list[dict[str, Any]]) -> Table:
     """Where each partition is and what it holds. Its throughput is a second table
     (`_throughput`): both in one row need about 130 columns."""
@@ -223,9 +253,7 @@ def _partitions(of: str, owner_id: str | None, partitions: list[dict[str, Any]])
     right = ("items", "size", "epoch")
     table = _table(f"Partitions{of}", columns, right=right, names=columns[:2])
     for p in partitions:
-        node = Text(p["node"])
-        if p["node_state"] != "up":
-            node.append(f" ({p['node_state']})", style="bold red")
+        node = _where(p)
         partition = _short(owner_id, p["id"])
         if p["state"] != "SERVING":
             partition += f" {p['state']}"

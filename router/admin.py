@@ -5,7 +5,9 @@
                                            size, range, epoch, state and parent (retired split
                                            parents too, for lineage) and the move its nodes
                                            report ("move", null if none), then its global
-                                           indexes' partitions, each with its "index"
+                                           indexes' partitions, each with its "index";
+                                           a replicated one lists its "replicas" (node,
+                                           role, term, commit and applied index, lag)
     POST /admin/tables/{name}/partitions/{id}/split
                                            the partition's node splits it in place: at the key
                                            of the body's optional {"Key": {...}} (DynamoDB
@@ -48,7 +50,12 @@ from core import keycodec, limits
 from core.errors import DynamoError, StaleEpoch
 from router import transactions
 from rpc import ops
-from rpc.partition_metrics import move_families, partition_families, split_families
+from rpc.partition_metrics import (
+    move_families,
+    partition_families,
+    raft_families,
+    split_families,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -61,9 +68,11 @@ PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 async def gather(ctx: RouterContext, table_id: str | None = None) -> dict[str, Any]:
     """Every node's partition_throughput reply, with each partition labelled by its node.
 
-    Returns {"nodes": {node id: {"enforced", "burst_seconds"}}, "unreachable": {node id: error},
-    "partitions": [...], "moving": [...]}, partitions sorted by table name and partition id, and
-    the partitions each node reports moving away or moving to it (`storagenode.move.moving`).
+    Returns {"nodes": {node id: {"enforced", "burst_seconds", "splits", "moves", "raft"}},
+    "unreachable": {node id: error}, "partitions": [...], "moving": [...], "replicas": [...]},
+    partitions sorted by table name and partition id, the partitions each node reports moving
+    away or moving to it (`storagenode.move.moving`), and each replica of a replicated partition
+    as its node reports its Raft group (`rpc.ops.PartitionThroughputPayload`), sorted likewise.
     """
     nodes = sorted(ctx.clients)
     replies = await asyncio.gather(
@@ -82,6 +91,7 @@ async def gather(ctx: RouterContext, table_id: str | None = None) -> dict[str, A
     unreachable: dict[str, str] = {}
     partitions: list[dict[str, Any]] = []
     moving: list[dict[str, Any]] = []
+    replicas: list[dict[str, Any]] = []
     for node, reply in zip(nodes, replies, strict=True):
         if isinstance(reply, DynamoError):
             unreachable[node] = reply.message
@@ -93,16 +103,69 @@ async def gather(ctx: RouterContext, table_id: str | None = None) -> dict[str, A
             "burst_seconds": reply["burst_seconds"],
             "splits": reply["splits"],
             "moves": reply.get("moves"),
+            "raft": reply.get("raft"),
         }
         partitions.extend({**partition, "node": node} for partition in reply["partitions"])
         moving.extend({**partition, "node": node} for partition in reply.get("moving", ()))
+        replicas.extend({**replica, "node": node} for replica in reply.get("replicas", ()))
     partitions.sort(key=lambda p: (p["table_name"], p["partition_id"]))
+    replicas.sort(key=lambda r: (r["table_name"], r["partition_id"], r["node"]))
     return {
         "nodes": answered,
         "unreachable": unreachable,
         "partitions": partitions,
         "moving": moving,
+        "replicas": replicas,
     }
+
+
+def replicas_of(gathered: dict[str, Any]) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """The replicas of each partition in a `gather` answer, by (storage id, partition id): one
+    entry per node that reported its group ("node", "role", "leader", "term", "commit",
+    "applied", and the leader's "followers")."""
+    by_partition: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for replica in gathered["replicas"]:
+        key = (replica["table_id"], replica["partition_id"])
+        by_partition.setdefault(key, []).append(replica)
+    return by_partition
+
+
+def replica_rows(
+    partition: dict[str, Any],
+    storage_id: str,
+    reported: dict[tuple[str, str], list[dict[str, Any]]],
+) -> list[dict[str, Any]] | None:
+    """A catalog partition's replicas as the listings show them, the catalog's order (its first
+    leader first): each node with what it reported of the group (role, term, commit and applied
+    index, and "lag": the entries it lacks, as its leader reports it), or with "role" None
+    where its node did not report it (down, cut off, or still creating it). None for a
+    partition of one copy."""
+    members = partition.get("replicas") or ()
+    if not members:
+        return None
+    mine = {r["node"]: r for r in reported.get((storage_id, partition["id"]), ())}
+    lags: dict[str, int] = {}
+    for replica in mine.values():
+        if replica["role"] == "leader":
+            lags.update((node, p["lag"]) for node, p in replica["followers"].items())
+    rows = []
+    for node in members:
+        replica = mine.get(node)
+        if replica is None:
+            rows.append({"node": node, "role": None})
+            continue
+        rows.append(
+            {
+                "node": node,
+                "role": replica["role"],
+                "leader": replica["leader"],
+                "term": replica["term"],
+                "commit": replica["commit"],
+                "applied": replica["applied"],
+                "lag": 0 if replica["role"] == "leader" else lags.get(node),
+            }
+        )
+    return rows
 
 
 def _json(body: dict[str, Any], status: int = 200) -> web.Response:
@@ -155,19 +218,21 @@ async def _table_partitions(ctx: RouterContext, request: web.Request) -> web.Res
     gathered = await gather(ctx, table["id"])
     meters = {p["partition_id"]: p for p in gathered["partitions"]}
     moving = list(gathered["moving"])
+    reported = replicas_of(gathered)
     # A global index's partitions have buckets of their own, under the index's storage id.
     for index_gathered in await asyncio.gather(
         *(gather(ctx, index["table_id"]) for index in _global_indexes(table))
     ):
         meters.update((p["partition_id"], p) for p in index_gathered["partitions"])
         moving.extend(index_gathered["moving"])
+        reported.update(replicas_of(index_gathered))
     sizes = await _sizes(ctx, table)
     partitions = []
     listed = [(None, table, sizes)]
     for index in _global_indexes(table):
         listed.append((index["name"], index, await _sizes(ctx, index)))
     for index_name, holder, sizes in listed:
-        partitions.extend(_listed(holder, sizes, meters, index_name, moving))
+        partitions.extend(_listed(holder, sizes, meters, index_name, moving, reported))
     return _json(
         {
             "table": name,
@@ -190,10 +255,12 @@ def _listed(
     meters: dict[str, dict[str, Any]],
     index_name: str | None,
     moving: list[dict[str, Any]],
+    reported: dict[tuple[str, str], list[dict[str, Any]]],
 ) -> list[dict[str, Any]]:
     """The serving and retired partitions of a table (or, with `index_name`, of its global
     index), as the partitions endpoint lists them, each serving one with the move its nodes
-    report (`move`: null when none does, or when its nodes did not answer)."""
+    report (`move`: null when none does, or when its nodes did not answer) and its replicas
+    (`replicas`: null for a partition of one copy; `replica_rows`)."""
     storage_id = holder["table_id"] if "table_id" in holder else holder["id"]
     partitions = []
     for partition in (*holder["partitions"], *holder.get("retired_partitions", ())):
@@ -214,6 +281,7 @@ def _listed(
                 "read": None if meter is None else meter["read"],
                 "write": None if meter is None else meter["write"],
                 "move": _move_of(partition, storage_id, moving),
+                "replicas": replica_rows(partition, storage_id, reported),
             }
         )
     return partitions
@@ -418,6 +486,15 @@ class _Snapshot:
                 ((node,), answered[node]["moves"])
                 for node in sorted(answered)
                 if answered[node]["moves"]
+            ),
+            ("node",),
+        )
+        yield from raft_families(
+            self.gathered["replicas"],
+            (
+                ((node,), answered[node]["raft"])
+                for node in sorted(answered)
+                if answered[node]["raft"]
             ),
             ("node",),
         )

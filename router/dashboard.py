@@ -81,6 +81,9 @@ class Sampler:
         default_factory=lambda: cluster_view.ThroughputHistory(limits.DASHBOARD_SAMPLES_MAX)
     )
     nodes: dict[str, NodeReport] = field(default_factory=dict)
+    # The replicas of each replicated partition as the last sample heard them
+    # (`admin.replicas_of`), by (storage id, partition id).
+    replicas: dict[tuple[str, str], list[dict[str, Any]]] = field(default_factory=dict)
     _task: BackgroundTask = field(init=False)
 
     def __post_init__(self) -> None:
@@ -91,6 +94,7 @@ class Sampler:
         gathered = await admin.gather(self.ctx)
         at = self.ctx.sources.clock()
         self.nodes = node_states(sorted(self.ctx.clients), gathered, at, self.nodes)
+        self.replicas = admin.replicas_of(gathered)
         self.history.record(cluster_view.sample_of(at, gathered["partitions"], _router_counters()))
 
     async def _run(self) -> None:
@@ -197,9 +201,23 @@ def _nodes_section(view: View) -> list[dict[str, Any]]:
     return result
 
 
+def _replicas(
+    view: View, storage_id: str, partition: dict[str, Any]
+) -> list[dict[str, Any]] | None:
+    """A replicated partition's replicas (`admin.replica_rows`), each with its node's state."""
+    rows = admin.replica_rows(partition, storage_id, view.sampler.replicas)
+    if rows is None:
+        return None
+    for row in rows:
+        node = view.sampler.nodes.get(row["node"])
+        row["node_state"] = None if node is None else node.state
+    return rows
+
+
 def _partition(
     view: View,
     table_name: str,
+    storage_id: str,
     partition: dict[str, Any],
     stats: dict[tuple[str, str], dict[str, Any]],
 ) -> dict[str, Any]:
@@ -232,6 +250,7 @@ def _partition(
         "size_bytes": None if counts is None else counts["bytes"],
         "item_count": None if counts is None else counts["items"],
         "last_seq": None if counts is None else counts["last_seq"],
+        "replicas": _replicas(view, storage_id, partition),
         "throughput": latest,
         "window": cluster_view.totals(view.samples, name),
         "history": history,
@@ -284,7 +303,9 @@ def _index(view: View, table: dict[str, Any], index: dict[str, Any]) -> dict[str
     if not index["local"]:
         stats = view.stats.get(index["table_id"], {})
         result["partitions"] = [
-            _partition(view, f"{table['name']}/index/{index['name']}", partition, stats)
+            _partition(
+                view, f"{table['name']}/index/{index['name']}", index["table_id"], partition, stats
+            )
             for partition in index["partitions"]
         ]
         result["item_count"] = sum(p["item_count"] or 0 for p in result["partitions"])
@@ -293,8 +314,12 @@ def _index(view: View, table: dict[str, Any], index: dict[str, Any]) -> dict[str
 
 def _table(view: View, table: dict[str, Any]) -> dict[str, Any]:
     stats = view.stats.get(table["id"], {})
-    partitions = [_partition(view, table["name"], p, stats) for p in table["partitions"]]
-    retired = [_partition(view, table["name"], p, stats) for p in table["retired_partitions"]]
+    partitions = [
+        _partition(view, table["name"], table["id"], p, stats) for p in table["partitions"]
+    ]
+    retired = [
+        _partition(view, table["name"], table["id"], p, stats) for p in table["retired_partitions"]
+    ]
     ttl = table["ttl"]
     answered = [p for p in partitions if p["size_bytes"] is not None]
     return {

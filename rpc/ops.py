@@ -870,11 +870,21 @@ class PartitionThroughputPayload:
             "splits": {"count", "seconds_sum", "buckets"},  # `rpc.partition_metrics`
             "moves": (the same for moves),
             "moving": [{"table_id", "partition_id", "epoch", "state": "MOVING", "to", "fenced"}
-                       or {..., "state": "INCOMING", "from", "items", "bytes"}, ...]}
+                       or {..., "state": "INCOMING", "from", "items", "bytes"}, ...],
+            "replicas": [{"table_id", "table_name", "partition_id", "members": [node, ...],
+                          "role", "leader", "term", "commit", "applied", "last",
+                          "followers": {node: {"match", "lag"}}, "asleep"}, ...],
+            "raft": {"elections", "leader_changes", "groups", "leaders",
+                     "commit": {"count", "seconds_sum", "buckets"}}}
     with BUCKET = {"rate_per_second": float, "balance": float, "consumed_units": float,
     "throttled_units": float, "admitted_requests": int, "throttled_requests": int}. Counters start
     at zero when the node starts. With enforcement off (DYNALAB_THROTTLING=off) nothing is metered
-    and "partitions" is empty; "moving" (`storagenode.move.moving`) is there either way.
+    and "partitions" is empty; "moving" (`storagenode.move.moving`) is there either way. So are
+    "replicas", one per replica of a partition shared with other nodes, as of the node's latest
+    report (at most RAFT_STATUS_SECONDS old; `storagenode.replication.GroupStatus`: "role" is
+    "leader", "follower", "candidate", "pre-candidate" or "copying"; "followers" is a leader's
+    view, each member's matched index and the entries it lacks), and "raft", the node's counters
+    (`rpc.partition_metrics.raft_families`).
     """
 
     table_id: str | None = None

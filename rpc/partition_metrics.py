@@ -77,21 +77,27 @@ def partition_families(
 
 # The upper bounds (seconds) of the split-duration histogram's buckets.
 SPLIT_SECONDS_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+# ...and of the Raft commit histogram's: a replicated write from its entry's proposal at the
+# leader to its apply there (a quorum's synced appends and the leader's round), milliseconds on a
+# quiet loopback cluster, seconds while a follower is slow or a leader is changing.
+COMMIT_SECONDS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
 
 
 class Durations:
-    """How many splits (or moves) a node made and how long each took: the partition_throughput
-    reply's `splits` and `moves`, rendered by `split_families`."""
+    """How many things a node did and how long each took, in a histogram over `bounds`: the
+    partition_throughput reply's `splits` and `moves` (rendered by `split_families`), and its
+    `raft` report's `commit` (`raft_families`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, bounds: Sequence[float] = SPLIT_SECONDS_BUCKETS) -> None:
+        self.bounds = tuple(bounds)
         self.count = 0
         self.seconds_sum = 0.0
-        self.buckets = [0] * len(SPLIT_SECONDS_BUCKETS)
+        self.buckets = [0] * len(self.bounds)
 
     def record(self, seconds: float) -> None:
         self.count += 1
         self.seconds_sum += seconds
-        for index, bound in enumerate(SPLIT_SECONDS_BUCKETS):
+        for index, bound in enumerate(self.bounds):
             if seconds <= bound:
                 self.buckets[index] += 1
 
@@ -100,8 +106,7 @@ class Durations:
             "count": self.count,
             "seconds_sum": self.seconds_sum,
             "buckets": [
-                [bound, count]
-                for bound, count in zip(SPLIT_SECONDS_BUCKETS, self.buckets, strict=True)
+                [bound, count] for bound, count in zip(self.bounds, self.buckets, strict=True)
             ],
         }
 
@@ -151,3 +156,87 @@ def _counted_durations(
         buckets.append(("+Inf", float(report["count"])))
         seconds.add_metric(list(values), buckets, float(report["seconds_sum"]))
     return [count, seconds]
+
+
+def raft_families(
+    replicas: Iterable[Mapping[str, Any]],
+    reports: Iterable[tuple[Sequence[str], Mapping[str, Any]]],
+    extra_labels: Sequence[str] = (),
+) -> list[Metric]:
+    """Metric families of the replicated groups of partition_throughput replies: `replicas`
+    entries (one per replica a node holds, each with values for `extra_labels` under the same
+    keys) and (label values for `extra_labels`, `raft` report) pairs, one per node.
+
+    A `replicas` entry is {"table_name", "partition_id", "role", "leader", "term", "commit",
+    "applied", "last", "followers": {node: {"match", "lag"}} (a leader's, else empty)}; a `raft`
+    report is {"elections", "leader_changes", "groups", "leaders", "commit": a Durations over
+    COMMIT_SECONDS_BUCKETS}.
+    """
+    partition_labels = ["table", "partition", *extra_labels]
+    leader = GaugeMetricFamily(
+        "dynalab_raft_leader",
+        "1 where this replica leads its partition's Raft group, else 0",
+        labels=partition_labels,
+    )
+    term = GaugeMetricFamily(
+        "dynalab_raft_term", "The replica's current Raft term", labels=partition_labels
+    )
+    commit = GaugeMetricFamily(
+        "dynalab_raft_commit_index",
+        "The newest log index the replica knows committed",
+        labels=partition_labels,
+    )
+    applied = GaugeMetricFamily(
+        "dynalab_raft_applied_index",
+        "The newest log index the replica has applied to its partition",
+        labels=partition_labels,
+    )
+    lag = GaugeMetricFamily(
+        "dynalab_raft_follower_lag_entries",
+        "Log entries a follower is behind its leader (reported by the leader)",
+        labels=[*partition_labels, "follower"],
+    )
+    for replica in replicas:
+        values = [
+            str(replica["table_name"]),
+            str(replica["partition_id"]),
+            *(str(replica[label]) for label in extra_labels),
+        ]
+        leader.add_metric(values, 1.0 if replica["role"] == "leader" else 0.0)
+        term.add_metric(values, float(replica["term"]))
+        commit.add_metric(values, float(replica["commit"]))
+        applied.add_metric(values, float(replica["applied"]))
+        for follower, progress in sorted(replica["followers"].items()):
+            lag.add_metric([*values, follower], float(progress["lag"]))
+    node_labels = list(extra_labels)
+    elections = CounterMetricFamily(
+        "dynalab_raft_elections",
+        "Elections this node's replicas started (a candidate's new term)",
+        labels=node_labels,
+    )
+    changes = CounterMetricFamily(
+        "dynalab_raft_leader_changes",
+        "Times a replica here learned of a leader other than the one it knew",
+        labels=node_labels,
+    )
+    groups = GaugeMetricFamily(
+        "dynalab_raft_groups", "Replicated groups this node is a member of", labels=node_labels
+    )
+    leaders = GaugeMetricFamily(
+        "dynalab_raft_leaders", "Replicated groups this node leads", labels=node_labels
+    )
+    seconds = HistogramMetricFamily(
+        "dynalab_raft_commit_seconds",
+        "A replicated write from its entry's proposal at the leader to its apply there",
+        labels=node_labels,
+    )
+    for node_values, report in reports:
+        elections.add_metric(list(node_values), float(report["elections"]))
+        changes.add_metric(list(node_values), float(report["leader_changes"]))
+        groups.add_metric(list(node_values), float(report["groups"]))
+        leaders.add_metric(list(node_values), float(report["leaders"]))
+        durations = report["commit"]
+        buckets = [(str(bound), float(number)) for bound, number in durations["buckets"]]
+        buckets.append(("+Inf", float(durations["count"])))
+        seconds.add_metric(list(node_values), buckets, float(durations["seconds_sum"]))
+    return [leader, term, commit, applied, lag, elections, changes, groups, leaders, seconds]

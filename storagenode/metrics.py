@@ -35,6 +35,22 @@ The TTL sweeper's series are labelled with the table's name (`storagenode.sweepe
     TimeToLiveDeletedItemCount        the same count under DynamoDB's CloudWatch metric name
     dynalab_ttl_sweep_lag_seconds     age of the oldest expired item not yet deleted (0: none)
 
+The replicated partitions' Raft groups (`storagenode.replication.GroupStatus`, as of the node's
+latest report, at most RAFT_STATUS_SECONDS old), labelled with the table and partition:
+
+    dynalab_raft_leader               1 where this replica leads its group, else 0
+    dynalab_raft_term                 the replica's term
+    dynalab_raft_commit_index         the newest index it knows committed
+    dynalab_raft_applied_index        the newest index it applied
+    dynalab_raft_follower_lag_entries a leader's followers (label `follower`): entries behind
+
+and the node's, unlabelled here and labelled with the node by the router:
+
+    dynalab_raft_elections_total      elections its replicas started
+    dynalab_raft_leader_changes_total times a replica learned of a new leader
+    dynalab_raft_groups, _leaders     replicated groups it is in, and leads
+    dynalab_raft_commit_seconds       a histogram: a replicated write, proposal to apply (leader)
+
 The splitter's (`storagenode.split`), unlabelled here and labelled with the node by the router:
 
     dynalab_splits_total              partitions this node split in place
@@ -61,7 +77,12 @@ from prometheus_client.core import (
     UnknownMetricFamily,
 )
 
-from rpc.partition_metrics import move_families, partition_families, split_families
+from rpc.partition_metrics import (
+    move_families,
+    partition_families,
+    raft_families,
+    split_families,
+)
 from storagenode.throughput import NodeThroughput
 
 logger = logging.getLogger(__name__)
@@ -125,6 +146,18 @@ def watch_moves(stats: SplitReporter) -> None:
     _moves.add(stats)
 
 
+class RaftReporter(Protocol):
+    def raft_report(self, table_id: str | None) -> tuple[list[dict[str, Any]], dict[str, Any]]: ...
+
+
+_raft: weakref.WeakSet[RaftReporter] = weakref.WeakSet()
+
+
+def watch_raft(node: RaftReporter) -> None:
+    """Report a node's replicated groups and Raft counters (`StorageNode.raft_report`)."""
+    _raft.add(node)
+
+
 def watch_ttl(sweeper: TtlReporter) -> None:
     """Report a TTL sweeper's tables (`storagenode.sweeper.TtlSweeper`) on the metrics server."""
     _sweepers.add(sweeper)
@@ -177,6 +210,13 @@ class _NodeCollector:
         yield from partition_families(partitions)
         yield from split_families(((), stats.to_json()) for stats in list(_splits))
         yield from move_families(((), stats.to_json()) for stats in list(_moves))
+        replicas: list[Mapping[str, Any]] = []
+        reports: list[tuple[tuple[str, ...], Mapping[str, Any]]] = []
+        for node in list(_raft):
+            listed, report = node.raft_report(None)
+            replicas.extend(listed)
+            reports.append(((), report))
+        yield from raft_families(replicas, reports)
         tables: list[Mapping[str, Any]] = []
         for sweeper in list(_sweepers):
             tables.extend(sweeper.report())

@@ -49,7 +49,7 @@ from core.raft import NotLeader as RaftNotLeader
 from core.transactions import Vote, throttled
 from rpc import ops
 from rpc.ops import Target
-from rpc.partition_metrics import Durations
+from rpc.partition_metrics import COMMIT_SECONDS_BUCKETS, Durations
 from storagenode import changefeed, metrics, snapshots
 from storagenode.layout import (
     Family,
@@ -99,11 +99,12 @@ class WriteRound:
 
 @dataclasses.dataclass(frozen=True)
 class _Waiting:
-    """The writes an entry in flight carries: their group's outcome, and each write's token,
-    index in that outcome and request."""
+    """The writes an entry in flight carries: their group's outcome, each write's token, index
+    in that outcome and request, and when the entry was proposed (monotonic clock)."""
 
     lead: Ready
     writes: list[tuple[Hashable, int, Write]]
+    since: float
 
 
 def _not_leader(target: Target | None, leader: int) -> NotPartitionLeader:
@@ -192,6 +193,9 @@ class StorageNode:
         self.move_stats = Durations()
         metrics.watch_moves(self.move_stats)
         self.move_heard: dict[PartitionRef, float] = {}
+        # How long this node's entries took to commit and apply, as the leader of their group.
+        self.commit_stats = Durations(COMMIT_SECONDS_BUCKETS)
+        metrics.watch_raft(self)
         # The partitions this node's mover is moving away now, with their target node.
         self.moving_out: dict[PartitionRef, str] = {}
         # The keys of the newest throttled reads per partition: what a read-heat split balances.
@@ -229,6 +233,33 @@ class StorageNode:
     def ticking(self) -> bool:
         """Whether its Raft groups need time to pass: it shares groups with other nodes."""
         return self.replication.ticking
+
+    def raft_report(self, table_id: str | None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """The replicated groups of table `table_id` (None: of every table) as of their latest
+        report (`replication.GroupStatus`, renewed every RAFT_STATUS_SECONDS), one entry per
+        replica this node holds, and the node's Raft counters: the partition_throughput reply's
+        `replicas` and `raft` (`rpc.ops`). A partition of one copy has no entry."""
+        replication = self.replication
+        replicas = []
+        for (owner, partition_id), status in sorted(replication.status.items()):
+            if table_id is not None and owner != table_id:
+                continue
+            partition = self.partitions.get((owner, partition_id))
+            name = partition.table_name if partition is not None else owner
+            replicas.append(
+                {"table_id": owner, "table_name": name, "partition_id": partition_id}
+                | status.to_json()
+            )
+        host = replication.host.stats
+        leaders = sum(1 for status in replication.status.values() if status.role == "leader")
+        report = {
+            "elections": host.elections,
+            "leader_changes": host.leader_changes,
+            "groups": len(replication.status),
+            "leaders": leaders,
+            "commit": self.commit_stats.to_json(),
+        }
+        return replicas, report
 
     def log_sizes(self, log: bytes, first_seq: int, last_seq: int) -> Iterator[tuple[int, int]]:
         """(seq, bytes) of the committed change-log records first_seq..last_seq under the log
@@ -494,6 +525,7 @@ class StorageNode:
                     self._waiting[entry.group] = _Waiting(
                         lead,
                         [(tokens[p], index_of[p], writes[p]) for p in positions],
+                        self.monotonic(),
                     )
                     waiting.extend(positions)
             self.install_effects(replication.take_applied())
@@ -626,6 +658,8 @@ class StorageNode:
         for entry in done:
             waiting = self._waiting.pop(entry.group)
             failure = entry.future.exception()
+            if failure is None:
+                self.commit_stats.record(self.monotonic() - waiting.since)
             for token, index, write in waiting.writes:
                 lead = waiting.lead
                 if failure is None:

@@ -182,6 +182,11 @@ class HostStats:
     node_ticks: int = 0  # RaftNode.tick calls: what the awake groups cost per tick
     batches_sent: int = 0
     messages_sent: int = 0
+    # Elections this node's groups started (a member turning candidate for a new term), and
+    # leader changes they saw (a group learning of a leader other than the one it knew; the
+    # first one a group learns after the node starts is not a change).
+    elections: int = 0
+    leader_changes: int = 0
 
 
 @dataclasses.dataclass(eq=False)
@@ -198,6 +203,10 @@ class _Group:
     reads: dict[int, Future[int]] = dataclasses.field(default_factory=dict)  # by context
     # Entries whose effect their proposer wrote into the round's batch (`propose_staged`).
     staged: set[int] = dataclasses.field(default_factory=set)
+    # The newest term a candidate here campaigned in, and the last leader this group knew (NONE:
+    # none yet), for HostStats' elections and leader changes.
+    campaigned_term: int = 0
+    known_leader: int = NONE
     ready_reads: list[tuple[int, Future[int]]] = dataclasses.field(default_factory=list)
 
 
@@ -587,6 +596,7 @@ class RaftHost:
         if batch is None:
             batch = self.store.batch()
         for group, ready in readies:
+            self._count(group, ready)
             if ready.snapshot is not None:
                 group.storage.apply_snapshot(batch, ready.snapshot)
             group.storage.append(batch, ready.entries)
@@ -621,6 +631,17 @@ class RaftHost:
             else:
                 future.set_result(outcome)
         return len(readies)
+
+    def _count(self, group: _Group, ready: Ready) -> None:
+        """Count the election a Ready shows begun, and the change of leader it shows."""
+        term = ready.hard_state.term if ready.hard_state is not None else group.node.term
+        if ready.role is Role.CANDIDATE and term > group.campaigned_term:
+            group.campaigned_term = term
+            self.stats.elections += 1
+        if ready.leader != NONE and ready.leader != group.known_leader:
+            if group.known_leader != NONE:
+                self.stats.leader_changes += 1
+            group.known_leader = ready.leader
 
     def _apply(self, group: _Group, ready: Ready, batch: WriteBatchView, settle: _Settle) -> None:
         node, storage = group.node, group.storage

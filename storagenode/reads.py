@@ -123,11 +123,14 @@ def table_stats(
 def partition_throughput(
     node: NodeState, target: Target | None, payload: ops.PartitionThroughputPayload
 ) -> dict[str, Any]:
+    replicas, raft = node.raft_report(payload.table_id)
     return {
         **node.throughput.report(payload.table_id),
         "splits": node.split_stats.to_json(),
         "moves": node.move_stats.to_json(),
         "moving": move.moving(node, payload.table_id),
+        "replicas": replicas,
+        "raft": raft,
     }
 
 

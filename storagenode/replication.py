@@ -209,6 +209,39 @@ class ReadView:
         )
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class GroupStatus:
+    """One replicated group's state on this node, as of the latest report (`Replication.status`):
+    what /admin, /metrics, the dashboard and `dynalab status` show of it."""
+
+    members: tuple[str, ...]  # the nodes of its voters
+    role: str  # this replica's: "leader", "follower", "candidate", "pre-candidate", or "copying"
+    leader: str | None  # the node this replica believes leads (None: none known)
+    term: int
+    commit: int  # the newest index this replica knows committed
+    applied: int  # ...and the newest it applied to the partition
+    last: int  # the newest index in its log
+    # A leader's view of each other member: the newest index known to match its log, and how
+    # many entries of the leader's log it lacks. Empty on a follower.
+    followers: Mapping[str, tuple[int, int]]
+    asleep: bool  # hibernating: idle, not ticking (`raft_host`)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "members": list(self.members),
+            "role": self.role,
+            "leader": self.leader,
+            "term": self.term,
+            "commit": self.commit,
+            "applied": self.applied,
+            "last": self.last,
+            "followers": {
+                node: {"match": match, "lag": lag} for node, (match, lag) in self.followers.items()
+            },
+            "asleep": self.asleep,
+        }
+
+
 class Route(enum.Enum):
     """How a write addressed to a partition goes, by the partition's group on this node."""
 
@@ -260,6 +293,10 @@ class Replication:
         # the node's loop after each step; and the copies running, by group.
         self.offered: list[tuple[str, Message]] = []
         self.installs: dict[str, Install] = {}
+        # Each replicated group's state, renewed by `publish` every RAFT_STATUS_SECONDS and
+        # replaced whole, for readers on other threads; and when it is next due.
+        self.status: dict[PartitionRef, GroupStatus] = {}
+        self._status_due = 0.0
         self.host = self._open()
         if not store.read_only:
             # Entries committed but not applied before a restart are applied now, before the
@@ -525,6 +562,49 @@ class Replication:
         for name, install in self.installs.items():
             views[partition_of_group(name)] = ReadView(node_name(install.sender), False, 0.0, 0.0)
         self.views = views
+        if now >= self._status_due:
+            self._status_due = now + limits.RAFT_STATUS_SECONDS
+            self.status = self._report()
+
+    def _report(self) -> dict[PartitionRef, GroupStatus]:
+        """Every replicated group's state now (`GroupStatus`)."""
+        status: dict[PartitionRef, GroupStatus] = {}
+        for name, group in self.host.groups.items():
+            node = group.node
+            if name == NODE_GROUP or node.sole_voter():
+                continue
+            last = node.log.last_index()
+            followers = {}
+            if node.role is Role.LEADER:
+                followers = {
+                    node_name(member): (progress.match, max(0, last - progress.match))
+                    for member, progress in sorted(node.progress.items())
+                    if member != self.member
+                }
+            status[partition_of_group(name)] = GroupStatus(
+                members=tuple(node_name(member) for member in sorted(node.conf.voters)),
+                role=node.role.value,
+                leader=node_name(node.leader) if node.leader != NONE else None,
+                term=node.term,
+                commit=node.log.committed,
+                applied=node.log.applied,
+                last=last,
+                followers=followers,
+                asleep=group.asleep,
+            )
+        for name, install in self.installs.items():
+            status[partition_of_group(name)] = GroupStatus(
+                members=tuple(node_name(member) for member in sorted(install.snapshot.conf.voters)),
+                role="copying",
+                leader=node_name(install.sender),
+                term=install.term,
+                commit=install.applied,
+                applied=0,
+                last=0,
+                followers={},
+                asleep=False,
+            )
+        return status
 
     def round(self) -> None:
         """A round with no writes: persist, send and apply what the groups have to do."""

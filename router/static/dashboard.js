@@ -104,6 +104,29 @@ function shortId(table, id) {
   return id.startsWith(`${table.id}-`) ? id.slice(table.id.length + 1) : id;
 }
 
+// The node serving a partition's writes: its replicas' leader if it is replicated and one
+// reported leading, else the node the catalog places it on.
+function servingNode(p) {
+  const leader = (p.replicas || []).find((r) => r.role === "leader");
+  return leader ? leader.node : p.node;
+}
+
+// Where a partition is: its node, or each of a replicated one's replicas: the leader starred, a
+// follower's entries behind its leader after a minus, a replica its node did not report
+// (down, cut off, still copying) with "?", an unreachable node said so.
+function whereText(p) {
+  if (!p.replicas) return p.node_state === "up" ? p.node : `${p.node} (${p.node_state})`;
+  return p.replicas.map((r) => {
+    let text = r.node;
+    if (r.role === "leader") text += "*";
+    else if (r.role === null) text += "?";
+    else if (r.role === "copying") text += " (copying)";
+    else if (r.lag) text += ` -${r.lag}`;
+    if (r.node_state && r.node_state !== "up") text += ` (${r.node_state})`;
+    return text;
+  }).join(" ");
+}
+
 function keySpace(table, partitions, colours, extraClass) {
   const bar = el("div", {class: `keyspace ${extraClass}`});
   for (const p of partitions) {
@@ -111,11 +134,12 @@ function keySpace(table, partitions, colours, extraClass) {
     const classes = ["partition"];
     if (p.node_state && p.node_state !== "up") classes.push("unreachable");
     if (throttledInWindow(p) > 0) classes.push("throttled");
+    const node = servingNode(p);
     const block = el("div", {class: classes.join(" "), "data-partition": p.id,
-                             style: `width: ${width}%; --node-colour: ${nodeColour(colours, p.node)}`,
-                             title: `${p.id} on ${p.node} (${p.node_state}), epoch ${p.epoch}, `
+                             style: `width: ${width}%; --node-colour: ${nodeColour(colours, node)}`,
+                             title: `${p.id} on ${whereText(p)}, epoch ${p.epoch}, `
                                + `${p.state}, ${p.item_count ?? "?"} items, ${bytes(p.size_bytes)}`},
-      `p${shortId(table, p.id)} · ${p.node} · e${p.epoch}`);
+      `p${shortId(table, p.id)} · ${node} · e${p.epoch}`);
     bar.append(block);
   }
   return bar;
@@ -132,7 +156,7 @@ function partitionRows(partitions) {
     const throttled = throttledInWindow(p);
     return el("tr", {"data-partition": p.id},
       el("td", {}, p.id),
-      el("td", {}, p.node_state === "up" ? p.node : `${p.node} (${p.node_state})`),
+      el("td", {"data-where": p.id}, whereText(p)),
       el("td", {}, `${(p.range[0] * 100).toFixed(1)}–${(p.range[1] * 100).toFixed(1)}%`),
       el("td", {}, p.item_count ?? "?"),
       el("td", {}, bytes(p.size_bytes)),

@@ -7,17 +7,25 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
+import shutil
 import signal
+import subprocess
 import threading
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
 
+import orjson
 from botocore.exceptions import ClientError
+from prometheus_client.parser import text_string_to_metric_families
+from rich.console import Console
 
 from core.errors import NotPartitionLeader, ServiceUnavailable
 from core.keycodec import successor
+from dynalab import status
 from dynalab.cluster import LocalCluster
 from rpc import ops
 from rpc.client import NodeClient
@@ -30,6 +38,10 @@ WRITERS = 4
 # Writes to a partition whose leader died resume within an election (1-2 s here) plus the
 # router's retries; a request waits for that within its own deadline.
 RECOVERY_SECONDS_MAX = 10.0
+HTTP_TIMEOUT_S = 30.0
+BROWSER_TIMEOUT_S = 90.0
+# Headless, and time enough in the page for its first fetch of /admin/cluster and its drawing.
+BROWSER_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=6000")
 
 
 class Writers:
@@ -241,6 +253,88 @@ def _table_rows(data_dir: Path, table_id: str) -> dict[str, list[tuple[bytes, by
         store.close()
 
 
+REPORTED_SECONDS_MAX = 30.0  # For every replica's report to show it caught up.
+
+
+def _get(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=HTTP_TIMEOUT_S) as reply:
+        body: bytes = reply.read()
+        return body
+
+
+def _check_the_groups_are_shown(cluster: LocalCluster, table: str, table_id: str) -> None:
+    """Each partition's group as /admin/tables/../partitions, /metrics, /admin/cluster, `dynalab
+    status` and the dashboard show it (issue 27, observability): its three replicas, one leader,
+    every follower caught up, the nodes' elections and commit times."""
+    url = cluster.router_url
+    deadline = time.monotonic() + REPORTED_SECONDS_MAX
+    while True:
+        listing = orjson.loads(_get(f"{url}/admin/tables/{table}/partitions"))
+        serving = [p for p in listing["partitions"] if p["state"] == "SERVING"]
+        rows = [p["replicas"] for p in serving]
+        if all(
+            [r["role"] for r in replicas].count("leader") == 1
+            and all(r["role"] in ("leader", "follower") and r["lag"] == 0 for r in replicas)
+            and len({r["applied"] for r in replicas}) == 1
+            for replicas in rows
+        ):
+            break
+        assert time.monotonic() < deadline, f"the replicas never all caught up: {rows}"
+        time.sleep(0.5)
+    assert len(serving) == 4
+    nodes = [node.node_id for node in cluster.nodes]
+    assert all(sorted(r["node"] for r in replicas) == nodes for replicas in rows)
+    leaders = {
+        p["id"]: next(r["node"] for r in p["replicas"] if r["role"] == "leader") for p in serving
+    }
+
+    samples = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(_get(f"{url}/metrics").decode())
+        for sample in family.samples
+    }
+    for partition, leader in leaders.items():
+        for node in nodes:
+            labels = (("node", node), ("partition", partition), ("table", table))
+            assert samples["dynalab_raft_leader", labels] == (1.0 if node == leader else 0.0)
+            if node != leader:
+                lag = (
+                    ("follower", node),
+                    ("node", leader),
+                    ("partition", partition),
+                    ("table", table),
+                )
+                assert samples["dynalab_raft_follower_lag_entries", lag] == 0.0
+    assert sum(samples["dynalab_raft_elections_total", (("node", n),)] for n in nodes) >= 4
+    # 1,800 writes from 8 threads: at most 8 of them in each entry its leader proposed.
+    commits = sum(samples["dynalab_raft_commit_seconds_count", (("node", n),)] for n in nodes)
+    assert commits >= 1800 / 8
+
+    document = orjson.loads(_get(f"{url}/admin/cluster"))
+    shown = next(t for t in document["tables"] if t["id"] == table_id)
+    assert {
+        p["id"]: next(r["node"] for r in p["replicas"] if r["role"] == "leader")
+        for p in shown["partitions"]
+    } == leaders
+    console = Console(record=True, width=200, color_system=None)
+    assert status.run(url, console) == 0
+    text = console.export_text()
+    assert all(f"{leader}*" in text for leader in leaders.values()), text
+    chromium = shutil.which("chromium")
+    if chromium is not None:  # (Without Chromium the page goes unchecked; the rest still runs.)
+        page = subprocess.run(
+            [chromium, *BROWSER_FLAGS, "--dump-dom", f"{url}/dashboard"],
+            capture_output=True,
+            timeout=BROWSER_TIMEOUT_S,
+            check=True,
+            text=True,
+        ).stdout
+        for partition, leader in leaders.items():
+            cell = re.search(rf'data-where="{re.escape(partition)}">([^<]*)<', page)
+            assert cell is not None, f"no row for {partition} on the dashboard"
+            assert f"{leader}*" in cell.group(1).split(), cell.group(1)
+
+
 def test_a_node_behind_the_compacted_logs_copies_its_replicas_from_its_peers(
     tmp_path: Path, monkeypatch: Any
 ) -> None:
@@ -280,6 +374,7 @@ def test_a_node_behind_the_compacted_logs_copies_its_replicas_from_its_peers(
         while log.read_text().count("copied its replica in") < 4:
             assert time.monotonic() < deadline, "the node did not copy its 4 replicas"
             time.sleep(0.2)
+        _check_the_groups_are_shown(cluster, table, table_id)
         # With the copied node and one other alone, a quorum of every group remains.
         cluster.nodes[0].kill()
         kept = {key for i, key in enumerate(keys) if i % 80 >= 8}  # The others were deleted.

@@ -81,7 +81,11 @@ async def test_data_and_control_calls_round_trip(client: NodeClient) -> None:
         "splits",
         "moves",
         "moving",
+        "replicas",
+        "raft",
     }
+    # A partition of one copy has no replicated group to report.
+    assert throughput["replicas"] == [] and throughput["raft"]["groups"] == 0
 
 
 async def test_node_errors_come_back_typed(client: NodeClient) -> None:

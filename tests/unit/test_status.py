@@ -362,3 +362,23 @@ def test_json_prints_the_snapshot_as_it_came(monkeypatch):
     console = Console(record=True, width=80, color_system=None)
     assert status.run("http://router", console, as_json=True) == 0
     assert json.loads(console.export_text()) == document
+
+
+def test_a_replicated_partition_lists_its_replicas_leader_lag_and_the_unreported():
+    table = orders()
+    replicated = partition("t1-0", "n1", "up", 0, 1)
+    replicated["replicas"] = [
+        {"node": "n1", "role": "follower", "lag": 14, "node_state": "up"},
+        {"node": "n2", "role": None, "node_state": "unreachable"},
+        {"node": "n3", "role": "leader", "lag": 0, "node_state": "up"},
+    ]
+    caught_up = partition("t1-1", "n1", "up", 0, 1)
+    caught_up["replicas"] = [
+        {"node": "n1", "role": "leader", "lag": 0, "node_state": "up"},
+        {"node": "n3", "role": "follower", "lag": 0, "node_state": "up"},
+        {"node": "n4", "role": "copying", "lag": None, "node_state": "up"},
+    ]
+    table["partitions"] = [replicated, caught_up]
+    text = text_of(snapshot([table]))
+    assert "n1 -14 n2? (unreachable) n3*" in text
+    assert "n1* n3 n4 (copying)" in text
