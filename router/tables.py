@@ -67,6 +67,7 @@ from core.token_bucket import BillingMode
 from router import table_lifecycle
 from router.protocol import request_region
 from router.requests import RequestReader, read_table_name, table_name_checked
+from router.routing import Route
 from router.table_lifecycle import table_not_found
 from router.tags import check_reserved, read_tags, stream_arn, table_arn
 from rpc import ops
@@ -1036,7 +1037,15 @@ async def _push_throughput(ctx: RouterContext, table: TableDef, timeout: float) 
     """Send the table's throughput settings to every node holding one of its partitions, and
     each global index's to every node holding one of the index's."""
     body = ops.UpdateThroughputPayload(table.id, catalog.throughput_document(table)).to_json()
-    calls = [ctx.control(node, ops.UPDATE_THROUGHPUT, body, timeout) for node in table.nodes()]
+    if table.replicated:
+        # Each partition's change is an entry of its group, proposed at its leader.
+        route = Route.of_table(table)
+        calls = [
+            ctx.call_partition(route, partition, ops.UPDATE_THROUGHPUT, body, timeout=timeout)
+            for partition in table.partitions
+        ]
+    else:
+        calls = [ctx.control(node, ops.UPDATE_THROUGHPUT, body, timeout) for node in table.nodes()]
     for index in catalog.global_indexes(table):
         assert index.table_id is not None
         document = catalog.index_throughput_document(table, index)
@@ -1130,12 +1139,10 @@ async def _update_index_throughput(
 
 async def update_table(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
     request = _read_update_table(body)
-    if (
-        request.index_updates
-        or request.warm is not None
-        or request.stream is not None
-        or (request.changes_throughput)
-    ):
+    if request.index_updates or request.warm is not None or request.stream is not None:
+        # (A change of throughput or billing mode is each partition's entry at its leader:
+        # `_push_throughput`. Indexes, streams and warm throughput, which splits to meet it,
+        # wait for the change feed and splits on replicated partitions.)
         existing = await ctx.read_table(request.name)
         if existing is not None:
             catalog.refuse_replicated(existing, "This UpdateTable change")

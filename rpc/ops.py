@@ -185,6 +185,10 @@ DATA_OPS = frozenset(
 # prepare are such writes too: their coordinator must know it does not know.
 ITEM_WRITE_OPS = frozenset({PUT, UPDATE, DELETE, TXN_RECORD, TXN_PREPARE})
 FEED_OPS = frozenset({REGISTER_CONSUMER, CHECKPOINT, UNREGISTER_CONSUMER})
+# Control-plane writes that may also be addressed to one partition on the data plane (the
+# envelope names it): then they change that partition alone, through its Raft group at its
+# leader, as a replicated partition's settings must change.
+PARTITION_SETTING_OPS = frozenset({UPDATE_THROUGHPUT})
 
 
 # Payloads ---------------------------------------------------------------------------------------
@@ -821,7 +825,11 @@ class TableStatsPayload:
 
 @dataclasses.dataclass(slots=True)
 class UpdateThroughputPayload:
-    """update_throughput: new THROUGHPUT for every partition of a table on this node.
+    """update_throughput: new THROUGHPUT for every partition of a table on this node, or,
+    addressed to one partition (a data-plane request), for that partition alone: the way to
+    change a replicated partition's, whose change is an entry of its group's log, proposed at
+    its leader and applied by every replica. A control-plane one changes only the partitions
+    held in one copy, and refuses the change if the node holds a replicated one of the table.
 
     Reply: {"partitions_updated": int}. Re-sizes the buckets, keeping what they have banked
     (UpdateTable). A THROUGHPUT older than the one a partition has (a lower version) is ignored,

@@ -26,7 +26,7 @@ from storagenode import changefeed, expiry
 from storagenode.layout import Family, seq_bytes, table_prefix
 from storagenode.partition import Partition
 from storagenode.throughput import version_of
-from storagenode.writes import PartitionRef, WriteContext
+from storagenode.writes import PartitionRef, WriteContext, addressed
 
 logger = logging.getLogger(__name__)
 
@@ -65,11 +65,19 @@ def create_partition(
 def update_throughput(
     ctx: WriteContext, target: Target | None, payload: ops.UpdateThroughputPayload
 ) -> dict[str, Any]:
-    """New throughput settings for every partition of a table on this node (UpdateTable)."""
+    """New throughput settings for every partition of a table on this node (UpdateTable), or
+    for the one partition the request is addressed to (`ops.UpdateThroughputPayload`)."""
     throughput = payload.throughput
     version = version_of(throughput)
     updated = 0
-    for ref in ctx.refs(payload.table_id):
+    if target is None:
+        refs = list(ctx.refs(payload.table_id))
+    else:
+        if target.table_id != payload.table_id:
+            raise ValidationError("update_throughput's table_id is not its partition's table")
+        refs = [(target.table_id, target.partition_id)]
+        addressed(ctx.lookup(refs[0]), target)
+    for ref in refs:
         partition = ctx.lookup(ref)
         # A late retry of an older change must not undo a newer one.
         if partition is None or version_of(partition.throughput) > version:

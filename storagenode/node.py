@@ -630,7 +630,7 @@ class StorageNode:
         busy: set[PartitionRef] = set()
         for position, (op, target, _) in enumerate(writes):
             operation = OPERATIONS.get(op)
-            if target is None or operation is None or not operation.addressed:
+            if target is None or operation is None or not operation.addressable:
                 local.append(position)
                 continue
             ref = (target.table_id, target.partition_id)
@@ -734,7 +734,7 @@ class StorageNode:
                 results[index] = ValidationError(f"A {op} request names no partition")
                 continue
             writer = None
-            if target is not None and operation.addressed:
+            if target is not None and operation.addressable:
                 writer = (target.table_id, target.partition_id)
             handler: Any = operation.handler
             try:

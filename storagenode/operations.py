@@ -100,6 +100,12 @@ class Operation:
         return self.name in ops.DATA_OPS or self.name in ops.FEED_OPS
 
     @property
+    def addressable(self) -> bool:
+        """Whether a request of it may name its partition: every addressed one, and the
+        control-plane writes that also change one partition alone (`ops.PARTITION_SETTING_OPS`)."""
+        return self.addressed or self.name in ops.PARTITION_SETTING_OPS
+
+    @property
     def writes(self) -> bool:
         """Whether it runs in a write group."""
         return self.kind is Kind.WRITE or self.kind is Kind.INTERNAL_WRITE

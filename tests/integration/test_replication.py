@@ -32,7 +32,7 @@ from rpc.client import NodeClient
 from rpc.ops import Target
 from storagenode.layout import Family
 from storagenode.store import Store
-from tests.integration.conftest import create_active_table, dynamodb_client
+from tests.integration.conftest import create_active_table, dynamodb_client, wait_active
 
 WRITERS = 4
 # Writes to a partition whose leader died resume within an election (1-2 s here) plus the
@@ -220,10 +220,6 @@ def test_a_paused_leader_serves_no_stale_strong_read_after_it_resumes(tmp_path: 
                 TableName=table,
                 TimeToLiveSpecification={"Enabled": True, "AttributeName": "expires"},
             ),
-            lambda: client.update_table(
-                TableName=table,
-                ProvisionedThroughput={"ReadCapacityUnits": 2, "WriteCapacityUnits": 2},
-            ),
         ]
         for refused in refusals:
             try:
@@ -236,7 +232,28 @@ def test_a_paused_leader_serves_no_stale_strong_read_after_it_resumes(tmp_path: 
         assert "Item" not in client.get_item(TableName=table, Key={"pk": {"S": "t"}})
         described = client.describe_table(TableName=table)["Table"]
         assert described["TableStatus"] == "ACTIVE"
-        assert described["ProvisionedThroughput"]["ReadCapacityUnits"] == 1
+        ttl = client.describe_time_to_live(TableName=table)["TimeToLiveDescription"]
+        assert ttl["TimeToLiveStatus"] == "DISABLED"
+        # A throughput change is each partition's entry at its leader: every replica's buckets
+        # take it, the one paused and resumed too.
+        client.update_table(
+            TableName=table, ProvisionedThroughput={"ReadCapacityUnits": 3, "WriteCapacityUnits": 7}
+        )
+        wait_active(client, table)
+        described = client.describe_table(TableName=table)["Table"]["ProvisionedThroughput"]
+        assert (described["ReadCapacityUnits"], described["WriteCapacityUnits"]) == (3, 7)
+        deadline = time.monotonic() + REPORTED_SECONDS_MAX
+        while True:
+            listed = orjson.loads(_get(f"{cluster.router_url}/admin/partitions"))["partitions"]
+            rates = {
+                p["node"]: (p["read"]["rate_per_second"], p["write"]["rate_per_second"])
+                for p in listed
+                if p["table_name"] == table
+            }
+            if rates == {node.node_id: (3.0, 7.0) for node in cluster.nodes}:
+                break
+            assert time.monotonic() < deadline, f"the replicas' buckets are {rates}"
+            time.sleep(0.2)
 
 
 def _table_rows(data_dir: Path, table_id: str) -> dict[str, list[tuple[bytes, bytes]]]:

@@ -59,8 +59,11 @@ class Replicas:
         compact_entries: int = limits.RAFT_LOG_COMPACT_ENTRIES,
         kept_entries: int = limits.RAFT_LOG_KEPT_ENTRIES,
         page_bytes: int | None = None,
+        throttling: bool = False,
     ) -> None:
         self.seed = seed
+        # Whether the nodes meter their partitions with token buckets (on the loop's clock).
+        self.throttling = throttling
         self.compact_entries = compact_entries
         self.kept_entries = kept_entries
         # Pages of replicas copied between members (`storagenode/snapshots.py`) of at most this
@@ -88,7 +91,7 @@ class Replicas:
         loop = asyncio.get_running_loop()
         node = StorageNode(
             self.stores[member],
-            throughput=NodeThroughput(enforced=False),
+            throughput=NodeThroughput(enforced=self.throttling, clock=loop.time),
             clock=lambda: START_TIME + loop.time(),
             member=member,
             peers=[peer for peer in self.members if peer != member],
