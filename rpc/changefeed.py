@@ -260,7 +260,9 @@ class ChangeFeedClient:
         """The next batch of a Follow `call`, arriving within `timeout` seconds. Raises the node's
         refusal it carries, or `ServiceUnavailable` when the stream breaks, ends or stays silent."""
         try:
-            batch = await asyncio.wait_for(call.read(), timeout)
+            # (Not asyncio.wait_for, which on 3.11 can swallow a cancel arriving with a batch.)
+            async with asyncio.timeout(timeout):
+                batch = await call.read()
         except TimeoutError:
             raise ServiceUnavailable(
                 f"Node {self.address} sent nothing on the change feed of {partition_id} "

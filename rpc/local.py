@@ -402,7 +402,10 @@ class LocalNetwork:
         try:
             while True:
                 try:
-                    data = await asyncio.wait_for(anext(batches), idle_seconds_max)
+                    # (Not asyncio.wait_for: on 3.11 it can swallow a cancel that arrives as the
+                    # batch does, and a killed replicator's reader then never ends.)
+                    async with asyncio.timeout(idle_seconds_max):
+                        data = await anext(batches)
                 except StopAsyncIteration:
                     # Only a stopping node (here: one restarted or replaced) ends a follow early.
                     self.log.append(f"{name} ended by the node")
