@@ -23,6 +23,7 @@ from core import catalog, limits, schema, table_arns
 from core.catalog import TableDef, TtlStatus
 from core.errors import DynamoError, ResourceNotFound
 from router.requests import RequestReader
+from router.routing import Route
 from rpc import ops
 
 if TYPE_CHECKING:
@@ -81,7 +82,15 @@ async def _push(ctx: RouterContext, table: TableDef, timeout: float) -> TableDef
     assert document is not None and table.ttl is not None
     body = ops.UpdateTtlPayload(table.id, document).to_json()
     failures = []
-    for node in table.nodes():
+    if table.replicated:
+        # Each partition's setting is an entry of its group, proposed at its leader.
+        route = Route.of_table(table)
+        for partition in table.partitions:
+            try:
+                await ctx.call_partition(route, partition, ops.UPDATE_TTL, body, timeout=timeout)
+            except DynamoError as error:
+                failures.append(f"{partition.id}: {error}")
+    for node in () if table.replicated else table.nodes():
         try:
             await ctx.control(node, ops.UPDATE_TTL, body, timeout)
         except DynamoError as error:
@@ -101,9 +110,6 @@ async def _push(ctx: RouterContext, table: TableDef, timeout: float) -> TableDef
 
 async def update_time_to_live(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
     name, enabled, attribute = _read_update(body)
-    existing = await ctx.read_table(name)
-    if existing is not None:
-        catalog.refuse_replicated(existing, "UpdateTimeToLive")
     now = ctx.sources.clock()
     interval = ctx.settings.ttl_change_interval_seconds
 

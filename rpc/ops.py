@@ -188,7 +188,7 @@ FEED_OPS = frozenset({REGISTER_CONSUMER, CHECKPOINT, UNREGISTER_CONSUMER})
 # Control-plane writes that may also be addressed to one partition on the data plane (the
 # envelope names it): then they change that partition alone, through its Raft group at its
 # leader, as a replicated partition's settings must change.
-PARTITION_SETTING_OPS = frozenset({UPDATE_THROUGHPUT})
+PARTITION_SETTING_OPS = frozenset({UPDATE_THROUGHPUT, UPDATE_TTL})
 
 
 # Payloads ---------------------------------------------------------------------------------------
@@ -849,7 +849,9 @@ class UpdateThroughputPayload:
 
 @dataclasses.dataclass(slots=True)
 class UpdateTtlPayload:
-    """update_ttl: a table's TTL setting for every partition of it on this node (UpdateTimeToLive).
+    """update_ttl: a table's TTL setting for every partition of it on this node (UpdateTimeToLive),
+    or, addressed to one partition, for that one alone, through its group at its leader (as
+    update_throughput; a control-plane one refuses a replicated partition).
 
     TTL = {"attribute": str, "enabled": bool, "version": int} (`core.catalog.ttl_document`).
     Reply: {"partitions_updated": int}. Enabling makes the node index the attribute (the items it

@@ -62,6 +62,16 @@ def create_partition(
     return {}
 
 
+def _own(ctx: WriteContext, target: Target, table_id: str, partition_id: str) -> PartitionRef:
+    """The partition a node write addressed to `target` changes: the one its payload names,
+    here at the target's epoch (else StaleEpoch)."""
+    if (target.table_id, target.partition_id) != (table_id, partition_id):
+        raise ValidationError("The request's payload names another partition than its target")
+    ref = (table_id, partition_id)
+    addressed(ctx.lookup(ref), target)
+    return ref
+
+
 def update_throughput(
     ctx: WriteContext, target: Target | None, payload: ops.UpdateThroughputPayload
 ) -> dict[str, Any]:
@@ -73,10 +83,7 @@ def update_throughput(
     if target is None:
         refs = list(ctx.refs(payload.table_id))
     else:
-        if target.table_id != payload.table_id:
-            raise ValidationError("update_throughput's table_id is not its partition's table")
-        refs = [(target.table_id, target.partition_id)]
-        addressed(ctx.lookup(refs[0]), target)
+        refs = [_own(ctx, target, payload.table_id, target.partition_id)]
     for ref in refs:
         partition = ctx.lookup(ref)
         # A late retry of an older change must not undo a newer one.
@@ -145,9 +152,17 @@ def retire_partition(
 def update_ttl(
     ctx: WriteContext, target: Target | None, payload: ops.UpdateTtlPayload
 ) -> dict[str, Any]:
-    """A table's TTL setting on every partition of it here (UpdateTimeToLive)."""
-    refs = list(ctx.refs(payload.table_id))
-    changed = expiry.update_ttl(ctx.batch, payload.table_id, payload.ttl, refs, ctx.lookup)
+    """A table's TTL setting on every partition of it here (UpdateTimeToLive), or on the one
+    partition the request is addressed to (`ops.UpdateTtlPayload`)."""
+    if target is None:
+        refs = list(ctx.refs(payload.table_id))
+        alone = None
+    else:
+        refs = [_own(ctx, target, payload.table_id, target.partition_id)]
+        alone = ctx.node.store
+    changed = expiry.update_ttl(
+        ctx.batch, payload.table_id, payload.ttl, refs, ctx.lookup, alone=alone
+    )
     for ref, partition in changed.items():
         ctx.put_partition(ref, partition)
     return {"partitions_updated": sum(1 for ref in refs if ctx.lookup(ref) is not None)}
@@ -156,8 +171,11 @@ def update_ttl(
 def ttl_expire(
     ctx: WriteContext, target: Target | None, payload: expiry.ExpirePayload
 ) -> dict[str, Any]:
-    """The sweeper's deletes on one partition: never metered (TTL deletes are free)."""
+    """The sweeper's deletes on one partition: never metered (TTL deletes are free). Addressed
+    to its partition when it is replicated: an entry of its group, from its leader's sweeper."""
     ref = (payload.table_id, payload.partition_id)
+    if target is not None:
+        _own(ctx, target, *ref)
     partition = ctx.lookup(ref)
     if partition is None or not partition.serving:
         return {"deleted": 0}  # Moving: its log is final, or not yet its own.
@@ -168,8 +186,11 @@ def ttl_expire(
 def ttl_backfill(
     ctx: WriteContext, target: Target | None, payload: expiry.BackfillPayload
 ) -> dict[str, Any]:
-    """One bounded step of indexing the items a partition held when TTL was enabled."""
+    """One bounded step of indexing the items a partition held when TTL was enabled (addressed
+    to it when it is replicated, as `ttl_expire`)."""
     ref = (payload.table_id, payload.partition_id)
+    if target is not None:
+        _own(ctx, target, *ref)
     partition = ctx.lookup(ref)
     if partition is None or not partition.serving:
         return {"done": True}  # Moving: a later sweep indexes it where it serves.

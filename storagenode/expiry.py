@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 import orjson
@@ -135,15 +135,23 @@ def write_index_changes(batch: WriteBatchView, changes: tuple[bytes | None, byte
 
 
 def expired_entries(
-    store: NodeStore, table_id: str, now: float, limit: int
+    store: NodeStore,
+    table_id: str,
+    now: float,
+    limit: int,
+    keep: Callable[[bytes], bool] | None = None,
 ) -> list[tuple[int, bytes]]:
     """Up to `limit` entries (expiry second, storage key) of the table's index on this node that
-    are expired at `now`, oldest first: a walk of what expires, never of the table."""
+    are expired at `now`, oldest first, of the items `keep` accepts (None: all): a walk of what
+    expires, never of the table."""
     prefix = table_prefix(table_id)
     bound = ttl_index_key(prefix, ttl.sweep_bound(now), b"")
     entries: list[tuple[int, bytes]] = []
     for key, _ in store.walk(Family.TTL_INDEX, prefix, bound, forward=True):
-        entries.append(ttl_index_entry(key))
+        entry = ttl_index_entry(key)
+        if keep is not None and not keep(entry[1]):
+            continue
+        entries.append(entry)
         if len(entries) >= limit:
             break
     return entries
@@ -217,15 +225,32 @@ def backfill(store: NodeStore, batch: WriteBatchView, partition: Partition, now:
     return True
 
 
+def own_entries(store: NodeStore, partition: Partition) -> Iterator[bytes]:
+    """The keys of the expiry-index entries of `partition`'s items in `store`: the table's
+    index walked (its keys are by expiry second, then item, so a partition's entries are no range
+    of their own), keeping those whose item the partition holds."""
+    prefix = table_prefix(partition.table_id)
+    end = successor(prefix)
+    assert end is not None
+    for key, _ in store.walk(Family.TTL_INDEX, prefix, end, forward=True):
+        if partition.holds(ttl_index_entry(key)[1]):
+            yield key
+
+
 def update_ttl(
     batch: WriteBatchView,
     table_id: str,
     document: dict[str, Any],
     refs: list[PartitionRef],
     lookup: Lookup,
+    *,
+    alone: NodeStore | None = None,
 ) -> dict[PartitionRef, Partition]:
     """The table's partitions here with TTL setting `document` (`rpc.ops` TTL), staged: enabling
-    starts indexing each partition from its first key; disabling drops the table's entries.
+    starts indexing each partition from its first key; disabling drops the table's entries, or,
+    given `alone` (the store, for an update addressed to one partition, an entry of its group),
+    only the entries of the partitions in `refs` (`own_entries`), one delete each, so every
+    replica deletes exactly those and no other partition's it may hold.
 
     A setting older than a partition's (a lower version, a late retry) changes nothing, and the
     same version again is a no-op. Returns the partitions that changed.
@@ -241,7 +266,10 @@ def update_ttl(
             continue
         staged = dataclasses.replace(partition, ttl=dict(document))
         staged.ttl_backfill = partition.start.hex() if document["enabled"] else None
-        if not document["enabled"] and not dropped:
+        if not document["enabled"] and alone is not None:
+            for key in own_entries(alone, partition):
+                batch.delete(Family.TTL_INDEX, key)
+        elif not document["enabled"] and not dropped:
             prefix = table_prefix(table_id)
             end = successor(prefix)
             assert end is not None

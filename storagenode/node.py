@@ -557,7 +557,7 @@ class StorageNode:
                 continue
             batch = self.store.batch()
             install = replication.begin_install(name, message, batch)
-            cleared = snapshots.clear(batch, partition)
+            cleared = snapshots.clear(self.store, batch, partition)
             # No read of the replica from now on: the views say so before its rows go.
             replication.publish(self.monotonic())
             self._commit_copy(batch, name, cleared)

@@ -86,6 +86,8 @@ class Operation:
     handler: ReadHandler | WriteHandler | DriverHandler
     metered: bool = False
     disk_full: DiskFull = DiskFull.REFUSED
+    # A node write that may also be addressed to one partition (`addressable`).
+    partition_setting: bool = False
 
     @property
     def wire(self) -> int | None:
@@ -101,9 +103,11 @@ class Operation:
 
     @property
     def addressable(self) -> bool:
-        """Whether a request of it may name its partition: every addressed one, and the
-        control-plane writes that also change one partition alone (`ops.PARTITION_SETTING_OPS`)."""
-        return self.addressed or self.name in ops.PARTITION_SETTING_OPS
+        """Whether a request of it may name its partition: every addressed one, the control-plane
+        writes that also change one partition alone (`ops.PARTITION_SETTING_OPS`), and the
+        node's own writes to one partition that a replicated partition's leader addresses to
+        it, so that they are entries of its group (the TTL sweeper's)."""
+        return self.addressed or self.name in ops.PARTITION_SETTING_OPS or self.partition_setting
 
     @property
     def writes(self) -> bool:
@@ -185,9 +189,20 @@ OPERATIONS: Mapping[str, Operation] = {
         Operation(ops.RAFT_SNAPSHOT_READ, ops.SnapshotReadPayload, _R, snapshots.read_page),
         # The TTL sweeper's own writes.
         Operation(
-            expiry.TTL_EXPIRE, expiry.ExpirePayload, _I, control.ttl_expire, disk_full=_FREES
+            expiry.TTL_EXPIRE,
+            expiry.ExpirePayload,
+            _I,
+            control.ttl_expire,
+            disk_full=_FREES,
+            partition_setting=True,
         ),
-        Operation(expiry.TTL_BACKFILL, expiry.BackfillPayload, _I, control.ttl_backfill),
+        Operation(
+            expiry.TTL_BACKFILL,
+            expiry.BackfillPayload,
+            _I,
+            control.ttl_backfill,
+            partition_setting=True,
+        ),
         # Splits and moves: the drivers, and their steps in write groups.
         Operation(ops.SPLIT_PARTITION, ops.SplitPartitionPayload, _D, _split_partition),
         Operation(split.SPLIT_PIN, split.PinPayload, _I, _split_pin),

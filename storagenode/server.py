@@ -450,7 +450,7 @@ class NodeServer:
         async def submit(op: str, body: dict[str, Any]) -> dict[str, Any]:
             return await committer.submit(op, None, body)
 
-        self._sweeper = TtlSweeper(node, submit, settings.ttl_sweep_seconds)
+        self._sweeper = TtlSweeper(node, committer.submit, settings.ttl_sweep_seconds)
         self._sweeper.start()
         metrics.watch_ttl(self._sweeper)
         self._splitter = Splitter(

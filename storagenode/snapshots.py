@@ -30,9 +30,10 @@ come from the leader that sent the snapshot first, or from the group's other vot
 a source fails; any member whose replica is whole and has applied S will do, since every
 member's applied state is a committed prefix of the same log.
 
-Not built: a replica of a table with TTL, a global index or a stream (issue 27 keeps such tables
-at one copy, and refuses TTL on replicated ones), whose keys in `ttl_index` are not a range of
-the partition's own (`ranges` refuses it).
+A partition's expiry-index entries are keyed by expiry second before the item, so they are no
+range of its own: the table's index is walked, on both sides, and only the partition's entries
+are copied or cleared (`own`). Not built: a replica of a table with a global index or a stream
+(issue 27 keeps such tables at one copy).
 """
 
 from __future__ import annotations
@@ -47,11 +48,11 @@ from core.errors import ServiceUnavailable
 from core.keycodec import successor
 from core.raft import ConfState, Message, MessageKind, Snapshot
 from rpc.ops import SnapshotReadPayload, Target
-from storagenode.layout import Family, partition_meta_key
+from storagenode.layout import Family, partition_meta_key, table_prefix, ttl_index_entry
 from storagenode.partition import Partition
 from storagenode.raft_host import partition_of_group
 from storagenode.raft_storage import stored_progress
-from storagenode.store import DELETE_RANGE, PUT, BatchOp, WriteBatchView
+from storagenode.store import DELETE, DELETE_RANGE, PUT, BatchOp, NodeStore, WriteBatchView
 from storagenode.writes import NodeState
 
 Range = tuple[Family, bytes, bytes]
@@ -61,12 +62,8 @@ def ranges(partition: Partition) -> list[Range]:
     """Every key range of the node's store that holds the partition's replica state, in a fixed
     order: its items, item collections and local index entries within its hash range, its
     change log, consumers' checkpoints, retired log and index-source rows under its log prefix,
-    and its metadata row."""
-    if partition.ttl_attribute is not None:
-        raise ValueError(
-            f"partition {partition.partition_id} has TTL: its expiry entries are not a key "
-            "range of its own, and a replica of it cannot be copied"
-        )
+    its table's expiry index (of which only the entries of its own items are its: `own`), and
+    its metadata row."""
 
     def under(prefix: bytes) -> tuple[bytes, bytes]:
         end = successor(prefix)
@@ -94,19 +91,39 @@ def ranges(partition: Partition) -> list[Range]:
         Family.INDEX_SOURCES,
     ):
         found.append((family, *log))
+    # Keyed by expiry second before the item, a partition's entries are spread over its table's
+    # index: the whole table's is walked, and `own` keeps the partition's (with or without TTL
+    # now, so that the ranges are the same on both sides of a copy, and a member whose TTL
+    # setting is stale clears what it holds).
+    found.append((Family.TTL_INDEX, *under(table_prefix(partition.table_id))))
     meta = partition_meta_key(partition.table_id, partition.partition_id)
     found.append((Family.PARTITIONS, meta, meta + b"\x00"))
     return found
 
 
-def clear(batch: WriteBatchView, partition: Partition) -> list[BatchOp]:
+def own(partition: Partition, family: Family, key: bytes) -> bool:
+    """Whether a row of one of `ranges`' ranges is the partition's: every one but the expiry
+    index's, whose rows are the partition's only for the items it holds."""
+    return family is not Family.TTL_INDEX or partition.holds(ttl_index_entry(key)[1])
+
+
+def clear(store: NodeStore, batch: WriteBatchView, partition: Partition) -> list[BatchOp]:
     """Delete the replica's rows (not its metadata row, which the copy's last page replaces),
-    in `batch`; returns the writes, for the node to install."""
+    in `batch`: its ranges whole, and its own entries of its table's expiry index one by one
+    (another partition of the table here keeps its); returns the writes, for the node to
+    install."""
     writes: list[BatchOp] = []
     for family, lo, hi in ranges(partition):
-        if family is not Family.PARTITIONS:
-            batch.delete_range(family, lo, hi)
-            writes.append((DELETE_RANGE, family, lo, hi))
+        if family is Family.PARTITIONS:
+            continue
+        if family is Family.TTL_INDEX:
+            for key, _ in store.walk(family, lo, hi, forward=True):
+                if own(partition, family, key):
+                    batch.delete(family, key)
+                    writes.append((DELETE, family, key, None))
+            continue
+        batch.delete_range(family, lo, hi)
+        writes.append((DELETE_RANGE, family, lo, hi))
     return writes
 
 
@@ -136,9 +153,11 @@ def read_page(
         family, lo, hi = spans[position]
         last = None
         for key, value in node.store.walk(family, max(lo, start), hi, forward=True):
-            rows.append([family.value, key.hex(), value.hex()])
+            # (Rows walked and not the partition's count too, so that a page stays bounded.)
             size += len(key) + len(value)
             last = key
+            if own(partition, family, key):
+                rows.append([family.value, key.hex(), value.hex()])
             if size >= payload.bytes_max:
                 break
         if last is not None and size >= payload.bytes_max:

@@ -6,7 +6,9 @@ sweeper first indexes, step by step, the items of partitions whose TTL was just 
 expiry index (a walk that costs what expires, not the table's size) and hands them to the group
 committer as the node's own `ttl_expire` writes, one per partition and at most
 `TTL_SWEEP_BATCH_ITEMS_MAX` items each. Each write deletes only what is still expired when it runs,
-through the ordinary write path (`expiry.expire`).
+through the ordinary write path (`expiry.expire`). A replicated partition is swept by its
+leader's sweeper alone, its writes addressed to the partition, so that each is an entry of its
+Raft group and every replica deletes the same items (`_swept`).
 
 It keeps foreground latency: index reads run on an executor thread, never on the event loop;
 every delete shares the writer thread with client writes in bounded groups; and while a backlog
@@ -33,13 +35,16 @@ from typing import Any
 
 from core import limits
 from core.errors import DynamoError
+from rpc.ops import Target
 from storagenode import expiry
 from storagenode.node import StorageNode
+from storagenode.partition import Partition
 
 logger = logging.getLogger(__name__)
 
-# Hands a node write (op, body) to the group committer and resolves with its reply.
-Submit = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
+# Hands a node write (op, the partition it is addressed to or None, body) to the group
+# committer and resolves with its reply.
+Submit = Callable[[str, Target | None, dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
 class TtlSweeper:
@@ -99,17 +104,44 @@ class TtlSweeper:
             deleted += await self._sweep_table(table_id)
         return deleted
 
+    def _swept(self, partition: Partition) -> tuple[bool, Target | None]:
+        """Whether this node sweeps `partition`, and the partition its writes are addressed to:
+        one of one copy is swept where it is, unaddressed; a replicated one only by its leader,
+        whose writes name it, so that each is an entry of its group and every replica applies
+        the same deletes (another replica's sweeper leaves it alone)."""
+        ref = (partition.table_id, partition.partition_id)
+        if not self.node.replicated(ref):
+            return True, None
+        view = self.node.replication.views.get(ref)
+        if view is None or not view.leads:
+            return False, None
+        return True, Target(partition.table_id, partition.partition_id, partition.epoch)
+
     async def _backfill(self) -> None:
         for partition in list(self.node.partitions.values()):
             payload = expiry.BackfillPayload(partition.table_id, partition.partition_id)
             done = partition.ttl_attribute is None or partition.ttl_backfill is None
-            while not done and not self._stop.is_set():
-                reply = await self._paced(expiry.TTL_BACKFILL, payload.to_json())
+            swept, target = self._swept(partition)
+            while swept and not done and not self._stop.is_set():
+                reply = await self._paced(expiry.TTL_BACKFILL, target, payload.to_json())
                 done = reply["done"]
 
     async def _sweep_table(self, table_id: str) -> int:
         deleted = 0
         while not self._stop.is_set():
+            partitions = [p for p in list(self.node.partitions.values()) if p.table_id == table_id]
+            targets = {}
+            for partition in partitions:
+                swept, target = self._swept(partition)
+                if swept:
+                    targets[partition.partition_id] = target
+            mine = [p for p in partitions if p.partition_id in targets]
+            if not mine:
+                break
+
+            def ours(storage_key: bytes, mine: list[Partition] = mine) -> bool:
+                return any(p.holds(storage_key) for p in mine)
+
             entries = await self.offload(
                 functools.partial(
                     expiry.expired_entries,
@@ -117,20 +149,22 @@ class TtlSweeper:
                     table_id,
                     self.node.clock(),
                     limits.TTL_SWEEP_BATCH_ITEMS_MAX,
+                    ours,
                 )
             )
             if not entries:
                 break
             by_partition: dict[str, list[bytes]] = defaultdict(list)
-            partitions = [p for p in list(self.node.partitions.values()) if p.table_id == table_id]
             for _, storage_key in entries:
-                holder = next((p for p in partitions if p.holds(storage_key)), None)
+                holder = next((p for p in mine if p.holds(storage_key)), None)
                 if holder is not None:
                     by_partition[holder.partition_id].append(storage_key)
             batch_deleted = 0
             for partition_id, keys in by_partition.items():
                 payload = expiry.ExpirePayload(table_id, partition_id, keys)
-                reply = await self._paced(expiry.TTL_EXPIRE, payload.to_json())
+                reply = await self._paced(
+                    expiry.TTL_EXPIRE, targets[partition_id], payload.to_json()
+                )
                 batch_deleted += reply["deleted"]
             deleted += batch_deleted
             if batch_deleted == 0:
@@ -139,10 +173,10 @@ class TtlSweeper:
                 break
         return deleted
 
-    async def _paced(self, op: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def _paced(self, op: str, target: Target | None, body: dict[str, Any]) -> dict[str, Any]:
         """Run one node write, then pause so that the sweeper keeps to its share of the writer."""
         started = self.monotonic()
-        reply = await self.submit(op, body)
+        reply = await self.submit(op, target, body)
         busy = self.monotonic() - started
         pause = busy * (1 / limits.TTL_SWEEP_BUSY_FRACTION_MAX - 1)
         if pause > 0:

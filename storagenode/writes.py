@@ -229,9 +229,10 @@ class WriteContext:
 
     def _check_replicated(self, ref: PartitionRef) -> None:
         """Refuse a change to a partition shared with other nodes by a write not addressed to
-        it: only a write to the partition itself goes through its group's log, at its leader,
-        and the node's own writes (its control plane, TTL sweeps, splits, moves, transaction
-        commits) do not yet (issue 27's next steps). Dropping the replica here stays allowed."""
+        it: only a write to the partition itself goes through its group's log, at its leader
+        (the settings and TTL writes that may be addressed to it are: `Operation.addressable`),
+        and the node's other writes (splits, moves, transaction commits) do not yet (issue 27's
+        next steps). Dropping the replica here stays allowed."""
         if self.writer != ref and self.node.replicated(ref):
             raise ValidationError(
                 f"Partition {ref[1]} of table {ref[0]} is replicated on several nodes; this "

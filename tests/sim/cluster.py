@@ -286,8 +286,8 @@ class SimCluster:
         place and its walks of the expiry index inline."""
         node = self.nodes[node_id]
 
-        async def submit(op: str, body: dict[str, Any]) -> dict[str, Any]:
-            [result] = node.apply_writes([(op, None, body)])
+        async def submit(op: str, target: Target | None, body: dict[str, Any]) -> dict[str, Any]:
+            [result] = node.apply_writes([(op, target, body)])
             if isinstance(result, DynamoError):
                 raise result
             return result

@@ -109,7 +109,7 @@ def test_an_update_addressed_to_another_tables_partition_is_refused() -> None:
         try:
             await create(replicas)
             other = ops.UpdateThroughputPayload("cd" * 16, throughput(2, 30)).to_json()
-            with pytest.raises(ValidationError, match="not its partition's table"):
+            with pytest.raises(ValidationError, match="another partition than its target"):
                 await replicas.write(ops.UPDATE_THROUGHPUT, TARGET, other)
             stale = Target(TARGET.table_id, TARGET.partition_id, TARGET.epoch + 1)
             with pytest.raises(Exception, match="epoch"):

@@ -321,8 +321,8 @@ def test_the_sweeper_deletes_what_expired_and_reports_its_lag(node: Node) -> Non
         node.put(f"k{i}", now - 30 - i)
     node.put("later", now + 30)
 
-    async def submit(op: str, body: dict[str, Any]) -> dict[str, Any]:
-        (result,) = node.node.apply_writes([(op, None, body)])
+    async def submit(op: str, target: ops.Target | None, body: dict[str, Any]) -> dict[str, Any]:
+        (result,) = node.node.apply_writes([(op, target, body)])
         assert not isinstance(result, Exception)
         return result
 
