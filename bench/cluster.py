@@ -31,6 +31,7 @@ import random
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -146,8 +147,14 @@ class Run:
         )
 
 
-async def measure(config: bench.BenchConfig, router: int, nodes: list[int]) -> Run:
-    """Prepare and preload as `dynalab bench` does, then measure one workload with CPU samples."""
+async def measure(
+    config: bench.BenchConfig,
+    router: int,
+    nodes: list[int],
+    on_start: Callable[[], object] | None = None,
+) -> Run:
+    """Prepare and preload as `dynalab bench` does, then measure one workload with CPU samples;
+    `on_start` is called as the measured part begins (`bench/profile.py` starts its sampler)."""
     signer = bench.SigV4Signer(
         bench.DUMMY_ACCESS_KEY,
         bench.DUMMY_SECRET_KEY,
@@ -164,6 +171,8 @@ async def measure(config: bench.BenchConfig, router: int, nodes: list[int]) -> R
         recorder = bench.Recorder()
         rng = random.Random()
         plans = [bench.RequestPlan(config, rng) for _ in range(config.concurrency)]
+        if on_start is not None:
+            on_start()
         pids = [router, *nodes]
         before = [process_cpu_seconds(pid) for pid in pids]
         switches_before = [context_switches(pid) for pid in pids]
