@@ -16,5 +16,7 @@ Its modules:
 - `run` and `command`: one experiment from start to verdict, its replay, and `dynalab lab`;
 - `report`: the report page (report.html), a run over time with its fault windows shaded;
 - `timeline`: a simulated run's messages between its processes, which the report draws as a
-  Lamport diagram (its script: ``timeline.js``).
+  Lamport diagram (its script: ``timeline.js``);
+- `simulated` and `sweep`: a scenario on the in-process cluster of `dynalab.sim`, on virtual time,
+  and many seeds of it in parallel processes (`dynalab lab sweep`).
 """

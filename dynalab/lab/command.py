@@ -1,19 +1,23 @@
 """`dynalab lab list | run SCENARIO --seed N --out DIR [--duration S] [--endpoint URL --compose
-FILE] | replay DIR | check DIR`."""
+FILE] | replay DIR | check DIR | sweep SCENARIO --seeds N|N-M|--seed N [--jobs J] [--duration S]
+[--out DIR]`."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.table import Table
 
 from dynalab.bench import DynamoDBError
 from dynalab.cluster import ClusterError
 from dynalab.lab import run as lab_run
 from dynalab.lab import scenarios
+from dynalab.lab import sweep as lab_sweep
 from dynalab.lab.compose import ComposeCluster, ComposeError
 
 
@@ -37,6 +41,18 @@ def add_parser(commands: Any) -> None:
     replay.add_argument("--out", default=None, help="where to write (default: DIR/replay)")
     check = actions.add_parser("check", help="check an earlier run's history again")
     check.add_argument("dir", help="the earlier run's --out directory")
+    sweep = actions.add_parser(
+        "sweep", help="run a scenario over many seeds in simulation, in parallel processes"
+    )
+    sweep.add_argument("scenario", help="a scenario name from `dynalab lab list`, or its file")
+    which = sweep.add_mutually_exclusive_group(required=True)
+    which.add_argument("--seeds", help="seeds: 1000 (seeds 1 to 1000), 1-200, 3,17 or 1-5,9")
+    which.add_argument("--seed", type=int, help="one seed (to replay it, with --out)")
+    sweep.add_argument(
+        "--jobs", type=int, default=None, help=f"processes (default: the cores, {os.cpu_count()})"
+    )
+    sweep.add_argument("--duration", type=float, default=None, help="virtual seconds of workload")
+    sweep.add_argument("--out", default=None, help="write each seed's run and report in DIR/SEED")
 
 
 def main(args: argparse.Namespace, console: Console) -> int:
@@ -45,6 +61,8 @@ def main(args: argparse.Namespace, console: Console) -> int:
             scenario = scenarios.load(name)
             console.print(f"[bold]{name}[/bold]: {scenario.description}", highlight=False)
         return 0
+    if args.lab_command == "sweep":
+        return _sweep(args, console)
     missing = lab_run.plots_missing()
     if missing is not None:
         console.print(f"[red]dynalab lab:[/red] {missing}")
@@ -116,3 +134,73 @@ def _summarise(valid: bool, out: Path, console: Console) -> int:
     )
     console.print("[bold green]VALID[/bold green]" if valid else "[bold red]INVALID[/bold red]")
     return 0 if valid else 3
+
+
+def _seeds(text: str) -> list[int]:
+    """`--seeds`: a bare count N means seeds 1 to N (`--seeds 1000`), else as `sweep.seeds_of`
+    reads it (one seed alone is `--seed N`)."""
+    if text.isdigit():
+        return list(range(1, int(text) + 1))
+    return lab_sweep.seeds_of(text)
+
+
+def _sweep(args: argparse.Namespace, console: Console) -> int:
+    """Run the seeds, print a table of verdicts by checker, the failing seeds and the command that
+    replays each; the exit code: 0 every seed valid, 3 some invalid, 1 some run raised."""
+    try:
+        seeds = [args.seed] if args.seed is not None else _seeds(args.seeds)
+        scenarios.resolve(args.scenario)
+    except ValueError as exc:
+        console.print(f"[red]dynalab lab sweep:[/red] {exc}")
+        return 2
+    if args.jobs is not None and args.jobs < 1:
+        console.print("[red]dynalab lab sweep:[/red] --jobs must be at least 1")
+        return 2
+    done = 0
+
+    def progress(result: lab_sweep.SeedResult) -> None:
+        nonlocal done
+        done += 1
+        if not result.valid:
+            why = result.error or ", ".join(result.failed_checkers)
+            console.print(f"  seed {result.seed}: [red]INVALID[/red] ({why})", highlight=False)
+
+    with console.status(f"simulating {args.scenario}, {len(seeds)} seeds"):
+        results = lab_sweep.sweep(
+            args.scenario,
+            seeds,
+            args.duration,
+            jobs=args.jobs,
+            out=args.out,
+            on_result=progress,
+        )
+    summary = lab_sweep.summary(results)
+    table = Table(title=f"{args.scenario}: {summary['seeds']} seeds")
+    table.add_column("checker")
+    table.add_column("invalid seeds", justify="right")
+    table.add_column("first failing seeds")
+    checker_names = sorted({name for result in results for name in result.checkers})
+    for name in checker_names:
+        failing = summary["by_checker"].get(name, [])
+        table.add_row(name, str(len(failing)), " ".join(map(str, failing[:10])))
+    if summary["errors"]:
+        errors = summary["errors"]
+        table.add_row("(run raised)", str(len(errors)), " ".join(map(str, errors[:10])))
+    console.print(table)
+    ops = sum(r.operations.get("total", 0) for r in results)
+    seconds = sum(r.seconds for r in results)
+    console.print(
+        f"{summary['valid']} of {summary['seeds']} seeds valid; {ops} operations, "
+        f"{seconds:.0f} s of simulation",
+        highlight=False,
+    )
+    failing = [r for r in results if not r.valid]
+    if not failing:
+        return 0
+    console.print("failing seeds: " + " ".join(str(r.seed) for r in failing), highlight=False)
+    console.print("replay one, with its history, timeline and report:", highlight=False)
+    out = args.out or f"lab-runs/{Path(args.scenario).stem}"
+    for result in failing:
+        command = lab_sweep.replay_command(args.scenario, result.seed, args.duration, out)
+        console.print(f"  {command}", highlight=False, markup=False)
+    return 1 if summary["errors"] else 3

@@ -34,6 +34,7 @@ from matplotlib.figure import Figure
 from dynalab.bench import percentile
 from dynalab.lab.history import INDEX_READ, INDEX_WRITE, Operation, Outcome
 from dynalab.lab.scenarios import fault_windows
+from dynalab.lab.sweep import replay_command
 from dynalab.lab.timeline import Timeline
 
 BUCKET_S = 1.0  # Width of one point of the plots.
@@ -418,10 +419,8 @@ def _replay(run: dict[str, Any]) -> str:
     """How to run the same experiment again: a simulated run replays exactly from its seed."""
     scenario, seed, duration = html.escape(run["scenario"]), run["seed"], run["duration_s"]
     if run.get("simulated"):
-        return (
-            f"Replay this very run with <code>python -m tests.sim.lab {scenario} --seeds {seed} "
-            f"--duration {duration} --out DIR</code> from a checkout."
-        )
+        command = replay_command(run["scenario"], seed, duration, "DIR")
+        return f"Replay this very run with <code>{html.escape(command)}</code>."
     return (
         f"Replay the same faults with <code>dynalab lab run {scenario} --seed {seed} "
         f"--duration {duration}</code>."

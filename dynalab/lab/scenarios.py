@@ -145,6 +145,15 @@ def load(name: str, directory: Path = SCENARIO_DIR) -> Scenario:
     return Scenario.from_toml(name, paths[name].read_text())
 
 
+def resolve(name_or_path: str) -> Scenario:
+    """A scenario by its name (`dynalab lab list`) or by the path of a scenario file elsewhere
+    (one `dynalab lab shrink` wrote, say), which is named by its file name."""
+    path = Path(name_or_path)
+    if path.suffix == ".toml" and path.is_file():
+        return Scenario.from_toml(path.stem, path.read_text())
+    return load(name_or_path)
+
+
 def schedule(scenario: Scenario, seed: int, duration_s: float) -> list[FaultEvent]:
     """The fault events of a run: from `first_s`, a fault drawn from the scenario's list on a
     target drawn from its candidates, lasting a time drawn from `fault_s`, healed, then a quiet

@@ -85,7 +85,7 @@ def outcome_of_exception(exc: BaseException) -> tuple[Outcome, str]:
 @dataclass
 class Recorder:
     """Appends operations to the history with times relative to `start`, on `clock`
-    (time.monotonic; the simulation's virtual clock in `tests/sim/lab.py`)."""
+    (time.monotonic; the simulation's virtual clock in `dynalab.lab.simulated`)."""
 
     start: float
     history: list[Operation] = field(default_factory=list)

@@ -62,7 +62,6 @@ SKIPPED = {
     "docker": "containers: tests/deploy/test_compose_cluster.py runs these",
     "dynalab lab run": "a fault experiment with its own cluster: tests/integration/test_lab.py",
     "dynalab lab replay": "replays a `dynalab lab run`: tests/integration/test_lab.py",
-    "python -m tests.sim.lab": "the lab's scenarios in simulation: tests/sim/test_lab_sim.py",
 }
 
 
@@ -238,7 +237,6 @@ def test_every_guide_page_runs_and_is_linked_from_the_readme() -> None:
 def test_the_skipped_commands_are_the_ones_named() -> None:
     assert runnable("pip install '.[client]' && dynalab up") == ""
     assert runnable("pip install '.[lab]'") == ""
-    assert runnable("python -m tests.sim.lab mixed-chaos --seeds 1-20") == ""
     assert runnable("dynalab lab list") == "dynalab lab list"
     assert runnable("aws dynamodb list-tables") == "aws dynamodb list-tables"
     assert bash_commands("a \\\n  b\n# note\nc  # trailing\n") == ["a \\\n  b\n", "c  # trailing\n"]

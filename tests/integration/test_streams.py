@@ -674,7 +674,7 @@ def test_a_reader_sees_every_acknowledged_change_once_in_order(
 
 def split_partition(cluster: LocalCluster, name: str, at: bytes) -> None:
     """Split the partition of table `name` holding storage key `at`, as a node-side split will
-    (and as tests/sim/cluster.py does): both children on the parent's node at epoch + 1, the
+    (and as dynalab/sim/cluster.py does): both children on the parent's node at epoch + 1, the
     catalog switched to them by compare-and-set, the parent retired with an END naming them."""
 
     async def run() -> None:

@@ -1,4 +1,4 @@
-"""Every test under tests/sim is marked `sim`: seeded in-process clusters (`tests.sim.cluster`)."""
+"""Every test under tests/sim is marked `sim`: seeded in-process clusters (`dynalab.sim`)."""
 
 from __future__ import annotations
 

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from core import limits
 from core.errors import DynamoError, NotPartitionLeader, ServiceUnavailable
+from dynalab.sim.cluster import START_TIME
 from rpc import ops
 from rpc.ops import Target
 from rpc.raft_local import LocalRaftNetwork, LocalRaftTransport
@@ -26,7 +27,6 @@ from storagenode.layout import Family
 from storagenode.memory_store import MemoryStore
 from storagenode.node import StorageNode
 from storagenode.throughput import NodeThroughput
-from tests.sim.cluster import START_TIME
 
 T = TypeVar("T")
 

@@ -30,9 +30,10 @@ from typing import Any, Generic, TypeVar
 
 from core.catalog import TableDef
 from core.errors import DynamoError
+from dynalab.lab.sweep import seeds_of
+from dynalab.sim.cluster import SimCluster, run, storage_key
 from router import items
 from rpc.local import Faults
-from tests.sim.cluster import SimCluster, run, storage_key
 from tests.sim.crash import Died
 
 C = TypeVar("C")
@@ -242,15 +243,6 @@ class Sweep(Generic[C]):
             replay=self.replay(seed),
             **self.options,
         )
-
-
-def seeds_of(text: str) -> list[int]:
-    """Seeds as a command line names them: 17, 0-999, 3,17 or 1-5,9."""
-    seeds: list[int] = []
-    for part in text.split(","):
-        low, _, high = part.partition("-")
-        seeds.extend(range(int(low), int(high or low) + 1))
-    return seeds
 
 
 def main(argv: Sequence[str] | None = None) -> int:

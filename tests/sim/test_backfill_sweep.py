@@ -26,9 +26,9 @@ import pytest
 from core.catalog import IndexStatus
 from core.machines.backfill import NAME as BACKFILL
 from core.machines.backfill import BackfillRecord, BackfillState
+from dynalab.sim.cluster import SimCluster
 from gsi_replicator.replicator import Replicator
 from router import items, tables
-from tests.sim.cluster import SimCluster
 from tests.sim.sweep import Sweep as SeededSweep
 from tests.sim.test_gsi import KEYS, index_converges, random_item, retried, write
 

@@ -18,12 +18,12 @@ from core import catalog
 from core.catalog import CatalogLocation
 from core.errors import ResourceInUse, ResourceNotFound, ServiceUnavailable
 from core.placement import HashRing
+from dynalab.sim.cluster import SimCluster, run
 from router import items, tables
 from router.context import RouterContext
 from rpc import ops
 from rpc.local import Faults
 from tests import envelope
-from tests.sim.cluster import SimCluster, run
 
 SEEDS = [2, 13, 77, 2024]
 DELAYS = Faults(delay=0.7, delay_seconds_max=0.004)

@@ -15,11 +15,11 @@ import pytest
 from core import limits
 from core.errors import DynamoError, ServiceUnavailable
 from core.keycodec import encode_storage_key
+from dynalab.sim.cluster import SimCluster, run
 from router import items, tables
 from router.context import RouterContext
 from rpc import ops
 from storagenode.catalog_copy import CatalogCopier
-from tests.sim.cluster import SimCluster, run
 
 SEEDS = [3, 21, 404]
 

@@ -1,7 +1,7 @@
 """A seeded cluster in one process: routers, catalog, paging and writes under network faults.
 
 Each test runs under a few seeds; the seed is printed and named in every assertion message, and
-`tests.sim.cluster.run(seed, ...)` replays it exactly.
+`dynalab.sim.cluster.run(seed, ...)` replays it exactly.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from core.errors import ConditionalCheckFailed, DynamoError, OutcomeUnknown, ServiceUnavailable
+from dynalab.sim.cluster import SimCluster, run
 from router import items, queries
 from rpc.local import Faults
-from tests.sim.cluster import SimCluster, run
 
 SEEDS = [1, 7, 42, 1234]
 

@@ -2,7 +2,7 @@
 `storagenode.feed_service.FeedService`): what a follower sees through the in-process twin's
 faults, and how a follow fails when its node is cut or restarted.
 
-A failing seed prints the command that replays it (`tests.sim.cluster.run`).
+A failing seed prints the command that replays it (`dynalab.sim.cluster.run`).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import pytest
 
 from core.changes import Change
 from core.errors import ServiceUnavailable, ValidationError
+from dynalab.sim.cluster import SimCluster, run, storage_key
 from rpc.local import Faults
-from tests.sim.cluster import SimCluster, run, storage_key
 
 SEEDS = list(range(1, 21))
 FEED_FAULTS = Faults(

@@ -11,7 +11,7 @@ moved to another node. Afterwards the index holds exactly the projection of the 
 of every item with the index key, and no extra or stale one. With TTL on the table, the items the
 nodes' sweepers delete leave the index too.
 
-A failing seed prints the command that replays it (`tests.sim.cluster.run`).
+A failing seed prints the command that replays it (`dynalab.sim.cluster.run`).
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ import orjson
 import pytest
 
 from core.errors import DynamoError
+from dynalab.sim.cluster import SimCluster, run, virtual_unix_time
 from router import items, ttl
 from rpc.local import Faults
-from tests.sim.cluster import SimCluster, run, virtual_unix_time
 
 SEEDS = list(range(1, 26))
 KEYS = 30

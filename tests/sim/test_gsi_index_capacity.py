@@ -22,9 +22,9 @@ import orjson
 import pytest
 
 from core.errors import GSI_THROTTLED, ThroughputExceeded
+from dynalab.sim.cluster import SimCluster, run
 from router import items, tables
 from storagenode.throughput import NodeThroughput
-from tests.sim.cluster import SimCluster, run
 
 SEEDS = [1, 2, 3]
 NAME = "Capacity"

@@ -9,7 +9,7 @@ The index `byGH` is keyed by two partition key attributes (g: S, h: N) and two s
 (r: S, n: N), as DynamoDB allows since November 2025; an item lacking any of the four is not in
 it. The setup and faults are `tests.sim.test_gsi`'s.
 
-A failing seed prints the command that replays it (`tests.sim.cluster.run`).
+A failing seed prints the command that replays it (`dynalab.sim.cluster.run`).
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 
 from core.catalog import PartitionDef
+from dynalab.sim.cluster import SimCluster, run
 from router import queries, tables
 from rpc.local import Faults
-from tests.sim.cluster import SimCluster, run
 from tests.sim.test_gsi import canonical, move_base, retried, split_base, write
 
 SEEDS = list(range(1, 13))

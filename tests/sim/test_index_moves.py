@@ -22,6 +22,7 @@ from core import catalog, gsi, limits, moves
 from core.catalog import PartitionDef, TableDef
 from core.errors import DynamoError, LeaseFenced
 from core.machines.move import NAME as MOVE
+from dynalab.sim.cluster import SimCluster, run
 from gsi_replicator.replicator import Replicator
 from router import queries, tables, ttl
 from router.placement import PlacementMover
@@ -30,7 +31,6 @@ from rpc import ops
 from rpc.local import Faults
 from storagenode.layout import Family, index_source_key, index_source_of
 from storagenode.move import MOVE_CONSUMER, MOVE_CRASH_STEPS, MOVE_SOURCE
-from tests.sim.cluster import SimCluster, run
 from tests.sim.crash import DieAt, Died
 from tests.sim.test_index_splits import entry, hot_partition, index_query, walked
 

@@ -19,13 +19,13 @@ import pytest
 from core import gsi
 from core.catalog import TableDef
 from core.errors import DynamoError, LeaseFenced, StaleEpoch
+from dynalab.sim.cluster import SimCluster, run, virtual_unix_time
 from router import queries, tables
 from rpc import ops
 from storagenode.layout import Family, index_source_key, index_source_of, item_size_of
 from storagenode.node import WRITE_OPS, StorageNode
 from storagenode.split import SPLIT_INSTALL
 from storagenode.throughput import NodeThroughput
-from tests.sim.cluster import SimCluster, run, virtual_unix_time
 
 SEEDS = [5, 17, 101]
 SOURCE = "base-partition-0"  # The base partition the writes pretend to come from.

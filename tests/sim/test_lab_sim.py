@@ -1,7 +1,7 @@
-"""The lab's scenarios on the in-process cluster (`tests/sim/lab.py`): a fixed set of seeds per
+"""The lab's scenarios on the in-process cluster (`dynalab.lab.simulated`): a fixed set of seeds per
 scenario must give a valid verdict, a seed must replay exactly, and a deliberately broken node
 must be caught. A failing seed is named in the assertion; replay it with
-`python -m tests.sim.lab SCENARIO --seeds N --out DIR`."""
+`dynalab lab sweep SCENARIO --seed N --out DIR`."""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 
 from dynalab.lab import scenarios
-from tests.sim.cluster import SimCluster
-from tests.sim.lab import simulate
+from dynalab.lab.simulated import simulate
+from dynalab.sim.cluster import SimCluster
 
 SEEDS = [1, 2, 3]
 SIMULATED = sorted(scenarios.available())
 # A scenario that preloads thousands of items spends most of a seed writing them: one seed here,
-# more with `python -m tests.sim.lab NAME --seeds 1-50`.
+# more with `dynalab lab sweep NAME --seeds 1-50`.
 PRELOADING_SEEDS = [1]
 # bank-transfers simulates the longest (transactions across nodes, through kills), and the
 # preloading ones spend long writing: the full suite runs them, `make test-fast` leaves them out.

@@ -10,7 +10,7 @@ from collections import defaultdict
 
 from dynalab.lab import scenarios, timeline
 from dynalab.lab.scenarios import fault_windows
-from tests.sim.lab import simulate
+from dynalab.lab.simulated import simulate
 
 DURATION_S = 12.0
 

@@ -21,8 +21,8 @@ from core import limits
 from core.errors import DynamoError
 from core.machines.move import NAME as MOVE
 from core.machines.move import MoveState
+from dynalab.sim.cluster import SimCluster
 from storagenode.move import MOVE_CONSUMER
-from tests.sim.cluster import SimCluster
 from tests.sim.crash import Died
 from tests.sim.sweep import Sweep, Writes, check, filled_table, through_deaths
 from tests.sim.test_moves import counted, holders, moved_partition

@@ -21,6 +21,7 @@ import pytest
 from core import catalog, limits, moves
 from core.errors import DynamoError, ServiceUnavailable
 from core.machines.move import NAME as MOVE
+from dynalab.sim.cluster import SimCluster, run, storage_key
 from router import items, queries, tables, ttl
 from router.placement import PlacementMover
 from rpc import ops
@@ -28,7 +29,6 @@ from rpc.machines import HoldPoints
 from storagenode.layout import Family, item_size_of
 from storagenode.move import MOVE_CONSUMER, MOVE_CRASH_STEPS, MOVE_TARGET_CRASH_STEPS
 from storagenode.node import WRITE_OPS
-from tests.sim.cluster import SimCluster, run, storage_key
 from tests.sim.crash import DieAt, Died
 from tests.sim.sweep import WriteLog, Writes, check, filled_table, item
 

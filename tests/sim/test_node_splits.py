@@ -18,6 +18,7 @@ import pytest
 from core import limits, splits
 from core.errors import DynamoError, StaleEpoch
 from core.keycodec import encode_storage_key, successor
+from dynalab.sim.cluster import SimCluster, run, storage_key, virtual_unix_time
 from router import items, queries, tables
 from rpc import ops
 from rpc.local import Faults
@@ -25,7 +26,6 @@ from storagenode.layout import Family, item_size_of
 from storagenode.node import WRITE_OPS, StorageNode
 from storagenode.split import SPLIT_INSTALL
 from storagenode.throughput import NodeThroughput
-from tests.sim.cluster import SimCluster, run, storage_key, virtual_unix_time
 
 SEEDS = [5, 17, 101]
 

@@ -16,9 +16,9 @@ import pytest
 from core import limits
 from core.errors import ThroughputExceeded
 from core.keycodec import encode_storage_key
+from dynalab.sim.cluster import SimCluster, run
 from router import items
 from storagenode.throughput import NodeThroughput
-from tests.sim.cluster import SimCluster, run
 
 SEEDS = [5]
 PAD = "r" * 40_000  # 10 read units a strongly consistent GetItem.

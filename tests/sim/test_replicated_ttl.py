@@ -13,12 +13,12 @@ from typing import Any, TypeVar
 
 import pytest
 
+from dynalab.sim.cluster import START_TIME
 from rpc import ops
 from rpc.ops import Target
 from storagenode.layout import Family, ttl_index_entry
 from storagenode.raft_host import group_id
 from storagenode.sweeper import TtlSweeper
-from tests.sim.cluster import START_TIME
 from tests.sim.replicas import Replicas
 from tests.sim.test_replicated_writes import REPLICAS, TABLE, run, settle
 

@@ -16,11 +16,11 @@ from core.errors import (
     ServiceUnavailable,
     ValidationError,
 )
+from dynalab.sim.cluster import VirtualTimeLoop
 from rpc import ops
 from rpc.ops import Target
 from storagenode.layout import Family
 from storagenode.raft_host import group_id
-from tests.sim.cluster import VirtualTimeLoop
 from tests.sim.replicas import Replicas
 
 TABLE = {"id": "ab" * 16, "name": "T", "key_schema": {"hash": ["pk", "S"], "range": None}}

@@ -16,9 +16,9 @@ import pytest
 from core import gsi
 from core.catalog import PartitionDef
 from core.errors import LeaseFenced
+from dynalab.sim.cluster import SimCluster, run
 from gsi_replicator.replicator import Replicator
 from storagenode.layout import Family, index_source_key, index_source_of
-from tests.sim.cluster import SimCluster, run
 from tests.sim.test_index_splits import entry
 
 SEEDS = [3, 29]

@@ -27,8 +27,8 @@ from core.catalog import PartitionDef, TableDef
 from core.errors import StaleEpoch
 from core.machines.split import NAME as SPLIT
 from core.machines.split import SplitState
+from dynalab.sim.cluster import SimCluster
 from storagenode.split import Splitter
-from tests.sim.cluster import SimCluster
 from tests.sim.crash import Died
 from tests.sim.sweep import SWEEP_FAULTS, Sweep, Writes, check, filled_table, through_deaths
 from tests.sim.test_index_splits import apply, entry, hot_partition, index_query, walked

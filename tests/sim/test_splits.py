@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from core import keycodec
+from dynalab.sim.cluster import SimCluster, run, storage_key
 from router import items, queries
 from rpc.local import Faults
-from tests.sim.cluster import SimCluster, run, storage_key
 
 SEEDS = [3, 11, 29]
 SPLIT_KEY = keycodec.encode_storage_key({"S": "c7"}, {"N": "25"})  # Inside c7's collection.

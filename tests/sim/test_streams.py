@@ -9,7 +9,7 @@ starts only once the writer is done. Requests and replies are lost and delayed o
 Both readers see every acknowledged change exactly once, in the order it was made per key, and
 no change that was never made (`dynalab.checkers.check_stream`).
 
-A failing seed prints the command that replays it (`tests.sim.cluster.run`).
+A failing seed prints the command that replays it (`dynalab.sim.cluster.run`).
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ import pytest
 
 from core.errors import DynamoError
 from dynalab.checkers import check_stream
+from dynalab.sim.cluster import SimCluster, run
 from router import items, streams, tables
 from rpc.local import Faults
-from tests.sim.cluster import SimCluster, run
 
 SEEDS = list(range(1, 21))
 KEYS = 12

@@ -26,10 +26,10 @@ from core.machines import STARTED, Event
 from core.machines import table as table_machine
 from core.machines.table import NAME as TABLE
 from core.machines.table import TableRecord, TableState
+from dynalab.sim.cluster import SimCluster, run
 from router import tables
 from router.context import RouterContext
 from router.table_lifecycle import TableReconciler
-from tests.sim.cluster import SimCluster, run
 from tests.sim.crash import Died
 from tests.sim.sweep import SWEEP_FAULTS, Sweep
 

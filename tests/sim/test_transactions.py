@@ -3,7 +3,7 @@ it is calling, killed at every step, and bank transfers under lost, delayed and 
 Afterwards another router's resolver runs, and every transaction is all-or-nothing, the total is
 unchanged and no item stays locked.
 
-Each test prints its seed; `tests.sim.cluster.run(seed, ...)` replays it exactly.
+Each test prints its seed; `dynalab.sim.cluster.run(seed, ...)` replays it exactly.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from core import limits
 from core.catalog import PartitionDef
 from core.errors import DynamoError
 from core.keycodec import encode_storage_key
+from dynalab.sim.cluster import SimCluster, run
 from router import items
 from router import transactions as coordinator
 from rpc import ops
@@ -26,7 +27,6 @@ from rpc.local import Faults, LocalNetwork
 from rpc.transport import NodeTransport, unanswered
 from storagenode import transactions as node_transactions
 from storagenode.layout import Family
-from tests.sim.cluster import SimCluster, run
 
 SEEDS = [3, 11, 2024]
 ACCOUNTS = 6

@@ -26,6 +26,7 @@ from core.errors import DynamoError, TransactionCanceled
 from core.keycodec import encode_storage_key
 from core.machines.transaction import NAME as TXN
 from core.machines.transaction import TxnState
+from dynalab.sim.cluster import SimCluster
 from router import items
 from router import transactions as coordinator
 from router.context import RouterContext
@@ -33,7 +34,6 @@ from rpc.local import Faults
 from rpc.transport import FeedTransport, NodeTransport
 from storagenode import transactions as node_transactions
 from storagenode.layout import Family
-from tests.sim.cluster import SimCluster
 from tests.sim.sweep import Sweep
 from tests.sim.test_transactions import locks_left
 

@@ -4,10 +4,11 @@
 (the same workload clients, the same fault schedule drawn from the same seed, the same checkers),
 but against `SimCluster`: the real router and node code in one process, joined by the seeded
 in-process network, on the virtual-time loop. Nothing waits for real time, and every interleaving
-follows from the seed, so a seed that fails replays exactly:
+follows from the seed, so a seed that fails replays exactly (`dynalab lab sweep`, in
+`dynalab.lab.sweep`, runs many seeds in parallel and replays one with its files):
 
-    python -m tests.sim.lab SCENARIO --seeds 1-200     # prints every failing seed
-    python -m tests.sim.lab SCENARIO --seeds 17 --out DIR   # one seed, with its history files
+    dynalab lab sweep SCENARIO --seeds 1-200            # prints every failing seed
+    dynalab lab sweep SCENARIO --seed 17 --out DIR      # one seed, its files and report in DIR/17
 
 How each fault is played in one process (the real lab's faults are processes and kernels):
 
@@ -40,14 +41,12 @@ schedule (those of `dynalab lab run`) cost a couple of thousand operations.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import copy
 import functools
 import itertools
 import json
 import random
-import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -60,6 +59,7 @@ from dynalab.bench import DynamoDBClient
 from dynalab.lab import checkers, scenarios, timeline, workloads
 from dynalab.lab.history import Operation
 from dynalab.lab.scenarios import FaultEvent, Scenario, schedule
+from dynalab.sim.cluster import SimCluster, run, virtual_unix_time
 from router import transactions
 from router.app import load_operations
 from router.context import RouterContext
@@ -67,8 +67,6 @@ from router.placement import PlacementMover
 from router.protocol import error_body
 from rpc.local import Faults
 from storagenode.memory_store import MemoryStore
-from tests.sim.cluster import SimCluster, run, virtual_unix_time
-from tests.sim.sweep import seeds_of
 
 # The virtual time a client request takes, drawn per request: long enough that a scenario's own
 # duration (tens of virtual seconds) stays a couple of thousand operations of real CPU.
@@ -415,36 +413,3 @@ def write_run(
         file.writelines(json.dumps(o.to_json()) + "\n" for o in history)
     if trace is not None:
         trace.write(out)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m tests.sim.lab", description=__doc__.split("\n")[0]
-    )
-    parser.add_argument("scenario", help="a scenario name from `dynalab lab list`")
-    parser.add_argument("--seeds", default="1", help="seeds, e.g. 1-200 or 3,17")
-    parser.add_argument("--duration", type=float, help="virtual seconds (default: the scenario's)")
-    parser.add_argument(
-        "--out", help="write each seed's history, run.json and verdict under DIR/SEED"
-    )
-    args = parser.parse_args(argv)
-    scenario = scenarios.load(args.scenario)
-    failing = []
-    for seed in seeds_of(args.seeds):
-        trace = timeline.Timeline(0.0) if args.out else None
-        verdict, history, executed = simulate(scenario, seed, args.duration, trace=trace)
-        if args.out:
-            duration = args.duration or scenario.duration_s
-            out = Path(args.out) / str(seed)
-            write_run(out, scenario, seed, duration, verdict, history, executed, trace)
-        status = "valid" if verdict["valid"] else "INVALID"
-        print(f"{args.scenario} seed {seed}: {status}, {verdict['operations']}")
-        if not verdict["valid"]:
-            failing.append(seed)
-    if failing:
-        print(f"failing seeds: {failing}; replay one with --seeds N --out DIR")
-    return 1 if failing else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
