@@ -34,7 +34,7 @@ from typing import Any
 
 import orjson
 
-from core import limits
+from core import limits, planted
 from core.capacity import TRANSACTIONAL_WRITE_FACTOR, item_write_units
 from core.errors import (
     IdempotentParameterMismatch,
@@ -486,7 +486,7 @@ def prepare_vote(lock: ItemLock | None, attempt_id: str) -> Vote | None:
     """The vote an item's lock decides before its condition is looked at: a conflict when another
     attempt holds it; None when it is free or already held by this attempt (a prepare sent twice),
     and the condition decides."""
-    if lock is None or lock.attempt_id == attempt_id:
+    if lock is None or lock.attempt_id == attempt_id or planted.on("unbalanced-books"):
         return None
     return CONFLICT
 

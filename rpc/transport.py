@@ -26,7 +26,7 @@ from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from core import limits
+from core import limits, planted
 from core.changes import Change
 from core.errors import DynamoError, OutcomeUnknown, ServiceUnavailable
 from rpc.ops import ITEM_WRITE_OPS, Target
@@ -40,7 +40,7 @@ class NotSent(ServiceUnavailable):
 def unanswered(op: str, reason: str) -> DynamoError:
     """The error of a data-plane call that was sent and not answered: a write's outcome is
     unknown; a read simply failed."""
-    if op in ITEM_WRITE_OPS:
+    if op in ITEM_WRITE_OPS and not planted.on("double-count"):
         return OutcomeUnknown(f"{reason}; the {op} may or may not have been applied")
     return ServiceUnavailable(reason)
 

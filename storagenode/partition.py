@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from core import expressions, limits
+from core import expressions, limits, planted
 from core.catalog import IndexDef
 from core.errors import StaleEpoch
 from core.indexes import entry_shape
@@ -244,7 +244,7 @@ class Partition:
             )
         # A partition being moved refuses before anything is planned, so a refused write was
         # not applied and its retry (on the catalog's next epoch) applies it once.
-        if self.moving_to is not None:
+        if self.moving_to is not None and not planted.on("lost-in-a-move"):
             raise StaleEpoch(f"Partition {self.partition_id} is moving to {self.moving_to}")
         if self.incoming_from is not None:
             raise StaleEpoch(

@@ -18,5 +18,7 @@ Its modules:
 - `timeline`: a simulated run's messages between its processes, which the report draws as a
   Lamport diagram (its script: ``timeline.js``);
 - `simulated` and `sweep`: a scenario on the in-process cluster of `dynalab.sim`, on virtual time,
-  and many seeds of it in parallel processes (`dynalab lab sweep`).
+  and many seeds of it in parallel processes (`dynalab lab sweep`);
+- `exercises`: the course's exercises, each a bug of `core.planted` to find from the reports
+  (`dynalab lab exercise`, docs/guide/course.md).
 """

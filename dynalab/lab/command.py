@@ -1,6 +1,7 @@
 """`dynalab lab list | run SCENARIO --seed N --out DIR [--duration S] [--endpoint URL --compose
 FILE] | replay DIR | check DIR | sweep SCENARIO --seeds N|N-M|--seed N [--jobs J] [--duration S]
-[--out DIR]`."""
+[--out DIR] [--exercise NAME] | exercise list | exercise start NAME |
+exercise check NAME --answer FILE:FUNCTION`."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ from rich.table import Table
 
 from dynalab.bench import DynamoDBError
 from dynalab.cluster import ClusterError
+from dynalab.lab import exercises, scenarios
 from dynalab.lab import run as lab_run
-from dynalab.lab import scenarios
 from dynalab.lab import sweep as lab_sweep
 from dynalab.lab.compose import ComposeCluster, ComposeError
 
@@ -53,6 +54,24 @@ def add_parser(commands: Any) -> None:
     )
     sweep.add_argument("--duration", type=float, default=None, help="virtual seconds of workload")
     sweep.add_argument("--out", default=None, help="write each seed's run and report in DIR/SEED")
+    sweep.add_argument(
+        "--exercise", default=None, help="switch on that exercise's planted bug in every run"
+    )
+    exercise = actions.add_parser(
+        "exercise", help="find a bug planted in the cluster (docs/guide/course.md)"
+    )
+    steps = exercise.add_subparsers(dest="exercise_command", required=True)
+    steps.add_parser("list", help="the exercises, from the first to the last")
+    start = steps.add_parser("start", help="run an exercise's scenario with its bug switched on")
+    start.add_argument("name", help="an exercise from `dynalab lab exercise list`")
+    start.add_argument("--seeds", default=None, help="seeds to run (default: the exercise's own)")
+    start.add_argument("--jobs", type=int, default=None, help="processes (default: the cores)")
+    start.add_argument("--out", default=None, help="where its failing runs go (lab-runs/NAME)")
+    answer = steps.add_parser("check", help="say whether a diagnosis is right, revealing nothing")
+    answer.add_argument("name", help="the exercise")
+    answer.add_argument(
+        "--answer", required=True, help="FILE:FUNCTION of the bug, e.g. router/items.py:put_item"
+    )
 
 
 def main(args: argparse.Namespace, console: Console) -> int:
@@ -63,6 +82,8 @@ def main(args: argparse.Namespace, console: Console) -> int:
         return 0
     if args.lab_command == "sweep":
         return _sweep(args, console)
+    if args.lab_command == "exercise":
+        return _exercise(args, console)
     missing = lab_run.plots_missing()
     if missing is not None:
         console.print(f"[red]dynalab lab:[/red] {missing}")
@@ -150,6 +171,8 @@ def _sweep(args: argparse.Namespace, console: Console) -> int:
     try:
         seeds = [args.seed] if args.seed is not None else _seeds(args.seeds)
         scenarios.resolve(args.scenario)
+        if args.exercise is not None:
+            exercises.get(args.exercise)
     except ValueError as exc:
         console.print(f"[red]dynalab lab sweep:[/red] {exc}")
         return 2
@@ -172,6 +195,7 @@ def _sweep(args: argparse.Namespace, console: Console) -> int:
             args.duration,
             jobs=args.jobs,
             out=args.out,
+            bug=args.exercise,
             on_result=progress,
         )
     summary = lab_sweep.summary(results)
@@ -201,6 +225,89 @@ def _sweep(args: argparse.Namespace, console: Console) -> int:
     console.print("replay one, with its history, timeline and report:", highlight=False)
     out = args.out or f"lab-runs/{Path(args.scenario).stem}"
     for result in failing:
-        command = lab_sweep.replay_command(args.scenario, result.seed, args.duration, out)
-        console.print(f"  {command}", highlight=False, markup=False)
+        command = lab_sweep.replay_command(
+            args.scenario, result.seed, args.duration, out, args.exercise
+        )
+        console.print(f"  {command}", highlight=False, markup=False, soft_wrap=True)
     return 1 if summary["errors"] else 3
+
+
+def _exercise(args: argparse.Namespace, console: Console) -> int:
+    if args.exercise_command == "list":
+        for exercise in exercises.ordered():
+            console.print(
+                f"{exercise.level}. [bold]{exercise.name}[/bold]: {exercise.title} "
+                f"(scenario {exercise.scenario})",
+                highlight=False,
+            )
+        return 0
+    try:
+        exercise = exercises.get(args.name)
+    except ValueError as exc:
+        console.print(f"[red]dynalab lab exercise:[/red] {exc}")
+        return 2
+    if args.exercise_command == "check":
+        try:
+            verdict = exercises.check(exercise.name, args.answer)
+        except ValueError as exc:
+            console.print(f"[red]dynalab lab exercise check:[/red] {exc}")
+            return 2
+        if verdict == "right":
+            console.print(f"[bold green]Right[/bold green]: that is the bug of {exercise.name}.")
+            return 0
+        if verdict == "file":
+            console.print("Not yet: the file is right, the function is not.")
+        else:
+            console.print("Not yet: the bug is elsewhere.")
+        return 1
+    return _start(exercise, args, console)
+
+
+def _start(exercise: exercises.Exercise, args: argparse.Namespace, console: Console) -> int:
+    """Run the exercise's scenario with its bug on, and write the first failing seed's run (its
+    history, verdict, timeline and report) for the learner to read."""
+    try:
+        seeds = list(exercise.seeds) if args.seeds is None else _seeds(args.seeds)
+    except ValueError as exc:
+        console.print(f"[red]dynalab lab exercise:[/red] {exc}")
+        return 2
+    console.print(f"[bold]{exercise.title}[/bold] ({exercise.name})", highlight=False)
+    console.print(exercise.symptom, highlight=False)
+    console.print("Read first:", highlight=False)
+    for where in exercise.read_first:
+        console.print(f"  {where}", highlight=False)
+    with console.status(f"simulating {exercise.scenario} with the bug, {len(seeds)} seeds"):
+        results = lab_sweep.sweep(
+            exercise.scenario, seeds, exercise.duration_s, jobs=args.jobs, bug=exercise.name
+        )
+    failing = [r for r in results if not r.valid]
+    console.print(f"{len(failing)} of {len(results)} seeds invalid", highlight=False)
+    if not failing:
+        console.print("no seed failed: try more seeds (--seeds 1-50)")
+        return 0
+    out = args.out or f"lab-runs/{exercise.name}"
+    first = failing[0]
+    with console.status(f"writing seed {first.seed}'s run and report"):
+        lab_sweep.run_seed(exercise.scenario, first.seed, exercise.duration_s, out, exercise.name)
+    checkers_failed = ", ".join(first.failed_checkers) or first.error or "?"
+    console.print(
+        f"seed {first.seed} fails {checkers_failed}: read {Path(out) / str(first.seed)}"
+        "/report.html",
+        highlight=False,
+        soft_wrap=True,
+    )
+    console.print(
+        "other failing seeds: " + (" ".join(str(r.seed) for r in failing[1:]) or "none"),
+        highlight=False,
+    )
+    command = lab_sweep.replay_command(
+        exercise.scenario, first.seed, exercise.duration_s, out, exercise.name
+    )
+    console.print(f"replay it: {command}", highlight=False, markup=False, soft_wrap=True)
+    console.print(
+        f"then: dynalab lab exercise check {exercise.name} --answer FILE:FUNCTION",
+        highlight=False,
+        markup=False,
+        soft_wrap=True,
+    )
+    return 0

@@ -419,7 +419,7 @@ def _replay(run: dict[str, Any]) -> str:
     """How to run the same experiment again: a simulated run replays exactly from its seed."""
     scenario, seed, duration = html.escape(run["scenario"]), run["seed"], run["duration_s"]
     if run.get("simulated"):
-        command = replay_command(run["scenario"], seed, duration, "DIR")
+        command = replay_command(run["scenario"], seed, duration, "DIR", run.get("exercise"))
         return f"Replay this very run with <code>{html.escape(command)}</code>."
     return (
         f"Replay the same faults with <code>dynalab lab run {scenario} --seed {seed} "

@@ -23,6 +23,8 @@ SCENARIO_DIR = Path(__file__).resolve().parents[1] / "scenarios"  # Shipped in t
 ROUTER = "router-1"
 REPLICATOR = "replicator-1"
 SETTLE_S = 2.0  # Quiet time left at the end of a run, after the last fault is healed.
+# A simulated call's latency at most: well under the clients' timeout and a node call's deadline.
+SIMULATED_LATENCY_MS_MAX = 50.0
 
 # Each fault and the event that undoes it.
 HEALS = {
@@ -68,6 +70,12 @@ class Scenario:
     fault_s: tuple[float, float]
     quiet_s: tuple[float, float]
     accounts: int = 0  # Bank accounts moved between by transactions (`workloads`).
+    # In simulation, every call between processes takes up to this long (drawn per call), as a
+    # real network's calls do; 0: none, every call arrives at once. Without it a step of many
+    # calls (a move's fence to its switch, a transaction's prepare to its commit, a follower's
+    # checkpoint to its apply) takes no time at all, and no client request or fault can fall
+    # inside it. Real runs have their network's own latency and ignore it.
+    simulated_latency_ms: float = 0.0
 
     @classmethod
     def from_toml(cls, name: str, text: str) -> Scenario:
@@ -97,6 +105,7 @@ class Scenario:
             fault_s=_range(nemesis["fault_s"]),
             quiet_s=_range(nemesis["quiet_s"]),
             accounts=int(workload.get("accounts", 0)),
+            simulated_latency_ms=float(data.get("simulated_latency_ms", 0.0)),
         )
         unknown = set(scenario.faults) - set(HEALS)
         if unknown:
@@ -110,6 +119,10 @@ class Scenario:
         )
         if scenario.clients < 1 or keys < 1:
             raise ValueError(f"scenario {name}: needs at least one client and one key")
+        if not 0 <= scenario.simulated_latency_ms <= SIMULATED_LATENCY_MS_MAX:
+            raise ValueError(
+                f"scenario {name}: simulated_latency_ms must be 0 to {SIMULATED_LATENCY_MS_MAX}"
+            )
         if scenario.accounts == 1:
             raise ValueError(f"scenario {name}: a bank needs at least two accounts")
         return scenario

@@ -34,6 +34,11 @@ the splitter's recovery and size check, at the scenario's split size, and the mo
 and the router its placement mover (`router.placement`), which asks a split child's node to move
 it (`move_partition`, through the network to that node's mover); a killed router's goes with it.
 
+Between faults the network delivers every call at once, or, if the scenario sets
+`simulated_latency_ms`, after up to that long (`baseline_faults`). `simulate(..., bug=NAME)` runs
+with one planted bug of `core.planted` switched on (`planted_bug`: the one place that sets it),
+as `dynalab lab exercise` does.
+
 Each client request takes a seeded 20-100 ms of virtual time (the network and the client's own
 work), so clients interleave, the virtual clock moves, and a scenario's own duration and fault
 schedule (those of `dynalab lab run`) cost a couple of thousand operations.
@@ -42,18 +47,19 @@ schedule (those of `dynalab lab run`) cost a couple of thousand operations.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import functools
 import itertools
 import json
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from core import limits
+from core import limits, planted
 from core.errors import DynamoError, InternalServerError
 from dynalab.bench import DynamoDBClient
 from dynalab.lab import checkers, scenarios, timeline, workloads
@@ -236,6 +242,8 @@ class SimNemesis:
         # acknowledged writes made since.
         self.forget_recent_writes = forget_recent_writes
         self._snapshots: dict[str, MemoryStore] = {}
+        # The network between faults: the scenario's latency, or none (`baseline_faults`).
+        self.baseline: Faults | None = None
 
     async def run(self, events: list[FaultEvent]) -> None:
         self._snapshot()
@@ -273,7 +281,7 @@ class SimNemesis:
         elif fault in ("slow-link", "slow-node"):
             cluster.faults(SLOW)
         elif fault in ("stop-dropping", "restore-link", "restore-node"):
-            cluster.faults(None)
+            cluster.faults(self.baseline)
         elif fault == "kill-replicator":
             for name in list(cluster.replicators):
                 await cluster.kill_replicator(name)
@@ -296,12 +304,14 @@ def simulate(
     forget_recent_writes: bool = False,
     observe: Callable[[SimCluster], Awaitable[None]] | None = None,
     trace: timeline.Timeline | None = None,
+    bug: str | None = None,
 ) -> tuple[dict[str, Any], list[Operation], list[dict[str, Any]]]:
     """Run one scenario and seed on the in-process cluster: (verdict, history, executed); the
     scenario's own duration unless `duration_s` is given, in virtual seconds. `observe` looks
     at the cluster once the final reads are done. With `trace`, every message between the
     processes from the start of the workload on is recorded there (`dynalab.lab.timeline`); a
-    traced run is the same run as an untraced one."""
+    traced run is the same run as an untraced one. `bug` switches on one deliberate bug of
+    `core.planted` for this run (an exercise's, `dynalab.lab.exercises`)."""
     duration_s = scenario.duration_s if duration_s is None else duration_s
     split_bytes = (
         limits.PARTITION_SPLIT_BYTES_DEFAULT
@@ -310,6 +320,7 @@ def simulate(
     )
 
     async def experiment(cluster: SimCluster) -> tuple[list[Operation], list[dict[str, Any]]]:
+        cluster.faults(baseline_faults(scenario))
         rng = random.Random(f"{scenario.name}/{seed}/requests")
         api = SimRouterClient(cluster, rng)
         await api.start_router()
@@ -335,6 +346,7 @@ def simulate(
             cluster.network.trace = trace.hop
             api.timeline = trace
         nemesis = SimNemesis(cluster, api, recorder, forget_recent_writes)
+        nemesis.baseline = baseline_faults(scenario)
         faults = asyncio.ensure_future(nemesis.run(schedule(scenario, seed, duration_s)))
         await workloads.run_clients(
             api, recorder, keys, scenario.clients, duration_s, f"{scenario.name}/{seed}", plan
@@ -352,8 +364,31 @@ def simulate(
             await observe(cluster)
         return recorder.history, nemesis.executed
 
-    history, executed = run(seed, experiment, routers=1, split_bytes=split_bytes)
+    with planted_bug(bug):
+        history, executed = run(seed, experiment, routers=1, split_bytes=split_bytes)
     return checkers.check(history), history, executed
+
+
+def baseline_faults(scenario: Scenario) -> Faults | None:
+    """The network outside the scenario's faults: every call delayed by up to its
+    `simulated_latency_ms`, or (0) none."""
+    if scenario.simulated_latency_ms == 0:
+        return None
+    return Faults(delay=1.0, delay_seconds_max=scenario.simulated_latency_ms / 1000)
+
+
+@contextlib.contextmanager
+def planted_bug(name: str | None) -> Iterator[None]:
+    """Switch on the deliberate bug `name` (None: none) while the block runs. The one place that
+    sets `core.planted.ACTIVE` (see that module for why production never does)."""
+    if name is not None and name not in planted.BUGS:
+        raise ValueError(f"no planted bug {name!r}; there are: {', '.join(sorted(planted.BUGS))}")
+    before = planted.ACTIVE
+    planted.ACTIVE = frozenset() if name is None else frozenset({name})
+    try:
+        yield
+    finally:
+        planted.ACTIVE = before
 
 
 async def _resolve_forever(api: SimRouterClient) -> None:
@@ -394,6 +429,7 @@ def write_run(
     history: list[Operation],
     executed: list[dict[str, Any]],
     trace: timeline.Timeline | None,
+    bug: str | None = None,
 ) -> None:
     """Write a simulated run as `dynalab lab run` writes a real one (`run.json`, `history.jsonl`,
     `verdict.json`), and its message timeline if it was traced; `dynalab lab check` judges it
@@ -408,6 +444,8 @@ def write_run(
         "executed": executed,
         "simulated": True,
     }
+    if bug is not None:
+        meta["exercise"] = bug  # The planted bug it ran with: its replay needs it again.
     (out / "run.json").write_text(json.dumps(meta, indent=1) + "\n")
     with (out / "history.jsonl").open("w") as file:
         file.writelines(json.dumps(o.to_json()) + "\n" for o in history)

@@ -18,7 +18,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import io
+import json
 import logging
+import multiprocessing
 import os
 import shlex
 import time
@@ -63,25 +65,36 @@ class SeedResult:
 
 
 def run_seed(
-    scenario: str, seed: int, duration_s: float | None, out: str | None = None
+    scenario: str,
+    seed: int,
+    duration_s: float | None,
+    out: str | None = None,
+    bug: str | None = None,
 ) -> SeedResult:
     """Simulate one seed of a scenario (a name or a scenario file) and, with `out`, write its run
-    under `out/SEED` with its report. A process pool's job: its arguments and result pickle."""
+    under `out/SEED` with its report; `bug` is a planted bug to switch on (an exercise's). A
+    process pool's job: its arguments and result pickle."""
     # Imported here: each pool worker imports the cluster's code once, on its first seed.
     from dynalab.lab import simulated, timeline
 
     started = time.monotonic()
     try:
-        with _quiet():
+        with quiet():
             loaded = scenarios.resolve(scenario)
             trace = timeline.Timeline(0.0) if out is not None else None
-            verdict, history, executed = simulated.simulate(loaded, seed, duration_s, trace=trace)
+            verdict, history, executed = simulated.simulate(
+                loaded, seed, duration_s, trace=trace, bug=bug
+            )
         if out is not None:
             directory = Path(out) / str(seed)
             duration = loaded.duration_s if duration_s is None else duration_s
             simulated.write_run(
-                directory, loaded, seed, duration, verdict, history, executed, trace
+                directory, loaded, seed, duration, verdict, history, executed, trace, bug
             )
+            if Path(scenario).suffix == ".toml":  # A scenario file: a shrink needs it again.
+                meta = json.loads((directory / "run.json").read_text())
+                meta["scenario_file"] = str(Path(scenario).resolve())
+                (directory / "run.json").write_text(json.dumps(meta, indent=1) + "\n")
             write_report(directory)
     except Exception as exc:
         last = traceback.format_exception_only(exc)[-1].strip()
@@ -100,7 +113,7 @@ def run_seed(
 
 
 @contextlib.contextmanager
-def _quiet() -> Iterator[None]:
+def quiet() -> Iterator[None]:
     """A simulated run without its chatter: the simulator's seed line and the warnings the
     cluster's code logs under faults (a node that does not answer, ...), which the verdict
     judges, would interleave across the workers' seeds."""
@@ -128,33 +141,44 @@ def sweep(
     *,
     jobs: int | None = None,
     out: str | None = None,
+    bug: str | None = None,
     on_result: Callable[[SeedResult], None] | None = None,
 ) -> list[SeedResult]:
     """Every seed's `SeedResult`, in seed order; `on_result` sees each as it ends. `jobs`
-    processes (default: the cores); one job runs in this process, without a pool."""
+    processes at once (default: the cores), each seed in a new one (`fresh_processes`). `bug`:
+    a planted bug switched on in every run."""
     scenarios.resolve(scenario)  # A scenario that does not load fails here, not in every worker.
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(seeds), JOBS_MAX))
     results: list[SeedResult] = []
-    if jobs == 1:
-        for seed in seeds:
-            results.append(run_seed(scenario, seed, duration_s, out))
+    with fresh_processes(jobs) as pool:
+        futures = [pool.submit(run_seed, scenario, s, duration_s, out, bug) for s in seeds]
+        for future in as_completed(futures):
+            results.append(future.result())
             if on_result is not None:
                 on_result(results[-1])
-    else:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            futures = [pool.submit(run_seed, scenario, s, duration_s, out) for s in seeds]
-            for future in as_completed(futures):
-                results.append(future.result())
-                if on_result is not None:
-                    on_result(results[-1])
     return sorted(results, key=lambda result: result.seed)
 
 
-def replay_command(scenario: str, seed: int, duration_s: float | None, out: str) -> str:
+def fresh_processes(jobs: int) -> ProcessPoolExecutor:
+    """A pool that runs every job in a new process of its own, started afresh (spawned, not
+    forked). A simulated run is a function of its scenario and seed only in a process that ran
+    nothing before it: some of the cluster's module state outlives a run (ids, caches), and a
+    later run in the same process can take other turns (seen on move-under-faults). So a seed
+    gives one verdict wherever it runs: in a sweep, its replay, a shrink, a test."""
+    return ProcessPoolExecutor(
+        max_workers=jobs, mp_context=multiprocessing.get_context("spawn"), max_tasks_per_child=1
+    )
+
+
+def replay_command(
+    scenario: str, seed: int, duration_s: float | None, out: str, bug: str | None = None
+) -> str:
     """The command that runs one seed again and writes its files and report under `out/SEED`."""
     words = ["dynalab", "lab", "sweep", scenario, "--seed", str(seed)]
     if duration_s is not None:
         words += ["--duration", f"{duration_s:g}"]
+    if bug is not None:
+        words += ["--exercise", bug]
     words += ["--out", out]
     return shlex.join(words)
 

@@ -20,9 +20,11 @@ SIMULATED = sorted(scenarios.available())
 # A scenario that preloads thousands of items spends most of a seed writing them: one seed here,
 # more with `dynalab lab sweep NAME --seeds 1-50`.
 PRELOADING_SEEDS = [1]
-# bank-transfers simulates the longest (transactions across nodes, through kills), and the
+# The banks simulate the longest (transactions across nodes, through kills), and the
 # preloading ones spend long writing: the full suite runs them, `make test-fast` leaves them out.
-SLOW = {"bank-transfers"} | {n for n in SIMULATED if scenarios.load(n).index_plan.preload}
+SLOW = {"bank-transfers", "bank-slow-network"} | {
+    n for n in SIMULATED if scenarios.load(n).index_plan.preload
+}
 CASES = [
     pytest.param(name, seed, marks=pytest.mark.slow) if name in SLOW else (name, seed)
     for name in SIMULATED
