@@ -19,6 +19,8 @@ Its modules:
   Lamport diagram (its script: ``timeline.js``);
 - `simulated` and `sweep`: a scenario on the in-process cluster of `dynalab.sim`, on virtual time,
   and many seeds of it in parallel processes (`dynalab lab sweep`);
+- `shrink`: a smaller schedule on which a failing simulated run still fails (`dynalab lab
+  shrink`), written as a scenario file with its schedule fixed;
 - `exercises`: the course's exercises, each a bug of `core.planted` to find from the reports
   (`dynalab lab exercise`, docs/guide/course.md).
 """

@@ -1,6 +1,6 @@
 """`dynalab lab list | run SCENARIO --seed N --out DIR [--duration S] [--endpoint URL --compose
 FILE] | replay DIR | check DIR | sweep SCENARIO --seeds N|N-M|--seed N [--jobs J] [--duration S]
-[--out DIR] [--exercise NAME] | exercise list | exercise start NAME |
+[--out DIR] [--exercise NAME] | shrink RUN [--out FILE] | exercise list | exercise start NAME |
 exercise check NAME --answer FILE:FUNCTION`."""
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from dynalab.bench import DynamoDBError
 from dynalab.cluster import ClusterError
 from dynalab.lab import exercises, scenarios
 from dynalab.lab import run as lab_run
+from dynalab.lab import shrink as lab_shrink
 from dynalab.lab import sweep as lab_sweep
 from dynalab.lab.compose import ComposeCluster, ComposeError
 
@@ -57,6 +58,15 @@ def add_parser(commands: Any) -> None:
     sweep.add_argument(
         "--exercise", default=None, help="switch on that exercise's planted bug in every run"
     )
+    shrink = actions.add_parser(
+        "shrink", help="find a smaller schedule on which a failing simulated run still fails"
+    )
+    shrink.add_argument("run", help="the failing run's directory (`sweep ... --out DIR`: DIR/SEED)")
+    shrink.add_argument("--out", default=None, help="the scenario file to write (RUN/shrunk.toml)")
+    shrink.add_argument("--jobs", type=int, default=None, help="processes (default: the cores)")
+    shrink.add_argument(
+        "--runs-max", type=int, default=None, help="simulations to try at most (default 60)"
+    )
     exercise = actions.add_parser(
         "exercise", help="find a bug planted in the cluster (docs/guide/course.md)"
     )
@@ -84,6 +94,8 @@ def main(args: argparse.Namespace, console: Console) -> int:
         return _sweep(args, console)
     if args.lab_command == "exercise":
         return _exercise(args, console)
+    if args.lab_command == "shrink":
+        return _shrink(args, console)
     missing = lab_run.plots_missing()
     if missing is not None:
         console.print(f"[red]dynalab lab:[/red] {missing}")
@@ -310,4 +322,41 @@ def _start(exercise: exercises.Exercise, args: argparse.Namespace, console: Cons
         markup=False,
         soft_wrap=True,
     )
+    return 0
+
+
+def _shrink(args: argparse.Namespace, console: Console) -> int:
+    """Shrink a failing run, write the scenario file and print the command that replays it."""
+    run = Path(args.run)
+    if not (run / "run.json").is_file() or not (run / "verdict.json").is_file():
+        console.print(f"[red]dynalab lab shrink:[/red] {run} holds no run.json and verdict.json")
+        return 2
+    if not lab_run.recorded(run).get("simulated"):
+        console.print("[red]dynalab lab shrink:[/red] only a simulated run replays exactly")
+        return 2
+    jobs = args.jobs or os.cpu_count() or 1
+    runs_max = args.runs_max or lab_shrink.RUNS_MAX
+
+    def step(text: str) -> None:
+        console.print(f"  still fails with {text}", highlight=False)
+
+    try:
+        with console.status(f"shrinking {run}"):
+            shrunk = lab_shrink.shrink(run, jobs=jobs, runs_max=runs_max, on_step=step)
+    except ValueError as exc:
+        console.print(f"[red]dynalab lab shrink:[/red] {exc}")
+        return 1
+    out = Path(args.out) if args.out else run / "shrunk.toml"
+    lab_shrink.write(shrunk, run, out)
+    console.print(
+        f"{shrunk.faults} faults, {shrunk.scenario.clients} clients, "
+        f"{shrunk.scenario.duration_s:g} s after {shrunk.runs} runs; still failing "
+        f"{', '.join(shrunk.failing)}; written to {out}",
+        highlight=False,
+        soft_wrap=True,
+    )
+    command = lab_sweep.replay_command(
+        str(out), shrunk.seed, None, str(run.parent / f"{run.name}-shrunk"), shrunk.bug
+    )
+    console.print(f"replay it: {command}", highlight=False, markup=False, soft_wrap=True)
     return 0

@@ -76,11 +76,23 @@ class Scenario:
     # checkpoint to its apply) takes no time at all, and no client request or fault can fall
     # inside it. Real runs have their network's own latency and ignore it.
     simulated_latency_ms: float = 0.0
+    # A fixed fault schedule instead of one drawn from the seed (`dynalab lab shrink` writes
+    # one): `[[nemesis.events]]` with `at_s`, `fault` and `target`, every fault healed.
+    events: tuple[FaultEvent, ...] | None = None
 
     @classmethod
     def from_toml(cls, name: str, text: str) -> Scenario:
+        """A scenario from its file's text, named `name` unless the file names itself (`name =`:
+        a shrunk scenario keeps its original's name, from which its runs draw their randomness)."""
         data = tomllib.loads(text)
         workload, nemesis = data["workload"], data["nemesis"]
+        name = str(data.get("name", name))
+        events = None
+        if "events" in nemesis:
+            events = tuple(
+                FaultEvent(float(e["at_s"]), str(e["fault"]), str(e["target"]))
+                for e in nemesis["events"]
+            )
         scenario = cls(
             name=name,
             description=str(data["description"]),
@@ -106,10 +118,13 @@ class Scenario:
             quiet_s=_range(nemesis["quiet_s"]),
             accounts=int(workload.get("accounts", 0)),
             simulated_latency_ms=float(data.get("simulated_latency_ms", 0.0)),
+            events=events,
         )
         unknown = set(scenario.faults) - set(HEALS)
         if unknown:
             raise ValueError(f"scenario {name}: unknown faults {sorted(unknown)}")
+        if events is not None:
+            _check_events(name, list(events))
         keys = (
             scenario.registers
             + scenario.counters
@@ -137,6 +152,25 @@ class Scenario:
         if fault == "kill-replicator":
             return [REPLICATOR]
         return [f"node-{i}" for i in range(1, self.nodes + 1)]
+
+
+def _check_events(name: str, events: list[FaultEvent]) -> None:
+    """A fixed schedule is in time order, names known faults and heals each one it starts."""
+    heal_of = {heal: fault for fault, heal in HEALS.items()}
+    open_faults: set[tuple[str, str]] = set()
+    for before, event in zip([None, *events], events, strict=False):
+        if before is not None and event.at_s < before.at_s:
+            raise ValueError(f"scenario {name}: events out of order at {event.at_s} s")
+        if event.fault in HEALS:
+            open_faults.add((event.fault, event.target))
+        elif event.fault in heal_of:
+            if (heal_of[event.fault], event.target) not in open_faults:
+                raise ValueError(f"scenario {name}: {event.fault} {event.target} heals nothing")
+            open_faults.discard((heal_of[event.fault], event.target))
+        else:
+            raise ValueError(f"scenario {name}: unknown event {event.fault!r}")
+    if open_faults:
+        raise ValueError(f"scenario {name}: faults never healed: {sorted(open_faults)}")
 
 
 def _range(value: Any) -> tuple[float, float]:
@@ -171,7 +205,10 @@ def schedule(scenario: Scenario, seed: int, duration_s: float) -> list[FaultEven
     """The fault events of a run: from `first_s`, a fault drawn from the scenario's list on a
     target drawn from its candidates, lasting a time drawn from `fault_s`, healed, then a quiet
     time drawn from `quiet_s`; until the next fault would not be healed `SETTLE_S` before the
-    end."""
+    end. A scenario with a fixed schedule (`events`) has that one, whatever the seed, less the
+    faults that would not be healed `SETTLE_S` before the end."""
+    if scenario.events is not None:
+        return _fixed(list(scenario.events), duration_s - SETTLE_S)
     rng = random.Random(f"{scenario.name}/{seed}")
     events: list[FaultEvent] = []
     at_s = scenario.first_s
@@ -184,6 +221,21 @@ def schedule(scenario: Scenario, seed: int, duration_s: float) -> list[FaultEven
         events.append(FaultEvent(round(at_s, 3), fault, target))
         events.append(FaultEvent(round(at_s + lasting, 3), HEALS[fault], target))
         at_s += lasting + rng.uniform(*scenario.quiet_s)
+
+
+def _fixed(events: list[FaultEvent], healed_by_s: float) -> list[FaultEvent]:
+    """The fixed schedule's faults healed by `healed_by_s`, each with its heal (the next heal of
+    its kind on its target: `_check_events` saw there is one)."""
+    kept: list[FaultEvent] = []
+    for i, event in enumerate(events):
+        if event.fault not in HEALS:
+            continue
+        heal = next(
+            e for e in events[i + 1 :] if e.fault == HEALS[event.fault] and e.target == event.target
+        )
+        if heal.at_s <= healed_by_s:
+            kept += [event, heal]
+    return sorted(kept, key=lambda e: e.at_s)
 
 
 def fault_windows(events: list[dict[str, Any]], end_s: float) -> list[tuple[float, float, str]]:
