@@ -62,7 +62,7 @@ EXERCISES = {
         Exercise(
             name="unbalanced-books",
             level=2,
-            title="Money from nowhere",
+            title="The books do not balance",
             scenario="bank-slow-network",
             duration_s=20.0,
             seeds=(1, 2, 3),

@@ -48,6 +48,7 @@ GUIDE_PAGES = (
     "splits-and-moves.md",
     "throughput.md",
     "lab.md",
+    "course.md",
     "differences.md",
     "watching.md",
 )
