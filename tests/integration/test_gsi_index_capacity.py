@@ -120,10 +120,14 @@ def test_an_index_at_its_capacity_throttles_exactly_the_base_writes_that_change_
         ]
     # ByGame takes INDEX_WCU one-unit writes a second, and its bank of one second: the writes
     # acknowledged are about that (some slip through between an index write it took and its
-    # next refusal), while the others went on at the clients' pace.
+    # next refusal), while the others went on at the clients' pace, which is the machine's: on
+    # a loaded one each put takes tens of milliseconds. So the others are compared with the
+    # writes ByGame let through, not with a rate.
     capacity = INDEX_WCU * (RUN_SECONDS + 1)
-    assert len(written["game"]) <= 2 * capacity, len(written["game"])
-    assert len(written["level"]) > 4 * capacity, len(written["level"])
+    acknowledged = {kind: len(items) for kind, items in written.items()}
+    assert acknowledged["game"] <= 2 * capacity, acknowledged
+    assert acknowledged["level"] > 2 * acknowledged["game"], acknowledged
+    assert acknowledged["none"] > 2 * acknowledged["game"], acknowledged
     history = [item for items in written.values() for item in items]
     for index_name in ("ByGame", "ByLevel"):
         result = convergence.wait_converged(client, name, index_name, CONVERGE_TIMEOUT_S, history)
