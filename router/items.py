@@ -592,10 +592,16 @@ async def batch_get_item(ctx: RouterContext, body: dict[str, Any]) -> dict[str, 
     reader.check()
 
     total = 0
+    # A table named once by its name and once by its ARN is one table, so its keys are checked
+    # for duplicates together, as BatchWriteItem's are (DynamoDB's reference says only that "each
+    # table name or ARN can be used only once"; treating the two as one table is a guess).
+    keys_by_table: dict[str, list[Item]] = {}
     for read in reads:
         legacy.check_parameter_mix("BatchGetItem", read.request)
         read.keys = [_validated_key(raw_key) for raw_key in read.raw_keys]
-        _check_duplicates(read.keys)
+        same_table = keys_by_table.setdefault(table_arns.table_name_of(read.name), [])
+        same_table.extend(read.keys)
+        _check_duplicates(same_table)
         total += len(read.keys)
         if total > limits.BATCH_GET_ITEMS_MAX:
             raise ValidationError("Too many items requested for the BatchGetItem call")

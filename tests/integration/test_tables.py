@@ -697,6 +697,19 @@ def test_a_table_arn_names_the_table_in_every_operation(
     assert error_of(
         lambda: dynamodb.batch_write_item(RequestItems={arn: [twice], name: [twice]})
     ) == (400, "ValidationException", "Provided list of item keys contains duplicates")
+    # So in BatchGetItem: one key under both is a duplicate, two keys are each read under the
+    # request's own key.
+    one = {"pk": {"S": "b"}, "sk": {"N": "2"}}
+    assert error_of(
+        lambda: dynamodb.batch_get_item(RequestItems={arn: {"Keys": [one]}, name: {"Keys": [one]}})
+    ) == (400, "ValidationException", "Provided list of item keys contains duplicates")
+    other = {"pk": {"S": "a"}, "sk": {"N": "1"}}
+    both = dynamodb.batch_get_item(
+        RequestItems={arn: {"Keys": [one], "ConsistentRead": True}, name: {"Keys": [other]}}
+    )["Responses"]
+    assert sorted(both) == sorted([arn, name])
+    assert both[arn] == [{"pk": {"S": "b"}, "sk": {"N": "2"}}]
+    assert [item["pk"] for item in both[name]] in ([], [{"S": "a"}])
 
     dynamodb.transact_write_items(
         TransactItems=[
