@@ -80,7 +80,11 @@ def _read_arn(reader: RequestReader) -> str:
 
 
 def _not_found(arn: str) -> ResourceNotFound:
-    return ResourceNotFound(f"Requested resource not found: ResourcearN: {arn} not found")
+    # DynamoDB's words, its misspelt "ResourcArn" included, as clients quote them from the
+    # service: "Requested resource not found: ResourcArn: arn:aws:dynamodb:eu-west-1:...:
+    # table/ddb-rule-test not found" (cloud-custodian issue 3514, 2019; steampipe-plugin-aws
+    # issue 1516, 2022, the same words).
+    return ResourceNotFound(f"Requested resource not found: ResourcArn: {arn} not found")
 
 
 def _table_name(arn: str) -> str:

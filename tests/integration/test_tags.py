@@ -106,17 +106,31 @@ def test_tag_requests_are_validated(dynamodb: Any, create_table: Any, table_name
         "ValidationException",
         "Invalid TableArn: Invalid ResourceArn provided as input not-an-arn",
     )
+    # An index's ARN is not a table's (a guess: DynamoDB's answer to one was not found).
+    index_arn = f"{arn}/index/ByOwner"
+    assert error_of(lambda: dynamodb.list_tags_of_resource(ResourceArn=index_arn)) == (
+        400,
+        "ValidationException",
+        f"Invalid TableArn: Invalid ResourceArn provided as input {index_arn}",
+    )
+    # A missing table, and a table of another Region or account, which this cluster does not
+    # have: DynamoDB's words, its "ResourcArn" included.
     missing = arn.rsplit("/", 1)[0] + "/no-such-table"
-    for call in (
-        lambda: dynamodb.list_tags_of_resource(ResourceArn=missing),
-        lambda: dynamodb.tag_resource(ResourceArn=missing, Tags=[{"Key": "k", "Value": "v"}]),
-        lambda: dynamodb.untag_resource(ResourceArn=missing, TagKeys=["k"]),
-    ):
-        assert error_of(call) == (
-            400,
-            "ResourceNotFoundException",
-            f"Requested resource not found: ResourcearN: {missing} not found",
-        )
+    elsewhere = arn.replace(":us-east-1:", ":eu-west-1:")
+    other_account = arn.replace(":000000000000:", ":111122223333:")
+    for absent in (missing, elsewhere, other_account):
+        for call in (
+            lambda absent=absent: dynamodb.list_tags_of_resource(ResourceArn=absent),
+            lambda absent=absent: dynamodb.tag_resource(
+                ResourceArn=absent, Tags=[{"Key": "k", "Value": "v"}]
+            ),
+            lambda absent=absent: dynamodb.untag_resource(ResourceArn=absent, TagKeys=["k"]),
+        ):
+            assert error_of(call) == (
+                400,
+                "ResourceNotFoundException",
+                f"Requested resource not found: ResourcArn: {absent} not found",
+            )
     assert tags_of(dynamodb, arn) == []
 
 
