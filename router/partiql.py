@@ -27,11 +27,12 @@ from typing import Any
 
 import orjson
 
-from core import limits, partiql, values
+from core import limits, partiql, table_arns, values
 from core.errors import (
     ConditionalCheckFailed,
     DuplicateItem,
     DynamoError,
+    ResourceNotFound,
     TransactionCanceled,
     ValidationError,
 )
@@ -41,7 +42,7 @@ from core.partiql.planner import BATCH_KEY_READ, TRANSACTION_KEY_READ
 from core.size import item_size_bytes
 from core.transactions import Code
 from router import items, queries, transactions
-from router.context import RouterContext
+from router.context import TABLE_NOT_FOUND, RouterContext
 from router.requests import RETURN_VALUES_ON_FAILURE, RequestReader, check_index, read_common
 
 Item = dict[str, Any]
@@ -99,6 +100,13 @@ async def _planned(
     for number, parameter in enumerate(parameters or ()):
         values.validate_value(parameter, where=f"Parameters[{number}]")
     target = _statement_key(statement)
+    # A statement's table is a name ("table (Required) The table name to query", PartiQL
+    # reference of the Developer Guide, whose statements never mention an ARN, unlike the
+    # TableName members since 2024). So a quoted ARN is answered as a table that does not exist
+    # (a guess: DynamoDB's answer to one was not found) and never resolved to the table it
+    # names, which would leave its Region and account unchecked.
+    if table_arns.is_arn(target.table):
+        raise ResourceNotFound(TABLE_NOT_FOUND)
     table = await ctx.table(target.table)
     keys = _key_names(table.key_shape)
     if isinstance(statement, ast.Select) and target.index is not None:

@@ -450,3 +450,43 @@ def test_a_batch_naming_one_item_twice_is_refused_and_tokens_bind_their_statemen
             request["Parameters"] = other
         _, code, _ = error_of(lambda request=request: dynamodb.execute_statement(**request))
         assert code == "ValidationException"
+
+
+def test_a_table_arn_in_a_statement_names_no_table(dynamodb: Any, music: str) -> None:
+    """PartiQL's table is a name: "table (Required) The table name to query" (Developer Guide,
+    PartiQL statements), with no word of an ARN, unlike the TableName members since 2024. A
+    quoted table ARN, of this Region or another, is a table that does not exist through each of
+    the three operations, and nothing is written."""
+    here = f"arn:aws:dynamodb:{REGION}:000000000000:table/{music}"
+    elsewhere = f"arn:aws:dynamodb:eu-west-1:000000000000:table/{music}"
+    key = "Artist = 'ByArn' AND SongTitle = 'One'"
+    for arn in (here, elsewhere):
+        writes = [
+            f"INSERT INTO \"{arn}\" VALUE {{'Artist': 'ByArn', 'SongTitle': 'One'}}",
+            f'UPDATE "{arn}" SET n = 1 WHERE {key}',
+            f'DELETE FROM "{arn}" WHERE {key}',
+        ]
+        read = f'SELECT * FROM "{arn}" WHERE {key}'
+        for statement in [read, *writes]:
+            assert error_of(
+                lambda statement=statement: dynamodb.execute_statement(Statement=statement)
+            ) == (
+                400,
+                "ResourceNotFoundException",
+                "Requested resource not found",
+            )
+            answer = dynamodb.batch_execute_statement(Statements=[{"Statement": statement}])
+            assert [entry["Error"]["Code"] for entry in answer["Responses"]] == ["ResourceNotFound"]
+        for statements in ([read], writes[:1]):
+            status, code, _ = error_of(
+                lambda statements=statements: dynamodb.execute_transaction(
+                    TransactStatements=[{"Statement": text} for text in statements]
+                )
+            )
+            assert (status, code) == (400, "ResourceNotFoundException")
+    found = dynamodb.get_item(
+        TableName=music,
+        Key={"Artist": {"S": "ByArn"}, "SongTitle": {"S": "One"}},
+        ConsistentRead=True,
+    )
+    assert "Item" not in found
