@@ -523,6 +523,16 @@ def test_streams_errors(dynamodb: Any, streams: Any, table_name: Callable[[], st
         "ResourceNotFoundException",
         "Requested resource not found: Table: no-such-table not found",
     )
+    # ListStreams' TableName is a name only ("Pattern: [a-zA-Z0-9_.-]+" in the Streams API
+    # Reference, which unlike DynamoDB's TableName does not mention an ARN): a table's ARN fails
+    # the pattern.
+    table_arn = dynamodb.describe_table(TableName=name)["Table"]["TableArn"]
+    assert error_of(lambda: streams.list_streams(TableName=table_arn)) == (
+        400,
+        "ValidationException",
+        f"1 validation error detected: Value '{table_arn}' at 'tableName' failed to satisfy "
+        "constraint: Member must satisfy regular expression pattern: [a-zA-Z0-9_.-]+",
+    )
     assert error_of(lambda: streams.get_records(ShardIterator="not-an-iterator")) == (
         400,
         "ValidationException",
