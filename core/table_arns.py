@@ -21,6 +21,17 @@ stream's included, is refused with the constraint "Valid ARN format is ..." (the
 emulator captured from DynamoDB, ExtendDB's table_arn.rs), a table name shorter than 3 characters
 with "Table name of ARN must have length greater than or equal to 3".
 
+A tag operation's ResourceArn is checked by `tagged_table_name`, in the order and words DynamoDB
+answers TagResource, UntagResource and ListTagsOfResource, as a public catalogue captured them
+against the service (ack-api-quirks, its list of ValidationException texts): not an ARN, "ARNs must
+start with 'arn:'"; a DynamoDB resource that is not a table's, "Provided Arn is not a DynamoDB
+resource arn"; an index's, "Invalid resource arn provided, only table or stream is accepted";
+another Region's, "Invalid TableArn: Invalid ResourceArn provided as input". Another service's or
+another account's ARN is an AccessDeniedException, the account checked before the Region (as an
+emulator verified against the service, ExtendDB's tag_resource.rs); that a malformed ARN and
+another partition's are denied too, and that a stream's is "Invalid TableArn" (dynalab tags
+tables only), are guesses.
+
 `table_name_of` is the router's hot path: a name that does not start with `arn:` is returned as
 it is, with no parsing, so requests naming tables by name pay one `startswith`.
 """
@@ -31,6 +42,7 @@ import dataclasses
 import re
 
 from core import limits
+from core.errors import AccessDenied, ValidationError
 
 ARN_PREFIX = "arn:"
 # dynalab's ARNs are in the standard partition (router.protocol.ACCOUNT_ID names the account).
@@ -104,3 +116,44 @@ def table_name_of(table_name: str) -> str:
     if not table_name.startswith(ARN_PREFIX):
         return table_name
     return table_name.rpartition(":")[2].partition("/")[2]
+
+
+# What a tag operation's ResourceArn may name after table/NAME: nothing; an index is refused in
+# words of its own, any other sub-resource (a backup's, an export's) as not DynamoDB's.
+_INDEX_SEGMENT = "index"
+_STREAM_SEGMENT = "stream"
+_INVALID_PARAMETERS = "One or more parameter values were invalid: "
+
+
+def tagged_table_name(arn: str, region: str, account: str) -> str:
+    """The name of the table a tag operation's ResourceArn names in `region` of `account`;
+    ValidationError or AccessDenied in DynamoDB's words when it names none there."""
+    if not arn.startswith(ARN_PREFIX):
+        raise ValidationError(f"{_INVALID_PARAMETERS}ARNs must start with 'arn:': {arn}")
+    fields = arn.split(":", _ARN_FIELDS - 1)
+    if len(fields) != _ARN_FIELDS or fields[1] != PARTITION or fields[2] != SERVICE:
+        raise AccessDenied(ACCESS_DENIED)
+    _, _, _, arn_region, arn_account, resource = fields
+    resource_type, _, path = resource.partition("/")
+    name, _, sub_resource = path.partition("/")
+    if resource_type != TABLE_RESOURCE_TYPE:
+        raise ValidationError(
+            f"{_INVALID_PARAMETERS}Provided Arn is not a DynamoDB resource arn: {arn}"
+        )
+    if arn_account != account:
+        raise AccessDenied(ACCESS_DENIED)
+    if arn_region != region:
+        raise ValidationError(f"Invalid TableArn: Invalid ResourceArn provided as input {arn}")
+    segment = sub_resource.partition("/")[0]
+    if segment == _INDEX_SEGMENT:
+        raise ValidationError(
+            f"{_INVALID_PARAMETERS}Invalid resource arn provided, only table or stream is "
+            f"accepted. Provided resource arn: {arn}"
+        )
+    if sub_resource and segment != _STREAM_SEGMENT:
+        raise ValidationError(
+            f"{_INVALID_PARAMETERS}Provided Arn is not a DynamoDB resource arn: {arn}"
+        )
+    if sub_resource or not _NAME.fullmatch(name) or len(name) > limits.TABLE_NAME_CHARS_MAX:
+        raise ValidationError(f"Invalid TableArn: Invalid ResourceArn provided as input {arn}")
+    return name

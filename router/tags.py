@@ -10,16 +10,15 @@ made the change shows it at once.
 
 A resource is named by its ARN, exactly as DescribeTable gives it in TableArn:
 `arn:aws:dynamodb:<the request's Region>:000000000000:table/<name>`. An ARN of another Region or
-account names a table this cluster does not have; a text that is not a DynamoDB table ARN is
-refused as invalid.
+account, an index's ARN or a text that is not an ARN is refused in DynamoDB's words
+(`core.table_arns.tagged_table_name`); a table this cluster does not have is not found.
 """
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, Any
 
-from core import catalog, limits
+from core import catalog, limits, table_arns
 from core.catalog import TableDef
 from core.errors import ResourceNotFound, ValidationError
 from router.protocol import ACCOUNT_ID, request_region
@@ -29,8 +28,6 @@ if TYPE_CHECKING:
     from router.context import RouterContext
 
 RESOURCE_ARN_CHARS_MAX = 1283  # ResourceArnString in the service model.
-# A DynamoDB table's ARN; an index's or a stream's ARN goes on past the table name.
-_TABLE_ARN = re.compile(r"arn:aws[a-z-]*:dynamodb:([a-z0-9-]+):([0-9]{12}):table/([a-zA-Z0-9_.-]+)")
 # "Amazon Web Services-assigned tag names and values are automatically assigned the aws: prefix,
 # which the user cannot assign" (API Reference, "Tag").
 RESERVED_TAG_PREFIX = "aws:"
@@ -89,13 +86,7 @@ def _not_found(arn: str) -> ResourceNotFound:
 
 def _table_name(arn: str) -> str:
     """The name of the table an ARN names in this cluster (its Region and account)."""
-    match = _TABLE_ARN.fullmatch(arn)
-    if match is None:
-        raise ValidationError(f"Invalid TableArn: Invalid ResourceArn provided as input {arn}")
-    region, account, name = match.groups()
-    if region != request_region() or account != ACCOUNT_ID:
-        raise _not_found(arn)
-    return name
+    return table_arns.tagged_table_name(arn, request_region(), ACCOUNT_ID)
 
 
 def _found(ctx: RouterContext, arn: str, name: str) -> TableDef:

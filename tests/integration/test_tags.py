@@ -101,36 +101,54 @@ def test_tag_requests_are_validated(dynamodb: Any, create_table: Any, table_name
     )
     assert (status, code) == (400, "ValidationException")
     assert "aws:" in message
-    assert error_of(lambda: dynamodb.list_tags_of_resource(ResourceArn="not-an-arn")) == (
-        400,
-        "ValidationException",
-        "Invalid TableArn: Invalid ResourceArn provided as input not-an-arn",
-    )
-    # An index's ARN is not a table's (a guess: DynamoDB's answer to one was not found).
-    index_arn = f"{arn}/index/ByOwner"
-    assert error_of(lambda: dynamodb.list_tags_of_resource(ResourceArn=index_arn)) == (
-        400,
-        "ValidationException",
-        f"Invalid TableArn: Invalid ResourceArn provided as input {index_arn}",
-    )
-    # A missing table, and a table of another Region or account, which this cluster does not
-    # have: DynamoDB's words, its "ResourcArn" included.
-    missing = arn.rsplit("/", 1)[0] + "/no-such-table"
+    # A ResourceArn that names no table of this Region and account, refused in DynamoDB's words
+    # (core.table_arns.tagged_table_name says where each comes from) by all three operations.
+    invalid = "One or more parameter values were invalid: "
     elsewhere = arn.replace(":us-east-1:", ":eu-west-1:")
-    other_account = arn.replace(":000000000000:", ":111122223333:")
-    for absent in (missing, elsewhere, other_account):
+    refusals = [
+        ("not-an-arn", "ValidationException", f"{invalid}ARNs must start with 'arn:': not-an-arn"),
+        ("arn:aws:s3:::bucket", "AccessDeniedException", "Access is denied"),
+        (
+            arn.replace(":000000000000:", ":111122223333:"),
+            "AccessDeniedException",
+            "Access is denied",
+        ),
+        (
+            elsewhere,
+            "ValidationException",
+            f"Invalid TableArn: Invalid ResourceArn provided as input {elsewhere}",
+        ),
+        (
+            f"{arn}/index/ByOwner",
+            "ValidationException",
+            f"{invalid}Invalid resource arn provided, only table or stream is accepted. "
+            f"Provided resource arn: {arn}/index/ByOwner",
+        ),
+        (
+            f"{arn}/backup/01234567890123-abcdef12",
+            "ValidationException",
+            f"{invalid}Provided Arn is not a DynamoDB resource arn: "
+            f"{arn}/backup/01234567890123-abcdef12",
+        ),
+    ]
+    # A table this cluster does not have: DynamoDB's words, its "ResourcArn" included.
+    missing = arn.rsplit("/", 1)[0] + "/no-such-table"
+    refusals.append(
+        (
+            missing,
+            "ResourceNotFoundException",
+            f"Requested resource not found: ResourcArn: {missing} not found",
+        )
+    )
+    for resource, code, message in refusals:
         for call in (
-            lambda absent=absent: dynamodb.list_tags_of_resource(ResourceArn=absent),
-            lambda absent=absent: dynamodb.tag_resource(
-                ResourceArn=absent, Tags=[{"Key": "k", "Value": "v"}]
+            lambda resource=resource: dynamodb.list_tags_of_resource(ResourceArn=resource),
+            lambda resource=resource: dynamodb.tag_resource(
+                ResourceArn=resource, Tags=[{"Key": "k", "Value": "v"}]
             ),
-            lambda absent=absent: dynamodb.untag_resource(ResourceArn=absent, TagKeys=["k"]),
+            lambda resource=resource: dynamodb.untag_resource(ResourceArn=resource, TagKeys=["k"]),
         ):
-            assert error_of(call) == (
-                400,
-                "ResourceNotFoundException",
-                f"Requested resource not found: ResourcArn: {absent} not found",
-            )
+            assert error_of(call) == (400, code, message), resource
     assert tags_of(dynamodb, arn) == []
 
 

@@ -154,3 +154,67 @@ def test_table_operations_read_an_arn_as_its_name() -> None:
         table_name_checked(read_table_name(RequestReader({"TableName": "ab"})))
     with pytest.raises(ValidationError, match="required but was not present"):
         table_name_checked(read_table_name(RequestReader({})))
+
+
+# A tag operation's ResourceArn -----------------------------------------------------------------
+
+INVALID = "One or more parameter values were invalid: "
+
+
+@pytest.mark.parametrize(
+    ("arn", "error", "message"),
+    [
+        ("not-an-arn", ValidationError, f"{INVALID}ARNs must start with 'arn:': not-an-arn"),
+        ("arn:aws:s3:::bucket", AccessDenied, "Access is denied"),
+        ("arn:aws:dynamodb:us-east-1", AccessDenied, "Access is denied"),
+        (f"arn:aws-cn:dynamodb:{REGION}:{ACCOUNT}:table/Books", AccessDenied, "Access is denied"),
+        (
+            f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:global-table/Books",
+            ValidationError,
+            f"{INVALID}Provided Arn is not a DynamoDB resource arn: "
+            f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:global-table/Books",
+        ),
+        # Another account is denied before its Region is looked at.
+        ("arn:aws:dynamodb:eu-west-1:111122223333:table/Books", AccessDenied, "Access is denied"),
+        (
+            f"arn:aws:dynamodb:eu-west-1:{ACCOUNT}:table/Books",
+            ValidationError,
+            "Invalid TableArn: Invalid ResourceArn provided as input "
+            f"arn:aws:dynamodb:eu-west-1:{ACCOUNT}:table/Books",
+        ),
+        (
+            f"{ARN}/index/ByAuthor",
+            ValidationError,
+            f"{INVALID}Invalid resource arn provided, only table or stream is accepted. "
+            f"Provided resource arn: {ARN}/index/ByAuthor",
+        ),
+        (
+            f"{ARN}/backup/01234567890123-abcdef12",
+            ValidationError,
+            f"{INVALID}Provided Arn is not a DynamoDB resource arn: "
+            f"{ARN}/backup/01234567890123-abcdef12",
+        ),
+        (
+            f"{ARN}/stream/2024-01-01T00:00:00.000",
+            ValidationError,
+            "Invalid TableArn: Invalid ResourceArn provided as input "
+            f"{ARN}/stream/2024-01-01T00:00:00.000",
+        ),
+        (
+            f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/",
+            ValidationError,
+            "Invalid TableArn: Invalid ResourceArn provided as input "
+            f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/",
+        ),
+    ],
+)
+def test_a_tag_operations_arn_is_refused_in_dynamodbs_words(
+    arn: str, error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error) as raised:
+        table_arns.tagged_table_name(arn, REGION, ACCOUNT)
+    assert str(raised.value) == message
+
+
+def test_a_tag_operations_table_arn_names_its_table() -> None:
+    assert table_arns.tagged_table_name(ARN, REGION, ACCOUNT) == "Books"
