@@ -206,16 +206,10 @@ CHANGE_FEED_BATCH_RECORDS_MAX = 1000
 # A feed batch is cut once its encoded records pass this, so a message holds at most this plus one
 # record (two 400 KB images), far below the RPC message bound.
 CHANGE_FEED_BATCH_BYTES_TARGET = 4 * MIB
-# The newest committed records a node keeps in memory per followed partition, so that a follower
-# woken by their commit sends them without reading the store (`storagenode.changefeed`
-# `CommittedTail`): a few hundred small changes, enough for the rounds of a busy partition between
-# two of its follower's reads; a node following N partitions holds at most N times this.
-CHANGE_FEED_TAIL_BYTES_MAX = 64 * KIB
 # A node sends an empty batch on an idle feed this often, so that a follower tells a live node from
 # a silent failure; a follower gives up on a stream after CHANGE_FEED_IDLE_SECONDS_MAX without one.
 CHANGE_FEED_HEARTBEAT_SECONDS = 2.0
 CHANGE_FEED_IDLE_SECONDS_MAX = 4 * CHANGE_FEED_HEARTBEAT_SECONDS
-assert CHANGE_FEED_TAIL_BYTES_MAX <= CHANGE_FEED_BATCH_BYTES_TARGET
 # Tables whose global indexes a node keeps parsed from write payloads (`storagenode.partition`
 # GlobalIndexCache, a few hundred bytes each); past it the cache starts empty again.
 NODE_INDEX_CACHE_TABLES_MAX = 4096

@@ -32,7 +32,6 @@ threads always see one consistent state); `FeedChanges` is one group's staged ch
 
 from __future__ import annotations
 
-import collections
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -449,53 +448,3 @@ class FeedChanges:
             else:
                 retired[ref] = log
         return FeedState(checkpoints, retired)
-
-
-class CommittedTail:
-    """The newest committed records of one partition's log, as its commits handed them over, so
-    a follower that has read everything before them takes them from here instead of reading the
-    store (`feed_service`: the change leaves the node in the event-loop turn its commit wakes).
-
-    It holds a contiguous run of (seq, stored record) at most `bytes_max` bytes long, the oldest
-    dropped first; a commit whose first record does not follow the run replaces it, and a record
-    longer than the bound empties it (a follower then reads the store, as it would without a
-    tail). The records are those of committed batches only, so any follower may be given them.
-    """
-
-    def __init__(self, bytes_max: int = limits.CHANGE_FEED_TAIL_BYTES_MAX) -> None:
-        self.bytes_max = bytes_max
-        self._records: collections.deque[tuple[int, bytes]] = collections.deque()
-        self._bytes = 0
-
-    def extend(self, records: Iterable[tuple[int, bytes]]) -> None:
-        """Add one commit's records of this partition, in seq order."""
-        for seq, value in records:
-            if self._records and seq != self._records[-1][0] + 1:
-                self._records.clear()
-                self._bytes = 0
-            self._records.append((seq, value))
-            self._bytes += len(value)
-            while self._records and self._bytes > self.bytes_max:
-                self._bytes -= len(self._records.popleft()[1])
-
-    def after(
-        self, after_seq: int, records_max: int, bytes_target: int
-    ) -> list[dict[str, Any]] | None:
-        """The records after `after_seq`, as `read_batch` would cut them (at most `records_max`,
-        cut after `bytes_target` bytes and after an END), if the tail holds the one right after
-        it; None if it does not (read the store)."""
-        if not self._records:
-            return None
-        first = self._records[0][0]
-        if not first <= after_seq + 1 <= self._records[-1][0]:
-            return None
-        records: list[dict[str, Any]] = []
-        size = 0
-        for index in range(after_seq + 1 - first, len(self._records)):
-            value = self._records[index][1]
-            record = orjson.loads(value)
-            records.append(record)
-            size += len(value)
-            if record["kind"] == END or len(records) >= records_max or size >= bytes_target:
-                break
-        return records

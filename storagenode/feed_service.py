@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import AsyncGenerator, Awaitable, Callable, Collection, Iterable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Collection
 from typing import Any, TypeVar
 
 from core import limits
@@ -29,11 +29,8 @@ from core.changes import Change
 from core.errors import ValidationError
 from rpc import ops
 from rpc.transport import ConsumerPosition, FeedPage
-from storagenode import changefeed
 from storagenode.changefeed import PartitionRef
-from storagenode.layout import Family, split_log_key
 from storagenode.node import StorageNode
-from storagenode.store import PUT, BatchOp
 
 T = TypeVar("T")
 Submit = Callable[[str, ops.Target, dict[str, Any]], Awaitable[dict[str, Any]]]
@@ -41,13 +38,11 @@ Offload = Callable[[Callable[[], T]], Awaitable[T]]
 
 
 class FollowerHub:
-    """The events of the followers waiting on each partition's feed, set after its commits, and
-    the records those commits appended to the followed partitions (`changefeed.CommittedTail`)."""
+    """The events of the followers waiting on each partition's feed, set after its commits."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self._waiting: dict[PartitionRef, set[asyncio.Event]] = {}
-        self._tails: dict[PartitionRef, changefeed.CommittedTail] = {}
         self.closed = False
 
     def watch(self, ref: PartitionRef) -> asyncio.Event:
@@ -63,39 +58,21 @@ class FollowerHub:
             events.discard(event)
             if not events:
                 del self._waiting[ref]
-                self._tails.pop(ref, None)
 
-    def committed(self, refs: Collection[PartitionRef], writes: Iterable[BatchOp]) -> None:
-        """On the writer thread, after a commit: hand the records it appended to the followed
-        partitions' logs (`writes`: its batch) to the loop, and wake their followers.
+    def committed(self, refs: Collection[PartitionRef]) -> None:
+        """On the writer thread, after a commit: wake the followers of the partitions it moved.
 
         A follower registers its event before it reads, so a commit it did not see in its read
         finds the event here; without followers this costs one dictionary lookup per partition.
         """
         woken = [ref for ref in refs if ref in self._waiting]
-        if not woken:
-            return
-        appended: dict[PartitionRef, list[tuple[int, bytes]]] = {}
-        for kind, family, key, value in writes:
-            if family is Family.CHANGE_LOG and kind == PUT and value is not None:
-                ref, seq = split_log_key(key)
-                if ref in self._waiting:
-                    appended.setdefault(ref, []).append((int.from_bytes(seq, "big"), value))
-        self._loop.call_soon_threadsafe(self._wake, woken, appended)
+        if woken:
+            self._loop.call_soon_threadsafe(self._wake, woken)
 
-    def _wake(
-        self, refs: list[PartitionRef], appended: dict[PartitionRef, list[tuple[int, bytes]]]
-    ) -> None:
-        for ref, records in appended.items():
-            if ref in self._waiting:
-                self._tails.setdefault(ref, changefeed.CommittedTail()).extend(records)
+    def _wake(self, refs: list[PartitionRef]) -> None:
         for ref in refs:
             for event in self._waiting.get(ref, ()):
                 event.set()
-
-    def tail(self, ref: PartitionRef) -> changefeed.CommittedTail | None:
-        """The records the latest commits appended to `ref`'s log, while it is followed."""
-        return self._tails.get(ref)
 
     def close(self) -> None:
         self.closed = True
@@ -146,19 +123,9 @@ class FeedService:
             idle = True  # The first batch goes out even empty: the follow is accepted.
             while not self.hub.closed:
                 event.clear()
-                tail = self.hub.tail(ref)
-                pushed = (
-                    None
-                    if tail is None
-                    else tail.after(after, records_max, limits.CHANGE_FEED_BATCH_BYTES_TARGET)
+                page, encoded = await self._offload(
+                    functools.partial(self._read, ref, after, records_max, encode)
                 )
-                if pushed is None:
-                    page, encoded = await self._offload(
-                        functools.partial(self._read, ref, after, records_max, encode)
-                    )
-                else:
-                    page = self._page(ref, pushed)
-                    encoded = encode(page)
                 if page.records or page.end_of_log or idle:
                     yield encoded
                 if page.end_of_log:
@@ -200,16 +167,6 @@ class FeedService:
                 "register it or follow from an after_seq"
             )
         return checkpoint
-
-    def _page(self, ref: PartitionRef, records: list[dict[str, Any]]) -> FeedPage:
-        """A batch of records the commits handed over, bounded as the log is now."""
-        bounds = self.node.feed_bounds(*ref)
-        return FeedPage(
-            tuple(Change.from_record(record) for record in records),
-            records[-1]["kind"] == changefeed.END,
-            bounds.first_seq,
-            max(bounds.last_seq, records[-1]["seq"]),
-        )
 
     def _read(
         self,

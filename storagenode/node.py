@@ -206,9 +206,8 @@ class StorageNode:
         # Change-feed consumers and retired logs, replaced whole by the writer after each commit.
         self.feeds = changefeed.FeedState.load(store)
         # Called on the writer thread after each commit with the partitions whose change feed it
-        # moved and the writes it committed (the server hands their new records to their
-        # followers and wakes them); it must not block.
-        self.on_commit: Callable[[Collection[PartitionRef], Iterable[BatchOp]], None] | None = None
+        # moved (the server wakes their followers); it must not block.
+        self.on_commit: Callable[[Collection[PartitionRef]], None] | None = None
         for meta in store.load_partition_metas():
             partition = Partition.from_meta(meta)
             if "log_bytes" not in meta:
@@ -709,8 +708,7 @@ class StorageNode:
         self.feeds = feeds.applied_to(self.feeds)
         self._install(partitions)
         if self.on_commit is not None:
-            committed = [write for _group, effect in applied for write in effect]
-            self.on_commit(frozenset(woken | partitions.keys()), committed)
+            self.on_commit(frozenset(woken | partitions.keys()))
 
     def run_group(self, writes: Sequence[Write]) -> Ready:
         """Admit a group of writes and run their handlers in order against one write context:
@@ -761,7 +759,7 @@ class StorageNode:
             else:
                 self.move_heard[ref] = heard
         if self.on_commit is not None:
-            self.on_commit(ready.woken, ready.batch.ops)
+            self.on_commit(ready.woken)
 
     def _refuse_expired(self, writes: Sequence[Write], results: list[WriteResult | None]) -> None:
         """Refuse the writes whose deadline has passed, before anything of them is planned.

@@ -18,7 +18,7 @@ sweepers) read of the node: a protocol here, so that none of them imports `stora
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 import orjson
@@ -40,7 +40,7 @@ from rpc.partition_metrics import Durations
 from storagenode import changefeed, replica
 from storagenode.layout import Family, item_json_of, item_size_of, partition_meta_key, seq_bytes
 from storagenode.partition import Partition
-from storagenode.store import BatchOp, NodeStore, WriteBatchView
+from storagenode.store import NodeStore, WriteBatchView
 from storagenode.throughput import NodeThroughput
 
 PartitionRef = tuple[str, str]  # (table id, partition id)
@@ -69,9 +69,7 @@ class NodeState(Protocol):
     move_heard: dict[PartitionRef, float]
     moving_out: dict[PartitionRef, str]
     read_heat: heat.ThrottledKeys[PartitionRef]
-    # After a commit, on the writer thread: the partitions whose feeds moved and the committed
-    # writes (`feed_service.FollowerHub.committed`).
-    on_commit: Callable[[Collection[PartitionRef], Iterable[BatchOp]], None] | None
+    on_commit: Callable[[Collection[PartitionRef]], None] | None
 
     def read(self, op: str, target: Target | None, body: dict[str, Any]) -> dict[str, Any]: ...
 

@@ -50,7 +50,7 @@ def test_a_groups_outcome_is_inspected_before_anything_is_persisted_or_installed
     node: StorageNode,
 ) -> None:
     woken: list[Any] = []
-    node.on_commit = lambda refs, _writes: woken.append(refs)
+    node.on_commit = woken.append
     before = node.partitions[REF]
     ready = node.run_group(
         [
