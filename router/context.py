@@ -37,9 +37,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from core import catalog, limits, table_arns
 from core.catalog import CatalogDisagreement, CatalogLocation, PartitionDef, TableDef
@@ -76,9 +76,11 @@ from rpc.catalog_client import (
 )
 from rpc.client import NodeClient
 from rpc.machines import CrashPoints, HoldPoints
-from rpc.transport import FeedTransport, NodeTransport, NotSent
+from rpc.transport import FeedPage, NodeTransport, NotSent
 
 log = logging.getLogger("router.context")
+
+T = TypeVar("T")
 
 # Item operations on a table that does not exist, or is not ready for them (still being created or
 # already being deleted), fail with this message and no table name, as DynamoDB's data plane does.
@@ -617,22 +619,41 @@ class RouterContext:
 
     async def feed_call(
         self,
-        node_id: str,
+        partition: PartitionDef,
         op: str,
         table_id: str,
-        partition_id: str,
         body: dict[str, Any],
         timeout: float = limits.CONTROL_CALL_SECONDS_MAX,
     ) -> dict[str, Any]:
-        """A change-feed consumer call (`rpc.ops.FEED_OPS`) about one partition, live or retired,
-        on one node (the envelope carries no epoch)."""
-        target = ops.Target(table_id, partition_id)
-        return await self._client(node_id).call(op, target, body, timeout)
+        """A change-feed consumer call (`rpc.ops.FEED_OPS`) about one partition, live or retired
+        (the envelope carries no epoch): on its node, or at a replicated one's leader."""
+        target = ops.Target(table_id, partition.id)
 
-    def feed_client(self, node_id: str) -> FeedTransport:
-        """The change feed of one node, on its transport (made on first use, closed with it):
-        the Streams API reads shards with it."""
-        return self._client(node_id).feed()
+        def attempt(node: str, remaining: float) -> Awaitable[dict[str, Any]]:
+            return self._client(node).call(op, target, body, remaining)
+
+        return await self._on_replicas(partition, table_id, op, attempt, timeout)
+
+    async def feed_read(
+        self,
+        table_id: str,
+        partition: PartitionDef,
+        after_seq: int,
+        *,
+        max_records: int,
+        timeout: float,
+    ) -> FeedPage:
+        """The records of a partition's change log after `after_seq` there are now (one read of
+        a follow: how GetRecords reads a shard), from its node or a replicated one's leader,
+        which alone serves its feed."""
+
+        def attempt(node: str, remaining: float) -> Awaitable[FeedPage]:
+            feed = self._client(node).feed()
+            return feed.read(
+                table_id, partition.id, after_seq, max_records=max_records, timeout=remaining
+            )
+
+        return await self._on_replicas(partition, table_id, "change log read", attempt, timeout)
 
     def _client(self, node_id: str) -> NodeTransport:
         client = self.clients.get(node_id)
@@ -669,17 +690,11 @@ class RouterContext:
         body: dict[str, Any],
         timeout: float,
     ) -> dict[str, Any]:
-        """Send a request to a replicated partition: a write or a strongly consistent read to
-        its leader (the one last seen, else its first replica), following NotPartitionLeader to
-        the leader a replica names, and to the next replica (pausing once all were asked) while
-        an election is under way or a node cannot be reached; an eventually consistent read to
-        its replicas in turn, as DynamoDB serves those from any replica. A write goes elsewhere
-        only when it was certainly not applied (refused as not the leader, or never sent);
-        an unknown outcome is the caller's, as at one copy. All within `timeout`."""
+        """Send a request to a replicated partition (`_on_replicas`): an eventually consistent
+        read to its replicas in turn, as DynamoDB serves those from any replica, unless this
+        router wrote to the partition a moment ago; the rest to its leader."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
         key = (target.table_id, partition.id)
-        replicas = partition.replicas
         anywhere = op in _EVENTUAL_READS and not target.consistent
         if (
             anywhere
@@ -687,6 +702,41 @@ class RouterContext:
         ):
             # Written through this router a moment ago: its leader has the write applied.
             anywhere = key not in self._leaders
+
+        def attempt(node: str, remaining: float) -> Awaitable[dict[str, Any]]:
+            return self._client(node).call(op, target, body, remaining)
+
+        reply = await self._on_replicas(
+            partition, target.table_id, op, attempt, timeout, anywhere=anywhere, read=op in _READS
+        )
+        if op not in _READS:
+            self._written[key] = loop.time()
+        return reply
+
+    async def _on_replicas(
+        self,
+        partition: PartitionDef,
+        table_id: str,
+        what: str,
+        attempt: Callable[[str, float], Awaitable[T]],
+        timeout: float,
+        *,
+        anywhere: bool = False,
+        read: bool = False,
+    ) -> T:
+        """`attempt(node, seconds left)` on the node of a partition of one copy; on a replicated
+        one, at its leader (the one last seen, else its first replica), following
+        NotPartitionLeader to the leader a replica names, and to the next replica (pausing once
+        all were asked) while an election is under way or a node cannot be reached; with
+        `anywhere`, at its replicas in turn. A write (`read` False) goes elsewhere only when it
+        was certainly not applied (refused as not the leader, or never sent); an unknown outcome
+        is the caller's, as at one copy. All within `timeout`."""
+        if not partition.replicas:
+            return await attempt(partition.node, timeout)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        key = (table_id, partition.id)
+        replicas = partition.replicas
         if anywhere:
             self._read_turn += 1
             node = replicas[self._read_turn % len(replicas)]
@@ -698,12 +748,12 @@ class RouterContext:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 raise ServiceUnavailable(
-                    f"No replica of partition {partition.id} could take the {op} in time "
+                    f"No replica of partition {partition.id} could take the {what} in time "
                     "(its leader is changing); retry"
                 )
             asked.add(node)
             try:
-                reply = await self._client(node).call(op, target, body, remaining)
+                reply = await attempt(node, remaining)
             except NotPartitionLeader as refused:
                 self._leaders.pop(key, None)
                 if refused.leader in replicas and refused.leader not in (node, None):
@@ -713,13 +763,11 @@ class RouterContext:
                 self._leaders.pop(key, None)
             except ServiceUnavailable:
                 self._leaders.pop(key, None)
-                if not anywhere and op not in _READS:
+                if not anywhere and not read:
                     raise  # A write the node may have taken: its outcome is the caller's.
             else:
                 if not anywhere:
                     self._leaders[key] = node
-                if op not in _READS:
-                    self._written[key] = loop.time()
                 return reply
             untried = [replica for replica in replicas if replica not in asked]
             if not untried:

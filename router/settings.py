@@ -35,7 +35,7 @@ class RouterSettings:
         "DYNALAB_REPLICATION_FACTOR",
         at_least(1, "replica"),
         "replicas of each new table's partitions, one per node (fewer on fewer nodes); a table "
-        "with global indexes or a stream keeps one (replicating those is not built yet)",
+        "with global indexes keeps one (replicating those is not built yet)",
     )
     move_split_children: bool = setting(
         True,

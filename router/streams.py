@@ -117,9 +117,7 @@ async def _register(
     as tests do) has it registered here at seq 0, its whole log being owed."""
     body = ops.RegisterConsumerPayload(stream.consumer, 0).to_json()
     try:
-        return await ctx.feed_call(
-            partition.node, ops.REGISTER_CONSUMER, table.id, partition.id, body
-        )
+        return await ctx.feed_call(partition, ops.REGISTER_CONSUMER, table.id, body)
     except StaleEpoch:
         # A retired partition whose log is gone: its records are all past the retention.
         raise ResourceNotFound(SHARD_NOT_FOUND) from None
@@ -131,14 +129,13 @@ async def _position(
     """The stream's consumer on `partition` once moved past the records older than the
     retention: {seq (what the stream no longer owes), first_seq, last_seq}."""
     position = await _register(ctx, table, stream, partition)
-    client = ctx.feed_client(partition.node)
     for _ in range(_EXPIRY_PAGES_MAX):
         if position["seq"] >= position["last_seq"]:
             break
         try:
-            page = await client.read(
+            page = await ctx.feed_read(
                 table.id,
-                partition.id,
+                partition,
                 position["seq"],
                 max_records=limits.GET_RECORDS_LIMIT_MAX,
                 timeout=limits.CONTROL_CALL_SECONDS_MAX,
@@ -156,10 +153,9 @@ async def _position(
             if passed == position["seq"]:
                 break
         position = await ctx.feed_call(
-            partition.node,
+            partition,
             ops.CHECKPOINT,
             table.id,
-            partition.id,
             ops.CheckpointPayload(stream.consumer, passed).to_json(),
         )
     return position
@@ -389,9 +385,9 @@ async def get_records(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any
     if end_seq is not None and iterator.after_seq >= end_seq:
         return {"Records": []}  # A closed shard drained: no NextShardIterator.
     try:
-        page = await ctx.feed_client(partition.node).read(
+        page = await ctx.feed_read(
             table.id,
-            partition.id,
+            partition,
             iterator.after_seq,
             max_records=limit,
             timeout=limits.NODE_CALL_SECONDS_MAX,

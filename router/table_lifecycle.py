@@ -265,10 +265,9 @@ class _Handlers:
         await all_calls(
             [
                 self.ctx.feed_call(
-                    partition.node,
+                    partition,
                     ops.REGISTER_CONSUMER,
                     table.id,
-                    partition.id,
                     ops.RegisterConsumerPayload(consumer).to_json(),
                 )
                 for partition in table.partitions
@@ -287,9 +286,7 @@ class _Handlers:
         body = ops.UnregisterConsumerPayload(_stream(record).consumer).to_json()
         await all_calls(
             [
-                self.ctx.feed_call(
-                    partition.node, ops.UNREGISTER_CONSUMER, table.id, partition.id, body
-                )
+                self.ctx.feed_call(partition, ops.UNREGISTER_CONSUMER, table.id, body)
                 for partition in table.partitions
             ]
         )
@@ -524,10 +521,9 @@ async def _closed_shard(
     END for a retired one; 0 for a retired one whose log is gone)."""
     try:
         position = await ctx.feed_call(
-            partition.node,
+            partition,
             ops.REGISTER_CONSUMER,
             table.id,
-            partition.id,
             ops.RegisterConsumerPayload(stream.consumer).to_json(),
         )
     except StaleEpoch:
@@ -702,9 +698,7 @@ async def _let_go(ctx: RouterContext, table: TableDef, stream: catalog.StreamDef
     body = ops.UnregisterConsumerPayload(stream.consumer).to_json()
     for partition in partitions.values():
         try:
-            await ctx.feed_call(
-                partition.node, ops.UNREGISTER_CONSUMER, table.id, partition.id, body
-            )
+            await ctx.feed_call(partition, ops.UNREGISTER_CONSUMER, table.id, body)
         except StaleEpoch:
             continue  # A retired partition whose log is gone already.
 
@@ -729,9 +723,7 @@ async def _held(
     for consumer in consumers:
         body = ops.CheckpointPayload(consumer, 0).to_json()  # Never moves a consumer back.
         try:
-            position = await ctx.feed_call(
-                partition.node, ops.CHECKPOINT, table.id, partition.id, body
-            )
+            position = await ctx.feed_call(partition, ops.CHECKPOINT, table.id, body)
         except (StaleEpoch, ResourceNotFound):
             continue
         except DynamoError:

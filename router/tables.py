@@ -686,10 +686,11 @@ def _replica_sets(
     ctx: RouterContext, definition: dict[str, Any]
 ) -> Callable[[str, int], tuple[str, ...]] | None:
     """Where a new table's partitions are replicated, at the cluster's replication factor; None
-    for one copy each. A table with global indexes or a stream keeps one copy: its change logs'
-    consumers (the GSI replicator, Streams) do not yet follow a partition's leader."""
+    for one copy each. A table with global indexes keeps one copy: the GSI replicator does not
+    yet follow a partition's leader, nor write an index's replicas (a stream does: its reads go
+    to each partition's leader, `RouterContext.feed_read`)."""
     factor = min(ctx.settings.replication_factor, limits.REPLICATION_FACTOR_MAX)
-    if factor < 2 or definition["global_indexes"] or definition["stream_view_type"] is not None:
+    if factor < 2 or definition["global_indexes"]:
         return None
     ring = ctx.ring
     return lambda partition_id, position: ring.replica_set(partition_id, factor, position)
@@ -1139,10 +1140,11 @@ async def _update_index_throughput(
 
 async def update_table(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
     request = _read_update_table(body)
-    if request.index_updates or request.warm is not None or request.stream is not None:
+    if request.index_updates or request.warm is not None:
         # (A change of throughput or billing mode is each partition's entry at its leader:
-        # `_push_throughput`. Indexes, streams and warm throughput, which splits to meet it,
-        # wait for the change feed and splits on replicated partitions.)
+        # `_push_throughput`; a stream's consumers are registered at each leader. Global
+        # indexes and warm throughput, which splits to meet it, wait for the GSI replicator and
+        # splits on replicated partitions.)
         existing = await ctx.read_table(request.name)
         if existing is not None:
             catalog.refuse_replicated(existing, "This UpdateTable change")

@@ -30,6 +30,7 @@ from core.errors import (
     ChangeLogTrimmed,
     DynamoError,
     InternalServerError,
+    NotPartitionLeader,
     ServiceUnavailable,
 )
 from rpc import changefeed_pb2, changefeed_pb2_grpc
@@ -83,6 +84,8 @@ def error_to_proto(error: DynamoError) -> changefeed_pb2.FeedError:
     proto = changefeed_pb2.FeedError(type=error.type_name, message=error.message or "")
     if isinstance(error, ChangeLogTrimmed) and error.first_retained_seq is not None:
         proto.first_retained_seq = error.first_retained_seq
+    if isinstance(error, NotPartitionLeader) and error.leader is not None:
+        proto.leader = error.leader
     return proto
 
 
@@ -91,6 +94,8 @@ def error_from_proto(error: changefeed_pb2.FeedError) -> DynamoError:
     if error.type == ChangeLogTrimmed.type_name:
         first = error.first_retained_seq if error.HasField("first_retained_seq") else None
         return ChangeLogTrimmed(error.message, first)
+    if error.type == NotPartitionLeader.type_name:
+        return NotPartitionLeader(error.message, error.leader if error.HasField("leader") else None)
     error_type = ERROR_TYPES.get(error.type)
     if error_type is None:
         return InternalServerError(

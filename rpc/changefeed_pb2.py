@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14rpc/changefeed.proto\x12\x0b\x64ynalab.rpc\"\x8e\x01\n\rFollowRequest\x12\x10\n\x08table_id\x18\x01 \x01(\t\x12\x14\n\x0cpartition_id\x18\x02 \x01(\t\x12\x10\n\x08\x63onsumer\x18\x03 \x01(\t\x12\x16\n\tafter_seq\x18\x04 \x01(\x04H\x00\x88\x01\x01\x12\x1d\n\x15max_records_per_batch\x18\x05 \x01(\rB\x0c\n\n_after_seq\"\xee\x01\n\x0c\x43hangeRecord\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12,\n\x04kind\x18\x02 \x01(\x0e\x32\x1e.dynalab.rpc.ChangeRecord.Kind\x12\x0c\n\x04keys\x18\x03 \x01(\x0c\x12\x0b\n\x03old\x18\x04 \x01(\x0c\x12\x0b\n\x03new\x18\x05 \x01(\x0c\x12\x12\n\nby_service\x18\x06 \x01(\x08\x12\x10\n\x08\x63hildren\x18\x07 \x03(\t\x12\n\n\x02\x61t\x18\x08 \x01(\x01\"I\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\n\n\x06INSERT\x10\x01\x12\n\n\x06MODIFY\x10\x02\x12\n\n\x06REMOVE\x10\x03\x12\x07\n\x03\x45ND\x10\x04\"b\n\tFeedError\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x1f\n\x12\x66irst_retained_seq\x18\x03 \x01(\x04H\x00\x88\x01\x01\x42\x15\n\x13_first_retained_seq\"\x99\x01\n\x0b\x43hangeBatch\x12*\n\x07records\x18\x01 \x03(\x0b\x32\x19.dynalab.rpc.ChangeRecord\x12\x12\n\nend_of_log\x18\x02 \x01(\x08\x12\x11\n\tfirst_seq\x18\x03 \x01(\x04\x12\x10\n\x08last_seq\x18\x04 \x01(\x04\x12%\n\x05\x65rror\x18\x05 \x01(\x0b\x32\x16.dynalab.rpc.FeedError\"e\n\x0fRegisterRequest\x12\x10\n\x08table_id\x18\x01 \x01(\t\x12\x14\n\x0cpartition_id\x18\x02 \x01(\t\x12\x10\n\x08\x63onsumer\x18\x03 \x01(\t\x12\x10\n\x03seq\x18\x04 \x01(\x04H\x00\x88\x01\x01\x42\x06\n\x04_seq\"Z\n\x11\x43heckpointRequest\x12\x10\n\x08table_id\x18\x01 \x01(\t\x12\x14\n\x0cpartition_id\x18\x02 \x01(\t\x12\x10\n\x08\x63onsumer\x18\x03 \x01(\t\x12\x0b\n\x03seq\x18\x04 \x01(\x04\"M\n\x11UnregisterRequest\x12\x10\n\x08table_id\x18\x01 \x01(\t\x12\x14\n\x0cpartition_id\x18\x02 \x01(\t\x12\x10\n\x08\x63onsumer\x18\x03 \x01(\t\"~\n\rConsumerReply\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\x11\n\tfirst_seq\x18\x02 \x01(\x04\x12\x10\n\x08last_seq\x18\x03 \x01(\x04\x12\x14\n\x0cunregistered\x18\x04 \x01(\x08\x12%\n\x05\x65rror\x18\x05 \x01(\x0b\x32\x16.dynalab.rpc.FeedError2\xa8\x02\n\nChangeFeed\x12@\n\x06\x46ollow\x12\x1a.dynalab.rpc.FollowRequest\x1a\x18.dynalab.rpc.ChangeBatch0\x01\x12\x44\n\x08Register\x12\x1c.dynalab.rpc.RegisterRequest\x1a\x1a.dynalab.rpc.ConsumerReply\x12H\n\nCheckpoint\x12\x1e.dynalab.rpc.CheckpointRequest\x1a\x1a.dynalab.rpc.ConsumerReply\x12H\n\nUnregister\x12\x1e.dynalab.rpc.UnregisterRequest\x1a\x1a.dynalab.rpc.ConsumerReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14rpc/changefeed.proto\x12\x0b\x64ynalab.rpc\"\x8e\x01\n\rFollowRequest\x12\x10\n\x08table_id\x18\x01 \x01(\t\x12\x14\n\x0cpartition_id\x18\x02 \x01(\t\x12\x10\n\x08\x63onsumer\x18\x03 \x01(\t\x12\x16\n\tafter_seq\x18\x04 \x01(\x04H\x00\x88\x01\x01\x12\x1d\n\x15max_records_per_batch\x18\x05 \x01(\rB\x0c\n\n_after_seq\"\xee\x01\n\x0c\x43hangeRecord\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12,\n\x04kind\x18\x02 \x01(\x0e\x32\x1e.dynalab.rpc.ChangeRecord.Kind\x12\x0c\n\x04keys\x18\x03 \x01(\x0c\x12\x0b\n\x03old\x18\x04 \x01(\x0c\x12\x0b\n\x03new\x18\x05 \x01(\x0c\x12\x12\n\nby_service\x18\x06 \x01(\x08\x12\x10\n\x08\x63hildren\x18\x07 \x03(\t\x12\n\n\x02\x61t\x18\x08 \x01(\x01\"I\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\n\n\x06INSERT\x10\x01\x12\n\n\x06MODIFY\x10\x02\x12\n\n\x06REMOVE\x10\x03\x12\x07\n\x03\x45ND\x10\x04\"\x82\x01\n\tFeedError\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x1f\n\x12\x66irst_retained_seq\x18\x03 \x01(\x04H\x00\x88\x01\x01\x12\x13\n\x06leader\x18\x04 \x01(\tH\x01\x88\x01\x01\x42\x15\n\x13_first_retained_seqB\t\n\x07_leader\"\x99\x01\n\x0b\x43hangeBatch\x12*\n\x07records\x18\x01 \x03(\x0b\x32\x19.dynalab.rpc.ChangeRecord\x12\x12\n\nend_of_log\x18\x02 \x01(\x08\x12\x11\n\tfirst_seq\x18\x03 \x01(\x04\x12\x10\n\x08last_seq\x18\x04 \x01(\x04\x12%\n\x05\x65rror\x18\x05 \x01(\x0b\x32\x16.dynalab.rpc.FeedError\"e\n\x0fRegisterRequest\x12\x10\n\x08table_id\x18\x01 \x01(\t\x12\x14\n\x0cpartition_id\x18\x02 \x01(\t\x12\x10\n\x08\x63onsumer\x18\x03 \x01(\t\x12\x10\n\x03seq\x18\x04 \x01(\x04H\x00\x88\x01\x01\x42\x06\n\x04_seq\"Z\n\x11\x43heckpointRequest\x12\x10\n\x08table_id\x18\x01 \x01(\t\x12\x14\n\x0cpartition_id\x18\x02 \x01(\t\x12\x10\n\x08\x63onsumer\x18\x03 \x01(\t\x12\x0b\n\x03seq\x18\x04 \x01(\x04\"M\n\x11UnregisterRequest\x12\x10\n\x08table_id\x18\x01 \x01(\t\x12\x14\n\x0cpartition_id\x18\x02 \x01(\t\x12\x10\n\x08\x63onsumer\x18\x03 \x01(\t\"~\n\rConsumerReply\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\x11\n\tfirst_seq\x18\x02 \x01(\x04\x12\x10\n\x08last_seq\x18\x03 \x01(\x04\x12\x14\n\x0cunregistered\x18\x04 \x01(\x08\x12%\n\x05\x65rror\x18\x05 \x01(\x0b\x32\x16.dynalab.rpc.FeedError2\xa8\x02\n\nChangeFeed\x12@\n\x06\x46ollow\x12\x1a.dynalab.rpc.FollowRequest\x1a\x18.dynalab.rpc.ChangeBatch0\x01\x12\x44\n\x08Register\x12\x1c.dynalab.rpc.RegisterRequest\x1a\x1a.dynalab.rpc.ConsumerReply\x12H\n\nCheckpoint\x12\x1e.dynalab.rpc.CheckpointRequest\x1a\x1a.dynalab.rpc.ConsumerReply\x12H\n\nUnregister\x12\x1e.dynalab.rpc.UnregisterRequest\x1a\x1a.dynalab.rpc.ConsumerReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,18 +37,18 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CHANGERECORD']._serialized_end=421
   _globals['_CHANGERECORD_KIND']._serialized_start=348
   _globals['_CHANGERECORD_KIND']._serialized_end=421
-  _globals['_FEEDERROR']._serialized_start=423
-  _globals['_FEEDERROR']._serialized_end=521
-  _globals['_CHANGEBATCH']._serialized_start=524
-  _globals['_CHANGEBATCH']._serialized_end=677
-  _globals['_REGISTERREQUEST']._serialized_start=679
-  _globals['_REGISTERREQUEST']._serialized_end=780
-  _globals['_CHECKPOINTREQUEST']._serialized_start=782
-  _globals['_CHECKPOINTREQUEST']._serialized_end=872
-  _globals['_UNREGISTERREQUEST']._serialized_start=874
-  _globals['_UNREGISTERREQUEST']._serialized_end=951
-  _globals['_CONSUMERREPLY']._serialized_start=953
-  _globals['_CONSUMERREPLY']._serialized_end=1079
-  _globals['_CHANGEFEED']._serialized_start=1082
-  _globals['_CHANGEFEED']._serialized_end=1378
+  _globals['_FEEDERROR']._serialized_start=424
+  _globals['_FEEDERROR']._serialized_end=554
+  _globals['_CHANGEBATCH']._serialized_start=557
+  _globals['_CHANGEBATCH']._serialized_end=710
+  _globals['_REGISTERREQUEST']._serialized_start=712
+  _globals['_REGISTERREQUEST']._serialized_end=813
+  _globals['_CHECKPOINTREQUEST']._serialized_start=815
+  _globals['_CHECKPOINTREQUEST']._serialized_end=905
+  _globals['_UNREGISTERREQUEST']._serialized_start=907
+  _globals['_UNREGISTERREQUEST']._serialized_end=984
+  _globals['_CONSUMERREPLY']._serialized_start=986
+  _globals['_CONSUMERREPLY']._serialized_end=1112
+  _globals['_CHANGEFEED']._serialized_start=1115
+  _globals['_CHANGEFEED']._serialized_end=1411
 # @@protoc_insertion_point(module_scope)

@@ -144,24 +144,33 @@ class FeedError(_message.Message):
     TYPE_FIELD_NUMBER: _builtins.int
     MESSAGE_FIELD_NUMBER: _builtins.int
     FIRST_RETAINED_SEQ_FIELD_NUMBER: _builtins.int
+    LEADER_FIELD_NUMBER: _builtins.int
     type: _builtins.str
     message: _builtins.str
     first_retained_seq: _builtins.int
     """TrimmedDataAccessException: follow from this - 1."""
+    leader: _builtins.str
+    """NotPartitionLeader: the node this one believes leads."""
     def __init__(
         self,
         *,
         type: _builtins.str = ...,
         message: _builtins.str = ...,
         first_retained_seq: _builtins.int | None = ...,
+        leader: _builtins.str | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_first_retained_seq", b"_first_retained_seq", "first_retained_seq", b"first_retained_seq"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_first_retained_seq", b"_first_retained_seq", "_leader", b"_leader", "first_retained_seq", b"first_retained_seq", "leader", b"leader"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_first_retained_seq", b"_first_retained_seq", "first_retained_seq", b"first_retained_seq", "message", b"message", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_first_retained_seq", b"_first_retained_seq", "_leader", b"_leader", "first_retained_seq", b"first_retained_seq", "leader", b"leader", "message", b"message", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__first_retained_seq: _TypeAlias = _typing.Literal["first_retained_seq"]  # noqa: Y015
     _WhichOneofArgType__first_retained_seq: _TypeAlias = _typing.Literal["_first_retained_seq", b"_first_retained_seq"]  # noqa: Y015
+    _WhichOneofReturnType__leader: _TypeAlias = _typing.Literal["leader"]  # noqa: Y015
+    _WhichOneofArgType__leader: _TypeAlias = _typing.Literal["_leader", b"_leader"]  # noqa: Y015
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__first_retained_seq) -> _WhichOneofReturnType__first_retained_seq | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__leader) -> _WhichOneofReturnType__leader | None: ...
 
 Global___FeedError: _TypeAlias = FeedError  # noqa: Y015
 

@@ -12,6 +12,10 @@ followers' events are set on the loop), never longer than a heartbeat, after whi
 empty batch so the follower knows the node is alive. The first batch goes out even when empty: the
 follow is accepted. The follow ends after an END record, or at once when the service drains (the
 node is stopping); a refusal (`ChangeLogTrimmed`, `StaleEpoch`, a `ValidationError`) is raised.
+A replicated partition's feed is served by its leader alone, once complete
+(`replication.ReadView.check_feed`): elsewhere the follow is refused, or ended before its next
+batch, with `NotPartitionLeader` naming the leader, so that a follower reads only a log that holds
+every acknowledged change.
 
 Register, checkpoint and unregister are writes like any other: they go through the node's group
 commit (`submit`), so an acknowledged checkpoint survives kill -9.
@@ -118,11 +122,15 @@ class FeedService:
         ref = (table_id, partition_id)
         event = self.hub.watch(ref)
         try:
+            self.node.check_feed(ref)
             after = self._start_seq(table_id, partition_id, consumer, after_seq)
             records_max = records_max or limits.CHANGE_FEED_BATCH_RECORDS_MAX
             idle = True  # The first batch goes out even empty: the follow is accepted.
             while not self.hub.closed:
                 event.clear()
+                # A replica that stopped leading (deposed, or copying another member's state)
+                # ends the follow naming its leader, within a heartbeat at most.
+                self.node.check_feed(ref)
                 page, encoded = await self._offload(
                     functools.partial(self._read, ref, after, records_max, encode)
                 )

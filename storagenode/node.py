@@ -331,6 +331,18 @@ class StorageNode:
             if charged:
                 self.throughput.settle_read(key, consistent, read_bytes, charged)
 
+    def check_feed(self, ref: PartitionRef) -> None:
+        """Refuse to serve partition `ref`'s change feed where its replica does not serve it now
+        (`replication.ReadView.check_feed`); a partition of one copy is served here."""
+        view = self.replication.views.get(ref)
+        if view is not None:
+            view.check_feed(self.monotonic(), ref[1])
+
+    def serves_feed(self, ref: PartitionRef) -> bool:
+        """Whether this node serves partition `ref`'s change feed now (`check_feed`)."""
+        view = self.replication.views.get(ref)
+        return view is None or (view.leads and self.monotonic() < view.feed_until)
+
     def _note_read_heat(self, ref: PartitionRef, op: str, body: dict[str, Any]) -> None:
         """Note the storage key a throttled read asked for (a Query: its item collection's
         start); a Scan, which reads a range, notes nothing."""

@@ -40,8 +40,18 @@ from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future
 
 from core import limits
-from core.errors import LeaseUnavailable, NotPartitionLeader
-from core.raft import NONE, ConfState, Entry, EntryKind, Message, Role, Snapshot, TimeoutSource
+from core.errors import LeaseUnavailable, NotPartitionLeader, ServiceUnavailable
+from core.raft import (
+    NONE,
+    ConfState,
+    Entry,
+    EntryKind,
+    Message,
+    RaftNode,
+    Role,
+    Snapshot,
+    TimeoutSource,
+)
 from core.raft import NotLeader as RaftNotLeader
 from storagenode.layout import Family
 from storagenode.partition import Partition
@@ -184,12 +194,21 @@ class ReadView:
     ticks, `core.raft`, turned into the monotonic time it ends, a tick early). An eventually
     consistent read is served by the leader, or by a follower until `fresh_until`: while it has
     heard from its leader within the last half election timeout and applied all it knows
-    committed. A follower cut off from its leader so stops serving within that bound."""
+    committed. A follower cut off from its leader so stops serving within that bound.
+
+    The change feed (follows, and the reads of GetRecords) is served only by the leader, until
+    `feed_until` (`check_feed`): once it has committed an entry of its own term and applied
+    every entry it knows committed, so that its change log holds every change any leader
+    acknowledged; and while it holds its lease, or, its group asleep, while its node has heard
+    from a quorum of the group's nodes within the last half election timeout. A leader cut off
+    from the others so stops serving its feed before they can elect another (a change log
+    read there is never wrong, being a prefix of the group's, but it would stop growing)."""
 
     leader: str | None  # the member this replica believes leads (None: none known)
     leads: bool
     lease_until: float
     fresh_until: float
+    feed_until: float = 0.0
 
     def check(self, consistent: bool, now: float, partition_id: str) -> None:
         if self.leads and (not consistent or now < self.lease_until):
@@ -201,9 +220,25 @@ class ReadView:
                 f"The leader of partition {partition_id} holds no lease now (it was just "
                 "elected, or its group was idle): it must confirm it still leads first"
             )
-        known = f"; {self.leader} leads it" if self.leader else "; no leader is known yet"
         what = "a strongly consistent read" if consistent else "reads: it is behind its leader"
-        raise NotPartitionLeader(
+        raise self._not_leader(partition_id, what)
+
+    def check_feed(self, now: float, partition_id: str) -> None:
+        """Refuse a change-feed request unless this replica serves the feed now: a follower
+        names its leader (NotPartitionLeader); a leader not there yet, or no longer sure it
+        leads, is retried (ServiceUnavailable)."""
+        if self.leads and now < self.feed_until:
+            return
+        if self.leads:
+            raise ServiceUnavailable(
+                f"The leader of partition {partition_id} serves no change feed now (it was just "
+                "elected, or has not heard from its group's other nodes lately); retry"
+            )
+        raise self._not_leader(partition_id, "change feed")
+
+    def _not_leader(self, partition_id: str, what: str) -> NotPartitionLeader:
+        known = f"; {self.leader} leads it" if self.leader else "; no leader is known yet"
+        return NotPartitionLeader(
             f"This node's replica of partition {partition_id} serves no {what}{known}",
             self.leader,
         )
@@ -546,8 +581,10 @@ class Replication:
             # A copy of another member's state is whole once applied to `serve_from`.
             caught_up = node.log.applied >= max(node.log.committed, group.storage.serve_from)
             leader = node_name(node.leader) if node.leader != NONE else None
-            lease_until = fresh_until = 0.0
+            lease_until = fresh_until = feed_until = 0.0
             if node.role is Role.LEADER:
+                if caught_up and node.committed_in_term():
+                    feed_until = self._feed_until(node, group.asleep, now, tick_seconds)
                 # A sleeping leader's clock is stopped: its lease, counted on that clock, is
                 # believed only once it wakes (`raft_host`), never while it sleeps.
                 if caught_up and not group.asleep and node.lease_valid():
@@ -557,7 +594,7 @@ class Replication:
                 if heard < half_timeout:
                     fresh_until = now + (half_timeout - heard - 1) * tick_seconds
             views[partition_of_group(name)] = ReadView(
-                leader, node.role is Role.LEADER, lease_until, fresh_until
+                leader, node.role is Role.LEADER, lease_until, fresh_until, feed_until
             )
         for name, install in self.installs.items():
             views[partition_of_group(name)] = ReadView(node_name(install.sender), False, 0.0, 0.0)
@@ -565,6 +602,22 @@ class Replication:
         if now >= self._status_due:
             self._status_due = now + limits.RAFT_STATUS_SECONDS
             self.status = self._report()
+
+    def _feed_until(self, node: RaftNode, asleep: bool, now: float, tick_seconds: float) -> float:
+        """Until when a leader that has its log whole serves its feed (`ReadView`)."""
+        if not asleep:
+            if not node.lease_valid():
+                return 0.0
+            return now + (node.lease_end - node.now - 1) * tick_seconds
+        heard = sorted(
+            self.host.heard_ticks_ago(voter) for voter in node.conf.voters if voter != node.id
+        )
+        # This node and the quorum - 1 others heard from most recently.
+        quorum_heard = heard[len(node.conf.voters) // 2 - 1] if heard else 0
+        half_timeout = self.host.election_timeout // 2
+        if quorum_heard >= half_timeout:
+            return 0.0
+        return now + (half_timeout - quorum_heard - 1) * tick_seconds
 
     def _report(self) -> dict[PartitionRef, GroupStatus]:
         """Every replicated group's state now (`GroupStatus`)."""

@@ -18,6 +18,8 @@ an executor thread, a page at a time) and checkpoints it, through the group comm
 A checkpoint never moves back and never past a record the stream still owes, so a round racing a
 router doing the same (`router.streams`, at TRIM_HORIZON and DescribeStream) changes nothing
 twice. A failed round (the node overloaded or stopping) is logged and tried again next round.
+A replicated partition's stream is kept so by its leader alone, through its group: every
+replica applies the checkpoint, and a follower's round passes it by.
 The rounds run as an `rpc.background.BackgroundTask`.
 """
 
@@ -30,7 +32,7 @@ from typing import Any
 
 from core import limits, streams
 from core.catalog import is_stream_consumer
-from core.errors import ChangeLogTrimmed, DynamoError, StaleEpoch
+from core.errors import ChangeLogTrimmed, DynamoError, NotPartitionLeader, StaleEpoch
 from rpc import ops
 from rpc.background import BackgroundTask
 from rpc.ops import Target
@@ -86,6 +88,8 @@ class StreamRetention:
         """One round over every stream consumer on the node; how many checkpoints moved."""
         moved = 0
         for ref, consumers in list(self.node.feeds.checkpoints.items()):
+            if not self.node.serves_feed(ref):
+                continue  # A replica of a replicated partition: its leader keeps the stream.
             for consumer, checkpoint in list(consumers.items()):
                 if is_stream_consumer(consumer):
                     moved += await self._advance(ref, consumer, checkpoint)
@@ -99,7 +103,10 @@ class StreamRetention:
             if passed <= checkpoint:
                 break
             body = ops.CheckpointPayload(consumer, passed).to_json()
-            reply = await self.submit(ops.CHECKPOINT, Target(*ref), body)
+            try:
+                reply = await self.submit(ops.CHECKPOINT, Target(*ref), body)
+            except NotPartitionLeader:
+                break  # It stopped leading since the round began: the new leader goes on.
             checkpoint = int(reply["seq"])
             moved = 1
         return moved

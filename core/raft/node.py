@@ -211,7 +211,7 @@ class RaftNode:
         if self.PLANTED_BUG_UNCHECKED_READS:
             self.read_states.append(ReadState(context, self.log.committed, ReadVia.UNCHECKED))
             return
-        if not self._committed_in_term():
+        if not self.committed_in_term():
             self.reads_waiting_for_commit.append(context)
             return
         self._start_read(context)
@@ -745,7 +745,7 @@ class RaftNode:
                 conf_changed = True
         if self.role is Role.LEADER and conf_changed:
             self._maybe_commit()  # a smaller quorum may commit more at once
-        if self.role is Role.LEADER and self._committed_in_term():
+        if self.role is Role.LEADER and self.committed_in_term():
             waiting, self.reads_waiting_for_commit = self.reads_waiting_for_commit, []
             for context in waiting:
                 self._start_read(context)
@@ -777,7 +777,10 @@ class RaftNode:
 
     # Strong reads.
 
-    def _committed_in_term(self) -> bool:
+    def committed_in_term(self) -> bool:
+        """Whether an entry of this node's term is committed: at a leader, its commit index then
+        covers every entry any earlier leader committed (the paper's 5.4.2; etcd's
+        committedEntryInCurrentTerm)."""
         return self.log.term(self.log.committed) == self.term
 
     def _start_read(self, context: int) -> None:
