@@ -184,11 +184,7 @@ async def _checkpoint(
     ctx = RouterContext({node.node_id: node.address for node in cluster.nodes}, "test")
     try:
         return await ctx.feed_call(
-            partition.node,
-            ops.CHECKPOINT,
-            table_id,
-            partition.id,
-            ops.CheckpointPayload(consumer, 0).to_json(),
+            partition, ops.CHECKPOINT, table_id, ops.CheckpointPayload(consumer, 0).to_json()
         )
     finally:
         await ctx.close()
@@ -201,11 +197,7 @@ async def _consumer_on(
     ctx = RouterContext({node.node_id: node.address for node in cluster.nodes}, "test")
     try:
         await ctx.feed_call(
-            partition.node,
-            ops.CHECKPOINT,
-            table_id,
-            partition.id,
-            ops.CheckpointPayload(consumer, 0).to_json(),
+            partition, ops.CHECKPOINT, table_id, ops.CheckpointPayload(consumer, 0).to_json()
         )
         return True
     except ResourceNotFound:
