@@ -39,7 +39,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from core import catalog, limits, table_arns
 from core.catalog import CatalogDisagreement, CatalogLocation, PartitionDef, TableDef
@@ -47,7 +47,6 @@ from core.catalog_copy import CATALOG_COPY_PARTITION_ID, CatalogCopy, merged, ne
 from core.errors import (
     ConditionalCheckFailed,
     DynamoError,
-    NotPartitionLeader,
     OutcomeUnknown,
     ResourceNotFound,
     ServiceUnavailable,
@@ -76,11 +75,10 @@ from rpc.catalog_client import (
 )
 from rpc.client import NodeClient
 from rpc.machines import CrashPoints, HoldPoints
-from rpc.transport import FeedPage, NodeTransport, NotSent
+from rpc.replicas import ReplicaCalls
+from rpc.transport import FeedPage, NodeTransport
 
 log = logging.getLogger("router.context")
-
-T = TypeVar("T")
 
 # Item operations on a table that does not exist, or is not ready for them (still being created or
 # already being deleted), fail with this message and no table name, as DynamoDB's data plane does.
@@ -127,10 +125,8 @@ class RouterContext:
             node_id: connect(address) for node_id, address in nodes.items()
         }
         self.ring = HashRing(self.clients)
-        # The node that last answered as the leader of each replicated partition, and a count
-        # that spreads eventually consistent reads over replicas.
-        self._leaders: dict[tuple[str, str], str] = {}
-        self._read_turn = 0
+        # The leaders of replicated partitions last seen, and the loop that finds them.
+        self.replicas = ReplicaCalls()
         # When this router last had a write to each replicated partition acknowledged.
         self._written: dict[tuple[str, str], float] = {}
         # Where the catalog lives, once read from (or, on a new cluster, written to) the nodes.
@@ -632,7 +628,7 @@ class RouterContext:
         def attempt(node: str, remaining: float) -> Awaitable[dict[str, Any]]:
             return self._client(node).call(op, target, body, remaining)
 
-        return await self._on_replicas(partition, table_id, op, attempt, timeout)
+        return await self.replicas.call(partition, table_id, op, attempt, timeout)
 
     async def feed_read(
         self,
@@ -653,7 +649,7 @@ class RouterContext:
                 table_id, partition.id, after_seq, max_records=max_records, timeout=remaining
             )
 
-        return await self._on_replicas(partition, table_id, "change log read", attempt, timeout)
+        return await self.replicas.call(partition, table_id, "change log read", attempt, timeout)
 
     def _client(self, node_id: str) -> NodeTransport:
         client = self.clients.get(node_id)
@@ -690,7 +686,7 @@ class RouterContext:
         body: dict[str, Any],
         timeout: float,
     ) -> dict[str, Any]:
-        """Send a request to a replicated partition (`_on_replicas`): an eventually consistent
+        """Send a request to a replicated partition (`rpc.replicas`): an eventually consistent
         read to its replicas in turn, as DynamoDB serves those from any replica, unless this
         router wrote to the partition a moment ago; the rest to its leader."""
         loop = asyncio.get_running_loop()
@@ -701,81 +697,17 @@ class RouterContext:
             and loop.time() - self._written.get(key, -1e9) < limits.READ_YOUR_WRITES_SECONDS
         ):
             # Written through this router a moment ago: its leader has the write applied.
-            anywhere = key not in self._leaders
+            anywhere = not self.replicas.knows_leader(*key)
 
         def attempt(node: str, remaining: float) -> Awaitable[dict[str, Any]]:
             return self._client(node).call(op, target, body, remaining)
 
-        reply = await self._on_replicas(
+        reply = await self.replicas.call(
             partition, target.table_id, op, attempt, timeout, anywhere=anywhere, read=op in _READS
         )
         if op not in _READS:
             self._written[key] = loop.time()
         return reply
-
-    async def _on_replicas(
-        self,
-        partition: PartitionDef,
-        table_id: str,
-        what: str,
-        attempt: Callable[[str, float], Awaitable[T]],
-        timeout: float,
-        *,
-        anywhere: bool = False,
-        read: bool = False,
-    ) -> T:
-        """`attempt(node, seconds left)` on the node of a partition of one copy; on a replicated
-        one, at its leader (the one last seen, else its first replica), following
-        NotPartitionLeader to the leader a replica names, and to the next replica (pausing once
-        all were asked) while an election is under way or a node cannot be reached; with
-        `anywhere`, at its replicas in turn. A write (`read` False) goes elsewhere only when it
-        was certainly not applied (refused as not the leader, or never sent); an unknown outcome
-        is the caller's, as at one copy. All within `timeout`."""
-        if not partition.replicas:
-            return await attempt(partition.node, timeout)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        key = (table_id, partition.id)
-        replicas = partition.replicas
-        if anywhere:
-            self._read_turn += 1
-            node = replicas[self._read_turn % len(replicas)]
-        else:
-            node = self._leaders.get(key, partition.node)
-        asked: set[str] = set()
-        pause = limits.REPLICA_RETRY_PAUSE_SECONDS_MIN
-        while True:
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                raise ServiceUnavailable(
-                    f"No replica of partition {partition.id} could take the {what} in time "
-                    "(its leader is changing); retry"
-                )
-            asked.add(node)
-            try:
-                reply = await attempt(node, remaining)
-            except NotPartitionLeader as refused:
-                self._leaders.pop(key, None)
-                if refused.leader in replicas and refused.leader not in (node, None):
-                    node = refused.leader
-                    continue
-            except NotSent:
-                self._leaders.pop(key, None)
-            except ServiceUnavailable:
-                self._leaders.pop(key, None)
-                if not anywhere and not read:
-                    raise  # A write the node may have taken: its outcome is the caller's.
-            else:
-                if not anywhere:
-                    self._leaders[key] = node
-                return reply
-            untried = [replica for replica in replicas if replica not in asked]
-            if not untried:
-                await asyncio.sleep(min(pause, max(0.0, deadline - loop.time())))
-                pause = min(2 * pause, limits.REPLICA_RETRY_PAUSE_SECONDS_MAX)
-                asked.clear()
-                untried = [replica for replica in replicas if replica != node] or [node]
-            node = untried[0]
 
     async def _after_stale(self, table: Route, backoff: float) -> tuple[Route, float]:
         """The table's route after a stale-epoch refusal, and the next backoff.
