@@ -23,23 +23,34 @@ DYNALAB_STREAM_RETENTION_SECONDS) may shorten the retention, for tests.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from bisect import bisect_right
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 
 from core import limits, streams
 from core.catalog import PartitionDef, PartitionState, StreamDef, TableDef
-from core.errors import ChangeLogTrimmed, ResourceNotFound, StaleEpoch, ValidationError
+from core.errors import (
+    ChangeLogTrimmed,
+    ResourceNotFound,
+    ServiceUnavailable,
+    StaleEpoch,
+    ValidationError,
+)
 from core.streams import ShardIterator
 from router.protocol import request_region
 from router.requests import NAME_PATTERN, RequestReader
 from router.tags import stream_arn
 from rpc import ops
+from rpc.transport import FeedPage
 
 if TYPE_CHECKING:
     from router.context import RouterContext
+
+T = TypeVar("T")
 
 TRIMMED = "The operation attempted to read past the oldest stream record in a shard."
 SHARD_NOT_FOUND = "Requested resource not found: Shard does not exist"
@@ -109,15 +120,53 @@ def _shard_partition(
     raise ResourceNotFound(SHARD_NOT_FOUND)
 
 
+async def _located(
+    ctx: RouterContext,
+    table: TableDef,
+    partition: PartitionDef,
+    call: Callable[[PartitionDef], Awaitable[T]],
+) -> T:
+    """`call` at the partition where the catalog places it now. A partition that moved since
+    `table` was read (a split's child moved to the node the ring places it on) answers
+    StaleEpoch where it was: the catalog is read again and the call follows it, waiting a
+    moment while the catalog has not caught up with the move. StaleEpoch is raised once the
+    catalog no longer lists the partition as serving (retired by a split, its table gone)."""
+    backoff = limits.STALE_EPOCH_BACKOFF_SECONDS_MIN
+    for _ in range(limits.STALE_EPOCH_ATTEMPTS_MAX):
+        try:
+            return await call(partition)
+        except StaleEpoch:
+            current = await ctx.read_table(table.name)
+            serving = (
+                None
+                if current is None or current.id != table.id
+                else next((p for p in current.partitions if p.id == partition.id), None)
+            )
+            if serving is None:
+                raise
+            if serving.nodes == partition.nodes:
+                await asyncio.sleep(backoff)
+                backoff *= 2
+            partition = serving
+    raise ServiceUnavailable(
+        f"Partition {partition.id}'s node kept refusing it while the catalog placed it there; retry"
+    )
+
+
 async def _register(
     ctx: RouterContext, table: TableDef, stream: StreamDef, partition: PartitionDef
-) -> dict[str, Any]:
-    """The stream's consumer on `partition` ({seq, first_seq, last_seq}). A split's children
-    have it from the node's split batch; a partition that does not (one a router created by hand,
-    as tests do) has it registered here at seq 0, its whole log being owed."""
+) -> tuple[dict[str, Any], PartitionDef]:
+    """The stream's consumer on `partition` ({seq, first_seq, last_seq}), and the partition as
+    the catalog places it now (`_located`). A split's children have it from the node's split
+    batch; a partition that does not (one a router created by hand, as tests do) has it
+    registered here at seq 0, its whole log being owed."""
     body = ops.RegisterConsumerPayload(stream.consumer, 0).to_json()
+
+    async def register(at: PartitionDef) -> tuple[dict[str, Any], PartitionDef]:
+        return await ctx.feed_call(at, ops.REGISTER_CONSUMER, table.id, body), at
+
     try:
-        return await ctx.feed_call(partition, ops.REGISTER_CONSUMER, table.id, body)
+        return await _located(ctx, table, partition, register)
     except StaleEpoch:
         # A retired partition whose log is gone: its records are all past the retention.
         raise ResourceNotFound(SHARD_NOT_FOUND) from None
@@ -128,7 +177,7 @@ async def _position(
 ) -> dict[str, Any]:
     """The stream's consumer on `partition` once moved past the records older than the
     retention: {seq (what the stream no longer owes), first_seq, last_seq}."""
-    position = await _register(ctx, table, stream, partition)
+    position, partition = await _register(ctx, table, stream, partition)
     for _ in range(_EXPIRY_PAGES_MAX):
         if position["seq"] >= position["last_seq"]:
             break
@@ -384,14 +433,18 @@ async def get_records(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any
     partition, end_seq = shard
     if end_seq is not None and iterator.after_seq >= end_seq:
         return {"Records": []}  # A closed shard drained: no NextShardIterator.
-    try:
-        page = await ctx.feed_read(
+
+    def read(at: PartitionDef) -> Awaitable[FeedPage]:
+        return ctx.feed_read(
             table.id,
-            partition,
+            at,
             iterator.after_seq,
             max_records=limit,
             timeout=limits.NODE_CALL_SECONDS_MAX,
         )
+
+    try:
+        page = await _located(ctx, table, partition, read)
     except ChangeLogTrimmed:
         raise _trimmed() from None
     except StaleEpoch:
