@@ -102,8 +102,10 @@ def shrink(
         for propose in (_shorter, _fewer_faults, _fewer_clients):
             for candidates in propose(best):
                 results = budget.try_all(candidates, seed, bug, set(failing))
+                # The budget may have run out before the round's last candidates were tried.
+                tried = candidates[: len(results)]
                 kept = next(
-                    ((c, r) for c, r in zip(candidates, results, strict=True) if r is not None),
+                    ((c, r) for c, r in zip(tried, results, strict=True) if r is not None),
                     None,
                 )
                 if kept is not None:

@@ -48,7 +48,7 @@ def test_a_planted_bugs_first_failing_run_shrinks_to_three_faults(
     first = sweep.run_seed(exercise.scenario, seed, exercise.duration_s, str(tmp_path), name)
     assert not first.valid, first
     run = tmp_path / str(seed)
-    shrunk = shrink.shrink(run, jobs=2, runs_max=20)
+    shrunk = shrink.shrink(run, jobs=2, runs_max=8)
     assert shrunk.faults <= 3, shrunk
     assert set(shrunk.failing) & set(first.failed_checkers)
     original = json.loads((run / "run.json").read_text())
