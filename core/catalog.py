@@ -1599,22 +1599,26 @@ def global_index(
     owner: Callable[[str], str],
     on_demand: OnDemandThroughput = OnDemandThroughput(),
     warm: WarmThroughput | None = None,
+    replicas_of: Callable[[str, int], tuple[str, ...]] | None = None,
 ) -> IndexDef:
     """A new global index, CREATING, stored under `index_id` in as many partitions as its
     throughput needs (as a table's: `initial_partition_count`) or its WarmThroughput (`warm`,
     `index_warm_created`) does, splitting the hash space of the index partition key evenly, each
-    at epoch 1 on the node `owner` picks for its id; with its OnDemandThroughput
-    (`index_on_demand_created`)."""
+    at epoch 1 on the node `owner` picks for its id, or replicated on `replicas_of`'s (as a
+    table's: `created`); with its OnDemandThroughput (`index_on_demand_created`)."""
     count = initial_partition_count(billing_mode, throughput.read, throughput.write)
     if warm is not None:
         count = max(count, warm_partition_count(warm))
     share = Fraction(1, count)
-    partitions = tuple(
-        PartitionDef(
-            f"{index_id}-{number}", start, end, 1, owner(f"{index_id}-{number}"), share=share
+    placed = []
+    for number, (start, end) in enumerate(initial_ranges(count)):
+        partition_id = f"{index_id}-{number}"
+        replicas = () if replicas_of is None else replicas_of(partition_id, number)
+        node = replicas[0] if replicas else owner(partition_id)
+        placed.append(
+            PartitionDef(partition_id, start, end, 1, node, share=share, replicas=replicas)
         )
-        for number, (start, end) in enumerate(initial_ranges(count))
-    )
+    partitions = tuple(placed)
     return IndexDef(
         name=name,
         key_shape=key_shape,

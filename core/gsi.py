@@ -269,10 +269,15 @@ class GlobalIndexSpec:
     warm: catalog.WarmThroughput | None = None
 
     def placed(
-        self, index_id: str, billing_mode: BillingMode, owner: Callable[[str], str]
+        self,
+        index_id: str,
+        billing_mode: BillingMode,
+        owner: Callable[[str], str],
+        replicas_of: Callable[[str, int], tuple[str, ...]] | None = None,
     ) -> IndexDef:
         """The index's catalog record, CREATING, stored under `index_id` in partitions of its
-        own, each on the node `owner` picks for its id (`core.catalog.global_index`)."""
+        own, each on the node `owner` picks for its id or replicated on `replicas_of`'s
+        (`core.catalog.global_index`)."""
         return catalog.global_index(
             name=self.name,
             key_shape=self.key_shape,
@@ -284,6 +289,7 @@ class GlobalIndexSpec:
             owner=owner,
             on_demand=self.on_demand,
             warm=self.warm,
+            replicas_of=replicas_of,
         )
 
 

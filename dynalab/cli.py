@@ -327,7 +327,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=1,
         help="replicas of each new table's partitions, on distinct nodes, kept by a Raft group "
-        "each (default 1; a table with global indexes keeps one for now)",
+        "each (default 1)",
     )
     up.add_argument(
         "--open", action="store_true", help="open the dashboard in a web browser once up"

@@ -51,7 +51,7 @@ import time
 import uuid
 from collections.abc import AsyncGenerator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
@@ -85,9 +85,12 @@ from gsi_replicator import leases
 from rpc import catalog_client, ops
 from rpc.client import NodeClient
 from rpc.machines import CrashPoints, Driver, Handler, HoldPoints
-from rpc.transport import FeedTransport, NodeTransport
+from rpc.replicas import Attempt, ReplicaCalls
+from rpc.transport import ConsumerPosition, FeedTransport, NodeTransport
 
 log = logging.getLogger("gsi_replicator")
+
+T = TypeVar("T")
 
 FollowerKey = tuple[str, str, str]  # (table id, partition id, change-feed consumer)
 
@@ -353,10 +356,22 @@ class _IndexWrites:
     a throttle, a node that does not answer) every follower whose part it carried, each of which
     retries as it would have alone. A follower sends its next run only once its part was
     answered, so one source's parts reach an index partition in seq order.
+
+    A replicated index partition (`partition_of` gives its catalog record) is written at its
+    leader (`rpc.replicas`), and a call that may have applied goes on to another replica: the
+    index partition skips a source's changes it has already applied (their seq is committed
+    with the entries), so a part applied twice changes nothing.
     """
 
-    def __init__(self, clients: Mapping[str, NodeTransport]) -> None:
+    def __init__(
+        self,
+        clients: Mapping[str, NodeTransport],
+        replicas: ReplicaCalls,
+        partition_of: Callable[[gsi.IndexTarget], PartitionDef | None],
+    ) -> None:
         self._clients = clients
+        self._replicas = replicas
+        self._partition_of = partition_of
         self._waiting: dict[gsi.IndexTarget, list[_Waiting]] = {}
         self._senders: dict[gsi.IndexTarget, asyncio.Task[None]] = {}
         self.calls = 0  # index_apply calls sent (a call carries one or more parts).
@@ -409,19 +424,29 @@ class _IndexWrites:
         if not live:
             return  # Every follower of these parts was cancelled meanwhile.
         index_id, partition_id, partition_epoch, node = target
+        index_target = ops.Target(index_id, partition_id, partition_epoch)
+        payload = ops.IndexApplyPayload([part for part, _ in live]).to_json()
+
+        async def attempt(at: str, remaining: float) -> dict[str, Any]:
+            return await _client(self._clients, at).call(
+                ops.INDEX_APPLY, index_target, payload, remaining
+            )
+
         try:
-            client = self._clients.get(node)
-            if client is None:
-                raise ServiceUnavailable(f"Storage node {node} is not known here")
-            payload = ops.IndexApplyPayload([part for part, _ in live]).to_json()
             self.calls += 1
             self.parts += len(live)
-            reply = await client.call(
-                ops.INDEX_APPLY,
-                ops.Target(index_id, partition_id, partition_epoch),
-                payload,
-                limits.NODE_CALL_SECONDS_MAX,
-            )
+            partition = self._partition_of(target)
+            if partition is None or not partition.replicas:
+                reply = await attempt(node, limits.NODE_CALL_SECONDS_MAX)
+            else:
+                reply = await self._replicas.call(
+                    partition,
+                    index_id,
+                    ops.INDEX_APPLY,
+                    attempt,
+                    limits.NODE_CALL_SECONDS_MAX,
+                    retry_safe=True,
+                )
             replies = reply["parts"]
             if len(replies) != len(live):
                 raise InternalServerError(
@@ -436,6 +461,13 @@ class _IndexWrites:
         for (_, future), part_reply in zip(live, replies, strict=True):
             if not future.done():
                 future.set_result(part_reply)
+
+
+def _client(clients: Mapping[str, NodeTransport], node: str) -> NodeTransport:
+    client = clients.get(node)
+    if client is None:
+        raise ServiceUnavailable(f"Storage node {node} is not known here")
+    return client
 
 
 def _fail(futures: Iterable[asyncio.Future[dict[str, Any]]], error: BaseException) -> None:
@@ -487,7 +519,9 @@ class Replicator:
         self.lease_rows: dict[FollowerKey, Lease] = {}  # Every lease, as last read.
         self.leases_ready = False  # The leases table exists on the catalog's node.
         self.clients: dict[str, NodeTransport] = {n: connect(a) for n, a in nodes.items()}
-        self.index_writes = _IndexWrites(self.clients)
+        # The leaders of replicated partitions last seen, and the loop that finds them.
+        self.replicas = ReplicaCalls()
+        self.index_writes = _IndexWrites(self.clients, self.replicas, self._index_partition)
         self.clock = clock
         self.tables: dict[str, TableDef] = {}  # By table id: the tables with global indexes.
         self.followers: dict[FollowerKey, asyncio.Task[None]] = {}
@@ -826,11 +860,38 @@ class Replicator:
         table = self.tables.get(table_id)
         return table is not None and any(p.id == partition_id for p in table.retired)
 
-    def _feed(self, partition: PartitionDef) -> FeedTransport:
-        client = self.clients.get(partition.node)
-        if client is None:
-            raise ServiceUnavailable(f"Storage node {partition.node} is not known here")
-        return client.feed()
+    def _index_partition(self, target: gsi.IndexTarget) -> PartitionDef | None:
+        """The catalog's record of index partition `target`, as last read."""
+        index_id, partition_id = target[0], target[1]
+        for table in self.tables.values():
+            for index in table.indexes:
+                if index.table_id == index_id:
+                    return next((p for p in index.partitions if p.id == partition_id), None)
+        return None
+
+    async def _at_source(
+        self, table_id: str, partition: PartitionDef, what: str, attempt: Attempt[T]
+    ) -> T:
+        """`attempt` on a base partition's node, or a replicated one's leader, which alone
+        serves its feed (`rpc.replicas`). Every call the replicator makes there may apply twice
+        (a registration, a checkpoint) or is a read, so each goes on after any failure."""
+        return await self.replicas.call(
+            partition, table_id, what, attempt, limits.NODE_CALL_SECONDS_MAX, retry_safe=True
+        )
+
+    async def _register(
+        self, table_id: str, partition: PartitionDef, consumer: str, seq: int | None
+    ) -> tuple[ConsumerPosition, FeedTransport]:
+        """Register `consumer` on the partition's feed (at `seq`; None: the log's last), and the
+        feed of the node that took it: where this pass follows and checkpoints. A replicated
+        partition's leader refuses both once it stops leading, so the follower ends and
+        registers again at the new one."""
+
+        async def attempt(node: str, remaining: float) -> tuple[ConsumerPosition, FeedTransport]:
+            feed = _client(self.clients, node).feed()
+            return await feed.register(table_id, partition.id, consumer, seq, remaining), feed
+
+        return await self._at_source(table_id, partition, "registration", attempt)
 
     async def _backfill(
         self,
@@ -878,9 +939,7 @@ class Replicator:
         nothing: its checkpoint stays at S until the copy is recorded), so the log keeps every
         change after S."""
         partition = self._serving(record)
-        await self._feed(partition).register(
-            record.table_id, partition.id, record.consumer, None, limits.NODE_CALL_SECONDS_MAX
-        )
+        await self._register(record.table_id, partition, record.consumer, None)
         return Event(effect.done)
 
     async def _mark_backfill(self, record: BackfillRecord, effect: Effect) -> Event:
@@ -909,7 +968,7 @@ class Replicator:
     async def _items_estimate(self, table: TableDef) -> int:
         """The table's item count as its nodes report it (a node that does not answer counts
         nothing: the estimate is what OnlineIndexPercentageProgress divides by, never a bound)."""
-        nodes = sorted({partition.node for partition in table.partitions})
+        nodes = sorted({node for partition in table.partitions for node in partition.nodes})
         payload = ops.TableStatsPayload(table.id).to_json()
         replies = await asyncio.gather(
             *(
@@ -920,34 +979,34 @@ class Replicator:
             return_exceptions=True,
         )
         serving = {partition.id for partition in table.partitions}
-        items = 0
+        # Each partition once, however many replicas reported it (the most any of them holds).
+        items: dict[str, int] = {}
         for reply in replies:
             if isinstance(reply, DynamoError | OSError):
                 log.warning("no item count of %s for its backfill: %s", table.name, reply)
                 continue
             if isinstance(reply, BaseException):
                 raise reply
-            items += sum(
-                counts["items"]
-                for partition_id, counts in reply["partitions"].items()
-                if partition_id in serving
-            )
-        return items
+            for partition_id, counts in reply["partitions"].items():
+                if partition_id in serving:
+                    items[partition_id] = max(items.get(partition_id, 0), counts["items"])
+        return sum(items.values())
 
     async def _read_backfill(self, record: BackfillRecord, effect: Effect) -> Event:
         """Read the page of the partition after the cursor."""
         partition = self._serving(record)
-        client = self.clients.get(partition.node)
-        if client is None:
-            raise ServiceUnavailable(f"Storage node {partition.node} is not known here")
         cursor = None if record.cursor is None else dict(record.cursor)
         payload = ops.ScanPayload(exclusive_start=cursor, page_bytes=self.backfill_page_bytes)
-        reply = await client.call(
-            ops.SCAN,
-            ops.Target(record.table_id, partition.id, partition.epoch),
-            payload.to_json(),
-            limits.NODE_CALL_SECONDS_MAX,
-        )
+        # Strongly consistent: a replica behind the seq the consumer was registered at would
+        # miss changes the feed, which starts there, does not bring either.
+        target = ops.Target(record.table_id, partition.id, partition.epoch, True)
+
+        async def attempt(node: str, remaining: float) -> dict[str, Any]:
+            return await _client(self.clients, node).call(
+                ops.SCAN, target, payload.to_json(), remaining
+            )
+
+        reply = await self._at_source(record.table_id, partition, "backfill read", attempt)
         return Event(effect.done, {"items": reply["items"], "last_key": reply["last_key"]})
 
     async def _apply_backfill(self, record: BackfillRecord, effect: Effect) -> Event:
@@ -1069,13 +1128,10 @@ class Replicator:
         that lags only makes a restarted follower replay changes that are then skipped; it is
         awaited only at the END of a retired log, whose drain must be recorded.
         """
-        feed = self._feed(partition)
         # A retired log joined for the first time is joined at its END (there is nothing of it to
         # apply: see `_backfill`); a consumer registered already keeps its checkpoint.
         start = None if self._retired(table_id, partition.id) else 0
-        position = await feed.register(
-            table_id, partition.id, consumer, start, limits.NODE_CALL_SECONDS_MAX
-        )
+        position, feed = await self._register(table_id, partition, consumer, start)
         stats.observe(position.seq, position.last_seq, self.clock())
         runs = _FeedRuns(
             feed.follow_batches(table_id, partition.id, consumer=consumer),
@@ -1269,8 +1325,7 @@ class Replicator:
             if index is None
             else next((p for p in index.partitions if p.id == target[1]), None)
         )
-        client = None if base is None else self.clients.get(base.node)
-        if index is None or part is None or client is None:
+        if index is None or part is None or base is None:
             return
         if reasons is None:
             # A refusal without reasons (a node of an older version): name the index as its
@@ -1289,12 +1344,22 @@ class Replicator:
             listed,
             limits.GSI_INDEX_PRESSURE_SECONDS if listed else 0.0,
         )
-        try:
-            await client.control(
-                ops.INDEX_PRESSURE, payload.to_json(), limits.GSI_INDEX_PRESSURE_SECONDS
-            )
-        except (DynamoError, OSError) as error:
-            log.info("could not tell %s of index partition %s's capacity: %s", base, part.id, error)
+        # Every replica's node: whichever leads the base partition holds back its writes.
+        nodes = [node for node in base.nodes if node in self.clients]
+        replies = await asyncio.gather(
+            *(
+                self.clients[node].control(
+                    ops.INDEX_PRESSURE, payload.to_json(), limits.GSI_INDEX_PRESSURE_SECONDS
+                )
+                for node in nodes
+            ),
+            return_exceptions=True,
+        )
+        for node, reply in zip(nodes, replies, strict=True):
+            if isinstance(reply, DynamoError | OSError):
+                log.info("could not tell %s of index %s's capacity: %s", node, part.id, reply)
+            elif isinstance(reply, BaseException):
+                raise reply
 
     def metrics(self) -> str:
         """The replicator's state in the Prometheus text format."""

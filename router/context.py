@@ -622,13 +622,15 @@ class RouterContext:
         timeout: float = limits.CONTROL_CALL_SECONDS_MAX,
     ) -> dict[str, Any]:
         """A change-feed consumer call (`rpc.ops.FEED_OPS`) about one partition, live or retired
-        (the envelope carries no epoch): on its node, or at a replicated one's leader."""
+        (the envelope carries no epoch): on its node, or at a replicated one's leader. Each may
+        apply twice (a registration again changes nothing, a checkpoint never moves back), so
+        it goes on to another replica after any failure."""
         target = ops.Target(table_id, partition.id)
 
         def attempt(node: str, remaining: float) -> Awaitable[dict[str, Any]]:
             return self._client(node).call(op, target, body, remaining)
 
-        return await self.replicas.call(partition, table_id, op, attempt, timeout)
+        return await self.replicas.call(partition, table_id, op, attempt, timeout, retry_safe=True)
 
     async def feed_read(
         self,
@@ -649,7 +651,9 @@ class RouterContext:
                 table_id, partition.id, after_seq, max_records=max_records, timeout=remaining
             )
 
-        return await self.replicas.call(partition, table_id, "change log read", attempt, timeout)
+        return await self.replicas.call(
+            partition, table_id, "change log read", attempt, timeout, retry_safe=True
+        )
 
     def _client(self, node_id: str) -> NodeTransport:
         client = self.clients.get(node_id)
@@ -703,7 +707,13 @@ class RouterContext:
             return self._client(node).call(op, target, body, remaining)
 
         reply = await self.replicas.call(
-            partition, target.table_id, op, attempt, timeout, anywhere=anywhere, read=op in _READS
+            partition,
+            target.table_id,
+            op,
+            attempt,
+            timeout,
+            anywhere=anywhere,
+            retry_safe=op in _READS,
         )
         if op not in _READS:
             self._written[key] = loop.time()

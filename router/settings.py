@@ -34,8 +34,8 @@ class RouterSettings:
         limits.REPLICATION_FACTOR_DEFAULT,
         "DYNALAB_REPLICATION_FACTOR",
         at_least(1, "replica"),
-        "replicas of each new table's partitions, one per node (fewer on fewer nodes); a table "
-        "with global indexes keeps one (replicating those is not built yet)",
+        "replicas of each new table's partitions (and its global indexes'), one per node "
+        "(fewer on fewer nodes)",
     )
     move_split_children: bool = setting(
         True,

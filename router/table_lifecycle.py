@@ -178,7 +178,7 @@ class _Handlers:
         stored = [(table.id, {node for p in table.partitions for node in p.nodes})]
         for index in catalog.global_indexes(table):
             assert index.table_id is not None
-            stored.append((index.table_id, {p.node for p in index.partitions}))
+            stored.append((index.table_id, {node for p in index.partitions for node in p.nodes}))
         await all_calls(
             [
                 self.ctx.control(node, ops.DROP_TABLE, ops.DropTablePayload(stored_id).to_json())
@@ -231,22 +231,14 @@ class _Handlers:
         drop = ops.DropTablePayload(index.table_id).to_json()
         calls = [
             self.ctx.control(node, ops.DROP_TABLE, drop)
-            for node in sorted({partition.node for partition in index.partitions})
+            for node in sorted({node for p in index.partitions for node in p.nodes})
         ]
         if index.online:
             unregister = ops.UnregisterConsumerPayload(gsi.consumer_of(index)).to_json()
-            for partition in table.partitions:
-                client = self.ctx.clients.get(partition.node)
-                if client is None:
-                    raise ServiceUnavailable(f"Storage node {partition.node} is not known here")
-                calls.append(
-                    client.call(
-                        ops.UNREGISTER_CONSUMER,
-                        ops.Target(table.id, partition.id),
-                        unregister,
-                        limits.CONTROL_CALL_SECONDS_MAX,
-                    )
-                )
+            calls.extend(
+                self.ctx.feed_call(partition, ops.UNREGISTER_CONSUMER, table.id, unregister)
+                for partition in table.partitions
+            )
         await all_calls(calls)
         return Event(effect.done)
 
@@ -369,11 +361,12 @@ def _index_partition_calls(
     throughput = catalog.index_throughput_document(table, index)
     return [
         ctx.control(
-            partition.node,
+            node,
             ops.CREATE_PARTITION,
             ops.CreatePartitionPayload(index_schema, partition.to_json(), throughput).to_json(),
         )
         for partition in index.partitions
+        for node in partition.nodes
     ]
 
 

@@ -682,15 +682,11 @@ async def _partition_counts(
 # Operations ------------------------------------------------------------------------------------
 
 
-def _replica_sets(
-    ctx: RouterContext, definition: dict[str, Any]
-) -> Callable[[str, int], tuple[str, ...]] | None:
-    """Where a new table's partitions are replicated, at the cluster's replication factor; None
-    for one copy each. A table with global indexes keeps one copy: the GSI replicator does not
-    yet follow a partition's leader, nor write an index's replicas (a stream does: its reads go
-    to each partition's leader, `RouterContext.feed_read`)."""
+def _replica_sets(ctx: RouterContext) -> Callable[[str, int], tuple[str, ...]] | None:
+    """Where a new table's partitions (and its global indexes') are replicated, at the cluster's
+    replication factor; None for one copy each."""
     factor = min(ctx.settings.replication_factor, limits.REPLICATION_FACTOR_MAX)
-    if factor < 2 or definition["global_indexes"]:
+    if factor < 2:
         return None
     ring = ctx.ring
     return lambda partition_id, position: ring.replica_set(partition_id, factor, position)
@@ -727,7 +723,8 @@ def _new_table(
         replicas_of=replicas_of,
     )
     for spec in definition["global_indexes"]:
-        table = catalog.index_added(table, spec.placed(sources.new_id(), billing_mode, owner))
+        index = spec.placed(sources.new_id(), billing_mode, owner, replicas_of)
+        table = catalog.index_added(table, index)
     return table
 
 
@@ -736,7 +733,7 @@ async def create_table(ctx: RouterContext, body: dict[str, Any]) -> dict[str, An
     CREATING to ACTIVE; the reply describes the row as created, CREATING, as DynamoDB's does."""
     definition = _read_create_table(body)
     name = definition["name"]
-    table = _new_table(definition, ctx.sources, ctx.ring.owner, _replica_sets(ctx, definition))
+    table = _new_table(definition, ctx.sources, ctx.ring.owner, _replica_sets(ctx))
     record = table_machine.started(Flow.CREATE, name, table=table)
     change = table_lifecycle.created(name, table, lambda: len(ctx.tables))
     ended = await table_lifecycle.run(ctx, record, first=change)
@@ -1051,6 +1048,15 @@ async def _push_throughput(ctx: RouterContext, table: TableDef, timeout: float) 
         assert index.table_id is not None
         document = catalog.index_throughput_document(table, index)
         index_body = ops.UpdateThroughputPayload(index.table_id, document).to_json()
+        index_route = Route.of_table(table).global_index(index.name)
+        if index_route is not None and any(p.replicas for p in index.partitions):
+            calls.extend(
+                ctx.call_partition(
+                    index_route, partition, ops.UPDATE_THROUGHPUT, index_body, timeout=timeout
+                )
+                for partition in index.partitions
+            )
+            continue
         nodes = sorted({partition.node for partition in index.partitions})
         calls.extend(
             ctx.control(node, ops.UPDATE_THROUGHPUT, index_body, timeout) for node in nodes
@@ -1140,11 +1146,11 @@ async def _update_index_throughput(
 
 async def update_table(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
     request = _read_update_table(body)
-    if request.index_updates or request.warm is not None:
+    if request.warm is not None:
         # (A change of throughput or billing mode is each partition's entry at its leader:
-        # `_push_throughput`; a stream's consumers are registered at each leader. Global
-        # indexes and warm throughput, which splits to meet it, wait for the GSI replicator and
-        # splits on replicated partitions.)
+        # `_push_throughput`; a stream's consumers are registered, and a global index's
+        # partitions created, at every replica. Warm throughput, which splits to meet it, waits
+        # for splits of replicated partitions.)
         existing = await ctx.read_table(request.name)
         if existing is not None:
             catalog.refuse_replicated(existing, "This UpdateTable change")
@@ -1341,7 +1347,9 @@ async def _create_index(
         (spec,) = gsi.check_global_indexes(
             [reading.global_definition()], types, current.billing_mode, (), region
         )
-        index = spec.placed(index_id, current.billing_mode, ctx.ring.owner)
+        # An index of a replicated table is replicated as the table is.
+        replicas_of = _replica_sets(ctx) if current.replicated else None
+        index = spec.placed(index_id, current.billing_mode, ctx.ring.owner, replicas_of)
         return catalog.online_index_added(
             current, index, [(key, types[key]) for key in spec.key_shape.names]
         )

@@ -9,7 +9,9 @@ following `NotPartitionLeader` to the leader a replica names, and on to the next
 under way or a node cannot be reached. A write goes to another replica only when it was
 certainly not applied (refused as not the leader, or never sent: `rpc.transport.NotSent`); an
 unknown outcome (ServiceUnavailable from a node that may have taken it) is the caller's, as at
-one copy.
+one copy. A read, or a write that may apply twice (a change-feed registration or checkpoint, an
+index write the index partition skips if it has it), is `retry_safe`: it goes on to another
+replica after any ServiceUnavailable.
 """
 
 from __future__ import annotations
@@ -50,11 +52,11 @@ class ReplicaCalls:
         timeout: float,
         *,
         anywhere: bool = False,
-        read: bool = False,
+        retry_safe: bool = False,
     ) -> T:
         """`attempt(node, seconds left)` where the partition takes it (see the module): with
-        `anywhere`, at its replicas in turn; `read`: a retry elsewhere is always safe. All
-        within `timeout`; ServiceUnavailable naming `what` once it has passed."""
+        `anywhere`, at its replicas in turn; `retry_safe`: a retry elsewhere is always safe.
+        All within `timeout`; ServiceUnavailable naming `what` once it has passed."""
         if not partition.replicas:
             return await attempt(partition.node, timeout)
         loop = asyncio.get_running_loop()
@@ -87,7 +89,7 @@ class ReplicaCalls:
                 self._leaders.pop(key, None)
             except ServiceUnavailable:
                 self._leaders.pop(key, None)
-                if not anywhere and not read:
+                if not anywhere and not retry_safe:
                     raise  # A write the node may have taken: its outcome is the caller's.
             else:
                 if not anywhere:

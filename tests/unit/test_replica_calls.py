@@ -39,7 +39,7 @@ def call(calls: ReplicaCalls, nodes: Nodes, partition: PartitionDef, **kw: bool)
 def test_a_partition_of_one_copy_is_called_once_on_its_node() -> None:
     nodes = Nodes(node_2=[ServiceUnavailable("down")])
     with pytest.raises(ServiceUnavailable):
-        call(ReplicaCalls(), nodes, ONE_COPY, read=True)
+        call(ReplicaCalls(), nodes, ONE_COPY, retry_safe=True)
     assert nodes.asked == ["node-2"]
 
 
@@ -60,7 +60,7 @@ def test_a_write_not_sent_goes_on_but_one_perhaps_taken_is_the_callers() -> None
         call(ReplicaCalls(), nodes, REPLICATED)
     assert nodes.asked == ["node-1"]
     nodes = Nodes(node_1=[ServiceUnavailable("no answer")])
-    assert call(ReplicaCalls(), nodes, REPLICATED, read=True) == "ok from node-2"
+    assert call(ReplicaCalls(), nodes, REPLICATED, retry_safe=True) == "ok from node-2"
 
 
 def test_while_no_leader_is_known_every_replica_is_asked_again_after_a_pause() -> None:
@@ -86,6 +86,6 @@ def test_eventual_reads_take_the_replicas_in_turn() -> None:
     calls = ReplicaCalls()
     nodes = Nodes()
     for _ in range(3):
-        call(calls, nodes, REPLICATED, anywhere=True, read=True)
+        call(calls, nodes, REPLICATED, anywhere=True, retry_safe=True)
     assert sorted(nodes.asked) == ["node-1", "node-2", "node-3"]
     assert not calls.knows_leader("t", "p0")

@@ -25,6 +25,7 @@ from gsi_replicator.replicator import (
 )
 from rpc import ops
 from rpc.changefeed import Change, ConsumerPosition
+from rpc.replicas import ReplicaCalls
 
 TIMEOUT_SECONDS = 5.0
 
@@ -187,7 +188,7 @@ def applied(seq: int) -> dict[str, Any]:
 
 async def test_parts_waiting_for_one_index_partition_go_in_one_call_at_a_time() -> None:
     node = IndexNodeCalls()
-    writes = _IndexWrites({"n1": node})  # type: ignore[dict-item]
+    writes = _IndexWrites({"n1": node}, ReplicaCalls(), lambda target: None)  # type: ignore[dict-item]
     target, other = ("i", "g0", 1, "n1"), ("i", "g1", 1, "n1")
     # Three followers' parts in one turn: one call to g0 with both of its parts, one to g1.
     first = [asyncio.ensure_future(writes.apply(target, part(s, 1))) for s in ("a-0", "b-0")]
@@ -223,7 +224,7 @@ async def test_parts_waiting_for_one_index_partition_go_in_one_call_at_a_time() 
 
 async def test_a_call_is_cut_past_the_bytes_target() -> None:
     node = IndexNodeCalls()
-    writes = _IndexWrites({"n1": node})  # type: ignore[dict-item]
+    writes = _IndexWrites({"n1": node}, ReplicaCalls(), lambda target: None)  # type: ignore[dict-item]
     target = ("i", "g0", 1, "n1")
     text = "x" * int(0.4 * limits.GSI_INDEX_APPLY_BYTES_TARGET)
     big = [{"seq": 1, "put": {"pk": {"S": text}}}]
@@ -241,7 +242,7 @@ async def test_a_call_is_cut_past_the_bytes_target() -> None:
 
 async def test_a_reply_of_the_wrong_shape_fails_every_part_it_answers() -> None:
     node = IndexNodeCalls()
-    writes = _IndexWrites({"n1": node})  # type: ignore[dict-item]
+    writes = _IndexWrites({"n1": node}, ReplicaCalls(), lambda target: None)  # type: ignore[dict-item]
     target = ("i", "g0", 1, "n1")
     waiting = [asyncio.ensure_future(writes.apply(target, part(s, 1))) for s in ("a-0", "b-0")]
     await asyncio.sleep(0)
