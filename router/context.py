@@ -764,8 +764,10 @@ class RouterContext:
             partition = table.partitions.lookup(storage_key)
             try:
                 return await self._send(table, partition, op, body, consistent)
-            except StaleEpoch:
+            except StaleEpoch as refused:
+                last = refused
                 table, backoff = await self._after_stale(table, backoff)
+        log.warning("%s of %s given up after stale epochs, the last: %s", op, table.name, last)
         raise ServiceUnavailable(_STALE_GIVE_UP)
 
     async def call_partition(
@@ -798,7 +800,8 @@ class RouterContext:
         for _ in range(limits.STALE_EPOCH_ATTEMPTS_MAX):
             try:
                 reply = await self._send(table, partition, op, body, consistent, timeout)
-            except StaleEpoch:
+            except StaleEpoch as refused:
+                last = refused
                 table, backoff = await self._after_stale(table, backoff)
                 if not follow:
                     raise
@@ -806,6 +809,7 @@ class RouterContext:
                 continue
             reply["partition"] = partition
             return reply
+        log.warning("%s of %s given up after stale epochs, the last: %s", op, table.name, last)
         raise ServiceUnavailable(_STALE_GIVE_UP)
 
 
