@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -288,19 +290,28 @@ def _start(exercise: exercises.Exercise, args: argparse.Namespace, console: Cons
     console.print("Read first:", highlight=False)
     for where in exercise.read_first:
         console.print(f"  {where}", highlight=False)
-    with console.status(f"simulating {exercise.scenario} with the bug, {len(seeds)} seeds"):
-        results = lab_sweep.sweep(
-            exercise.scenario, seeds, exercise.duration_s, jobs=args.jobs, bug=exercise.name
-        )
-    failing = [r for r in results if not r.valid]
-    console.print(f"{len(failing)} of {len(results)} seeds invalid", highlight=False)
-    if not failing:
-        console.print("no seed failed: try more seeds (--seeds 1-50)")
-        return 0
     out = args.out or f"lab-runs/{exercise.name}"
-    first = failing[0]
-    with console.status(f"writing seed {first.seed}'s run and report"):
-        lab_sweep.run_seed(exercise.scenario, first.seed, exercise.duration_s, out, exercise.name)
+    # Each seed's run is written as it is judged, in a scratch directory, and only the first
+    # failing seed's is kept: the run to read is the one that failed, not a second run of it.
+    with tempfile.TemporaryDirectory(prefix="dynalab-exercise-") as scratch:
+        with console.status(f"simulating {exercise.scenario} with the bug, {len(seeds)} seeds"):
+            results = lab_sweep.sweep(
+                exercise.scenario,
+                seeds,
+                exercise.duration_s,
+                jobs=args.jobs,
+                out=scratch,
+                bug=exercise.name,
+            )
+        failing = [r for r in results if not r.valid]
+        console.print(f"{len(failing)} of {len(results)} seeds invalid", highlight=False)
+        if not failing:
+            console.print("no seed failed: try more seeds (--seeds 1-50)")
+            return 0
+        first = failing[0]
+        written = Path(scratch) / str(first.seed)
+        if written.is_dir():  # A run that raised may have written nothing.
+            shutil.copytree(written, Path(out) / str(first.seed), dirs_exist_ok=True)
     checkers_failed = ", ".join(first.failed_checkers) or first.error or "?"
     console.print(
         f"seed {first.seed} fails {checkers_failed}: read {Path(out) / str(first.seed)}"
