@@ -105,8 +105,14 @@ def run(
     duration = scenario.duration_s if duration_s is None else duration_s
     if compose is not None:
         unplayable = sorted(set(scenario.faults) - compose_faults.FAULTS)
-        if unplayable or scenario.indexed:
-            what = ", ".join(unplayable) if unplayable else "the indexed workload (no replicator)"
+        if unplayable or scenario.indexed or scenario.replicated:
+            what = ", ".join(unplayable)
+            if not what:
+                what = (
+                    "the indexed workload (no replicator)"
+                    if scenario.indexed
+                    else "replicated partitions (its nodes have no peers)"
+                )
             raise ClusterError(
                 f"scenario {scenario.name} needs what a compose cluster lacks: {what}"
             )
@@ -147,6 +153,7 @@ def _local(
         nodes=scenario.nodes,
         replicators=replicators,
         split_bytes=scenario.split_bytes,
+        replication_factor=scenario.replication_factor,
     ) as cluster:
         return _experiment(cluster.router_url, LocalFaults(cluster), scenario, seed, duration)
 

@@ -79,6 +79,9 @@ class Scenario:
     # A fixed fault schedule instead of one drawn from the seed (`dynalab lab shrink` writes
     # one): `[[nemesis.events]]` with `at_s`, `fault` and `target`, every fault healed.
     events: tuple[FaultEvent, ...] | None = None
+    # Replicas of each table's partitions (`dynalab up --replication-factor`): 1, one copy each.
+    # Only a cluster of real processes runs more: the simulated one has no replication yet.
+    replication_factor: int = 1
 
     @classmethod
     def from_toml(cls, name: str, text: str) -> Scenario:
@@ -119,6 +122,7 @@ class Scenario:
             accounts=int(workload.get("accounts", 0)),
             simulated_latency_ms=float(data.get("simulated_latency_ms", 0.0)),
             events=events,
+            replication_factor=int(data.get("replication_factor", 1)),
         )
         unknown = set(scenario.faults) - set(HEALS)
         if unknown:
@@ -140,7 +144,18 @@ class Scenario:
             )
         if scenario.accounts == 1:
             raise ValueError(f"scenario {name}: a bank needs at least two accounts")
+        if not 1 <= scenario.replication_factor <= scenario.nodes:
+            raise ValueError(
+                f"scenario {name}: replication_factor must be 1 to its {scenario.nodes} nodes"
+            )
+        if scenario.replication_factor > 1 and scenario.accounts:
+            # TransactWriteItems is refused on replicated tables (issue 27).
+            raise ValueError(f"scenario {name}: a bank's transactions need replication_factor 1")
         return scenario
+
+    @property
+    def replicated(self) -> bool:
+        return self.replication_factor > 1
 
     @property
     def needs_private_network(self) -> bool:

@@ -312,6 +312,11 @@ def simulate(
     processes from the start of the workload on is recorded there (`dynalab.lab.timeline`); a
     traced run is the same run as an untraced one. `bug` switches on one deliberate bug of
     `core.planted` for this run (an exercise's, `dynalab.lab.exercises`)."""
+    if scenario.replicated:
+        raise ValueError(
+            f"scenario {scenario.name} replicates partitions, which the simulated cluster does "
+            "not yet: run it on real processes (dynalab lab run)"
+        )
     duration_s = scenario.duration_s if duration_s is None else duration_s
     split_bytes = (
         limits.PARTITION_SPLIT_BYTES_DEFAULT

@@ -1,7 +1,8 @@
 """`dynalab lab run` for real: short kill -9 scenarios against a cluster the lab starts itself,
 whose verdict must be valid and whose files must all be written: a storage node killed and
-restarted while the clients run, and the GSI replicator killed mid-backfill of an index added
-online (the lab's indexed workload, with a replicator in its cluster).
+restarted while the clients run, the same on a cluster of replicated partitions, and the GSI
+replicator killed mid-backfill of an index added online (the lab's indexed workload, with a
+replicator in its cluster).
 
 The other kill scenarios (kill-router, kill-replicator, split-under-faults) play the same kills
 through the same process controls, so they run in `tests/sim/test_lab_sim.py`, on three seeds
@@ -75,6 +76,27 @@ def test_a_node_killed_and_restarted_runs_end_to_end_with_a_valid_verdict(tmp_pa
     finals = {o["key"] for o in run.history if o.get("final") and o["outcome"] == "ok"}
     assert finals == {f"r{i}" for i in range(6)} | {"c0", "c1", "c2", "l0", "l1", "l2"}
     assert f"{scenario} " in (run.out / "report.html").read_text()
+
+
+def test_a_replicated_clusters_node_killed_keeps_every_key_serving(tmp_path):
+    """kill-node-replicated: the same kills as kill-node on partitions of three replicas. Every
+    key, the dead node's partitions' too, takes operations during the kill (after an election,
+    within the requests' deadlines), where kill-node's dead node's keys answer 503 for the whole
+    window; the registers stay linearizable (strong reads at a leader under its lease)."""
+    run = run_lab(tmp_path, "kill-node-replicated", seed=7, duration=12)
+    assert run.verdict["checkers"]["linearizable-registers"]["undecided_keys"] == []
+    kill, restart = run.executed[0], run.executed[1]
+    assert (kill["fault"], restart["fault"]) == ("kill-node", "restart-node")
+    served = {
+        o["key"]
+        for o in run.history
+        if o["outcome"] == "ok"
+        and kill["done_s"] <= o["invoke_s"]
+        and o["complete_s"] <= restart["at_s"]
+        and not o.get("final")
+    }
+    keys = {f"r{i}" for i in range(6)} | {"c0", "c1", "c2", "l0", "l1", "l2"}
+    assert served == keys, f"keys with no operation served during the kill: {keys - served}"
 
 
 def test_killing_the_replicator_mid_backfill_leaves_a_complete_index(tmp_path):

@@ -8,6 +8,7 @@ import pytest
 from dynalab import cli
 from dynalab.lab import checkers, report, scenarios
 from dynalab.lab.history import ADD, INDEX_READ, INDEX_WRITE, READ, WRITE, Operation, Outcome
+from dynalab.lab.simulated import simulate
 
 
 @pytest.mark.parametrize("name", sorted(scenarios.available()))
@@ -162,3 +163,17 @@ def test_lab_run_refuses_a_directory_that_holds_something(tmp_path):
     (tmp_path / "x").write_text("")
     assert cli.main(["lab", "run", "kill-node", "--seed", "1", "--out", str(tmp_path)]) == 2
     assert cli.main(["lab", "run", "no-such", "--seed", "1", "--out", str(tmp_path / "n")]) == 2
+
+
+def test_a_replicated_scenario_names_its_factor_and_is_refused_where_it_cannot_run(tmp_path):
+    scenario = scenarios.load("kill-node-replicated")
+    assert scenario.replicated and scenario.replication_factor == 3
+    kill_node = scenarios.available()["kill-node"].read_text()
+    for factor, words in (("4", "replication_factor must be 1 to its 3 nodes"), ("0", "1 to")):
+        with pytest.raises(ValueError, match=words):
+            scenarios.Scenario.from_toml("x", f"replication_factor = {factor}\n" + kill_node)
+    bank = scenarios.available()["bank-transfers"].read_text()
+    with pytest.raises(ValueError, match="transactions need replication_factor 1"):
+        scenarios.Scenario.from_toml("x", "replication_factor = 3\n" + bank)
+    with pytest.raises(ValueError, match="the simulated cluster does not yet"):
+        simulate(scenario, 1)
