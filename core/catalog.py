@@ -1124,8 +1124,9 @@ def created(
     OnDemandThroughput (`on_demand_created`).
 
     The partitions split the hash space evenly, each at epoch 1 with an equal share of the
-    throughput, on the node `owner` picks for its id; or, given `replicas_of` (the replica set
-    of the i-th partition by its id, its first leader first), replicated on those nodes.
+    throughput, on the node `owner` picks for its id; or, given `replicas_of` (the nodes of the
+    i-th partition of the table with id `table_id`, its first leader first:
+    `placement.HashRing.spread`), on those nodes, replicated if there are several.
     """
     count = initial_partition_count(billing_mode, throughput.read, throughput.write)
     if warm is not None:
@@ -1134,8 +1135,9 @@ def created(
     partitions = []
     for index, (start, end) in enumerate(initial_ranges(count)):
         partition_id = f"{table_id}-{index}"
-        replicas = () if replicas_of is None else replicas_of(partition_id, index)
-        node = replicas[0] if replicas else owner(partition_id)
+        placed = () if replicas_of is None else replicas_of(table_id, index)
+        node = placed[0] if placed else owner(partition_id)
+        replicas = placed if len(placed) > 1 else ()
         partitions.append(
             PartitionDef(partition_id, start, end, 1, node, share=share, rank=1, replicas=replicas)
         )
@@ -1604,8 +1606,8 @@ def global_index(
     """A new global index, CREATING, stored under `index_id` in as many partitions as its
     throughput needs (as a table's: `initial_partition_count`) or its WarmThroughput (`warm`,
     `index_warm_created`) does, splitting the hash space of the index partition key evenly, each
-    at epoch 1 on the node `owner` picks for its id, or replicated on `replicas_of`'s (as a
-    table's: `created`); with its OnDemandThroughput (`index_on_demand_created`)."""
+    at epoch 1 on the node `owner` picks for its id, or on `replicas_of`'s for the index's id (as
+    a table's: `created`); with its OnDemandThroughput (`index_on_demand_created`)."""
     count = initial_partition_count(billing_mode, throughput.read, throughput.write)
     if warm is not None:
         count = max(count, warm_partition_count(warm))
@@ -1613,8 +1615,9 @@ def global_index(
     placed = []
     for number, (start, end) in enumerate(initial_ranges(count)):
         partition_id = f"{index_id}-{number}"
-        replicas = () if replicas_of is None else replicas_of(partition_id, number)
-        node = replicas[0] if replicas else owner(partition_id)
+        nodes = () if replicas_of is None else replicas_of(index_id, number)
+        node = nodes[0] if nodes else owner(partition_id)
+        replicas = nodes if len(nodes) > 1 else ()
         placed.append(
             PartitionDef(partition_id, start, end, 1, node, share=share, replicas=replicas)
         )

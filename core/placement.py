@@ -220,15 +220,18 @@ class HashRing:
                     break
         return chosen
 
-    def replica_set(self, key: str, count: int, position: int) -> tuple[str, ...]:
-        """The replicas of the `position`-th partition of a table, under id `key`: the ring's
-        `count` nodes for it, led by the node that takes its turn among them (the nodes in order,
-        one partition after another), so that a table's first leaders are spread over the nodes
-        rather than wherever the ids hash, and with them the writes. A single replica keeps the
-        ring's owner."""
-        chosen = self.replicas(key, count)
-        if len(chosen) < 2:
-            return tuple(chosen)
-        turn = self.nodes[position % len(self.nodes)]
-        first = chosen.index(turn) if turn in chosen else 0
-        return tuple(chosen[first:] + chosen[:first])
+    def spread(self, key: str, count: int, position: int) -> tuple[str, ...]:
+        """The nodes of the `position`-th partition of a table (or a global index) under id
+        `key`: `count` distinct nodes (fewer on fewer nodes), the first its one copy or its first
+        leader. The table's partitions take the nodes in turn from the ring's owner of `key`,
+        each partition's replicas the nodes after its first: so a table's partitions (and first
+        leaders) are spread over the nodes evenly, within one of each other, and tables start at
+        different nodes, where hashing each partition id alone piled a table's partitions on one
+        node as often as not (issue 28: two tables of six in a row on a fresh 3-node cluster)."""
+        if count < 1:
+            raise InternalServerError(f"A replica set needs at least one node, not {count}")
+        start = self.nodes.index(self.owner(key)) + position
+        return tuple(
+            self.nodes[(start + step) % len(self.nodes)]
+            for step in range(min(count, len(self.nodes)))
+        )

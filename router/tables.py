@@ -682,14 +682,16 @@ async def _partition_counts(
 # Operations ------------------------------------------------------------------------------------
 
 
-def _replica_sets(ctx: RouterContext) -> Callable[[str, int], tuple[str, ...]] | None:
-    """Where a new table's partitions (and its global indexes') are replicated, at the cluster's
-    replication factor; None for one copy each."""
-    factor = min(ctx.settings.replication_factor, limits.REPLICATION_FACTOR_MAX)
-    if factor < 2:
-        return None
+def _placement(
+    ctx: RouterContext, factor: int | None = None
+) -> Callable[[str, int], tuple[str, ...]]:
+    """Where the partitions of a new table (or global index) go: spread over the nodes in turn
+    (`HashRing.spread`), each on `factor` nodes, the cluster's replication factor by default."""
+    if factor is None:
+        factor = min(ctx.settings.replication_factor, limits.REPLICATION_FACTOR_MAX)
     ring = ctx.ring
-    return lambda partition_id, position: ring.replica_set(partition_id, factor, position)
+    copies = max(1, factor)
+    return lambda key, position: ring.spread(key, copies, position)
 
 
 def _new_table(
@@ -699,7 +701,7 @@ def _new_table(
     replicas_of: Callable[[str, int], tuple[str, ...]] | None = None,
 ) -> TableDef:
     """The CREATING record of a new table, with its id and creation time from `sources`, its
-    partitions each on the node `owner` picks for its id, or replicated on `replicas_of`'s."""
+    partitions each on the node `owner` picks for its id, or on `replicas_of`'s (`_placement`)."""
     table_id = sources.new_id()
     billing_mode = BillingMode(definition["billing_mode"])
     table = catalog.created(
@@ -733,7 +735,7 @@ async def create_table(ctx: RouterContext, body: dict[str, Any]) -> dict[str, An
     CREATING to ACTIVE; the reply describes the row as created, CREATING, as DynamoDB's does."""
     definition = _read_create_table(body)
     name = definition["name"]
-    table = _new_table(definition, ctx.sources, ctx.ring.owner, _replica_sets(ctx))
+    table = _new_table(definition, ctx.sources, ctx.ring.owner, _placement(ctx))
     record = table_machine.started(Flow.CREATE, name, table=table)
     change = table_lifecycle.created(name, table, lambda: len(ctx.tables))
     ended = await table_lifecycle.run(ctx, record, first=change)
@@ -1348,8 +1350,8 @@ async def _create_index(
             [reading.global_definition()], types, current.billing_mode, (), region
         )
         # An index of a replicated table is replicated as the table is.
-        replicas_of = _replica_sets(ctx) if current.replicated else None
-        index = spec.placed(index_id, current.billing_mode, ctx.ring.owner, replicas_of)
+        placement = _placement(ctx, None if current.replicated else 1)
+        index = spec.placed(index_id, current.billing_mode, ctx.ring.owner, placement)
         return catalog.online_index_added(
             current, index, [(key, types[key]) for key in spec.key_shape.names]
         )

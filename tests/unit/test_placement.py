@@ -312,3 +312,29 @@ def test_empty_ring_has_no_owner() -> None:
         ring.replicas("p", 3)
     with pytest.raises(InternalServerError):
         HashRing(NODES, vnodes_per_node=0)
+
+
+@pytest.mark.parametrize("nodes", [3, 4, 5])
+@pytest.mark.parametrize("partitions", [1, 4, 7])
+def test_a_tables_partitions_and_leaders_are_spread_within_one(nodes: int, partitions: int) -> None:
+    ring = HashRing(f"node-{i}" for i in range(1, nodes + 1))
+    for table in range(20):
+        key = f"table-{table}"
+        for count in (1, 3):
+            placed = [ring.spread(key, count, position) for position in range(partitions)]
+            assert all(len(set(p)) == len(p) == min(count, nodes) for p in placed)
+            firsts = Counter(p[0] for p in placed)
+            share = [firsts.get(node, 0) for node in ring.nodes]
+            assert max(share) - min(share) <= 1, (key, count, placed)
+            assert placed == [ring.spread(key, count, position) for position in range(partitions)]
+    # Tables start at different nodes, where the ring places their ids.
+    assert len({ring.spread(f"table-{t}", 1, 0) for t in range(20)}) == nodes
+
+
+def test_hashing_each_partition_alone_piles_a_table_up_and_spreading_does_not() -> None:
+    """The pile-up issue 28 saw on a fresh 3-node cluster (4 partitions of one table on one node)
+    happens under ring.owner of each partition id; spread never does it."""
+    ring = HashRing(["node-1", "node-2", "node-3"])
+    piled = [t for t in range(50) if len({ring.owner(f"{t:032x}-{i}") for i in range(4)}) == 1]
+    assert piled, "the ids of 50 tables never piled up: the comparison shows nothing"
+    assert all(len({ring.spread(f"{t:032x}", 1, i)[0] for i in range(4)}) == 3 for t in range(50))
