@@ -783,7 +783,7 @@ class Replicator:
         key = (table_id, partition.id, consumer)
         while True:
             try:
-                await self._fence(table_id, partition.id, consumer, epoch)
+                await self.fence(table_id, partition.id, consumer, epoch)
                 try:
                     await self._backfill(table_id, partition, consumer, epoch, stats)
                 except StaleEpoch:
@@ -837,9 +837,10 @@ class Replicator:
             if await leases.write(self.clients, location, row.to_item(), lease.version):
                 self.leases[key] = row
 
-    async def _fence(self, table_id: str, source: str, consumer: str, epoch: int) -> None:
+    async def fence(self, table_id: str, source: str, consumer: str, epoch: int) -> None:
         """Send the lease epoch to every partition of the indexes `consumer` keeps, so that none
-        takes a write of an earlier holder of the lease from now on."""
+        takes a write of an earlier holder of the lease from now on (a follower's first step,
+        public for the seeded tests that drive it alone)."""
         table = self.tables.get(table_id)
         indexes = self._indexes(table_id, consumer)
         if table is None or indexes is None:
@@ -853,7 +854,7 @@ class Replicator:
                     routed[(index.table_id, part.id, part.epoch, part.node)] = []
             return routed
 
-        await self._apply_routed(table_id, every_partition, source, epoch)
+        await self.apply_routed(table_id, every_partition, source, epoch)
 
     def _retired(self, table_id: str, partition_id: str) -> bool:
         """Whether the catalog, as last read, shows the partition retired by a split."""
@@ -1019,7 +1020,7 @@ class Replicator:
         writes = gsi.backfill_writes(
             (dict(item) for item in record.page), indexes[0], table.key_shape
         )
-        await self._apply_routed(
+        await self.apply_routed(
             record.table_id,
             functools.partial(gsi.route, writes),
             record.partition_id,
@@ -1182,12 +1183,12 @@ class Replicator:
             )
         stats.changes += len(batch)
         stats.index_writes += sum(write.writes for write in writes)
-        stats.index_units += await self._apply_routed(
+        stats.index_units += await self.apply_routed(
             table.id, functools.partial(gsi.route, writes), source, epoch
         )
         return ended
 
-    async def _apply_routed(
+    async def apply_routed(
         self,
         table_id: str,
         routing: Callable[[TableDef], Mapping[gsi.IndexTarget, list[dict[str, Any]]]],
@@ -1196,7 +1197,8 @@ class Replicator:
         *,
         backfill: bool = False,
     ) -> float:
-        """Apply the writes `routing` places on the index partitions of the table as last read;
+        """Apply the writes `routing` places on the index partitions of the table as last read
+        (a follower's and a backfill's step, public for the seeded tests that drive it alone);
         when one of those partitions refuses them as stale (the index partition split), re-read
         the table's catalog row and place them again (the partitions that applied them already
         skip them: the source's seq is stored with its entries). The write units charged."""

@@ -1,7 +1,7 @@
 """Global index partitions moved to another node while the replicator applies, in the seeded
 cluster (`storagenode.move`, `storagenode.index_move`).
 
-The replicator's own routing (`Replicator._apply_routed`, which re-reads the catalog when an
+The replicator's own routing (`Replicator.apply_routed`, which re-reads the catalog when an
 index partition refuses a write as stale) sends a model table's changes to the index while one
 of its partitions moves; the source or the target is killed at each step of the move. Afterwards
 exactly one node holds the partition, its counters match its entries, it fences and skips by the
@@ -80,7 +80,7 @@ async def follow_once(replicator: Replicator, table: TableDef, model: Model, see
     route = functools.partial(gsi.route, writes)
     for _ in range(200):
         try:
-            await replicator._apply_routed(table.id, route, SOURCE, LEASE_EPOCH)
+            await replicator.apply_routed(table.id, route, SOURCE, LEASE_EPOCH)
             return
         except DynamoError as error:
             refused = error

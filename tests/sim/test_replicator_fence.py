@@ -1,6 +1,6 @@
 """The replicator's lease epoch reaches the index partitions, in the seeded cluster.
 
-The replicator's own code (`_fence`, then `_apply_routed` as a follower sends its batches) runs
+The replicator's own code (`fence`, then `apply_routed` as a follower sends its batches) runs
 against the cluster's nodes over its network: the epoch an index partition stores as its fence is
 the lease's, and a holder of an older lease is refused. Until this test, the epoch sent was each
 index partition's own (a name shadowed in `_apply`), so no write was ever fenced.
@@ -50,13 +50,13 @@ def test_the_lease_epoch_fences_every_index_partition(seed: int) -> None:
             index = table.indexes[0]
             assert index.table_id is not None
             assert all(p.epoch != LEASE_EPOCH for p in index.partitions)
-            await replicator._fence(table.id, SOURCE, consumer, LEASE_EPOCH)
+            await replicator.fence(table.id, SOURCE, consumer, LEASE_EPOCH)
             assert stored_fences(cluster, index.table_id, index.partitions) == {LEASE_EPOCH}
             writes = gsi.project_change(1, None, entry(1), table.indexes, table.key_shape)
             route = functools.partial(gsi.route, writes)
             with pytest.raises(LeaseFenced):
-                await replicator._apply_routed(table.id, route, SOURCE, LEASE_EPOCH - 1)
-            await replicator._apply_routed(table.id, route, SOURCE, LEASE_EPOCH)
+                await replicator.apply_routed(table.id, route, SOURCE, LEASE_EPOCH - 1)
+            await replicator.apply_routed(table.id, route, SOURCE, LEASE_EPOCH)
         finally:
             await replicator.close()
 
