@@ -1098,6 +1098,33 @@ def versioned(table: TableDef, version: int) -> TableDef:
 # Creating and deleting -------------------------------------------------------------------------
 
 
+def _initial_partitions(
+    stored_id: str,
+    count: int,
+    owner: Callable[[str], str],
+    replicas_of: Callable[[str, int], tuple[str, ...]] | None,
+    *,
+    rank: int,
+) -> tuple[PartitionDef, ...]:
+    """The `count` partitions of a new table or global index stored under `stored_id`, splitting
+    the hash space evenly, each at epoch 1 with an equal share: the i-th on `replicas_of`'s
+    nodes for (`stored_id`, i), replicated if there are several, or else on `owner`'s node for
+    its id."""
+    share = Fraction(1, count)
+    partitions = []
+    for number, (start, end) in enumerate(initial_ranges(count)):
+        partition_id = f"{stored_id}-{number}"
+        nodes = () if replicas_of is None else replicas_of(stored_id, number)
+        node = nodes[0] if nodes else owner(partition_id)
+        replicas = nodes if len(nodes) > 1 else ()
+        partitions.append(
+            PartitionDef(
+                partition_id, start, end, 1, node, share=share, rank=rank, replicas=replicas
+            )
+        )
+    return tuple(partitions)
+
+
 def created(
     *,
     name: str,
@@ -1131,16 +1158,7 @@ def created(
     count = initial_partition_count(billing_mode, throughput.read, throughput.write)
     if warm is not None:
         count = max(count, warm_partition_count(warm))
-    share = Fraction(1, count)
-    partitions = []
-    for index, (start, end) in enumerate(initial_ranges(count)):
-        partition_id = f"{table_id}-{index}"
-        placed = () if replicas_of is None else replicas_of(table_id, index)
-        node = placed[0] if placed else owner(partition_id)
-        replicas = placed if len(placed) > 1 else ()
-        partitions.append(
-            PartitionDef(partition_id, start, end, 1, node, share=share, rank=1, replicas=replicas)
-        )
+    partitions = _initial_partitions(table_id, count, owner, replicas_of, rank=1)
     return TableDef(
         name=name,
         id=table_id,
@@ -1611,17 +1629,7 @@ def global_index(
     count = initial_partition_count(billing_mode, throughput.read, throughput.write)
     if warm is not None:
         count = max(count, warm_partition_count(warm))
-    share = Fraction(1, count)
-    placed = []
-    for number, (start, end) in enumerate(initial_ranges(count)):
-        partition_id = f"{index_id}-{number}"
-        nodes = () if replicas_of is None else replicas_of(index_id, number)
-        node = nodes[0] if nodes else owner(partition_id)
-        replicas = nodes if len(nodes) > 1 else ()
-        placed.append(
-            PartitionDef(partition_id, start, end, 1, node, share=share, replicas=replicas)
-        )
-    partitions = tuple(placed)
+    partitions = _initial_partitions(index_id, count, owner, replicas_of, rank=0)
     return IndexDef(
         name=name,
         key_shape=key_shape,

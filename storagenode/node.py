@@ -341,7 +341,7 @@ class StorageNode:
     def serves_feed(self, ref: PartitionRef) -> bool:
         """Whether this node serves partition `ref`'s change feed now (`check_feed`)."""
         view = self.replication.views.get(ref)
-        return view is None or (view.leads and self.monotonic() < view.feed_until)
+        return view is None or view.serves_feed(self.monotonic())
 
     def _note_read_heat(self, ref: PartitionRef, op: str, body: dict[str, Any]) -> None:
         """Note the storage key a throttled read asked for (a Query: its item collection's

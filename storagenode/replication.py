@@ -223,11 +223,14 @@ class ReadView:
         what = "a strongly consistent read" if consistent else "reads: it is behind its leader"
         raise self._not_leader(partition_id, what)
 
+    def serves_feed(self, now: float) -> bool:
+        return self.leads and now < self.feed_until
+
     def check_feed(self, now: float, partition_id: str) -> None:
         """Refuse a change-feed request unless this replica serves the feed now: a follower
         names its leader (NotPartitionLeader); a leader not there yet, or no longer sure it
         leads, is retried (ServiceUnavailable)."""
-        if self.leads and now < self.feed_until:
+        if self.serves_feed(now):
             return
         if self.leads:
             raise ServiceUnavailable(

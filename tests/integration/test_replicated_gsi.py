@@ -8,62 +8,20 @@ replicated yet."""
 
 from __future__ import annotations
 
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from botocore.exceptions import ClientError
-
 from dynalab.cluster import LocalCluster
 from tests.integration.conftest import dynamodb_client, wait_active
-from tests.integration.test_replication import RECOVERY_SECONDS_MAX
+from tests.integration.test_replication import Writers, kill_under_writes
 
 GROUPS = 5
-WRITERS = 3
 CONVERGE_SECONDS_MAX = 60.0
 
 
-class Writers:
-    """Threads putting distinct keys, each in one of GROUPS groups, recording each outcome."""
-
-    def __init__(self, client: Any, table: str) -> None:
-        self.client = client
-        self.table = table
-        self.outcomes: dict[str, str] = {}
-        self.times: list[float] = []
-        self._stop = threading.Event()
-        self._threads = [
-            threading.Thread(target=self._write, args=(number,), daemon=True)
-            for number in range(WRITERS)
-        ]
-
-    def _write(self, number: int) -> None:
-        i = 0
-        while not self._stop.is_set():
-            key = f"w{number}-{i}"
-            item = {"pk": {"S": key}, "g": {"S": f"g{i % GROUPS}"}, "n": {"N": str(i)}}
-            i += 1
-            try:
-                self.client.put_item(TableName=self.table, Item=item)
-                self.outcomes[key] = "acknowledged"
-                self.times.append(time.monotonic())
-            except ClientError as error:
-                code = error.response["Error"]["Code"]
-                self.outcomes[key] = "unknown" if code == "InternalServerError" else "refused"
-
-    def __enter__(self) -> Writers:
-        for thread in self._threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(timeout=30)
-
-    def acknowledged_since(self, moment: float) -> int:
-        return sum(1 for at in self.times if at >= moment)
+def _grouped(key: str, number: int) -> dict[str, Any]:
+    return {"pk": {"S": key}, "g": {"S": f"g{number % GROUPS}"}, "n": {"N": str(number)}}
 
 
 def _scan(client: Any, table: str, index: str | None = None) -> dict[str, str]:
@@ -91,17 +49,6 @@ def _converged(client: Any, table: str, index: str) -> dict[str, str]:
         time.sleep(0.5)
 
 
-def _kill_under_writes(writers: Writers, node: Any) -> None:
-    time.sleep(2)
-    killed_at = time.monotonic()
-    node.kill()
-    deadline = killed_at + RECOVERY_SECONDS_MAX
-    while writers.acknowledged_since(killed_at + 0.1) < 20:
-        assert time.monotonic() < deadline, f"writes stalled after {node.name} died"
-        time.sleep(0.05)
-    time.sleep(1)
-
-
 def test_a_replicated_tables_global_index_converges_with_a_node_down(tmp_path: Path) -> None:
     with LocalCluster(
         tmp_path / "cluster", nodes=3, routers=1, replicators=1, replication_factor=3
@@ -125,8 +72,10 @@ def test_a_replicated_tables_global_index_converges_with_a_node_down(tmp_path: P
         )
         wait_active(client, "Indexed")
         second, third = cluster.nodes[1], cluster.nodes[2]
-        with Writers(client, "Indexed") as writers:
-            _kill_under_writes(writers, second)
+        with Writers([client], "Indexed", _grouped) as writers:
+            time.sleep(2)
+            kill_under_writes(writers, second)
+            time.sleep(1)
         outcomes = dict(writers.outcomes)
         acknowledged = {key for key, outcome in outcomes.items() if outcome == "acknowledged"}
         refused = {key for key, outcome in outcomes.items() if outcome == "refused"}
@@ -135,8 +84,7 @@ def test_a_replicated_tables_global_index_converges_with_a_node_down(tmp_path: P
         assert acknowledged <= indexed.keys(), "acknowledged writes missing from the index"
         assert not refused & indexed.keys(), "writes refused as not applied are in the index"
         for key in acknowledged:
-            number = int(key.split("-")[1])
-            assert indexed[key] == f"g{number % GROUPS}"
+            assert indexed[key] == _grouped(key, int(key.split("-")[1]))["g"]["S"]
         reply = client.query(
             TableName="Indexed",
             IndexName="ByGroup",

@@ -15,6 +15,7 @@ import threading
 import time
 import urllib.request
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,12 +45,23 @@ BROWSER_TIMEOUT_S = 90.0
 BROWSER_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=6000")
 
 
-class Writers:
-    """Threads putting distinct keys through two routers, recording each outcome and when."""
+def plain_item(key: str, number: int) -> dict[str, Any]:
+    return {"pk": {"S": key}, "n": {"N": str(number)}}
 
-    def __init__(self, clients: list[Any], table: str) -> None:
+
+class Writers:
+    """Threads putting distinct keys through the routers' clients, recording each outcome and
+    when; `item` makes the item of a writer's i-th key (from 0) from the key and i."""
+
+    def __init__(
+        self,
+        clients: list[Any],
+        table: str,
+        item: Callable[[str, int], dict[str, Any]] = plain_item,
+    ) -> None:
         self.clients = clients
         self.table = table
+        self.item = item
         self.outcomes: dict[str, str] = {}
         self.times: list[tuple[float, bool]] = []
         self._stop = threading.Event()
@@ -63,10 +75,11 @@ class Writers:
         i = 0
         while not self._stop.is_set():
             key = f"w{number}-{i}"
+            item = self.item(key, i)
             i += 1
             started = time.monotonic()
             try:
-                client.put_item(TableName=self.table, Item={"pk": {"S": key}, "n": {"N": str(i)}})
+                client.put_item(TableName=self.table, Item=item)
                 self.outcomes[key] = "acknowledged"
                 self.times.append((started, True))
             except ClientError as error:
@@ -88,6 +101,17 @@ class Writers:
 
     def acknowledged_since(self, moment: float) -> int:
         return sum(1 for started, ok in self.times if ok and started >= moment)
+
+
+def kill_under_writes(writers: Writers, node: Any) -> None:
+    """SIGKILL `node` while `writers` write, and wait until writes are acknowledged again (the
+    dead node's partitions led elsewhere), within RECOVERY_SECONDS_MAX."""
+    killed_at = time.monotonic()
+    node.kill()
+    deadline = killed_at + RECOVERY_SECONDS_MAX
+    while writers.acknowledged_since(killed_at + 0.1) < 20:
+        assert time.monotonic() < deadline, f"writes stalled after {node.name} died"
+        time.sleep(0.05)
 
 
 def stored(client: Any, table: str, keys: list[str]) -> set[str]:
@@ -112,13 +136,8 @@ def test_writes_survive_kill_9_of_each_node_in_turn(tmp_path: Path) -> None:
             time.sleep(2)
             for node in cluster.nodes:
                 before = writers.acknowledged_since(0)
-                killed_at = time.monotonic()
-                node.kill()
                 # The writes go on, the killed node's partitions led elsewhere within an election.
-                deadline = killed_at + RECOVERY_SECONDS_MAX
-                while writers.acknowledged_since(killed_at + 0.1) < 20:
-                    assert time.monotonic() < deadline, f"writes stalled after {node.name} died"
-                    time.sleep(0.05)
+                kill_under_writes(writers, node)
                 assert writers.acknowledged_since(0) > before
                 node.start()
                 time.sleep(1)

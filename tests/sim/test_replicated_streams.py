@@ -9,6 +9,7 @@ checkpoint at the leader only, through the group, and the followers' rounds pass
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import pytest
@@ -52,20 +53,37 @@ def feeds(replicas: Replicas) -> dict[int, FeedService]:
     return {member: of(member) for member in replicas.nodes}
 
 
-async def read(feed: FeedService, after_seq: int) -> FeedPage:
-    """One read of a follow, as GetRecords reads a shard."""
-    batches = feed.follow(
+def follow(
+    feed: FeedService, after_seq: int, records_max: int = limits.GET_RECORDS_LIMIT_MAX
+) -> AsyncGenerator[FeedPage, None]:
+    """A follow of the partition's feed after `after_seq`, its batches as pages."""
+    return feed.follow(
         TABLE["id"],
         "p0",
         consumer="",
         after_seq=after_seq,
-        records_max=limits.GET_RECORDS_LIMIT_MAX,
+        records_max=records_max,
         encode=lambda page: page,
     )
+
+
+async def read(feed: FeedService, after_seq: int) -> FeedPage:
+    """One read of a follow, as GetRecords reads a shard."""
+    batches = follow(feed, after_seq)
     try:
         return await anext(batches)
     finally:
         await batches.aclose()
+
+
+async def one_write_led(replicas: Replicas) -> int:
+    """The partition created on every member, one write, and its leader once settled."""
+    await create(replicas)
+    await replicas.write(ops.PUT, TARGET, put("a"))
+    await settle(replicas)
+    leader = replicas.leader_of(GROUP)
+    assert leader is not None
+    return leader
 
 
 def member_of(name: str | None) -> int:
@@ -120,26 +138,15 @@ def test_a_follow_at_a_leader_cut_off_from_its_group_ends() -> None:
     async def scenario() -> None:
         replicas = Replicas(1)
         try:
-            await create(replicas)
-            await replicas.write(ops.PUT, TARGET, put("a"))
-            await settle(replicas)
-            leader = replicas.leader_of(GROUP)
-            assert leader is not None
+            leader = await one_write_led(replicas)
             service = feeds(replicas)[leader]
             seen: list[int] = []
 
-            async def follow() -> None:
-                async for page in service.follow(
-                    TABLE["id"],
-                    "p0",
-                    consumer="",
-                    after_seq=0,
-                    records_max=100,
-                    encode=lambda page: page,
-                ):
+            async def following_all() -> None:
+                async for page in follow(service, 0, records_max=100):
                     seen.extend(change.seq for change in page.records)
 
-            following = asyncio.create_task(follow())
+            following = asyncio.create_task(following_all())
             await asyncio.sleep(1)
             assert seen == [1]
             # Cut it off: the others elect a leader, and it steps down for want of a quorum.
@@ -162,15 +169,11 @@ def test_a_follow_at_a_leader_cut_off_from_its_group_ends() -> None:
     run(scenario)
 
 
-def test_a_new_leader_serves_no_feed_before_an_entry_of_its_term_commits() -> None:
+def test_a_leader_serves_its_feed_only_until_its_views_feed_until() -> None:
     async def scenario() -> None:
         replicas = Replicas(2)
         try:
-            await create(replicas)
-            await replicas.write(ops.PUT, TARGET, put("a"))
-            await settle(replicas)
-            leader = replicas.leader_of(GROUP)
-            assert leader is not None
+            leader = await one_write_led(replicas)
             node = replicas.nodes[leader]
             view = node.replication.views[TABLE["id"], "p0"]
             assert view.leads and node.serves_feed((TABLE["id"], "p0"))
