@@ -2193,32 +2193,71 @@ def _stream_state(stream: StreamDef | None) -> bool | None:
 @dataclass(frozen=True, slots=True)
 class CatalogLocation:
     """Where the catalog's system table lives: the node holding its partition (by id, and the
-    address it was reached at when the record was written) and the partition's id.
+    address it was reached at when the record was written) and the partition's id; and, when
+    the catalog is a replication group, its replicas (node id and address each, its first leader
+    first: `node` and `address` are that one's).
 
     Every node holds a copy in its bootstrap partition, so that a process finds the catalog by
-    asking any node, never by hashing over its own list of nodes; the address lets a process whose
-    list lacks that node reach it all the same.
+    asking any node, never by hashing over its own list of nodes; the addresses let a process
+    whose list lacks a node reach it all the same. The GSI replicators' leases table lives beside
+    the catalog, on the same nodes.
     """
 
     node: str
     address: str = ""
     partition: str = CATALOG_PARTITION_ID
+    # Empty: `node`'s copy alone (replication factor 1).
+    replicas: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        """Every node holding a replica of the catalog."""
+        return tuple(node for node, _ in self.replicas) or (self.node,)
+
+    def address_of(self, node: str) -> str:
+        """The address recorded for `node` (one of `nodes`)."""
+        return dict(self.replicas).get(node, self.address if node == self.node else "")
+
+    def partition_of(self, partition_id: str) -> PartitionDef:
+        """The descriptor of a system partition placed where the catalog is (the catalog's own,
+        or the leases table's beside it): one unbounded range that never splits or moves."""
+        replicas = tuple(node for node, _ in self.replicas)
+        return PartitionDef(partition_id, "", None, 1, self.node, replicas=replicas)
+
+    def describe(self) -> str:
+        """The catalog's node, or its replicas' nodes, for messages."""
+        if not self.replicas:
+            return self.node
+        return "replicas on " + ", ".join(self.nodes)
 
     def to_item(self) -> dict[str, Any]:
         """The bootstrap record as an item of the bootstrap table (DynamoDB JSON)."""
-        return {
+        item: dict[str, Any] = {
             "name": {"S": BOOTSTRAP_RECORD_NAME},
             "catalog_node": {"S": self.node},
             "catalog_address": {"S": self.address},
             "catalog_partition": {"S": self.partition},
         }
+        if self.replicas:
+            item["catalog_replicas"] = {
+                "L": [
+                    {"M": {"node": {"S": node}, "address": {"S": address}}}
+                    for node, address in self.replicas
+                ]
+            }
+        return item
 
     @classmethod
     def from_item(cls, item: Mapping[str, Any]) -> CatalogLocation:
+        replicas = tuple(
+            (replica["M"]["node"]["S"], replica["M"]["address"]["S"])
+            for replica in item.get("catalog_replicas", {}).get("L", ())
+        )
         return cls(
             node=item["catalog_node"]["S"],
             address=item["catalog_address"]["S"],
             partition=item["catalog_partition"]["S"],
+            replicas=replicas,
         )
 
 

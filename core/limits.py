@@ -327,6 +327,10 @@ CATALOG_COPY_SECONDS = 1.0
 # A router reading the nodes' copies (the catalog's node not answering) waits this long for each,
 # so a paused node costs the request this, not a whole node call's deadline.
 CATALOG_COPY_READ_SECONDS_MAX = 2.0
+# Every node compares the partitions it holds with where the catalog places them this often
+# (`storagenode.placement`): replicas created or dropped without it while it was down are made
+# or dropped within about this long of it coming back.
+PLACEMENT_RECONCILE_SECONDS = 5.0
 
 # The GSI replicator (dynalab's own bounds). It re-reads the catalog this often to find tables with
 # global indexes and their partitions; writes made meanwhile wait in the change logs, which hold

@@ -529,8 +529,10 @@ class Replicator:
         self.drained: dict[tuple[str, str], set[str]] = {}
         self.location: CatalogLocation | None = None
         rng = random.Random() if rng is None else rng
+        # The catalog's partition and the leases table beside it, at a replicated one's leader.
+        self.catalog_nodes = catalog_client.CatalogNodes(self._catalog_transport, self.replicas)
         self.catalog = catalog_client.CatalogClient(
-            self._located, self._catalog_transport, rng=rng, clock=monotonic
+            self._located, self.catalog_nodes, rng=rng, clock=monotonic
         )
         handlers: dict[str, Handler[BackfillRecord]] = {
             "register": self._register_backfill,
@@ -626,9 +628,9 @@ class Replicator:
         free ones up to this replicator's fair share, release the rest
         (`core.gsi_leases.plan`)."""
         if not self.leases_ready:
-            await leases.ensure_table(self.clients, location)
+            await leases.ensure_table(self.catalog_nodes, location)
             self.leases_ready = True
-        rows, members = await leases.read(self.clients, location)
+        rows, members = await leases.read(self.catalog_nodes, location)
         self.stats.lease_rows, self.stats.member_rows = len(rows), len(members)
         ages = self.row_ages.observe(rows.values(), members.values(), self.monotonic())
         if followed is not None:
@@ -644,7 +646,7 @@ class Replicator:
             alive = gsi_leases.Member(
                 self.owner, now + self.lease_seconds, 1 if member is None else member.version + 1
             )
-            if await leases.write(self.clients, location, alive.to_item(), version):
+            if await leases.write(self.catalog_nodes, location, alive.to_item(), version):
                 members[self.owner] = alive
         wanted = self.wanted()
         plan = gsi_leases.plan(wanted, rows, members, self.owner, now, self.lease_seconds, ages)
@@ -661,13 +663,13 @@ class Replicator:
         ]
         written = await asyncio.gather(
             *(
-                leases.write(self.clients, location, row.to_item(), held[row.key].version)
+                leases.write(self.catalog_nodes, location, row.to_item(), held[row.key].version)
                 for row in renewals
             ),
             *(self._release(location, lease) for lease in plan.release),
             *(
                 leases.write(
-                    self.clients,
+                    self.catalog_nodes,
                     location,
                     row.to_item(),
                     None if row.key not in rows else rows[row.key].version,
@@ -692,12 +694,14 @@ class Replicator:
         delete it first, or its owner write it again)."""
         deleted = await asyncio.gather(
             *(
-                leases.delete(self.clients, location, gsi_leases.lease_name(row.key), row.version)
+                leases.delete(
+                    self.catalog_nodes, location, gsi_leases.lease_name(row.key), row.version
+                )
                 for row in garbage.leases
             ),
             *(
                 leases.delete(
-                    self.clients, location, gsi_leases.member_name(row.owner), row.version
+                    self.catalog_nodes, location, gsi_leases.member_name(row.owner), row.version
                 )
                 for row in garbage.members
             ),
@@ -707,7 +711,7 @@ class Replicator:
 
     async def _release(self, location: CatalogLocation, lease: Lease) -> bool:
         released = gsi_leases.released(lease)
-        done = await leases.write(self.clients, location, released.to_item(), lease.version)
+        done = await leases.write(self.catalog_nodes, location, released.to_item(), lease.version)
         if done:
             self.stats.leases_released += 1
         return done
@@ -834,7 +838,7 @@ class Replicator:
             return
         row = gsi_leases.renewed(lease, self.clock(), self.lease_seconds, drained=True)
         with contextlib.suppress(DynamoError, OSError):
-            if await leases.write(self.clients, location, row.to_item(), lease.version):
+            if await leases.write(self.catalog_nodes, location, row.to_item(), lease.version):
                 self.leases[key] = row
 
     async def fence(self, table_id: str, source: str, consumer: str, epoch: int) -> None:
@@ -1093,10 +1097,10 @@ class Replicator:
             raise ServiceUnavailable("The catalog's location is not known yet")
         return self.location
 
-    def _catalog_transport(self, location: CatalogLocation) -> NodeTransport:
-        client = self.clients.get(location.node)
+    def _catalog_transport(self, location: CatalogLocation, node: str) -> NodeTransport:
+        client = self.clients.get(node)
         if client is None:
-            raise ServiceUnavailable(f"The catalog's node {location.node} is not known here")
+            raise ServiceUnavailable(f"The catalog's node {node} is not known here")
         return client
 
     async def _change_table(

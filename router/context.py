@@ -66,9 +66,9 @@ from rpc import ops
 from rpc.background import BackgroundTask
 from rpc.catalog_client import (
     CATALOG_SCAN_PAGES_MAX,
-    CATALOG_UNAVAILABLE,
     SYSTEM_EPOCH,
     CatalogClient,
+    CatalogNodes,
     TableChange,
     bootstrap_record,
     system_target,
@@ -156,9 +156,10 @@ class RouterContext:
         self.crash_points = HoldPoints.from_env() if crash_points is None else crash_points
         # The one catalog client (`rpc.catalog_client`): every row it reads or writes is
         # installed in the cache at once (`_observe`).
+        self.catalog_nodes = CatalogNodes(self._catalog_client, self.replicas)
         self.catalog_client = CatalogClient(
             self.locate_catalog,
-            lambda location: self._client(location.node),
+            self.catalog_nodes,
             rng=self.sources.rng,
             clock=self.sources.clock,
             observe=self._observe,
@@ -166,8 +167,27 @@ class RouterContext:
 
     @property
     def catalog_node(self) -> str | None:
-        """The node holding the catalog, once located."""
+        """The node holding the catalog (a replicated one's first leader), once located."""
         return None if self.location is None else self.location.node
+
+    @property
+    def catalog_nodes_named(self) -> tuple[str, ...]:
+        """Every node holding a replica of the catalog, once located."""
+        return () if self.location is None else self.location.nodes
+
+    def _catalog_client(self, location: CatalogLocation, node: str) -> NodeTransport:
+        """The client of `node`, one of the catalog's: a node placed by a router whose node list
+        differs from this one's is reached at the address the location records. The ring (where
+        new partitions go) stays this router's own."""
+        if node not in self.clients:
+            address = location.address_of(node)
+            if not address:
+                raise ServiceUnavailable(f"Storage node {node} is not known to this router")
+            log.warning(
+                "the catalog's node %s at %s is not among this router's nodes", node, address
+            )
+            self.clients[node] = self._connect(address)
+        return self.clients[node]
 
     # Lifecycle ----------------------------------------------------------------------------------
 
@@ -253,7 +273,9 @@ class RouterContext:
             if self.location is None:
                 self.location = await self._locate()
                 log.info(
-                    "the catalog is partition %s on %s", self.location.partition, self.location.node
+                    "the catalog is partition %s on %s",
+                    self.location.partition,
+                    self.location.describe(),
                 )
         return self.location
 
@@ -280,8 +302,7 @@ class RouterContext:
                         "Cannot locate the table catalog: no node that answered holds its "
                         f"bootstrap record, and {', '.join(unreachable)} did not answer"
                     )
-                home = self.ring.owner(catalog.CATALOG_PLACEMENT_KEY)
-                proposal = CatalogLocation(home, self.clients[home].address)
+                proposal = self._new_location()
                 if await self._propose(proposal, sorted(found), own=True):
                     return await self._adopt(proposal)
                 continue
@@ -328,27 +349,25 @@ class RouterContext:
             return False
         return True
 
+    def _new_location(self) -> CatalogLocation:
+        """Where a new cluster's catalog goes: the ring owner of `CATALOG_PLACEMENT_KEY`, and
+        with a replication factor above 1 a replication group on that many nodes from it (as a
+        table's first partition is placed: `HashRing.spread`), that one its first leader."""
+        factor = min(self.settings.replication_factor, limits.REPLICATION_FACTOR_MAX)
+        nodes = self.ring.spread(catalog.CATALOG_PLACEMENT_KEY, factor, 0)
+        home = nodes[0]
+        replicas = (
+            tuple((node, self.clients[node].address) for node in nodes) if len(nodes) > 1 else ()
+        )
+        return CatalogLocation(home, self.clients[home].address, replicas=replicas)
+
     async def _adopt(self, location: CatalogLocation) -> CatalogLocation:
-        if location.node not in self.clients:
-            # Placed by a router whose node list differs from this one's: reach the node at the
-            # address it recorded. The ring (where new partitions go) stays this router's own.
-            log.warning(
-                "the catalog is on %s at %s, which is not among this router's nodes",
-                location.node,
-                location.address,
-            )
-            self.clients[location.node] = self._connect(location.address)
-        try:
-            await self.control(
-                location.node,
-                ops.CREATE_PARTITION,
-                ops.CreatePartitionPayload(
-                    self._system_table(catalog.CATALOG_TABLE_ID, catalog.CATALOG_TABLE_NAME),
-                    _system_partition(location.partition, location.node),
-                ).to_json(),
-            )
-        except ServiceUnavailable as error:
-            raise ServiceUnavailable(CATALOG_UNAVAILABLE.format(node=location.node)) from error
+        """Create the catalog partition where `location` names (nothing where it exists)."""
+        await self.catalog_nodes.create(
+            location,
+            self._system_table(catalog.CATALOG_TABLE_ID, catalog.CATALOG_TABLE_NAME),
+            location.partition,
+        )
         return location
 
     @staticmethod
@@ -469,7 +488,14 @@ class RouterContext:
             and now - self._node_copies_read_at < limits.CATALOG_REFRESH_SECONDS
         ):
             return
-        nodes = sorted(node for node in self.clients if node != self.catalog_node)
+        # Every node keeps a copy but a one-copy catalog's own node (a replicated catalog's
+        # replicas keep one too, for when a majority of them is down).
+        location = self.location
+        nodes = sorted(
+            node
+            for node in self.clients
+            if location is None or location.replicas or node != location.node
+        )
         replies = await asyncio.gather(
             *(self._read_node_copy(node) for node in nodes), return_exceptions=True
         )

@@ -195,7 +195,7 @@ def _nodes_section(view: View) -> list[dict[str, Any]]:
                 "error": None if report is None else report.error,
                 "last_seen": None if report is None else report.last_seen,
                 "throughput_enforced": None if report is None else report.enforced,
-                "holds_catalog": node == ctx.catalog_node,
+                "holds_catalog": node in ctx.catalog_nodes_named,
             }
         )
     return result
@@ -355,6 +355,7 @@ def _tables_section(view: View) -> list[dict[str, Any]]:
 def _catalog_section(view: View) -> dict[str, Any]:
     return {
         "node": view.ctx.catalog_node,
+        "nodes": list(view.ctx.catalog_nodes_named),
         "readable": view.catalog_error is None,
         "error": view.catalog_error,
     }

@@ -25,7 +25,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from core import catalog, gsi, indexes, limits, streams
+from core import catalog, gsi, limits, streams
 from core.catalog import IndexDef, IndexStatus, StreamViewType, TableDef
 from core.errors import (
     DynamoError,
@@ -38,7 +38,7 @@ from core.errors import (
 from core.machines import RESTARTED, STARTED, Effect, Event
 from core.machines import table as table_machine
 from core.machines.table import TableRecord, TableState
-from rpc import ops
+from rpc import ops, placement
 from rpc.machines import Driver, Handler
 
 if TYPE_CHECKING:
@@ -152,7 +152,7 @@ class _Handlers:
     async def create_partitions(self, record: TableRecord, effect: Effect) -> Event:
         """Create a CREATING table's partitions and its global indexes' (again: creating a
         partition that exists with the same definition does nothing)."""
-        await all_calls(_table_partition_calls(self.ctx, _known(record)))
+        await create_replicas(self.ctx, placement.replica_creations(_known(record)))
         return Event(effect.done)
 
     async def activate(self, record: TableRecord, effect: Effect) -> Event:
@@ -173,19 +173,40 @@ class _Handlers:
     async def drop_partitions(self, record: TableRecord, effect: Effect) -> Event:
         """Drop the table's partitions, with their items and change logs, and its global
         indexes' partitions, on every node holding one (again: dropping what is gone does
-        nothing)."""
+        nothing). A node that cannot be reached is passed by where it holds only replicas of
+        replicated partitions, each of which a majority of its replicas' nodes dropped: it
+        drops them itself once it is back and finds their table gone from the catalog
+        (`rpc.placement.reconcile`)."""
         table = _known(record)
-        stored = [(table.id, {node for p in table.partitions for node in p.nodes})]
+        stored = [(table.id, table.partitions)]
         for index in catalog.global_indexes(table):
             assert index.table_id is not None
-            stored.append((index.table_id, {node for p in index.partitions for node in p.nodes}))
-        await all_calls(
-            [
-                self.ctx.control(node, ops.DROP_TABLE, ops.DropTablePayload(stored_id).to_json())
-                for stored_id, nodes in stored
-                for node in sorted(nodes)
-            ]
-        )
+            stored.append((index.table_id, index.partitions))
+        drops = [
+            (node, stored_id, partition)
+            for stored_id, partitions in stored
+            for partition in partitions
+            for node in partition.nodes
+        ]
+        calls = {
+            (node, stored_id): self.ctx.control(
+                node, ops.DROP_TABLE, ops.DropTablePayload(stored_id).to_json()
+            )
+            for node, stored_id, _ in drops
+        }
+        replies = await asyncio.gather(*calls.values(), return_exceptions=True)
+        results = dict(zip(calls, replies, strict=True))
+        failed: dict[tuple[str, str], int] = {}
+        for node, stored_id, partition in drops:
+            result = results[(node, stored_id)]
+            if not isinstance(result, BaseException):
+                continue
+            if not isinstance(result, ServiceUnavailable) or not partition.replicas:
+                raise result
+            key = (stored_id, partition.id)
+            failed[key] = failed.get(key, 0) + 1
+            if len(partition.replicas) - failed[key] < len(partition.replicas) // 2 + 1:
+                raise result
         return Event(effect.done)
 
     async def mark_deleting(self, record: TableRecord, effect: Effect) -> Event:
@@ -202,7 +223,7 @@ class _Handlers:
 
     async def create_index_partitions(self, record: TableRecord, effect: Effect) -> Event:
         table = _known(record)
-        await all_calls(_index_partition_calls(self.ctx, table, _index_of(record)))
+        await create_replicas(self.ctx, placement.index_creations(table, _index_of(record)))
         return Event(effect.done)
 
     async def remove_index(self, record: TableRecord, effect: Effect) -> Event:
@@ -300,74 +321,32 @@ def _stream(record: TableRecord) -> catalog.StreamDef:
     )
 
 
-def _table_partition_calls(ctx: RouterContext, table: TableDef) -> list[Awaitable[dict[str, Any]]]:
-    """The create_partition calls of every partition of a CREATING table and of its global
-    indexes."""
-    schema_for_nodes = {
-        "id": table.id,
-        "name": table.name,
-        "key_schema": table.key_shape.to_key_schema(),
-        # Each index's key and projection: the nodes check every write's index key types, and
-        # maintain local indexes; a global index's partitions are the replicator's business.
-        "indexes": [
-            {k: v for k, v in index.to_json().items() if k not in ("partitions", "throughput")}
-            for index in table.indexes
-        ],
-    }
-    throughput_for_nodes = catalog.throughput_document(table)
-    # A table with global indexes holds its change logs for the GSI replicator from the start,
-    # and one with a stream for the stream.
-    consumers = [gsi.REPLICATOR_CONSUMER] if catalog.global_indexes(table) else []
-    if table.stream is not None:
-        consumers.append(table.stream.consumer)
-    # A replicated partition is created on each of its nodes alike: each makes its replica and
-    # its member of the partition's group.
-    calls = [
-        ctx.control(
-            node,
-            ops.CREATE_PARTITION,
-            ops.CreatePartitionPayload(
-                schema_for_nodes,
-                partition.to_json(),
-                throughput_for_nodes,
-                consumers or None,
-            ).to_json(),
-        )
-        for partition in table.partitions
-        for node in partition.nodes
+async def create_replicas(ctx: RouterContext, creations: list[placement.Creation]) -> None:
+    """Make the partitions `creations` describe (`rpc.placement`), all at once; once all have
+    finished, raise the first failure unless it is only nodes that could not be reached, each
+    holding a minority of a replicated partition's replicas (`placement.quorum_created`): those
+    create theirs when they are back (`placement.reconcile`)."""
+    results = await asyncio.gather(
+        *(ctx.control(c.node, ops.CREATE_PARTITION, c.payload) for c in creations),
+        return_exceptions=True,
+    )
+    failures = [
+        (creation, result)
+        for creation, result in zip(creations, results, strict=True)
+        if isinstance(result, BaseException)
     ]
-    for index in catalog.global_indexes(table):
-        calls.extend(_index_partition_calls(ctx, table, index))
-    return calls
-
-
-def _index_schema(table: TableDef, index: IndexDef) -> dict[str, Any]:
-    """What a node needs to hold a global index's partitions: its id, a name for metrics, and
-    its entry key (the index key, then the table key attributes not already in it)."""
-    assert index.table_id is not None
-    shape = indexes.entry_shape(index, table.key_shape)
-    return {
-        "id": index.table_id,
-        "name": catalog.index_storage_name(table.name, index.name),
-        "key_schema": shape.to_document(),
-    }
-
-
-def _index_partition_calls(
-    ctx: RouterContext, table: TableDef, index: IndexDef
-) -> list[Awaitable[dict[str, Any]]]:
-    """The create_partition calls of every partition of the global index `index`."""
-    index_schema = _index_schema(table, index)
-    throughput = catalog.index_throughput_document(table, index)
-    return [
-        ctx.control(
-            node,
-            ops.CREATE_PARTITION,
-            ops.CreatePartitionPayload(index_schema, partition.to_json(), throughput).to_json(),
+    unreachable = [c for c, result in failures if isinstance(result, ServiceUnavailable)]
+    if failures and (
+        len(unreachable) < len(failures) or not placement.quorum_created(creations, unreachable)
+    ):
+        raise failures[0][1]
+    for creation, result in failures:
+        log.warning(
+            "replica of %s left for %s to create when it is back: %s",
+            creation.partition.id,
+            creation.node,
+            result,
         )
-        for partition in index.partitions
-        for node in partition.nodes
-    ]
 
 
 def activate(table_id: str, throughput_version: int | None = None) -> TableChange:

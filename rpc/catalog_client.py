@@ -2,13 +2,17 @@
 
 The catalog is the system table `__dynalab_catalog` (`core.catalog`): one row per table, keyed by
 the table's name, holding its `TableDef` and the row's `version` (the codec is
-`core.catalog_copy.catalog_row` / `record_of_row`), in one partition on one storage node. Where
-that partition lives is recorded in a bootstrap record every node holds (`bootstrap_record`,
-`locate`); a router also creates it on a new cluster, which stays the router's own job
+`core.catalog_copy.catalog_row` / `record_of_row`), in one partition: on one storage node, or,
+in a replicated cluster, a replication group of its own, so that no single node holds the only
+copy and the catalog answers while any minority of its replicas is down. Where that partition
+lives is recorded in a bootstrap record every node holds (`bootstrap_record`, `locate`); a router
+also creates it on a new cluster, which stays the router's own job
 (`router.context.RouterContext.locate_catalog`). The client is handed how its process finds the
 location (`locate`) and reaches a node (`connect`), and reads and writes the catalog with the
 ordinary data-plane operations over the transport seam (`rpc.transport.NodeTransport`), so the
-same code runs over gRPC and in the simulated network:
+same code runs over gRPC and in the simulated network. A replicated catalog is called as any
+replicated partition is (`CatalogNodes`, `rpc.replicas.ReplicaCalls`): at its leader, reads
+strongly consistent there, so a process never reads a catalog older than one it was told of.
 
 - `read_table`: one row (`get`, consistent);
 - `scan`: every row, page after page, at most `CATALOG_SCAN_PAGES_MAX` pages;
@@ -19,12 +23,15 @@ same code runs over gRPC and in the simulated network:
 
 A write whose reply is lost raises `OutcomeUnknown` at the transport (`rpc.transport.unanswered`).
 Past its deadline the catalog's node will not apply it any more, so the row says what happened; the
-client reads it back (`resolution`): the written record found means it was applied; the row still
+client reads it back (`resolution`). (A replicated catalog's write planned by a leader that was
+deposed may still be committed by the next one, but before that leader serves any strong read,
+since it serves none before it has committed an entry of its own term; so the read back, strong
+at the leader, is decisive there too.) The written record found means it was applied; the row still
 at the version read, or the next version holding another writer's record, means it was not, and
 the change is computed again on what is there. Anything else (the row changed twice since) cannot
 tell, and raises OutcomeUnknown rather than apply a change twice or report failed a change that
-was applied. Every call that finds the catalog's node unreachable raises one ServiceUnavailable
-naming the catalog (`CATALOG_UNAVAILABLE`), which clients retry.
+was applied. Every call that finds the catalog's node (or a quorum of its replicas) unreachable
+raises one ServiceUnavailable naming the catalog (`CATALOG_UNAVAILABLE`), which clients retry.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ from core.catalog_copy import catalog_row, record_of_row
 from core.errors import ConditionalCheckFailed, OutcomeUnknown, ServiceUnavailable, StaleEpoch
 from core.retry import CATALOG_CHANGE, RetryPolicy
 from rpc import ops
+from rpc.replicas import ReplicaCalls
 from rpc.transport import NodeTransport
 
 # A scan of the catalog reads at most this many pages: every page holds at least one table.
@@ -48,7 +56,7 @@ SYSTEM_EPOCH = 1  # The system partitions never split or move.
 # What a call to the catalog's partition raises when its node does not answer: 503, which SDKs
 # retry; a router goes on serving item operations from its cached catalog meanwhile.
 CATALOG_UNAVAILABLE = (
-    "The table catalog is unavailable (its storage node {node} does not answer); "
+    "The table catalog is unavailable ({where} does not answer); "
     "item operations on known tables go on, table operations can be retried later"
 )
 CATALOG_BUSY = "The table catalog is changing too often; try again later"
@@ -58,6 +66,16 @@ CATALOG_BUSY = "The table catalog is changing too often; try again later"
 TableChange = Callable[[TableDef | None], TableDef | None]
 # Told of every row the client reads or writes: the table's name and its record (None: none).
 Observer = Callable[[str, TableDef | None], None]
+
+
+def unavailable(location: CatalogLocation) -> str:
+    """`CATALOG_UNAVAILABLE` for the catalog at `location`."""
+    where = (
+        f"no quorum of its replicas on {', '.join(location.nodes)}"
+        if location.replicas
+        else f"its storage node {location.node}"
+    )
+    return CATALOG_UNAVAILABLE.format(where=where)
 
 
 def system_target(table_id: str, partition_id: str, consistent: bool = False) -> ops.Target:
@@ -99,6 +117,79 @@ async def locate(transports: Mapping[str, NodeTransport]) -> CatalogLocation | N
     return catalog.agreed_location(found)
 
 
+# Reaches a node where the catalog is: the location (which records every replica's address)
+# and the node's id.
+Connect = Callable[[CatalogLocation, str], NodeTransport]
+_SYSTEM_READS = frozenset({ops.GET, ops.SCAN, ops.QUERY})
+
+
+class CatalogNodes:
+    """How one process calls the system partitions that live where the catalog is (the
+    catalog's own, and the GSI leases table's beside it): on the catalog's node, or at the
+    leader of a replicated one, found as a router finds any partition's (`ReplicaCalls`)."""
+
+    def __init__(self, connect: Connect, replicas: ReplicaCalls | None = None) -> None:
+        self.connect = connect
+        self.replicas = ReplicaCalls() if replicas is None else replicas
+
+    async def call(
+        self,
+        location: CatalogLocation,
+        table_id: str,
+        partition_id: str,
+        op: str,
+        body: dict[str, Any],
+        *,
+        consistent: bool = True,
+    ) -> dict[str, Any]:
+        """One data-plane call to system partition `partition_id` of `table_id`; no node or
+        quorum answering is ServiceUnavailable `CATALOG_UNAVAILABLE`. Reads may go on to another
+        replica after any failure; a write only when it certainly was not applied."""
+        target = system_target(table_id, partition_id, consistent and op in _SYSTEM_READS)
+
+        def attempt(node: str, remaining: float) -> Awaitable[dict[str, Any]]:
+            return self.connect(location, node).call(op, target, body, remaining)
+
+        try:
+            return await self.replicas.call(
+                location.partition_of(partition_id),
+                table_id,
+                f"{op} of system table {table_id}",
+                attempt,
+                limits.NODE_CALL_SECONDS_MAX,
+                retry_safe=op in _SYSTEM_READS,
+            )
+        except ServiceUnavailable as error:
+            raise ServiceUnavailable(unavailable(location)) from error
+
+    async def create(
+        self, location: CatalogLocation, table: dict[str, Any], partition_id: str
+    ) -> None:
+        """Create system partition `partition_id` of `table` (its id, name and key schema) on
+        every node of the catalog's (nothing where it exists). A replicated one is created once
+        a quorum of its replicas holds it: the others are asked again the next time (each
+        router asks as it locates the catalog), and until then the group commits without them."""
+        partition = location.partition_of(partition_id)
+        payload = ops.CreatePartitionPayload(table, partition.to_json()).to_json()
+        nodes = partition.nodes
+
+        async def create_on(node: str) -> dict[str, Any]:
+            client = self.connect(location, node)
+            return await client.control(
+                ops.CREATE_PARTITION, payload, limits.CONTROL_CALL_SECONDS_MAX
+            )
+
+        replies = await asyncio.gather(*map(create_on, nodes), return_exceptions=True)
+        failed: list[BaseException] = []
+        for reply in replies:
+            if isinstance(reply, ServiceUnavailable):
+                failed.append(reply)
+            elif isinstance(reply, BaseException):
+                raise reply
+        if len(nodes) - len(failed) < len(nodes) // 2 + 1:
+            raise ServiceUnavailable(unavailable(location)) from failed[0]
+
+
 def resolution(
     current: TableDef | None, changed: TableDef | None, found: TableDef | None
 ) -> bool | None:
@@ -131,7 +222,7 @@ class CatalogClient:
     def __init__(
         self,
         locate: Callable[[], Awaitable[CatalogLocation]],
-        connect: Callable[[CatalogLocation], NodeTransport],
+        connect: Connect | CatalogNodes,
         *,
         rng: random.Random,
         clock: Callable[[], float],
@@ -140,12 +231,13 @@ class CatalogClient:
         observe: Observer | None = None,
     ) -> None:
         """`locate` answers where the catalog is (raising ServiceUnavailable when it cannot
-        tell); `connect` gives the transport to the node a location names. `rng` draws the
+        tell); `connect` gives the transport to one of the nodes a location names (or is the
+        process's `CatalogNodes`, shared with its other system calls). `rng` draws the
         pauses between attempts and `clock` (seconds, any monotonic origin) measures the
         policy's deadline. `observe` is told of every row read or written, so a cache can follow
         (`router.context.RouterContext` keeps one)."""
         self.locate = locate
-        self.connect = connect
+        self.nodes = connect if isinstance(connect, CatalogNodes) else CatalogNodes(connect)
         self.rng = rng
         self.clock = clock
         self.sleep = sleep
@@ -162,11 +254,10 @@ class CatalogClient:
     async def scan(self) -> dict[str, TableDef]:
         """Every table's record, by name."""
         location = await self.locate()
-        target = system_target(catalog.CATALOG_TABLE_ID, location.partition, True)
         payload = ops.ScanPayload(page_bytes=limits.QUERY_PAGE_BYTES_MAX)
         records: dict[str, TableDef] = {}
         for _ in range(CATALOG_SCAN_PAGES_MAX):
-            reply = await self._call(location, ops.SCAN, target, payload.to_json())
+            reply = await self._call(location, ops.SCAN, payload.to_json())
             for item in reply["items"]:
                 record = record_of_row(item)
                 records[record.name] = record
@@ -237,9 +328,8 @@ class CatalogClient:
         raise unknown
 
     async def _read(self, location: CatalogLocation, name: str) -> TableDef | None:
-        target = system_target(catalog.CATALOG_TABLE_ID, location.partition, True)
         payload = ops.GetPayload({"name": {"S": name}})
-        reply = await self._call(location, ops.GET, target, payload.to_json())
+        reply = await self._call(location, ops.GET, payload.to_json())
         item = reply["item"]
         return None if item is None else record_of_row(item)
 
@@ -252,7 +342,6 @@ class CatalogClient:
     ) -> None:
         """Write `changed` (None: delete) as table `name`'s row if it is still at `current`'s
         version (None: only if absent)."""
-        target = system_target(catalog.CATALOG_TABLE_ID, location.partition)
         condition, names, values = (
             ("attribute_not_exists(#n)", {"#n": "name"}, None)
             if current is None
@@ -260,19 +349,18 @@ class CatalogClient:
         )
         if changed is None:
             delete = ops.DeletePayload({"name": {"S": name}}, condition, names, values)
-            await self._call(location, ops.DELETE, target, delete.to_json())
+            await self._call(location, ops.DELETE, delete.to_json())
             return
         put = ops.PutPayload(catalog_row(changed), None, condition, names, values)
-        await self._call(location, ops.PUT, target, put.to_json())
+        await self._call(location, ops.PUT, put.to_json())
 
     async def _call(
-        self, location: CatalogLocation, op: str, target: ops.Target, body: dict[str, Any]
+        self, location: CatalogLocation, op: str, body: dict[str, Any]
     ) -> dict[str, Any]:
-        """One call to the catalog's partition; its node not answering is `CATALOG_UNAVAILABLE`."""
-        try:
-            return await self.connect(location).call(op, target, body, limits.NODE_CALL_SECONDS_MAX)
-        except ServiceUnavailable as error:
-            raise ServiceUnavailable(CATALOG_UNAVAILABLE.format(node=location.node)) from error
+        """One call to the catalog's partition (reads strongly consistent): `CatalogNodes.call`."""
+        return await self.nodes.call(
+            location, catalog.CATALOG_TABLE_ID, location.partition, op, body
+        )
 
     def _elapsed(self, started: float) -> float:
         """Seconds since `started`; a wall clock (a router's) may step back, never below 0."""

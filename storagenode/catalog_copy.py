@@ -1,12 +1,16 @@
 """This node's copy of the catalog, refreshed from the catalog's node (`core.catalog_copy`).
 
 Every round (`limits.CATALOG_COPY_SECONDS`) the copier reads where the catalog is from this node's
-own bootstrap record and, unless this node holds the catalog itself, asks the catalog's node for
-the seq its catalog partition's change log has reached (`table_stats`, one call). When that seq is
-the one the copy was taken at, the round ends there. Otherwise it scans the catalog, asks for the
-seq again, and, if it did not move meanwhile (so the scan saw the catalog exactly as of that seq),
-writes the rows that differ into this node's copy partition, deletes those the catalog no longer
-has, and writes the marker row with the seq last, through the group commit. A node killed half-way
+own bootstrap record and, unless this node holds a one-copy catalog itself, asks the catalog's
+node (a replicated catalog's leader) for the seq its catalog partition's change log has reached
+(`table_stats`, one call). When that seq is the one the copy was taken at, the round ends there.
+Otherwise it scans the catalog there, asks that node for the seq again, and, if it did not move
+meanwhile (so the scan saw the catalog exactly as of that seq: a replicated catalog's scan is
+strongly consistent, so that node led throughout, and every replica's change log is the same seq
+for seq), writes the rows that differ into this node's copy partition, deletes those the catalog
+no longer has, and writes the marker row with the seq last, through the group commit. A
+replicated catalog's replicas keep a copy too: it is what a router reads when a majority of them
+is down. A node killed half-way
 leaves the old marker over rows of which some are newer, each a real version of its table, and
 the next round finishes the copy. A round that fails (the catalog's node down, the disk full) is
 logged at most once per `LOG_REPEAT_SECONDS_MIN` and tried again next round; the copy stays as it
@@ -21,7 +25,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from core import catalog, limits
-from core.catalog import CatalogLocation
+from core.catalog import CatalogLocation, TableDef
 from core.catalog_copy import (
     CATALOG_COPY_PARTITION_ID,
     CATALOG_COPY_TABLE_NAME,
@@ -35,6 +39,7 @@ from core.errors import DynamoError, ServiceUnavailable, StaleEpoch
 from rpc import ops
 from rpc.background import BackgroundTask
 from rpc.ratelog import RateLimitedLog
+from rpc.replicas import ReplicaCalls
 from rpc.transport import NodeTransport, Transports
 from storagenode.node import StorageNode
 
@@ -67,6 +72,7 @@ class CatalogCopier:
         self.submit = submit
         self.interval = interval
         self._peers = Transports(connect)
+        self._replicas = ReplicaCalls()
         self._task = BackgroundTask("catalog-copy", self._run)
         self._failures = RateLimitedLog(logger)
 
@@ -91,21 +97,36 @@ class CatalogCopier:
     async def copy(self) -> bool:
         """One round; whether the copy changed."""
         location = self._location()
-        if (
-            location is None
-            or (catalog.CATALOG_TABLE_ID, location.partition) in self.node.partitions
+        if location is None or (
+            not location.replicas
+            and (catalog.CATALOG_TABLE_ID, location.partition) in self.node.partitions
         ):
             return False  # No catalog yet, or this node holds it: it answers from the catalog.
-        client = self._peers.to(location.address)
-        seq = await _catalog_seq(client, location)
         held = self.held()
-        if seq is None or (
-            held is not None and (held.partition, held.seq) == (location.partition, seq)
-        ):
+
+        async def attempt(node: str, remaining: float) -> tuple[int, dict[str, TableDef]] | None:
+            client = self._peers.to(location.address_of(node))
+            seq = await _catalog_seq(client, location)
+            if seq is None or (
+                held is not None and (held.partition, held.seq) == (location.partition, seq)
+            ):
+                return None
+            records = await _scan_catalog(client, location)
+            if await _catalog_seq(client, location) != seq:
+                return None  # The catalog changed during the scan: copy it next round.
+            return seq, records
+
+        scanned = await self._replicas.call(
+            location.partition_of(location.partition),
+            catalog.CATALOG_TABLE_ID,
+            "catalog copy",
+            attempt,
+            limits.CONTROL_CALL_SECONDS_MAX,
+            retry_safe=True,
+        )
+        if scanned is None:
             return False
-        records = await _scan_catalog(client, location)
-        if await _catalog_seq(client, location) != seq:
-            return False  # The catalog changed during the scan: copy it next round.
+        seq, records = scanned
         await self._write(location.partition, seq, records, held)
         logger.info("copied the catalog at seq %d: %d tables", seq, len(records))
         return True

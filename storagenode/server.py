@@ -48,6 +48,7 @@ from storagenode.feed_service import FeedService
 from storagenode.move import Mover
 from storagenode.node import StorageNode
 from storagenode.operations import OPERATIONS, Kind
+from storagenode.placement import PlacementKeeper
 from storagenode.raft_host import member_id, node_name
 from storagenode.settings import NodeSettings
 from storagenode.split import Splitter
@@ -398,6 +399,7 @@ class NodeServer:
         self._mover: Mover | None = None
         self._stream_retention: StreamRetention | None = None
         self._catalog_copier: CatalogCopier | None = None
+        self._placement: PlacementKeeper | None = None
         # Clients of the peers this node copies partition replicas from (`snapshots.py`).
         self._peer_clients: dict[int, NodeClient] = {}
 
@@ -469,6 +471,8 @@ class NodeServer:
         self._stream_retention.start()
         self._catalog_copier = CatalogCopier(self.node_id, node, committer.submit, NodeClient)
         self._catalog_copier.start()
+        self._placement = PlacementKeeper(self.node_id, node, submit, self._splitter.catalog)
+        self._placement.start()
         self._servicer = NodeServicer(node, self._committer, self._splitter, self._mover)
         node_pb2_grpc.add_StorageNodeServicer_to_server(self._servicer, server)
         self._feed = FeedService(node, committer.submit)
@@ -519,6 +523,8 @@ class NodeServer:
             await self._stream_retention.close()
         if self._catalog_copier is not None:
             await self._catalog_copier.close()
+        if self._placement is not None:
+            await self._placement.close()
         if self._server is not None:
             await self._server.stop(grace)
         if self._committer is not None:

@@ -535,7 +535,7 @@ class Splitter:
         # The one catalog client, finding the catalog through this node's own bootstrap record.
         self.catalog = CatalogClient(
             self._locate,
-            lambda location: self.client(location.address),
+            lambda location, node: self.client(location.address_of(node)),
             rng=source,
             clock=clock,
         )

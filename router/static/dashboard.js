@@ -91,7 +91,9 @@ function renderNodes(doc, colours) {
   }
   const catalog = document.getElementById("catalog");
   catalog.textContent = doc.catalog.readable
-    ? `The catalog is on ${doc.catalog.node}.`
+    ? (doc.catalog.nodes.length > 1
+      ? `The catalog is replicated on ${doc.catalog.nodes.join(", ")}.`
+      : `The catalog is on ${doc.catalog.node}.`)
     : `The catalog cannot be read (${doc.catalog.error}); showing the last copy.`;
 }
 

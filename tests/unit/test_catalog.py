@@ -630,6 +630,23 @@ def test_the_bootstrap_record_is_an_item_of_the_bootstrap_table() -> None:
     assert location.partition == catalog.CATALOG_PARTITION_ID
 
 
+def test_a_replicated_catalogs_record_names_every_replica_and_its_address() -> None:
+    replicas = (("node-2", "h:2"), ("node-3", "h:3"), ("node-1", "h:1"))
+    location = CatalogLocation("node-2", "h:2", replicas=replicas)
+    assert CatalogLocation.from_item(location.to_item()) == location
+    assert location.nodes == ("node-2", "node-3", "node-1")
+    assert location.address_of("node-1") == "h:1"
+    partition = location.partition_of(catalog.CATALOG_PARTITION_ID)
+    assert (partition.node, partition.replicas) == ("node-2", ("node-2", "node-3", "node-1"))
+    # A record written before replicas were kept reads as a catalog of one copy.
+    one = CatalogLocation("node-2", "h:2")
+    assert "catalog_replicas" not in one.to_item()
+    assert one.nodes == ("node-2",) and one.partition_of("p").replicas == ()
+    # Two records naming different replica sets disagree.
+    with pytest.raises(catalog.CatalogDisagreement):
+        catalog.agreed_location({"node-1": location, "node-2": one})
+
+
 def test_the_agreed_location_is_the_one_every_node_holding_a_record_holds() -> None:
     one, two = CatalogLocation("node-1", "a:1"), CatalogLocation("node-2", "a:2")
     assert catalog.agreed_location({}) is None

@@ -107,7 +107,11 @@ class Cluster:
             return LOCATION
 
         return CatalogClient(
-            located, lambda _: transport, rng=random.Random(seed), clock=lambda: 0.0, **options
+            located,
+            lambda _location, _node: transport,
+            rng=random.Random(seed),
+            clock=lambda: 0.0,
+            **options,
         )
 
     def row(self, name: str) -> TableDef | None:
@@ -263,7 +267,11 @@ async def test_no_attempt_starts_past_the_deadline() -> None:
         return LOCATION
 
     client = CatalogClient(
-        located, lambda _: transport, rng=random.Random(1), clock=lambda: now[0], policy=policy
+        located,
+        lambda _location, _node: transport,
+        rng=random.Random(1),
+        clock=lambda: now[0],
+        policy=policy,
     )
     cluster.after[ops.GET] = race
     with pytest.raises(ServiceUnavailable, match=CATALOG_BUSY):
@@ -290,7 +298,7 @@ async def test_a_wall_clock_stepping_back_counts_as_no_time_spent() -> None:
 
     client = CatalogClient(
         located,
-        lambda _: transport,
+        lambda _location, _node: transport,
         rng=random.Random(1),
         clock=lambda: next(readings, 40.0),
         sleep=sleep,

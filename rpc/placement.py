@@ -1,0 +1,199 @@
+"""Which partition replicas a table's catalog row puts on which node, and the `create_partition`
+call that makes each: one description shared by the router that creates a table (or an index)
+and the node that makes its placement whole later (`storagenode/placement.py`).
+
+`replica_creations(table)` lists every (node, payload) of a table's partitions and its global
+indexes' partitions; `index_creations(table, index)` those of one global index.
+
+`reconcile(node, held, tables)` is what a node must do to match the catalog: drop the stored
+tables (a table's or a global index's partitions) no table in the catalog names any more, and
+create the replicas the catalog places on it that it lacks. It is pure, and safe only given how
+the catalog and the nodes change, which the caller must keep:
+
+- A table's row (and a global index in it) is written before any of its partitions is created,
+  and table and index ids are fresh, never used again. So a stored id absent from a catalog read
+  that began after the node listed what it holds belongs to a table or index deleted (or whose
+  creation was abandoned) for good: dropping it loses nothing anyone can ask for.
+- Only replicated partitions of tables that are ACTIVE or UPDATING (and of global indexes ACTIVE
+  or BACKFILLING, whose partitions exist) are created: a CREATING table's partitions are its
+  creating router's, a DELETING one's are being dropped, a one-copy partition lives on its node
+  alone (created there by the router, moved or split by its nodes). A replica created late starts
+  empty, as every replica of its group started; its group's leader brings it up to date from its
+  log, or, where the log is compacted, it copies the partition from a member
+  (`storagenode/snapshots.py`). Its creation payload is made from the table's row as it is now;
+  every difference from the one its peers were created with (throughput, consumers) is a
+  metadata or checkpoint row that a later entry of the log wrote whole, and that entry is applied
+  to it as well.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from core import catalog, gsi, indexes
+from core.catalog import IndexDef, IndexStatus, PartitionDef, TableDef, TableStatus
+from rpc import ops
+
+# The states of a table, and of a global index, whose replicas a node creates on its own.
+_SETTLED_TABLES = frozenset({TableStatus.ACTIVE, TableStatus.UPDATING})
+_SETTLED_INDEXES = frozenset({IndexStatus.ACTIVE, IndexStatus.BACKFILLING})
+
+
+@dataclass(frozen=True, slots=True)
+class Creation:
+    """One replica to create: on `node`, partition `partition` of stored table `stored_id` (a
+    table's id, or a global index's), by `payload` (a `CreatePartitionPayload`'s body)."""
+
+    node: str
+    stored_id: str
+    partition: PartitionDef
+    payload: dict[str, Any]
+
+
+def _table_schema(table: TableDef) -> dict[str, Any]:
+    return {
+        "id": table.id,
+        "name": table.name,
+        "key_schema": table.key_shape.to_key_schema(),
+        # Each index's key and projection: the nodes check every write's index key types, and
+        # maintain local indexes; a global index's partitions are the replicator's business.
+        "indexes": [
+            {k: v for k, v in index.to_json().items() if k not in ("partitions", "throughput")}
+            for index in table.indexes
+        ],
+    }
+
+
+def _consumers(table: TableDef) -> list[str] | None:
+    """The consumers a new partition of `table` registers at seq 0: a table with global indexes
+    holds its change logs for the GSI replicator from the start, and one with a stream for it."""
+    consumers = [gsi.REPLICATOR_CONSUMER] if catalog.global_indexes(table) else []
+    if table.stream is not None:
+        consumers.append(table.stream.consumer)
+    return consumers or None
+
+
+def _index_schema(table: TableDef, index: IndexDef) -> dict[str, Any]:
+    """What a node needs to hold a global index's partitions: its id, a name for metrics, and
+    its entry key (the index key, then the table key attributes not already in it)."""
+    assert index.table_id is not None
+    shape = indexes.entry_shape(index, table.key_shape)
+    return {
+        "id": index.table_id,
+        "name": catalog.index_storage_name(table.name, index.name),
+        "key_schema": shape.to_document(),
+    }
+
+
+def table_creations(table: TableDef) -> list[Creation]:
+    """Every replica of the table's own partitions (not its global indexes')."""
+    schema, throughput = _table_schema(table), catalog.throughput_document(table)
+    consumers = _consumers(table)
+    return [
+        Creation(
+            node,
+            table.id,
+            partition,
+            ops.CreatePartitionPayload(
+                schema, partition.to_json(), throughput, consumers
+            ).to_json(),
+        )
+        for partition in table.partitions
+        for node in partition.nodes
+    ]
+
+
+def index_creations(table: TableDef, index: IndexDef) -> list[Creation]:
+    """Every replica of global index `index`'s partitions."""
+    assert index.table_id is not None
+    schema = _index_schema(table, index)
+    throughput = catalog.index_throughput_document(table, index)
+    return [
+        Creation(
+            node,
+            index.table_id,
+            partition,
+            ops.CreatePartitionPayload(schema, partition.to_json(), throughput).to_json(),
+        )
+        for partition in index.partitions
+        for node in partition.nodes
+    ]
+
+
+def replica_creations(table: TableDef) -> list[Creation]:
+    """Every replica of the table's partitions and of its global indexes' partitions."""
+    creations = table_creations(table)
+    for index in catalog.global_indexes(table):
+        creations.extend(index_creations(table, index))
+    return creations
+
+
+def quorum_created(creations: Iterable[Creation], failed: Iterable[Creation]) -> bool:
+    """Whether every partition among `creations` exists where it must, `failed` being the
+    calls that could not reach their node: every replica of a partition of one copy, a majority
+    of a replicated one's (the others are created by their nodes later: `reconcile`)."""
+    missing: dict[tuple[str, str], int] = {}
+    for creation in failed:
+        key = (creation.stored_id, creation.partition.id)
+        missing[key] = missing.get(key, 0) + 1
+    for creation in creations:
+        lacking = missing.get((creation.stored_id, creation.partition.id), 0)
+        replicas = len(creation.partition.replicas)
+        if lacking and (not replicas or replicas - lacking < replicas // 2 + 1):
+            return False
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class Reconciliation:
+    """What a node does to match the catalog: the stored ids to drop, the replicas to create."""
+
+    drop: tuple[str, ...]
+    create: tuple[Creation, ...]
+
+
+def stored_ids(table: TableDef) -> set[str]:
+    """The ids a table's partitions are stored under: its own and its global indexes'."""
+    ids = {table.id}
+    ids.update(
+        index.table_id for index in catalog.global_indexes(table) if index.table_id is not None
+    )
+    return ids
+
+
+def reconcile(
+    node: str, held: Iterable[tuple[str, str]], tables: Mapping[str, TableDef]
+) -> Reconciliation:
+    """What node `node`, holding partitions `held` ((stored id, partition id) pairs, listed
+    before `tables` was read), does to match the catalog `tables` (every table's record, by
+    name, read strongly). System tables are never touched."""
+    held = set(held)
+    named: set[str] = set()
+    for table in tables.values():
+        named |= stored_ids(table)
+    drop = sorted(
+        {
+            stored
+            for stored, _ in held
+            if stored not in named and stored not in catalog.SYSTEM_TABLE_IDS
+        }
+    )
+    create: list[Creation] = []
+    for table in tables.values():
+        if table.status not in _SETTLED_TABLES:
+            continue
+        wanted = table_creations(table)
+        for index in catalog.global_indexes(table):
+            if index.status in _SETTLED_INDEXES:
+                wanted.extend(index_creations(table, index))
+        create.extend(
+            creation
+            for creation in wanted
+            if creation.node == node
+            and creation.partition.replicas
+            and creation.partition.state == catalog.PartitionState.SERVING
+            and (creation.stored_id, creation.partition.id) not in held
+        )
+    return Reconciliation(tuple(drop), tuple(create))

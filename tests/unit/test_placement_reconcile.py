@@ -1,0 +1,85 @@
+"""rpc.placement: the replicas a table's row places, whether a creation that missed some nodes
+stands, and what a node does to match the catalog (`reconcile`)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from core import catalog
+from core.catalog import TableDef, TableStatus, Throughput
+from core.keys import KeyShape
+from core.placement import HashRing
+from core.token_bucket import BillingMode
+from rpc import ops
+from rpc.placement import quorum_created, reconcile, replica_creations
+
+NODES = ("node-1", "node-2", "node-3")
+RING = HashRing(NODES)
+
+
+def table(name: str, table_id: str, factor: int = 3) -> TableDef:
+    created = catalog.created(
+        name=name,
+        table_id=table_id,
+        key_shape=KeyShape.table(("pk", "S"), None),
+        attribute_definitions=[("pk", "S")],
+        billing_mode=BillingMode.PAY_PER_REQUEST,
+        throughput=Throughput(),
+        now=1.0,
+        owner=lambda _: "node-1",
+        replicas_of=(lambda key, i: RING.spread(key, factor, i)) if factor > 1 else None,
+    )
+    return catalog.activated(created)
+
+
+def held_by(node: str, *tables: TableDef) -> set[tuple[str, str]]:
+    return {
+        (creation.stored_id, creation.partition.id)
+        for t in tables
+        for creation in replica_creations(t)
+        if creation.node == node
+    }
+
+
+def test_every_replica_of_every_partition_is_created_alike() -> None:
+    t = table("T", "a" * 32)
+    creations = replica_creations(t)
+    assert len(creations) == 3 * len(t.partitions)
+    for partition in t.partitions:
+        mine = [c for c in creations if c.partition.id == partition.id]
+        assert sorted(c.node for c in mine) == sorted(partition.replicas)
+        assert len({str(c.payload) for c in mine}) == 1  # Every replica's payload the same.
+        body = ops.CreatePartitionPayload.from_json(mine[0].payload)
+        assert body.partition["replicas"] == list(partition.replicas)
+
+
+def test_a_creation_stands_when_each_replicated_partition_has_a_quorum() -> None:
+    creations = replica_creations(table("T", "a" * 32))
+    on_node_3 = [c for c in creations if c.node == "node-3"]
+    assert quorum_created(creations, [])
+    assert quorum_created(creations, on_node_3)
+    one_partition = creations[0].partition.id
+    two_of_one = [c for c in creations if c.partition.id == one_partition][:2]
+    assert not quorum_created(creations, two_of_one)
+    one_copy = replica_creations(table("U", "b" * 32, factor=1))
+    assert not quorum_created(one_copy, one_copy[:1])
+
+
+def test_a_node_back_creates_its_missing_replicas_and_drops_what_the_catalog_lost() -> None:
+    kept, gone = table("Kept", "a" * 32), table("Gone", "b" * 32)
+    held = held_by("node-3", gone) | {(catalog.CATALOG_TABLE_ID, catalog.CATALOG_PARTITION_ID)}
+    plan = reconcile("node-3", held, {"Kept": kept})
+    assert plan.drop == (gone.id,)  # The system partition is never dropped.
+    assert {(c.stored_id, c.partition.id) for c in plan.create} == held_by("node-3", kept)
+    assert all(c.node == "node-3" for c in plan.create)
+    # Once it holds them, nothing more to do.
+    after = reconcile("node-3", held_by("node-3", kept), {"Kept": kept})
+    assert after.drop == () and after.create == ()
+
+
+def test_only_settled_tables_replicated_partitions_are_created() -> None:
+    creating = dataclasses.replace(table("New", "a" * 32), status=TableStatus.CREATING, _json=None)
+    deleting = dataclasses.replace(table("Old", "b" * 32), status=TableStatus.DELETING, _json=None)
+    one_copy = table("One", "c" * 32, factor=1)
+    plan = reconcile("node-1", set(), {"New": creating, "Old": deleting, "One": one_copy})
+    assert plan.create == () and plan.drop == ()
