@@ -1,6 +1,6 @@
 """Container tests: the image, deploy/docker-compose.yml, and a storage node killed under load.
 
-Three tests, slowest last:
+Four tests, slowest last:
 
 - the image built from deploy/Dockerfile is small, runs as a non-root user, carries no pip or
   compiler, and refuses to start without a role;
@@ -10,7 +10,10 @@ Three tests, slowest last:
 - a cluster started with testcontainers from the compose file's own settings (environment,
   hostnames, healthchecks) takes a boto3 workload; one storage node is killed with SIGKILL; the keys
   of its partitions fail fast with a DynamoDB-shaped error while every other key still works; the
-  node is started again and every acknowledged write is there.
+  node is started again and every acknowledged write is there;
+- the same cluster with `DYNALAB_REPLICATION_FACTOR=3` (every partition and the catalog a Raft
+  group across the three nodes): with any one node killed every key still reads and writes, a
+  table is created and deleted, and after the node's return every acknowledged write is there.
 
 Every wait has a deadline, the boto3 client never retries and times out after a few seconds, and
 every container, network and volume a test made is removed at the end (the image is kept, so that
@@ -372,9 +375,14 @@ class Cluster:
     `compose up` configures it. Ports are published on 127.0.0.1 only, on free ports.
     """
 
-    def __init__(self, image: str, docker_client: Any) -> None:
+    def __init__(
+        self, image: str, docker_client: Any, settings: dict[str, str] | None = None
+    ) -> None:
+        """`settings` replace the values of those variables the compose file sets (as the
+        environment of `compose up` fills its `${NAME:-default}` fields)."""
         self.image = image
         self.docker = docker_client
+        self.settings = settings or {}
         self.run_id = uuid.uuid4().hex[:8]
         self.network = Network()
         self.containers: dict[str, DockerContainer] = {}
@@ -382,6 +390,7 @@ class Cluster:
     def _container(self, service: str, port: int) -> DockerContainer:
         spec = compose_service(service)
         env = {k: interpolate_defaults(str(v)) for k, v in spec["environment"].items()}
+        env.update({k: v for k, v in self.settings.items() if k in env})
         health = spec["healthcheck"]
         container = DockerContainer(self.image, name=f"dynalab-test-{self.run_id}-{service}")
         container.with_envs(**env).with_network(self.network)
@@ -584,3 +593,80 @@ def test_killed_node_fails_only_its_partitions_and_loses_no_acknowledged_write(
         f"{victim} healthy {healthy_after_s:.1f} s after start, served by the router "
         f"{reconnected_s:.1f} s later; all {len(acknowledged)} acknowledged writes present"
     )
+
+
+@pytest.fixture
+def replicated_cluster(image: str, docker_client: Any) -> Iterator[Cluster]:
+    cluster = Cluster(image, docker_client, {"DYNALAB_REPLICATION_FACTOR": "3"})
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def eventually(what: str, attempt: Callable[[], Any]) -> Any:
+    """`attempt()`'s answer once it gives one (a leader is being elected meanwhile)."""
+    deadline = time.monotonic() + RECOVERY_SECONDS_MAX
+    while True:
+        try:
+            return attempt()
+        except ClientError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+def test_a_replicated_cluster_serves_every_key_with_a_node_killed(
+    replicated_cluster: Cluster,
+) -> None:
+    cluster = replicated_cluster
+    client = dynamodb(f"http://{cluster.published('router', ROUTER_PORT)}")
+    create_table(client, WORKLOAD_TABLE, wcu=WORKLOAD_WCU)
+    table = catalog_table(cluster, WORKLOAD_TABLE)
+    assert all(len(p.get("replicas", ())) == 3 for p in table["partitions"]), table
+    acknowledged = []
+    for i in range(WORKLOAD_ITEMS // 3):
+        put(client, f"key-{i:05d}")
+        acknowledged.append(f"key-{i:05d}")
+
+    cluster.kill(NODE_SERVICES[0])
+
+    # Every key reads, strongly, and takes writes, once each partition the node led has
+    # elected another leader; table operations go on too.
+    for key in acknowledged[:PROBE_KEYS_PER_SIDE]:
+        reply = eventually(
+            "a strong read",
+            lambda key=key: client.get_item(
+                TableName=WORKLOAD_TABLE, Key={"pk": {"S": key}}, ConsistentRead=True
+            ),
+        )
+        assert reply["Item"]["v"] == {"S": f"value of {key}"}
+    for i in range(OUTAGE_WRITES):
+        key = f"outage-{i:05d}"
+        eventually("a write", lambda key=key: put(client, key))
+        acknowledged.append(key)
+    eventually("CreateTable", lambda: create_table(client, "deploy_during_outage"))
+    eventually("DeleteTable", lambda: client.delete_table(TableName="deploy_during_outage"))
+
+    cluster.restart(NODE_SERVICES[0])
+    cluster.kill(NODE_SERVICES[1])
+
+    # With another node down, the one that came back serves in the quorum: every acknowledged
+    # write is there.
+    def readable(key: str) -> bool:
+        try:
+            reply = client.get_item(
+                TableName=WORKLOAD_TABLE, Key={"pk": {"S": key}}, ConsistentRead=True
+            )
+        except ClientError:
+            return False
+        return bool(reply.get("Item", {}).get("v") == {"S": f"value of {key}"})
+
+    wait_until(
+        "strong reads with another node down",
+        RECOVERY_SECONDS_MAX,
+        lambda: readable(acknowledged[0]),
+    )
+    missing = [key for key in acknowledged if not readable(key)]
+    assert not missing, f"{len(missing)} acknowledged writes lost, e.g. {missing[:10]}"
