@@ -188,13 +188,14 @@ class _Handlers:
             for partition in partitions
             for node in partition.nodes
         ]
-        calls = {
-            (node, stored_id): self.ctx.control(
-                node, ops.DROP_TABLE, ops.DropTablePayload(stored_id).to_json()
-            )
-            for node, stored_id, _ in drops
-        }
-        replies = await asyncio.gather(*calls.values(), return_exceptions=True)
+        calls = sorted({(node, stored_id) for node, stored_id, _ in drops})
+        replies = await asyncio.gather(
+            *(
+                self.ctx.control(node, ops.DROP_TABLE, ops.DropTablePayload(stored_id).to_json())
+                for node, stored_id in calls
+            ),
+            return_exceptions=True,
+        )
         results = dict(zip(calls, replies, strict=True))
         failed: dict[tuple[str, str], int] = {}
         for node, stored_id, partition in drops:

@@ -8,8 +8,9 @@ as it starts, the keeper lists the partitions the node holds, then reads the who
 stored table no table in the catalog names any more and creates every replica the catalog places
 here that the node lacks. Why that is safe is `rpc.placement`'s docstring: a row is written before
 its partitions, ids are never used again, and the listing comes before the read. A round that
-cannot read the catalog (none yet, or no quorum of its replicas) does nothing and is logged at
-most once per `LOG_REPEAT_SECONDS_MIN`.
+cannot read the catalog (no quorum of its replicas, say) does nothing and is logged at most once
+per `LOG_REPEAT_SECONDS_MIN`; on a node no router has told where the catalog is yet (it holds no
+bootstrap partition) a round does nothing, quietly.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from core import limits
+from core import catalog, limits
 from core.errors import DynamoError
 from rpc import ops, placement
 from rpc.background import BackgroundTask
@@ -72,6 +73,8 @@ class PlacementKeeper:
     async def reconcile(self) -> placement.Reconciliation:
         """One round: what it found to do, done."""
         held = list(self.node.partitions)  # Before the catalog is read: see the module.
+        if (catalog.BOOTSTRAP_TABLE_ID, catalog.BOOTSTRAP_PARTITION_ID) not in self.node.partitions:
+            return placement.Reconciliation((), ())  # No catalog located here yet.
         tables = await self.catalog.scan()
         plan = placement.reconcile(self.node_id, held, tables)
         for stored_id in plan.drop:
