@@ -803,15 +803,15 @@ class Replicator:
                 log.warning("lost the lease on %s (%s); another replicator follows it", key, error)
                 return
             except StaleEpoch as error:
-                table = self.tables.get(table_id)
-                if table is not None and any(p.id == partition.id for p in table.retired):
-                    # A retired parent whose log is gone: every consumer, this one included,
-                    # has read it to its END.
+                if self._retired_where(table_id, partition):
+                    # A retired parent whose log is gone from the node it was retired on: every
+                    # consumer, this one included, has read it to its END.
                     drained.add(partition.id)
                     await self._record_drained(key)
                     return
-                # The partition is not (or no longer) on its node: the catalog will say where
-                # it went, or that its table is gone; the next poll starts a new follower.
+                # The partition is not (or no longer) where this follower looked: it moved (and
+                # may have split where it moved to, its retired log kept there), or its table is
+                # gone; the next poll starts a follower where the catalog places it.
                 log.info("partition %s is not where the catalog said: %s", partition.id, error)
                 return
             except (DynamoError, OSError) as error:
@@ -864,6 +864,23 @@ class Replicator:
         """Whether the catalog, as last read, shows the partition retired by a split."""
         table = self.tables.get(table_id)
         return table is not None and any(p.id == partition_id for p in table.retired)
+
+    def _retired_where(self, table_id: str, partition: PartitionDef) -> bool:
+        """Whether the catalog, as last read, shows `partition` retired by a split on the nodes
+        and at the epoch a follower found it (`partition`, as the catalog placed it when the
+        follower began): only there does a refusal as stale mean that its log is gone. A
+        partition that moved, then split on the node it moved to, keeps its retired log there,
+        and the node it left refuses it too (issue 31: a follower that began before the move
+        took that refusal for the log's end, and its children were followed without the changes
+        it still held)."""
+        table = self.tables.get(table_id)
+        if table is None:
+            return False
+        retired = next((p for p in table.retired if p.id == partition.id), None)
+        return retired is not None and (retired.epoch, retired.nodes) == (
+            partition.epoch,
+            partition.nodes,
+        )
 
     def _index_partition(self, target: gsi.IndexTarget) -> PartitionDef | None:
         """The catalog's record of index partition `target`, as last read."""
@@ -942,9 +959,20 @@ class Replicator:
     async def _register_backfill(self, record: BackfillRecord, effect: Effect) -> Event:
         """Register the index's consumer at the log's last seq S (registering again changes
         nothing: its checkpoint stays at S until the copy is recorded), so the log keeps every
-        change after S."""
+        change after S; then read one item of the partition where it was registered.
+
+        A node takes a registration on a partition fenced for a move, as it takes a stream's,
+        but the move's drain may have handed the target its consumers already: the registration
+        is then lost with the source's copy, and the target's log holds nothing for the copy
+        (issue 31: the copy went on there from the row's cursor, the partition split with no
+        consumer to hand its log to, and the changes after S never reached the index). A read
+        the partition serves after the registration shows that no fence came before it, so any
+        later move's drain carries it; a read refused as moving fails this step, which is taken
+        again (a registration that changes nothing, or a new one) where the catalog places the
+        partition next."""
         partition = self._serving(record)
         await self._register(record.table_id, partition, record.consumer, None)
+        await self._scan(record.table_id, partition, None, 1)
         return Event(effect.done)
 
     async def _mark_backfill(self, record: BackfillRecord, effect: Effect) -> Event:
@@ -1001,18 +1029,28 @@ class Replicator:
         """Read the page of the partition after the cursor."""
         partition = self._serving(record)
         cursor = None if record.cursor is None else dict(record.cursor)
-        payload = ops.ScanPayload(exclusive_start=cursor, page_bytes=self.backfill_page_bytes)
-        # Strongly consistent: a replica behind the seq the consumer was registered at would
-        # miss changes the feed, which starts there, does not bring either.
-        target = ops.Target(record.table_id, partition.id, partition.epoch, True)
+        reply = await self._scan(record.table_id, partition, cursor, self.backfill_page_bytes)
+        return Event(effect.done, {"items": reply["items"], "last_key": reply["last_key"]})
+
+    async def _scan(
+        self,
+        table_id: str,
+        partition: PartitionDef,
+        cursor: dict[str, Any] | None,
+        page_bytes: int,
+    ) -> dict[str, Any]:
+        """One page of a base partition after `cursor`, of at most `page_bytes` (at least one
+        item), strongly consistent: a replica behind the seq the consumer was registered at
+        would miss changes the feed, which starts there, does not bring either."""
+        payload = ops.ScanPayload(exclusive_start=cursor, page_bytes=page_bytes)
+        target = ops.Target(table_id, partition.id, partition.epoch, True)
 
         async def attempt(node: str, remaining: float) -> dict[str, Any]:
             return await _client(self.clients, node).call(
                 ops.SCAN, target, payload.to_json(), remaining
             )
 
-        reply = await self._at_source(record.table_id, partition, "backfill read", attempt)
-        return Event(effect.done, {"items": reply["items"], "last_key": reply["last_key"]})
+        return await self._at_source(table_id, partition, "backfill read", attempt)
 
     async def _apply_backfill(self, record: BackfillRecord, effect: Effect) -> Event:
         """Put the page's entries into the index (`index_apply` with `backfill`: applied whatever

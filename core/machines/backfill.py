@@ -24,7 +24,7 @@ longer there, or a split retired the partition):
 
 | state (what is true) | its effect | success | failure | restart |
 | --- | --- | --- | --- | --- |
-| REGISTERING (nothing yet) | node: register the consumer at S | MARKING | kept | REGISTERING |
+| REGISTERING (nothing yet) | node: register the consumer at S (5) | MARKING | kept | REGISTERING |
 | MARKING (the log kept from S) | catalog: BACKFILLING, the copy begun | COPYING (1) | kept | (2) |
 | COPYING (the cursor recorded) | node: read the page after the cursor | READ | kept | COPYING |
 | READ (a page, in memory) | nodes: put its entries into the index | APPLIED | (4) | COPYING |
@@ -34,6 +34,9 @@ longer there, or a split retired the partition):
 registering again changes nothing. (3) The page's last key and the items copied; after the last
 page, the partition copied (the index ACTIVE once every serving partition is), then RECORDED;
 ABANDONED if gone. (4) COPYING, kept: the page in hand is read again from the recorded cursor.
+(5) Then one item is read there: a partition fenced for a move takes the registration but may
+have handed its consumers to the target already; the read, refused there, fails the step, so no
+copy begins on a registration the move loses (issue 31).
 
 RECORDED and ABANDONED end the copy. A copy abandoned for a split leaves the index right: its
 consumer's log runs from S to the parent's END, and the follower applies it over what the copy
