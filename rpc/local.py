@@ -12,7 +12,8 @@ checked before the body is decoded; request and reply bodies are JSON-encoded wi
 decoded on the other side, so no mutable object is shared between "processes"; a node's error
 comes back through `rpc.codec` as a fresh instance of the same `core.errors` type (an unexpected
 exception in the node as InternalServerError, as the gRPC server reports it); and a call that is
-lost, late or sent to an unreachable node raises `ServiceUnavailable` with NodeClient's messages.
+lost or late raises `ServiceUnavailable` with NodeClient's messages, and one to an unreachable
+node `rpc.transport.NotSent` (a ServiceUnavailable: never delivered, so never applied).
 
 Faults (`Faults`) are drawn per call from the network's seeded `random.Random`, the same number of
 draws for every call, so a run whose calls happen in the same order replays exactly (under
@@ -80,7 +81,7 @@ from core.errors import DynamoError, InternalServerError, ServiceUnavailable
 from rpc import codec, ops
 from rpc.changefeed import error_from_proto, error_to_proto
 from rpc.ops import Target
-from rpc.transport import ConsumerPosition, FeedPage, unanswered
+from rpc.transport import ConsumerPosition, FeedPage, NotSent, unanswered
 
 logger = logging.getLogger("rpc.local")
 
@@ -158,6 +159,11 @@ Trace = Callable[[Hop], None]
 
 # Runs one of a node's multi-step operations (its op and body): the reply, or a DynamoError.
 Drive = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
+# Serves one request as a node's server does, awaited: (op, target, body, whether it is a write)
+# to its reply, or raising its DynamoError. For nodes whose writes go through a write loop that
+# commits them later (replicated partitions: `dynalab.sim.cluster`), where `apply_writes` would
+# apply them beside the loop.
+Serve = Callable[[str, Target | None, dict[str, Any], bool], Awaitable[dict[str, Any]]]
 
 
 @dataclasses.dataclass
@@ -167,6 +173,7 @@ class _Node:
     feed: FeedEndpoint | None = None
     driver_ops: Collection[str] = ()
     drive: Drive | None = None
+    serve: Serve | None = None
 
 
 class LocalNetwork:
@@ -196,14 +203,16 @@ class LocalNetwork:
         *,
         driver_ops: Collection[str] = (),
         drive: Drive | None = None,
+        serve: Serve | None = None,
     ) -> None:
         """Serve `endpoint` at `address`; ops in `write_ops` go to its apply_writes, follows to
-        `feed`, ops in `driver_ops` to `drive`. A node registered again (a restart) replaces the
+        `feed`, ops in `driver_ops` to `drive`; with `serve`, every request but the drivers' and
+        the follows goes to it instead, awaited. A node registered again (a restart) replaces the
         one before, whose follows end."""
         previous = self._nodes.get(address)
         if previous is not None and previous.feed is not None and previous.feed is not feed:
             previous.feed.drain()
-        self._nodes[address] = _Node(endpoint, write_ops, feed, driver_ops, drive)
+        self._nodes[address] = _Node(endpoint, write_ops, feed, driver_ops, drive, serve)
 
     def connect(self, address: str, source: str = "") -> LocalTransport:
         """A transport to the node at `address` (the `connect` a RouterContext takes), for the
@@ -264,7 +273,8 @@ class LocalNetwork:
             self.log.append(f"{call_id} {address} {op} unreachable")
             self._hop(call_id, "request", source, address, op, sent_at, None, "unreachable")
             await asyncio.sleep(0)
-            raise ServiceUnavailable(f"Node {address} is unavailable: it cannot be reached")
+            # Never delivered, so not applied: what NodeClient raises for a node it cannot reach.
+            raise NotSent(f"Node {address} is unavailable: it cannot be reached")
         is_write = op in node.write_ops
         if target is not None:
             target = dataclasses.replace(target, deadline=self.clock() + timeout)
@@ -284,7 +294,7 @@ class LocalNetwork:
             await asyncio.sleep(delay)
             if address in self._cut:  # Cut off while the request was on its way.
                 self._hop(call_id, "request", source, address, op, sent_at, None, "cut")
-                raise ServiceUnavailable(f"Node {address} is unavailable: it cannot be reached")
+                raise NotSent(f"Node {address} is unavailable: it cannot be reached")
             # It reaches whatever serves the address when it arrives: a node restarted while it
             # was on its way (a new process over the same store), never the one that died.
             node = self._nodes.get(address, node)
@@ -300,7 +310,21 @@ class LocalNetwork:
                 self.log.append(f"{call_id} {address} {op} duplicated")
             fate = "duplicated" if copies == 2 else "delivered"
             self._hop(call_id, "request", source, address, op, sent_at, self.clock(), fate)
-            responses = [_serve(node, op, target, request, is_write) for _ in range(copies)]
+            if node.serve is None:
+                responses = [_serve(node, op, target, request, is_write) for _ in range(copies)]
+            else:
+                # Answered when its write commits, or never (its node killed meanwhile): the
+                # caller then waits out its timeout, as over gRPC.
+                try:
+                    async with asyncio.timeout(timeout):
+                        responses = [
+                            await _serve_awaited(node, node.serve, op, target, request, is_write)
+                            for _ in range(copies)
+                        ]
+                except TimeoutError:
+                    self.log.append(f"{call_id} {address} {op} unanswered")
+                    self._hop(call_id, "reply", address, source, op, self.clock(), None, "lost")
+                    raise _timed_out(address, op, timeout, target) from None
         replied_at = self.clock()
         if draws[4] < faults.drop_reply:
             self.log.append(f"{call_id} {address} {op} reply dropped")
@@ -494,6 +518,20 @@ def _serve(node: _Node, op: str, target: Target | None, request: bytes, is_write
                 raise result
         else:
             result = node.endpoint.read(op, target, body)
+        return codec.ok_response(0, result)
+    except DynamoError as error:
+        return codec.error_response(0, error)
+    except Exception as error:
+        return codec.error_response(0, InternalServerError(repr(error)))
+
+
+async def _serve_awaited(
+    node: _Node, serve: Serve, op: str, target: Target | None, request: bytes, is_write: bool
+) -> Any:
+    """`_serve` through a node's awaited `serve`."""
+    try:
+        node.endpoint.check_target(op, target)
+        result = await serve(op, target, codec.decode_body(request), is_write)
         return codec.ok_response(0, result)
     except DynamoError as error:
         return codec.error_response(0, error)

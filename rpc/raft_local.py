@@ -90,8 +90,12 @@ class LocalRaftNetwork:
         """Whether batches from `a` reach `b` now (both joined, the link not cut)."""
         return a in self._delivers and b in self._delivers and (a, b) not in self._cut
 
-    def heal(self) -> None:
-        self._cut.clear()
+    def heal(self, node: int | None = None) -> None:
+        """Every link cut is whole again; given `node`, only that node's links."""
+        if node is None:
+            self._cut.clear()
+        else:
+            self._cut = {link for link in self._cut if node not in link}
 
     def close(self) -> None:
         """Cancel every batch still in flight."""

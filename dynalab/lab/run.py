@@ -111,7 +111,8 @@ def run(
                 what = (
                     "the indexed workload (no replicator)"
                     if scenario.indexed
-                    else "replicated partitions (its nodes have no peers)"
+                    else "replicated partitions (the lab plays them on a cluster of its own, "
+                    "real or simulated, whose replication factor it sets)"
                 )
             raise ClusterError(
                 f"scenario {scenario.name} needs what a compose cluster lacks: {what}"

@@ -79,8 +79,8 @@ class Scenario:
     # A fixed fault schedule instead of one drawn from the seed (`dynalab lab shrink` writes
     # one): `[[nemesis.events]]` with `at_s`, `fault` and `target`, every fault healed.
     events: tuple[FaultEvent, ...] | None = None
-    # Replicas of each table's partitions (`dynalab up --replication-factor`): 1, one copy each.
-    # Only a cluster of real processes runs more: the simulated one has no replication yet.
+    # Replicas of each table's partitions (`dynalab up --replication-factor`): 1, one copy each;
+    # more run on real processes and in the simulator (`SimCluster(replication_factor=...)`).
     replication_factor: int = 1
 
     @classmethod

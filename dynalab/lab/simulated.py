@@ -263,19 +263,19 @@ class SimNemesis:
 
     async def execute(self, event: FaultEvent) -> None:
         cluster, fault = self.cluster, event.fault
-        node_id = event.target.replace("-", "")
-        address = cluster.addresses.get(node_id, "")
+        # A replicated cluster's nodes are named as the scenario names them (node-1, ...).
+        node_id = event.target if cluster.raft is not None else event.target.replace("-", "")
         if fault == "restart-node" and self.forget_recent_writes:
             cluster.stores[node_id] = self._snapshots[node_id]
         if fault == "kill-node":
             await cluster.kill_node(node_id)
         elif fault in ("pause-node", "partition-node"):
-            cluster.network.cut(address)
+            cluster.isolate(node_id)
         elif fault == "restart-node":
             await cluster.restart_node(node_id)
-            cluster.network.heal(address)
+            cluster.rejoin(node_id)
         elif fault in ("resume-node", "heal-partition"):
-            cluster.network.heal(address)
+            cluster.rejoin(node_id)
         elif fault == "drop-packets":
             cluster.faults(LOSSY)
         elif fault in ("slow-link", "slow-node"):
@@ -312,11 +312,6 @@ def simulate(
     processes from the start of the workload on is recorded there (`dynalab.lab.timeline`); a
     traced run is the same run as an untraced one. `bug` switches on one deliberate bug of
     `core.planted` for this run (an exercise's, `dynalab.lab.exercises`)."""
-    if scenario.replicated:
-        raise ValueError(
-            f"scenario {scenario.name} replicates partitions, which the simulated cluster does "
-            "not yet: run it on real processes (dynalab lab run)"
-        )
     duration_s = scenario.duration_s if duration_s is None else duration_s
     split_bytes = (
         limits.PARTITION_SPLIT_BYTES_DEFAULT
@@ -370,7 +365,13 @@ def simulate(
         return recorder.history, nemesis.executed
 
     with planted_bug(bug):
-        history, executed = run(seed, experiment, routers=1, split_bytes=split_bytes)
+        history, executed = run(
+            seed,
+            experiment,
+            routers=1,
+            split_bytes=split_bytes,
+            replication_factor=scenario.replication_factor,
+        )
     return checkers.check(history), history, executed
 
 

@@ -15,6 +15,15 @@ that runs that seed alone.
 Each node's change feed is served on the network too (`storagenode.feed_service.FeedService`
 behind `rpc.local.LocalFeed`), so the GSI replicator (`start_replicator`) and the Streams API run
 here through the same seam as over gRPC.
+
+With `replication_factor` above 1 the routers place each new table's partitions, and the
+catalog, on that many nodes, and every node runs as a node process does with peers: its real
+write loop (`storagenode.commit.GroupCommitter`, its rounds inline, its Raft ticks on the virtual
+clock), joined to the others by an `rpc.raft_local.LocalRaftNetwork` that drops, duplicates and
+delays from the seed (`raft_faults`); every request reaches it as its server hands it over (a
+write to the loop, a strong read at a leader without its lease through a read-index round), and
+a replica behind a compacted log copies its partition from a member across the network. The
+nodes are then named node-1, node-2, ... (a member id is the name's number).
 """
 
 from __future__ import annotations
@@ -29,13 +38,18 @@ from typing import Any, TypeVar
 
 from core import keycodec, limits
 from core.catalog import TableDef
-from core.errors import DynamoError
+from core.errors import DynamoError, ServiceUnavailable
 from gsi_replicator.replicator import Replicator
 from router import items, queries, tables
 from router.context import RouterContext
+from router.settings import RouterSettings
 from router.sources import Sources
+from rpc import ops
 from rpc.local import Faults, LocalNetwork
 from rpc.ops import Target
+from rpc.raft_local import LocalRaftNetwork
+from storagenode import commit
+from storagenode.commit import GroupCommitter
 from storagenode.feed_service import FeedService
 from storagenode.memory_store import MemoryStore
 from storagenode.move import Mover
@@ -138,21 +152,45 @@ class SimCluster:
     """
 
     def __init__(
-        self, seed: int, *, nodes: int = 3, routers: int = 2, split_bytes: int | None = None
+        self,
+        seed: int,
+        *,
+        nodes: int = 3,
+        routers: int = 2,
+        split_bytes: int | None = None,
+        replication_factor: int = 1,
+        raft_faults: Faults | None = None,
     ) -> None:
+        """`raft_faults` (replicated clusters): the drop, duplicate and delay rates of the
+        messages between the nodes' Raft groups (`drop_request`, `duplicate`, `delay_seconds_max`
+        are read)."""
         self.seed = seed
         self.split_bytes = split_bytes
+        self.replication_factor = replication_factor
         # The driver operations (splits, moves) each node runs for its callers, by node.
         self._driving: dict[str, set[asyncio.Future[Any]]] = {}
         self.rng = rng = random.Random(seed)
         self.network = LocalNetwork(random.Random(rng.getrandbits(64)), clock=virtual_unix_time)
+        # Between the nodes' Raft groups, when partitions are replicated; and each node's write
+        # loop, by node.
+        self.members = list(range(1, nodes + 1))
+        self.raft: LocalRaftNetwork | None = None
+        if replication_factor > 1:
+            given = Faults() if raft_faults is None else raft_faults
+            self.raft = LocalRaftNetwork(
+                rng.getrandbits(64),
+                drop_rate=given.drop_request,
+                duplicate_rate=given.duplicate,
+                delay_seconds_max=given.delay_seconds_max,
+            )
+        self.committers: dict[str, GroupCommitter] = {}
         self.stores: dict[str, MemoryStore] = {}
         self.nodes: dict[str, StorageNode] = {}
         self.splitters: dict[str, Splitter] = {}
         self.movers: dict[str, Mover] = {}
         self.addresses: dict[str, str] = {}
-        for number in range(1, nodes + 1):
-            self.add_node(f"node{number}")
+        for number in self.members:
+            self.add_node(f"node-{number}" if self.raft is not None else f"node{number}")
         self.routers: list[RouterContext] = []
         for _ in range(routers):
             self.add_router()
@@ -164,13 +202,69 @@ class SimCluster:
         """Start one more storage node, on an empty memory store."""
         address = f"local-{node_id}"
         store = MemoryStore()
-        node = StorageNode(
-            store, throughput=NodeThroughput(enforced=False), clock=virtual_unix_time
-        )
         self.addresses[node_id] = address
-        self.serve(node_id, node)
         self.stores[node_id] = store
+        self.serve(node_id, self._node(node_id))
         self._start_drivers(node_id)
+
+    def _node(self, node_id: str) -> StorageNode:
+        """A node process over `node_id`'s store; in a replicated cluster a member of its
+        partitions' groups with its write loop running."""
+        store = self.stores[node_id]
+        if self.raft is None:
+            return StorageNode(
+                store, throughput=NodeThroughput(enforced=False), clock=virtual_unix_time
+            )
+        member = int(node_id.split("-")[1])
+        node = StorageNode(
+            store,
+            throughput=NodeThroughput(enforced=False),
+            clock=virtual_unix_time,
+            member=member,
+            peers=[peer for peer in self.members if peer != member],
+            timeouts=random.Random(self.rng.getrandbits(64)),
+            monotonic=_loop_time,
+        )
+        raft = self.raft
+
+        async def inline(work: Callable[..., T], *args: Any) -> T:
+            return work(*args)
+
+        def send(to: int, batch: Any) -> None:
+            transport.send(to, batch)
+
+        async def read_page(source: int, body: dict[str, Any]) -> dict[str, Any]:
+            """A page of a member's replica, as its server answers `raft_snapshot_read`."""
+            await asyncio.sleep(self.rng.uniform(0.001, 0.01))
+            source_id = f"node-{source}"
+            if (
+                source_id not in self.committers
+                or not raft.reachable(member, source)
+                or not raft.reachable(source, member)
+            ):
+                raise ServiceUnavailable(f"{source_id} cannot be reached from {node_id}")
+            reply: dict[str, Any] = self.nodes[source_id].read(ops.RAFT_SNAPSHOT_READ, None, body)
+            return reply
+
+        committer = GroupCommitter(
+            node, send=send, monotonic=_loop_time, offload=inline, read_page=read_page
+        )
+        transport = raft.join(member, committer.deliver)
+        committer.start()
+        self.committers[node_id] = committer
+        return node
+
+    async def _stop_loop(self, node_id: str) -> None:
+        """A replicated node's write loop and Raft membership end where they are (kill -9)."""
+        committer = self.committers.pop(node_id, None)
+        if committer is None:
+            return
+        assert self.raft is not None
+        self.raft.leave(int(node_id.split("-")[1]))
+        task = committer._task
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, *committer.cancel_page_reads(), return_exceptions=True)
 
     def _start_drivers(self, node_id: str) -> None:
         """The node's splitter and mover, new (nothing they held survives a restart), running
@@ -195,11 +289,24 @@ class SimCluster:
         (`storagenode.feed_service`, its reads inline); a node there before is replaced, and the
         follows it served end as a stopped node's do."""
 
+        committer = self.committers.get(node_id)
+
         async def submit(op: str, target: Target, body: dict[str, Any]) -> dict[str, Any]:
+            if committer is not None:
+                return await committer.submit(op, target, body)
             [result] = node.apply_writes([(op, target, body)])
             if isinstance(result, DynamoError):
                 raise result
             return result
+
+        async def serve(
+            op: str, target: Target | None, body: dict[str, Any], is_write: bool
+        ) -> dict[str, Any]:
+            """A request as a replicated node's server hands it over: a write to its loop."""
+            assert committer is not None
+            if is_write:
+                return await committer.submit(op, target, body)
+            return await commit.read(node, committer, op, target, body)
 
         async def inline(work: Callable[[], T]) -> T:
             return work()
@@ -222,7 +329,13 @@ class SimCluster:
 
         feed = FeedService(node, submit, offload=inline)
         self.network.register(
-            self.addresses[node_id], node, WRITE_OPS, feed, driver_ops=DRIVER_OPS, drive=drive
+            self.addresses[node_id],
+            node,
+            WRITE_OPS,
+            feed,
+            driver_ops=DRIVER_OPS,
+            drive=drive,
+            serve=None if committer is None else serve,
         )
         self.nodes[node_id] = node
 
@@ -230,15 +343,30 @@ class SimCluster:
         """The node's process dies (kill -9): it is cut off the network and its drivers stop
         where they are; what it committed stays in its store, for `restart_node`."""
         self.network.cut(self.addresses[node_id])
+        await self._stop_loop(node_id)
         await self._stop_drivers(node_id)
+
+    def isolate(self, node_id: str) -> None:
+        """Cut the node off: no call reaches it, and in a replicated cluster no Raft message
+        passes between it and any other node, either way (a pause or a partition)."""
+        self.network.cut(self.addresses[node_id])
+        if self.raft is not None:
+            member = int(node_id.split("-")[1])
+            for peer in self.members:
+                if peer != member:
+                    self.raft.cut(member, peer)
+
+    def rejoin(self, node_id: str) -> None:
+        """Undo `isolate` (and `kill_node`'s cut): the node is reachable again."""
+        self.network.heal(self.addresses[node_id])
+        if self.raft is not None:
+            self.raft.heal(int(node_id.split("-")[1]))
 
     async def restart_node(self, node_id: str) -> None:
         """Restart a node, as after kill -9: a new `StorageNode` over the same store (what it
         committed), with a new splitter and mover (what it held in memory is gone)."""
-        restarted = StorageNode(
-            self.stores[node_id], throughput=NodeThroughput(enforced=False), clock=virtual_unix_time
-        )
-        self.serve(node_id, restarted)
+        await self._stop_loop(node_id)
+        self.serve(node_id, self._node(node_id))
         await self._stop_drivers(node_id)
         self._start_drivers(node_id)
 
@@ -251,6 +379,7 @@ class SimCluster:
             name,
             Sources.seeded(self.rng.getrandbits(64), START_TIME),
             connect=self.network.connector(name),
+            settings=RouterSettings(replication_factor=self.replication_factor),
         )
         self.routers.append(router)
         return router
@@ -260,7 +389,11 @@ class SimCluster:
         network (under its faults) as node `node_id`'s, on virtual time; its size trigger off
         unless the cluster's nodes split past `split_bytes` or a test calls it."""
 
+        committer = self.committers.get(node_id)
+
         async def submit(op: str, body: dict[str, Any]) -> dict[str, Any]:
+            if committer is not None:
+                return await committer.submit(op, None, body)
             [result] = node.apply_writes([(op, None, body)])
             if isinstance(result, DynamoError):
                 raise result
@@ -348,6 +481,10 @@ class SimCluster:
             await router.close()
         for node_id in self.nodes:
             await self._stop_drivers(node_id)
+        for node_id in list(self.committers):
+            await self._stop_loop(node_id)
+        if self.raft is not None:
+            self.raft.close()
 
     def faults(self, faults: Faults | None = None) -> None:
         """Put `faults` in force on the network (None: none)."""

@@ -190,7 +190,8 @@ def test_lost_calls_and_a_cut_node_lose_no_ack_and_apply_nothing_reported_not_ap
         cluster.faults(None)
         assert unknown and not_applied, f"seed {seed}: {unknown=} {not_applied=}"
         for error in read_failures:
-            assert type(error) is ServiceUnavailable, f"seed {seed}: {error!r}"
+            # ServiceUnavailable, or its NotSent (the cut node was never reached), not another.
+            assert isinstance(error, ServiceUnavailable), f"seed {seed}: {error!r}"
         found = {ids([entry])[0]: entry for entry in await cluster.scan_all("Lossy")}
         lost = acknowledged.keys() - found.keys()
         assert not lost, f"seed {seed}: acknowledged writes lost: {sorted(lost)}"

@@ -16,8 +16,8 @@ from dynalab.lab.simulated import simulate
 from dynalab.sim.cluster import SimCluster
 
 SEEDS = [1, 2, 3]
-# A scenario on replicated partitions runs on real processes only (tests/integration/test_lab.py).
-SIMULATED = sorted(n for n in scenarios.available() if not scenarios.load(n).replicated)
+# Every scenario, replicated ones too (`SimCluster(replication_factor=...)`).
+SIMULATED = sorted(scenarios.available())
 # A scenario that preloads thousands of items spends most of a seed writing them: one seed here,
 # more with `dynalab lab sweep NAME --seeds 1-50`.
 PRELOADING_SEEDS = [1]
