@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from core import catalog, gsi, limits, streams
@@ -183,12 +183,12 @@ class _Handlers:
             assert index.table_id is not None
             stored.append((index.table_id, index.partitions))
         drops = [
-            (node, stored_id, partition)
+            placement.Replica(node, stored_id, partition)
             for stored_id, partitions in stored
             for partition in partitions
             for node in partition.nodes
         ]
-        calls = sorted({(node, stored_id) for node, stored_id, _ in drops})
+        calls = sorted({(drop.node, drop.stored_id) for drop in drops})
         replies = await asyncio.gather(
             *(
                 self.ctx.control(node, ops.DROP_TABLE, ops.DropTablePayload(stored_id).to_json())
@@ -197,17 +197,7 @@ class _Handlers:
             return_exceptions=True,
         )
         results = dict(zip(calls, replies, strict=True))
-        failed: dict[tuple[str, str], int] = {}
-        for node, stored_id, partition in drops:
-            result = results[(node, stored_id)]
-            if not isinstance(result, BaseException):
-                continue
-            if not isinstance(result, ServiceUnavailable) or not partition.replicas:
-                raise result
-            key = (stored_id, partition.id)
-            failed[key] = failed.get(key, 0) + 1
-            if len(partition.replicas) - failed[key] < len(partition.replicas) // 2 + 1:
-                raise result
+        _raise_unless_standing(drops, [results[(d.node, d.stored_id)] for d in drops])
         return Event(effect.done)
 
     async def mark_deleting(self, record: TableRecord, effect: Effect) -> Event:
@@ -324,28 +314,36 @@ def _stream(record: TableRecord) -> catalog.StreamDef:
 
 async def create_replicas(ctx: RouterContext, creations: list[placement.Creation]) -> None:
     """Make the partitions `creations` describe (`rpc.placement`), all at once; once all have
-    finished, raise the first failure unless it is only nodes that could not be reached, each
-    holding a minority of a replicated partition's replicas (`placement.quorum_created`): those
-    create theirs when they are back (`placement.reconcile`)."""
+    finished, `_raise_unless_standing`."""
     results = await asyncio.gather(
         *(ctx.control(c.node, ops.CREATE_PARTITION, c.payload) for c in creations),
         return_exceptions=True,
     )
+    _raise_unless_standing(creations, results)
+
+
+def _raise_unless_standing(
+    replicas: Sequence[placement.Replica], results: Sequence[object]
+) -> None:
+    """Raise the first failure among `results` (one per replica, in order) unless every one is
+    a node that could not be reached, each of a minority of a replicated partition's replicas
+    (`placement.quorum_reached`): those nodes do their part when they are back
+    (`placement.reconcile`)."""
     failures = [
-        (creation, result)
-        for creation, result in zip(creations, results, strict=True)
+        (replica, result)
+        for replica, result in zip(replicas, results, strict=True)
         if isinstance(result, BaseException)
     ]
-    unreachable = [c for c, result in failures if isinstance(result, ServiceUnavailable)]
+    unreached = [replica for replica, result in failures if isinstance(result, ServiceUnavailable)]
     if failures and (
-        len(unreachable) < len(failures) or not placement.quorum_created(creations, unreachable)
+        len(unreached) < len(failures) or not placement.quorum_reached(replicas, unreached)
     ):
         raise failures[0][1]
-    for creation, result in failures:
+    for replica, result in failures:
         log.warning(
-            "replica of %s left for %s to create when it is back: %s",
-            creation.partition.id,
-            creation.node,
+            "replica of %s left for %s to settle when it is back: %s",
+            replica.partition.id,
+            replica.node,
             result,
         )
 

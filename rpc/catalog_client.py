@@ -46,7 +46,7 @@ from core.catalog import CatalogLocation, TableDef
 from core.catalog_copy import catalog_row, record_of_row
 from core.errors import ConditionalCheckFailed, OutcomeUnknown, ServiceUnavailable, StaleEpoch
 from core.retry import CATALOG_CHANGE, RetryPolicy
-from rpc import ops
+from rpc import ops, placement
 from rpc.replicas import ReplicaCalls
 from rpc.transport import NodeTransport
 
@@ -186,7 +186,7 @@ class CatalogNodes:
                 failed.append(reply)
             elif isinstance(reply, BaseException):
                 raise reply
-        if len(nodes) - len(failed) < len(nodes) // 2 + 1:
+        if not placement.stands(partition, len(failed)):
             raise ServiceUnavailable(unavailable(location)) from failed[0]
 
 

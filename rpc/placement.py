@@ -28,6 +28,7 @@ the catalog and the nodes change, which the caller must keep:
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -42,13 +43,19 @@ _SETTLED_INDEXES = frozenset({IndexStatus.ACTIVE, IndexStatus.BACKFILLING})
 
 
 @dataclass(frozen=True, slots=True)
-class Creation:
-    """One replica to create: on `node`, partition `partition` of stored table `stored_id` (a
-    table's id, or a global index's), by `payload` (a `CreatePartitionPayload`'s body)."""
+class Replica:
+    """The replica on `node` of partition `partition` of stored table `stored_id` (a table's
+    id, or a global index's)."""
 
     node: str
     stored_id: str
     partition: PartitionDef
+
+
+@dataclass(frozen=True, slots=True)
+class Creation(Replica):
+    """One replica to create, by `payload` (a `CreatePartitionPayload`'s body)."""
+
     payload: dict[str, Any]
 
 
@@ -130,20 +137,24 @@ def replica_creations(table: TableDef) -> list[Creation]:
     return creations
 
 
-def quorum_created(creations: Iterable[Creation], failed: Iterable[Creation]) -> bool:
-    """Whether every partition among `creations` exists where it must, `failed` being the
-    calls that could not reach their node: every replica of a partition of one copy, a majority
-    of a replicated one's (the others are created by their nodes later: `reconcile`)."""
-    missing: dict[tuple[str, str], int] = {}
-    for creation in failed:
-        key = (creation.stored_id, creation.partition.id)
-        missing[key] = missing.get(key, 0) + 1
-    for creation in creations:
-        lacking = missing.get((creation.stored_id, creation.partition.id), 0)
-        replicas = len(creation.partition.replicas)
-        if lacking and (not replicas or replicas - lacking < replicas // 2 + 1):
-            return False
-    return True
+def stands(partition: PartitionDef, unreached: int) -> bool:
+    """Whether a creation or drop made on every node of `partition` but `unreached` of them
+    stands: on its one node for a partition of one copy, on a majority of a replicated one's
+    replicas (their nodes do the rest when they are back: `reconcile`)."""
+    replicas = len(partition.replicas)
+    if not replicas:
+        return unreached == 0
+    return replicas - unreached >= replicas // 2 + 1
+
+
+def quorum_reached(replicas: Iterable[Replica], unreached: Iterable[Replica]) -> bool:
+    """Whether every partition among `replicas` `stands`, `unreached` being those whose node
+    could not be reached."""
+    lacking = Counter((replica.stored_id, replica.partition.id) for replica in unreached)
+    return all(
+        stands(replica.partition, lacking[(replica.stored_id, replica.partition.id)])
+        for replica in replicas
+    )
 
 
 @dataclass(frozen=True, slots=True)

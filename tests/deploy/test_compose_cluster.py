@@ -493,6 +493,17 @@ def catalog_table(cluster: Cluster, table: str) -> dict[str, Any]:
     return asyncio.run(read())
 
 
+def readable(client: Any, key: str) -> bool:
+    """Whether `key` reads back strongly with the value `put` wrote."""
+    try:
+        reply = client.get_item(
+            TableName=WORKLOAD_TABLE, Key={"pk": {"S": key}}, ConsistentRead=True
+        )
+    except ClientError:
+        return False
+    return bool(reply.get("Item", {}).get("v") == {"S": f"value of {key}"})
+
+
 def put(client: Any, key: str) -> None:
     client.put_item(
         TableName=WORKLOAD_TABLE, Item={"pk": {"S": key}, "v": {"S": f"value of {key}"}}
@@ -571,23 +582,14 @@ def test_killed_node_fails_only_its_partitions_and_loses_no_acknowledged_write(
     healthy_after_s = cluster.restart(victim)
 
     # The router reconnects to the restarted node: first wait until one of its keys reads again...
-    def readable(key: str) -> bool:
-        try:
-            reply = client.get_item(
-                TableName=WORKLOAD_TABLE, Key={"pk": {"S": key}}, ConsistentRead=True
-            )
-        except ClientError:
-            return False
-        return bool(reply.get("Item", {}).get("v") == {"S": f"value of {key}"})
-
     reconnected_s = wait_until(
         f"the router to read from {victim} again",
         RECOVERY_SECONDS_MAX,
-        lambda: readable(dead_keys[0]),
+        lambda: readable(client, dead_keys[0]),
         pause_s=1.0,
     )
     # ...then every acknowledged write must be there, including those on the killed node.
-    missing = [key for key in acknowledged if not readable(key)]
+    missing = [key for key in acknowledged if not readable(client, key)]
     assert not missing, f"{len(missing)} acknowledged writes lost, e.g. {missing[:10]}"
     print(
         f"{victim} healthy {healthy_after_s:.1f} s after start, served by the router "
@@ -654,19 +656,10 @@ def test_a_replicated_cluster_serves_every_key_with_a_node_killed(
 
     # With another node down, the one that came back serves in the quorum: every acknowledged
     # write is there.
-    def readable(key: str) -> bool:
-        try:
-            reply = client.get_item(
-                TableName=WORKLOAD_TABLE, Key={"pk": {"S": key}}, ConsistentRead=True
-            )
-        except ClientError:
-            return False
-        return bool(reply.get("Item", {}).get("v") == {"S": f"value of {key}"})
-
     wait_until(
         "strong reads with another node down",
         RECOVERY_SECONDS_MAX,
-        lambda: readable(acknowledged[0]),
+        lambda: readable(client, acknowledged[0]),
     )
-    missing = [key for key in acknowledged if not readable(key)]
+    missing = [key for key in acknowledged if not readable(client, key)]
     assert not missing, f"{len(missing)} acknowledged writes lost, e.g. {missing[:10]}"

@@ -11,7 +11,7 @@ from core.keys import KeyShape
 from core.placement import HashRing
 from core.token_bucket import BillingMode
 from rpc import ops
-from rpc.placement import quorum_created, reconcile, replica_creations
+from rpc.placement import quorum_reached, reconcile, replica_creations
 
 NODES = ("node-1", "node-2", "node-3")
 RING = HashRing(NODES)
@@ -56,13 +56,13 @@ def test_every_replica_of_every_partition_is_created_alike() -> None:
 def test_a_creation_stands_when_each_replicated_partition_has_a_quorum() -> None:
     creations = replica_creations(table("T", "a" * 32))
     on_node_3 = [c for c in creations if c.node == "node-3"]
-    assert quorum_created(creations, [])
-    assert quorum_created(creations, on_node_3)
+    assert quorum_reached(creations, [])
+    assert quorum_reached(creations, on_node_3)
     one_partition = creations[0].partition.id
     two_of_one = [c for c in creations if c.partition.id == one_partition][:2]
-    assert not quorum_created(creations, two_of_one)
+    assert not quorum_reached(creations, two_of_one)
     one_copy = replica_creations(table("U", "b" * 32, factor=1))
-    assert not quorum_created(one_copy, one_copy[:1])
+    assert not quorum_reached(one_copy, one_copy[:1])
 
 
 def test_a_node_back_creates_its_missing_replicas_and_drops_what_the_catalog_lost() -> None:
