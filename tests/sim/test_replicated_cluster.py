@@ -184,3 +184,84 @@ def test_a_replicated_cluster_keeps_every_acknowledged_write_through_a_kill(seed
         assert catalog.CATALOG_TABLE_ID not in plan.drop
 
     run(seed, scenario, replication_factor=3, raft_faults=RAFT_FAULTS)
+
+
+class Died(Exception):
+    """The keeper's node process died here (its round ends; what it committed stays)."""
+
+
+@pytest.mark.parametrize("seed", [21, 22, 23])
+def test_a_keeper_killed_between_any_two_of_its_effects_leaves_them_for_the_next(
+    seed: int,
+) -> None:
+    """Two tables deleted and two created while node-3 was down give its keeper ten effects
+    (two drops, eight creations); each round is killed after its first, so a death falls between
+    every two of them, and the next keeper, a new process, goes on from what is stored. In the end
+    the node holds exactly what the catalog places on it, with the same bytes as its peers."""
+
+    async def scenario(cluster: SimCluster) -> None:
+        router = cluster.routers[0]
+        for name in ("Old1", "Old2"):
+            await cluster.create_table(name, sort=False)
+            for i in range(10):
+                await items.put_item(router, {"TableName": name, "Item": {"pk": {"S": f"k{i}"}}})
+        gone = {router.records[name].id for name in ("Old1", "Old2")}
+        await cluster.kill_node("node-3")
+        for name in ("Old1", "Old2"):
+            await eventually(
+                "DeleteTable", lambda n=name: tables.delete_table(router, {"TableName": n}), seed
+            )
+        for name in ("New1", "New2"):
+            await eventually(
+                "CreateTable", lambda n=name: cluster.create_table(n, sort=False), seed
+            )
+            for i in range(10):
+                await items.put_item(router, {"TableName": name, "Item": {"pk": {"S": f"k{i}"}}})
+        made = {router.records[name].id for name in ("New1", "New2")}
+        cluster.rejoin("node-3")
+        await cluster.restart_node("node-3")
+        await asyncio.sleep(1.0)
+
+        deaths = 0
+        for _ in range(30):  # Rounds: ten effects need eleven; more means they do not settle.
+            done: list[str] = []
+
+            async def submit(
+                op: str,
+                body: dict[str, Any],
+                done: list[str] = done,
+                committer: Any = cluster.committers["node-3"],
+            ) -> dict[str, Any]:
+                if done:
+                    raise Died(op)  # The round's second effect: the process dies before it.
+                reply: dict[str, Any] = await committer.submit(op, None, body)
+                done.append(op)
+                return reply
+
+            keeper = PlacementKeeper(
+                "node-3", cluster.nodes["node-3"], submit, cluster.splitters["node-3"].catalog
+            )
+            try:
+                plan = await eventually("a keeper's round", keeper.reconcile, seed)
+            except Died:
+                deaths += 1
+                await cluster.kill_node("node-3")  # The process dies with the round.
+                cluster.rejoin("node-3")
+                await cluster.restart_node("node-3")
+                continue
+            if plan.drop == () and plan.create == ():
+                break
+        else:
+            raise AssertionError(f"seed {seed}: the keeper's rounds never settled: {plan}")
+        # Ten effects (two drops, four partitions of each new table): a death between each two.
+        assert deaths == 9, f"seed {seed}: {deaths} deaths"
+        stored = {table_id for table_id, _ in cluster.nodes["node-3"].partitions}
+        assert made <= stored and not gone & stored, f"seed {seed}"
+        await asyncio.sleep(3.0)
+        for name in ("New1", "New2"):
+            table_id = router.records[name].id
+            copies = [table_rows(cluster, node, table_id) for node in sorted(cluster.nodes)]
+            assert copies[0][Family.ITEMS], f"seed {seed}: {name} has no items"
+            assert all(c == copies[0] for c in copies), f"seed {seed}: {name}'s replicas differ"
+
+    run(seed, scenario, replication_factor=3)
