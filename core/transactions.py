@@ -284,19 +284,28 @@ RECORD_TRANSITIONS: dict[State, frozenset[State]] = {
 @dataclass(frozen=True, slots=True)
 class Participant:
     """A partition a transaction writes, as the record names it: the table's and partition's ids,
-    and the partition's epoch and node when the coordinator began."""
+    and the partition's epoch and node when the coordinator began. A `replicated` partition (a
+    Raft group of several members) keeps its part of the transaction in its group, so its
+    decision is applied at the partition's leader, addressed to it, rather than on a node."""
 
     table_id: str
     partition_id: str
     epoch: int
     node: str
+    replicated: bool = False
+
+    @property
+    def ref(self) -> tuple[str, str]:
+        return (self.table_id, self.partition_id)
 
     def to_json(self) -> list[Any]:
-        return [self.table_id, self.partition_id, self.epoch, self.node]
+        body: list[Any] = [self.table_id, self.partition_id, self.epoch, self.node]
+        return [*body, True] if self.replicated else body
 
     @classmethod
     def from_json(cls, body: Sequence[Any]) -> Participant:
-        return cls(str(body[0]), str(body[1]), int(body[2]), str(body[3]))
+        replicated = len(body) > 4 and body[4] is True
+        return cls(str(body[0]), str(body[1]), int(body[2]), str(body[3]), replicated)
 
 
 @dataclass(frozen=True, slots=True)

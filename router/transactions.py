@@ -50,7 +50,7 @@ from typing import Any
 import orjson
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from core import catalog, expressions, limits, schema, values
+from core import expressions, limits, schema, values
 from core import transactions as txn
 from core.capacity import (
     ConsumedCapacity,
@@ -434,11 +434,13 @@ class _LedgerEffects:
         return Event(tm.DECIDED, {"state": ledger.state.value if held and ledger else None})
 
     async def apply(self, record: tm.TxnRecord, effect: Effect) -> Event:
-        """Commit or release the attempt on every node a prepare was sent to."""
+        """Commit or release the attempt on every node, and at every replicated partition's
+        leader, a prepare was sent to."""
         commit = record.decision is txn.State.COMMITTED
-        if not await _apply_everywhere(self.ctx, record.attempt_id, set(record.nodes), commit):
+        places = _Places(record.nodes, record.partitions)
+        if not await _apply_everywhere(self.ctx, record.attempt_id, places, commit):
             raise ServiceUnavailable(
-                f"Transaction {record.attempt_id}: a node did not apply its decision"
+                f"Transaction {record.attempt_id}: a participant did not apply its decision"
             )
         return Event(tm.APPLIED)
 
@@ -476,12 +478,16 @@ class _Coordination(_LedgerEffects):
         lost may have locked items there, so the decision is applied on each)."""
         votes: list[txn.Vote | None] = [None] * len(self.actions)
         touched = set(record.nodes)
+        touched_partitions = set(record.partitions)
         ctx, actions = self.ctx, self.actions
 
         async def prepare_on(table: Route, partition: PartitionDef, indexes: list[int]) -> bool:
             """Prepare `indexes` on one partition; False if the partition has split or moved
             since the map was read (nothing was prepared: the items must be placed again)."""
-            touched.add(partition.node)
+            if partition.replicas:
+                touched_partitions.add((table.id, partition.id))
+            else:
+                touched.add(partition.node)
             payload = TxnPreparePayload(
                 record.attempt_id,
                 self.home.ref(),
@@ -553,6 +559,7 @@ class _Coordination(_LedgerEffects):
             {
                 "votes": [None if vote is None else vote.to_json() for vote in votes],
                 "nodes": sorted(touched),
+                "partitions": sorted([*ref] for ref in touched_partitions),
             },
         )
 
@@ -564,8 +571,6 @@ async def transact_write_items(ctx: RouterContext, body: dict[str, Any]) -> dict
     members = _read_write_request(body)
     actions = [await _checked_action(ctx, kind, member) for kind, member in members]
     placed = [index for index, action in enumerate(actions) if action.refused is None]
-    for index in placed:
-        catalog.refuse_replicated(actions[index].table.record, "TransactWriteItems")
     txn.check_distinct((actions[i].table.id, actions[i].storage_key) for i in placed)
     txn.check_request_bytes(sum(action.size for action in actions))
     if not placed:
@@ -586,6 +591,7 @@ async def transact_write_items(ctx: RouterContext, body: dict[str, Any]) -> dict
                 action.partition.id,
                 action.partition.epoch,
                 action.partition.node,
+                bool(action.partition.replicas),
             )
         )
     token = body.get("ClientRequestToken")
@@ -703,28 +709,71 @@ def _collection_metrics(
     return metrics
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Places:
+    """Where a decision is applied: on nodes (everything of the attempt there), and at the
+    leaders of replicated partitions (table id, partition id), each of which keeps its part of
+    the attempt in its own group."""
+
+    nodes: frozenset[str]
+    partitions: frozenset[tuple[str, str]]
+
+
 async def _apply_everywhere(
-    ctx: RouterContext, attempt: str, nodes: set[str], commit: bool
+    ctx: RouterContext, attempt: str, places: _Places, commit: bool
 ) -> bool:
-    """Commit or release `attempt` on every node; True when every node answered."""
+    """Commit or release `attempt` at every place; True when every one answered."""
     payload = TxnApplyPayload(attempt, commit).to_json()
 
-    async def apply(node: str) -> bool:
+    async def retried(where: str, call: Callable[[], Awaitable[Any]]) -> bool:
         started = ctx.sources.clock()
         for number in range(TRANSACTION_RECORD.attempts_max):
             try:
-                await ctx.control(node, ops.TXN_APPLY, payload, limits.NODE_CALL_SECONDS_MAX)
+                await call()
                 return True
             except DynamoError as error:
-                logger.info("transaction %s: apply on %s failed: %s", attempt, node, error)
+                logger.info("transaction %s: apply on %s failed: %s", attempt, where, error)
                 pause = TRANSACTION_RECORD.pause(number, _since(ctx, started), 0.0)
                 if pause is None:
                     break
                 await asyncio.sleep(pause)
         return False
 
-    results = await asyncio.gather(*(apply(node) for node in sorted(nodes)))
+    def on_node(node: str) -> Awaitable[bool]:
+        return retried(
+            node,
+            lambda: ctx.control(node, ops.TXN_APPLY, payload, limits.NODE_CALL_SECONDS_MAX),
+        )
+
+    def at_partition(table_id: str, partition_id: str) -> Awaitable[bool]:
+        return retried(
+            f"partition {partition_id}",
+            lambda: _call_group(ctx, table_id, partition_id, ops.TXN_APPLY, payload),
+        )
+
+    results = await asyncio.gather(
+        *(on_node(node) for node in sorted(places.nodes)),
+        *(at_partition(*ref) for ref in sorted(places.partitions)),
+    )
     return all(results)
+
+
+async def _call_group(
+    ctx: RouterContext, table_id: str, partition_id: str, op: str, body: dict[str, Any]
+) -> None:
+    """Send `op` addressed to a replicated partition (at its leader). A partition the catalog
+    no longer has (its table deleted) has nothing left to do: answered as done."""
+    home = _find_partition(ctx, table_id, partition_id)
+    if home is None:
+        await ctx.refresh()
+        home = _find_partition(ctx, table_id, partition_id)
+    if home is None:
+        return
+    try:
+        await ctx.call_partition(home.table, home.partition, op, body, follow=False)
+    except StaleEpoch:
+        if _find_partition(ctx, table_id, partition_id) is not None:
+            raise  # (The catalog was read again: the next try addresses what it says.)
 
 
 # The resolver ------------------------------------------------------------------------------------
@@ -757,12 +806,14 @@ async def resolve(
     attempt: int,
     home: _Home,
     holders: frozenset[str] = frozenset(),
+    held: frozenset[tuple[str, str]] = frozenset(),
 ) -> bool:
     """Finish an attempt left behind: load its ledger, rebuild the coordinator's record from it
     (`core.machines.transaction.from_ledger`) and step it RESTARTED. A PENDING ledger old enough
-    is aborted; the decision is applied on every participant's node and on `holders` (the nodes
-    that reported its locks: a participant that split and moved after the ledger was written is
-    not in it), or, with no ledger of the attempt, released on every node; then the ledger is
+    is aborted; the decision is applied on every participant's node or partition, on `holders`
+    (the nodes that reported its locks: a participant that split and moved after the ledger was
+    written is not in it) and at `held` (the replicated partitions that reported its locks), or,
+    with no ledger of the attempt, released on every node and at `held`; then the ledger is
     finished. True when done; False for a ledger whose coordinator still has time; the failure
     that stopped it otherwise."""
     ledger = await _retried(
@@ -770,7 +821,9 @@ async def resolve(
     )
     known = ledger is not None and ledger.attempt == attempt
     nodes = holders if known else frozenset(ctx.clients)
-    loaded = tm.from_ledger(ledger, record_id, attempt, (home.table.id, home.partition.id), nodes)
+    loaded = tm.from_ledger(
+        ledger, record_id, attempt, (home.table.id, home.partition.id), nodes, held
+    )
     record, failure = await _LedgerEffects(ctx, home).run(loaded, Event(RESTARTED))
     if record.state is not tm.TxnState.DONE:
         if isinstance(failure, DynamoError):
@@ -784,33 +837,57 @@ async def resolve(
 
 
 def _held_by(ctx: RouterContext, node: str) -> _Home | None:
-    """A cached partition that `node` holds, or None."""
+    """A cached partition of one copy that `node` holds, or None (a replicated partition is
+    addressed at its leader, which may be another node)."""
     for table in ctx.tables.values():
         for partition in table.partition_defs:
-            if partition.node == node:
+            if partition.node == node and not partition.replicas:
                 return _Home(table, partition)
     return None
 
 
+async def _located(ctx: RouterContext, table_id: str, partition_id: str) -> _Home | None:
+    """`_find_partition`, reading the catalog again for a table this router has not read yet
+    (its cache fills on use)."""
+    home = _find_partition(ctx, table_id, partition_id)
+    if home is None:
+        await ctx.refresh()
+        home = _find_partition(ctx, table_id, partition_id)
+    return home
+
+
 async def resolve_once(ctx: RouterContext) -> int:
-    """One round: ask every node for what was left behind and resolve it; the number resolved."""
+    """One round: ask every node for what was left behind and resolve it; the number resolved.
+    A node speaks for the replicated partitions it leads: their locks and records, and those
+    with rows done with, which a sweep addressed to each forgets in its group."""
     now = ctx.sources.clock()
     found: dict[tuple[str, int], _Home] = {}
     holders: dict[tuple[str, int], set[str]] = {}
+    held: dict[tuple[str, int], set[tuple[str, str]]] = {}
     for node in sorted(ctx.clients):
         try:
             swept = await ctx.control(node, ops.TXN_SWEEP, {}, limits.CONTROL_CALL_SECONDS_MAX)
         except DynamoError:
             continue
         for attempt_id, table_id, partition_id in swept["locks"]:
-            home = _find_partition(ctx, table_id, partition_id)
-            if home is None:
-                # A table this router has not read yet (its cache fills on use).
-                await ctx.refresh()
-                home = _find_partition(ctx, table_id, partition_id)
+            home = await _located(ctx, table_id, partition_id)
             if home is not None:
                 found[txn.attempt_of(attempt_id)] = home
                 holders.setdefault(txn.attempt_of(attempt_id), set()).add(node)
+        for attempt_id, table_id, partition_id, *participant in swept.get("group_locks", ()):
+            home = await _located(ctx, table_id, partition_id)
+            if home is not None:
+                found[txn.attempt_of(attempt_id)] = home
+                held.setdefault(txn.attempt_of(attempt_id), set()).add(tuple(participant))
+        for record_id, attempt, table_id, partition_id in swept.get("group_records", ()):
+            home = await _located(ctx, table_id, partition_id)
+            if home is not None:
+                found.setdefault((record_id, attempt), home)
+        for table_id, partition_id in swept.get("forget", ()):
+            try:
+                await _call_group(ctx, table_id, partition_id, ops.TXN_SWEEP, {})
+            except DynamoError as error:
+                logger.info("transaction rows of %s not forgotten yet: %s", partition_id, error)
         for record_id, attempt in swept["records"]:
             # A record is on the node that reported it: any partition it holds addresses it.
             home = _held_by(ctx, node)
@@ -826,7 +903,12 @@ async def resolve_once(ctx: RouterContext) -> int:
         COUNTERS.in_doubt.setdefault(key, now)
         try:
             done = await resolve(
-                ctx, record_id, attempt, home, frozenset(holders.get((record_id, attempt), ()))
+                ctx,
+                record_id,
+                attempt,
+                home,
+                frozenset(holders.get((record_id, attempt), ())),
+                frozenset(held.get((record_id, attempt), ())),
             )
         except DynamoError as error:
             logger.info("transaction %s not resolved yet: %s", key, error)

@@ -155,7 +155,8 @@ INDEX_APPLY = "index_apply"
 TXN_RECORD = "txn_record"
 TXN_PREPARE = "txn_prepare"
 TXN_GET = "txn_get"
-# ...and control-plane ops addressed to a node.
+# ...and control-plane ops addressed to a node (or, for a replicated partition, to it:
+# `ADDRESSABLE_CONTROL_OPS`).
 TXN_APPLY = "txn_apply"
 TXN_SWEEP = "txn_sweep"
 
@@ -187,8 +188,8 @@ ITEM_WRITE_OPS = frozenset({PUT, UPDATE, DELETE, TXN_RECORD, TXN_PREPARE})
 FEED_OPS = frozenset({REGISTER_CONSUMER, CHECKPOINT, UNREGISTER_CONSUMER})
 # Control-plane writes that may also be addressed to one partition on the data plane (the
 # envelope names it): then they change that partition alone, through its Raft group at its
-# leader, as a replicated partition's settings must change.
-PARTITION_SETTING_OPS = frozenset({UPDATE_THROUGHPUT, UPDATE_TTL})
+# leader, as a replicated partition's settings and transaction state must change.
+ADDRESSABLE_CONTROL_OPS = frozenset({UPDATE_THROUGHPUT, UPDATE_TTL, TXN_APPLY, TXN_SWEEP})
 
 
 # Payloads ---------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from core.keycodec import successor
 from rpc import ops
 from rpc.ops import Target
 from storagenode import changefeed, expiry
+from storagenode import transactions as txn
 from storagenode.layout import Family, seq_bytes, table_prefix
 from storagenode.partition import Partition
 from storagenode.throughput import version_of
@@ -114,6 +115,10 @@ def drop_table(
     # Index entry and item collection keys start with the table id too.
     batch.delete_range(Family.INDEX_ENTRIES, prefix, end)
     batch.delete_range(Family.ITEM_COLLECTIONS, prefix, end)
+    # Its items' transaction locks, and its replicated partitions' records and parts (under
+    # their log prefixes), go with it: nobody can commit into a dropped table.
+    for kept in (txn.LOCK_PREFIX, txn.GROUP_PART_PREFIX, txn.GROUP_RECORD_PREFIX):
+        batch.delete_range(Family.TRANSACTIONS, kept + prefix, kept + end)
     return {"partitions_dropped": len(dropped)}
 
 

@@ -228,6 +228,11 @@ class StorageNode:
         """Whether partition `ref`'s replica here shares its group with other nodes."""
         return self.replication.replicated(ref)
 
+    def leads(self, ref: PartitionRef) -> bool:
+        """Whether this node leads partition `ref`'s replicated group, as of its latest round."""
+        view = self.replication.views.get(ref)
+        return view is not None and view.leads
+
     @property
     def ticking(self) -> bool:
         """Whether its Raft groups need time to pass: it shares groups with other nodes."""

@@ -104,10 +104,10 @@ class Operation:
     @property
     def addressable(self) -> bool:
         """Whether a request of it may name its partition: every addressed one, the control-plane
-        writes that also change one partition alone (`ops.PARTITION_SETTING_OPS`), and the
+        writes that also change one partition alone (`ops.ADDRESSABLE_CONTROL_OPS`), and the
         node's own writes to one partition that a replicated partition's leader addresses to
         it, so that they are entries of its group (the TTL sweeper's)."""
-        return self.addressed or self.name in ops.PARTITION_SETTING_OPS or self.partition_setting
+        return self.addressed or self.name in ops.ADDRESSABLE_CONTROL_OPS or self.partition_setting
 
     @property
     def writes(self) -> bool:
@@ -125,7 +125,7 @@ def _split_pin(ctx: WriteContext, target: Target | None, payload: split.PinPaylo
 def _txn_record(ctx: WriteContext, target: Target | None, payload: TxnRecordPayload) -> Any:
     assert target is not None, "a transaction's record names its partition"
     addressed(ctx.lookup((target.table_id, target.partition_id)), target)
-    return txn.record(txn.Group(ctx, items.write_request), payload)
+    return txn.record(txn.Group(ctx, items.write_request), target, payload)
 
 
 def _txn_prepare(ctx: WriteContext, target: Target | None, payload: TxnPreparePayload) -> Any:
@@ -135,11 +135,11 @@ def _txn_prepare(ctx: WriteContext, target: Target | None, payload: TxnPreparePa
 
 
 def _txn_apply(ctx: WriteContext, target: Target | None, payload: TxnApplyPayload) -> Any:
-    return txn.apply(txn.Group(ctx, items.write_request), payload)
+    return txn.apply(txn.Group(ctx, items.write_request), target, payload)
 
 
 def _txn_sweep(ctx: WriteContext, target: Target | None, payload: TxnSweepPayload) -> Any:
-    return txn.sweep(ctx.node.store, ctx.batch, ctx.now)
+    return txn.sweep(ctx, target)
 
 
 async def _split_partition(drivers: Drivers, payload: ops.SplitPartitionPayload) -> Any:

@@ -53,6 +53,7 @@ from storagenode.partition import Partition
 from storagenode.raft_host import partition_of_group
 from storagenode.raft_storage import stored_progress
 from storagenode.store import DELETE, DELETE_RANGE, PUT, BatchOp, NodeStore, WriteBatchView
+from storagenode.transactions import GROUP_PART_PREFIX, GROUP_RECORD_PREFIX, LOCK_PREFIX
 from storagenode.writes import NodeState
 
 Range = tuple[Family, bytes, bytes]
@@ -62,8 +63,8 @@ def ranges(partition: Partition) -> list[Range]:
     """Every key range of the node's store that holds the partition's replica state, in a fixed
     order: its items, item collections and local index entries within its hash range, its
     change log, consumers' checkpoints, retired log and index-source rows under its log prefix,
-    its table's expiry index (of which only the entries of its own items are its: `own`), and
-    its metadata row."""
+    its transactions' locks, records and parts, its table's expiry index (of which only the
+    entries of its own items are its: `own`), and its metadata row."""
 
     def under(prefix: bytes) -> tuple[bytes, bytes]:
         end = successor(prefix)
@@ -91,6 +92,11 @@ def ranges(partition: Partition) -> list[Range]:
         Family.INDEX_SOURCES,
     ):
         found.append((family, *log))
+    # Its transactions' locks (beside its items) and its records and parts (under its log
+    # prefix: `storagenode.transactions`).
+    found.append((Family.TRANSACTIONS, *hashed(LOCK_PREFIX + partition.item_prefix)))
+    for prefix in (GROUP_PART_PREFIX, GROUP_RECORD_PREFIX):
+        found.append((Family.TRANSACTIONS, *under(prefix + partition.log_prefix)))
     # Keyed by expiry second before the item, a partition's entries are spread over its table's
     # index: the whole table's is walked, and `own` keeps the partition's (with or without TTL
     # now, so that the ranges are the same on both sides of a copy, and a member whose TTL

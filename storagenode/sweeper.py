@@ -112,8 +112,7 @@ class TtlSweeper:
         ref = (partition.table_id, partition.partition_id)
         if not self.node.replicated(ref):
             return True, None
-        view = self.node.replication.views.get(ref)
-        if view is None or not view.leads:
+        if not self.node.leads(ref):
             return False, None
         return True, Target(partition.table_id, partition.partition_id, partition.epoch)
 

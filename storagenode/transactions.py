@@ -14,6 +14,16 @@ durable when it is acknowledged and sees every earlier write of its group. The d
   so that a prepare arriving after its attempt was applied or released here (a duplicate, or one
   delayed past its coordinator's death) is refused rather than locking items nobody will release.
 
+A replicated partition (a Raft group with members on other nodes) keeps its share of all this
+in its own group, so that every member holds it and a new leader finds it: its records are
+`r` ‖ its log prefix ‖ record id, its part of an attempt `p` ‖ its log prefix ‖ attempt id (its
+own locks only), its locks `L` ‖ items key as above. Every change of them is a write addressed
+to the partition, an entry of its log at its leader: the record's steps and the prepare (data
+ops), the commit or release (`txn_apply` addressed to it) and the forgetting of what is done
+with (`txn_sweep` addressed to it); a snapshot of the partition carries their ranges
+(`storagenode.snapshots.ranges`). The node's own sweep reports what the partitions it leads
+left behind, and leaves the rows of the others to their leaders.
+
 A commit plans each locked item's write again (`core.writes.plan`, without its condition: the item
 has been locked since the condition held) and applies it through the node's one write hook
 (`replica.apply`), so local indexes, the TTL index and the change feed follow, as for any write.
@@ -23,7 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import orjson
@@ -33,6 +43,7 @@ from core import transactions as txn
 from core.capacity import ReadConsistency, read_units
 from core.errors import ValidationError
 from core.indexes import check_index_keys, entry_changes
+from core.keycodec import successor
 from core.writes import PutRequest, UpdateRequest, WriteEffect, WriteRequest, plan
 from rpc import ops
 from rpc.ops import Target
@@ -44,20 +55,25 @@ from rpc.transactions import (
 )
 from storagenode.layout import (
     Family,
+    change_log_prefix,
     collection_size_of,
     item_json_of,
     item_size_of,
     seq_bytes,
+    split_log_key,
 )
 from storagenode.partition import Partition
 from storagenode.store import NodeStore, WriteBatchView
-from storagenode.writes import WriteContext
+from storagenode.writes import WriteContext, addressed
 
 logger = logging.getLogger(__name__)
 
 RECORD_PREFIX = b"R"
 LOCK_PREFIX = b"L"
 PART_PREFIX = b"P"
+# A replicated partition's records and parts, under its log prefix.
+GROUP_RECORD_PREFIX = b"r"
+GROUP_PART_PREFIX = b"p"
 
 PartitionRef = tuple[str, str]
 ITEM_WRITE_PAYLOADS: dict[str, Callable[[dict[str, Any]], ops.ItemWritePayload]] = {
@@ -107,12 +123,37 @@ def _put(batch: WriteBatchView, key: bytes, value: dict[str, Any]) -> None:
     batch.put(Family.TRANSACTIONS, key, orjson.dumps(value))
 
 
+def group_record_key(table_id: str, partition_id: str, record_id: str) -> bytes:
+    """The key of a record kept by a replicated partition."""
+    return GROUP_RECORD_PREFIX + change_log_prefix(table_id, partition_id) + record_id.encode()
+
+
+def group_part_key(table_id: str, partition_id: str, attempt: str) -> bytes:
+    """The key of a replicated partition's part of an attempt."""
+    return GROUP_PART_PREFIX + change_log_prefix(table_id, partition_id) + attempt.encode()
+
+
+def _record_key(group: Group, ref: PartitionRef, record_id: str) -> bytes:
+    if group.ctx.node.replicated(ref):
+        return group_record_key(*ref, record_id)
+    return RECORD_PREFIX + record_id.encode()
+
+
+def _part_key(group: Group, ref: PartitionRef | None, attempt: str) -> bytes:
+    """Where the part of `attempt` is: the node's (`ref` None, or a partition of one copy), or
+    the replicated partition `ref`'s own."""
+    if ref is not None and group.ctx.node.replicated(ref):
+        return group_part_key(*ref, attempt)
+    return PART_PREFIX + attempt.encode()
+
+
 # Records ----------------------------------------------------------------------------------------
 
 
-def record(group: Group, payload: TxnRecordPayload) -> dict[str, Any]:
-    """txn_record: begin, decide, finish, resolve or read the record `payload.record_id`."""
-    key = RECORD_PREFIX + payload.record_id.encode()
+def record(group: Group, target: Target, payload: TxnRecordPayload) -> dict[str, Any]:
+    """txn_record: begin, decide, finish, resolve or read the record `payload.record_id`, kept
+    by the addressed partition."""
+    key = _record_key(group, (target.table_id, target.partition_id), payload.record_id)
     stored = _load(group.ctx.batch, key)
     existing = None if stored is None else txn.Record.from_json(stored)
     action = payload.action
@@ -172,7 +213,7 @@ def prepare(group: Group, target: Target, payload: TxnPreparePayload) -> dict[st
     partition = group.ctx.lookup(ref)
     assert partition is not None, "the group checked the target"
     attempt = payload.attempt
-    part_key = PART_PREFIX + attempt.encode()
+    part_key = _part_key(group, ref, attempt)
     part = _load(group.ctx.batch, part_key)
     if part is not None and part["state"] != txn.State.PENDING.value:
         # The attempt was already committed or released here: this prepare came too late.
@@ -335,10 +376,15 @@ def _prepare_action(
 # Commit and release -----------------------------------------------------------------------------
 
 
-def apply(group: Group, payload: TxnApplyPayload) -> dict[str, Any]:
-    """txn_apply: commit or release every lock the attempt holds on this node, once."""
+def apply(group: Group, target: Target | None, payload: TxnApplyPayload) -> dict[str, Any]:
+    """txn_apply: commit or release every lock the attempt holds on this node (or, addressed to
+    a replicated partition, in that partition), once."""
     attempt = payload.attempt
-    part_key = PART_PREFIX + attempt.encode()
+    ref = None
+    if target is not None:
+        ref = (target.table_id, target.partition_id)
+        addressed(group.ctx.lookup(ref), target)
+    part_key = _part_key(group, ref, attempt)
     part = _load(group.ctx.batch, part_key)
     outcome = txn.State.COMMITTED if payload.commit else txn.State.ABORTED
     done: dict[str, Any] = {
@@ -406,35 +452,134 @@ def _commit_item(group: Group, ref: PartitionRef, items_key: bytes, lock: txn.It
 # The sweep: what resolvers should look at -------------------------------------------------------
 
 
-def sweep(store: NodeStore, batch: WriteBatchView, now: float) -> dict[str, Any]:
-    """txn_sweep: the attempts holding locks whose prepares are over (past their deadline and
-    grace), the records left unresolved past `TRANSACTION_RESOLVE_SECONDS`, and forget what is
-    done with."""
+def sweep(ctx: WriteContext, target: Target | None) -> dict[str, Any]:
+    """txn_sweep, to the node: the attempts holding locks whose prepares are over (past their
+    deadline and grace), the records left unresolved past `TRANSACTION_RESOLVE_SECONDS`, and
+    the forgetting of what is done with; of the replicated partitions, those this node leads
+    report theirs (`group_locks`, `group_records`) and are named in `forget` when they have
+    rows to forget, which a sweep addressed to each forgets as an entry of its group. Addressed
+    to a replicated partition: forget its rows done with, nothing else."""
+    now = ctx.now
+    if target is not None:
+        ref = (target.table_id, target.partition_id)
+        addressed(ctx.lookup(ref), target)
+        return {"forgotten": _forget_group(ctx, ref)}
+    store, batch = ctx.node.store, ctx.batch
     locks: list[list[Any]] = []
     records: list[list[Any]] = []
-    rows = store.walk(Family.TRANSACTIONS, PART_PREFIX, b"Q", forward=True)
-    for key, value in rows:
+    for key, value in store.walk(Family.TRANSACTIONS, PART_PREFIX, b"Q", forward=True):
         part = orjson.loads(value)
         attempt = key[len(PART_PREFIX) :].decode()
-        if part["state"] == txn.State.PENDING.value:
-            if txn.prepare_over(_deadline_of(part), now) and part["record"]:
-                locks.append([attempt, *part["record"]])
-        elif now - part["done"] >= limits.TRANSACTION_RESOLVE_SECONDS:
+        if _held_over(part, now):
+            locks.append([attempt, *part["record"]])
+        elif _part_done_with(part, now):
             batch.delete(Family.TRANSACTIONS, key)
         if len(locks) >= limits.TRANSACTION_SWEEP_ITEMS_MAX:
             break
-    rows = store.walk(Family.TRANSACTIONS, RECORD_PREFIX, b"S", forward=True)
-    for key, value in rows:
+    for key, value in store.walk(Family.TRANSACTIONS, RECORD_PREFIX, b"S", forward=True):
         found = txn.Record.from_json(orjson.loads(value))
         if txn.idempotency_expired(found, now):
             batch.delete(Family.TRANSACTIONS, key)
-            continue
-        stuck_since = found.began if found.decided is None else found.decided
-        if found.finished is None and now - stuck_since >= limits.TRANSACTION_RESOLVE_SECONDS:
+        elif _stuck(found, now):
             records.append([found.id, found.attempt])
         if len(records) >= limits.TRANSACTION_SWEEP_ITEMS_MAX:
             break
-    return {"locks": locks, "records": records}
+    group_locks: list[list[Any]] = []
+    group_records: list[list[Any]] = []
+    forget: set[PartitionRef] = set()
+    for ref, name, value in _group_rows(ctx, GROUP_PART_PREFIX):
+        part = orjson.loads(value)
+        if _held_over(part, now):
+            group_locks.append([name, *part["record"], *ref])
+        elif _part_done_with(part, now):
+            forget.add(ref)
+        if len(group_locks) >= limits.TRANSACTION_SWEEP_ITEMS_MAX:
+            break
+    for ref, _name, value in _group_rows(ctx, GROUP_RECORD_PREFIX):
+        found = txn.Record.from_json(orjson.loads(value))
+        if txn.idempotency_expired(found, now):
+            forget.add(ref)
+        elif _stuck(found, now):
+            group_records.append([found.id, found.attempt, *ref])
+        if len(group_records) >= limits.TRANSACTION_SWEEP_ITEMS_MAX:
+            break
+    return {
+        "locks": locks,
+        "records": records,
+        "group_locks": group_locks,
+        "group_records": group_records,
+        "forget": sorted([*ref] for ref in forget),
+    }
+
+
+def _held_over(part: dict[str, Any], now: float) -> bool:
+    """Whether a part holds locks its prepares can no longer add to, naming its record."""
+    return (
+        part["state"] == txn.State.PENDING.value
+        and txn.prepare_over(_deadline_of(part), now)
+        and bool(part["record"])
+    )
+
+
+def _part_done_with(part: dict[str, Any], now: float) -> bool:
+    """Whether an applied part has been kept long enough to refuse a late prepare."""
+    return (
+        part["state"] != txn.State.PENDING.value
+        and now - float(part["done"]) >= limits.TRANSACTION_RESOLVE_SECONDS
+    )
+
+
+def _stuck(record: txn.Record, now: float) -> bool:
+    """Whether a record has waited past `TRANSACTION_RESOLVE_SECONDS` for its next step."""
+    since = record.began if record.decided is None else record.decided
+    return record.finished is None and now - since >= limits.TRANSACTION_RESOLVE_SECONDS
+
+
+def _group_rows(ctx: WriteContext, prefix: bytes) -> Iterator[tuple[PartitionRef, str, bytes]]:
+    """(partition, record or attempt id, value) of the replicated partitions' rows under
+    `prefix` that this node's sweep speaks for: those of the partitions it leads. A row of a
+    partition no longer on this node is deleted here (its group is gone with it)."""
+    end = successor(prefix)
+    assert end is not None
+    for key, value in ctx.node.store.walk(Family.TRANSACTIONS, prefix, end, forward=True):
+        ref, name = split_log_key(key[len(prefix) :])
+        if ref not in ctx.node.partitions:
+            ctx.batch.delete(Family.TRANSACTIONS, key)
+        elif ctx.node.leads(ref):
+            yield ref, name.decode(), value
+
+
+def _forget_group(ctx: WriteContext, ref: PartitionRef) -> int:
+    """Delete a replicated partition's parts kept long enough and its records past their
+    token's time, in the write addressed to it (an entry of its group); how many. Each row is
+    judged as the group holds it (a begin earlier in the group may have renewed a record)."""
+    now = ctx.now
+    doomed = [
+        key
+        for key, value in _partition_rows(ctx, GROUP_PART_PREFIX, ref)
+        if _part_done_with(orjson.loads(value), now)
+    ]
+    doomed.extend(
+        key
+        for key, value in _partition_rows(ctx, GROUP_RECORD_PREFIX, ref)
+        if txn.idempotency_expired(txn.Record.from_json(orjson.loads(value)), now)
+    )
+    for key in doomed:
+        ctx.batch.delete(Family.TRANSACTIONS, key)
+    return len(doomed)
+
+
+def _partition_rows(
+    ctx: WriteContext, prefix: bytes, ref: PartitionRef
+) -> Iterator[tuple[bytes, bytes]]:
+    """The rows under `prefix` of one replicated partition, as the group holds them."""
+    lo = prefix + change_log_prefix(*ref)
+    hi = successor(lo)
+    assert hi is not None
+    for key, _ in ctx.node.store.walk(Family.TRANSACTIONS, lo, hi, forward=True):
+        current = ctx.batch.get(Family.TRANSACTIONS, key)
+        if current is not None:
+            yield key, current
 
 
 # TransactGetItems ---------------------------------------------------------------------------------

@@ -15,8 +15,8 @@ participants' locks are durable too (`storagenode/transactions.py`).
 | PREPARING (ledger PENDING) | participants: prepare | PREPARED, ABORTING | ABORTING | ABORTING |
 | PREPARED (all locked) | home: decide COMMITTED | COMMITTING, RELEASING | LEFT | ABORTING |
 | ABORTING (locks maybe) | home: decide ABORTED | RELEASING, COMMITTING, LEFT | LEFT | ABORTING |
-| COMMITTING (ledger COMMITTED) | nodes: commit | FINISHING | LEFT | COMMITTING |
-| RELEASING (ledger ABORTED) | nodes: release | FINISHING | LEFT | RELEASING |
+| COMMITTING (ledger COMMITTED) | places: commit | FINISHING | LEFT | COMMITTING |
+| RELEASING (ledger ABORTED) | places: release | FINISHING | LEFT | RELEASING |
 | FINISHING (all applied) | home: finish | DONE | LEFT | FINISHING |
 
 BEGINNING's begin may land unanswered: a PENDING ledger without locks. PREPARING's ledger is
@@ -24,7 +24,9 @@ PENDING and names every participant; PREPARED means every action voted yes and i
 locked. A resolver's ABORTING asks the ledger to abort only once it is old enough (the ledger's
 node judges, `core.transactions.resolution`), and ends LEFT otherwise: its coordinator still has
 time. RELEASING also stands for "no ledger of this attempt" (never begun, forgotten, or a later
-attempt of its token): it never committed. "nodes" are every node a prepare was sent to.
+attempt of its token): it never committed. The "places" a decision is applied at are every node
+a prepare was sent to, and every replicated partition one was sent to: such a partition keeps its
+part in its own Raft group, so its decision is applied at its leader, addressed to it.
 
 So a restart goes back before the decision is durable (ABORTING: abort the ledger, then release)
 and forward after it (apply the decision again, which each node does once). A decide asks the
@@ -64,9 +66,9 @@ class TxnState(enum.StrEnum):
 # The events: each effect's result, and STARTED, FAILED and RESTARTED.
 BEGUN = "begun"  # The ledger is PENDING for this attempt (`data`: attempt).
 REPLAYED = "replayed"  # A ClientRequestToken's transaction committed before (`data`: attempt).
-VOTED = "voted"  # The participants answered (`data`: votes in request order, nodes).
+VOTED = "voted"  # The participants answered (`data`: votes in request order, nodes, partitions).
 DECIDED = "decided"  # The ledger answered a decide (`data`: its state for this attempt, or None).
-APPLIED = "applied"  # Every node that was sent a prepare applied the decision.
+APPLIED = "applied"  # Every place that was sent a prepare applied the decision.
 FINISHED = "finished"  # The ledger is finished (forgotten, without a token).
 # What the machine makes of VOTED and DECIDED (`_classified`): the table's events.
 VOTED_YES = "voted_yes"  # Every action voted yes.
@@ -126,8 +128,10 @@ class TxnRecord:
     ledger is begun with (`core.transactions.begin`); `attempt` is the ledger's attempt once
     begun (0 before). `participants` are the partitions the actions were placed on, `actions`
     their number, `votes` each action's vote in request order (None: no answer), `nodes` every
-    node a prepare was sent to (or, for a resolver, that may hold the attempt's locks): the
-    decision is applied on each. `decision` is the ledger's, once this run learnt it;
+    node a prepare was sent to (or, for a resolver, that may hold the attempt's locks) and
+    `partitions` every replicated partition one was sent to (or that reported its locks): the
+    decision is applied on each node, and at each partition's leader. `decision` is the
+    ledger's, once this run learnt it;
     `recovered` says a resolver rebuilt the record from the ledger; `error` is the first
     failure met."""
 
@@ -141,6 +145,7 @@ class TxnRecord:
     attempt: int = 0
     votes: tuple[txn.Vote | None, ...] = ()
     nodes: frozenset[str] = frozenset()
+    partitions: frozenset[tuple[str, str]] = frozenset()
     decision: txn.State | None = None
     replayed: bool = False
     recovered: bool = False
@@ -181,7 +186,8 @@ def new(
         tuple(participants),
         actions,
         votes=(None,) * actions,
-        nodes=frozenset(p.node for p in participants),
+        nodes=frozenset(p.node for p in participants if not p.replicated),
+        partitions=frozenset(p.ref for p in participants if p.replicated),
     )
 
 
@@ -191,15 +197,19 @@ def from_ledger(
     attempt: int,
     home: tuple[str, str],
     holders: Iterable[str],
+    held: Iterable[tuple[str, str]] = (),
 ) -> TxnRecord:
     """The coordinator's record as the ledger leaves it, for a resolver to step RESTARTED: the
-    attempt `attempt` of record `record_id` on `home`, whose locks `holders` reported.
+    attempt `attempt` of record `record_id` on `home`, whose locks the nodes `holders` and the
+    replicated partitions `held` reported.
 
     No ledger of that attempt (never begun, forgotten once finished, or superseded by a later
-    attempt of its token) means it never committed: RELEASING, on `holders` (a caller that
-    cannot tell which nodes hold its locks passes them all). PENDING: PREPARING, which a
-    restart aborts; decided: the decision to apply again on every participant's node."""
+    attempt of its token) means it never committed: RELEASING, on `holders` and `held` (a
+    caller that cannot tell which nodes hold its locks passes them all). PENDING: PREPARING,
+    which a restart aborts; decided: the decision to apply again on every participant's node or
+    partition."""
     nodes = frozenset(holders)
+    partitions = frozenset(held)
     if ledger is None or ledger.attempt != attempt:
         return TxnRecord(
             record_id,
@@ -211,6 +221,7 @@ def from_ledger(
             state=TxnState.RELEASING,
             attempt=attempt,
             nodes=nodes,
+            partitions=partitions,
             decision=txn.State.ABORTED,
             recovered=True,
         )
@@ -228,7 +239,8 @@ def from_ledger(
         0,
         state=state,
         attempt=attempt,
-        nodes=nodes | {p.node for p in ledger.participants},
+        nodes=nodes | {p.node for p in ledger.participants if not p.replicated},
+        partitions=partitions | {p.ref for p in ledger.participants if p.replicated},
         decision=None if ledger.state is txn.State.PENDING else ledger.state,
         recovered=True,
     )
@@ -247,7 +259,7 @@ def reasons(record: TxnRecord) -> TransactionCanceled:
 
 def _effect(record: TxnRecord) -> tuple[Effect, ...]:
     """The one effect that takes a coordination on from its state (none once it has ended). The
-    ledger's effects address its partition; prepare and apply address every node the record
+    ledger's effects address its partition; prepare and apply address every place the record
     names (a fan-out is one effect: its calls go together, and each is idempotent)."""
     home = record.home[1]
     match record.state:
@@ -301,6 +313,9 @@ def _taken(record: TxnRecord, state: TxnState, event: Event, kind: str) -> TxnRe
         assert len(votes) == record.actions
         changes["votes"] = votes
         changes["nodes"] = record.nodes | frozenset(data["nodes"])
+        changes["partitions"] = record.partitions | frozenset(
+            (table_id, partition_id) for table_id, partition_id in data.get("partitions", ())
+        )
     decision = _DECISIONS.get(kind)
     if decision is not None:
         changes["decision"] = decision

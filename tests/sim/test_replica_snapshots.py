@@ -11,8 +11,10 @@ from typing import Any
 
 import pytest
 
+from core import transactions as txn
 from core.errors import NotPartitionLeader, ServiceUnavailable
 from rpc import ops
+from rpc.transactions import TxnApplyPayload, TxnPreparePayload, TxnRecordPayload
 from storagenode.layout import Family
 from tests.sim.replicas import Replicas
 from tests.sim.test_replicated_writes import GROUP, TABLE, TARGET, create, get, put, run
@@ -179,6 +181,99 @@ def test_kills_of_any_member_over_a_lossy_network_with_compacting_logs(seed: int
             assert leader is not None
             items = replicas.data(leader, [Family.ITEMS])[Family.ITEMS]
             assert items, f"seed {seed}: nothing was written"
+        finally:
+            await replicas.close()
+
+    run(scenario)
+
+
+async def transact(replicas: Replicas, number: int, keys: list[str], decide: bool) -> str:
+    """Begin a record of transaction `number` kept by the partition, prepare puts of `keys`
+    (locking them), and, with `decide`, commit it: the steps a coordinator takes, each a write
+    addressed to the partition. Its attempt's id."""
+    record_id = f"t{number}"
+    participant = txn.Participant(TABLE["id"], "p0", 1, "node-1", True)
+    ledger = txn.Record(record_id, "d", txn.State.PENDING, (participant,), 0.0)
+    begun = await replicas.write(
+        ops.TXN_RECORD,
+        TARGET,
+        TxnRecordPayload("begin", record_id, record=ledger.to_json()).to_json(),
+    )
+    attempt = txn.Record.from_json(begun["record"]).attempt
+    attempt_id = f"{record_id}.{attempt}"
+    actions = [{"op": ops.PUT, "body": put(key, t={"N": str(number)})} for key in keys]
+    prepared = await replicas.write(
+        ops.TXN_PREPARE,
+        TARGET,
+        TxnPreparePayload(attempt_id, [TABLE["id"], "p0"], actions).to_json(),
+    )
+    assert all(txn.Vote.from_json(vote).yes for vote in prepared["votes"])
+    if decide:
+        payload = TxnRecordPayload("decide", record_id, attempt=attempt, outcome="COMMITTED")
+        await replicas.write(ops.TXN_RECORD, TARGET, payload.to_json())
+        await replicas.write(ops.TXN_APPLY, TARGET, TxnApplyPayload(attempt_id, True).to_json())
+    return attempt_id
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_copied_replica_carries_the_partitions_transactions(seed: int) -> None:
+    """A member that copies its replica while transactions are in flight on the partition gets
+    their records, parts and locks (`snapshots.ranges`): once it leads, the transaction it was
+    away for commits from what it copied."""
+
+    async def scenario() -> None:
+        replicas = compacting(seed)
+        try:
+            await create(replicas)
+            await asyncio.sleep(2.0)
+            leader = replicas.leader_of(GROUP)
+            assert leader is not None
+            away = next(member for member in replicas.members if member != leader)
+            await replicas.kill(away)
+            await transact(replicas, 1, ["done"], decide=True)
+            pending = await transact(replicas, 2, ["held0", "held1"], decide=False)
+            await churn(replicas, "b", 2 * COMPACT, {})
+            assert first_index(replicas, leader) > 1, "the leader compacted its log"
+            await replicas.restart(away)
+            await asyncio.sleep(5.0)
+            assert replicas.pages_read.get(away, 0) >= 1, f"seed {seed}: no copy"
+            rows = [replicas.data(member, (Family.TRANSACTIONS,)) for member in replicas.members]
+            assert rows[0] == rows[1] == rows[2], f"seed {seed}: transaction rows differ"
+            kept = {key[:1] for key, _ in rows[0][Family.TRANSACTIONS]}
+            assert kept == {b"L", b"p", b"r"}, f"seed {seed}: {kept}"
+            # The copy leads (its leaders are killed until it is elected): it commits the
+            # pending transaction from what it copied.
+            for _ in range(30):
+                current = replicas.leader_of(GROUP)
+                if current == away:
+                    break
+                if current is not None:
+                    await replicas.kill(current)
+                    await asyncio.sleep(1.0)
+                    await replicas.restart(current)
+                await asyncio.sleep(1.0)
+            assert replicas.leader_of(GROUP) == away, f"seed {seed}: the copy never led"
+            record_id, attempt = pending.split(".")
+            decide = TxnRecordPayload(
+                "decide", record_id, attempt=int(attempt), outcome="COMMITTED"
+            )
+            await replicas.write(ops.TXN_RECORD, TARGET, decide.to_json())
+            applied = await replicas.write(
+                ops.TXN_APPLY, TARGET, TxnApplyPayload(pending, True).to_json()
+            )
+            assert applied["applied"] == 2, f"seed {seed}: {applied}"
+            await asyncio.sleep(2.0)
+            node = replicas.nodes[away]
+            for key in ("done", "held0", "held1"):
+                item = node.read(ops.GET, TARGET, get(key))["item"]
+                assert item is not None and "t" in item, f"seed {seed}: {key} {item}"
+            locks = [
+                key
+                for member in replicas.members
+                for key, _ in replicas.data(member, (Family.TRANSACTIONS,))[Family.TRANSACTIONS]
+                if key.startswith(b"L")
+            ]
+            assert locks == [], f"seed {seed}: locks left {locks}"
         finally:
             await replicas.close()
 

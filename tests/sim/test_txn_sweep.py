@@ -23,7 +23,7 @@ import pytest
 
 from core import limits
 from core.errors import DynamoError, TransactionCanceled
-from core.keycodec import encode_storage_key
+from core.keycodec import encode_storage_key, successor
 from core.machines.transaction import NAME as TXN
 from core.machines.transaction import TxnState
 from dynalab.sim.cluster import SimCluster
@@ -151,9 +151,15 @@ def account(number: int) -> dict[str, Any]:
     return {"pk": {"S": f"acct{number}"}}
 
 
-def node_of(router: RouterContext, key: dict[str, Any]) -> str:
+def node_of(cluster: SimCluster, router: RouterContext, key: dict[str, Any]) -> str:
+    """The node of the partition holding `key`: of a replicated partition, its leader now."""
     table = router.tables["Bank"]
-    return table.partitions.lookup(encode_storage_key(key["pk"], None)).node
+    partition = table.partitions.lookup(encode_storage_key(key["pk"], None))
+    ref = (table.id, partition.id)
+    leaders = [
+        name for name, node in cluster.nodes.items() if partition.replicas and node.leads(ref)
+    ]
+    return leaders[0] if leaders else partition.node
 
 
 def tagged(number: int, keys: list[dict[str, Any]], failing: dict[str, Any] | None) -> Any:
@@ -256,11 +262,13 @@ async def workload(
 
 
 def ledgers_left(cluster: SimCluster) -> list[bytes]:
-    prefix = node_transactions.RECORD_PREFIX
+    """The records left on any node: kept by a node, or by a replicated partition (on each
+    of its replicas). No transaction here has a token, so a finished one is forgotten."""
     return [
         key
         for store in cluster.stores.values()
-        for key, _ in store.walk(Family.TRANSACTIONS, prefix, b"S", forward=True)
+        for prefix in (node_transactions.RECORD_PREFIX, node_transactions.GROUP_RECORD_PREFIX)
+        for key, _ in store.walk(Family.TRANSACTIONS, prefix, successor(prefix), forward=True)
     ]
 
 
@@ -270,6 +278,7 @@ async def settle(cluster: SimCluster, router: int) -> None:
     for _ in range(6):
         await asyncio.sleep(limits.TRANSACTION_RESOLVE_SECONDS + 1)
         await coordinator.resolve_once(cluster.routers[router])
+        await asyncio.sleep(0.5)  # (The followers of a replicated partition apply it too.)
         if not locks_left(cluster) and not ledgers_left(cluster):
             return
 
@@ -317,7 +326,8 @@ async def scenario(
         (
             {"pk": {"S": f"swept{n}"}}
             for n in range(1, 200)
-            if node_of(coordinating, {"pk": {"S": f"swept{n}"}}) != node_of(coordinating, first)
+            if node_of(cluster, coordinating, {"pk": {"S": f"swept{n}"}})
+            != node_of(cluster, coordinating, first)
         ),
         {"pk": {"S": "swept1"}},
     )
@@ -326,7 +336,7 @@ async def scenario(
         victim = ""
     else:
         dead = None
-        victim = node_of(coordinating, first if who == "home" else other)
+        victim = node_of(cluster, coordinating, first if who == "home" else other)
     death = Death(cluster, point, victim, dead)
     coordinating.crash_points = death
     log = Log()
