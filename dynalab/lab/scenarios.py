@@ -148,9 +148,6 @@ class Scenario:
             raise ValueError(
                 f"scenario {name}: replication_factor must be 1 to its {scenario.nodes} nodes"
             )
-        if scenario.replication_factor > 1 and scenario.accounts:
-            # TransactWriteItems is refused on replicated tables (issue 27).
-            raise ValueError(f"scenario {name}: a bank's transactions need replication_factor 1")
         return scenario
 
     @property

@@ -23,7 +23,7 @@ SIMULATED = sorted(scenarios.available())
 PRELOADING_SEEDS = [1]
 # The banks simulate the longest (transactions across nodes, through kills), and the
 # preloading ones spend long writing: the full suite runs them, `make test-fast` leaves them out.
-SLOW = {"bank-transfers", "bank-slow-network"} | {
+SLOW = {"bank-transfers", "bank-slow-network", "bank-replicated"} | {
     n for n in SIMULATED if scenarios.load(n).index_plan.preload
 }
 CASES = [

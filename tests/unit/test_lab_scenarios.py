@@ -171,6 +171,6 @@ def test_a_replicated_scenario_names_its_factor_and_its_limits(tmp_path):
     for factor, words in (("4", "replication_factor must be 1 to its 3 nodes"), ("0", "1 to")):
         with pytest.raises(ValueError, match=words):
             scenarios.Scenario.from_toml("x", f"replication_factor = {factor}\n" + kill_node)
-    bank = scenarios.available()["bank-transfers"].read_text()
-    with pytest.raises(ValueError, match="transactions need replication_factor 1"):
-        scenarios.Scenario.from_toml("x", "replication_factor = 3\n" + bank)
+    # A bank runs on replicated partitions too (transactions keep their state in the groups).
+    bank = scenarios.load("bank-replicated")
+    assert bank.replicated and bank.accounts == 8
