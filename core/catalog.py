@@ -2275,13 +2275,3 @@ def agreed_location(found: Mapping[str, CatalogLocation | None]) -> CatalogLocat
         listed = ", ".join(f"{node}: {location}" for node, location in sorted(found.items()))
         raise CatalogDisagreement(f"Storage nodes disagree on where the catalog lives ({listed})")
     return next(iter(held), None)
-
-
-def refuse_replicated(table: TableDef, operation: str) -> None:
-    """Refuse what replicated partitions do not support yet: the changes that nodes make to
-    every partition of a table outside the partitions' logs (issue 27's next steps)."""
-    if table.replicated:
-        raise ValidationError(
-            f"{operation} is not supported yet on a table whose partitions are replicated "
-            f"(dynalab's replication factor above 1): table {table.name}"
-        )

@@ -331,6 +331,10 @@ CATALOG_COPY_READ_SECONDS_MAX = 2.0
 # (`storagenode.placement`): replicas created or dropped without it while it was down are made
 # or dropped within about this long of it coming back.
 PLACEMENT_RECONCILE_SECONDS = 5.0
+# A replicated partition held by a node and served by the catalog no longer (a split's parent
+# whose split the node never applied: it was behind when the parent's group went) is retired
+# there after this long, far past any split's install; its children are then copied to it.
+PLACEMENT_RETIRE_GRACE_SECONDS = 30.0
 
 # The GSI replicator (dynalab's own bounds). It re-reads the catalog this often to find tables with
 # global indexes and their partitions; writes made meanwhile wait in the change logs, which hold
@@ -614,6 +618,9 @@ RAFT_SNAPSHOT_PAGE_SECONDS_MAX = 10.0
 # A host sends every peer node something at least this often (a batch, or an empty one), so a
 # sleeping (hibernating) group's followers can tell a quiet leader from a dead one.
 RAFT_KEEPALIVE_TICKS_MAX = 1
+# A split's parent's group stays on a member this many ticks after the member applied the split
+# (10 s), so that the members behind learn the split's commit from it (`storagenode.replication`).
+RAFT_RETIRED_GROUP_TICKS = 10 * RAFT_ELECTION_TIMEOUT_TICKS_DEFAULT
 # A peer node heard from not for this many ticks is taken as maybe gone: the sleeping groups it
 # leads here wake (`raft_host`). A few keepalive intervals, well under an election timeout.
 RAFT_PEER_SILENT_TICKS_MIN = 3

@@ -149,6 +149,10 @@ def _misplaced(
     parents = {partition.id: partition for partition in retired}
     found: list[tuple[PartitionDef, str]] = []
     for partition in serving:
+        if partition.replicas:
+            # A replicated child stays on its parent's replicas, which hold it from the split:
+            # where its replicas go is a change of its group's membership, not a move.
+            continue
         parent = None if partition.parent is None else parents.get(partition.parent)
         if parent is None or partition.epoch != parent.epoch + 1:
             continue

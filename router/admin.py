@@ -47,6 +47,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from core import keycodec, limits
+from core.catalog import PartitionDef
 from core.errors import DynamoError, StaleEpoch
 from router import transactions
 from rpc import ops
@@ -366,11 +367,16 @@ async def _to_owner(
     body: dict[str, Any],
     timeout: float,
 ) -> web.Response:
-    """Send a split or a move to the partition's node; if it has moved meanwhile (StaleEpoch:
-    a router's own placement check may have moved it), to its node as the catalog now says."""
+    """Send a split or a move to the partition's node (a replicated one's leader); if it has
+    moved meanwhile (StaleEpoch: a router's own placement check may have moved it), to its node
+    as the catalog now says."""
     for _ in range(limits.STALE_EPOCH_ATTEMPTS_MAX):
         try:
-            reply = await ctx.control(partition["node"], op, body, timeout)
+            if partition.get("replicas"):
+                found = PartitionDef.from_json(partition)
+                reply = await ctx.driver_call(found, body["table_id"], op, body, timeout)
+            else:
+                reply = await ctx.control(partition["node"], op, body, timeout)
         except StaleEpoch as error:
             stale = error
             with contextlib.suppress(DynamoError):

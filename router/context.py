@@ -639,6 +639,23 @@ class RouterContext:
         """A control-plane call (`rpc.ops.CONTROL_OPS`) to one node, with a deadline."""
         return await self._client(node_id).control(op, body, timeout)
 
+    async def driver_call(
+        self,
+        partition: PartitionDef,
+        table_id: str,
+        op: str,
+        body: dict[str, Any],
+        timeout: float,
+    ) -> dict[str, Any]:
+        """A node's driver operation on one partition (a split): on its node, or at a
+        replicated one's leader, which alone drives it (a replica refuses it as not the
+        leader, naming the one it knows)."""
+
+        def attempt(node: str, remaining: float) -> Awaitable[dict[str, Any]]:
+            return self._client(node).control(op, body, remaining)
+
+        return await self.replicas.call(partition, table_id, op, attempt, timeout)
+
     async def feed_call(
         self,
         partition: PartitionDef,

@@ -532,8 +532,9 @@ async def prewarm(ctx: RouterContext, table: TableDef, splits_max: int) -> None:
             )
         payload = ops.SplitPartitionPayload(storage_id, partition.id, key.hex())
         try:
-            await ctx.control(
-                partition.node,
+            await ctx.driver_call(
+                partition,
+                storage_id,
                 ops.SPLIT_PARTITION,
                 payload.to_json(),
                 limits.SPLIT_CALL_SECONDS_MAX,

@@ -1148,14 +1148,6 @@ async def _update_index_throughput(
 
 async def update_table(ctx: RouterContext, body: dict[str, Any]) -> dict[str, Any]:
     request = _read_update_table(body)
-    if request.warm is not None:
-        # (A change of throughput or billing mode is each partition's entry at its leader:
-        # `_push_throughput`; a stream's consumers are registered, and a global index's
-        # partitions created, at every replica. Warm throughput, which splits to meet it, waits
-        # for splits of replicated partitions.)
-        existing = await ctx.read_table(request.name)
-        if existing is not None:
-            catalog.refuse_replicated(existing, "This UpdateTable change")
     if request.index_updates:
         first = request.index_updates[0]
         if first.action == "Create":

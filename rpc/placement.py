@@ -24,6 +24,14 @@ the catalog and the nodes change, which the caller must keep:
   every difference from the one its peers were created with (throughput, consumers) is a
   metadata or checkpoint row that a later entry of the log wrote whole, and that entry is applied
   to it as well.
+- A split of a replicated partition is an entry of its group: every member that applies it
+  makes both children there, from the parent's rows. So a replica is not created while a
+  partition held here overlaps it (its parent, whose split this node may yet apply: making the
+  child empty beside it would cost a copy). A member behind when the parent's group went keeps
+  the parent, which the catalog no longer serves: `retire` names such partitions, and the
+  caller retires those still named after a grace long past any split's install (the parent's
+  metadata goes, its items stay for the copy of each child to replace), after which the
+  children are created here and copied from a member.
 """
 
 from __future__ import annotations
@@ -163,6 +171,9 @@ class Reconciliation:
 
     drop: tuple[str, ...]
     create: tuple[Creation, ...]
+    # Partitions held here that the catalog names no longer serve (a split's parent): the
+    # caller retires the replicated ones still named after a grace.
+    retire: tuple[tuple[str, str], ...] = ()
 
 
 def stored_ids(table: TableDef) -> set[str]:
@@ -175,12 +186,17 @@ def stored_ids(table: TableDef) -> set[str]:
 
 
 def reconcile(
-    node: str, held: Iterable[tuple[str, str]], tables: Mapping[str, TableDef]
+    node: str,
+    held: Iterable[tuple[str, str]],
+    tables: Mapping[str, TableDef],
+    ranges: Mapping[tuple[str, str], tuple[str, str | None]] | None = None,
 ) -> Reconciliation:
     """What node `node`, holding partitions `held` ((stored id, partition id) pairs, listed
-    before `tables` was read), does to match the catalog `tables` (every table's record, by
-    name, read strongly). System tables are never touched."""
+    before `tables` was read; `ranges` their [start, end) as hex, None for the end of the hash
+    space), does to match the catalog `tables` (every table's record, by name, read strongly).
+    System tables are never touched."""
     held = set(held)
+    ranges = ranges or {}
     named: set[str] = set()
     for table in tables.values():
         named |= stored_ids(table)
@@ -206,5 +222,42 @@ def reconcile(
             and creation.partition.replicas
             and creation.partition.state == catalog.PartitionState.SERVING
             and (creation.stored_id, creation.partition.id) not in held
+            and not _overlapped(creation, ranges)
         )
-    return Reconciliation(tuple(drop), tuple(create))
+    serving = {
+        (stored, partition.id)
+        for table in tables.values()
+        if table.status in _SETTLED_TABLES
+        for stored, partitions in _serving(table)
+        for partition in partitions
+    }
+    settled = {
+        stored
+        for table in tables.values()
+        if table.status in _SETTLED_TABLES
+        for stored, _ in _serving(table)
+    }
+    retire = sorted(ref for ref in held if ref[0] in settled and ref not in serving)
+    return Reconciliation(tuple(drop), tuple(create), tuple(retire))
+
+
+def _serving(table: TableDef) -> list[tuple[str, tuple[PartitionDef, ...]]]:
+    """(stored id, serving partitions) of a table and of its global indexes that have them."""
+    found = [(table.id, table.partitions)]
+    for index in catalog.global_indexes(table):
+        if index.table_id is not None and index.status in _SETTLED_INDEXES:
+            found.append((index.table_id, index.partitions))
+    return found
+
+
+def _overlapped(
+    creation: Creation, ranges: Mapping[tuple[str, str], tuple[str, str | None]]
+) -> bool:
+    """Whether a partition held here, of the creation's stored table, overlaps its range."""
+    start, end = creation.partition.start, creation.partition.end
+    for (stored, _), (held_start, held_end) in ranges.items():
+        if stored != creation.stored_id:
+            continue
+        if (end is None or held_start < end) and (held_end is None or start < held_end):
+            return True
+    return False

@@ -702,7 +702,7 @@ class Mover:
         payload = SourceStepPayload(
             record.table_id, record.partition_id, record.epoch, "record", record=document
         )
-        await self.splitter.submit(MOVE_SOURCE, payload.to_json())
+        await self.splitter.submit(MOVE_SOURCE, None, payload.to_json())
 
     # The move machine's effects ------------------------------------------------------------------
 
@@ -863,7 +863,7 @@ class Mover:
         payload = SourceStepPayload(
             record.table_id, record.partition_id, record.epoch, step, target
         )
-        return await self.splitter.submit(MOVE_SOURCE, payload.to_json())
+        return await self.splitter.submit(MOVE_SOURCE, None, payload.to_json())
 
     async def _receive(
         self, target: NodeTransport, ref: PartitionRef, step: str, **fields: Any
@@ -971,7 +971,7 @@ class Mover:
 
     async def _local(self, ref: PartitionRef, step: str, **fields: Any) -> None:
         payload = ops.MoveReceivePayload(ref[0], ref[1], step, **fields)
-        await self.splitter.submit(ops.MOVE_RECEIVE, payload.to_json())
+        await self.splitter.submit(ops.MOVE_RECEIVE, None, payload.to_json())
 
 
 def _switched(effect: Effect, table: TableDef, record: MoveRecord) -> Event:

@@ -233,6 +233,11 @@ class StorageNode:
         view = self.replication.views.get(ref)
         return view is not None and view.leads
 
+    def leader_of(self, ref: PartitionRef) -> str | None:
+        """The node this one believes leads partition `ref`'s replicated group (None: none)."""
+        view = self.replication.views.get(ref)
+        return None if view is None else view.leader
+
     @property
     def ticking(self) -> bool:
         """Whether its Raft groups need time to pass: it shares groups with other nodes."""

@@ -206,8 +206,20 @@ OPERATIONS: Mapping[str, Operation] = {
         # Splits and moves: the drivers, and their steps in write groups.
         Operation(ops.SPLIT_PARTITION, ops.SplitPartitionPayload, _D, _split_partition),
         Operation(split.SPLIT_PIN, split.PinPayload, _I, _split_pin),
-        Operation(split.SPLIT_INSTALL, split.InstallPayload, _I, split.install),
-        Operation(split.SPLIT_RECORD, split.RecordPayload, _I, split.keep_record),
+        Operation(
+            split.SPLIT_INSTALL,
+            split.InstallPayload,
+            _I,
+            split.install,
+            partition_setting=True,
+        ),
+        Operation(
+            split.SPLIT_RECORD,
+            split.RecordPayload,
+            _I,
+            split.keep_record,
+            partition_setting=True,
+        ),
         Operation(ops.MOVE_PARTITION, ops.MovePartitionPayload, _D, _move_partition),
         # A move's source fences, then drops the partition: its steps free space.
         Operation(move.MOVE_SOURCE, move.SourceStepPayload, _I, move.source_step, disk_full=_FREES),

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from core import catalog, limits
@@ -27,6 +28,8 @@ from rpc.background import BackgroundTask
 from rpc.catalog_client import CatalogClient
 from rpc.ratelog import RateLimitedLog
 from storagenode.node import StorageNode
+from storagenode.partition import Partition
+from storagenode.writes import PartitionRef
 
 logger = logging.getLogger(__name__)
 
@@ -44,14 +47,18 @@ class PlacementKeeper:
         submit: Submit,
         catalog: CatalogClient,
         interval: float = limits.PLACEMENT_RECONCILE_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.node_id = node_id
         self.node = node
         self.submit = submit
         self.catalog = catalog
         self.interval = interval
+        self.clock = clock
         self._task = BackgroundTask("placement", self._run)
         self._failures = RateLimitedLog(logger)
+        # When each partition held here was first found not served by the catalog.
+        self._stale_since: dict[PartitionRef, float] = {}
 
     def start(self) -> None:
         self._task.start()
@@ -72,11 +79,16 @@ class PlacementKeeper:
 
     async def reconcile(self) -> placement.Reconciliation:
         """One round: what it found to do, done."""
-        held = list(self.node.partitions)  # Before the catalog is read: see the module.
-        if (catalog.BOOTSTRAP_TABLE_ID, catalog.BOOTSTRAP_PARTITION_ID) not in self.node.partitions:
+        partitions = dict(self.node.partitions)  # Before the catalog is read: see the module.
+        if (catalog.BOOTSTRAP_TABLE_ID, catalog.BOOTSTRAP_PARTITION_ID) not in partitions:
             return placement.Reconciliation((), ())  # No catalog located here yet.
         tables = await self.catalog.scan()
-        plan = placement.reconcile(self.node_id, held, tables)
+        ranges = {
+            ref: (p.start.hex(), None if p.end is None else p.end.hex())
+            for ref, p in partitions.items()
+        }
+        plan = placement.reconcile(self.node_id, partitions, tables, ranges)
+        await self._retire(plan.retire, partitions)
         for stored_id in plan.drop:
             logger.warning("dropping stored table %s: no table in the catalog names it", stored_id)
             await self.submit(ops.DROP_TABLE, ops.DropTablePayload(stored_id).to_json())
@@ -88,3 +100,25 @@ class PlacementKeeper:
             )
             await self.submit(ops.CREATE_PARTITION, creation.payload)
         return plan
+
+    async def _retire(
+        self, stale: Iterable[PartitionRef], partitions: Mapping[PartitionRef, Partition]
+    ) -> None:
+        """Retire the replicated partitions the catalog has not served for
+        `PLACEMENT_RETIRE_GRACE_SECONDS` (a split's parent this node was behind for: its group
+        went before it applied the split); a partition served again, or gone, is forgotten."""
+        now = self.clock()
+        found = {ref for ref in stale if self.node.replicated(ref)}
+        for ref in list(self._stale_since):
+            if ref not in found:
+                del self._stale_since[ref]
+        for ref in sorted(found):
+            since = self._stale_since.setdefault(ref, now)
+            if now - since < limits.PLACEMENT_RETIRE_GRACE_SECONDS:
+                continue
+            logger.warning(
+                "retiring replica %s of %s: the catalog no longer serves it", ref[1], ref[0]
+            )
+            payload = ops.RetirePartitionPayload(ref[0], ref[1], partitions[ref].epoch)
+            await self.submit(ops.RETIRE_PARTITION, payload.to_json())
+            del self._stale_since[ref]

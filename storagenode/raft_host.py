@@ -303,6 +303,7 @@ class RaftHost:
         batch: WriteBatchView | None = None,
         *,
         campaign: bool = False,
+        start: int = 0,
     ) -> None:
         """Make this node a member of a new group (every member creates it with the same
         membership; a member added later is created with the membership it is added to).
@@ -310,11 +311,12 @@ class RaftHost:
         Given `batch` (the next round's), the group's state is written there and persisted by
         that round's commit; otherwise it is committed at once. With `campaign` the new member
         starts an election at once (one member of a new group may, so it leads without waiting
-        for a timeout); a group whose only voter is this node always does."""
+        for a timeout); a group whose only voter is this node always does. `start`: the log
+        begins after a snapshot at that index (`RaftLogStorage.create`)."""
         own = batch is None
         if batch is None:
             batch = self.store.batch()
-        storage = RaftLogStorage.create(self.store, batch, name, conf)
+        storage = RaftLogStorage.create(self.store, batch, name, conf, start=start)
         if own:
             self.store.commit(batch)
             self.stats.commits += 1

@@ -191,24 +191,38 @@ class RaftLogStorage:
 
     @classmethod
     def create(
-        cls, store: RaftStore, batch: WriteBatchView, group: str, conf: ConfState
+        cls,
+        store: RaftStore,
+        batch: WriteBatchView,
+        group: str,
+        conf: ConfState,
+        *,
+        start: int = 0,
     ) -> RaftLogStorage:
-        """A new group member with an empty log and membership `conf`, written into `batch`."""
+        """A new group member with an empty log and membership `conf`, written into `batch`.
+
+        With `start` > 0 the log begins after a snapshot at that index (term 1), committed and
+        applied: the state the application already holds when every member creates the group
+        alike (a split's child, from its parent's applied state). A member created without it
+        (index 0) is behind that snapshot, so its leader sends it the snapshot and it copies the
+        state from a member (`storagenode.snapshots`)."""
+        term = 1 if start else 0
+        hard_state = HardState(term, 0, start)
         storage = cls(
             store,
             group,
-            hard_state=HardState(),
-            snapshot=Snapshot(0, 0, conf),
-            truncated=(0, 0),
-            last_index=0,
-            applied=0,
+            hard_state=hard_state,
+            snapshot=Snapshot(start, term, conf),
+            truncated=(start, term),
+            last_index=start,
+            applied=start,
         )
         if store.get(Family.RAFT_STATE, storage._state_key(_HARD_STATE)) is not None:
             raise ValueError(f"Raft group {group!r} already exists on this node")
-        storage.set_hard_state(batch, HardState())
+        storage.set_hard_state(batch, hard_state)
         storage._set_snapshot(batch, storage._snapshot)
-        storage._set_truncated(batch, 0, 0)
-        storage.set_applied(batch, 0)
+        storage._set_truncated(batch, start, term)
+        storage.set_applied(batch, start)
         return storage
 
     @classmethod

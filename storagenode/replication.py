@@ -36,8 +36,10 @@ import dataclasses
 import enum
 import random
 import struct
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from concurrent.futures import Future
+
+import orjson
 
 from core import limits
 from core.errors import LeaseUnavailable, NotPartitionLeader, ServiceUnavailable
@@ -53,7 +55,7 @@ from core.raft import (
     TimeoutSource,
 )
 from core.raft import NotLeader as RaftNotLeader
-from storagenode.layout import Family
+from storagenode.layout import Family, partition_of_meta_key
 from storagenode.partition import Partition
 from storagenode.raft_host import RaftHost, group_id, member_id, node_name, partition_of_group
 from storagenode.raft_storage import stored_groups
@@ -63,6 +65,9 @@ from storagenode.writes import PartitionRef, Ready
 
 # The group of the writes addressed to no one partition (`Ready.spans`' None).
 NODE_GROUP = "node"
+# A split's child's group begins after a snapshot at this index: the state its members hold
+# once they applied the split (`RaftLogStorage.create`'s `start`).
+CHILD_LOG_START = 1
 
 # An entry's command: a format byte, then each write as (kind, family, key length, value
 # length) and its bytes. The numbers are stored in logs: append to these tables, never renumber.
@@ -325,6 +330,9 @@ class Replication:
         self.applied: list[tuple[str, list[BatchOp]]] = []
         # Each group's entry in flight at this node as its leader.
         self.proposed: dict[str, Proposed] = {}
+        # The groups of partitions an applied entry removed (a split's parent), and the host's
+        # tick from which they go (`take_applied`).
+        self.retiring: dict[str, int] = {}
         # What each replica shared with other nodes may serve (replaced whole by `publish`).
         self.views: dict[PartitionRef, ReadView] = {}
         # Snapshots sent to members here that must copy their state (`snapshots.py`), taken by
@@ -422,7 +430,10 @@ class Replication:
             self.host.create_group(NODE_GROUP, self._conf(None), batch)
         for name, partition in sorted(wanted.items()):
             if name not in self.host.groups and name not in self.host.suspended:
-                self._create(name, partition, batch)
+                # A replicated partition is made with its group in one batch, but for a split's
+                # child, whose group the split's apply makes after its round (`take_applied`).
+                start = CHILD_LOG_START if partition.replicas else 0
+                self._create(name, partition, batch, start=start)
         gone = [n for n in stored_groups(self.store) if n not in wanted and n != NODE_GROUP]
         self.host.handle_round(batch, removing=gone)
 
@@ -431,11 +442,13 @@ class Replication:
             return ConfState(frozenset({self.member}), frozenset())
         return ConfState(frozenset(member_id(node) for node in partition.replicas), frozenset())
 
-    def _create(self, name: str, partition: Partition, batch: WriteBatchView) -> None:
+    def _create(
+        self, name: str, partition: Partition, batch: WriteBatchView, *, start: int = 0
+    ) -> None:
         """A group for a partition that appears on this node: every replica creates it with the
         same membership; the first replica named (where routers look first) campaigns at once."""
         first = bool(partition.replicas) and member_id(partition.replicas[0]) == self.member
-        self.host.create_group(name, self._conf(partition), batch, campaign=first)
+        self.host.create_group(name, self._conf(partition), batch, campaign=first, start=start)
 
     # Routing writes ----------------------------------------------------------------------------
 
@@ -511,7 +524,7 @@ class Replication:
                 assert host.groups[name].node.sole_voter(), f"{name}'s effect staged"
                 host.propose_staged(name, encode_effect(share))
         proposed = [] if lead is None else self._propose(lead, lead_writes or {})
-        host.handle_round(batch, removing=gone)
+        host.handle_round(batch, removing=[*gone, *self._retired_now(gone)])
         return proposed
 
     def _propose(
@@ -555,9 +568,11 @@ class Replication:
         return done
 
     def take_applied(self) -> list[tuple[str, list[BatchOp]]]:
-        """The effects of groups of several members the latest round applied, to install."""
+        """The effects of groups of several members the latest round applied, to install; and
+        the groups of the partitions they made or removed (`_follow_partitions`)."""
         applied = list(self.applied)
         self.applied.clear()
+        self._follow_partitions(applied)
         return applied
 
     # Time and messages -------------------------------------------------------------------------
@@ -665,7 +680,50 @@ class Replication:
     def round(self) -> None:
         """A round with no writes: persist, send and apply what the groups have to do."""
         if not self.store.read_only:
-            self.host.handle_round()
+            self.host.handle_round(removing=self._retired_now())
+
+    def _follow_partitions(self, applied: Sequence[tuple[str, Sequence[BatchOp]]]) -> None:
+        """Make the groups of the replicated partitions that applied entries made, and retire
+        those of the partitions they removed: a split, an entry of its parent's group, makes
+        both children and removes the parent at every member that applies it. Each member
+        makes a child's group alike, after a snapshot at CHILD_LOG_START that stands for the
+        state the split left (a member that never applies the split, being behind, gets the
+        child from the catalog and copies it from a member: `storagenode.placement`). The
+        parent's group stays RAFT_RETIRED_GROUP_TICKS more, so that a member behind learns from
+        it the split's commit and applies it too, and then goes."""
+        host = self.host
+        made: dict[str, Partition] = {}
+        for _group, effect in applied:
+            for kind, family, key, value in effect:
+                if family is not Family.PARTITIONS:
+                    continue
+                name = group_id(*partition_of_meta_key(key))
+                if kind == PUT and value is not None:
+                    self.retiring.pop(name, None)
+                    if name not in host.groups and name not in host.suspended:
+                        made[name] = Partition.from_meta(orjson.loads(value))
+                elif kind == DELETE:
+                    made.pop(name, None)
+                    if name in host.groups or name in host.suspended:
+                        self.retiring[name] = host.now + limits.RAFT_RETIRED_GROUP_TICKS
+        made = {name: partition for name, partition in made.items() if partition.replicas}
+        if made:
+            batch = self.store.batch()
+            for name, partition in sorted(made.items()):
+                self._create(name, partition, batch, start=CHILD_LOG_START)
+            host.handle_round(batch)
+
+    def _retired_now(self, removing: Collection[str] = ()) -> list[str]:
+        """The retiring groups whose time is up (not among `removing` already): they leave
+        `retiring`, for the caller's round to remove."""
+        due = [
+            name
+            for name, at in self.retiring.items()
+            if at <= self.host.now and name not in removing
+        ]
+        for name in due:
+            del self.retiring[name]
+        return [name for name in due if name in self.host.groups or name in self.host.suspended]
 
 
 def _group_of(

@@ -457,7 +457,7 @@ class NodeServer:
         metrics.watch_ttl(self._sweeper)
         self._splitter = Splitter(
             node,
-            submit,
+            committer.submit,
             NodeClient,
             split_bytes=settings.split_bytes,
             split_for_heat=settings.split_for_heat,

@@ -64,6 +64,7 @@ from core import catalog, heat, limits, machines, splits
 from core.catalog import CatalogLocation, PartitionDef, TableDef
 from core.errors import (
     DynamoError,
+    NotPartitionLeader,
     ServiceUnavailable,
     StaleEpoch,
 )
@@ -306,6 +307,7 @@ def _child(parent: Partition, child: PartitionDef) -> Partition:
         throughput=splits.child_throughput(parent.throughput, child.share),
         ttl=parent.ttl,
         indexes=parent.indexes,
+        replicas=parent.replicas,
     )
 
 
@@ -486,7 +488,8 @@ def catch_up(
     return following.since.counts(counts, below)
 
 
-Submit = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
+# Hands a node write (op, the partition it is addressed to or None, body) to the group commit.
+Submit = Callable[[str, ops.Target | None, dict[str, Any]], Awaitable[dict[str, Any]]]
 _T = TypeVar("_T")
 
 
@@ -601,8 +604,8 @@ class Splitter:
         for ref, partition in list(self.node.partitions.items()):
             if ref[0] in _SYSTEM_TABLES or partition.size_bytes <= self.split_bytes:
                 continue
-            if self.node.replicated(ref):
-                continue  # A split of a replicated partition is not built yet (issue 27).
+            if not self._drives(ref):
+                continue  # A replicated partition is split by its leader.
             if not partition.serving or partition.split is not None:
                 # Moving: it splits where it ends up (`storagenode.move`); a split left kept:
                 # `recover` drives it on.
@@ -647,7 +650,7 @@ class Splitter:
                 or ref[0] in _SYSTEM_TABLES
                 or is_index_partition(partition)
                 or not partition.serving
-                or self.node.replicated(ref)
+                or not self._drives(ref)
             ):
                 # A global index partition has no change log to sample its writes from: it
                 # splits for size (and by hand), not for heat; a moving one where it ends up.
@@ -700,8 +703,8 @@ class Splitter:
         """Drive on every split this node left half-done, from its record (RESTARTED): forgotten
         before the catalog named the children, installed after."""
         async with self._lock:
-            for partition in list(self.node.partitions.values()):
-                if partition.split is None:
+            for ref, partition in list(self.node.partitions.items()):
+                if partition.split is None or not self._drives(ref):
                     continue
                 record = SplitRecord.from_json(partition.split)
                 logger.info(
@@ -726,6 +729,11 @@ class Splitter:
             if partition is None or not partition.serving:
                 raise StaleEpoch(
                     f"Partition {partition_id} of table {table_id} is not served by this node"
+                )
+            if not self._drives(ref):
+                raise NotPartitionLeader(
+                    f"Partition {partition_id} of table {table_id} is split by its leader",
+                    self.node.leader_of(ref),
                 )
             if partition.split is not None:
                 raise splits.SplitConflict(
@@ -774,14 +782,14 @@ class Splitter:
             return
         document = None if split_machine.MACHINE.finished(record) else record.to_json()
         payload = RecordPayload(record.table_id, record.partition_id, record.epoch, document)
-        await self.submit(SPLIT_RECORD, payload.to_json())
+        await self.submit(SPLIT_RECORD, self._addressed(record), payload.to_json())
 
     # The split machine's effects ---------------------------------------------------------------
 
     async def _pin(self, record: SplitRecord, effect: Effect) -> Event:
         """Pin the parent's committed state, and follow its log from there."""
         payload = PinPayload(record.table_id, record.partition_id, record.epoch)
-        pinned: Pinned = (await self.submit(SPLIT_PIN, payload.to_json()))["pinned"]
+        pinned: Pinned = (await self.submit(SPLIT_PIN, None, payload.to_json()))["pinned"]
         self._pinned[record.table_id, record.partition_id] = (pinned, Following(self.node, pinned))
         return Event(split_machine.PINNED)
 
@@ -862,8 +870,21 @@ class Splitter:
             None if record.low is None else dict(record.low),
         )
         began = time.monotonic()
-        await self.submit(SPLIT_INSTALL, payload.to_json())
+        await self.submit(SPLIT_INSTALL, self._addressed(record), payload.to_json())
         return Event(split_machine.INSTALLED, {"seconds": time.monotonic() - began})
+
+    def _drives(self, ref: PartitionRef) -> bool:
+        """Whether this node's splitter splits partition `ref`: one of one copy where it is, a
+        replicated one only at its leader (its record and install are entries of its group)."""
+        return not self.node.replicated(ref) or self.node.leads(ref)
+
+    def _addressed(self, record: SplitRecord) -> ops.Target | None:
+        """Where a split's writes to its parent go: to the parent itself when it is replicated
+        (an entry of its group, at its leader: a deposed leader's is refused), else the node."""
+        ref = (record.table_id, record.partition_id)
+        if not self.node.replicated(ref):
+            return None
+        return ops.Target(record.table_id, record.partition_id, record.epoch)
 
     def _parent_def(self, table: TableDef | None, record: SplitRecord) -> PartitionDef:
         """The parent as the catalog records it, which must be the partition this node holds."""

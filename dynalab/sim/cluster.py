@@ -391,10 +391,10 @@ class SimCluster:
 
         committer = self.committers.get(node_id)
 
-        async def submit(op: str, body: dict[str, Any]) -> dict[str, Any]:
+        async def submit(op: str, target: Target | None, body: dict[str, Any]) -> dict[str, Any]:
             if committer is not None:
-                return await committer.submit(op, None, body)
-            [result] = node.apply_writes([(op, None, body)])
+                return await committer.submit(op, target, body)
+            [result] = node.apply_writes([(op, target, body)])
             if isinstance(result, DynamoError):
                 raise result
             return result
@@ -581,7 +581,8 @@ class SimCluster:
         self, name: str, at: bytes | None = None, router: int = 0
     ) -> tuple[dict[str, Any], ...]:
         """Have the owner of the partition of table `name` holding storage key `at` split it
-        there (`storagenode.split.Splitter`; `at` None: the first partition, where it halves).
+        there (`storagenode.split.Splitter`; `at` None: the first partition, where it halves):
+        of a replicated partition, its leader (waited for while an election runs).
 
         Router `router` only finds the partition. Returns the (parent, low child, high child)
         partitions as the catalog describes them.
@@ -589,7 +590,18 @@ class SimCluster:
         table = await self.routers[router].read_table(name)
         assert table is not None, f"seed {self.seed}: no table {name} to split"
         parent = next(p for p in table.partitions if at is None or p.holds(at))
-        reply = await self.splitters[parent.node].split(table.id, parent.id, at)
+        owner = parent.node
+        if parent.replicas:
+            ref = (table.id, parent.id)
+            for _ in range(200):
+                leaders = [
+                    n for n in parent.replicas if n in self.committers and self.nodes[n].leads(ref)
+                ]
+                if leaders:
+                    owner = leaders[0]
+                    break
+                await asyncio.sleep(0.1)
+        reply = await self.splitters[owner].split(table.id, parent.id, at)
         low, high = reply["children"]
         return reply["parent"], low, high
 

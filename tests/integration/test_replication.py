@@ -230,18 +230,6 @@ def test_a_paused_leader_serves_no_stale_strong_read_after_it_resumes(tmp_path: 
         asyncio.run(scenario())
         got = client.get_item(TableName=table, Key=key, ConsistentRead=True)
         assert got["Item"]["v"] == {"N": "2"}
-        # What replicated partitions do not support yet (a split to meet warm throughput) is
-        # refused, and nothing of it applies.
-        try:
-            client.update_table(
-                TableName=table,
-                WarmThroughput={"ReadUnitsPerSecond": 24000, "WriteUnitsPerSecond": 8000},
-            )
-        except ClientError as error:
-            assert error.response["Error"]["Code"] == "ValidationException"
-            assert "replicated" in error.response["Error"]["Message"]
-        else:
-            raise AssertionError("a change replicated partitions do not support was taken")
         # A transaction commits through the partitions' groups.
         client.transact_write_items(
             TransactItems=[{"Put": {"TableName": table, "Item": {"pk": {"S": "t"}}}}]
@@ -288,6 +276,22 @@ def test_a_paused_leader_serves_no_stale_strong_read_after_it_resumes(tmp_path: 
                 break
             assert time.monotonic() < deadline, f"the replicas' buckets are {rates}"
             time.sleep(0.2)
+        # Warm throughput splits the table's partitions at their leaders (each split an entry
+        # of its parent's group, its children made alike on every replica).
+        client.update_table(TableName=table, WarmThroughput={"WriteUnitsPerSecond": 6_000})
+        deadline = time.monotonic() + 60
+        while True:
+            described = client.describe_table(TableName=table)["Table"]
+            if described["WarmThroughput"]["Status"] == "ACTIVE":
+                break
+            assert time.monotonic() < deadline, described["WarmThroughput"]
+            time.sleep(0.2)
+        assert described["WarmThroughput"]["WriteUnitsPerSecond"] == 6_000
+        listing = orjson.loads(_get(f"{cluster.router_urls[0]}/admin/tables/{table}/partitions"))
+        serving = {p["id"] for p in listing["partitions"] if p["state"] == "SERVING"}
+        assert len(serving) == 6, listing
+        got = client.get_item(TableName=table, Key=key, ConsistentRead=True)
+        assert got["Item"]["v"] == {"N": "2"}
 
 
 def _table_rows(data_dir: Path, table_id: str) -> dict[str, list[tuple[bytes, bytes]]]:

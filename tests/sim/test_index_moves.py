@@ -29,6 +29,7 @@ from router.placement import PlacementMover
 from rpc import catalog_client as gsi_catalog
 from rpc import ops
 from rpc.local import Faults
+from rpc.ops import Target
 from storagenode.layout import Family, index_source_key, index_source_of
 from storagenode.move import MOVE_CONSUMER, MOVE_CRASH_STEPS, MOVE_SOURCE
 from tests.sim.crash import DieAt, Died
@@ -466,9 +467,11 @@ def test_an_index_write_in_the_pins_own_group_reaches_the_target(seed: int) -> N
             splitter = cluster.splitters[source]
             submit = splitter.submit
 
-            async def pin_with_a_write(op: str, body: dict[str, Any]) -> dict[str, Any]:
+            async def pin_with_a_write(
+                op: str, target: Target | None, body: dict[str, Any]
+            ) -> dict[str, Any]:
                 if op != MOVE_SOURCE or body["step"] != "pin":
-                    return await submit(op, body)
+                    return await submit(op, target, body)
                 seq, old, new = model.seq + 1, None, entry(500)
                 model.seq, model.items[500] = seq, new
                 writes = gsi.project_change(seq, old, new, table.indexes, table.key_shape)

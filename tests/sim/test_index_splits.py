@@ -22,6 +22,7 @@ from core.errors import DynamoError, LeaseFenced, StaleEpoch
 from dynalab.sim.cluster import SimCluster, run, virtual_unix_time
 from router import queries, tables
 from rpc import ops
+from rpc.ops import Target
 from storagenode.layout import Family, index_source_key, index_source_of, item_size_of
 from storagenode.node import WRITE_OPS, StorageNode
 from storagenode.split import SPLIT_INSTALL
@@ -184,7 +185,9 @@ def test_index_writes_during_the_split_are_counted_exactly(seed: int) -> None:
         submit = splitter.submit
         seq = 40
 
-        async def write_meanwhile(op: str, body: dict[str, Any]) -> dict[str, Any]:
+        async def write_meanwhile(
+            op: str, target: Target | None, body: dict[str, Any]
+        ) -> dict[str, Any]:
             # Between the pin and the plan, and again just before the install: overwrites,
             # deletes and new entries on both sides of wherever the split falls.
             nonlocal seq
@@ -199,7 +202,7 @@ def test_index_writes_during_the_split_are_counted_exactly(seed: int) -> None:
             seq += len(changes)
             # Until the install the node holds the parent only: the writes still go there.
             await apply(cluster, "During", changes, routed_on=table)
-            return await submit(op, body)
+            return await submit(op, target, body)
 
         splitter.submit = write_meanwhile
         reply = await splitter.split(index_id, parent.id)
@@ -230,10 +233,10 @@ def test_an_index_split_recorded_but_not_installed_completes_on_restart(seed: in
         splitter = cluster.splitters[parent.node]
         submit = splitter.submit
 
-        async def die(op: str, body: dict[str, Any]) -> dict[str, Any]:
+        async def die(op: str, target: Target | None, body: dict[str, Any]) -> dict[str, Any]:
             if op == SPLIT_INSTALL:
                 raise Crash(op)
-            return await submit(op, body)
+            return await submit(op, target, body)
 
         splitter.submit = die
         with pytest.raises(Crash):

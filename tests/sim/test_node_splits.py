@@ -22,6 +22,7 @@ from dynalab.sim.cluster import SimCluster, run, storage_key, virtual_unix_time
 from router import items, queries, tables
 from rpc import ops
 from rpc.local import Faults
+from rpc.ops import Target
 from storagenode.layout import Family, item_size_of
 from storagenode.node import WRITE_OPS, StorageNode
 from storagenode.split import SPLIT_INSTALL
@@ -279,10 +280,10 @@ def test_a_split_recorded_but_not_installed_completes_when_the_node_restarts(see
 
         submit = splitter.submit
 
-        async def die(op: str, body: dict[str, Any]) -> dict[str, Any]:
+        async def die(op: str, target: Target | None, body: dict[str, Any]) -> dict[str, Any]:
             if op == SPLIT_INSTALL:
                 raise Crash(op)
-            return await submit(op, body)  # The pin before it changes nothing.
+            return await submit(op, target, body)  # The pin before it changes nothing.
 
         splitter.submit = die
         with pytest.raises(Crash):
@@ -395,10 +396,12 @@ def test_children_count_exactly_what_was_written_while_the_split_read_off_the_wr
             await write_some()  # After the pin (the plan's read), after the record (catch-up).
             return await offload(work)
 
-        async def staged_submit(op: str, body: dict[str, Any]) -> dict[str, Any]:
+        async def staged_submit(
+            op: str, target: Target | None, body: dict[str, Any]
+        ) -> dict[str, Any]:
             if op == SPLIT_INSTALL:
                 await write_some()  # Between the catch-up and the install.
-            return await submit(op, body)
+            return await submit(op, target, body)
 
         splitter.offload = staged_offload  # type: ignore[assignment]
         splitter.submit = staged_submit

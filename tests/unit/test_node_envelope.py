@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import orjson
 import pytest
@@ -34,10 +33,7 @@ def servicer(tmp_path: Path) -> Iterator[NodeServicer]:
     # none.
     committer = GroupCommitter(node)
 
-    async def submit(op: str, body: dict[str, Any]) -> dict[str, Any]:
-        return await committer.submit(op, None, body)
-
-    splitter = Splitter(node, submit, NodeClient)
+    splitter = Splitter(node, committer.submit, NodeClient)
     yield NodeServicer(node, committer, splitter, Mover(splitter, "n1"))
     store.close()
 
