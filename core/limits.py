@@ -620,7 +620,7 @@ RAFT_SNAPSHOT_PAGE_SECONDS_MAX = 10.0
 RAFT_KEEPALIVE_TICKS_MAX = 1
 # A split's parent's group stays on a member this many ticks after the member applied the split
 # (10 s), so that the members behind learn the split's commit from it (`storagenode.replication`).
-RAFT_RETIRED_GROUP_TICKS = 10 * RAFT_ELECTION_TIMEOUT_TICKS_DEFAULT
+RAFT_RETIRED_GROUP_TICKS_MIN = 10 * RAFT_ELECTION_TIMEOUT_TICKS_DEFAULT
 # A peer node heard from not for this many ticks is taken as maybe gone: the sleeping groups it
 # leads here wake (`raft_host`). A few keepalive intervals, well under an election timeout.
 RAFT_PEER_SILENT_TICKS_MIN = 3

@@ -689,7 +689,7 @@ class Replication:
         makes a child's group alike, after a snapshot at CHILD_LOG_START that stands for the
         state the split left (a member that never applies the split, being behind, gets the
         child from the catalog and copies it from a member: `storagenode.placement`). The
-        parent's group stays RAFT_RETIRED_GROUP_TICKS more, so that a member behind learns from
+        parent's group stays RAFT_RETIRED_GROUP_TICKS_MIN more, so that a member behind learns from
         it the split's commit and applies it too, and then goes."""
         host = self.host
         made: dict[str, Partition] = {}
@@ -705,7 +705,7 @@ class Replication:
                 elif kind == DELETE:
                     made.pop(name, None)
                     if name in host.groups or name in host.suspended:
-                        self.retiring[name] = host.now + limits.RAFT_RETIRED_GROUP_TICKS
+                        self.retiring[name] = host.now + limits.RAFT_RETIRED_GROUP_TICKS_MIN
         made = {name: partition for name, partition in made.items() if partition.replicas}
         if made:
             batch = self.store.batch()

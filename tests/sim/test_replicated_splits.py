@@ -31,6 +31,7 @@ from router.context import RouterContext
 from storagenode.placement import PlacementKeeper
 from storagenode.raft_host import group_id
 from storagenode.split import SPLIT_INSTALL
+from tests.sim.test_gsi import index_converges, write
 from tests.sim.test_replicated_cluster import CALL_FAULTS, RAFT_FAULTS, eventually, table_rows
 
 SEEDS = list(range(8))
@@ -183,7 +184,7 @@ def test_replicated_partitions_split_under_writes_and_kills(seed: int) -> None:
             at = encode_storage_key({"S": "w1-5"}, None)
             await eventually("a second split", lambda: cluster.split("Tab", at), seed)
         if away is not None:
-            await asyncio.sleep(12.0)  # Past RAFT_RETIRED_GROUP_TICKS: the parent's group went.
+            await asyncio.sleep(12.0)  # Past RAFT_RETIRED_GROUP_TICKS_MIN: the parent's group went.
             cluster.network.heal(cluster.addresses[away])
             await cluster.restart_node(away)
             running[away] = keepers(cluster)[away]
@@ -233,5 +234,50 @@ def test_replicated_partitions_split_under_writes_and_kills(seed: int) -> None:
             assert groups == {group_id(*ref) for ref in serving}, f"seed {seed}: {node_id} {groups}"
         copies = [table_rows(cluster, node, table.id) for node in sorted(cluster.nodes)]
         assert all(c == copies[0] for c in copies), f"seed {seed}: the replicas differ"
+
+    run(seed, scenario, replication_factor=3, raft_faults=RAFT_FAULTS)
+
+
+async def split_fullest(cluster: SimCluster, name: str, seed: int) -> None:
+    """Split the table's partition holding the most items where it halves, at its leader."""
+    table = await cluster.routers[0].read_table(name)
+    assert table is not None
+    partition = max(
+        table.partitions,
+        key=lambda p: max(
+            n.partitions[table.id, p.id].item_count
+            for n in cluster.nodes.values()
+            if (table.id, p.id) in n.partitions
+        ),
+    )
+    leader = await leader_of(cluster, (table.id, partition.id), seed)
+    await cluster.splitters[leader].split(table.id, partition.id)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_a_global_index_follows_replicated_splits(seed: int) -> None:
+    """A table with a global index, both replicated, takes writes while its partitions split
+    twice at their leaders (the second split long after the first parent's group went, so its
+    kept log is read from a replica without one) and the replicator is killed and started
+    again: the index converges to exactly the table."""
+
+    async def scenario(cluster: SimCluster) -> None:
+        rng = random.Random(f"replicated gsi/{seed}")
+        await cluster.create_indexed("Indexed")
+        replicator = cluster.start_replicator().owner
+        for number in range(160):
+            if number in (60, 120):
+                await eventually("a split", lambda: split_fullest(cluster, "Indexed", seed), seed)
+                if number == 60:
+                    await asyncio.sleep(12.0)  # Past the parent's group's stay.
+            if number == 80:
+                await cluster.kill_replicator(replicator)
+            if number == 100:
+                replicator = cluster.start_replicator().owner
+            await write(cluster, "Indexed", rng, seed)
+            await asyncio.sleep(rng.uniform(0, 0.03))
+        await index_converges(cluster, "Indexed", seed)
+        table = await cluster.routers[0].read_table("Indexed")
+        assert table is not None and len(table.partitions) == 6, f"seed {seed}"
 
     run(seed, scenario, replication_factor=3, raft_faults=RAFT_FAULTS)
