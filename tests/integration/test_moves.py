@@ -164,7 +164,17 @@ def settled(cluster: LocalCluster, name: str, partition_id: str) -> dict[str, An
     own table stats through the listing: a moving or incoming copy is not listed as held)."""
     deadline = time.monotonic() + SETTLE_SECONDS
     while True:
-        current = next(p for p in serving(cluster, name) if p["id"] == partition_id)
+        status, listing = admin(cluster, f"/admin/tables/{name}/partitions")
+        if status == 503:
+            # The catalog's node was the one restarted: table reads answer 503 until it is
+            # back, as they do while it is down.
+            assert time.monotonic() < deadline, listing
+            time.sleep(0.5)
+            continue
+        assert status == 200, listing
+        current = next(
+            p for p in listing["partitions"] if p["state"] == "SERVING" and p["id"] == partition_id
+        )
         client = dynamodb_client(cluster.router_url)
         try:
             client.get_item(
