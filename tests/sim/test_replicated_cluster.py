@@ -71,6 +71,33 @@ async def eventually(what: str, attempt: Any, seed: int, seconds: float = 30.0) 
             await asyncio.sleep(0.2)
 
 
+async def outcomes_hold(
+    router: RouterContext, table: str, outcomes: dict[str, str], seed: int
+) -> None:
+    """Every key of `outcomes` ("acknowledged", "refused" or "unknown", by a put of it), read
+    strongly through `router`: each acknowledged one there, no refused one."""
+    acknowledged = [k for k, o in outcomes.items() if o == "acknowledged"]
+    refused = {k for k, o in outcomes.items() if o == "refused"}
+    assert len(acknowledged) > 50, f"seed {seed}: {len(acknowledged)} acknowledged"
+    for key in list(outcomes):
+        reply = await eventually(
+            "a strong read",
+            lambda key=key: items.get_item(
+                router, {"TableName": table, "Key": {"pk": {"S": key}}, "ConsistentRead": True}
+            ),
+            seed,
+        )
+        present = "Item" in reply
+        if key in refused:
+            assert not present, f"seed {seed}: {key} was refused and is there"
+        elif outcomes[key] == "acknowledged":
+            assert present, f"seed {seed}: acknowledged {key} lost"
+    print(
+        f"seed {seed}: {len(acknowledged)} acknowledged, {len(refused)} refused, "
+        f"{len(outcomes) - len(acknowledged) - len(refused)} unknown"
+    )
+
+
 def table_rows(cluster: SimCluster, node_id: str, table_id: str) -> dict[Family, list[Any]]:
     """What node `node_id` stores of stored table `table_id`, family by family."""
     prefix = table_prefix(table_id)
@@ -149,26 +176,8 @@ def test_a_replicated_cluster_keeps_every_acknowledged_write_through_a_kill(seed
         assert fresh_id in stored and doomed_id not in stored, f"seed {seed}"
 
         # Every acknowledged write is there, read strongly; none refused is.
-        acknowledged = [k for k, o in outcomes.items() if o == "acknowledged"]
-        refused = {k for k, o in outcomes.items() if o == "refused"}
-        assert len(acknowledged) > 50, f"seed {seed}: {len(acknowledged)} acknowledged"
-        print(
-            f"seed {seed}: {victim} killed; {len(acknowledged)} acknowledged, "
-            f"{len(refused)} refused, {len(outcomes) - len(acknowledged) - len(refused)} unknown"
-        )
-        for key in list(outcomes):
-            reply = await eventually(
-                "a strong read",
-                lambda key=key: items.get_item(
-                    first, {"TableName": "Kept", "Key": {"pk": {"S": key}}, "ConsistentRead": True}
-                ),
-                seed,
-            )
-            present = "Item" in reply
-            if key in refused:
-                assert not present, f"seed {seed}: {key} was refused and is there"
-            elif outcomes[key] == "acknowledged":
-                assert present, f"seed {seed}: acknowledged {key} lost"
+        await outcomes_hold(first, "Kept", outcomes, seed)
+        print(f"seed {seed}: {victim} killed")
         with pytest.raises(ResourceNotFound):
             await tables.describe_table(first, {"TableName": "Doomed"})
 

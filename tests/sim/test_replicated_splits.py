@@ -32,7 +32,13 @@ from storagenode.placement import PlacementKeeper
 from storagenode.raft_host import group_id
 from storagenode.split import SPLIT_INSTALL
 from tests.sim.test_gsi import index_converges, write
-from tests.sim.test_replicated_cluster import CALL_FAULTS, RAFT_FAULTS, eventually, table_rows
+from tests.sim.test_replicated_cluster import (
+    CALL_FAULTS,
+    RAFT_FAULTS,
+    eventually,
+    outcomes_hold,
+    table_rows,
+)
 
 SEEDS = list(range(8))
 WRITERS = 3
@@ -200,22 +206,7 @@ def test_replicated_partitions_split_under_writes_and_kills(seed: int) -> None:
         for keeper in running.values():
             await keeper.close()
 
-        acknowledged = [k for k, o in outcomes.items() if o == "acknowledged"]
-        refused = {k for k, o in outcomes.items() if o == "refused"}
-        assert len(acknowledged) > 50, f"seed {seed}: {len(acknowledged)} acknowledged"
-        for key in list(outcomes):
-            reply = await eventually(
-                "a strong read",
-                lambda key=key: items.get_item(
-                    first, {"TableName": "Tab", "Key": {"pk": {"S": key}}, "ConsistentRead": True}
-                ),
-                seed,
-            )
-            present = "Item" in reply
-            if key in refused:
-                assert not present, f"seed {seed}: {key} was refused and is there"
-            elif outcomes[key] == "acknowledged":
-                assert present, f"seed {seed}: acknowledged {key} lost"
+        await outcomes_hold(first, "Tab", outcomes, seed)
 
         table = await first.read_table("Tab")
         assert table is not None
