@@ -83,3 +83,23 @@ def test_only_settled_tables_replicated_partitions_are_created() -> None:
     one_copy = table("One", "c" * 32, factor=1)
     plan = reconcile("node-1", set(), {"New": creating, "Old": deleting, "One": one_copy})
     assert plan.create == () and plan.drop == ()
+
+
+def test_a_split_parent_held_here_blocks_its_children_and_is_named_to_retire() -> None:
+    """After a split the catalog serves the children; a node still holding the parent (it
+    never applied the split) gets no empty child beside it, and the parent is named to
+    retire; once the parent is gone, the children are created."""
+    t = table("T", "a" * 32)
+    parent = t.partitions[0]
+    split, _, _ = catalog.split(t, parent.id, bytes.fromhex("20"), "low", "high")
+    held = held_by("node-2", t)
+    ranges = {(t.id, p.id): (p.start, p.end) for p in t.partitions}
+    plan = reconcile("node-2", held, {"T": split}, ranges)
+    assert plan.create == ()
+    assert plan.retire == ((t.id, parent.id),)
+    # The parent retired here: the children are made (empty, then copied from a member).
+    held.discard((t.id, parent.id))
+    del ranges[(t.id, parent.id)]
+    plan = reconcile("node-2", held, {"T": split}, ranges)
+    assert sorted(c.partition.id for c in plan.create) == ["high", "low"]
+    assert plan.retire == ()
