@@ -77,7 +77,7 @@ from rpc.background import BackgroundTask
 from rpc.catalog_client import CatalogClient
 from rpc.machines import CrashPoints, Driver, Handler, HoldPoints
 from rpc.transport import NodeTransport, Transports
-from storagenode import changefeed
+from storagenode import changefeed, transactions
 from storagenode.layout import Family, item_size_of, seq_bytes
 from storagenode.partition import Partition
 from storagenode.writes import NodeState, PartitionRef, WriteContext
@@ -121,6 +121,18 @@ def keep_record(
     ref = (payload.table_id, payload.partition_id)
     partition = group.lookup(ref)
     if partition is not None and partition.epoch == payload.epoch:
+        if (
+            partition.split is None
+            and payload.record is not None
+            and group.node.replicated(ref)
+            and transactions.holds_transactions(group, partition)
+        ):
+            # Its records, parts and locks are kept under its own id, which the split retires:
+            # it splits once they are done with. (From here on it takes no new ones.)
+            raise splits.SplitConflict(
+                f"Partition {partition.partition_id} keeps transaction state; it splits once "
+                "its transactions are done with"
+            )
         staged = group.stage(ref)
         staged.split = payload.record
     return {}

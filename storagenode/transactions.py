@@ -41,7 +41,7 @@ import orjson
 from core import expressions, limits
 from core import transactions as txn
 from core.capacity import ReadConsistency, read_units
-from core.errors import ValidationError
+from core.errors import ServiceUnavailable, ValidationError
 from core.indexes import check_index_keys, entry_changes
 from core.keycodec import successor
 from core.writes import PutRequest, UpdateRequest, WriteEffect, WriteRequest, plan
@@ -147,6 +147,40 @@ def _part_key(group: Group, ref: PartitionRef | None, attempt: str) -> bytes:
     return PART_PREFIX + attempt.encode()
 
 
+def holds_transactions(ctx: WriteContext, partition: Partition) -> bool:
+    """Whether a replicated partition keeps any transaction state, as the group sees it: a lock
+    in its range, a part of an attempt or a record under its log prefix (`storagenode.split`
+    splits none that does: its rows are kept under its own id)."""
+    lock_lo = LOCK_PREFIX + partition.item_prefix + partition.start
+    lock_hi = (
+        LOCK_PREFIX + partition.item_prefix + partition.end
+        if partition.end is not None
+        else successor(LOCK_PREFIX + partition.item_prefix)
+    )
+    ranges = [(lock_lo, lock_hi)]
+    for prefix in (GROUP_PART_PREFIX, GROUP_RECORD_PREFIX):
+        lo = prefix + partition.log_prefix
+        ranges.append((lo, successor(lo)))
+    for lo, hi in ranges:
+        assert hi is not None
+        if ctx.batch.written(Family.TRANSACTIONS, lo, hi):
+            return True
+        if next(iter(ctx.node.store.walk(Family.TRANSACTIONS, lo, hi, forward=True)), None):
+            return True
+    return False
+
+
+def _refuse_while_splitting(group: Group, target: Target) -> None:
+    """A replicated partition whose split has begun takes no new transaction state (the split
+    checked it held none, and its rows would stay under the parent's id): refused, retryable."""
+    ref = (target.table_id, target.partition_id)
+    partition = group.ctx.lookup(ref)
+    if partition is not None and partition.split is not None and group.ctx.node.replicated(ref):
+        raise ServiceUnavailable(
+            f"Partition {target.partition_id} is splitting; the transaction can be retried"
+        )
+
+
 # Records ----------------------------------------------------------------------------------------
 
 
@@ -160,6 +194,7 @@ def record(group: Group, target: Target, payload: TxnRecordPayload) -> dict[str,
     if action == "read":
         return {"record": stored}
     if action == "begin":
+        _refuse_while_splitting(group, target)
         assert payload.record is not None
         asked = txn.Record.from_json(payload.record)
         begun = txn.begin(
@@ -212,6 +247,7 @@ def prepare(group: Group, target: Target, payload: TxnPreparePayload) -> dict[st
     ref = (target.table_id, target.partition_id)
     partition = group.ctx.lookup(ref)
     assert partition is not None, "the group checked the target"
+    _refuse_while_splitting(group, target)
     attempt = payload.attempt
     part_key = _part_key(group, ref, attempt)
     part = _load(group.ctx.batch, part_key)

@@ -23,10 +23,16 @@ from typing import Any
 
 import pytest
 
-from core.errors import DynamoError, InternalServerError
+from core import limits, splits
+from core.errors import (
+    DynamoError,
+    InternalServerError,
+    ServiceUnavailable,
+    TransactionCanceled,
+)
 from core.keycodec import encode_storage_key
 from dynalab.sim.cluster import SimCluster, run
-from router import items
+from router import items, transactions
 from router.context import RouterContext
 from storagenode.placement import PlacementKeeper
 from storagenode.raft_host import group_id
@@ -270,5 +276,80 @@ def test_a_global_index_follows_replicated_splits(seed: int) -> None:
         await index_converges(cluster, "Indexed", seed)
         table = await cluster.routers[0].read_table("Indexed")
         assert table is not None and len(table.partitions) == 6, f"seed {seed}"
+
+    run(seed, scenario, replication_factor=3, raft_faults=RAFT_FAULTS)
+
+
+def transfer(key: str, number: int) -> dict[str, Any]:
+    return {
+        "TransactItems": [
+            {
+                "Update": {
+                    "TableName": "Bank",
+                    "Key": {"pk": {"S": key}},
+                    "UpdateExpression": "ADD n :one",
+                    "ExpressionAttributeValues": {":one": {"N": "1"}},
+                }
+            },
+            {"Put": {"TableName": "Bank", "Item": {"pk": {"S": f"tx{number}"}}}},
+        ]
+    }
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_replicated_partition_splits_only_once_its_transactions_are_done_with(
+    seed: int,
+) -> None:
+    """A replicated partition keeps its transactions' records, parts and locks under its own
+    id, so it does not split while it holds any: a split right after a transaction is
+    refused; once the resolver has forgotten the transaction's parts it splits, and a
+    transaction that reaches it while it splits is refused, not half applied."""
+
+    async def scenario(cluster: SimCluster) -> None:
+        router = cluster.routers[0]
+        await cluster.create_table("Bank", sort=False)
+        table = await router.read_table("Bank")
+        assert table is not None
+        first = table.partitions[0]
+        # A key of the first partition (where `cluster.split` splits).
+        key = next(
+            f"a{i}" for i in range(10_000) if first.holds(encode_storage_key({"S": f"a{i}"}, None))
+        )
+        for i in range(40):
+            await items.put_item(router, {"TableName": "Bank", "Item": {"pk": {"S": f"a{i}"}}})
+        await transactions.transact_write_items(router, transfer(key, 1))
+        with pytest.raises(splits.SplitConflict, match="transaction state"):
+            await cluster.split("Bank")
+        # The resolver's rounds forget the applied parts (past their time), at every replica.
+        for _ in range(3):
+            await asyncio.sleep(limits.TRANSACTION_RESOLVE_SECONDS + 1)
+            await transactions.resolve_once(router)
+        leader = await leader_of(cluster, (table.id, first.id), seed)
+        splitter = cluster.splitters[leader]
+        submit = splitter.submit
+        refused: list[Exception] = []
+
+        async def transact_at_install(op: str, target: Any, body: dict[str, Any]) -> Any:
+            if op == SPLIT_INSTALL and not refused:
+                try:
+                    await transactions.transact_write_items(router, transfer(key, 2))
+                except DynamoError as error:
+                    refused.append(error)
+            return await submit(op, target, body)
+
+        splitter.submit = transact_at_install  # type: ignore[method-assign]
+        await splitter.split(table.id, first.id)
+        # Its record would be kept there (503, retried by SDKs), or it prepares there (cancelled).
+        assert refused and isinstance(refused[0], ServiceUnavailable | TransactionCanceled)
+        reply = await items.get_item(
+            router, {"TableName": "Bank", "Key": {"pk": {"S": key}}, "ConsistentRead": True}
+        )
+        assert reply["Item"]["n"] == {"N": "1"}, f"seed {seed}: {reply}"
+        gone = await items.get_item(
+            router, {"TableName": "Bank", "Key": {"pk": {"S": "tx2"}}, "ConsistentRead": True}
+        )
+        assert "Item" not in gone, f"seed {seed}: the refused transaction applied"
+        # The children take transactions.
+        await transactions.transact_write_items(router, transfer(key, 3))
 
     run(seed, scenario, replication_factor=3, raft_faults=RAFT_FAULTS)
