@@ -537,6 +537,11 @@ class ThroughputChanges:
     pay_per_request_since: float | None = None
 
 
+def milliseconds(seconds: float) -> int:
+    """A time in seconds since the epoch as whole milliseconds, as partitions record it."""
+    return round(seconds * 1000)
+
+
 @dataclass(frozen=True, slots=True)
 class PartitionDef:
     """One partition: the storage keys [start, end) it holds (hex; end None: unbounded), its
@@ -545,8 +550,13 @@ class PartitionDef:
 
     `rank` orders the table's partitions by creation: the version of the table's row that made
     it (a new table's are 1, a split's children the row version that recorded them), and
-    `parent_rank` is its parent's; 0 for a partition recorded before ranks were kept. A stream's
-    shard ids carry it, so that they sort in creation order (`core.streams.shard_ids`)."""
+    `parent_rank` is its parent's; 0 for a partition recorded before ranks were kept.
+    `created_ms` is when it was made, in milliseconds since the epoch on the clock of whoever
+    made it (the router that created the table, the node that recorded the split), a child's
+    always past its parent's; `parent_created_ms` is its parent's; 0 for a partition recorded
+    before creation times were kept, and for a global index's partitions. A stream's shard ids
+    carry both, so that they give a creation time and sort in creation order
+    (`core.streams.shard_id`)."""
 
     id: str
     start: str
@@ -558,6 +568,8 @@ class PartitionDef:
     share: Fraction = Fraction(1)
     rank: int = 0
     parent_rank: int = 0
+    created_ms: int = 0
+    parent_created_ms: int = 0
     # The nodes holding its replicas, its first leader first (`node` is that one), each a
     # member of its replication group; empty: `node`'s copy alone (replication factor 1).
     replicas: tuple[str, ...] = ()
@@ -584,11 +596,16 @@ class PartitionDef:
             "share": str(self.share),
             **({"replicas": list(self.replicas)} if self.replicas else {}),
         }
-        # Only when kept, so a partition recorded before ranks were has the document it had.
+        # Only when kept, so a partition recorded before ranks and creation times were has the
+        # document it had.
         if self.rank:
             document["rank"] = self.rank
         if self.parent_rank:
             document["parent_rank"] = self.parent_rank
+        if self.created_ms:
+            document["created_ms"] = self.created_ms
+        if self.parent_created_ms:
+            document["parent_created_ms"] = self.parent_created_ms
         return document
 
     @classmethod
@@ -606,6 +623,8 @@ class PartitionDef:
             share=share if recorded is None else Fraction(recorded),
             rank=int(document.get("rank") or 0),
             parent_rank=int(document.get("parent_rank") or 0),
+            created_ms=int(document.get("created_ms") or 0),
+            parent_created_ms=int(document.get("parent_created_ms") or 0),
             replicas=tuple(document.get("replicas") or ()),
         )
 
@@ -1105,8 +1124,10 @@ def _initial_partitions(
     replicas_of: Callable[[str, int], tuple[str, ...]] | None,
     *,
     rank: int,
+    created_ms: int,
 ) -> tuple[PartitionDef, ...]:
-    """The `count` partitions of a new table or global index stored under `stored_id`, splitting
+    """The `count` partitions of a new table or global index stored under `stored_id`, made at
+    `created_ms` (0: not kept), splitting
     the hash space evenly, each at epoch 1 with an equal share: the i-th on `replicas_of`'s
     nodes for (`stored_id`, i), replicated if there are several, or else on `owner`'s node for
     its id."""
@@ -1119,7 +1140,15 @@ def _initial_partitions(
         replicas = nodes if len(nodes) > 1 else ()
         partitions.append(
             PartitionDef(
-                partition_id, start, end, 1, node, share=share, rank=rank, replicas=replicas
+                partition_id,
+                start,
+                end,
+                1,
+                node,
+                share=share,
+                rank=rank,
+                created_ms=created_ms,
+                replicas=replicas,
             )
         )
     return tuple(partitions)
@@ -1158,7 +1187,9 @@ def created(
     count = initial_partition_count(billing_mode, throughput.read, throughput.write)
     if warm is not None:
         count = max(count, warm_partition_count(warm))
-    partitions = _initial_partitions(table_id, count, owner, replicas_of, rank=1)
+    partitions = _initial_partitions(
+        table_id, count, owner, replicas_of, rank=1, created_ms=milliseconds(now)
+    )
     return TableDef(
         name=name,
         id=table_id,
@@ -1417,9 +1448,16 @@ def throughput_document(table: TableDef) -> dict[str, Any]:
 
 
 def split(
-    table: TableDef, partition_id: str, split_key: bytes, low_id: str, high_id: str
+    table: TableDef,
+    partition_id: str,
+    split_key: bytes,
+    low_id: str,
+    high_id: str,
+    *,
+    now: float,
 ) -> tuple[TableDef, PartitionDef, PartitionDef]:
-    """The table with serving partition `partition_id` split at `split_key` into two children.
+    """The table with serving partition `partition_id` split at `split_key` into two children,
+    made at `now` (their `created_ms`, at least a millisecond past their parent's).
 
     The children, `low_id` below the key and `high_id` from it, are at the parent's epoch + 1 on
     its node, name it as their parent and share its throughput share equally; the parent is
@@ -1440,6 +1478,7 @@ def split(
         (low_id, high_id),
         keep_retired=keeps_lineage(table),
         rank=table.version + 1,
+        created_ms=milliseconds(now),
     )
     # A table that grew past the partitions its warm throughput asked for (a split for heat or
     # size) serves more at once now; the splits of a pre-warm leave what was asked for as it was.
@@ -1464,7 +1503,14 @@ def keeps_lineage(table: TableDef) -> bool:
 
 
 def index_split(
-    table: TableDef, index_id: str, partition_id: str, split_key: bytes, low_id: str, high_id: str
+    table: TableDef,
+    index_id: str,
+    partition_id: str,
+    split_key: bytes,
+    low_id: str,
+    high_id: str,
+    *,
+    now: float,
 ) -> tuple[TableDef, PartitionDef, PartitionDef]:
     """The table with serving partition `partition_id` of its global index stored under
     `index_id` split at `split_key` into two children, as `split` splits a table's: children at
@@ -1490,6 +1536,7 @@ def index_split(
         (low_id, high_id),
         keep_retired=False,
         rank=table.version + 1,
+        created_ms=milliseconds(now),
     )
     warm = index.warm
     if warm is not None and len(partitions) > warm_partition_count(warm):
@@ -1512,10 +1559,12 @@ def _split_partitions(
     *,
     keep_retired: bool,
     rank: int,
+    created_ms: int,
 ) -> tuple[tuple[PartitionDef, ...], tuple[PartitionDef, ...], PartitionDef, PartitionDef]:
     """A table's or an index's (serving, retired) partitions with `partition_id` split at
     `split_key`, and the (low, high) children, made at `rank` (the row version that records
-    them, and always past their parent's); retired partitions no child names are dropped unless
+    them) and `created_ms`, both always past their parent's (a clock behind the parent's maker's
+    still orders the child after it); retired partitions no child names are dropped unless
     `keep_retired`."""
     parent = next((p for p in serving if p.id == partition_id), None)
     if parent is None:
@@ -1533,6 +1582,8 @@ def _split_partitions(
         share=half,
         rank=max(rank, parent.rank + 1),
         parent_rank=parent.rank,
+        created_ms=max(created_ms, parent.created_ms + 1),
+        parent_created_ms=parent.created_ms,
     )
     low = replace(child, id=low_id, end=split_key.hex())
     high = replace(child, id=high_id, start=split_key.hex())
@@ -1629,7 +1680,7 @@ def global_index(
     count = initial_partition_count(billing_mode, throughput.read, throughput.write)
     if warm is not None:
         count = max(count, warm_partition_count(warm))
-    partitions = _initial_partitions(index_id, count, owner, replicas_of, rank=0)
+    partitions = _initial_partitions(index_id, count, owner, replicas_of, rank=0, created_ms=0)
     return IndexDef(
         name=name,
         key_shape=key_shape,

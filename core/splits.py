@@ -150,11 +150,11 @@ def lineage(
 
 
 def recorded(
-    table: TableDef | None, table_id: str, parent: PartitionDef, split_key: bytes
+    table: TableDef | None, table_id: str, parent: PartitionDef, split_key: bytes, now: float
 ) -> TableDef:
     """The catalog change that records the split of `parent`, stored under `table_id` (the
     table's id, or one of its global indexes'), at `split_key` (for a compare-and-set): the
-    table with the children, or the table unchanged if they are there already.
+    table with the children, made at `now`, or the table unchanged if they are there already.
 
     Raises SplitConflict when the table or index is gone (or dropped and created again: another
     id) or its partition is no longer `parent` as the owner holds it (another epoch, node or
@@ -182,13 +182,13 @@ def recorded(
             f"not {parent.epoch} as on its node"
         )
     if table_id == table.id:
-        return catalog.split(table, parent.id, split_key, low_id, high_id)[0]
+        return catalog.split(table, parent.id, split_key, low_id, high_id, now=now)[0]
     if not table.serving:
         raise SplitConflict(f"Table {table.name} is {table.status}: its index does not split")
     index = next(i for i in table.indexes if i.table_id == table_id)
     if index.status is IndexStatus.DELETING:
         raise SplitConflict(f"Index {index.name} is being deleted: it does not split")
-    return catalog.index_split(table, table_id, parent.id, split_key, low_id, high_id)[0]
+    return catalog.index_split(table, table_id, parent.id, split_key, low_id, high_id, now=now)[0]
 
 
 def children_of(

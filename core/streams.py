@@ -4,16 +4,22 @@ A table's stream (`core.catalog.StreamDef`) is read through its partitions' chan
 per partition, live or retired by a split. Everything the Streams API says is derived here, with no
 IO and the time passed in:
 
-- **Shards.** A shard's id has DynamoDB's form, `shardId-` then 20 digits of a creation time in
+- **Shards.** A shard's id has DynamoDB's form, `shardId-` then 20 digits of its creation time in
   milliseconds, `-` and 8 hex digits, so that ids sort in creation order, which the Kinesis
-  Client Library's DynamoDB Streams adapter relies on (a parent's shard before its children's):
-  the time is the stream's creation plus the partition's creation rank in the table's row
-  (`PartitionDef.rank`, one more for every row version that made partitions), and the hex digits
-  come from the stream's label and the partition's id. Every router names a shard alike, a new
-  stream (a new label) has new ids, and `ParentShardId` is the shard of the partition it was
-  split from (`PartitionDef.parent`, `parent_rank`). `stream_shards` lists them in id order, which
-  is parent first, the order in which a reader must drain them (a parent's log ends with an END
-  record naming its children).
+  Client Library's DynamoDB Streams adapter relies on (a parent's shard before its children's).
+  The time is the partition's creation (`PartitionDef.created_ms`, recorded in the table's row
+  by whoever made it, so every router names a shard alike), or, for a partition made before the
+  stream was, the stream's creation plus the partition's creation rank in the table's row
+  (`PartitionDef.rank`, one more for every row version that made partitions): the later of the
+  two. A child is made at least a millisecond and a rank after its parent, so its shard sorts
+  after its parent's even when both predate the stream or the clocks of their makers disagree;
+  unrelated partitions sort by their makers' clocks. A partition recorded before creation times
+  were kept (`created_ms` 0) keeps the id it had, the stream's creation plus its rank. The hex
+  digits come from the stream's label and the partition's id: a new stream (a new label) has
+  new ids, and `ParentShardId` is the shard of the partition it was split from
+  (`PartitionDef.parent`, `parent_rank`, `parent_created_ms`). `stream_shards` lists them in id
+  order, which is parent first, the order in which a reader must drain them (a parent's log ends
+  with an END record naming its children).
 - **Sequence numbers.** A change's seq, numbered per partition from 1, written as a 21-digit
   decimal string: DynamoDB's sequence numbers are numeric strings of 21 to 40 digits that order the
   records of a shard, and so do these.
@@ -40,7 +46,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from core import limits
-from core.catalog import PartitionDef, StreamDef, StreamViewType, TableDef
+from core.catalog import PartitionDef, StreamDef, StreamViewType, TableDef, milliseconds
 from core.errors import ExpiredIterator, ValidationError
 from core.size import item_size_bytes
 
@@ -59,21 +65,27 @@ _OLD_IMAGE_TYPES = frozenset({StreamViewType.OLD_IMAGE, StreamViewType.NEW_AND_O
 
 def shard_id(stream: StreamDef, partition: PartitionDef) -> str:
     """The shard of `partition` in `stream` (see the module's docstring)."""
-    return _shard_id(stream, partition.id, partition.rank)
+    return _shard_id(stream, partition.id, partition.rank, partition.created_ms)
 
 
 def parent_shard_id(stream: StreamDef, partition: PartitionDef) -> str | None:
     """The shard of the partition `partition` was split from (None: it was not)."""
     if partition.parent is None:
         return None
-    return _shard_id(stream, partition.parent, partition.parent_rank)
+    return _shard_id(stream, partition.parent, partition.parent_rank, partition.parent_created_ms)
 
 
-def _shard_id(stream: StreamDef, partition_id: str, rank: int) -> str:
+def shard_created_ms(stream: StreamDef, rank: int, created_ms: int) -> int:
+    """When the shard of a partition made at `created_ms` (0: not recorded) with `rank` was
+    created, in milliseconds: the partition's creation, or the stream's plus the rank for a
+    partition older than the stream."""
+    return max(created_ms, milliseconds(stream.created) + rank)
+
+
+def _shard_id(stream: StreamDef, partition_id: str, rank: int, created_ms: int) -> str:
     # `shardId-`, 20 digits and 8 hex digits: the form (and the 28-65 characters) of DynamoDB's.
     digest = hashlib.sha256(f"{stream.label}/{partition_id}".encode()).digest()
-    created = round(stream.created * 1000) + rank
-    return f"shardId-{created:020d}-{digest[:4].hex()}"
+    return f"shardId-{shard_created_ms(stream, rank, created_ms):020d}-{digest[:4].hex()}"
 
 
 def lineage(table: TableDef) -> list[PartitionDef]:
@@ -91,8 +103,8 @@ def stream_shards(table: TableDef, stream: StreamDef) -> list[tuple[PartitionDef
     else:
         ends = {shard.partition.id: shard.end_seq for shard in stream.shards}
         shards = [(p, ends[p.id]) for p in lineage_of(shard.partition for shard in stream.shards)]
-    # In id order, as DynamoDB lists them (a partition recorded before ranks were kept, rank 0,
-    # sorts among its table's first partitions).
+    # In id order, as DynamoDB lists them (a partition recorded before ranks and creation times
+    # were kept, rank 0, sorts among its table's first partitions).
     return sorted(shards, key=lambda shard: shard_id(stream, shard[0]))
 
 

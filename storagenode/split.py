@@ -822,9 +822,12 @@ class Splitter:
         try:
             table = await self.read_table(record.table_name)
             parent = self._parent_def(table, record)
+            # The children's creation time, on the node's wall clock, the same in every retry
+            # of the compare-and-set (a stream's shard ids carry it).
+            now = self.node.clock()
             after = await self.change_table(
                 record.table_name,
-                lambda current: splits.recorded(current, record.table_id, parent, key),
+                lambda current: splits.recorded(current, record.table_id, parent, key, now),
             )
         except splits.SplitConflict as conflict:
             logger.warning("split of %s refused: %s", record.partition_id, conflict.message)

@@ -695,7 +695,8 @@ def split_partition(cluster: LocalCluster, name: str, at: bytes) -> None:
             parent = next(p for p in table.partitions if p.holds(at))
             epoch = parent.epoch + 1
             low_id, high_id = f"{parent.id}.{epoch}a", f"{parent.id}.{epoch}b"
-            after, low, high = catalog.split(table, parent.id, at, low_id, high_id)
+            now = time.time()  # As the node's split records its children: on its wall clock.
+            after, low, high = catalog.split(table, parent.id, at, low_id, high_id, now=now)
             schema = {"id": table.id, "name": name, "key_schema": table.key_shape.to_key_schema()}
             for child in (low, high):
                 await ctx.control(
@@ -708,7 +709,7 @@ def split_partition(cluster: LocalCluster, name: str, at: bytes) -> None:
 
             def commit(current: catalog.TableDef | None) -> catalog.TableDef | None:
                 assert current is not None and current.id == table.id
-                return catalog.split(current, parent.id, at, low_id, high_id)[0]
+                return catalog.split(current, parent.id, at, low_id, high_id, now=now)[0]
 
             await ctx.change_table(name, commit)
             await ctx.control(
@@ -741,7 +742,9 @@ def test_shard_lineage_across_a_split_is_read_parent_first(
         placed.setdefault(holder.id, []).append(storage)
     crowded = sorted(max(placed.values(), key=len))
     assert len(crowded) >= 2
+    split_started_ms = int(time.time() * 1000)
     split_partition(cluster, name, crowded[len(crowded) // 2])
+    split_ended_ms = int(time.time() * 1000) + 1
     for key in keys:
         dynamodb.put_item(TableName=name, Item={"pk": {"S": key}, "v": {"N": "2"}})
 
@@ -762,6 +765,9 @@ def test_shard_lineage_across_a_split_is_read_parent_first(
     assert all(re.fullmatch(r"shardId-\d{20}-[0-9a-f]{8}", shard_id) for shard_id in ids)
     assert ids == sorted(ids)
     assert all(parent_id < child["ShardId"] for child in children)
+    # The children's ids carry the time the split made them, in milliseconds.
+    for child in children:
+        assert split_started_ms <= int(child["ShardId"].split("-")[1]) <= split_ended_ms
     # ExclusiveStartShardId pages in that order; past the last shard, even an unknown id,
     # there is nothing more, as DynamoDB answers.
     for start, expected in (

@@ -22,7 +22,7 @@ import pytest
 
 from core.errors import DynamoError
 from dynalab.checkers import check_stream
-from dynalab.sim.cluster import SimCluster, run
+from dynalab.sim.cluster import SimCluster, run, virtual_unix_time
 from router import items, streams, tables
 from rpc.local import Faults
 
@@ -128,9 +128,17 @@ async def create_streamed(cluster: SimCluster, name: str) -> str:
     return str(described["Table"]["LatestStreamArn"])
 
 
-async def reshape(cluster: SimCluster, name: str, rng: random.Random, step: str, seed: int) -> None:
+async def reshape(
+    cluster: SimCluster,
+    name: str,
+    rng: random.Random,
+    step: str,
+    seed: int,
+    splits: list[tuple[int, int]],
+) -> None:
     """Split a serving partition where it halves, or move one to another node (the network's
-    faults paused meanwhile: the point is the stream across them, not the drivers' retries)."""
+    faults paused meanwhile: the point is the stream across them, not the drivers' retries).
+    A split's span of virtual time, in milliseconds, is added to `splits`."""
     faults = cluster.network.faults
     cluster.faults(None)
     try:
@@ -144,7 +152,9 @@ async def reshape(cluster: SimCluster, name: str, rng: random.Random, step: str,
                 key=lambda p: cluster.nodes[p.node].partitions[table.id, p.id].item_count,
             )
             splitter = cluster.splitters[partition.node]
+            started_ms = round(virtual_unix_time() * 1000)
             await retried(seed, lambda: splitter.split(table.id, partition.id, None))
+            splits.append((started_ms, round(virtual_unix_time() * 1000)))
         else:
             target = rng.choice([n for n in cluster.nodes if n != partition.node])
             await retried(seed, lambda: cluster.move(name, partition.id, target))
@@ -174,9 +184,10 @@ def test_a_stream_read_across_splits_and_a_move_sees_every_change_once_in_order(
         steps[rng.randrange(10, WRITES)] = "move"
         acknowledged: dict[str, list[int]] = {}
         unknown: dict[str, set[int]] = {}
+        splits: list[tuple[int, int]] = []
         for number in range(WRITES):
             if number in steps:
-                await reshape(cluster, name, rng, steps[number], seed)
+                await reshape(cluster, name, rng, steps[number], seed, splits)
             key = f"k{rng.randrange(KEYS)}"
             item = {"pk": {"S": key}, "n": {"N": str(number)}}
             try:
@@ -198,6 +209,15 @@ def test_a_stream_read_across_splits_and_a_move_sees_every_change_once_in_order(
                     break
             problems = check_stream(acknowledged, each.seen, unknown)
             assert problems == [], f"seed {seed}: {problems[:5]}"
+            # Every child's shard id carries the time its split made it, on the node's clock
+            # (a millisecond past a parent made in the same one at most).
+            children = [shard for shard, parent in each.parents.items() if parent is not None]
+            assert len(children) == 2 * len(splits), f"seed {seed}"
+            for shard in children:
+                made_ms = int(shard.split("-")[1])
+                assert any(start <= made_ms <= end + 1 for start, end in splits), (
+                    f"seed {seed}: {shard} made outside every split, {splits}"
+                )
         assert reader.depth() >= 1, f"seed {seed}: no shard has a parent"
 
     run(seed, scenario)

@@ -166,7 +166,9 @@ def test_a_descriptor_from_before_the_typed_catalog_reads_with_defaults() -> Non
 
 def test_every_record_round_trips_through_json() -> None:
     table = catalog.activated(new_table(BillingMode.PAY_PER_REQUEST, Throughput()))
-    table, _, _ = catalog.split(table, f"{TABLE_ID}-1", bytes.fromhex("6000000000000000"), "a", "b")
+    table, _, _ = catalog.split(
+        table, f"{TABLE_ID}-1", bytes.fromhex("6000000000000000"), "a", "b", now=NOW
+    )
     updated = catalog.throughput_updated(table, BillingMode.PROVISIONED, UNITS, NOW, "r")
     assert updated is not None
     index = IndexDef(
@@ -532,7 +534,7 @@ def test_update_table_raises_a_warm_throughput_never_lowers_it() -> None:
     while not catalog.warm_settled(grown):
         partition, key = catalog.widest_partition(grown)
         grown, _, _ = catalog.split(
-            grown, partition.id, key, f"{partition.id}.l", f"{partition.id}.h"
+            grown, partition.id, key, f"{partition.id}.l", f"{partition.id}.h", now=NOW
         )
     assert len(grown.partitions) == 9
     assert catalog.warm_throughput(grown) == catalog.WarmThroughput(12_000, 8_160)
@@ -540,7 +542,7 @@ def test_update_table_raises_a_warm_throughput_never_lowers_it() -> None:
     assert len(widths) <= 2  # Halves and quarters of the hash space: as even as nine can be.
     # A split past what it asked for (for heat, for size) widens it to what the table serves.
     partition, key = catalog.widest_partition(grown)
-    more, _, _ = catalog.split(grown, partition.id, key, "x.l", "x.h")
+    more, _, _ = catalog.split(grown, partition.id, key, "x.l", "x.h", now=NOW)
     assert catalog.warm_throughput(more) == catalog.partitions_warm(10)
     assert TableDef.from_json(more.to_json()).warm == more.warm
     with pytest.raises(ResourceInUse):
@@ -554,7 +556,7 @@ def test_a_split_makes_two_children_at_the_next_epoch_sharing_the_parents_share(
     table = catalog.activated(new_table(BillingMode.PAY_PER_REQUEST, Throughput()))
     parent = table.partitions[1]
     key = bytes.fromhex("5000000000000000")
-    split, low, high = catalog.split(table, parent.id, key, "low", "high")
+    split, low, high = catalog.split(table, parent.id, key, "low", "high", now=NOW)
     assert (low.start, low.end, high.start, high.end) == (
         parent.start,
         key.hex(),
@@ -572,11 +574,15 @@ def test_a_split_makes_two_children_at_the_next_epoch_sharing_the_parents_share(
     [retired] = split.retired
     assert (retired.id, retired.state) == (parent.id, PartitionState.RETIRED)
     # Split the low child again: both retired partitions are still some serving one's parent.
-    again, _, _ = catalog.split(split, "low", bytes.fromhex("4800000000000000"), "l2", "h2")
+    again, _, _ = catalog.split(
+        split, "low", bytes.fromhex("4800000000000000"), "l2", "h2", now=NOW
+    )
     assert [p.id for p in again.retired] == [parent.id, "low"]
     assert sum(p.share for p in again.partitions) == 1
     # Once neither child of the first split serves, the first parent is no longer kept.
-    last, _, _ = catalog.split(again, "high", bytes.fromhex("6000000000000000"), "l3", "h3")
+    last, _, _ = catalog.split(
+        again, "high", bytes.fromhex("6000000000000000"), "l3", "h3", now=NOW
+    )
     assert [p.id for p in last.retired] == ["low", "high"]
 
 
@@ -585,14 +591,14 @@ def test_illegal_splits_are_refused() -> None:
     partition = creating.partitions[1]
     inside = bytes.fromhex("5000000000000000")
     with pytest.raises(IllegalTransition):
-        catalog.split(creating, partition.id, inside, "a", "b")
+        catalog.split(creating, partition.id, inside, "a", "b", now=NOW)
     active = catalog.activated(creating)
     with pytest.raises(IllegalTransition):
-        catalog.split(active, "nope", inside, "a", "b")
+        catalog.split(active, "nope", inside, "a", "b", now=NOW)
     with pytest.raises(IllegalTransition):
-        catalog.split(active, partition.id, bytes.fromhex(partition.start), "a", "b")
+        catalog.split(active, partition.id, bytes.fromhex(partition.start), "a", "b", now=NOW)
     with pytest.raises(IllegalTransition):
-        catalog.split(active, partition.id, bytes.fromhex("9000000000000000"), "a", "b")
+        catalog.split(active, partition.id, bytes.fromhex("9000000000000000"), "a", "b", now=NOW)
     assert {
         (PartitionState.SERVING, PartitionState.RETIRED),
         (PartitionState.SERVING, PartitionState.SERVING),  # A move (`core.moves`).

@@ -193,9 +193,11 @@ def test_a_table_with_a_global_index_keeps_its_retired_partitions_for_the_replic
     `retired_dropped` (the router's, once no follower holds its log)."""
     table = catalog.activated(table_with(gsi(BillingMode.PROVISIONED, Throughput(5, 5))))
     first = table.partitions[0]
-    once, low, high = catalog.split(table, first.id, bytes.fromhex("20" * 8), "a", "b")
-    twice = catalog.split(once, low.id, bytes.fromhex("10" * 8), "c", "d")[0]
-    twice = catalog.split(twice, high.id, bytes.fromhex("30" * 8), "e", "f")[0]
+    once, low, high = catalog.split(
+        table, first.id, bytes.fromhex("20" * 8), "a", "b", now=1_700_000_000.0
+    )
+    twice = catalog.split(once, low.id, bytes.fromhex("10" * 8), "c", "d", now=1_700_000_000.0)[0]
+    twice = catalog.split(twice, high.id, bytes.fromhex("30" * 8), "e", "f", now=1_700_000_000.0)[0]
     assert catalog.keeps_lineage(twice)
     assert [p.id for p in twice.retired] == [first.id, "a", "b"]
     assert [p.id for p in catalog.lineage_only(twice)] == [first.id]
@@ -364,5 +366,7 @@ def test_an_index_split_past_its_warm_throughput_widens_it() -> None:
     )
     table = on_demand_table(index)
     first = table.indexes[0].partitions[0]
-    split = catalog.index_split(table, "ab" * 16, first.id, bytes.fromhex("10" * 8), "x", "y")[0]
+    split = catalog.index_split(
+        table, "ab" * 16, first.id, bytes.fromhex("10" * 8), "x", "y", now=1_700_000_000.0
+    )[0]
     assert split.indexes[0].warm == catalog.WarmThroughput(15_000, 5_000)  # Five partitions.

@@ -79,7 +79,7 @@ def test_closed_shards_must_be_the_tables_partitions() -> None:
         catalog.stream_disabled(table, closed(table)[1:], NOW)
     parent = table.partitions[0]
     storage_key = bytes.fromhex("2000000000000000")
-    split = catalog.split(table, parent.id, storage_key, "low", "high")[0]
+    split = catalog.split(table, parent.id, storage_key, "low", "high", now=NOW)[0]
     with pytest.raises(StaleEpoch):  # A split came after the ends were read.
         catalog.stream_disabled(split, closed(table), NOW)
     assert catalog.stream_disabled(split, closed(split), NOW).stream is not None
@@ -138,9 +138,11 @@ def test_a_table_being_updated_or_deleted_cannot_change_its_stream() -> None:
 def test_a_streamed_table_keeps_its_retired_partitions_until_their_logs_go() -> None:
     table = new_table(StreamViewType.KEYS_ONLY)
     first = table.partitions[0]
-    once, low, _ = catalog.split(table, first.id, bytes.fromhex("2000000000000000"), "a", "b")
-    twice = catalog.split(once, low.id, bytes.fromhex("1000000000000000"), "c", "d")[0]
-    twice = catalog.split(twice, "b", bytes.fromhex("3000000000000000"), "e", "f")[0]
+    once, low, _ = catalog.split(
+        table, first.id, bytes.fromhex("2000000000000000"), "a", "b", now=NOW
+    )
+    twice = catalog.split(once, low.id, bytes.fromhex("1000000000000000"), "c", "d", now=NOW)[0]
+    twice = catalog.split(twice, "b", bytes.fromhex("3000000000000000"), "e", "f", now=NOW)[0]
     # The first parent is no serving partition's parent now, but the stream still reads it.
     assert [p.id for p in twice.retired] == [first.id, "a", "b"]
     assert [p.id for p in catalog.lineage_only(twice)] == [first.id]
@@ -148,6 +150,8 @@ def test_a_streamed_table_keeps_its_retired_partitions_until_their_logs_go() -> 
     assert [p.id for p in dropped.retired] == ["a", "b"]  # A serving partition's parent stays.
     assert catalog.retired_dropped(dropped, [first.id]) is dropped
     # Without an enabled stream only the serving partitions' parents are kept, as before.
-    off = disabled(catalog.split(once, "b", bytes.fromhex("3000000000000000"), "e", "f")[0])
-    again = catalog.split(off, low.id, bytes.fromhex("1000000000000000"), "c", "d")[0]
+    off = disabled(
+        catalog.split(once, "b", bytes.fromhex("3000000000000000"), "e", "f", now=NOW)[0]
+    )
+    again = catalog.split(off, low.id, bytes.fromhex("1000000000000000"), "c", "d", now=NOW)[0]
     assert [p.id for p in again.retired] == ["b", "a"]

@@ -159,7 +159,7 @@ def test_split_children_wait_until_their_parent_is_drained() -> None:
     table = table_of(KEYS)
     parent = table.partitions[0]
     split, _, _ = catalog.split(
-        table, parent.id, bytes.fromhex(parent.start) + b"\x01", "low", "high"
+        table, parent.id, bytes.fromhex(parent.start) + b"\x01", "low", "high", now=1_700_000_000.0
     )
     ready = {partition.id for partition in gsi.followable(split, set())}
     assert parent.id in ready and not {"low", "high"} & ready

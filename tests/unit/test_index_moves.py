@@ -13,7 +13,7 @@ from tests.unit.test_splits import INDEX_ID, TABLE_ID, key, table_with_index
 def split_index() -> tuple[TableDef, PartitionDef, PartitionDef]:
     before = table_with_index()
     [parent] = before.indexes[0].partitions
-    after = splits.recorded(before, INDEX_ID, parent, key("b", 1))
+    after = splits.recorded(before, INDEX_ID, parent, key("b", 1), now=1_700_000_000.0)
     low, high = splits.children_of(after, parent.id, INDEX_ID) or pytest.fail("no children")
     return after, low, high
 

@@ -33,7 +33,7 @@ def split_table() -> tuple[TableDef, PartitionDef, PartitionDef]:
     parent = start.partitions[0]
     low_id, high_id = splits.child_ids(parent.id, parent.epoch)
     key = encode_storage_key({"S": "m"}, None)
-    return catalog.split(start, parent.id, key, low_id, high_id)
+    return catalog.split(start, parent.id, key, low_id, high_id, now=1_700_000_000.0)
 
 
 def test_switch_moves_the_partition_at_the_next_epoch_keeping_range_share_and_lineage() -> None:
@@ -96,7 +96,7 @@ def test_a_target_serves_what_the_catalog_names_it_for_and_drops_what_went_elsew
     assert moves.target_recovery(elsewhere, TABLE_ID, high.id, epoch, "n2") is TargetAction.DROP
     low_id, high_id = splits.child_ids(high.id, high.epoch)
     key = bytes.fromhex(high.start) + b"\x80"
-    split_again = catalog.split(current, high.id, key, low_id, high_id)[0]
+    split_again = catalog.split(current, high.id, key, low_id, high_id, now=1_700_000_000.0)[0]
     assert moves.target_recovery(split_again, TABLE_ID, high.id, epoch, "n2") is TargetAction.DROP
     assert moves.target_recovery(None, TABLE_ID, high.id, epoch, "n2") is TargetAction.DROP
 

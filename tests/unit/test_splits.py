@@ -123,7 +123,7 @@ def test_a_table_with_a_local_index_splits_only_at_a_collection_start() -> None:
 def test_the_record_names_both_children_and_is_idempotent() -> None:
     before = table()
     parent = before.partitions[0]
-    after = splits.recorded(before, TABLE_ID, parent, key("b", 1))
+    after = splits.recorded(before, TABLE_ID, parent, key("b", 1), now=1_700_000_000.0)
     low, high = splits.children_of(after, parent.id) or pytest.fail("no children")
     assert (low.id, high.id) == splits.child_ids(parent.id, parent.epoch)
     assert low.epoch == high.epoch == parent.epoch + 1
@@ -131,35 +131,37 @@ def test_the_record_names_both_children_and_is_idempotent() -> None:
     assert (low.end, high.start) == (key("b", 1).hex(), key("b", 1).hex())
     assert [p.state for p in after.retired] == [PartitionState.RETIRED]
     # A retry after the record (the reply was lost) finds it there and changes nothing.
-    assert splits.recorded(after, TABLE_ID, parent, key("b", 1)) is after
+    assert splits.recorded(after, TABLE_ID, parent, key("b", 1), now=1_700_000_000.0) is after
 
 
 def test_the_record_refuses_a_partition_the_catalog_no_longer_has_as_planned() -> None:
     before = table()
     parent = before.partitions[0]
     with pytest.raises(splits.SplitConflict):
-        splits.recorded(None, TABLE_ID, parent, key("b", 1))
+        splits.recorded(None, TABLE_ID, parent, key("b", 1), now=1_700_000_000.0)
     with pytest.raises(splits.SplitConflict):
-        splits.recorded(before, "cd" * 16, parent, key("b", 1))  # Dropped and created again.
+        splits.recorded(
+            before, "cd" * 16, parent, key("b", 1), now=1_700_000_000.0
+        )  # Dropped and created again.
     at = bytes.fromhex("8000")
-    older = splits.recorded(before, TABLE_ID, parent, at)
+    older = splits.recorded(before, TABLE_ID, parent, at, now=1_700_000_000.0)
     children = splits.children_of(older, parent.id)
     assert children is not None
     low = children[0]
     # The catalog has split the low child again while its owner plans with the old epoch.
-    newer = catalog.split(older, low.id, bytes.fromhex("40"), "x", "y")[0]
+    newer = catalog.split(older, low.id, bytes.fromhex("40"), "x", "y", now=1_700_000_000.0)[0]
     with pytest.raises(splits.SplitConflict):
-        splits.recorded(newer, TABLE_ID, low, bytes.fromhex("20"))
+        splits.recorded(newer, TABLE_ID, low, bytes.fromhex("20"), now=1_700_000_000.0)
     moved = dataclasses.replace(low, epoch=low.epoch + 1)
     with pytest.raises(splits.SplitConflict, match="epoch"):
-        splits.recorded(older, TABLE_ID, moved, bytes.fromhex("20"))
+        splits.recorded(older, TABLE_ID, moved, bytes.fromhex("20"), now=1_700_000_000.0)
 
 
 def test_recovery_installs_what_the_catalog_recorded_and_nothing_else() -> None:
     before = table()
     parent = before.partitions[0]
     assert splits.recovery(before, TABLE_ID, parent.id, parent.epoch) == ()
-    after = splits.recorded(before, TABLE_ID, parent, key("b", 1))
+    after = splits.recorded(before, TABLE_ID, parent, key("b", 1), now=1_700_000_000.0)
     children = splits.recovery(after, TABLE_ID, parent.id, parent.epoch)
     assert [c.id for c in children] == list(splits.child_ids(parent.id, parent.epoch))
     assert splits.recovery(after, TABLE_ID, parent.id, parent.epoch + 1) == ()
@@ -280,7 +282,7 @@ def table_with_index(status: IndexStatus = IndexStatus.ACTIVE) -> TableDef:
 def test_an_index_partition_split_is_recorded_in_its_index_with_lineage() -> None:
     before = table_with_index()
     [parent] = before.indexes[0].partitions
-    after = splits.recorded(before, INDEX_ID, parent, key("b", 1))
+    after = splits.recorded(before, INDEX_ID, parent, key("b", 1), now=1_700_000_000.0)
     index = after.indexes[0]
     low, high = splits.children_of(after, parent.id, INDEX_ID) or pytest.fail("no children")
     assert index.partitions == (low, high)
@@ -292,12 +294,12 @@ def test_an_index_partition_split_is_recorded_in_its_index_with_lineage() -> Non
     assert after.partitions == before.partitions and after.retired == ()
     assert TableDef.from_json(after.to_json()).indexes[0] == index
     assert splits.children_of(after, parent.id) is None  # Not a partition of the table.
-    assert splits.recorded(after, INDEX_ID, parent, key("b", 1)) is after
+    assert splits.recorded(after, INDEX_ID, parent, key("b", 1), now=1_700_000_000.0) is after
     # A restarted owner finds it; the table's id does not name the index's partitions.
     assert splits.recovery(after, INDEX_ID, parent.id, parent.epoch) == (low, high)
     assert splits.recovery(after, TABLE_ID, parent.id, parent.epoch) == ()
     # Splitting a child again drops the grandparent from the lineage once no child names it.
-    again = splits.recorded(after, INDEX_ID, low, bytes.fromhex("40"))
+    again = splits.recorded(after, INDEX_ID, low, bytes.fromhex("40"), now=1_700_000_000.0)
     assert [p.id for p in again.indexes[0].retired] == [parent.id, low.id]
     assert len(again.indexes[0].partitions) == 3
 
@@ -305,14 +307,14 @@ def test_an_index_partition_split_is_recorded_in_its_index_with_lineage() -> Non
 def test_an_index_partition_split_during_a_backfill_is_recorded_but_not_while_deleting() -> None:
     parent = table_with_index().indexes[0].partitions[0]
     backfilling = table_with_index(IndexStatus.BACKFILLING)
-    after = splits.recorded(backfilling, INDEX_ID, parent, key("b", 1))
+    after = splits.recorded(backfilling, INDEX_ID, parent, key("b", 1), now=1_700_000_000.0)
     assert len(after.indexes[0].partitions) == 2
     deleting = table_with_index(IndexStatus.DELETING)
     with pytest.raises(splits.SplitConflict, match="deleted"):
-        splits.recorded(deleting, INDEX_ID, parent, key("b", 1))
+        splits.recorded(deleting, INDEX_ID, parent, key("b", 1), now=1_700_000_000.0)
     gone = catalog.index_moved(deleting, "byG", None)
     with pytest.raises(splits.SplitConflict):
-        splits.recorded(gone, INDEX_ID, parent, key("b", 1))
+        splits.recorded(gone, INDEX_ID, parent, key("b", 1), now=1_700_000_000.0)
     assert splits.recovery(gone, INDEX_ID, parent.id, parent.epoch) == ()
 
 

@@ -51,11 +51,11 @@ def test_shard_ids_sort_in_creation_order_parents_first() -> None:
     (only,) = start.partitions
     # Three splits, each recorded at a later version of the row: the first partition's, its
     # high child's, then its low child's (a partition made earlier split later).
-    once, low, high = catalog.split(start, only.id, bytes.fromhex("80"), "low", "high")
+    once, low, high = catalog.split(start, only.id, bytes.fromhex("80"), "low", "high", now=NOW)
     once = catalog.versioned(once, 2)
-    twice, _, _ = catalog.split(once, high.id, bytes.fromhex("c0"), "high-a", "high-b")
+    twice, _, _ = catalog.split(once, high.id, bytes.fromhex("c0"), "high-a", "high-b", now=NOW)
     twice = catalog.versioned(twice, 3)
-    enabled, _, _ = catalog.split(twice, low.id, bytes.fromhex("40"), "low-a", "low-b")
+    enabled, _, _ = catalog.split(twice, low.id, bytes.fromhex("40"), "low-a", "low-b", now=NOW)
     assert enabled.stream is not None
     shards = streams.stream_shards(enabled, enabled.stream)
     ids = [streams.shard_id(enabled.stream, partition) for partition, _ in shards]
@@ -70,11 +70,84 @@ def test_shard_ids_sort_in_creation_order_parents_first() -> None:
         assert parent == (None if partition.parent is None else by_partition[partition.parent])
 
 
+def shard_time(shard: str) -> int:
+    """The creation time a shard id carries, in milliseconds."""
+    return int(shard.split("-")[1])
+
+
+def test_a_shard_id_carries_its_partitions_creation_time() -> None:
+    # The table and its stream made at NOW; a split recorded an hour later.
+    start = catalog.stream_enabled(table(), StreamViewType.KEYS_ONLY, STREAM.label, NOW)
+    stream = start.stream
+    assert stream is not None
+    (only,) = start.partitions
+    later = NOW + 3600.25
+    split, low, high = catalog.split(start, only.id, bytes.fromhex("80"), "low", "high", now=later)
+    assert low.created_ms == high.created_ms == 1_700_003_600_250
+    assert (low.parent_created_ms, only.created_ms) == (1_700_000_000_000, 1_700_000_000_000)
+    # The children's shards are dated when they were made; the first partition, made with the
+    # stream, at the stream's creation plus its rank (1).
+    assert shard_time(streams.shard_id(stream, low)) == 1_700_003_600_250
+    assert shard_time(streams.shard_id(stream, only)) == 1_700_000_000_001
+    assert streams.parent_shard_id(stream, low) == streams.shard_id(stream, only)
+    # A stream enabled after the split dates the partitions already there at its own creation
+    # plus their ranks, parents still first.
+    off = catalog.stream_disabled(
+        split,
+        [catalog.ClosedShard(p, 0) for p in (*split.partitions, *split.retired)],
+        later + 1,
+    )
+    again = catalog.stream_enabled(
+        off, StreamViewType.KEYS_ONLY, "2023-11-15T00:00:00.000", NOW + 7200
+    )
+    assert again.stream is not None
+    ids = [streams.shard_id(again.stream, p) for p, _ in streams.stream_shards(again, again.stream)]
+    assert [shard_time(shard) for shard in ids] == [
+        1_700_007_200_001,
+        low.rank + 1_700_007_200_000,
+        high.rank + 1_700_007_200_000,
+    ]
+    assert ids[0] < ids[1] and ids[0] < ids[2]
+
+
+def test_a_child_made_on_a_clock_behind_its_parents_still_sorts_after_it() -> None:
+    start = catalog.stream_enabled(table(), StreamViewType.KEYS_ONLY, STREAM.label, NOW)
+    assert start.stream is not None
+    (only,) = start.partitions
+    # The node recording the split runs a minute behind the router that created the table.
+    _, low, high = catalog.split(start, only.id, bytes.fromhex("80"), "low", "high", now=NOW - 60)
+    assert low.created_ms == only.created_ms + 1
+    parent_shard = streams.shard_id(start.stream, only)
+    assert all(parent_shard < streams.shard_id(start.stream, child) for child in (low, high))
+
+
+def test_a_partition_recorded_before_creation_times_keeps_its_shard_id() -> None:
+    start = catalog.stream_enabled(table(), StreamViewType.KEYS_ONLY, STREAM.label, NOW)
+    stream = start.stream
+    assert stream is not None
+    (only,) = start.partitions
+    # A catalog row written before partitions recorded their creation: rank only.
+    document = only.to_json()
+    del document["created_ms"]
+    old = catalog.PartitionDef.from_json(document)
+    assert old.created_ms == 0 and old.to_json() == document
+    # Its id is the one handed out before: the stream's creation plus the rank.
+    assert shard_time(streams.shard_id(stream, old)) == round(NOW * 1000) + old.rank
+    # Its children, made now, name it by that id and sort after it.
+    old_table = replace(start, partitions=(old,))
+    _, low, _ = catalog.split(old_table, old.id, bytes.fromhex("80"), "low", "high", now=NOW + 5)
+    assert (low.parent_created_ms, low.created_ms) == (0, round((NOW + 5) * 1000))
+    assert streams.parent_shard_id(stream, low) == streams.shard_id(stream, old)
+    assert streams.shard_id(stream, old) < streams.shard_id(stream, low)
+    # Recorded ones survive the row's round trip.
+    assert catalog.PartitionDef.from_json(low.to_json()) == low
+
+
 def test_lineage_puts_parents_first() -> None:
     start = table()
     (only,) = start.partitions
-    split, low, _ = catalog.split(start, only.id, bytes.fromhex("80"), "low", "high")
-    split, _, _ = catalog.split(split, low.id, bytes.fromhex("40"), "lower", "upper")
+    split, low, _ = catalog.split(start, only.id, bytes.fromhex("80"), "low", "high", now=NOW)
+    split, _, _ = catalog.split(split, low.id, bytes.fromhex("40"), "lower", "upper", now=NOW)
     order = [partition.id for partition in streams.lineage(split)]
     assert order.index(only.id) < order.index("low") < order.index("lower")
     assert order.index(only.id) < order.index("high")
@@ -84,7 +157,7 @@ def test_lineage_puts_parents_first() -> None:
 def test_a_disabled_stream_keeps_the_shards_it_closed() -> None:
     start = table()
     (only,) = start.partitions
-    split, low, high = catalog.split(start, only.id, bytes.fromhex("80"), "low", "high")
+    split, low, high = catalog.split(start, only.id, bytes.fromhex("80"), "low", "high", now=NOW)
     enabled = catalog.stream_enabled(split, StreamViewType.KEYS_ONLY, STREAM.label, NOW)
     assert enabled.stream is not None
     # An enabled stream's shards are the table's partitions, open.
@@ -96,7 +169,7 @@ def test_a_disabled_stream_keeps_the_shards_it_closed() -> None:
     off = catalog.stream_disabled(enabled, shards, NOW + 1)
     assert off.stream is not None
     # A split after the disabling adds no shard to the disabled stream.
-    later, _, _ = catalog.split(off, low.id, bytes.fromhex("40"), "lower", "upper")
+    later, _, _ = catalog.split(off, low.id, bytes.fromhex("40"), "lower", "upper", now=NOW)
     assert later.stream is not None
     closed = streams.stream_shards(later, later.stream)
     assert [(p.id, end) for p, end in closed] == [(only.id, 4), ("low", 9), ("high", 0)]
