@@ -14,7 +14,9 @@ never held whole.
 
 Responses. DynamoDB compresses a response body of at least 4 KB when the request's
 Accept-Encoding accepts gzip or deflate, and leaves smaller ones alone; the x-amz-crc32 header is
-then the CRC32 of the compressed bytes, which the SDKs that ask for compression check. Which
+then the CRC32 of the compressed bytes, which the SDKs that ask for compression check (the Go
+SDK v2's DynamoDB customizations check it before inflating; botocore never asks, sending
+"Accept-Encoding: identity", but checks the CRC32 of the bytes on the wire all the same). Which
 coding it picks (`response_coding`) follows RFC 9110's quality values the way DynamoDB reads
 them: the highest q wins, q=0 refuses a coding, a missing or unreadable q counts as 1 and one
 above 1 as 1, the first q of an entry counts, a coding named outright beats `*` at the same q,
@@ -160,6 +162,11 @@ def encoded_body(payload: bytes, coding: str) -> bytes:
     return compressor.compress(payload) + compressor.flush()
 
 
-def compresses(payload: bytes, coding: str | None) -> bool:
-    """Whether a response body of this size is compressed for a request accepting `coding`."""
-    return coding is not None and len(payload) >= limits.HTTP_RESPONSE_COMPRESSION_BYTES_MIN
+def reply_coding(payload: bytes, accept_encoding: str | None) -> str | None:
+    """The coding response body `payload` is sent in for a request's Accept-Encoding (None: as
+    it is). Only a body of at least `limits.HTTP_RESPONSE_COMPRESSION_BYTES_MIN` is compressed,
+    and Accept-Encoding is read only for one, so a small reply (most are) costs a length check:
+    boto3 sends "Accept-Encoding: identity" on every request."""
+    if len(payload) < limits.HTTP_RESPONSE_COMPRESSION_BYTES_MIN:
+        return None
+    return response_coding(accept_encoding)

@@ -170,13 +170,13 @@ def _reply(
     payload: bytes,
     request_id: str,
     content_type: str | None,
-    coding: str | None = None,
+    accept_encoding: str | None = None,
 ) -> web.Response:
-    """The reply, its body compressed in `coding` when it is large enough to be (the CRC32 then
-    of the compressed bytes, as DynamoDB's)."""
+    """The reply, its body compressed as the request's `accept_encoding` accepts when it is
+    large enough to be (the CRC32 then of the compressed bytes, as DynamoDB's)."""
     headers = {"x-amzn-RequestId": request_id}
-    if content_coding.compresses(payload, coding):
-        assert coding is not None
+    coding = content_coding.reply_coding(payload, accept_encoding)
+    if coding is not None:
         payload = content_coding.encoded_body(payload, coding)
         headers["Content-Encoding"] = coding
     headers["x-amz-crc32"] = str(zlib.crc32(payload))
@@ -307,7 +307,7 @@ class JsonProtocol:
             return _Served(_reply(404, NOT_FOUND_BODY, request_id, None), NOT_FOUND_BODY, len(raw))
         # DynamoDB answers in the JSON dialect it was asked in, compressed if asked and large.
         content_type = CONTENT_TYPE_JSON if accepted is None else accepted
-        coding = content_coding.response_coding(headers.get("Accept-Encoding"))
+        accept_encoding = headers.get("Accept-Encoding")  # Read only for a large reply.
         target = headers.get("X-Amz-Target", "")
         operation = self._operations.get(target, UNKNOWN_OPERATION)
         try:
@@ -322,7 +322,7 @@ class JsonProtocol:
             # a 500, nothing applied.
             error = InternalServerError("Internal server error")
             payload = error_body(error)
-            response = _reply(error.http_status, payload, request_id, content_type, coding)
+            response = _reply(error.http_status, payload, request_id, content_type, accept_encoding)
             return _Served(response, payload, len(raw), operation, error.type_name)
         try:
             body = _parse_body(raw) if raw else None
@@ -338,15 +338,17 @@ class JsonProtocol:
             payload = orjson.dumps(await handler(self.ctx, body))
         except DynamoError as error:
             payload = error_body(error)
-            response = _reply(error.http_status, payload, request_id, content_type, coding)
+            response = _reply(error.http_status, payload, request_id, content_type, accept_encoding)
             return _Served(response, payload, len(raw), operation, error.type_name)
         except Exception:
             log.exception("request %s (%s) failed", request_id, target)
             internal = InternalServerError("Internal server error")
             payload = error_body(internal)
-            response = _reply(internal.http_status, payload, request_id, content_type, coding)
+            response = _reply(
+                internal.http_status, payload, request_id, content_type, accept_encoding
+            )
             return _Served(response, payload, len(raw), operation, internal.type_name)
-        response = _reply(200, payload, request_id, content_type, coding)
+        response = _reply(200, payload, request_id, content_type, accept_encoding)
         return _Served(response, payload, len(raw), operation)
 
     def error_response(self, request: web.BaseRequest, error: DynamoError) -> web.Response:

@@ -789,3 +789,42 @@ def test_a_large_reply_is_compressed_when_the_client_accepts_it(
         )
         reply = send(cluster, get, headers)
         assert "Content-Encoding" not in reply.headers and reply.json() == expected, accept
+
+
+def test_boto3_reads_large_replies_plain_or_gzip_with_their_crc32_checked(
+    cluster: LocalCluster, table: str
+) -> None:
+    value = "y" * 8192
+    client = dynamodb_client(cluster.router_url)
+    client.put_item(TableName=table, Item={"pk": {"S": "boto-big"}, "v": {"S": value}})
+    # botocore asks for no compression (urllib3 sends "Accept-Encoding: identity"): plain.
+    plain = client.get_item(TableName=table, Key={"pk": {"S": "boto-big"}})
+    assert "content-encoding" not in plain["ResponseMetadata"]["HTTPHeaders"]
+    assert plain["Item"]["v"]["S"] == value
+
+    # A client asking for gzip and inflating before it parses, as the Go SDK v2's DynamoDB
+    # customizations do. botocore checks x-amz-crc32 against the bytes on the wire (its retry
+    # handler's CRC32Checker, which raises ChecksumError once its retries are spent), so this
+    # reads the item only if the CRC32 is of the compressed bytes, as DynamoDB's is.
+    gzipped = dynamodb_client(cluster.router_url)
+    inflated: list[int] = []
+
+    def ask_for_gzip(request: Any, **_: Any) -> None:
+        request.headers["Accept-Encoding"] = "gzip"
+
+    def inflate(response_dict: dict[str, Any], **_: Any) -> None:
+        if response_dict["headers"].get("Content-Encoding") == "gzip":
+            response_dict["body"] = zlib.decompress(response_dict["body"], 31)
+            inflated.append(len(response_dict["body"]))
+
+    gzipped.meta.events.register("before-send.dynamodb.*", ask_for_gzip)
+    gzipped.meta.events.register("before-parse.dynamodb.*", inflate)
+    reply = gzipped.get_item(TableName=table, Key={"pk": {"S": "boto-big"}})
+    assert reply["ResponseMetadata"]["HTTPHeaders"]["content-encoding"] == "gzip"
+    assert reply["Item"]["v"]["S"] == value and len(inflated) == 1 and inflated[0] > 8192
+    # A small reply is not compressed even when asked for.
+    small = gzipped.get_item(
+        TableName=table, Key={"pk": {"S": "boto-big"}}, ProjectionExpression="pk"
+    )
+    assert "content-encoding" not in small["ResponseMetadata"]["HTTPHeaders"]
+    assert small["Item"] == {"pk": {"S": "boto-big"}} and len(inflated) == 1

@@ -129,8 +129,10 @@ def test_the_response_coding_is_the_one_dynamodb_picks(accept: str | None, chose
 def test_a_response_of_4_kb_or_more_is_compressed_and_inflates_back() -> None:
     small = b"x" * (limits.HTTP_RESPONSE_COMPRESSION_BYTES_MIN - 1)
     large = small + b"x"
-    assert not content_coding.compresses(small, "gzip")
-    assert not content_coding.compresses(large, None)
-    assert content_coding.compresses(large, "deflate")
+    assert content_coding.reply_coding(small, "gzip") is None
+    assert content_coding.reply_coding(large, None) is None
+    assert content_coding.reply_coding(large, "identity") is None
+    assert content_coding.reply_coding(large, "deflate") == "deflate"
+    assert content_coding.reply_coding(large, "gzip;q=0.5, deflate;q=0.4") == "gzip"
     assert gzip.decompress(content_coding.encoded_body(large, "gzip")) == large
     assert zlib.decompress(content_coding.encoded_body(large, "deflate")) == large
