@@ -20,6 +20,7 @@ from core.catalog import PartitionDef
 from core.placement import PartitionMap
 from dynalab.cluster import LocalCluster, StorageNode
 from tests.integration.conftest import (
+    REGION,
     create_active_table,
     error_of,
     error_response,
@@ -543,6 +544,21 @@ def test_batches_leave_the_keys_of_a_dead_node_unprocessed(
     )
     assert got["UnprocessedKeys"][name]["ConsistentRead"] is True
     assert sorted(k["pk"]["S"] for k in got["UnprocessedKeys"][name]["Keys"]) == sorted(
+        k["pk"]["S"] for k in lost
+    )
+    # Named by its ARN, the table's unprocessed keys come back under the ARN, as requested
+    # (API Reference, BatchGetItem: "a map of table name or table ARN to a list of items").
+    arn = f"arn:aws:dynamodb:{REGION}:000000000000:table/{name}"
+    written = dynamodb.batch_write_item(
+        RequestItems={arn: [{"PutRequest": {"Item": k}} for k in keys]}
+    )
+    assert list(written["UnprocessedItems"]) == [arn]
+    assert sorted(u["PutRequest"]["Item"]["pk"]["S"] for u in written["UnprocessedItems"][arn]) == (
+        sorted(k["pk"]["S"] for k in lost)
+    )
+    got = dynamodb.batch_get_item(RequestItems={arn: {"Keys": keys}})
+    assert list(got["Responses"]) == [arn] and list(got["UnprocessedKeys"]) == [arn]
+    assert sorted(k["pk"]["S"] for k in got["UnprocessedKeys"][arn]["Keys"]) == sorted(
         k["pk"]["S"] for k in lost
     )
     # A single-item request for a key on the dead node fails as retryable, not as a bug.
