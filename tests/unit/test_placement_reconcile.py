@@ -91,7 +91,7 @@ def test_a_split_parent_held_here_blocks_its_children_and_is_named_to_retire() -
     retire; once the parent is gone, the children are created."""
     t = table("T", "a" * 32)
     parent = t.partitions[0]
-    split, _, _ = catalog.split(t, parent.id, bytes.fromhex("20"), "low", "high")
+    split, _, _ = catalog.split(t, parent.id, bytes.fromhex("20"), "low", "high", now=2.0)
     held = held_by("node-2", t)
     ranges = {(t.id, p.id): (p.start, p.end) for p in t.partitions}
     plan = reconcile("node-2", held, {"T": split}, ranges)
