@@ -265,6 +265,19 @@ def token_transaction_id(token: str) -> str:
     return "t" + hashlib.sha256(token.encode()).hexdigest()[:31]
 
 
+def transaction_id(first_storage_key: bytes, fresh: str) -> str:
+    """The record id of a transaction without a token: its first item's key's 8 hash bytes, then
+    15 digits of a fresh id, so that its key (`record_key`) falls where its first item's does."""
+    return "t" + first_storage_key[:8].hex() + fresh[:15]
+
+
+def record_key(record_id: str) -> bytes:
+    """The storage key a transaction's record is kept by: the partition whose range holds it
+    keeps the record (so after a split, the child holding it). The 8 bytes its id's first 16
+    hex digits spell: a ClientRequestToken's hash, or the first item's key's hash bytes."""
+    return bytes.fromhex(record_id[1:17])
+
+
 # The record (the ledger) ------------------------------------------------------------------------
 
 

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import hashlib
 import logging
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
@@ -347,7 +346,13 @@ class _Home:
 async def _record_call(
     ctx: RouterContext, home: _Home, payload: TxnRecordPayload
 ) -> txn.Record | None:
-    reply = await ctx.call_partition(home.table, home.partition, ops.TXN_RECORD, payload.to_json())
+    reply = await ctx.call_partition(
+        home.table,
+        home.partition,
+        ops.TXN_RECORD,
+        payload.to_json(),
+        start=txn.record_key(payload.record_id),
+    )
     record = reply["record"]
     return None if record is None else txn.Record.from_json(record)
 
@@ -598,12 +603,12 @@ async def transact_write_items(ctx: RouterContext, body: dict[str, Any]) -> dict
     first = actions[placed[0]]
     assert first.partition is not None
     if token is None:
-        record_id = "t" + ctx.sources.new_id()[:31]
-        home = _Home(first.table, first.partition)
+        record_id = txn.transaction_id(first.storage_key, ctx.sources.new_id())
     else:
         record_id = txn.token_transaction_id(token)
-        token_key = hashlib.sha256(token.encode()).digest()[:8]
-        home = _Home(first.table, first.table.partitions.lookup(token_key))
+    # The record is kept by the partition holding its key, so a retry through any router, and
+    # after a split the child that took it, finds it.
+    home = _Home(first.table, first.table.partitions.lookup(txn.record_key(record_id)))
     coordination = _Coordination(ctx, home, actions, list(groups.values()))
     started = tm.new(
         record_id,
@@ -761,29 +766,28 @@ async def _apply_everywhere(
 async def _call_group(
     ctx: RouterContext, table_id: str, partition_id: str, op: str, body: dict[str, Any]
 ) -> None:
-    """Send `op` addressed to a replicated partition (at its leader). A partition the catalog
-    no longer has (its table deleted) has nothing left to do: answered as done."""
-    home = _find_partition(ctx, table_id, partition_id)
-    if home is None:
+    """Send `op` addressed to a replicated partition (at its leader), or, if it has split, to
+    each of its serving descendants, which took its rows. A partition the catalog no longer has
+    (its table deleted) has nothing left to do: answered as done."""
+    homes = _descendants(ctx, table_id, partition_id)
+    if not homes:
         await ctx.refresh()
-        home = _find_partition(ctx, table_id, partition_id)
-    if home is None:
-        return
-    try:
-        await ctx.call_partition(home.table, home.partition, op, body, follow=False)
-    except StaleEpoch:
-        if _find_partition(ctx, table_id, partition_id) is not None:
-            raise  # (The catalog was read again: the next try addresses what it says.)
+        homes = _descendants(ctx, table_id, partition_id)
+    for home in homes:
+        try:
+            await ctx.call_partition(home.table, home.partition, op, body, follow=False)
+        except StaleEpoch:
+            if _descendants(ctx, table_id, partition_id):
+                raise  # (The catalog was read again: the next try addresses what it says.)
 
 
 # The resolver ------------------------------------------------------------------------------------
 
 
-def _find_partition(ctx: RouterContext, table_id: str, partition_id: str) -> _Home | None:
-    """The cached table and the serving partition with this id, or, for a partition that has
-    split since, a serving descendant of it (the catalog keeps a split's parent while a child
-    names it): a record is kept on the node, by record id, so any descendant still on that node
-    addresses it. None if the catalog has neither."""
+def _descendants(ctx: RouterContext, table_id: str, partition_id: str) -> list[_Home]:
+    """The cached table's serving partitions that are partition `partition_id` or descend from
+    it (the catalog keeps a split's parent while a child names it)."""
+    found = []
     for table in ctx.tables.values():
         if table.id != table_id:
             continue
@@ -795,9 +799,23 @@ def _find_partition(ctx: RouterContext, table_id: str, partition_id: str) -> _Ho
             ancestor: str | None = partition.id
             while ancestor is not None:
                 if ancestor == partition_id:
-                    return _Home(table, partition)
+                    found.append(_Home(table, partition))
+                    break
                 ancestor = parents.get(ancestor)
-    return None
+    return found
+
+
+def _record_home(
+    ctx: RouterContext, table_id: str, partition_id: str, record_id: str
+) -> _Home | None:
+    """Where record `record_id`, kept by partition `partition_id` when its part was prepared,
+    is now: that partition, or the descendant of it whose range holds the record's key
+    (`core.transactions.record_key`); None if the catalog has none."""
+    homes = _descendants(ctx, table_id, partition_id)
+    key = txn.record_key(record_id)
+    holding = [home for home in homes if home.partition.holds(key)]
+    found = holding or homes
+    return found[0] if found else None
 
 
 async def resolve(
@@ -846,13 +864,15 @@ def _held_by(ctx: RouterContext, node: str) -> _Home | None:
     return None
 
 
-async def _located(ctx: RouterContext, table_id: str, partition_id: str) -> _Home | None:
-    """`_find_partition`, reading the catalog again for a table this router has not read yet
-    (its cache fills on use)."""
-    home = _find_partition(ctx, table_id, partition_id)
+async def _located(
+    ctx: RouterContext, table_id: str, partition_id: str, record_id: str
+) -> _Home | None:
+    """`_record_home`, reading the catalog again for a table this router has not read yet (its
+    cache fills on use)."""
+    home = _record_home(ctx, table_id, partition_id, record_id)
     if home is None:
         await ctx.refresh()
-        home = _find_partition(ctx, table_id, partition_id)
+        home = _record_home(ctx, table_id, partition_id, record_id)
     return home
 
 
@@ -870,17 +890,19 @@ async def resolve_once(ctx: RouterContext) -> int:
         except DynamoError:
             continue
         for attempt_id, table_id, partition_id in swept["locks"]:
-            home = await _located(ctx, table_id, partition_id)
+            record_id = txn.attempt_of(attempt_id)[0]
+            home = await _located(ctx, table_id, partition_id, record_id)
             if home is not None:
                 found[txn.attempt_of(attempt_id)] = home
                 holders.setdefault(txn.attempt_of(attempt_id), set()).add(node)
         for attempt_id, table_id, partition_id, *participant in swept.get("group_locks", ()):
-            home = await _located(ctx, table_id, partition_id)
+            record_id = txn.attempt_of(attempt_id)[0]
+            home = await _located(ctx, table_id, partition_id, record_id)
             if home is not None:
                 found[txn.attempt_of(attempt_id)] = home
                 held.setdefault(txn.attempt_of(attempt_id), set()).add(tuple(participant))
         for record_id, attempt, table_id, partition_id in swept.get("group_records", ()):
-            home = await _located(ctx, table_id, partition_id)
+            home = await _located(ctx, table_id, partition_id, record_id)
             if home is not None:
                 found.setdefault((record_id, attempt), home)
         for table_id, partition_id in swept.get("forget", ()):

@@ -121,18 +121,6 @@ def keep_record(
     ref = (payload.table_id, payload.partition_id)
     partition = group.lookup(ref)
     if partition is not None and partition.epoch == payload.epoch:
-        if (
-            partition.split is None
-            and payload.record is not None
-            and group.node.replicated(ref)
-            and transactions.holds_transactions(group, partition)
-        ):
-            # Its records, parts and locks are kept under its own id, which the split retires:
-            # it splits once they are done with. (From here on it takes no new ones.)
-            raise splits.SplitConflict(
-                f"Partition {partition.partition_id} keeps transaction state; it splits once "
-                "its transactions are done with"
-            )
         staged = group.stage(ref)
         staged.split = payload.record
     return {}
@@ -264,6 +252,9 @@ def install(
             group.feed.register(child_ref, consumer, 0, changefeed.LogBounds(1, 0))
     if is_index_partition(parent):
         _carry_index_sources(group.batch, group.node.store, parent, (low, high))
+    if group.node.replicated(ref):
+        # Its transactions' rows are kept under its own id: the children take them over.
+        transactions.carry_to_children(group, parent, (low, high))
     group.put_partition(ref, None)
     group.note_split(
         (ref, [((c.table_id, c.partition_id), c.table_name, c.throughput) for c in (low, high)])

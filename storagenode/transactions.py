@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import orjson
@@ -41,7 +41,7 @@ import orjson
 from core import expressions, limits
 from core import transactions as txn
 from core.capacity import ReadConsistency, read_units
-from core.errors import ServiceUnavailable, ValidationError
+from core.errors import ValidationError
 from core.indexes import check_index_keys, entry_changes
 from core.keycodec import successor
 from core.writes import PutRequest, UpdateRequest, WriteEffect, WriteRequest, plan
@@ -147,38 +147,40 @@ def _part_key(group: Group, ref: PartitionRef | None, attempt: str) -> bytes:
     return PART_PREFIX + attempt.encode()
 
 
-def holds_transactions(ctx: WriteContext, partition: Partition) -> bool:
-    """Whether a replicated partition keeps any transaction state, as the group sees it: a lock
-    in its range, a part of an attempt or a record under its log prefix (`storagenode.split`
-    splits none that does: its rows are kept under its own id)."""
-    lock_lo = LOCK_PREFIX + partition.item_prefix + partition.start
-    lock_hi = (
-        LOCK_PREFIX + partition.item_prefix + partition.end
-        if partition.end is not None
-        else successor(LOCK_PREFIX + partition.item_prefix)
-    )
-    ranges = [(lock_lo, lock_hi)]
-    for prefix in (GROUP_PART_PREFIX, GROUP_RECORD_PREFIX):
-        lo = prefix + partition.log_prefix
-        ranges.append((lo, successor(lo)))
-    for lo, hi in ranges:
-        assert hi is not None
-        if ctx.batch.written(Family.TRANSACTIONS, lo, hi):
-            return True
-        if next(iter(ctx.node.store.walk(Family.TRANSACTIONS, lo, hi, forward=True)), None):
-            return True
-    return False
-
-
-def _refuse_while_splitting(group: Group, target: Target) -> None:
-    """A replicated partition whose split has begun takes no new transaction state (the split
-    checked it held none, and its rows would stay under the parent's id): refused, retryable."""
-    ref = (target.table_id, target.partition_id)
-    partition = group.ctx.lookup(ref)
-    if partition is not None and partition.split is not None and group.ctx.node.replicated(ref):
-        raise ServiceUnavailable(
-            f"Partition {target.partition_id} is splitting; the transaction can be retried"
+def carry_to_children(ctx: WriteContext, parent: Partition, children: Sequence[Partition]) -> None:
+    """At a replicated partition's split (its install, an entry of its group), move its
+    transaction rows to the children that take them over: each part of an attempt to every
+    child holding some of its locked items (a part done with, a tombstone refusing a late
+    prepare, to each child), naming the child's items; each record to the child whose range
+    holds its key (`core.transactions.record_key`), where every router looks for it. Locks stay,
+    beside their items."""
+    for key, value in _partition_rows(
+        ctx, GROUP_PART_PREFIX, (parent.table_id, parent.partition_id)
+    ):
+        part = orjson.loads(value)
+        attempt = key[len(GROUP_PART_PREFIX) + len(parent.log_prefix) :].decode()
+        for child in children:
+            keys = [
+                [child.table_id, child.partition_id, key_hex]
+                for _, _, key_hex in part["keys"]
+                if child.holds(bytes.fromhex(key_hex)[len(child.item_prefix) :])
+            ]
+            if keys or part["state"] != txn.State.PENDING.value:
+                moved = {**part, "keys": keys}
+                _put(ctx.batch, group_part_key(child.table_id, child.partition_id, attempt), moved)
+        ctx.batch.delete(Family.TRANSACTIONS, key)
+    for key, value in _partition_rows(
+        ctx, GROUP_RECORD_PREFIX, (parent.table_id, parent.partition_id)
+    ):
+        record_id = key[len(GROUP_RECORD_PREFIX) + len(parent.log_prefix) :].decode()
+        held = txn.record_key(record_id)
+        child = next((c for c in children if c.holds(held)), children[0])
+        ctx.batch.put(
+            Family.TRANSACTIONS,
+            group_record_key(child.table_id, child.partition_id, record_id),
+            value,
         )
+        ctx.batch.delete(Family.TRANSACTIONS, key)
 
 
 # Records ----------------------------------------------------------------------------------------
@@ -194,7 +196,6 @@ def record(group: Group, target: Target, payload: TxnRecordPayload) -> dict[str,
     if action == "read":
         return {"record": stored}
     if action == "begin":
-        _refuse_while_splitting(group, target)
         assert payload.record is not None
         asked = txn.Record.from_json(payload.record)
         begun = txn.begin(
@@ -247,7 +248,6 @@ def prepare(group: Group, target: Target, payload: TxnPreparePayload) -> dict[st
     ref = (target.table_id, target.partition_id)
     partition = group.ctx.lookup(ref)
     assert partition is not None, "the group checked the target"
-    _refuse_while_splitting(group, target)
     attempt = payload.attempt
     part_key = _part_key(group, ref, attempt)
     part = _load(group.ctx.batch, part_key)
@@ -612,7 +612,9 @@ def _partition_rows(
     lo = prefix + change_log_prefix(*ref)
     hi = successor(lo)
     assert hi is not None
-    for key, _ in ctx.node.store.walk(Family.TRANSACTIONS, lo, hi, forward=True):
+    keys = {key for key, _ in ctx.node.store.walk(Family.TRANSACTIONS, lo, hi, forward=True)}
+    keys.update(ctx.batch.written(Family.TRANSACTIONS, lo, hi))
+    for key in sorted(keys):
         current = ctx.batch.get(Family.TRANSACTIONS, key)
         if current is not None:
             yield key, current

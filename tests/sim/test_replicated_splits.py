@@ -18,17 +18,17 @@ no other of the table, no parent's group is left, and every replica holds the sa
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 from typing import Any
 
 import pytest
 
-from core import limits, splits
+from core import limits
+from core import transactions as txn
 from core.errors import (
     DynamoError,
     InternalServerError,
-    ServiceUnavailable,
-    TransactionCanceled,
 )
 from core.keycodec import encode_storage_key
 from dynalab.sim.cluster import SimCluster, run
@@ -45,6 +45,8 @@ from tests.sim.test_replicated_cluster import (
     outcomes_hold,
     table_rows,
 )
+from tests.sim.test_transactions import locks_left
+from tests.sim.test_txn_sweep import Death, RouterDied, killable
 
 SEEDS = list(range(8))
 WRITERS = 3
@@ -280,8 +282,9 @@ def test_a_global_index_follows_replicated_splits(seed: int) -> None:
     run(seed, scenario, replication_factor=3, raft_faults=RAFT_FAULTS)
 
 
-def transfer(key: str, number: int) -> dict[str, Any]:
+def transfer(keys: list[str], token: str) -> dict[str, Any]:
     return {
+        "ClientRequestToken": token,
         "TransactItems": [
             {
                 "Update": {
@@ -290,66 +293,69 @@ def transfer(key: str, number: int) -> dict[str, Any]:
                     "UpdateExpression": "ADD n :one",
                     "ExpressionAttributeValues": {":one": {"N": "1"}},
                 }
-            },
-            {"Put": {"TableName": "Bank", "Item": {"pk": {"S": f"tx{number}"}}}},
-        ]
+            }
+            for key in keys
+        ],
     }
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_a_replicated_partition_splits_only_once_its_transactions_are_done_with(
-    seed: int,
-) -> None:
-    """A replicated partition keeps its transactions' records, parts and locks under its own
-    id, so it does not split while it holds any: a split right after a transaction is
-    refused; once the resolver has forgotten the transaction's parts it splits, and a
-    transaction that reaches it while it splits is refused, not half applied."""
+def test_a_transaction_in_flight_across_a_replicated_split_ends_whole(seed: int) -> None:
+    """A coordinator dies with its transaction decided (COMMITTED) and not applied: its record
+    and its locks are in a replicated partition, which then splits between its two items, the
+    record going to the high child. The children take its rows over (the install carries them);
+    a resolver on another router applies it at both, and a retry of its ClientRequestToken is
+    answered as the same transaction, not applied again."""
 
     async def scenario(cluster: SimCluster) -> None:
-        router = cluster.routers[0]
+        coordinating, resolving = cluster.routers
         await cluster.create_table("Bank", sort=False)
-        table = await router.read_table("Bank")
+        table = await resolving.read_table("Bank")
         assert table is not None
         first = table.partitions[0]
-        # A key of the first partition (where `cluster.split` splits).
-        key = next(
-            f"a{i}" for i in range(10_000) if first.holds(encode_storage_key({"S": f"a{i}"}, None))
+        keys = sorted(
+            (encode_storage_key({"S": f"a{i}"}, None), f"a{i}")
+            for i in range(2_000)
+            if first.holds(encode_storage_key({"S": f"a{i}"}, None))
         )
-        for i in range(40):
-            await items.put_item(router, {"TableName": "Bank", "Item": {"pk": {"S": f"a{i}"}}})
-        await transactions.transact_write_items(router, transfer(key, 1))
-        with pytest.raises(splits.SplitConflict, match="transaction state"):
-            await cluster.split("Bank")
-        # The resolver's rounds forget the applied parts (past their time), at every replica.
-        for _ in range(3):
+        (_, low_key), (split_at, high_key) = keys[0], keys[len(keys) // 2]
+        token = next(
+            f"token-{i}"
+            for i in range(10_000)
+            if first.holds(key := txn.record_key(txn.token_transaction_id(f"token-{i}")))
+            and key >= split_at
+        )
+        for name in (low_key, high_key):
+            await items.put_item(resolving, {"TableName": "Bank", "Item": {"pk": {"S": name}}})
+        death = Death(cluster, "committing", "", killable(coordinating))
+        coordinating.crash_points = death
+        with contextlib.suppress(RouterDied):
+            await transactions.transact_write_items(
+                coordinating, transfer([low_key, high_key], token)
+            )
+        assert death.died, f"seed {seed}: the coordinator never reached committing"
+        _, low, high = await eventually(
+            "a split", lambda: cluster.split("Bank", split_at, router=1), seed
+        )
+        assert low["end"] == split_at.hex() == high["start"]
+        for _ in range(4):
             await asyncio.sleep(limits.TRANSACTION_RESOLVE_SECONDS + 1)
-            await transactions.resolve_once(router)
-        leader = await leader_of(cluster, (table.id, first.id), seed)
-        splitter = cluster.splitters[leader]
-        submit = splitter.submit
-        refused: list[Exception] = []
-
-        async def transact_at_install(op: str, target: Any, body: dict[str, Any]) -> Any:
-            if op == SPLIT_INSTALL and not refused:
-                try:
-                    await transactions.transact_write_items(router, transfer(key, 2))
-                except DynamoError as error:
-                    refused.append(error)
-            return await submit(op, target, body)
-
-        splitter.submit = transact_at_install  # type: ignore[method-assign]
-        await splitter.split(table.id, first.id)
-        # Its record would be kept there (503, retried by SDKs), or it prepares there (cancelled).
-        assert refused and isinstance(refused[0], ServiceUnavailable | TransactionCanceled)
-        reply = await items.get_item(
-            router, {"TableName": "Bank", "Key": {"pk": {"S": key}}, "ConsistentRead": True}
-        )
-        assert reply["Item"]["n"] == {"N": "1"}, f"seed {seed}: {reply}"
-        gone = await items.get_item(
-            router, {"TableName": "Bank", "Key": {"pk": {"S": "tx2"}}, "ConsistentRead": True}
-        )
-        assert "Item" not in gone, f"seed {seed}: the refused transaction applied"
-        # The children take transactions.
-        await transactions.transact_write_items(router, transfer(key, 3))
+            await transactions.resolve_once(resolving)
+            await asyncio.sleep(0.5)
+            if not locks_left(cluster):
+                break
+        assert locks_left(cluster) == [], f"seed {seed}: items stay locked"
+        for name in (low_key, high_key):
+            reply = await items.get_item(
+                resolving, {"TableName": "Bank", "Key": {"pk": {"S": name}}, "ConsistentRead": True}
+            )
+            assert reply["Item"].get("n") == {"N": "1"}, f"seed {seed}: {name} {reply}"
+        # The token's retry finds its record in the child that holds its key: not applied again.
+        await transactions.transact_write_items(resolving, transfer([low_key, high_key], token))
+        for name in (low_key, high_key):
+            reply = await items.get_item(
+                resolving, {"TableName": "Bank", "Key": {"pk": {"S": name}}, "ConsistentRead": True}
+            )
+            assert reply["Item"].get("n") == {"N": "1"}, f"seed {seed}: {name} applied twice"
 
     run(seed, scenario, replication_factor=3, raft_faults=RAFT_FAULTS)

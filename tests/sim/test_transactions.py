@@ -363,7 +363,8 @@ def test_a_prepare_sent_to_a_partition_that_split_is_placed_again(seed: int) -> 
 
 def test_the_resolver_finds_a_record_through_the_split_lineage() -> None:
     """A lock names its record's partition as it was at the prepare; after that partition split
-    (twice here) a serving descendant addresses the record's node."""
+    (twice here) a serving descendant addresses the record: the one whose range holds the
+    record's key."""
 
     def partition(partition_id: str, parent: str) -> PartitionDef:
         return PartitionDef(partition_id, "", None, 1, "n1", parent=parent)
@@ -374,11 +375,22 @@ def test_the_resolver_finds_a_record_through_the_split_lineage() -> None:
         record=SimpleNamespace(retired=(partition("b", "a"),)),
     )
     ctx: Any = SimpleNamespace(tables={"Bank": bank})
+    record_id = "t" + "00" * 8 + "f" * 15
     for gone in ("a", "b", "c"):
-        home = coordinator._find_partition(ctx, "t1", gone)
+        home = coordinator._record_home(ctx, "t1", gone, record_id)
         assert home is not None and home.partition.id == "c"
-    assert coordinator._find_partition(ctx, "t1", "unknown") is None
-    assert coordinator._find_partition(ctx, "t2", "a") is None
+    assert coordinator._record_home(ctx, "t1", "unknown", record_id) is None
+    assert coordinator._record_home(ctx, "t2", "a", record_id) is None
+    # Of the descendants, the one whose range holds the record's key.
+    low = PartitionDef("low", "", "80", 2, "n1", parent="a")
+    high = PartitionDef("high", "80", None, 2, "n1", parent="a")
+    split: Any = SimpleNamespace(
+        id="t3", partition_defs=(low, high), record=SimpleNamespace(retired=())
+    )
+    ctx = SimpleNamespace(tables={"Split": split})
+    for first_byte, child in (("00", "low"), ("c0", "high")):
+        found = coordinator._record_home(ctx, "t3", "a", "t" + first_byte * 8 + "0" * 15)
+        assert found is not None and found.partition.id == child
 
 
 @pytest.mark.parametrize("seed", SEEDS)
