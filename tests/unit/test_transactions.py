@@ -3,6 +3,8 @@ participant's votes and DynamoDB's messages (the coordinator's machine: test_txn
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -96,3 +98,13 @@ def test_request_rules() -> None:
 def test_record_round_trips() -> None:
     record = txn.finish(txn.decide(pending(token=True), 1, txn.State.COMMITTED, 1.0), 1, 2.0)
     assert txn.Record.from_json(record.to_json()) == record
+
+
+def test_a_records_key_is_spelt_by_its_id() -> None:
+    """A record is kept by the partition holding its key: a token's hash, or its first item's
+    hash bytes; an id made otherwise maps to the first key, the same wherever it is read."""
+    key = bytes.fromhex("0123456789abcdef") + b"rest"
+    assert txn.record_key(txn.transaction_id(key, "f" * 31)) == key[:8]
+    token_id = txn.token_transaction_id("a token")
+    assert txn.record_key(token_id) == hashlib.sha256(b"a token").digest()[:8]
+    assert txn.record_key("tsplit") == b""
