@@ -45,6 +45,7 @@ def type_of(value: AttributeValue) -> str:
 # Numbers ---------------------------------------------------------------------------------------
 
 
+NOT_NUMERIC = "The parameter cannot be converted to a numeric value"
 _OVERFLOW = (
     "Number overflow. Attempting to store a number with magnitude larger than supported range"
 )
@@ -57,7 +58,11 @@ def parse_number(text: str) -> Decimal:
     """Parse and range-check a DynamoDB number, raising DynamoDB's errors."""
     match = _NUMBER_TEXT.fullmatch(text) if isinstance(text, str) else None
     if match is None:
-        raise ValidationError(f"The parameter cannot be converted to a numeric value: {text}")
+        if not text:
+            # An empty number has nothing to quote, and DynamoDB's message stops at "value"
+            # (dynalite's tests, run against the service: {"N": ""} and {"NS": ["1", ""]}).
+            raise ValidationError(NOT_NUMERIC)
+        raise ValidationError(f"{NOT_NUMERIC}: {text}")
     try:
         number = Decimal(text)
     except InvalidOperation:

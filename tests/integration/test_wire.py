@@ -580,6 +580,11 @@ INVALID = "One or more parameter values were invalid: "
             INVALID + "Input collection [Yg==, Yg==]of type BS contains duplicates.",
         ),
         ({"S": "a", "N": "x1"}, "The parameter cannot be converted to a numeric value: x1"),
+        # An empty number is refused with nothing after the words (dynalite's tests, run against
+        # DynamoDB), in a set as alone and before the value's two types are refused.
+        ({"N": ""}, "The parameter cannot be converted to a numeric value"),
+        ({"NS": ["1", ""]}, "The parameter cannot be converted to a numeric value"),
+        ({"S": "a", "N": ""}, "The parameter cannot be converted to a numeric value"),
         # Exponents of 1,000 digits (once a 500 from Decimal) are numbers out of range.
         (
             {"N": "1E" + "9" * 1000},

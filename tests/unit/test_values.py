@@ -66,12 +66,19 @@ def test_normalize_number_gives_canonical_text(text: str, canonical: str) -> Non
 
 
 @pytest.mark.parametrize(
-    "text", ["", " 1", "1 ", "abc", "1e", "e5", "1.2.3", "1,5", "0x10", "NaN", "Infinity", "--1"]
+    "text", [" 1", "1 ", " ", "abc", "1e", "e5", "1.2.3", "1,5", "0x10", "NaN", "Infinity", "--1"]
 )
 def test_malformed_number_text_is_rejected(text: str) -> None:
     with pytest.raises(ValidationError) as error:
         normalize_number(text)
     assert error.value.message == f"The parameter cannot be converted to a numeric value: {text}"
+
+
+def test_an_empty_number_is_refused_with_nothing_after_the_words() -> None:
+    # DynamoDB quotes a number that does not parse, but an empty one gets the sentence alone.
+    with pytest.raises(ValidationError) as error:
+        normalize_number("")
+    assert error.value.message == "The parameter cannot be converted to a numeric value"
 
 
 def test_non_ascii_digits_are_not_numbers() -> None:
