@@ -82,12 +82,40 @@ ENDPOINT_CACHE_MINUTES = 1440  # DescribeEndpoints: DynamoDB tells clients to ca
 
 _THROUGHPUT_MEMBERS = ("ReadCapacityUnits", "WriteCapacityUnits")
 _TABLE_CLASSES = tuple(table_class.value for table_class in catalog.TableClass)
-# UpdateTable with nothing to change; DynamoDB lists every member that would have been one.
-_NOTHING_TO_UPDATE = (
-    "At least one of ProvisionedThroughput, BillingMode, UpdateStreamEnabled, "
-    "GlobalSecondaryIndexUpdates, SSESpecification, ReplicaUpdates, MultiAccountReplicaReady, "
-    "ReplicaTransitRoleArn, MultiRegionConsistency, DeletionProtectionEnabled, OnDemandThroughput, "
-    "WarmThroughput or TableClass is required"
+# UpdateTable with nothing to change; DynamoDB lists every member that would have been one, in
+# this order (as captured against the service: ack-api-quirks DDB-TABLE-015, DDB-TABLE-442).
+_UPDATE_MEMBERS_LISTED = (
+    "ProvisionedThroughput",
+    "BillingMode",
+    "UpdateStreamEnabled",
+    "GlobalSecondaryIndexUpdates",
+    "SSESpecification",
+    "ReplicaUpdates",
+    "MultiAccountReplicaReady",
+    "ReplicaTransitRoleArn",
+    "MultiRegionConsistency",
+    "DeletionProtectionEnabled",
+    "OnDemandThroughput",
+    "WarmThroughput",
+    "TableClass",
+)
+
+
+def _nothing_to_update(given: tuple[str, ...] = ()) -> str:
+    """DynamoDB's refusal of an UpdateTable that changes nothing. A member the request gave that
+    changes nothing by itself (MultiRegionConsistency without ReplicaUpdates) is left out of the
+    list, as DynamoDB leaves it out (as captured: ack-api-quirks DDB-TABLE-442,
+    val_update_mrc_only)."""
+    listed = [member for member in _UPDATE_MEMBERS_LISTED if member not in given]
+    return f"At least one of {', '.join(listed[:-1])} or {listed[-1]} is required"
+
+
+_NOTHING_TO_UPDATE = _nothing_to_update()
+# An index Update's units past this bound on a table without that global index (dynalite's tests,
+# run against DynamoDB).
+_INDEX_UPDATE_BLOCKED = (
+    "This operation cannot be performed with given input values. Please contact DynamoDB "
+    "service team for more info: Action Blocked: IndexUpdate"
 )
 # The members of UpdateTable dynalab does not act on yet; each is refused rather than ignored.
 _UPDATE_MEMBERS_UNSUPPORTED = (
@@ -903,14 +931,9 @@ def _index_updates(read: list[_IndexUpdateReading]) -> list[_IndexUpdate]:
                 f"{INVALID_PARAMETERS}WarmThroughput must have at least one of "
                 f"ReadUnitsPerSecond or WriteUnitsPerSecond specified for index: {name}"
             )
-        # Past reader.check(), both units are there and at least 1.
+        # Past reader.check(), both units are there and at least 1. Their upper bound is
+        # checked once the table is found (`_check_index_units`).
         given = None if units is None else {k: v for k, v in units.items() if v is not None}
-        if given is not None:
-            for member in _THROUGHPUT_MEMBERS:
-                if given[member] > limits.PROVISIONED_UNITS_VALUE_MAX:
-                    raise ValidationError(
-                        f"Given value {given[member]} for {member} is out of bounds"
-                    )
         updates.append(
             _IndexUpdate(actions[0], name, reading.creating, given, reading.on_demand, reading.warm)
         )
@@ -975,7 +998,7 @@ def _read_update_table(body: dict[str, Any]) -> _UpdateTableRequest:
     # InternalFailure; the request's other members decide here). So does an empty
     # GlobalSecondaryIndexUpdates, refused as empty only beside another change (as captured
     # against the service: ack-api-quirks DDB-TABLE-359).
-    if (
+    nothing = (
         billing_mode is None
         and throughput is None
         and stream is None
@@ -984,9 +1007,13 @@ def _read_update_table(body: dict[str, Any]) -> _UpdateTableRequest:
         and deletion_protection is None
         and on_demand is None
         and warm is None
-        and not present
-    ):
+    )
+    if nothing and not present:
         raise ValidationError(_NOTHING_TO_UPDATE)
+    if nothing and present == ["MultiRegionConsistency"]:
+        # Without ReplicaUpdates the consistency applies to nothing: DynamoDB counts the
+        # request as changing nothing and names every member but this one.
+        raise ValidationError(_nothing_to_update(("MultiRegionConsistency",)))
     if index_updates == []:
         raise ValidationError(INVALID_PARAMETERS + "List of GlobalSecondaryIndexUpdates is empty")
     if present:
@@ -1084,6 +1111,25 @@ async def _finish_update(ctx: RouterContext, table: TableDef, timeout: float) ->
     return table if activated is None else activated
 
 
+def _check_index_units(table: TableDef, updates: tuple[_IndexUpdate, ...]) -> None:
+    """Refuse an index Update's units past DynamoDB's bound, once the table is found: on a
+    missing table DynamoDB answers ResourceNotFoundException whatever the units, and on a table
+    without that global index it answers Action Blocked (dynalite's tests, run against the
+    service, pin both and the table's own bound "Given value N for M is out of bounds", which an
+    existing index's units get here too: that is a guess)."""
+    indexes = {index.name for index in table.indexes if index.is_global}
+    for update in updates:
+        if update.units is None:
+            continue
+        for member in _THROUGHPUT_MEMBERS:
+            if update.units[member] > limits.PROVISIONED_UNITS_VALUE_MAX:
+                if update.name not in indexes:
+                    raise ValidationError(_INDEX_UPDATE_BLOCKED)
+                raise ValidationError(
+                    f"Given value {update.units[member]} for {member} is out of bounds"
+                )
+
+
 async def _update_index_throughput(
     ctx: RouterContext, name: str, updates: tuple[_IndexUpdate, ...]
 ) -> dict[str, Any]:
@@ -1101,6 +1147,7 @@ async def _update_index_throughput(
     def update(current: TableDef | None) -> TableDef:
         if current is None:
             raise table_not_found(name)
+        _check_index_units(current, updates)
         before.append(current)
         return catalog.index_throughput_updated(
             current,

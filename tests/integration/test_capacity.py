@@ -23,6 +23,7 @@ import pytest
 from botocore.exceptions import ClientError
 from prometheus_client.parser import text_string_to_metric_families
 
+from core import limits
 from core.size import item_size_bytes
 from dynalab.cluster import LocalCluster
 from tests.integration.conftest import create_active_table, error_of, error_summary, wait_active
@@ -466,6 +467,82 @@ def test_update_table_refuses_what_it_cannot_do(
         "ValidationException",
         "1 validation error detected: Value '0' at 'provisionedThroughput.readCapacityUnits' "
         "failed to satisfy constraint: Member must have value greater than or equal to 1",
+    )
+
+
+def test_update_table_with_nothing_to_do_leaves_out_a_consistency_given_alone(
+    dynamodb: Any, table_name: Callable[[], str]
+) -> None:
+    """MultiRegionConsistency without ReplicaUpdates changes nothing: DynamoDB answers the
+    request as one with nothing to do, its list of members without MultiRegionConsistency, before
+    the table is looked up (as captured against the service: ack-api-quirks DDB-TABLE-442,
+    val_update_mrc_only)."""
+    assert error_of(
+        lambda: dynamodb.update_table(TableName=table_name(), MultiRegionConsistency="STRONG")
+    ) == (
+        400,
+        "ValidationException",
+        "At least one of ProvisionedThroughput, BillingMode, UpdateStreamEnabled, "
+        "GlobalSecondaryIndexUpdates, SSESpecification, ReplicaUpdates, MultiAccountReplicaReady, "
+        "ReplicaTransitRoleArn, DeletionProtectionEnabled, OnDemandThroughput, WarmThroughput or "
+        "TableClass is required",
+    )
+
+
+def test_an_index_updates_units_out_of_bounds_are_checked_once_the_table_is_found(
+    dynamodb: Any, table_name: Callable[[], str]
+) -> None:
+    """An index Update's units past DynamoDB's bound: on a missing table the table is not found,
+    on a table without that index the update is blocked (dynalite's tests, run against DynamoDB),
+    and on the index they are out of bounds as a table's are."""
+    too_many = limits.PROVISIONED_UNITS_VALUE_MAX + 1
+    units = {"ReadCapacityUnits": too_many, "WriteCapacityUnits": too_many}
+
+    def update(table: str, index: str) -> tuple[int, str, str]:
+        return error_of(
+            lambda: dynamodb.update_table(
+                TableName=table,
+                GlobalSecondaryIndexUpdates=[
+                    {"Update": {"IndexName": index, "ProvisionedThroughput": units}}
+                ],
+            )
+        )
+
+    missing = table_name()
+    assert update(missing, "ByOwner") == (
+        400,
+        "ResourceNotFoundException",
+        f"Requested resource not found: Table: {missing} not found",
+    )
+    name = table_name()
+    dynamodb.create_table(
+        TableName=name,
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        AttributeDefinitions=[
+            {"AttributeName": "pk", "AttributeType": "S"},
+            {"AttributeName": "owner", "AttributeType": "S"},
+        ],
+        ProvisionedThroughput={"ReadCapacityUnits": 1, "WriteCapacityUnits": 1},
+        GlobalSecondaryIndexes=[
+            {
+                "IndexName": "ByOwner",
+                "KeySchema": [{"AttributeName": "owner", "KeyType": "HASH"}],
+                "Projection": {"ProjectionType": "KEYS_ONLY"},
+                "ProvisionedThroughput": {"ReadCapacityUnits": 1, "WriteCapacityUnits": 1},
+            }
+        ],
+    )
+    wait_active(dynamodb, name)
+    assert update(name, "NoSuchIndex") == (
+        400,
+        "ValidationException",
+        "This operation cannot be performed with given input values. Please contact DynamoDB "
+        "service team for more info: Action Blocked: IndexUpdate",
+    )
+    assert update(name, "ByOwner") == (
+        400,
+        "ValidationException",
+        f"Given value {too_many} for ReadCapacityUnits is out of bounds",
     )
 
 
