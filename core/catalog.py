@@ -573,10 +573,16 @@ class PartitionDef:
     # The nodes holding its replicas, its first leader first (`node` is that one), each a
     # member of its replication group; empty: `node`'s copy alone (replication factor 1).
     replicas: tuple[str, ...] = ()
+    # A replicated partition's replica moving (`core.machines.replica_move`): (source node,
+    # target node). The target is a learner of the group until it is named among `replicas`.
+    replica_move: tuple[str, str] | None = None
 
     @property
     def nodes(self) -> tuple[str, ...]:
-        """Every node holding a replica of it."""
+        """Every node holding a replica of it: its replicas, and the target of its replica
+        move while that is not one of them yet."""
+        if self.replica_move is not None and self.replica_move[1] not in self.replicas:
+            return (*self.replicas, self.replica_move[1])
         return self.replicas or (self.node,)
 
     def holds(self, storage_key: bytes) -> bool:
@@ -596,6 +602,8 @@ class PartitionDef:
             "share": str(self.share),
             **({"replicas": list(self.replicas)} if self.replicas else {}),
         }
+        if self.replica_move is not None:
+            document["replica_move"] = {"from": self.replica_move[0], "to": self.replica_move[1]}
         # Only when kept, so a partition recorded before ranks and creation times were has the
         # document it had.
         if self.rank:
@@ -626,7 +634,12 @@ class PartitionDef:
             created_ms=int(document.get("created_ms") or 0),
             parent_created_ms=int(document.get("parent_created_ms") or 0),
             replicas=tuple(document.get("replicas") or ()),
+            replica_move=_replica_move(document.get("replica_move")),
         )
+
+
+def _replica_move(document: Mapping[str, str] | None) -> tuple[str, str] | None:
+    return None if document is None else (document["from"], document["to"])
 
 
 ProjectionType = Literal["ALL", "KEYS_ONLY", "INCLUDE"]
@@ -1572,6 +1585,9 @@ def _split_partitions(
     if not parent.holds(split_key) or bytes.fromhex(parent.start) == split_key:
         raise IllegalTransition(f"Key {split_key.hex()} is not inside partition {partition_id}")
     _check(PARTITION_TRANSITIONS, f"Partition {partition_id}", parent.state, PartitionState.RETIRED)
+    if parent.replica_move is not None:
+        # Its children would be made with a membership its group is changing.
+        raise IllegalTransition(f"Partition {partition_id} splits once its replica move ends")
     epoch = parent.epoch + 1
     half = parent.share / 2
     low_id, high_id = child_ids
@@ -1637,6 +1653,38 @@ def _moved_partitions(
         raise IllegalTransition(f"Partition {partition_id} is on node {node} already")
     after = replace(current, node=node, epoch=current.epoch + 1)
     return tuple(after if p.id == partition_id else p for p in serving)
+
+
+def replica_partition_changed(
+    table: TableDef,
+    stored_id: str,
+    partition_id: str,
+    change: Callable[[PartitionDef], PartitionDef],
+) -> TableDef:
+    """The table with `change` made to serving partition `partition_id` of the table or of its
+    global index stored under `stored_id`, at the same epoch: a replica move's steps
+    (`core.machines.replica_move`), which change where its replicas are and nothing a request
+    is addressed by."""
+    if not table.serving:
+        raise IllegalTransition(f"Table {table.name} is {table.status}: its replicas cannot move")
+
+    def changed(serving: tuple[PartitionDef, ...]) -> tuple[PartitionDef, ...]:
+        current = next((p for p in serving if p.id == partition_id), None)
+        if current is None or current.state is not PartitionState.SERVING:
+            raise IllegalTransition(f"There is no serving partition {partition_id}")
+        after = change(current)
+        return tuple(after if p.id == partition_id else p for p in serving)
+
+    if stored_id == table.id:
+        return _changed(table, partitions=changed(table.partitions))
+    index = next((i for i in table.indexes if i.table_id == stored_id), None)
+    if index is None or index.status == IndexStatus.DELETING:
+        raise IllegalTransition(f"Table {table.name} has no global index stored as {stored_id}")
+    indexes = tuple(
+        replace(i, partitions=changed(i.partitions)) if i.table_id == stored_id else i
+        for i in table.indexes
+    )
+    return _changed(table, indexes=indexes)
 
 
 # Indexes ---------------------------------------------------------------------------------------

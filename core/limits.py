@@ -142,6 +142,13 @@ MOVE_ABANDONED_SECONDS = 60.0
 MOVE_RETRY_SECONDS = 10.0
 # How long the admin endpoint waits for a node to move a partition (a copy of its whole data).
 MOVE_CALL_SECONDS_MAX = 300.0
+# A replicated partition's replica move (`core.machines.replica_move`): its learner is promoted
+# once its log matches the leader's to within this many entries; while it catches up (or a step
+# is refused for now: a change pending, an election) its driver looks again after a pause from
+# _MIN doubling to _MAX.
+REPLICA_MOVE_PROMOTE_LAG_ENTRIES = 16
+REPLICA_MOVE_PAUSE_SECONDS_MIN = 0.05
+REPLICA_MOVE_PAUSE_SECONDS_MAX = 1.0
 # The longest a process held at a machine's crash point for a fault test (DYNALAB_HOLD_AT,
 # `rpc/machines.py`) waits to be let go.
 MACHINE_HOLD_SECONDS_MAX = 60.0

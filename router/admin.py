@@ -19,7 +19,10 @@
                                            the partition's node moves it to the node the body
                                            names ({"Node": "n2"}): copy, catch-up, fence,
                                            catalog switch (`storagenode.move`); {id} may
-                                           name a global index's partition, as for a split
+                                           name a global index's partition, as for a split;
+                                           a replicated partition moves the replica on
+                                           {"From": "node-1"} (default its first) by
+                                           changes of its group (`storagenode.replica_move`)
     GET /metrics                           the same counters in Prometheus' text format, and the
                                            router's own request metrics (`router.metrics`)
     GET /health                            which storage nodes this router can reach: 200 when it
@@ -399,15 +402,23 @@ async def _to_owner(
 async def _move(ctx: RouterContext, request: web.Request) -> web.Response:
     """Ask a partition's node to move it to the node the body names
     (`rpc.ops.MovePartitionPayload`); answer what the node answered: the partition as the
-    catalog now records it, and how long the move and its fence took."""
+    catalog now records it, and how long the move and its fence took. A replicated partition
+    moves one replica, the one on node "From" (default: its first replica's), by changes of
+    its group's membership (`storagenode.replica_move`), asked of its leader."""
     name, partition_id = request.match_info["name"], request.match_info["id"]
     try:
         body = orjson.loads(await request.read() or b"{}")
     except orjson.JSONDecodeError:
         return _json({"error": "the body is not JSON"}, 400)
-    if not isinstance(body, dict) or set(body) != {"Node"} or not isinstance(body["Node"], str):
-        return _json({"error": 'the body is {"Node": node id}'}, 400)
+    if (
+        not isinstance(body, dict)
+        or "Node" not in body
+        or not set(body) <= {"Node", "From"}
+        or not all(isinstance(value, str) for value in body.values())
+    ):
+        return _json({"error": 'the body is {"Node": node id, "From": node id (optional)}'}, 400)
     target = body["Node"]
+    source = body.get("From")
     address = ctx.addresses.get(target)
     if address is None:
         return _json({"error": f"no node {target} is known to this router"}, 400)
@@ -421,7 +432,9 @@ async def _move(ctx: RouterContext, request: web.Request) -> web.Response:
     storage_id, partition = _serving_partition(table, partition_id)
     if partition is None:
         return _json({"error": f"table {name} has no serving partition {partition_id}"}, 404)
-    payload = ops.MovePartitionPayload(storage_id, partition_id, target, address)
+    if source is not None and not partition.get("replicas"):
+        return _json({"error": "a partition of one copy moves whole: no From"}, 400)
+    payload = ops.MovePartitionPayload(storage_id, partition_id, target, address, source)
     return await _to_owner(
         ctx, name, partition, ops.MOVE_PARTITION, payload.to_json(), limits.MOVE_CALL_SECONDS_MAX
     )

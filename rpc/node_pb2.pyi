@@ -68,6 +68,10 @@ class _OpEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Op.ValueType], _bu
     """The GSI replicator's note of an index partition out of capacity."""
     OP_RAFT_SNAPSHOT_READ: _Op.ValueType  # 27
     """A page of a partition replica's state (storagenode/snapshots.py)."""
+    OP_RAFT_MEMBERSHIP: _Op.ValueType  # 28
+    """A replicated partition's group membership, at its leader."""
+    OP_DROP_REPLICA: _Op.ValueType  # 29
+    """A replica whose node left its group (storagenode/replica_move.py)."""
     OP_REGISTER_CONSUMER: _Op.ValueType  # 32
     """Change-feed consumers (also the ChangeFeed service)."""
     OP_CHECKPOINT: _Op.ValueType  # 33
@@ -112,6 +116,10 @@ OP_INDEX_PRESSURE: Op.ValueType  # 26
 """The GSI replicator's note of an index partition out of capacity."""
 OP_RAFT_SNAPSHOT_READ: Op.ValueType  # 27
 """A page of a partition replica's state (storagenode/snapshots.py)."""
+OP_RAFT_MEMBERSHIP: Op.ValueType  # 28
+"""A replicated partition's group membership, at its leader."""
+OP_DROP_REPLICA: Op.ValueType  # 29
+"""A replica whose node left its group (storagenode/replica_move.py)."""
 OP_REGISTER_CONSUMER: Op.ValueType  # 32
 """Change-feed consumers (also the ChangeFeed service)."""
 OP_CHECKPOINT: Op.ValueType  # 33

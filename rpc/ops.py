@@ -135,8 +135,12 @@ SPLIT_PARTITION = "split_partition"
 MOVE_PARTITION = "move_partition"
 MOVE_RECEIVE = "move_receive"
 INDEX_PRESSURE = "index_pressure"
-# Between storage nodes: a page of a partition replica's state, for a member copying it.
+# Between storage nodes: a page of a partition replica's state, for a member copying it; a
+# replicated partition's group membership, read or changed at its leader; and a replica dropped
+# once its node is no longer a member (a replica move's).
 RAFT_SNAPSHOT_READ = "raft_snapshot_read"
+RAFT_MEMBERSHIP = "raft_membership"
+DROP_REPLICA = "drop_replica"
 
 # Change-feed consumers (the ChangeFeed service, or unary Call).
 REGISTER_CONSUMER = "register_consumer"
@@ -174,6 +178,8 @@ CONTROL_OPS = frozenset(
         MOVE_RECEIVE,
         INDEX_PRESSURE,
         RAFT_SNAPSHOT_READ,
+        RAFT_MEMBERSHIP,
+        DROP_REPLICA,
         TXN_APPLY,
         TXN_SWEEP,
     }
@@ -189,7 +195,9 @@ FEED_OPS = frozenset({REGISTER_CONSUMER, CHECKPOINT, UNREGISTER_CONSUMER})
 # Control-plane writes that may also be addressed to one partition on the data plane (the
 # envelope names it): then they change that partition alone, through its Raft group at its
 # leader, as a replicated partition's settings and transaction state must change.
-ADDRESSABLE_CONTROL_OPS = frozenset({UPDATE_THROUGHPUT, UPDATE_TTL, TXN_APPLY, TXN_SWEEP})
+ADDRESSABLE_CONTROL_OPS = frozenset(
+    {UPDATE_THROUGHPUT, UPDATE_TTL, TXN_APPLY, TXN_SWEEP, RAFT_MEMBERSHIP}
+)
 
 
 # Payloads ---------------------------------------------------------------------------------------
@@ -947,18 +955,82 @@ class MovePartitionPayload:
     StaleEpoch if the partition is not on the node; ValidationException if it cannot move (to
     the node holding it, a system table's, or one with transactions in flight that did not
     finish while it waited).
+
+    A replicated partition moves one replica: the one on `source_node` (its first replica's if
+    None) moves to `target_node` by a change of its group's membership
+    (`storagenode.replica_move`), asked of any of its replicas' nodes. Reply: {"partition":
+    PARTITION (as the catalog now records it), "from": node id, "seconds": float, "steps":
+    [step names taken]}.
     """
 
     table_id: str
     partition_id: str
     target_node: str
     target_address: str
+    # A replicated partition: the node whose replica moves (None: its first replica's).
+    source_node: str | None = None
 
     @classmethod
     def from_json(cls, body: dict[str, Any]) -> Self:
         return cls(
-            body["table_id"], body["partition_id"], body["target_node"], body["target_address"]
+            body["table_id"],
+            body["partition_id"],
+            body["target_node"],
+            body["target_address"],
+            body.get("source_node"),
         )
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(slots=True)
+class RaftMembershipPayload:
+    """raft_membership, addressed to a replicated partition: its group's membership, read or
+    changed one step at a time at its leader (`core.machines.replica_move`); elsewhere
+    NotPartitionLeader naming the leader known.
+
+    `change` is "read", or one of "add-learner", "promote", "remove" (of `node`) and "transfer"
+    (of the leadership, to `node`). A change already in effect (a learner already added, a
+    member already removed) is answered as done without an entry; one that must wait (another
+    change not committed yet, a new leader that has not committed in its term, a learner not
+    caught up) is refused with ServiceUnavailable, to be asked again. A change is answered once
+    its entry has applied at the leader, a transfer once it has begun. Reply: {"voters": [node],
+    "learners": [node], "leader": node | null, "pending": bool (a change not committed yet)};
+    and "lag": {node: entries} (each member's entries behind the leader's log).
+    """
+
+    change: str
+    node: str | None = None
+
+    CHANGES = ("read", "add-learner", "promote", "remove", "transfer")
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> Self:
+        payload = cls(body["change"], body.get("node"))
+        if payload.change not in cls.CHANGES:
+            raise ValidationError(f"raft_membership's change is one of {', '.join(cls.CHANGES)}")
+        if payload.change != "read" and not isinstance(payload.node, str):
+            raise ValidationError(f"raft_membership's {payload.change} names a node")
+        return payload
+
+    def to_json(self) -> dict[str, Any]:
+        return {"change": self.change, "node": self.node}
+
+
+@dataclasses.dataclass(slots=True)
+class DropReplicaPayload:
+    """drop_replica: this node's replica of a replicated partition goes, rows, metadata and
+    group, because its node is no longer a member of the group (a replica move switched it
+    away: `core.machines.replica_move`; the caller knows it). Refused while this node leads the
+    group. Reply: {"dropped": bool} (false: no such replica here)."""
+
+    table_id: str
+    partition_id: str
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> Self:
+        return cls(body["table_id"], body["partition_id"])
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -32,6 +32,14 @@ the catalog and the nodes change, which the caller must keep:
   caller retires those still named after a grace long past any split's install (the parent's
   metadata goes, its items stay for the copy of each child to replace), after which the
   children are created here and copied from a member.
+- A replica move (`core.machines.replica_move`) names its target before the target holds a
+  vote in the group, and its source until the source's removal from the group has committed:
+  every voter of a group is among its partition's `nodes`. So a replicated partition held
+  here that the catalog serves on other nodes alone holds no vote here (its move switched it
+  away, or a move to here ended before it was added): `remove` names it, and the caller drops
+  it (`drop_replica`). A move's target is created like any replica the catalog places here.
+  `moving` names the partitions held here whose replica move the catalog records, for the
+  caller to drive on where it leads them (a driver that died leaves the move recorded).
 """
 
 from __future__ import annotations
@@ -157,8 +165,13 @@ def stands(partition: PartitionDef, unreached: int) -> bool:
 
 def quorum_reached(replicas: Iterable[Replica], unreached: Iterable[Replica]) -> bool:
     """Whether every partition among `replicas` `stands`, `unreached` being those whose node
-    could not be reached."""
-    lacking = Counter((replica.stored_id, replica.partition.id) for replica in unreached)
+    could not be reached (a replica move's target, not yet among the replicas, counts for
+    none)."""
+    lacking = Counter(
+        (replica.stored_id, replica.partition.id)
+        for replica in unreached
+        if not replica.partition.replicas or replica.node in replica.partition.replicas
+    )
     return all(
         stands(replica.partition, lacking[(replica.stored_id, replica.partition.id)])
         for replica in replicas
@@ -174,6 +187,12 @@ class Reconciliation:
     # Partitions held here that the catalog names no longer serve (a split's parent): the
     # caller retires the replicated ones still named after a grace.
     retire: tuple[tuple[str, str], ...] = ()
+    # Replicated partitions held here that the catalog serves on other nodes alone: the
+    # caller drops those whose group here has other members.
+    remove: tuple[tuple[str, str], ...] = ()
+    # (table name, stored id, partition id) of the partitions held here whose replica move the
+    # catalog records.
+    moving: tuple[tuple[str, str, str], ...] = ()
 
 
 def stored_ids(table: TableDef) -> set[str]:
@@ -238,7 +257,22 @@ def reconcile(
         for stored, _ in _serving(table)
     }
     retire = sorted(ref for ref in held if ref[0] in settled and ref not in serving)
-    return Reconciliation(tuple(drop), tuple(create), tuple(retire))
+    remove: list[tuple[str, str]] = []
+    moving: list[tuple[str, str, str]] = []
+    for table in tables.values():
+        if table.status not in _SETTLED_TABLES:
+            continue
+        for stored, partitions in _serving(table):
+            for partition in partitions:
+                if (stored, partition.id) not in held or not partition.replicas:
+                    continue
+                if node not in partition.nodes:
+                    remove.append((stored, partition.id))
+                elif partition.replica_move is not None:
+                    moving.append((table.name, stored, partition.id))
+    return Reconciliation(
+        tuple(drop), tuple(create), tuple(retire), tuple(sorted(remove)), tuple(sorted(moving))
+    )
 
 
 def _serving(table: TableDef) -> list[tuple[str, tuple[PartitionDef, ...]]]:

@@ -22,7 +22,7 @@ from typing import TypeVar
 
 from core import limits
 from core.catalog import PartitionDef
-from core.errors import NotPartitionLeader, ServiceUnavailable
+from core.errors import NotPartitionLeader, ServiceUnavailable, StaleEpoch
 from rpc.transport import NotSent
 
 T = TypeVar("T")
@@ -85,6 +85,13 @@ class ReplicaCalls:
                 if refused.leader in replicas and refused.leader not in (node, None):
                     node = refused.leader
                     continue
+                if refused.leader is not None and refused.leader not in replicas:
+                    # A replica moved (`core.machines.replica_move`): this process's copy of
+                    # the catalog is older than the group's membership.
+                    raise StaleEpoch(
+                        f"Partition {partition.id} is led by {refused.leader}, which holds no "
+                        "replica of it in this process's catalog: it is read again"
+                    ) from None
             except NotSent:
                 self._leaders.pop(key, None)
             except ServiceUnavailable:

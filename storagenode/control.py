@@ -22,7 +22,7 @@ from core.errors import ResourceInUse, StaleEpoch, ValidationError
 from core.keycodec import successor
 from rpc import ops
 from rpc.ops import Target
-from storagenode import changefeed, expiry
+from storagenode import changefeed, expiry, snapshots
 from storagenode import transactions as txn
 from storagenode.layout import Family, seq_bytes, table_prefix
 from storagenode.partition import Partition
@@ -152,6 +152,39 @@ def retire_partition(
     ctx.feed.retire(changefeed.RetiredLog(*ref, partition.first_seq, end_seq, tuple(children)))
     ctx.feed.trim_retired(ref, ctx.node.change_log_records_max)
     return {"retired": True}
+
+
+def raft_membership(
+    ctx: WriteContext, target: Target | None, payload: ops.RaftMembershipPayload
+) -> dict[str, Any]:
+    """A membership request that reached a partition's group of one member, this node (a
+    partition of one copy; a replicated one's goes to its group at its leader:
+    `StorageNode.write_round`)."""
+    if target is None:
+        raise ValidationError("A raft_membership request names its partition")
+    addressed(ctx.lookup((target.table_id, target.partition_id)), target)
+    raise ValidationError(
+        f"Partition {target.partition_id} has one copy: its group has no membership to change"
+    )
+
+
+def drop_replica(
+    ctx: WriteContext, target: Target | None, payload: ops.DropReplicaPayload
+) -> dict[str, Any]:
+    """Drop this node's replica of a replicated partition, whose group it is no longer a member
+    of (`ops.DropReplicaPayload`): its rows, its metadata, and with them its group."""
+    ref = (payload.table_id, payload.partition_id)
+    partition = ctx.lookup(ref)
+    if partition is None:
+        return {"dropped": False}
+    if not ctx.node.replicated(ref):
+        raise ValidationError(f"Partition {payload.partition_id} here is its only copy")
+    if ctx.node.leads(ref):
+        raise ValidationError(f"This node leads partition {payload.partition_id}'s group")
+    snapshots.clear(ctx.node.store, ctx.batch, partition)
+    ctx.put_partition(ref, None)
+    ctx.feed.forget(ref)
+    return {"dropped": True}
 
 
 def update_ttl(

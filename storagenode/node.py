@@ -59,7 +59,7 @@ from storagenode.layout import (
 )
 from storagenode.operations import OPERATIONS, DiskFull, Kind, Operation
 from storagenode.partition import Partition
-from storagenode.raft_host import node_name, partition_of_group
+from storagenode.raft_host import group_id, node_name, partition_of_group
 from storagenode.replication import Proposed, Replication, Route
 from storagenode.snapshots import PageRead
 from storagenode.store import PUT, BatchOp, DataCorruption, NodeStore, WriteBatchView
@@ -167,6 +167,9 @@ class StorageNode:
         )
         # The writes each entry in flight at this node as a leader carries, by group.
         self._waiting: dict[str, _Waiting] = {}
+        # Membership changes proposed here as a group's leader, by group: the token of the
+        # request that asked, and its partition (`_change_membership`).
+        self._changing: dict[str, tuple[Hashable, PartitionRef]] = {}
         # Leaderships being confirmed for strong reads (read-index), by the asker's token.
         self._confirming: dict[Hashable, tuple[PartitionRef, Future[int]]] = {}
         # Back-pressure of global indexes on base writes (`limits.GSI_LAG_RECORDS_MAX`).
@@ -512,7 +515,12 @@ class StorageNode:
         for token, ref in reads:
             self._confirming[token] = (ref, replication.read_index(ref))
         results: list[WriteResult | None] = [None] * len(writes)
-        local, led, held = self._route_writes(writes, results)
+        local, led, held, changes = self._route_writes(writes, results)
+        changing = [
+            position
+            for position in changes
+            if self._change_membership(writes[position], tokens[position], results, position)
+        ]
         led_order = sorted(position for positions in led.values() for position in positions)
         ready = self.run_group([writes[position] for position in local])
         lead = self.run_group([writes[position] for position in led_order]) if led_order else None
@@ -549,6 +557,7 @@ class StorageNode:
                         self.monotonic(),
                     )
                     waiting.extend(positions)
+            waiting.extend(changing)
             self.install_effects(replication.take_applied())
             settled = self._settle_proposals(replication.settle())
         self._settle_writes([writes[position] for position in local], ready.charged, consumed)
@@ -640,14 +649,17 @@ class StorageNode:
 
     def _route_writes(
         self, writes: Sequence[Write], results: list[WriteResult | None]
-    ) -> tuple[list[int], dict[PartitionRef, list[int]], list[int]]:
+    ) -> tuple[list[int], dict[PartitionRef, list[int]], list[int], list[int]]:
         """Sort a round's writes by where they go (`replication.Route`): positions to run now on
         groups of one voter, positions to plan and propose by partition led here with others,
-        positions held for a later round; a write refused as NotPartitionLeader gets its
-        refusal in `results`."""
+        positions held for a later round, positions of membership requests to groups led
+        here (`_change_membership`); a write refused as NotPartitionLeader gets its refusal in
+        `results`. A membership request, like a write, waits for the entry in flight before it,
+        and the writes after it wait for its own."""
         local: list[int] = []
         led: dict[PartitionRef, list[int]] = {}
         held: list[int] = []
+        changes: list[int] = []
         busy: set[PartitionRef] = set()
         for position, (op, target, _) in enumerate(writes):
             operation = OPERATIONS.get(op)
@@ -659,7 +671,13 @@ class StorageNode:
                 held.append(position)  # after a write held before it: order is kept
                 continue
             route, leader = self.replication.route(ref)
-            if route is Route.LOCAL:
+            if op == ops.RAFT_MEMBERSHIP and route is Route.LEAD:
+                busy.add(ref)
+                if ref in led:
+                    held.append(position)
+                else:
+                    changes.append(position)
+            elif route is Route.LOCAL:
                 local.append(position)
             elif route is Route.LEAD:
                 led.setdefault(ref, []).append(position)
@@ -668,7 +686,36 @@ class StorageNode:
                 held.append(position)
             else:
                 results[position] = _not_leader(target, leader)
-        return local, led, held
+        return local, led, held, changes
+
+    def _change_membership(
+        self, write: Write, token: Hashable, results: list[WriteResult | None], position: int
+    ) -> bool:
+        """A membership request to a group this node leads with nothing in flight
+        (`ops.RaftMembershipPayload`): answered in `results` now, or, for a change proposed as
+        an entry, True (a later round answers it by `token`, once it applied)."""
+        op, target, body = write
+        assert target is not None
+        ref = (target.table_id, target.partition_id)
+        replication = self.replication
+        future = None
+        try:
+            addressed(self.partitions.get(ref), target)
+            payload = ops.RaftMembershipPayload.from_json(body)
+            if payload.change != "read":
+                assert payload.node is not None
+                future = replication.change_membership(ref, payload.change, payload.node)
+        except DynamoError as error:
+            results[position] = error
+            return False
+        except (KeyError, ValueError) as error:
+            results[position] = ValidationError(f"A malformed raft_membership request: {error}")
+            return False
+        if payload.change == "read" or future is None:
+            results[position] = replication.membership(ref) or _outcome_unknown(op)
+            return False
+        self._changing[group_id(*ref)] = (token, ref)
+        return True
 
     def _settle_proposals(self, done: Sequence[Proposed]) -> list[tuple[Hashable, WriteResult]]:
         """The answers of writes whose entry the latest round settled: their planned replies if
@@ -677,6 +724,20 @@ class StorageNode:
         saying so."""
         settled: list[tuple[Hashable, WriteResult]] = []
         for entry in done:
+            change = self._changing.pop(entry.group, None)
+            if change is not None:
+                token, ref = change
+                failure = entry.future.exception()
+                reply: WriteResult
+                membership = self.replication.membership(ref)
+                if failure is None and membership is not None:
+                    reply = membership
+                elif isinstance(failure, RaftNotLeader):
+                    reply = _not_leader(Target(*ref), failure.leader)
+                else:
+                    reply = _outcome_unknown(ops.RAFT_MEMBERSHIP)
+                settled.append((token, reply))
+                continue
             waiting = self._waiting.pop(entry.group)
             failure = entry.future.exception()
             if failure is None:
@@ -703,6 +764,9 @@ class StorageNode:
                 self._settle_writes([write], [waiting.lead.charged[index]], [0.0])
                 settled.append((token, _outcome_unknown(write[0])))
         self._waiting = {}
+        for token, _ref in self._changing.values():
+            settled.append((token, _outcome_unknown(ops.RAFT_MEMBERSHIP)))
+        self._changing = {}
         return settled
 
     def install_effects(self, applied: Sequence[tuple[str, Sequence[BatchOp]]]) -> None:

@@ -35,7 +35,7 @@ from rpc.transactions import (
     TxnRecordPayload,
     TxnSweepPayload,
 )
-from storagenode import control, expiry, items, move, reads, snapshots, split
+from storagenode import control, expiry, items, move, reads, replica_move, snapshots, split
 from storagenode import transactions as txn
 from storagenode.writes import NodeState, WriteContext, addressed
 
@@ -62,6 +62,7 @@ class Drivers(Protocol):
 
     splitter: split.Splitter
     mover: move.Mover
+    replica_mover: replica_move.ReplicaMover
 
 
 # A read's handler, a write's (its reply or refusal; a metered one sets `ctx.consumed`), a
@@ -148,6 +149,10 @@ async def _split_partition(drivers: Drivers, payload: ops.SplitPartitionPayload)
 
 
 async def _move_partition(drivers: Drivers, payload: ops.MovePartitionPayload) -> Any:
+    if drivers.splitter.node.replicated((payload.table_id, payload.partition_id)):
+        return await drivers.replica_mover.move(
+            payload.table_id, payload.partition_id, payload.target_node, payload.source_node
+        )
     return await drivers.mover.move(
         payload.table_id, payload.partition_id, payload.target_node, payload.target_address
     )
@@ -187,6 +192,16 @@ OPERATIONS: Mapping[str, Operation] = {
         # A global index partition out of write capacity, as the GSI replicator reports it.
         Operation(ops.INDEX_PRESSURE, ops.IndexPressurePayload, _R, items.index_pressure),
         Operation(ops.RAFT_SNAPSHOT_READ, ops.SnapshotReadPayload, _R, snapshots.read_page),
+        # A replicated partition's membership (at its leader: `StorageNode.write_round`), and
+        # a replica whose node left its group (`storagenode.replica_move`).
+        Operation(ops.RAFT_MEMBERSHIP, ops.RaftMembershipPayload, _W, control.raft_membership),
+        Operation(
+            ops.DROP_REPLICA,
+            ops.DropReplicaPayload,
+            _W,
+            control.drop_replica,
+            disk_full=_FREES,
+        ),
         # The TTL sweeper's own writes.
         Operation(
             expiry.TTL_EXPIRE,

@@ -48,13 +48,17 @@ class PlacementKeeper:
         catalog: CatalogClient,
         interval: float = limits.PLACEMENT_RECONCILE_SECONDS,
         clock: Callable[[], float] = time.monotonic,
+        resume_move: Callable[[str, str, str], None] | None = None,
     ) -> None:
+        """`resume_move(table name, stored id, partition id)` drives on a replica move the
+        catalog records (`storagenode.replica_move.ReplicaMover.resume`)."""
         self.node_id = node_id
         self.node = node
         self.submit = submit
         self.catalog = catalog
         self.interval = interval
         self.clock = clock
+        self.resume_move = resume_move
         self._task = BackgroundTask("placement", self._run)
         self._failures = RateLimitedLog(logger)
         # When each partition held here was first found not served by the catalog.
@@ -89,6 +93,17 @@ class PlacementKeeper:
         }
         plan = placement.reconcile(self.node_id, partitions, tables, ranges)
         await self._retire(plan.retire, partitions)
+        for ref in plan.remove:
+            if not self.node.replicated(ref):
+                continue
+            logger.warning(
+                "dropping replica %s of %s: the catalog places it on other nodes", ref[1], ref[0]
+            )
+            await self.submit(ops.DROP_REPLICA, ops.DropReplicaPayload(*ref).to_json())
+        if self.resume_move is not None:
+            for name, stored_id, partition_id in plan.moving:
+                if self.node.leads((stored_id, partition_id)):
+                    self.resume_move(name, stored_id, partition_id)
         for stored_id in plan.drop:
             logger.warning("dropping stored table %s: no table in the catalog names it", stored_id)
             await self.submit(ops.DROP_TABLE, ops.DropTablePayload(stored_id).to_json())

@@ -94,6 +94,7 @@ from typing import Protocol
 from core import limits
 from core.raft import (
     NONE,
+    ConfChange,
     Config,
     ConfState,
     Entry,
@@ -419,6 +420,30 @@ class RaftHost:
         group.staged.add(index)
         self._dirty[name] = group
         return index
+
+    def propose_conf_change(self, name: str, change: ConfChange) -> Future[int]:
+        """Propose a membership change of group `name` (at its leader): the future resolves
+        with the entry's index once it applied, or fails as `propose`'s does
+        (ProposalRefused at once if the change cannot be proposed now)."""
+        group = self.groups[name]
+        future: Future[int] = Future()
+        if group.node.role is Role.LEADER:
+            self._wake(group)
+        try:
+            index, term = group.node.propose_conf_change(change)
+        except (NotLeader, ProposalRefused) as error:
+            future.set_exception(error)
+            return future
+        group.proposals[index] = (term, future)
+        self._dirty[name] = group
+        return future
+
+    def transfer_leadership(self, name: str, to: int) -> None:
+        """Have group `name`'s leader here hand its leadership to voter `to` (`RaftNode`'s)."""
+        group = self.groups[name]
+        self._wake(group)
+        group.node.transfer_leadership(to)
+        self._dirty[name] = group
 
     def read_index(self, name: str) -> Future[int]:
         group = self.groups[name]

@@ -45,10 +45,13 @@ from core import limits
 from core.errors import LeaseUnavailable, NotPartitionLeader, ServiceUnavailable
 from core.raft import (
     NONE,
+    ConfChange,
+    ConfChangeKind,
     ConfState,
     Entry,
     EntryKind,
     Message,
+    ProposalRefused,
     RaftNode,
     Role,
     Snapshot,
@@ -62,6 +65,13 @@ from storagenode.raft_storage import stored_groups
 from storagenode.snapshots import Install, PageRead
 from storagenode.store import DELETE, DELETE_RANGE, PUT, BatchOp, NodeStore, WriteBatchView
 from storagenode.writes import PartitionRef, Ready
+
+# `ops.RaftMembershipPayload`'s changes that are entries of the group's log.
+_CHANGES = {
+    "add-learner": ConfChangeKind.ADD_LEARNER,
+    "promote": ConfChangeKind.PROMOTE,
+    "remove": ConfChangeKind.REMOVE,
+}
 
 # The group of the writes addressed to no one partition (`Ready.spans`' None).
 NODE_GROUP = "node"
@@ -438,9 +448,15 @@ class Replication:
         self.host.handle_round(batch, removing=gone)
 
     def _conf(self, partition: Partition | None) -> ConfState:
+        """The membership a group is created with here: its partition's replicas, this node a
+        learner of them if they do not name it (the target of a replica move, which its group
+        adds as a learner: `core.machines.replica_move`)."""
         if partition is None or not partition.replicas:
             return ConfState(frozenset({self.member}), frozenset())
-        return ConfState(frozenset(member_id(node) for node in partition.replicas), frozenset())
+        voters = frozenset(member_id(node) for node in partition.replicas)
+        if self.member in voters:
+            return ConfState(voters, frozenset())
+        return ConfState(voters, frozenset({self.member}))
 
     def _create(
         self, name: str, partition: Partition, batch: WriteBatchView, *, start: int = 0
@@ -548,6 +564,72 @@ class Replication:
             self.proposed[name] = entry
             proposed.append(entry)
         return proposed
+
+    def membership(self, ref: PartitionRef) -> dict[str, object] | None:
+        """The membership of `ref`'s group as this node has it (`ops.RaftMembershipPayload`'s
+        reply): at its leader, also how far behind each other member is. None: no group."""
+        group = self.host.groups.get(group_id(*ref))
+        if group is None:
+            return None
+        node = group.node
+        last = node.log.last_index()
+        lag = {}
+        if node.role is Role.LEADER:
+            lag = {
+                node_name(member): max(0, last - progress.match)
+                for member, progress in sorted(node.progress.items())
+                if member != self.member
+            }
+        return {
+            "voters": sorted(node_name(member) for member in node.conf.voters),
+            "learners": sorted(node_name(member) for member in node.conf.learners),
+            "leader": node_name(node.leader) if node.leader != NONE else None,
+            "pending": node.pending_conf_index > node.log.committed,
+            "lag": lag,
+        }
+
+    def change_membership(self, ref: PartitionRef, change: str, node: str) -> Future[int] | None:
+        """At the leader of `ref`'s group (nothing in flight: `Route.LEAD`), one membership
+        step (`ops.RaftMembershipPayload`): None if it is in effect already or begun (a
+        transfer), else the future of its entry, which is `proposed` meanwhile. Refused with
+        ServiceUnavailable while it must wait."""
+        name = group_id(*ref)
+        group = self.host.groups[name]
+        raft = group.node
+        member = member_id(node)
+        conf = raft.conf
+        if change == "transfer":
+            if raft.transferee != member:
+                try:
+                    self.host.transfer_leadership(name, member)
+                except ProposalRefused as refused:
+                    raise ServiceUnavailable(f"No transfer to {node} now: {refused}") from None
+            return None
+        kind = _CHANGES[change]
+        if (
+            (kind is ConfChangeKind.ADD_LEARNER and member in conf.members)
+            or (kind is ConfChangeKind.PROMOTE and member in conf.voters)
+            or (kind is ConfChangeKind.REMOVE and member not in conf.members)
+        ):
+            return None
+        if kind is ConfChangeKind.PROMOTE:
+            progress = raft.progress.get(member)
+            behind = raft.log.last_index() - (NONE if progress is None else progress.match)
+            if behind > limits.REPLICA_MOVE_PROMOTE_LAG_ENTRIES:
+                raise ServiceUnavailable(
+                    f"Learner {node} is {behind} entries behind the leader: not promoted yet"
+                )
+        if kind is ConfChangeKind.REMOVE and member == self.member:
+            raise ServiceUnavailable(f"The leader {node} leaves its group only once another leads")
+        future = self.host.propose_conf_change(name, ConfChange(kind, member))
+        if future.done() and future.exception() is not None:
+            error = future.exception()
+            if isinstance(error, ProposalRefused):
+                raise ServiceUnavailable(f"The {change} of {node} waits: {error}")
+            raise ServiceUnavailable(f"The {change} of {node} was not proposed: {error!r}")
+        index = raft.log.last_index()
+        self.proposed[name] = Proposed(name, index, future, ())
+        return future
 
     def read_index(self, ref: PartitionRef) -> Future[int]:
         """Confirm this node still leads `ref`'s group, by a heartbeat round (read-index): the

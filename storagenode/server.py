@@ -50,6 +50,7 @@ from storagenode.node import StorageNode
 from storagenode.operations import OPERATIONS, Kind
 from storagenode.placement import PlacementKeeper
 from storagenode.raft_host import member_id, node_name
+from storagenode.replica_move import ReplicaMover
 from storagenode.settings import NodeSettings
 from storagenode.split import Splitter
 from storagenode.store import Store
@@ -81,12 +82,18 @@ class NodeServicer(node_pb2_grpc.StorageNodeServicer):
     """The StorageNode gRPC service over one StorageNode and its group committer."""
 
     def __init__(
-        self, node: StorageNode, committer: GroupCommitter, splitter: Splitter, mover: Mover
+        self,
+        node: StorageNode,
+        committer: GroupCommitter,
+        splitter: Splitter,
+        mover: Mover,
+        replica_mover: ReplicaMover,
     ) -> None:
         self.node = node
         self.committer = committer
         self.splitter = splitter
         self.mover = mover
+        self.replica_mover = replica_mover
         self.draining = False
         self._streams: set[_ResponseStream] = set()
 
@@ -397,6 +404,7 @@ class NodeServer:
         self._sweeper: TtlSweeper | None = None
         self._splitter: Splitter | None = None
         self._mover: Mover | None = None
+        self._replica_mover: ReplicaMover | None = None
         self._stream_retention: StreamRetention | None = None
         self._catalog_copier: CatalogCopier | None = None
         self._placement: PlacementKeeper | None = None
@@ -465,15 +473,24 @@ class NodeServer:
         self._splitter.start()
         self._mover = Mover(self._splitter, self.node_id)
         self._mover.start()
+        self._replica_mover = ReplicaMover(self._splitter, self.node_id, self.peers.get)
         self._stream_retention = StreamRetention(
             node, committer.submit, settings.stream_retention_seconds
         )
         self._stream_retention.start()
         self._catalog_copier = CatalogCopier(self.node_id, node, committer.submit, NodeClient)
         self._catalog_copier.start()
-        self._placement = PlacementKeeper(self.node_id, node, submit, self._splitter.catalog)
+        self._placement = PlacementKeeper(
+            self.node_id,
+            node,
+            submit,
+            self._splitter.catalog,
+            resume_move=self._replica_mover.resume,
+        )
         self._placement.start()
-        self._servicer = NodeServicer(node, self._committer, self._splitter, self._mover)
+        self._servicer = NodeServicer(
+            node, self._committer, self._splitter, self._mover, self._replica_mover
+        )
         node_pb2_grpc.add_StorageNodeServicer_to_server(self._servicer, server)
         self._feed = FeedService(node, committer.submit)
         changefeed_pb2_grpc.add_ChangeFeedServicer_to_server(ChangeFeedServicer(self._feed), server)
@@ -517,6 +534,8 @@ class NodeServer:
             await self._sweeper.close()
         if self._mover is not None:
             await self._mover.close()
+        if self._replica_mover is not None:
+            await self._replica_mover.close()
         if self._splitter is not None:
             await self._splitter.close()
         if self._stream_retention is not None:

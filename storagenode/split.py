@@ -310,7 +310,9 @@ def _child(parent: Partition, child: PartitionDef) -> Partition:
         throughput=splits.child_throughput(parent.throughput, child.share),
         ttl=parent.ttl,
         indexes=parent.indexes,
-        replicas=parent.replicas,
+        # The catalog's: the parent's group as it was when the split was recorded (the
+        # replicas may have moved since the parent was made here).
+        replicas=child.replicas or parent.replicas,
     )
 
 

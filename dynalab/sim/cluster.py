@@ -55,6 +55,7 @@ from storagenode.memory_store import MemoryStore
 from storagenode.move import Mover
 from storagenode.node import WRITE_OPS, StorageNode
 from storagenode.operations import OPERATIONS, Kind
+from storagenode.replica_move import ReplicaMover
 from storagenode.split import Splitter
 from storagenode.sweeper import TtlSweeper
 from storagenode.throughput import NodeThroughput
@@ -141,6 +142,7 @@ class _Drivers:
 
     splitter: Splitter
     mover: Mover
+    replica_mover: ReplicaMover
 
 
 class SimCluster:
@@ -188,6 +190,7 @@ class SimCluster:
         self.nodes: dict[str, StorageNode] = {}
         self.splitters: dict[str, Splitter] = {}
         self.movers: dict[str, Mover] = {}
+        self.replica_movers: dict[str, ReplicaMover] = {}
         self.addresses: dict[str, str] = {}
         for number in self.members:
             self.add_node(f"node-{number}" if self.raft is not None else f"node{number}")
@@ -272,6 +275,9 @@ class SimCluster:
         node = self.nodes[node_id]
         self.splitters[node_id] = self.splitter(node, node_id)
         self.movers[node_id] = Mover(self.splitters[node_id], node_id)
+        self.replica_movers[node_id] = ReplicaMover(
+            self.splitters[node_id], node_id, self.addresses.get
+        )
         if self.split_bytes is not None:
             self.splitters[node_id].start()
             self.movers[node_id].start()
@@ -282,6 +288,7 @@ class SimCluster:
         for task in self._driving.pop(node_id, set()):
             task.cancel()
         await self.movers[node_id].close()
+        await self.replica_movers[node_id].close()
         await self.splitters[node_id].close()
 
     def serve(self, node_id: str, node: StorageNode) -> None:
@@ -321,7 +328,11 @@ class SimCluster:
             try:
                 operation = OPERATIONS[op]
                 handler: Any = operation.handler
-                drivers = _Drivers(self.splitters[node_id], self.movers[node_id])
+                drivers = _Drivers(
+                    self.splitters[node_id],
+                    self.movers[node_id],
+                    self.replica_movers[node_id],
+                )
                 reply: dict[str, Any] = await handler(drivers, operation.payload.from_json(body))
                 return reply
             finally:

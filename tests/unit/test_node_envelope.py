@@ -14,6 +14,7 @@ from rpc.client import NodeClient
 from storagenode.commit import GroupCommitter
 from storagenode.move import Mover
 from storagenode.node import StorageNode
+from storagenode.replica_move import ReplicaMover
 from storagenode.server import NodeServicer
 from storagenode.split import Splitter
 from storagenode.store import Store
@@ -34,7 +35,9 @@ def servicer(tmp_path: Path) -> Iterator[NodeServicer]:
     committer = GroupCommitter(node)
 
     splitter = Splitter(node, committer.submit, NodeClient)
-    yield NodeServicer(node, committer, splitter, Mover(splitter, "n1"))
+    yield NodeServicer(
+        node, committer, splitter, Mover(splitter, "n1"), ReplicaMover(splitter, "n1", {}.get)
+    )
     store.close()
 
 

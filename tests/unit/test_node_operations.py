@@ -78,6 +78,7 @@ def test_what_a_full_disk_still_takes() -> None:
         ops.UNREGISTER_CONSUMER,
         expiry.TTL_EXPIRE,
         move.MOVE_SOURCE,
+        ops.DROP_REPLICA,
     }
 
 
