@@ -154,6 +154,11 @@ def tagged_table_name(arn: str, region: str, account: str) -> str:
         raise ValidationError(
             f"{_INVALID_PARAMETERS}Provided Arn is not a DynamoDB resource arn: {arn}"
         )
-    if sub_resource or not _NAME.fullmatch(name) or len(name) > limits.TABLE_NAME_CHARS_MAX:
+    # A name too short for a table is refused so too (dynalite's tests against the service).
+    if (
+        sub_resource
+        or not _NAME.fullmatch(name)
+        or not limits.TABLE_NAME_CHARS_MIN <= len(name) <= limits.TABLE_NAME_CHARS_MAX
+    ):
         raise ValidationError(f"Invalid TableArn: Invalid ResourceArn provided as input {arn}")
     return name

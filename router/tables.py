@@ -69,7 +69,7 @@ from router.protocol import request_region
 from router.requests import RequestReader, read_table_name, table_name_checked
 from router.routing import Route
 from router.table_lifecycle import table_not_found
-from router.tags import check_reserved, read_tags, stream_arn, table_arn
+from router.tags import check_tags, read_tags, stream_arn, table_arn
 from rpc import ops
 
 if TYPE_CHECKING:
@@ -374,12 +374,13 @@ def _read_create_table(body: dict[str, Any]) -> dict[str, Any]:
     global_readings = _read_index_definitions(reader, "GlobalSecondaryIndexes")
     stream = _read_stream_specification(reader)
     deletion_protection = reader.boolean("DeletionProtectionEnabled")
-    tags = read_tags(reader, required=False)
+    tag_elements = read_tags(reader, required=False)
     table_class = reader.string("TableClass", enum=_TABLE_CLASSES)
     warm = _read_warm(reader)
     name = table_name_checked(name)
     reader.check()
-    check_reserved(tags)
+    # In DynamoDB's words for tags, not its constraints' (an empty list is no error here).
+    tags = check_tags(tag_elements)
     stream_view_type = _stream_view_type(stream)
     # Past reader.check(), every element holds its fields and every unit is at least 1.
     if reader.present("LocalSecondaryIndexes") and not local_readings:

@@ -833,3 +833,67 @@ def test_boto3_reads_large_replies_plain_or_gzip_with_their_crc32_checked(
     )
     assert "content-encoding" not in small["ResponseMetadata"]["HTTPHeaders"]
     assert small["Item"] == {"pk": {"S": "boto-big"}} and len(inflated) == 1
+
+
+# Tagging's order ---------------------------------------------------------------------------------
+
+TAG_OPERATIONS = ("TagResource", "UntagResource", "ListTagsOfResource")
+
+
+@pytest.mark.parametrize("operation", TAG_OPERATIONS)
+def test_a_missing_or_empty_resource_arn_is_refused_before_the_other_members(
+    cluster: LocalCluster, operation: str
+) -> None:
+    # Neither Tags nor TagKeys is given: the ARN is reported alone, in dynalite's captures of
+    # DynamoDB "Invalid TableArn" for none and IAM's denial of resource "*" for an empty one.
+    reply = call(cluster, operation, {})
+    assert (reply.status, reply.json()) == (
+        400,
+        {"__type": VALIDATE, "message": "Invalid TableArn"},
+    )
+    reply = call(cluster, operation, {"ResourceArn": ""})
+    assert (reply.status, reply.json()) == (
+        400,
+        {
+            "__type": ACCESS_DENIED,
+            "Message": "User: arn:aws:iam::000000000000:root is not authorized to perform: "
+            f"dynamodb:{operation} on resource: *",
+        },
+    )
+
+
+@pytest.mark.parametrize(
+    ("operation", "member"), [("TagResource", "tags"), ("UntagResource", "tagKeys")]
+)
+def test_a_tag_requests_members_come_before_its_arn_and_its_arn_before_its_tags(
+    cluster: LocalCluster, table: str, operation: str, member: str
+) -> None:
+    """dynalite's captures of DynamoDB: an ARN that names no table of this Region waits for the
+    missing member's constraint, and an empty list waits for the ARN (even one naming a table
+    too short to be one), before the table is looked up."""
+    reply = call(cluster, operation, {"ResourceArn": "a:b:c:d:e:f/g"})
+    assert (reply.status, reply.json()) == (
+        400,
+        {
+            "__type": VALIDATE,
+            "message": f"1 validation error detected: Value null at '{member}' failed to satisfy "
+            "constraint: Member must not be null",
+        },
+    )
+    empty = {"Tags": []} if operation == "TagResource" else {"TagKeys": []}
+    short = "arn:aws:dynamodb:us-east-1:000000000000:table/ab"
+    reply = call(cluster, operation, {"ResourceArn": short, **empty})
+    assert (reply.status, reply.json()) == (
+        400,
+        {
+            "__type": VALIDATE,
+            "message": f"Invalid TableArn: Invalid ResourceArn provided as input {short}",
+        },
+    )
+    missing = "arn:aws:dynamodb:us-east-1:000000000000:table/no-such-table"
+    reply = call(cluster, operation, {"ResourceArn": missing, **empty})
+    what = "Tag" if operation == "TagResource" else "Tag Key"
+    assert (reply.status, reply.json()) == (
+        400,
+        {"__type": VALIDATE, "message": f"Atleast one {what} needs to be provided as Input."},
+    )

@@ -206,6 +206,13 @@ INVALID = "One or more parameter values were invalid: "
             "Invalid TableArn: Invalid ResourceArn provided as input "
             f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/",
         ),
+        # A name shorter than a table's (dynalite's tests, run against DynamoDB).
+        (
+            f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/ab",
+            ValidationError,
+            "Invalid TableArn: Invalid ResourceArn provided as input "
+            f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/ab",
+        ),
     ],
 )
 def test_a_tag_operations_arn_is_refused_in_dynamodbs_words(
