@@ -39,9 +39,6 @@ RESOURCE_ARN_CHARS_MAX = 1283  # ResourceArnString in the service model.
 # "Amazon Web Services-assigned tag names and values are automatically assigned the aws: prefix,
 # which the user cannot assign" (API Reference, "Tag").
 RESERVED_TAG_PREFIX = "aws:"
-# DynamoDB's refusal of more tags than a table holds in one request (as captured: ack-api-quirks
-# DDB-TABLE-107, 110: a ValidationException, in TagResource, UntagResource and CreateTable).
-TOO_MANY_TAGS = "Number of Tags exceed the current limit for the provided ResourceArn"
 
 
 def table_arn(name: str) -> str:
@@ -110,7 +107,7 @@ def check_tags(elements: list[Any]) -> list[tuple[str, str]]:
             )
         seen.add(key)
     if len(tags) > limits.TAGS_PER_TABLE_MAX:
-        raise ValidationError(TOO_MANY_TAGS)
+        raise ValidationError(catalog.TOO_MANY_TAGS)
     return tags
 
 
@@ -122,7 +119,7 @@ def check_tag_keys(keys: list[str]) -> list[str]:
     for key in keys:
         _checked_key(key)
     if len(keys) > limits.TAGS_PER_TABLE_MAX:
-        raise ValidationError(TOO_MANY_TAGS)
+        raise ValidationError(catalog.TOO_MANY_TAGS)
     return keys
 
 
