@@ -7,7 +7,8 @@
                                            report ("move", null if none), then its global
                                            indexes' partitions, each with its "index";
                                            a replicated one lists its "replicas" (node,
-                                           role, term, commit and applied index, lag)
+                                           role, term, commit and applied index, lag) and
+                                           its "replica_move" ({"from", "to"}, null if none)
     POST /admin/tables/{name}/partitions/{id}/split
                                            the partition's node splits it in place: at the key
                                            of the body's optional {"Key": {...}} (DynamoDB
@@ -286,6 +287,7 @@ def _listed(
                 "write": None if meter is None else meter["write"],
                 "move": _move_of(partition, storage_id, moving),
                 "replicas": replica_rows(partition, storage_id, reported),
+                "replica_move": partition.get("replica_move"),
             }
         )
     return partitions

@@ -8,11 +8,13 @@ until the catalog no longer records it. Each turn reads both things the machine'
 of, the table's catalog row and the group's membership at its leader (`raft_membership`
 "read"), and takes the step `next_step` gives:
 
-- ADD_LEARNER: the target's replica is made anew (any copy left there from before is dropped
-  first, `drop_replica`: the target is no member, so it holds no vote) with `create_partition`,
-  as the catalog now places it, and the group adds it as a learner (`raft_membership`
-  "add-learner"); its leader then brings it up to date, from its log or, past a compaction, by a
-  copy of the partition from a member (`storagenode/snapshots.py`);
+- ADD_LEARNER: the target's replica is made (`create_partition`, as the catalog now places it;
+  a replica there already stays, which a copy left from an earlier membership may be: its log
+  is a prefix of the group's, or conflicts only where uncommitted, as any member behind) and
+  the group adds it as a learner (`raft_membership` "add-learner"); its leader then brings it up
+  to date, from its log or, past a compaction, by a copy of the partition from a member
+  (`storagenode/snapshots.py`). Nothing is dropped there: a driver acting on an older view of
+  the membership (another's, run at once) must not touch a replica that may vote by now;
 - NAME_TARGET and SWITCH: compare-and-sets of the catalog row; after SWITCH the source drops its
   replica (best effort: the source's placement keeper drops it anyway, once the catalog does
   not name it: `rpc.placement.reconcile`);
@@ -256,8 +258,7 @@ class ReplicaMover:
     async def _create_target(
         self, name: str, stored_id: str, partition: PartitionDef, target: str
     ) -> None:
-        """A fresh, empty replica on the target, as the catalog places it there (whatever a
-        copy left there from before held goes first)."""
+        """The target's replica, as the catalog places it there (unless one is there)."""
         table = await self.splitter.read_table(name)
         if table is None:
             raise ResourceNotFound(f"Table {name} is no longer in the catalog")
@@ -272,10 +273,7 @@ class ReplicaMover:
         )
         if creation is None:
             raise ServiceUnavailable(f"The catalog places no replica of {partition.id} on {target}")
-        client = self._client(target)
-        dropped = ops.DropReplicaPayload(stored_id, partition.id)
-        await client.control(ops.DROP_REPLICA, dropped.to_json(), _CALL_SECONDS)
-        await client.control(ops.CREATE_PARTITION, creation.payload, _CALL_SECONDS)
+        await self._client(target).control(ops.CREATE_PARTITION, creation.payload, _CALL_SECONDS)
 
     async def _drop(self, source: str, stored_id: str, partition_id: str) -> None:
         """The source's replica goes (best effort: its placement keeper drops it otherwise)."""

@@ -15,6 +15,12 @@ and the record says exactly which effect comes next. A step that returns no effe
 that has not ended stops the run with that record kept: the machine waits for its process's
 periodic check to step it again with RESTARTED (a catalog that cannot be read, an install that
 keeps being refused), rather than a call waiting without bound.
+
+One machine has no record of its own: a replicated partition's replica move
+(`core.machines.replica_move`), whose state is what two durable things already say together
+(the partition's catalog row and its Raft group's committed membership), each combination with
+one next step. Its steps are idempotent, so its driver reads both again after each, and a
+process that dies anywhere leaves nothing to recover but the move still recorded in the catalog.
 """
 
 from __future__ import annotations
