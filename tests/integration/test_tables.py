@@ -217,12 +217,17 @@ def test_table_class(dynamodb: Any, table_name: Callable[[], str]) -> None:
     again = dynamodb.update_table(TableName=name, TableClass="STANDARD")["TableDescription"]
     assert again["TableStatus"] == "ACTIVE"
     assert again["TableClassSummary"]["LastUpdateDateTime"] == changed_at
-    assert error_of(lambda: dynamodb.update_table(TableName=name, TableClass="COLD")) == (
-        400,
-        "ValidationException",
-        "1 validation error detected: Value 'COLD' at 'tableClass' failed to satisfy "
-        "constraint: Member must satisfy enum value set: [STANDARD, STANDARD_INFREQUENT_ACCESS]",
-    )
+    # DynamoDB's words for a class it does not have, before the table is looked up (as captured
+    # against the service: ack-api-quirks DDB-TABLE-442).
+    for table in (name, "no-such-table"):
+        assert error_of(
+            lambda table=table: dynamodb.update_table(TableName=table, TableClass="COLD")
+        ) == (
+            400,
+            "ValidationException",
+            "Invalid table-class parameter provided. Please try again with a valid table-class "
+            "value: [STANDARD, STANDARD_INFREQUENT_ACCESS].",
+        )
     plain_update = dynamodb.update_table(TableName=plain, TableClass="STANDARD")
     assert plain_update["TableDescription"]["TableClassSummary"] == {"TableClass": "STANDARD"}
 
@@ -573,11 +578,13 @@ CREATE_TABLE_ERRORS = [
         "ValidationException",
         INVALID + "StreamViewType is required when StreamEnabled is true",
     ),
+    # DynamoDB's words for a class it does not have, not an enum's constraint violation (as
+    # captured against the service: ack-api-quirks DDB-TABLE-442).
     (
         _set("TableClass", "GLACIER"),
         "ValidationException",
-        "1 validation error detected: Value 'GLACIER' at 'tableClass' failed to satisfy "
-        "constraint: Member must satisfy enum value set: [STANDARD, STANDARD_INFREQUENT_ACCESS]",
+        "Invalid table-class parameter provided. Please try again with a valid table-class "
+        "value: [STANDARD, STANDARD_INFREQUENT_ACCESS].",
     ),
 ]
 
