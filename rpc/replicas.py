@@ -4,7 +4,8 @@ and change-feed calls, the GSI replicator's follows, index writes and backfill r
 
 A partition of one copy (`PartitionDef.replicas` empty) is called on its node, once. A replicated
 one is called at the leader this process last saw answer for it, else its first replica,
-following `NotPartitionLeader` to the leader a replica names, and on to the next replica (pausing
+following `NotPartitionLeader` to the leader a replica names (StaleEpoch, as from a replica
+that moved away, is the caller's: it reads the catalog again), and on to the next replica (pausing
 `REPLICA_RETRY_PAUSE_SECONDS_MIN`, doubling to `_MAX`, once all were asked) while an election is
 under way or a node cannot be reached. A write goes to another replica only when it was
 certainly not applied (refused as not the leader, or never sent: `rpc.transport.NotSent`); an
@@ -68,6 +69,9 @@ class ReplicaCalls:
             node = replicas[self._read_turn % len(replicas)]
         else:
             node = self._leaders.get(key, partition.node)
+            if node not in replicas:
+                # The leader seen last left the group (a replica move): the catalog's first.
+                node = partition.node
         asked: set[str] = set()
         pause = limits.REPLICA_RETRY_PAUSE_SECONDS_MIN
         while True:
@@ -92,6 +96,11 @@ class ReplicaCalls:
                         f"Partition {partition.id} is led by {refused.leader}, which holds no "
                         "replica of it in this process's catalog: it is read again"
                     ) from None
+            except StaleEpoch:
+                # Not held there (any more), or at another epoch: the caller reads the catalog
+                # again, and the next call starts from it, not from the leader seen last.
+                self._leaders.pop(key, None)
+                raise
             except NotSent:
                 self._leaders.pop(key, None)
             except ServiceUnavailable:

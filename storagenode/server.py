@@ -473,7 +473,7 @@ class NodeServer:
         self._splitter.start()
         self._mover = Mover(self._splitter, self.node_id)
         self._mover.start()
-        self._replica_mover = ReplicaMover(self._splitter, self.node_id, self.peers.get)
+        self._replica_mover = ReplicaMover(self._splitter, self.node_id, self._address_of)
         self._stream_retention = StreamRetention(
             node, committer.submit, settings.stream_retention_seconds
         )
@@ -508,6 +508,10 @@ class NodeServer:
             self.data_dir,
         )
         return self.address
+
+    def _address_of(self, node: str) -> str | None:
+        """A node's address by name: this node's own, or a peer's (None: not a peer)."""
+        return self.address if node == self.node_id else self.peers.get(node)
 
     async def _read_page(self, source: int, request: dict[str, Any]) -> dict[str, Any]:
         """A page of a partition replica from peer node `source` (`snapshots.py`)."""

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from core.catalog import PartitionDef
-from core.errors import NotPartitionLeader, ServiceUnavailable
+from core.errors import NotPartitionLeader, ServiceUnavailable, StaleEpoch
 from rpc.replicas import ReplicaCalls
 from rpc.transport import NotSent
 
@@ -89,3 +89,22 @@ def test_eventual_reads_take_the_replicas_in_turn() -> None:
         call(calls, nodes, REPLICATED, anywhere=True, retry_safe=True)
     assert sorted(nodes.asked) == ["node-1", "node-2", "node-3"]
     assert not calls.knows_leader("t", "p0")
+
+
+def test_a_leader_that_moved_away_is_not_asked_again() -> None:
+    """A replica move (`core.machines.replica_move`) takes the leader seen last out of the
+    group: its StaleEpoch is the caller's (it reads the catalog again), and neither a call at
+    the old catalog nor one at the new asks it again."""
+    calls = ReplicaCalls()
+    nodes = Nodes(node_1=[NotPartitionLeader("no", "node-3")])
+    assert call(calls, nodes, REPLICATED) == "ok from node-3"
+    nodes = Nodes(node_3=[StaleEpoch("Partition p0 of table t is not on this node")])
+    with pytest.raises(StaleEpoch):
+        call(calls, nodes, REPLICATED)
+    assert call(calls, nodes, REPLICATED) == "ok from node-1"
+    calls = ReplicaCalls()
+    assert call(calls, Nodes(node_1=[NotPartitionLeader("no", "node-3")]), REPLICATED)
+    moved = PartitionDef("p0", "", None, 1, "node-1", replicas=("node-1", "node-2", "node-4"))
+    nodes = Nodes()
+    assert call(calls, nodes, moved) == "ok from node-1"
+    assert nodes.asked == ["node-1"]
