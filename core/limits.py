@@ -342,6 +342,14 @@ PLACEMENT_RECONCILE_SECONDS = 5.0
 # whose split the node never applied: it was behind when the parent's group went) is retired
 # there after this long, far past any split's install; its children are then copied to it.
 PLACEMENT_RETIRE_GRACE_SECONDS = 30.0
+# A node no other node has heard from for this long (its Raft keepalives, sent every tick) is
+# lost: each replicated partition it held moves that replica to a node that is up, driven by
+# the partition's leader (`rpc.placement.heals`). 0 turns healing off. A node's placement
+# round starts at most HEAL_MOVES_PER_ROUND_MAX of these moves, so a lost node's replicas are
+# copied a few at a time rather than all at once.
+HEAL_SECONDS_DEFAULT = 60.0
+HEAL_SECONDS_MAX = 7 * 24 * 3600.0
+HEAL_MOVES_PER_ROUND_MAX = 4
 
 # The GSI replicator (dynalab's own bounds). It re-reads the catalog this often to find tables with
 # global indexes and their partitions; writes made meanwhile wait in the change logs, which hold

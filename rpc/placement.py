@@ -40,6 +40,12 @@ the catalog and the nodes change, which the caller must keep:
   it (`drop_replica`). A move's target is created like any replica the catalog places here.
   `moving` names the partitions held here whose replica move the catalog records, for the
   caller to drive on where it leads them (a driver that died leaves the move recorded).
+
+`heals(node, tables, led, lost, up)` is what the leader of replicated partitions does for a
+node lost (not heard from for the heal time): the replica there moves to a node that is up and
+holds none of the partition, as a replica move (`core.machines.replica_move`) whose source is
+the lost node. The group keeps a quorum throughout (one voter added, then the lost one
+removed), so only the partition's leader, which hears its members, starts one.
 """
 
 from __future__ import annotations
@@ -193,6 +199,58 @@ class Reconciliation:
     # (table name, stored id, partition id) of the partitions held here whose replica move the
     # catalog records.
     moving: tuple[tuple[str, str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Heal:
+    """A replica on a lost node to move to `target`."""
+
+    name: str  # The table's name.
+    stored_id: str
+    partition_id: str
+    source: str  # The lost node.
+    target: str
+
+
+def heals(
+    node: str,
+    tables: Mapping[str, TableDef],
+    led: Iterable[tuple[str, str]],
+    lost: Iterable[str],
+    up: Iterable[str],
+    most: int,
+) -> list[Heal]:
+    """Up to `most` moves of replicas on `lost` nodes of the replicated partitions this node
+    `node` leads (`led`: (stored id, partition id) pairs) and the catalog `tables` serves with
+    no move recorded, each to a node of `up` (those heard from lately, `node` among them) that
+    holds none of the partition: the one holding the fewest replicas, counting the moves
+    planned before it (ties by name). A partition with no such node stays as it is."""
+    led, lost, up = set(led), set(lost), set(up) | {node}
+    held = Counter(
+        replica
+        for table in tables.values()
+        for _, partitions in _serving(table)
+        for partition in partitions
+        for replica in partition.nodes
+    )
+    planned: list[Heal] = []
+    for table in sorted(tables.values(), key=lambda t: t.name):
+        if table.status not in _SETTLED_TABLES:
+            continue
+        for stored, partitions in _serving(table):
+            for partition in partitions:
+                if len(planned) >= most:
+                    return planned
+                gone = [replica for replica in partition.replicas if replica in lost]
+                if (stored, partition.id) not in led or partition.replica_move or not gone:
+                    continue
+                candidates = sorted(up - lost - set(partition.nodes))
+                if not candidates:
+                    continue
+                target = min(candidates, key=lambda candidate: (held[candidate], candidate))
+                held[target] += 1
+                planned.append(Heal(table.name, stored, partition.id, gone[0], target))
+    return planned
 
 
 def stored_ids(table: TableDef) -> set[str]:

@@ -11,6 +11,14 @@ its partitions, ids are never used again, and the listing comes before the read.
 cannot read the catalog (no quorum of its replicas, say) does nothing and is logged at most once
 per `LOG_REPEAT_SECONDS_MIN`; on a node no router has told where the catalog is yet (it holds no
 bootstrap partition) a round does nothing, quietly.
+
+Healing (`rpc.placement.heals`): with `heal_seconds` given, a round also finds the peers this
+node has not heard from for that long (the Raft host's keepalives, which every pair of nodes
+exchanges every tick, count: `RaftHost.heard_ticks_ago`), and for the replicated partitions it
+leads with a replica on one starts moving that replica to a node heard from lately
+(`heal_move`, in the background: `ReplicaMover.heal`), a few per round. A node that was only
+cut off, and comes back, finds the catalog no longer places those replicas on it, and drops
+them (`remove`).
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from rpc.catalog_client import CatalogClient
 from rpc.ratelog import RateLimitedLog
 from storagenode.node import StorageNode
 from storagenode.partition import Partition
+from storagenode.raft_host import node_name
 from storagenode.writes import PartitionRef
 
 logger = logging.getLogger(__name__)
@@ -49,9 +58,12 @@ class PlacementKeeper:
         interval: float = limits.PLACEMENT_RECONCILE_SECONDS,
         clock: Callable[[], float] = time.monotonic,
         resume_move: Callable[[str, str, str], None] | None = None,
+        heal_seconds: float = 0.0,
+        heal_move: Callable[[placement.Heal], None] | None = None,
     ) -> None:
         """`resume_move(table name, stored id, partition id)` drives on a replica move the
-        catalog records (`storagenode.replica_move.ReplicaMover.resume`)."""
+        catalog records (`storagenode.replica_move.ReplicaMover.resume`); `heal_move` starts
+        one off a lost node (`ReplicaMover.heal`), for a peer silent `heal_seconds` (0: never)."""
         self.node_id = node_id
         self.node = node
         self.submit = submit
@@ -59,6 +71,8 @@ class PlacementKeeper:
         self.interval = interval
         self.clock = clock
         self.resume_move = resume_move
+        self.heal_seconds = heal_seconds
+        self.heal_move = heal_move
         self._task = BackgroundTask("placement", self._run)
         self._failures = RateLimitedLog(logger)
         # When each partition held here was first found not served by the catalog.
@@ -104,6 +118,8 @@ class PlacementKeeper:
             for name, stored_id, partition_id in plan.moving:
                 if self.node.leads((stored_id, partition_id)):
                     self.resume_move(name, stored_id, partition_id)
+        if self.heal_move is not None and self.heal_seconds > 0:
+            self._heal(partitions, tables)
         for stored_id in plan.drop:
             logger.warning("dropping stored table %s: no table in the catalog names it", stored_id)
             await self.submit(ops.DROP_TABLE, ops.DropTablePayload(stored_id).to_json())
@@ -115,6 +131,31 @@ class PlacementKeeper:
             )
             await self.submit(ops.CREATE_PARTITION, creation.payload)
         return plan
+
+    def _heal(
+        self, partitions: Mapping[PartitionRef, Partition], tables: Mapping[str, catalog.TableDef]
+    ) -> None:
+        """Start moving the replicas on lost peers of the partitions led here (see the module)."""
+        assert self.heal_move is not None
+        host = self.node.replication.host
+        lost_ticks = self.heal_seconds / limits.RAFT_TICK_SECONDS
+        heard = {node_name(peer): host.heard_ticks_ago(peer) for peer in host.peers()}
+        lost = {peer for peer, ticks in heard.items() if ticks >= lost_ticks}
+        if not lost:
+            return
+        up = {peer for peer, ticks in heard.items() if ticks <= limits.RAFT_PEER_SILENT_TICKS_MIN}
+        led = [ref for ref in partitions if self.node.leads(ref)]
+        for heal in placement.heals(
+            self.node_id, tables, led, lost, up, limits.HEAL_MOVES_PER_ROUND_MAX
+        ):
+            logger.warning(
+                "healing partition %s: its replica on %s (not heard from for %.0f s) moves to %s",
+                heal.partition_id,
+                heal.source,
+                heard[heal.source] * limits.RAFT_TICK_SECONDS,
+                heal.target,
+            )
+            self.heal_move(heal)
 
     async def _retire(
         self, stale: Iterable[PartitionRef], partitions: Mapping[PartitionRef, Partition]

@@ -468,6 +468,10 @@ class RaftHost:
         for name, message in batch:
             self.step(name, message)
 
+    def peers(self) -> list[int]:
+        """The other nodes this host keeps in touch with (keepalives every tick)."""
+        return sorted(self._heard)
+
     def heard_ticks_ago(self, member: int) -> int:
         """Host ticks since node `member` was last heard from (any batch, a keepalive too)."""
         return self.now - self._heard.get(member, -(1 << 30))

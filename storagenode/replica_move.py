@@ -82,13 +82,16 @@ class ReplicaMover:
         self.replicas = ReplicaCalls()
         # The move running for each partition, by (stored id, partition id).
         self._running: dict[tuple[str, str], asyncio.Task[dict[str, Any]]] = {}
+        # Heals asked of this node (`heal`), each until its move has ended, by the same key.
+        self._healing: dict[tuple[str, str], asyncio.Task[None]] = {}
         self.moves_done = 0
 
     async def close(self) -> None:
-        tasks = list(self._running.values())
+        tasks = [*self._healing.values(), *self._running.values()]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        self._healing.clear()
         self._running.clear()
 
     def running(self) -> list[tuple[str, str]]:
@@ -137,6 +140,27 @@ class ReplicaMover:
             "seconds": self.clock() - started,
             "steps": steps["steps"],
         }
+
+    def heal(self, heal: placement.Heal) -> None:
+        """Start, in the background, the move of a replica off a lost node (the placement
+        keeper's call, at the partition's leader: `rpc.placement.heals`), unless a move of the
+        partition runs here. Its refusal (another move recorded meanwhile, the partition split)
+        is logged: the next round looks again."""
+        ref = (heal.stored_id, heal.partition_id)
+        if ref in self._running or ref in self._healing:
+            return
+
+        async def healing() -> None:
+            try:
+                await self.move(heal.stored_id, heal.partition_id, heal.target, heal.source)
+            except DynamoError as error:
+                logger.warning("healing %s stopped: %s", heal.partition_id, error.message)
+            finally:
+                self._healing.pop(ref, None)
+
+        self._healing[ref] = asyncio.get_running_loop().create_task(
+            healing(), name=f"heal {heal.partition_id}"
+        )
 
     def resume(self, name: str, stored_id: str, partition_id: str) -> None:
         """Drive on a move the catalog records (the placement keeper's call, at the node that

@@ -486,6 +486,8 @@ class NodeServer:
             submit,
             self._splitter.catalog,
             resume_move=self._replica_mover.resume,
+            heal_seconds=settings.heal_seconds,
+            heal_move=self._replica_mover.heal,
         )
         self._placement.start()
         self._servicer = NodeServicer(

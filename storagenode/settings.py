@@ -91,6 +91,13 @@ class NodeSettings:
         at_least(1, "entry"),
         "entries a compacted log keeps for members a little behind (fewer than it compacts at)",
     )
+    heal_seconds: float = setting(
+        limits.HEAL_SECONDS_DEFAULT,
+        "DYNALAB_HEAL_SECONDS",
+        seconds_within(0, limits.HEAL_SECONDS_MAX),
+        "a peer not heard from this long is lost: the partitions this node leads move their "
+        "replicas off it (0: never)",
+    )
 
     def __post_init__(self) -> None:
         if self.raft_log_kept_entries >= self.raft_log_compact_entries:

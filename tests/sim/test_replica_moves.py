@@ -44,8 +44,9 @@ class Died(Exception):
     """The driver's process died here."""
 
 
-def keeper(cluster: SimCluster, node_id: str) -> PlacementKeeper:
-    """A node's placement keeper on virtual time, resuming replica moves as a node's does."""
+def keeper(cluster: SimCluster, node_id: str, heal_seconds: float = 0.0) -> PlacementKeeper:
+    """A node's placement keeper on virtual time, resuming replica moves as a node's does, and
+    healing those of its partitions with a replica on a peer silent `heal_seconds` (0: never)."""
     committer = cluster.committers[node_id]
 
     async def submit(op: str, body: dict[str, Any]) -> Any:
@@ -59,20 +60,23 @@ def keeper(cluster: SimCluster, node_id: str) -> PlacementKeeper:
         interval=1.0,
         clock=asyncio.get_running_loop().time,
         resume_move=cluster.replica_movers[node_id].resume,
+        heal_seconds=heal_seconds,
+        heal_move=cluster.replica_movers[node_id].heal,
     )
 
 
 class Keepers:
     """Every live node's keeper, stopped with its node and started again with it."""
 
-    def __init__(self, cluster: SimCluster) -> None:
+    def __init__(self, cluster: SimCluster, heal_seconds: float = 0.0) -> None:
         self.cluster = cluster
+        self.heal_seconds = heal_seconds
         self.running: dict[str, PlacementKeeper] = {}
         for node_id in cluster.nodes:
             self.start(node_id)
 
     def start(self, node_id: str) -> None:
-        self.running[node_id] = keeper(self.cluster, node_id)
+        self.running[node_id] = keeper(self.cluster, node_id, self.heal_seconds)
         self.running[node_id].start()
 
     async def kill(self, node_id: str) -> None:

@@ -104,8 +104,10 @@ async def writer(
             outcomes[key] = "acknowledged"
         except InternalServerError:
             outcomes[key] = "unknown"
-        except DynamoError:
-            outcomes[key] = "refused"
+        except DynamoError as error:
+            # A leader that lost track of its entry (cut off, deposed) says it cannot tell.
+            unknown = "may or may not apply" in (error.message or "")
+            outcomes[key] = "unknown" if unknown else "refused"
         await asyncio.sleep(rng.uniform(0.005, 0.03))
 
 

@@ -11,7 +11,7 @@ from core.keys import KeyShape
 from core.placement import HashRing
 from core.token_bucket import BillingMode
 from rpc import ops
-from rpc.placement import quorum_reached, reconcile, replica_creations
+from rpc.placement import heals, quorum_reached, reconcile, replica_creations
 
 NODES = ("node-1", "node-2", "node-3")
 RING = HashRing(NODES)
@@ -103,3 +103,44 @@ def test_a_split_parent_held_here_blocks_its_children_and_is_named_to_retire() -
     plan = reconcile("node-2", held, {"T": split}, ranges)
     assert sorted(c.partition.id for c in plan.create) == ["high", "low"]
     assert plan.retire == ()
+
+
+def test_a_lost_nodes_replicas_heal_where_led_to_the_emptiest_node_up() -> None:
+    ring = HashRing((*NODES, "node-4", "node-5"))
+    created = catalog.created(
+        name="T",
+        table_id="c" * 32,
+        key_shape=KeyShape.table(("pk", "S"), None),
+        attribute_definitions=[("pk", "S")],
+        billing_mode=BillingMode.PAY_PER_REQUEST,
+        throughput=Throughput(),
+        now=1.0,
+        owner=lambda _: "node-1",
+        replicas_of=lambda key, i: ring.spread(key, 3, i),
+    )
+    t = catalog.activated(created)
+    tables = {"T": t}
+    led = [(t.id, p.id) for p in t.partitions if "node-1" in p.replicas]
+    expected = [p for p in t.partitions if {"node-1", "node-2"} <= set(p.replicas)]
+    assert expected, "node-1 leads no partition with a replica on node-2"
+    up = ("node-3", "node-4", "node-5")
+    planned = heals("node-1", tables, led, {"node-2"}, up, most=100)
+    assert [h.partition_id for h in planned] == [p.id for p in expected]
+    held = {node: sum(node in p.nodes for p in t.partitions) for node in up}
+    for heal, partition in zip(planned, expected, strict=True):
+        assert (heal.name, heal.stored_id, heal.source) == ("T", t.id, "node-2")
+        candidates = [n for n in up if n not in partition.nodes]
+        # The emptiest candidate, counting the moves planned before it.
+        assert held[heal.target] == min(held[n] for n in candidates), (heal, held)
+        held[heal.target] += 1
+    # At most `most`; none with nothing lost, none not led here, none already moving, none
+    # with no node up to take the replica.
+    assert len(heals("node-1", tables, led, {"node-2"}, up, most=1)) == 1
+    assert heals("node-1", tables, led, set(), up, most=100) == []
+    assert heals("node-1", tables, [], {"node-2"}, up, most=100) == []
+    moving = dataclasses.replace(expected[0], replica_move=("node-2", "node-5"))
+    partitions = tuple(moving if p.id == moving.id else p for p in t.partitions)
+    busy = {"T": dataclasses.replace(t, partitions=partitions)}
+    found = heals("node-1", busy, led, {"node-2"}, up, most=100)
+    assert [h.partition_id for h in found] == [p.id for p in expected[1:]]
+    assert heals("node-1", tables, led, {"node-2"}, (), most=100) == []
