@@ -378,6 +378,22 @@ class InternalServerError(DynamoError):
     type_name = "InternalServerError"
 
 
+class WriteOutcomeUnknown(ServiceUnavailable):
+    """A write its partition's leader took (proposed to the group's log) and cannot tell the
+    outcome of: deposed or cut off before the entry committed, or past the commit's bound. The
+    entry may yet commit under the next leader, so the write may or may not apply.
+
+    To the node's callers it is ServiceUnavailable: they retry where a retry is safe, as for a
+    node that does not answer. But it is never reported as not applied: a batch does not list
+    it among its unprocessed requests (`router.items`), and a client sees what DynamoDB answers
+    such a case with, a 500 InternalServerError saying so. It crosses the node protocol under a
+    name of its own (`rpc.codec`), not a DynamoDB one.
+    """
+
+    type_name = "InternalServerError"
+    node_wire_name: ClassVar[str] = "dynalab.WriteOutcomeUnknown"
+
+
 class OutcomeUnknown(InternalServerError):
     """A write was sent to its node and no answer came back: it may or may not have been applied.
 

@@ -42,6 +42,7 @@ from core.errors import (
     ServiceUnavailable,
     ThroughputExceeded,
     ValidationError,
+    WriteOutcomeUnknown,
 )
 from core.expressions import legacy
 from core.keys import KeyAttributeError
@@ -514,7 +515,8 @@ async def _fan_out(
     Each call is bounded by the context's per-call deadline (a read a node does not answer in
     time is ServiceUnavailable). Any other error fails the batch once every call has finished, so
     no call is left running unobserved; among them OutcomeUnknown, a write sent and not answered,
-    which `UnprocessedItems` would wrongly report as not applied.
+    and WriteOutcomeUnknown, one its leader took and lost track of, which `UnprocessedItems`
+    would wrongly report as not applied.
     """
     results = await asyncio.gather(
         *(
@@ -532,6 +534,8 @@ async def _fan_out(
     )
     outcomes: list[dict[str, Any] | ServiceUnavailable | ThroughputExceeded] = []
     for result in results:
+        if isinstance(result, WriteOutcomeUnknown):
+            raise result  # Its leader may yet commit it: never reported as unprocessed.
         if isinstance(result, BaseException) and not isinstance(result, _RETRYABLE):
             raise result
         outcomes.append(result)

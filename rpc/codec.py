@@ -22,6 +22,7 @@ from core.errors import (
     OnDemandThrottled,
     ThrottlingReason,
     ThroughputExceeded,
+    WriteOutcomeUnknown,
 )
 from rpc import node_pb2, ops
 
@@ -79,10 +80,13 @@ def ok_response(request_id: int, reply: dict[str, Any]) -> node_pb2.Response:
 
 def error_response(request_id: int, error: DynamoError) -> node_pb2.Response:
     extra = error.extra_fields()
+    # A write of unknown outcome is a ServiceUnavailable to the node's callers and a 500 to
+    # clients: it crosses under a name of its own.
+    unknown = isinstance(error, WriteOutcomeUnknown)
     return node_pb2.Response(
         id=request_id,
         body=orjson.dumps(extra) if extra else b"",
-        error_type=error.type_name,
+        error_type=WriteOutcomeUnknown.node_wire_name if unknown else error.type_name,
         error_message=error.message or "",
     )
 
@@ -103,6 +107,8 @@ def error_from_response(response: node_pb2.Response) -> DynamoError:
     message = response.error_message
     if type_name == ConditionalCheckFailed.type_name:
         return ConditionalCheckFailed(message, item=decode_body(response.body).get("Item"))
+    if type_name == WriteOutcomeUnknown.node_wire_name:
+        return WriteOutcomeUnknown(message)
     if type_name == NotPartitionLeader.type_name:
         return NotPartitionLeader(message, decode_body(response.body).get("leader"))
     throttle = _THROTTLES.get(type_name)

@@ -28,7 +28,13 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar
 
 from core import limits
-from core.errors import DynamoError, InternalServerError, LeaseUnavailable, ServiceUnavailable
+from core.errors import (
+    DynamoError,
+    InternalServerError,
+    LeaseUnavailable,
+    ServiceUnavailable,
+    WriteOutcomeUnknown,
+)
 from core.raft import Message
 from rpc.ops import Target
 from storagenode import metrics
@@ -66,8 +72,8 @@ class WriteLoop(Protocol):
         ...
 
 
-def _unknown(reason: str) -> ServiceUnavailable:
-    return ServiceUnavailable(f"{reason}; the write may or may not apply")
+def _unknown(reason: str) -> WriteOutcomeUnknown:
+    return WriteOutcomeUnknown(f"{reason}; the write may or may not apply")
 
 
 class GroupCommitter:

@@ -42,6 +42,7 @@ from core.errors import (
     ThroughputExceeded,
     UnknownOperation,
     ValidationError,
+    WriteOutcomeUnknown,
 )
 from core.index_pressure import IndexPressure
 from core.raft import NONE, Message, TimeoutSource
@@ -114,8 +115,8 @@ def _not_leader(target: Target | None, leader: int) -> NotPartitionLeader:
     return NotPartitionLeader(f"This node does not lead {where}{known}", name)
 
 
-def _outcome_unknown(op: str) -> ServiceUnavailable:
-    return ServiceUnavailable(
+def _outcome_unknown(op: str) -> WriteOutcomeUnknown:
+    return WriteOutcomeUnknown(
         f"The {op} was proposed to its partition's log but its leader lost track of it; "
         "the write may or may not apply"
     )

@@ -102,11 +102,10 @@ async def writer(
         try:
             await items.put_item(router, body)
             outcomes[key] = "acknowledged"
-        except InternalServerError:
-            outcomes[key] = "unknown"
         except DynamoError as error:
-            # A leader that lost track of its entry (cut off, deposed) says it cannot tell.
-            unknown = "may or may not apply" in (error.message or "")
+            # What a client sees: a 500 may or may not have applied (sent and not answered, or
+            # taken by a leader that lost track of it); anything else did not.
+            unknown = error.type_name == InternalServerError.type_name
             outcomes[key] = "unknown" if unknown else "refused"
         await asyncio.sleep(rng.uniform(0.005, 0.03))
 

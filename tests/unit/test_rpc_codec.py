@@ -9,9 +9,11 @@ from core.errors import (
     ConditionalCheckFailed,
     InternalServerError,
     OnDemandThrottled,
+    ServiceUnavailable,
     StaleEpoch,
     ThrottlingReason,
     ThroughputExceeded,
+    WriteOutcomeUnknown,
 )
 from rpc import codec, node_pb2
 
@@ -66,3 +68,17 @@ def test_an_unknown_error_type_is_a_bug_not_a_guess() -> None:
     )
     assert isinstance(decoded, InternalServerError)
     assert "NoSuchError" in decoded.message and "boom" in decoded.message
+
+
+def test_a_write_of_unknown_outcome_crosses_as_itself_and_shows_clients_a_500() -> None:
+    """A node's "may or may not apply" (`WriteOutcomeUnknown`) is ServiceUnavailable to its
+    callers, under a name of its own on the wire, and InternalServerError to a client."""
+    error = WriteOutcomeUnknown("lost track of it; the write may or may not apply")
+    response = codec.error_response(2, error)
+    assert response.error_type == WriteOutcomeUnknown.node_wire_name
+    decoded = codec.error_from_response(node_pb2.Response.FromString(response.SerializeToString()))
+    assert type(decoded) is WriteOutcomeUnknown and decoded.message == error.message
+    assert isinstance(decoded, ServiceUnavailable)
+    assert decoded.type_name == "InternalServerError" and decoded.http_status == 500
+    plain = codec.error_from_response(codec.error_response(3, ServiceUnavailable("down")))
+    assert type(plain) is ServiceUnavailable
