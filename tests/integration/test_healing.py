@@ -9,20 +9,16 @@ no partition names the lost node, and each partition's three replicas hold the s
 from __future__ import annotations
 
 import shutil
-import threading
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
-from botocore.exceptions import ClientError
-
 from dynalab.cluster import LocalCluster
 from tests.integration.conftest import create_active_table, dynamodb_client
-from tests.integration.test_replica_moves import _items, _json
+from tests.integration.test_replica_moves import Writers, _items, _json
 from tests.integration.test_replication import stored
 
-WRITERS = 4
 HEAL_SECONDS = 3
 HEALED_WITHIN_S = 90.0
 
@@ -40,26 +36,7 @@ def test_a_lost_nodes_replicas_are_rebuilt_on_the_other_nodes(
         table = create_active_table(client, "Healing")
         table_id = uuid.UUID(client.describe_table(TableName=table)["Table"]["TableId"]).hex
         admin = f"{cluster.router_url}/admin/tables/{table}/partitions"
-        acknowledged: list[str] = []
-        refused: list[str] = []
-        stop = threading.Event()
-
-        def write(number: int) -> None:
-            own = dynamodb_client(cluster.router_url)
-            i = 0
-            while not stop.is_set():
-                key = f"w{number}-{i}"
-                i += 1
-                try:
-                    own.put_item(TableName=table, Item={"pk": {"S": key}, "n": {"N": str(i)}})
-                    acknowledged.append(key)
-                except ClientError as error:
-                    if error.response["Error"]["Code"] == "ValidationException":
-                        refused.append(key)
-
-        threads = [threading.Thread(target=write, args=(n,)) for n in range(WRITERS)]
-        for thread in threads:
-            thread.start()
+        writers = Writers(cluster.router_url, table)
         time.sleep(2)
         before = _json(admin)["partitions"]
         # A member of the catalog's group (node-1 to node-3), which goes on with the two left.
@@ -78,9 +55,7 @@ def test_a_lost_nodes_replicas_are_rebuilt_on_the_other_nodes(
             assert time.monotonic() < deadline, f"not healed: {listed}"
             time.sleep(0.5)
         time.sleep(2)
-        stop.set()
-        for thread in threads:
-            thread.join(timeout=60)
+        acknowledged, refused = writers.stop()
         assert len(acknowledged) > 200 and not refused, (len(acknowledged), refused[:5])
         assert stored(client, table, acknowledged) == set(acknowledged)
         assert [p["id"] for p in listed] == [p["id"] for p in before]

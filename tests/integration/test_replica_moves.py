@@ -47,6 +47,40 @@ def _items(data_dir: Path, table_id: str, start: str, end: str | None) -> list[A
         store.close()
 
 
+class Writers:
+    """WRITERS threads putting distinct keys to `table` through the router until `stop`, which
+    gives the keys acknowledged and those refused as invalid (none should be)."""
+
+    def __init__(self, router_url: str, table: str) -> None:
+        self.router_url = router_url
+        self.table = table
+        self.acknowledged: list[str] = []
+        self.refused: list[str] = []
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._write, args=(n,)) for n in range(WRITERS)]
+        for thread in self._threads:
+            thread.start()
+
+    def _write(self, number: int) -> None:
+        own = dynamodb_client(self.router_url)
+        i = 0
+        while not self._stop.is_set():
+            key = f"w{number}-{i}"
+            i += 1
+            try:
+                own.put_item(TableName=self.table, Item={"pk": {"S": key}, "n": {"N": str(i)}})
+                self.acknowledged.append(key)
+            except ClientError as error:
+                if error.response["Error"]["Code"] == "ValidationException":
+                    self.refused.append(key)
+
+    def stop(self) -> tuple[list[str], list[str]]:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=60)
+        return self.acknowledged, self.refused
+
+
 def test_each_partition_moves_a_replica_under_writes(tmp_path: Path, monkeypatch: Any) -> None:
     monkeypatch.setenv("DYNALAB_RAFT_LOG_COMPACT_ENTRIES", "20")
     monkeypatch.setenv("DYNALAB_RAFT_LOG_KEPT_ENTRIES", "5")
@@ -57,26 +91,7 @@ def test_each_partition_moves_a_replica_under_writes(tmp_path: Path, monkeypatch
         table = create_active_table(client, "Moving")
         table_id = uuid.UUID(client.describe_table(TableName=table)["Table"]["TableId"]).hex
         admin = f"{cluster.router_url}/admin/tables/{table}/partitions"
-        acknowledged: list[str] = []
-        refused: list[str] = []
-        stop = threading.Event()
-
-        def write(number: int) -> None:
-            own = dynamodb_client(cluster.router_url)
-            i = 0
-            while not stop.is_set():
-                key = f"w{number}-{i}"
-                i += 1
-                try:
-                    own.put_item(TableName=table, Item={"pk": {"S": key}, "n": {"N": str(i)}})
-                    acknowledged.append(key)
-                except ClientError as error:
-                    if error.response["Error"]["Code"] == "ValidationException":
-                        refused.append(key)
-
-        threads = [threading.Thread(target=write, args=(n,)) for n in range(WRITERS)]
-        for thread in threads:
-            thread.start()
+        writers = Writers(cluster.router_url, table)
         time.sleep(2)
         nodes = {node.node_id for node in cluster.nodes}
         partitions = _json(admin)["partitions"]
@@ -91,9 +106,7 @@ def test_each_partition_moves_a_replica_under_writes(tmp_path: Path, monkeypatch
             assert reply["partition"]["replicas"] == expected[partition["id"]], reply
             assert ("TRANSFER" in reply["steps"]) == (source == leader), reply
         time.sleep(2)
-        stop.set()
-        for thread in threads:
-            thread.join(timeout=60)
+        acknowledged, refused = writers.stop()
         assert len(acknowledged) > 200 and not refused, (len(acknowledged), refused[:5])
         assert stored(client, table, acknowledged) == set(acknowledged)
         listed = {p["id"]: p for p in _json(admin)["partitions"]}

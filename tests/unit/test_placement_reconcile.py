@@ -17,7 +17,7 @@ NODES = ("node-1", "node-2", "node-3")
 RING = HashRing(NODES)
 
 
-def table(name: str, table_id: str, factor: int = 3) -> TableDef:
+def table(name: str, table_id: str, factor: int = 3, ring: HashRing = RING) -> TableDef:
     created = catalog.created(
         name=name,
         table_id=table_id,
@@ -27,7 +27,7 @@ def table(name: str, table_id: str, factor: int = 3) -> TableDef:
         throughput=Throughput(),
         now=1.0,
         owner=lambda _: "node-1",
-        replicas_of=(lambda key, i: RING.spread(key, factor, i)) if factor > 1 else None,
+        replicas_of=(lambda key, i: ring.spread(key, factor, i)) if factor > 1 else None,
     )
     return catalog.activated(created)
 
@@ -106,19 +106,7 @@ def test_a_split_parent_held_here_blocks_its_children_and_is_named_to_retire() -
 
 
 def test_a_lost_nodes_replicas_heal_where_led_to_the_emptiest_node_up() -> None:
-    ring = HashRing((*NODES, "node-4", "node-5"))
-    created = catalog.created(
-        name="T",
-        table_id="c" * 32,
-        key_shape=KeyShape.table(("pk", "S"), None),
-        attribute_definitions=[("pk", "S")],
-        billing_mode=BillingMode.PAY_PER_REQUEST,
-        throughput=Throughput(),
-        now=1.0,
-        owner=lambda _: "node-1",
-        replicas_of=lambda key, i: ring.spread(key, 3, i),
-    )
-    t = catalog.activated(created)
+    t = table("T", "c" * 32, ring=HashRing((*NODES, "node-4", "node-5")))
     tables = {"T": t}
     led = [(t.id, p.id) for p in t.partitions if "node-1" in p.replicas]
     expected = [p for p in t.partitions if {"node-1", "node-2"} <= set(p.replicas)]
