@@ -76,7 +76,10 @@ followers to answer, and the leader would step down for having slept. A
 sleeping follower's clock stops too, which only lengthens the time it refuses votes after hearing
 its leader: other leaders come later, never sooner, so the lease stays sound. Followers woken by
 their leader's silence also receive the ticks they missed (at most an election timeout), which
-reflects time that did pass, so they elect a new leader without waiting out a stale count.
+reflects time that did pass, so they elect a new leader without waiting out a stale count: the
+ticks since the leader's last message, which a sleeping follower may have handled long after it
+fell asleep (it reset the follower's count), never the whole sleep. Counted from the sleep, the
+followers of a leader that is only cut off would vote before its lease ran out.
 
 Member ids are ints (`RaftNode`'s), node ids are names (`node-1`): `member_id` and `node_name`
 are the one mapping between them.
@@ -198,6 +201,8 @@ class _Group:
     machine: StateMachine
     asleep: bool = False
     slept_at: int = 0
+    # A follower: the host tick of the last leader's message it handled asleep (0: none).
+    heard_asleep_at: int = 0
     awake_until: int = 0  # woken by another member: awake until this host tick at least
     quiet_since: int | None = None  # a leader: its tick when it last became quiescent
     proposals: dict[int, tuple[int, Future[int]]] = dataclasses.field(default_factory=dict)
@@ -497,6 +502,7 @@ class RaftHost:
             if _routine(node, message):
                 # Handled asleep; the next tick wakes the group if this left it work to do.
                 self._stepped_asleep[name] = group
+                group.heard_asleep_at = self.now
             else:
                 self._wake(group)
                 if node.role is not Role.LEADER:
@@ -554,6 +560,8 @@ class RaftHost:
                 missed -= 1
                 self.stats.node_ticks += 1
         elif catch_up:
+            # Its election counts restarted at the leader's last message (see the module).
+            missed = self.now - max(group.slept_at, group.heard_asleep_at)
             for _ in range(min(missed, self.election_timeout)):
                 node.tick()
                 self.stats.node_ticks += 1

@@ -392,6 +392,51 @@ def test_sleeping_followers_elect_a_new_leader_when_the_leaders_node_dies(
         cluster.close()
 
 
+@pytest.mark.parametrize("seed", range(16))
+def test_followers_asleep_between_writes_wait_out_a_cut_off_leaders_lease(
+    tmp_path: Path, seed: int
+) -> None:
+    """Followers sleep between a busy leader's writes, handling its appends asleep. Woken by its
+    silence, they count the ticks since its last message, not since they fell asleep: counted
+    from the sleep, they voted within a few ticks (seed 6: while the leader, only cut off and
+    awake, still held a lease it could serve strong reads under)."""
+    cluster = Cluster(tmp_path, seed=seed, groups=1)
+    group = cluster.groups[0]
+    try:
+        for number in range(300):
+            cluster.step()
+            leader = cluster.leader(group)
+            if leader is None:
+                continue
+            if number % 7 == 0:
+                cluster.propose(group)
+            followers = [host for host in cluster.hosts.values() if host is not leader]
+            sleeping = all(host.asleep(group) for host in followers)
+            if number > 120 and leader.groups[group].node.lease_valid() and sleeping:
+                break
+        else:
+            raise AssertionError("the followers never slept under a leader holding a lease")
+        old = leader.groups[group].node
+        cluster.network.cut = {leader.id}
+        timeout = leader.election_timeout
+        for steps in range(1, 8 * timeout):
+            cluster.step()
+            others = [
+                host
+                for host in cluster.hosts.values()
+                if host is not leader and host.groups[group].node.role is Role.LEADER
+            ]
+            if others:
+                assert steps >= timeout - old.config.max_clock_drift_ticks
+                # Asleep, the old leader's clock stopped; waking ends that lease (another test).
+                assert leader.asleep(group) or not old.lease_valid(), "two leaders, one leased"
+                break
+        else:
+            raise AssertionError("the followers elected no new leader")
+    finally:
+        cluster.close()
+
+
 def test_recovery_hands_over_the_committed_entries_after_the_applied_index(
     tmp_path: Path,
 ) -> None:
