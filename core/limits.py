@@ -172,9 +172,11 @@ RING_VNODES_PER_NODE = 128
 REPLICATION_FACTOR_DEFAULT = 1
 REPLICATION_FACTOR_MAX = 5
 # A router that finds no leader of a replicated partition (an election under way) pauses this long
-# before asking the next replica, doubling up to the most; within the request's deadline.
+# before asking the next replica, doubling up to the most; within the request's deadline. The most
+# is what a write waits at worst past the election: at 0.4 s it added up to 0.4 s to failover
+# (docs/benchmarks.md); a round of asking costs a refusal from each live replica.
 REPLICA_RETRY_PAUSE_SECONDS_MIN = 0.05
-REPLICA_RETRY_PAUSE_SECONDS_MAX = 0.4
+REPLICA_RETRY_PAUSE_SECONDS_MAX = 0.1
 # A router reads a partition it wrote to this recently from its leader even when the read may be
 # eventually consistent: a follower applies a write about a round trip after the leader
 # acknowledged it, and a client reading its own write at once would often be faster.
@@ -591,8 +593,12 @@ assert GSI_RETRY_BACKOFF_SECONDS_MAX <= RETRY_PAUSE_SECONDS_MAX
 
 # Raft (`core.raft`; dynalab's own defaults, in the spirit of etcd's raft). Time is counted in
 # ticks, whatever the caller makes a tick; the node's loop is meant to tick every 100 ms or so.
-# A follower that hears no leader for a randomized 10 to 20 ticks starts an election.
+# A follower that hears no leader for a randomized 10 to 15 ticks starts an election. The spread
+# (etcd and the paper draw from [T, 2T)) need only be well above a round of vote messages, a few
+# milliseconds between processes on one network, so that two followers rarely time out within
+# one round of each other; half a timeout is that many times over and keeps failover under 2 s.
 RAFT_ELECTION_TIMEOUT_TICKS_DEFAULT = 10
+RAFT_ELECTION_SPREAD_TICKS_DEFAULT = 5
 # A leader sends heartbeats every tick: followers learn the commit index and the lease renews.
 RAFT_HEARTBEAT_INTERVAL_TICKS_DEFAULT = 1
 # The most two nodes' clocks may disagree about the length of one election timeout: a leader's
@@ -612,7 +618,8 @@ RAFT_APPLY_BYTES_MAX = 4 * MIB
 # and a follower matching them read no RocksDB for the recent log.
 RAFT_LOG_CACHE_ENTRIES = 256
 # A node's write loop ticks its groups this often, on the monotonic clock (`storagenode/commit.py`):
-# with RAFT_ELECTION_TIMEOUT_TICKS_DEFAULT, a dead leader is replaced 1 to 2 s after it went quiet.
+# with RAFT_ELECTION_TIMEOUT_TICKS_DEFAULT, a dead leader is replaced 1 to 1.5 s after it went
+# quiet.
 RAFT_TICK_SECONDS = 0.1
 # The ticks one round delivers at most after the loop was held up or the process paused: beyond a
 # few election timeouts, more ticks change nothing a tick decides.
@@ -648,6 +655,7 @@ RAFT_STATUS_SECONDS = 1.0
 RAFT_WAKE_ELECTION_TIMEOUTS_MIN = 2
 
 assert 0 < RAFT_HEARTBEAT_INTERVAL_TICKS_DEFAULT < RAFT_ELECTION_TIMEOUT_TICKS_DEFAULT
+assert 1 <= RAFT_ELECTION_SPREAD_TICKS_DEFAULT <= RAFT_ELECTION_TIMEOUT_TICKS_DEFAULT
 assert RAFT_KEEPALIVE_TICKS_MAX < RAFT_ELECTION_TIMEOUT_TICKS_DEFAULT
 assert RAFT_KEEPALIVE_TICKS_MAX < RAFT_PEER_SILENT_TICKS_MIN < RAFT_ELECTION_TIMEOUT_TICKS_DEFAULT
 assert 0 < RAFT_LOG_KEPT_ENTRIES < RAFT_LOG_COMPACT_ENTRIES

@@ -8,12 +8,13 @@ an injected `TimeoutSource`. The rules below are the Raft paper's (Ongaro and Ou
 and Ongaro's thesis (2014); the shape is etcd's raft (`raft.go`, `rawnode.go`).
 
 Elections (paper 5.2, thesis 9.6). A follower that hears no leader for a randomized timeout in
-[election_timeout, 2 * election_timeout) ticks first asks for pre-votes for the next term without
-raising its own (PreVote): only if a quorum would vote for it does it become a candidate, so a node
-that was cut off and comes back cannot depose a working leader by its higher term. A node refuses
-to vote (and pre-vote) for anyone while it heard from a leader within the last election timeout,
-and for one election timeout after it starts; that is what makes leases safe (below). A leader
-steps down when a quorum has not answered it within an election timeout (CheckQuorum).
+[election_timeout, election_timeout + election_spread) ticks first asks for pre-votes for the next
+term without raising its own (PreVote): only if a quorum would vote for it does it become a
+candidate, so a node that was cut off and comes back cannot depose a working leader by its higher
+term. A node refuses to vote (and pre-vote) for anyone while it heard from a leader within the last
+election timeout, and for one election timeout after it starts; that is what makes leases safe
+(below). A leader steps down when a quorum has not answered it within an election timeout
+(CheckQuorum).
 
 Replication (paper 5.3). Proposals are appended to the leader's log; the appends go out when the
 caller takes a Ready, batched (at most `append_entries_max` entries and `append_bytes_max` bytes
@@ -103,6 +104,8 @@ class TimeoutSource(Protocol):
 class Config:
     node_id: int
     election_timeout_ticks: int = limits.RAFT_ELECTION_TIMEOUT_TICKS_DEFAULT
+    # How widely the randomized election timeout ranges beyond the election timeout.
+    election_spread_ticks: int = limits.RAFT_ELECTION_SPREAD_TICKS_DEFAULT
     heartbeat_interval_ticks: int = limits.RAFT_HEARTBEAT_INTERVAL_TICKS_DEFAULT
     # The clock-drift bound the lease relies on (the module docstring states it exactly).
     max_clock_drift_ticks: int = limits.RAFT_CLOCK_DRIFT_TICKS_MAX
@@ -117,6 +120,8 @@ class Config:
     def __post_init__(self) -> None:
         if self.node_id == NONE:
             raise ValueError("node ids start at 1")
+        if self.election_spread_ticks < 1:
+            raise ValueError("the randomized election timeout needs a range to draw from")
         if not 0 < self.heartbeat_interval_ticks < self.election_timeout_ticks:
             raise ValueError("heartbeats must come more often than election timeouts")
         if not 1 <= self.max_clock_drift_ticks < self.election_timeout_ticks:
@@ -389,7 +394,7 @@ class RaftNode:
 
     def _draw_timeout(self) -> int:
         timeout = self.config.election_timeout_ticks
-        return self.timeouts.randrange(timeout, 2 * timeout)
+        return self.timeouts.randrange(timeout, timeout + self.config.election_spread_ticks)
 
     # Ticks.
 

@@ -36,7 +36,7 @@ from storagenode.store import Store
 from tests.integration.conftest import create_active_table, dynamodb_client, wait_active
 
 WRITERS = 4
-# Writes to a partition whose leader died resume within an election (1-2 s here) plus the
+# Writes to a partition whose leader died resume within an election (1-1.5 s here) plus the
 # router's retries; a request waits for that within its own deadline.
 RECOVERY_SECONDS_MAX = 10.0
 HTTP_TIMEOUT_S = 30.0
