@@ -112,6 +112,7 @@ def test_faults_act_on_the_node_port_inside_the_namespace_only():
     ("scenario", "seed", "faults"),
     [
         ("partition-node", 3, {"partition-node"}),
+        ("partition-node-replicated", 3, {"partition-node"}),
         ("lossy-network", 0, {"drop-packets"}),
         ("slow-node", 1, {"slow-node"}),
     ],
