@@ -49,8 +49,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--peers",
         default=os.environ.get("DYNALAB_PEERS", ""),
-        help="the other storage nodes sharing partitions' replication groups with this one, as "
-        "node-N=HOST:PORT,...; this node's id must then be node-N too (default: none)",
+        help="the storage nodes sharing partitions' replication groups with this one, as "
+        "node-N=HOST:PORT,... (an entry for this node itself, as in a list every node shares, is "
+        "left out); this node's id must then be node-N too (default: none)",
     )
     parser.add_argument(
         "--shutdown-grace-seconds",
@@ -92,18 +93,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def parse_peers(text: str, node_id: str) -> dict[str, str]:
     """`--peers`: node-N=HOST:PORT pairs, comma-separated; every name (this node's too) must be
-    node-N, since N is its member id in every replication group."""
+    node-N, since N is its member id in every replication group. The list may name this node
+    too (one list for every node, as a Kubernetes ConfigMap gives it): that entry is left out."""
     peers: dict[str, str] = {}
     for pair in filter(None, (part.strip() for part in text.split(","))):
         name, _, address = pair.partition("=")
         if not address:
             raise ValueError(f"--peers takes node-N=HOST:PORT pairs, not {pair!r}")
         member_id(name)
+        if name in peers:
+            raise ValueError(f"--peers names {name} twice")
         peers[name] = address
+    peers.pop(node_id, None)
     if peers:
         member_id(node_id)
-        if node_id in peers:
-            raise ValueError(f"--peers names this node itself ({node_id})")
     return peers
 
 

@@ -114,8 +114,10 @@ def test_storage_nodes_have_stable_identities_and_their_own_volumes() -> None:
     assert service["spec"]["clusterIP"] == "None", "a StatefulSet needs a headless Service"
     env = env_of(statefulset)
     assert env["DYNALAB_ROLE"] == "storagenode"
-    # The node id is the pod name, which a StatefulSet keeps across restarts and rescheduling.
-    assert env["DYNALAB_NODE_ID"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    # The node id is node-<ordinal + 1>, from the pod name, which a StatefulSet keeps across
+    # restarts and rescheduling (deploy/entrypoint.sh; tests/unit/test_storage_cli.py runs it).
+    assert "DYNALAB_NODE_ID" not in env
+    assert env["DYNALAB_NODE_ID_FROM_ORDINAL"] == "1"
     claims = {c["metadata"]["name"] for c in statefulset["spec"]["volumeClaimTemplates"]}
     mounts = {m["name"]: m["mountPath"] for m in container(statefulset)["volumeMounts"]}
     assert mounts["data"] == env["DYNALAB_DATA_DIR"] == "/data"
@@ -127,10 +129,23 @@ def test_node_list_names_every_storage_pod_at_its_stable_dns_name() -> None:
     name, service = statefulset["metadata"]["name"], statefulset["spec"]["serviceName"]
     node_list = the("ConfigMap", "dynalab-cluster")["data"]["DYNALAB_NODES"]
     expected = [
-        f"{name}-{ordinal}={name}-{ordinal}.{service}:{NODE_PORT}"
+        f"node-{ordinal + 1}={name}-{ordinal}.{service}:{NODE_PORT}"
         for ordinal in range(statefulset["spec"]["replicas"])
     ]
     assert node_list.split(",") == expected
+
+
+def test_storage_nodes_are_each_others_peers_and_routers_replicate_across_them() -> None:
+    statefulset = the("StatefulSet", "dynalab-storagenode")
+    data = the("ConfigMap", "dynalab-cluster")["data"]
+    # Every node takes the whole list as its Raft peers (leaving its own entry out).
+    assert env_of(statefulset)["DYNALAB_PEERS"] == {
+        "configMapKeyRef": {"name": "dynalab-cluster", "key": "DYNALAB_NODES"}
+    }
+    assert env_of(the("Deployment", "dynalab-router"))["DYNALAB_REPLICATION_FACTOR"] == {
+        "configMapKeyRef": {"name": "dynalab-cluster", "key": "DYNALAB_REPLICATION_FACTOR"}
+    }
+    assert int(data["DYNALAB_REPLICATION_FACTOR"]) == statefulset["spec"]["replicas"] == 3
 
 
 @pytest.mark.parametrize(
