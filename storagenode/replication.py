@@ -208,7 +208,7 @@ class ReadView:
     entry it knows committed, and no other leader can exist before `lease_until` (the lease in
     ticks, `core.raft`, turned into the monotonic time it ends, a tick early). An eventually
     consistent read is served by the leader, or by a follower until `fresh_until`: while it has
-    heard from its leader's node within the last half election timeout and applied all it knows
+    heard from its leader within the last half election timeout and applied all it knows
     committed. A follower cut off from its leader so stops serving within that bound.
 
     The change feed (follows, and the reads of GetRecords) is served only by the leader, until
@@ -690,12 +690,7 @@ class Replication:
                 if caught_up and not group.asleep and node.lease_valid():
                     lease_until = now + (node.lease_end - node.now - 1) * tick_seconds
             elif node.role is Role.FOLLOWER and leader is not None and caught_up:
-                # Its leader's node was heard from (each host hears every peer every tick), or
-                # awake, the leader's group was: a sleeping leader sends it nothing, and a
-                # follower woken by an election elsewhere would otherwise count that silence.
-                heard = host.heard_ticks_ago(node.leader)
-                if not group.asleep:
-                    heard = min(heard, node.election_elapsed)
+                heard = host.heard_ticks_ago(node.leader) if group.asleep else node.election_elapsed
                 if heard < half_timeout:
                     fresh_until = now + (half_timeout - heard - 1) * tick_seconds
             views[partition_of_group(name)] = ReadView(
