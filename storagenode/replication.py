@@ -334,7 +334,10 @@ class Replication:
         self.compact_entries = compact_entries
         self.kept_entries = kept_entries
         self.peers = tuple(peers)
-        self.timeouts = random.Random(member) if timeouts is None else timeouts
+        # A process draws its election timeouts from the OS's entropy: a restarted node, or
+        # nodes started together, draw new ones. (Seeded by the member id, every start of a node
+        # drew the same sequence.) The simulator passes a seeded source, so a seed replays.
+        self.timeouts = random.Random() if timeouts is None else timeouts
         self.outbox = Outbox()
         # The effects of groups of several members applied in the latest round, by group.
         self.applied: list[tuple[str, list[BatchOp]]] = []
